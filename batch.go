@@ -1,0 +1,533 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/idemhq/idem/internal/backoff"
+	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/internal/ids"
+	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// handlerSagaType is the inbox namespace of plain handlers: their inbox key
+// is (handlerSagaType, message type, message ID).
+const handlerSagaType = "idem.handler"
+
+// item is one delivery on its way through a batch.
+type item struct {
+	d      transport.Delivery
+	m      Machine
+	h      HandlerFunc
+	msg    any
+	key    string // canonical
+	rawKey string
+	msgID  string // dedup identity
+	typ    string // saga type, or handlerSagaType
+	reason string // dead-letter reason when the delivery is bad input
+	badErr error
+}
+
+func (it *item) sagaKey() store.Key { return store.Key{SagaType: it.typ, Key: it.key} }
+
+var laneSeed = maphash.MakeSeed()
+
+// process runs one batch: decode, partition into lanes by saga key, one unit
+// of work per lane in parallel, then settle.
+func (e *Engine) process(ctx context.Context, ds []transport.Delivery) {
+	e.stats.received.Add(int64(len(ds)))
+	lanes := map[uint64][]*item{}
+	var order []uint64
+	for _, d := range ds {
+		it := e.decode(d)
+		var lane uint64
+		switch {
+		case it.reason != "":
+			lane = 0 // bad input shares one unit of work
+		case it.h != nil:
+			lane = 1 + maphash.String(laneSeed, it.msgID)%uint64(e.cfg.Lanes)
+		default:
+			lane = 1 + maphash.String(laneSeed, it.typ+"\x00"+it.key)%uint64(e.cfg.Lanes)
+		}
+		if _, ok := lanes[lane]; !ok {
+			order = append(order, lane)
+		}
+		lanes[lane] = append(lanes[lane], it)
+	}
+	g := errgroup.Group{}
+	g.SetLimit(e.cfg.Lanes)
+	for _, l := range order {
+		items := lanes[l]
+		g.Go(func() error { e.runLane(ctx, items); return nil })
+	}
+	_ = g.Wait()
+}
+
+func (e *Engine) decode(d transport.Delivery) *item {
+	env := &d.Envelope
+	it := &item{d: d, msgID: env.DedupID()}
+	bad := func(reason string, err error) *item {
+		it.reason, it.badErr = reason, err
+		if it.msgID == "" {
+			it.msgID = ids.Derive("anonymous", env.Type, string(env.Body))
+		}
+		return it
+	}
+	if env.ID == "" {
+		return bad(ReasonMissingID, fmt.Errorf("message of type %q has no ID", env.Type))
+	}
+	if len(env.Body) > e.cfg.MaxBodyBytes {
+		return bad(ReasonOversized, fmt.Errorf("body of %d bytes exceeds the limit of %d (Config.MaxBodyBytes)", len(env.Body), e.cfg.MaxBodyBytes))
+	}
+	if h, ok := e.handlers[env.Type]; ok {
+		it.h, it.typ, it.key = h, handlerSagaType, env.Type
+		return it
+	}
+	m, ok := e.machines[env.Type]
+	if !ok {
+		return bad(ReasonUnknownType, fmt.Errorf("no saga or handler consumes message type %q", env.Type))
+	}
+	msg, raw, err := m.Decode(env.Type, env.Body)
+	if err != nil {
+		return bad(ReasonMalformed, err)
+	}
+	key, err := canon.Key(raw, e.cfg.MaxKeyLen)
+	if err != nil {
+		it.typ = m.Name()
+		return bad(ReasonInvalidKey, fmt.Errorf("correlation key of %s for saga %s: %w", env.Type, m.Name(), err))
+	}
+	it.m, it.msg, it.rawKey, it.key, it.typ = m, msg, raw, key, m.Name()
+	return it
+}
+
+var conflictPause = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time.Millisecond}
+
+// runLane commits the lane's unit of work, re-applying it after conflicts.
+// After the first conflict a lane with several keys is split into one unit
+// of work per key, so one contended key does not hold back the others.
+func (e *Engine) runLane(ctx context.Context, items []*item) {
+	for attempt := 1; ; attempt++ {
+		res, err := e.unitOfWork(ctx, items)
+		if err == nil {
+			e.settle(ctx, res)
+			return
+		}
+		switch {
+		case errors.Is(err, store.ErrConflict) && attempt <= e.cfg.ConflictRetries:
+			e.stats.conflicts.Add(1)
+			if groups := splitByKey(items); len(groups) > 1 {
+				for _, g := range groups {
+					e.runLane(ctx, g)
+				}
+				return
+			}
+			if !sleepCtx(ctx, conflictPause.Delay(attempt)) {
+				return // stopping: the leases expire and the transport redelivers
+			}
+			continue
+		case errors.Is(err, transport.ErrLeaseLost):
+			e.log.WarnContext(ctx, "lease lost before commit; another consumer owns the messages", "messages", len(items), "error", err)
+			return
+		}
+		// A transient store error, or a commit whose outcome is unknown: the
+		// redelivery finds the inbox records if the commit happened.
+		e.log.ErrorContext(ctx, "unit of work failed; returning messages to the transport", "messages", len(items), "error", err)
+		for _, it := range items {
+			e.nack(ctx, it.d, e.retry.Delay(it.d.Attempt))
+		}
+		return
+	}
+}
+
+func splitByKey(items []*item) [][]*item {
+	idx := map[store.Key]int{}
+	var out [][]*item
+	for _, it := range items {
+		k := it.sagaKey()
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], it)
+	}
+	return out
+}
+
+type nackReq struct {
+	d     transport.Delivery
+	delay time.Duration
+}
+
+type logLine struct {
+	it  *item
+	rec saga.LogRecord
+}
+
+// laneResult is what a committed unit of work leaves to do.
+type laneResult struct {
+	acks   []transport.Delivery
+	nacks  []nackReq
+	outbox []Envelope
+	logs   []logLine
+	counts struct{ applied, ignored, dup, notFound, dead, stale, emitted int64 }
+}
+
+// working is an instance as the lane's unit of work changes it.
+type working struct {
+	inst    *store.Instance // nil: no saga
+	isNew   bool
+	changed bool
+}
+
+func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
+	uow, err := e.store.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+
+	p := &store.LoadParams{}
+	seenKey := map[store.Key]bool{}
+	for _, it := range items {
+		if it.reason != "" {
+			continue
+		}
+		if it.h == nil && !seenKey[it.sagaKey()] {
+			seenKey[it.sagaKey()] = true
+			p.Keys = append(p.Keys, it.sagaKey())
+		}
+		p.Inbox = append(p.Inbox, store.InboxKey{SagaType: it.typ, Key: it.key, MessageID: it.msgID})
+	}
+	loaded := &store.LoadResult{}
+	if len(p.Inbox) > 0 {
+		if loaded, err = uow.Load(ctx, p); err != nil {
+			return nil, fmt.Errorf("load %d sagas: %w", len(p.Keys), err)
+		}
+	}
+
+	now := e.cfg.Clock()
+	res := &laneResult{}
+	ch := &store.Changes{}
+	work := map[store.Key]*working{}
+	timers := map[store.TimerKey]*store.Timer{} // nil value: cancel
+	inBatch := map[store.InboxKey]bool{}
+
+	for _, it := range items {
+		if it.reason != "" {
+			e.deadLetter(res, ch, it, it.reason, it.badErr, now)
+			continue
+		}
+		ik := store.InboxKey{SagaType: it.typ, Key: it.key, MessageID: it.msgID}
+		if loaded.Seen[ik] || inBatch[ik] {
+			res.counts.dup++
+			res.acks = append(res.acks, it.d)
+			continue
+		}
+		if it.h != nil {
+			if err := it.h(ctx, it.d.Envelope); err != nil {
+				e.fail(res, ch, it, err, now)
+				continue
+			}
+			inBatch[ik] = true
+			ch.Inbox = append(ch.Inbox, store.InboxEntry{InboxKey: ik, ProcessedAt: now})
+			res.counts.applied++
+			res.acks = append(res.acks, it.d)
+			continue
+		}
+		w := work[it.sagaKey()]
+		if w == nil {
+			w = &working{inst: loaded.Instances[it.sagaKey()]}
+			work[it.sagaKey()] = w
+		}
+		e.applyOne(res, ch, w, timers, it, ik, inBatch, now)
+	}
+
+	for _, w := range work {
+		switch {
+		case w.isNew:
+			ch.Inserts = append(ch.Inserts, w.inst)
+		case w.changed:
+			ch.Updates = append(ch.Updates, w.inst)
+		}
+	}
+	for k, t := range timers {
+		if t == nil {
+			ch.CancelTimers = append(ch.CancelTimers, k)
+		} else {
+			ch.Timers = append(ch.Timers, *t)
+		}
+	}
+
+	if q, ok := uow.(store.QueueUnitOfWork); ok && e.queue {
+		if err := q.Consume(ctx, res.acks); err != nil {
+			return nil, fmt.Errorf("consume %d deliveries: %w", len(res.acks), err)
+		}
+		if len(res.outbox) > 0 {
+			if err := q.Enqueue(ctx, res.outbox); err != nil {
+				return nil, fmt.Errorf("enqueue %d messages: %w", len(res.outbox), err)
+			}
+		}
+		res.acks, res.outbox = nil, nil
+		ch.Outbox = nil
+	} else if ch.Empty() {
+		return res, nil
+	}
+	if err := uow.Commit(ctx, ch); err != nil {
+		return nil, fmt.Errorf("commit %d messages: %w", len(items), err)
+	}
+	return res, nil
+}
+
+// applyOne applies one message to its saga within the lane's unit of work.
+func (e *Engine) applyOne(res *laneResult, ch *store.Changes, w *working, timers map[store.TimerKey]*store.Timer,
+	it *item, ik store.InboxKey, inBatch map[store.InboxKey]bool, now time.Time) {
+	env := &it.d.Envelope
+	timerName := env.Headers[transport.HeaderTimer]
+	markSeen := func() {
+		inBatch[ik] = true
+		ch.Inbox = append(ch.Inbox, store.InboxEntry{InboxKey: ik, ProcessedAt: now})
+	}
+	if timerName != "" && (w.inst == nil || w.inst.Timers[timerName] != env.ID) {
+		// Unscheduled or rescheduled meanwhile: harmless by construction.
+		if w.inst != nil {
+			markSeen()
+		}
+		res.counts.stale++
+		res.counts.ignored++
+		res.acks = append(res.acks, it.d)
+		return
+	}
+
+	in := saga.Input{Msg: it.msg, MsgType: env.Type, Key: it.key, MessageID: it.msgID, Now: now}
+	if w.inst != nil {
+		in.Exists, in.State, in.Data, in.SchemaVersion = true, saga.State(w.inst.State), w.inst.Data, w.inst.SchemaVersion
+	}
+	r, err := it.m.Apply(in)
+	if err != nil {
+		e.fail(res, ch, it, err, now)
+		return
+	}
+	switch r.Outcome {
+	case saga.NotFound:
+		if it.m.NotFound() == saga.NotFoundDeadLetter {
+			e.deadLetter(res, ch, it, ReasonNotFound, fmt.Errorf("no saga %s/%s and %s cannot start one", it.typ, it.key, env.Type), now)
+			return
+		}
+		res.counts.notFound++
+		res.acks = append(res.acks, it.d)
+		return
+	case saga.Ignored:
+		if timerName != "" {
+			delete(w.inst.Timers, timerName)
+			w.changed = true
+		}
+		markSeen()
+		res.counts.ignored++
+		res.acks = append(res.acks, it.d)
+		return
+	}
+
+	// Applied: encode everything first, so an encoding failure leaves no trace.
+	out := make([]Envelope, 0, len(r.Emitted))
+	for _, em := range r.Emitted {
+		envOut, err := e.emission(it, em.Type, em.Msg, string(em.Intent), "", em.Index, now)
+		if err != nil {
+			e.fail(res, ch, it, Permanent(err), now)
+			return
+		}
+		out = append(out, envOut)
+	}
+	sched := make([]store.Timer, 0, len(r.Scheduled))
+	for _, s := range r.Scheduled {
+		envOut, err := e.emission(it, s.Type, s.Msg, "timer", s.Name, s.Index, now)
+		if err != nil {
+			e.fail(res, ch, it, Permanent(err), now)
+			return
+		}
+		sched = append(sched, store.Timer{SagaType: it.typ, Key: it.key, Name: s.Name, DueAt: s.DueAt, Envelope: envOut})
+	}
+
+	if w.inst == nil {
+		w.inst = &store.Instance{SagaType: it.typ, Key: it.key, Version: 1, CreatedAt: now}
+		w.isNew = true
+	}
+	inst := w.inst
+	from := inst.State
+	inst.State, inst.Data, inst.SchemaVersion, inst.UpdatedAt = string(r.To), r.Data, r.SchemaVersion, now
+	switch {
+	case r.Finished && inst.FinishedAt.IsZero():
+		inst.FinishedAt = now
+	case !r.Finished:
+		inst.FinishedAt = time.Time{}
+	}
+	if timerName != "" {
+		delete(inst.Timers, timerName)
+	}
+	for _, name := range r.Unscheduled {
+		delete(inst.Timers, name)
+		timers[store.TimerKey{SagaType: it.typ, Key: it.key, Name: name}] = nil
+	}
+	for i := range sched {
+		if inst.Timers == nil {
+			inst.Timers = map[string]string{}
+		}
+		inst.Timers[sched[i].Name] = sched[i].Envelope.ID
+		timers[store.TimerKey{SagaType: it.typ, Key: it.key, Name: sched[i].Name}] = &sched[i]
+	}
+	w.changed = true
+	version := inst.Version
+	if !w.isNew {
+		version++
+	}
+	if from == "" {
+		from = string(saga.Initial)
+	}
+	ch.Journal = append(ch.Journal, store.JournalEntry{
+		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: env.Type,
+		FromState: from, ToState: inst.State, Version: version, At: now,
+	})
+	markSeen()
+	for _, o := range out {
+		ch.Outbox = append(ch.Outbox, store.OutboxMessage{Envelope: o, CreatedAt: now})
+	}
+	res.outbox = append(res.outbox, out...)
+	res.counts.emitted += int64(len(out))
+	res.counts.applied++
+	res.acks = append(res.acks, it.d)
+	for _, l := range r.Logs {
+		res.logs = append(res.logs, logLine{it: it, rec: l})
+	}
+}
+
+// emission builds the envelope of an emitted message or timer. Its ID is
+// derived from the incoming message's dedup ID, the saga and the emission's
+// index, so re-processing yields the same ID.
+func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, index int, now time.Time) (Envelope, error) {
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("encode emitted %s: %w", typ, err)
+	}
+	env := Envelope{
+		ID:          ids.Derive("emit", it.msgID, it.typ, it.key, strconv.Itoa(index), timer),
+		Type:        typ,
+		CausationID: it.d.Envelope.ID,
+		SentAt:      now,
+		Body:        body,
+		Headers: map[string]string{
+			transport.HeaderIntent:   intent,
+			transport.HeaderSagaType: it.typ,
+			transport.HeaderSagaKey:  it.key,
+		},
+	}
+	if tp := it.d.Envelope.Headers[transport.HeaderTraceParent]; tp != "" {
+		env.Headers[transport.HeaderTraceParent] = tp
+	}
+	if timer != "" {
+		env.Headers[transport.HeaderTimer] = timer
+	}
+	if m, ok := e.machines[typ]; ok {
+		env.CorrelationID, _ = m.Correlate(msg)
+	}
+	return env, nil
+}
+
+// fail classifies a handler error: permanent errors are dead-lettered at
+// once, transient ones returned to the transport with backoff until
+// Config.MaxAttempts.
+func (e *Engine) fail(res *laneResult, ch *store.Changes, it *item, err error, now time.Time) {
+	reason := ""
+	switch {
+	case errors.Is(err, saga.ErrUnhandled):
+		reason = ReasonUnhandled
+	case errors.Is(err, saga.ErrSchema):
+		reason = ReasonSchema
+	case errors.Is(err, saga.ErrMalformed):
+		reason = ReasonMalformed
+	case errors.Is(err, saga.ErrPanic), IsPermanent(err):
+		reason = ReasonPermanent
+	case it.d.Attempt >= e.cfg.MaxAttempts:
+		reason = ReasonRetriesExhausted
+	}
+	if reason != "" {
+		e.deadLetter(res, ch, it, reason, err, now)
+		return
+	}
+	delay, ok := retryDelay(err)
+	if !ok {
+		delay = e.retry.Delay(it.d.Attempt)
+	}
+	e.log.Warn("message failed; will retry", logSagaType, it.typ, logSagaKey, it.key, logMessageID, it.msgID,
+		logAttempt, it.d.Attempt, "retry_in", delay, "error", err)
+	res.nacks = append(res.nacks, nackReq{d: it.d, delay: delay})
+}
+
+func (e *Engine) deadLetter(res *laneResult, ch *store.Changes, it *item, reason string, err error, now time.Time) {
+	ch.DeadLetters = append(ch.DeadLetters, store.DeadLetter{
+		ID: it.msgID, Envelope: it.d.Envelope, Reason: reason, Error: err.Error(),
+		SagaType: it.typ, Key: it.key, Attempts: max(it.d.Attempt, 1), FirstFailedAt: now, LastFailedAt: now,
+	})
+	res.counts.dead++
+	res.acks = append(res.acks, it.d)
+	res.logs = append(res.logs, logLine{it: it, rec: saga.LogRecord{Level: slog.LevelWarn, Msg: "message dead-lettered", Args: []any{logReason, reason, "error", err.Error()}}})
+}
+
+// settle runs after a successful commit: publish the outbox, acknowledge,
+// return failed deliveries, and count. Publishing before acknowledging
+// means a consumer never sees its queue empty while the consequences of a
+// message are still in this process.
+func (e *Engine) settle(ctx context.Context, res *laneResult) {
+	if len(res.outbox) > 0 {
+		if err := e.tr.Publish(ctx, res.outbox); err != nil {
+			e.log.WarnContext(ctx, "publish after commit failed; the outbox relay will send", "messages", len(res.outbox), "error", err)
+		} else {
+			ids := make([]string, len(res.outbox))
+			for i := range res.outbox {
+				ids[i] = res.outbox[i].ID
+			}
+			if err := e.store.MarkSent(ctx, ids, e.cfg.Clock()); err != nil {
+				e.log.WarnContext(ctx, "mark outbox sent failed; the relay will send again with the same IDs", "messages", len(ids), "error", err)
+			}
+		}
+	}
+	if len(res.acks) > 0 {
+		if err := e.tr.Ack(ctx, res.acks); err != nil {
+			// Committed already: a redelivery is recognised by the inbox.
+			e.log.WarnContext(ctx, "ack after commit failed; duplicates will be skipped", "deliveries", len(res.acks), "error", err)
+		}
+	}
+	for _, n := range res.nacks {
+		e.nack(ctx, n.d, n.delay)
+	}
+	for _, l := range res.logs {
+		args := append([]any{logSagaType, l.it.typ, logSagaKey, l.it.key, logMessageID, l.it.msgID}, l.rec.Args...)
+		e.log.Log(ctx, l.rec.Level, l.rec.Msg, args...)
+	}
+	c := &res.counts
+	s := &e.stats
+	s.applied.Add(c.applied)
+	s.ignored.Add(c.ignored)
+	s.duplicates.Add(c.dup)
+	s.notFound.Add(c.notFound)
+	s.deadLettered.Add(c.dead)
+	s.staleTimers.Add(c.stale)
+	s.emitted.Add(c.emitted)
+}
+
+func (e *Engine) nack(ctx context.Context, d transport.Delivery, delay time.Duration) {
+	e.stats.retries.Add(1)
+	if err := e.tr.Nack(ctx, d, delay); err != nil && ctx.Err() == nil {
+		e.log.WarnContext(ctx, "nack failed; the lease will expire", logMessageID, d.Envelope.ID, "error", err)
+	}
+}

@@ -1,0 +1,118 @@
+package idem
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+)
+
+// Config configures an Engine. The zero value means the defaults given in
+// each field's comment; negative values are refused by NewEngine.
+type Config struct {
+	// Logger receives the engine's logs. Nil means slog.Default().
+	Logger *slog.Logger
+	// Clock returns the current time. Nil means time.Now.
+	Clock func() time.Time
+
+	// BatchSize is the most deliveries taken from the transport and
+	// processed as one batch. Default 64.
+	BatchSize int
+	// Lanes is how many units of work of one batch run in parallel; the
+	// messages of one saga key always share a lane. Default 2×GOMAXPROCS.
+	Lanes int
+
+	// MaxAttempts is how many deliveries a message gets when it fails with
+	// a transient error before it is dead-lettered. Default 10.
+	MaxAttempts int
+	// RetryBase and RetryMax bound the exponential backoff (with jitter)
+	// between transient failures. Defaults 100ms and 1m.
+	RetryBase, RetryMax time.Duration
+	// ConflictRetries is how many times a unit of work that lost an
+	// optimistic-concurrency race is re-applied at once (with a short
+	// jittered pause) before its messages are returned to the transport.
+	// Default 16.
+	ConflictRetries int
+
+	// MaxKeyLen is the longest canonical saga key accepted, in bytes.
+	// Default 256.
+	MaxKeyLen int
+	// MaxBodyBytes is the largest message body accepted, in bytes.
+	// Default 1 MiB.
+	MaxBodyBytes int
+
+	// Retention is how long finished sagas (and their inbox records) are
+	// kept so that late duplicates are still recognised. Default 7 days.
+	Retention time.Duration
+	// OutboxRetention is how long sent outbox rows are kept. Default 1h.
+	OutboxRetention time.Duration
+	// SweepInterval is the pause between sweeps. Default 1m.
+	SweepInterval time.Duration
+	// SweepBatch bounds the rows one sweep statement deletes. Default 1000.
+	SweepBatch int
+
+	// TimerInterval is the pause between polls for due timers. Default 1s.
+	TimerInterval time.Duration
+	// RelayInterval is the pause between outbox relay passes; RelayAge is
+	// how old an unsent outbox row must be before the relay sends it (the
+	// committing engine sends fresh rows itself). Defaults 1s and 5s.
+	RelayInterval, RelayAge time.Duration
+	// ClaimLease is how long a relay or timer claim keeps other replicas
+	// away from the claimed rows. Default 30s.
+	ClaimLease time.Duration
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	for name, v := range map[string]int64{
+		"BatchSize": int64(out.BatchSize), "Lanes": int64(out.Lanes), "MaxAttempts": int64(out.MaxAttempts),
+		"ConflictRetries": int64(out.ConflictRetries), "MaxKeyLen": int64(out.MaxKeyLen), "MaxBodyBytes": int64(out.MaxBodyBytes),
+		"SweepBatch": int64(out.SweepBatch), "RetryBase": int64(out.RetryBase), "RetryMax": int64(out.RetryMax),
+		"Retention": int64(out.Retention), "OutboxRetention": int64(out.OutboxRetention), "SweepInterval": int64(out.SweepInterval),
+		"TimerInterval": int64(out.TimerInterval), "RelayInterval": int64(out.RelayInterval), "RelayAge": int64(out.RelayAge),
+		"ClaimLease": int64(out.ClaimLease),
+	} {
+		if v < 0 {
+			return out, fmt.Errorf("idem: Config.%s is negative (%d): use 0 for the default or a positive value", name, v)
+		}
+	}
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defd := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Clock == nil {
+		out.Clock = time.Now
+	}
+	def(&out.BatchSize, 64)
+	def(&out.Lanes, 2*runtime.GOMAXPROCS(0))
+	def(&out.MaxAttempts, 10)
+	def(&out.ConflictRetries, 16)
+	def(&out.MaxKeyLen, 256)
+	def(&out.MaxBodyBytes, 1<<20)
+	def(&out.SweepBatch, 1000)
+	defd(&out.RetryBase, 100*time.Millisecond)
+	defd(&out.RetryMax, time.Minute)
+	defd(&out.Retention, 7*24*time.Hour)
+	defd(&out.OutboxRetention, time.Hour)
+	defd(&out.SweepInterval, time.Minute)
+	defd(&out.TimerInterval, time.Second)
+	defd(&out.RelayInterval, time.Second)
+	defd(&out.RelayAge, 5*time.Second)
+	defd(&out.ClaimLease, 30*time.Second)
+	if out.RetryMax < out.RetryBase {
+		return out, fmt.Errorf("idem: Config.RetryMax (%s) is below Config.RetryBase (%s): raise RetryMax", out.RetryMax, out.RetryBase)
+	}
+	return out, nil
+}

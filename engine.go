@@ -1,0 +1,475 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/idemhq/idem/internal/backoff"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// Log attribute keys used on every line about a message.
+const (
+	logSagaType  = "saga_type"
+	logSagaKey   = "saga_key"
+	logMessageID = "message_id"
+	logAttempt   = "attempt"
+	logReason    = "reason"
+)
+
+// ErrRunning is returned by Register, Handle and Start when the engine has
+// already started.
+var ErrRunning = errors.New("engine already started")
+
+// HandlerFunc handles one message outside any saga: a consumer with side
+// effects (calling a service, writing a file). The engine records the
+// message ID in the inbox after the handler returns nil, so a message whose
+// handler succeeded is not handled again; a crash between the handler's
+// effect and that record makes the handler run again, so handlers must be
+// idempotent and can use env.DedupID() as their idempotency key. Errors are
+// classified like saga handler errors (Permanent, RetryAfter).
+type HandlerFunc func(ctx context.Context, env Envelope) error
+
+// Engine runs sagas. Create it with NewEngine, register machines and
+// handlers, then Start it; Stop finishes the batch in flight. Methods are
+// safe for concurrent use.
+type Engine struct {
+	cfg      Config
+	log      *slog.Logger
+	store    store.Store
+	tr       transport.Transport
+	queue    bool // the transport is the store's own queue
+	retry    backoff.Policy
+	machines map[string]Machine // by message type
+	sagas    map[string]Machine // by saga type
+	handlers map[string]HandlerFunc
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	stop    context.CancelFunc // stops receiving and the background loops
+	abort   context.CancelFunc // cancels in-flight work
+	group   *errgroup.Group
+	done    chan struct{}
+	runErr  error
+
+	stats stats
+}
+
+// NewEngine returns an engine that keeps state in st and exchanges messages
+// over tr. When tr is st itself and st implements store.Queue, deliveries
+// are consumed and emitted messages enqueued inside each unit of work. cfg
+// may be nil; an invalid cfg is refused with an error naming the field.
+func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, error) {
+	if st == nil || tr == nil {
+		return nil, errors.New("idem: NewEngine needs a store and a transport")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:      c,
+		log:      c.Logger.With("component", "idem.engine"),
+		store:    st,
+		tr:       tr,
+		retry:    backoff.Policy{Base: c.RetryBase, Max: c.RetryMax},
+		machines: map[string]Machine{},
+		sagas:    map[string]Machine{},
+		handlers: map[string]HandlerFunc{},
+	}
+	if q, ok := st.(store.Queue); ok && any(q) == any(tr) {
+		e.queue = true
+	}
+	return e, nil
+}
+
+// Register adds a saga machine. Every message type the machine consumes
+// must not be consumed by another machine or handler of this engine.
+// Problems reported by m.Validate are logged as warnings. Register fails
+// after Start.
+func (e *Engine) Register(m Machine) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return ErrRunning
+	}
+	if _, dup := e.sagas[m.Name()]; dup {
+		return fmt.Errorf("idem: register saga %s: saga type already registered", m.Name())
+	}
+	types := m.MessageTypes()
+	for _, t := range types {
+		if err := e.claimType(t); err != nil {
+			return fmt.Errorf("idem: register saga %s: %w", m.Name(), err)
+		}
+	}
+	for _, t := range types {
+		e.machines[t] = m
+	}
+	e.sagas[m.Name()] = m
+	if err := m.Validate(); err != nil {
+		e.log.Warn("saga machine is incomplete", logSagaType, m.Name(), "problems", err.Error())
+	}
+	return nil
+}
+
+// Handle registers fn as the consumer of messages of type msgType (see
+// saga.MessageType for type names). Handle fails after Start.
+func (e *Engine) Handle(msgType string, fn HandlerFunc) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return ErrRunning
+	}
+	if err := e.claimType(msgType); err != nil {
+		return fmt.Errorf("idem: handle: %w", err)
+	}
+	e.handlers[msgType] = fn
+	return nil
+}
+
+func (e *Engine) claimType(t string) error {
+	if m, ok := e.machines[t]; ok {
+		return fmt.Errorf("message type %s already consumed by saga %s", t, m.Name())
+	}
+	if _, ok := e.handlers[t]; ok {
+		return fmt.Errorf("message type %s already has a handler", t)
+	}
+	return nil
+}
+
+// Machine returns the registered machine for saga type name.
+func (e *Engine) Machine(name string) (Machine, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m, ok := e.sagas[name]
+	return m, ok
+}
+
+// NewEnvelope is the package-level NewEnvelope plus the envelope's
+// CorrelationID, computed by the registered machine that consumes msg.
+func (e *Engine) NewEnvelope(id string, msg any) (Envelope, error) {
+	env, err := NewEnvelope(id, msg)
+	if err != nil {
+		return env, err
+	}
+	if m, ok := e.machines[env.Type]; ok {
+		env.CorrelationID, _ = m.Correlate(msg)
+	}
+	return env, nil
+}
+
+// Publish hands envelopes to the transport. Each needs an ID and a type;
+// SentAt is set when zero.
+func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
+	now := e.cfg.Clock()
+	for i := range envs {
+		if envs[i].ID == "" || envs[i].Type == "" {
+			return fmt.Errorf("idem: publish envelope %d (id %q, type %q): %w: ID and type are required", i, envs[i].ID, envs[i].Type, ErrInvalidEnvelope)
+		}
+		if envs[i].SentAt.IsZero() {
+			envs[i].SentAt = now
+		}
+	}
+	if err := e.tr.Publish(ctx, envs); err != nil {
+		return fmt.Errorf("idem: publish %d messages: %w", len(envs), err)
+	}
+	return nil
+}
+
+// ReplayDeadLetter publishes the dead letter's envelope again, with its
+// original ID, and deletes the dead letter. The error wraps store.ErrNotFound
+// when there is no such dead letter.
+func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) error {
+	dl, err := e.store.GetDeadLetter(ctx, id)
+	if err != nil {
+		return fmt.Errorf("idem: replay dead letter %s: %w", id, err)
+	}
+	if err := e.tr.Publish(ctx, []Envelope{dl.Envelope}); err != nil {
+		return fmt.Errorf("idem: replay dead letter %s: %w", id, err)
+	}
+	if _, err := e.store.DeleteDeadLetters(ctx, []string{id}); err != nil {
+		return fmt.Errorf("idem: replay dead letter %s: delete: %w", id, err)
+	}
+	return nil
+}
+
+// Start launches the consumer loop, the outbox relay, the timer poller and
+// the sweeper, and returns. They run until Stop or until ctx is cancelled.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return ErrRunning
+	}
+	if len(e.machines) == 0 && len(e.handlers) == 0 {
+		return errors.New("idem: start: nothing registered: call Register or Handle first")
+	}
+	e.started = true
+	workCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	loopCtx, stop := context.WithCancel(ctx)
+	e.stop, e.abort = stop, abort
+	e.done = make(chan struct{})
+	g := &errgroup.Group{}
+	e.group = g
+	g.Go(func() error { return e.consume(loopCtx, workCtx) })
+	g.Go(func() error { e.every(loopCtx, e.cfg.TimerInterval, e.fireTimers); return nil })
+	g.Go(func() error { e.every(loopCtx, e.cfg.SweepInterval, e.sweep); return nil })
+	if !e.queue {
+		g.Go(func() error { e.every(loopCtx, e.cfg.RelayInterval, e.relay); return nil })
+	}
+	go func() {
+		e.runErr = g.Wait()
+		stop()
+		abort()
+		close(e.done)
+	}()
+	return nil
+}
+
+// Stop stops receiving, lets the batch in flight finish (commit, ack and
+// publish), and waits for every goroutine. If ctx ends first, in-flight
+// work is cancelled: its deliveries are not acknowledged and the transport
+// hands them out again. Stop is idempotent; it returns the error that
+// stopped the engine, if any, or ctx's error.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	if !e.started {
+		e.mu.Unlock()
+		return nil
+	}
+	e.stopped = true
+	e.stop()
+	done := e.done
+	e.mu.Unlock()
+	select {
+	case <-done:
+		return e.runErr
+	case <-ctx.Done():
+		e.abort()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Done returns a channel closed when the engine has stopped.
+func (e *Engine) Done() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.done
+}
+
+func (e *Engine) consume(loopCtx, workCtx context.Context) error {
+	for {
+		ds, err := e.tr.Receive(loopCtx, e.cfg.BatchSize)
+		if loopCtx.Err() != nil {
+			if len(ds) > 0 {
+				e.process(workCtx, ds)
+			}
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, transport.ErrClosed) {
+				return fmt.Errorf("idem: consume: %w", err)
+			}
+			e.log.Error("receive failed", "error", err)
+			if !sleepCtx(loopCtx, e.retry.Delay(1)) {
+				return nil
+			}
+			continue
+		}
+		e.process(workCtx, ds)
+	}
+}
+
+func (e *Engine) every(ctx context.Context, d time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn(ctx)
+		}
+	}
+}
+
+// RunTimers fires every due timer once; the background poller calls it
+// every Config.TimerInterval. It returns how many fired.
+func (e *Engine) RunTimers(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		ts, err := e.store.ClaimTimers(ctx, &store.ClaimParams{Now: e.cfg.Clock(), Limit: e.cfg.BatchSize, Lease: e.cfg.ClaimLease})
+		if err != nil || len(ts) == 0 {
+			return total, err
+		}
+		envs := make([]Envelope, len(ts))
+		for i, t := range ts {
+			envs[i] = t.Envelope
+		}
+		if err := e.tr.Publish(ctx, envs); err != nil {
+			return total, fmt.Errorf("publish %d timers: %w", len(envs), err)
+		}
+		if err := e.store.DeleteTimers(ctx, ts); err != nil {
+			return total, fmt.Errorf("delete %d fired timers: %w", len(ts), err)
+		}
+		total += len(ts)
+		e.stats.timersFired.Add(int64(len(ts)))
+		if len(ts) < e.cfg.BatchSize {
+			return total, nil
+		}
+	}
+}
+
+func (e *Engine) fireTimers(ctx context.Context) {
+	if _, err := e.RunTimers(ctx); err != nil && ctx.Err() == nil {
+		e.log.Error("fire timers", "error", err)
+	}
+}
+
+// RelayOutbox sends outbox messages that stayed unsent longer than
+// Config.RelayAge (their engine crashed after committing) and returns how
+// many it sent. The background relay calls it every Config.RelayInterval.
+func (e *Engine) RelayOutbox(ctx context.Context, age time.Duration) (int, error) {
+	total := 0
+	for {
+		now := e.cfg.Clock()
+		ms, err := e.store.ClaimOutbox(ctx, &store.ClaimParams{Now: now, Limit: e.cfg.BatchSize, Lease: e.cfg.ClaimLease, CreatedBefore: now.Add(-age)})
+		if err != nil || len(ms) == 0 {
+			return total, err
+		}
+		envs := make([]Envelope, len(ms))
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			envs[i], ids[i] = m.Envelope, m.Envelope.ID
+		}
+		if err := e.tr.Publish(ctx, envs); err != nil {
+			return total, fmt.Errorf("relay %d outbox messages: %w", len(envs), err)
+		}
+		if err := e.store.MarkSent(ctx, ids, e.cfg.Clock()); err != nil {
+			return total, fmt.Errorf("mark %d relayed messages sent: %w", len(ids), err)
+		}
+		total += len(ms)
+		e.stats.relayed.Add(int64(len(ms)))
+		if len(ms) < e.cfg.BatchSize {
+			return total, nil
+		}
+	}
+}
+
+func (e *Engine) relay(ctx context.Context) {
+	if _, err := e.RelayOutbox(ctx, e.cfg.RelayAge); err != nil && ctx.Err() == nil {
+		e.log.Error("relay outbox", "error", err)
+	}
+}
+
+// Sweep deletes finished sagas older than Config.Retention and sent outbox
+// rows older than Config.OutboxRetention, in batches of Config.SweepBatch,
+// until nothing is left to delete. The background sweeper calls it every
+// Config.SweepInterval.
+func (e *Engine) Sweep(ctx context.Context) (store.SweepResult, error) {
+	var total store.SweepResult
+	for {
+		now := e.cfg.Clock()
+		r, err := e.store.Sweep(ctx, &store.SweepParams{
+			FinishedBefore: now.Add(-e.cfg.Retention),
+			SentBefore:     now.Add(-e.cfg.OutboxRetention),
+			Limit:          e.cfg.SweepBatch,
+		})
+		if err != nil {
+			return total, fmt.Errorf("sweep: %w", err)
+		}
+		total.Instances += r.Instances
+		total.Outbox += r.Outbox
+		if r.Instances < e.cfg.SweepBatch && r.Outbox < e.cfg.SweepBatch {
+			e.stats.swept.Add(int64(total.Instances))
+			return total, nil
+		}
+	}
+}
+
+func (e *Engine) sweep(ctx context.Context) {
+	if _, err := e.Sweep(ctx); err != nil && ctx.Err() == nil {
+		e.log.Error("sweep", "error", err)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Stats are cumulative counters of one engine since it was created.
+type Stats struct {
+	// Received counts deliveries taken from the transport.
+	Received int64
+	// Applied counts messages that ran a saga transition or a handler.
+	Applied int64
+	// Ignored counts messages a saga ignored (including stale timers).
+	Ignored int64
+	// Duplicates counts deliveries skipped because the inbox held them.
+	Duplicates int64
+	// NotFound counts messages that found no saga and could not start one.
+	NotFound int64
+	// DeadLettered counts messages recorded as dead letters.
+	DeadLettered int64
+	// Conflicts counts units of work that lost an optimistic-concurrency
+	// race and were re-applied.
+	Conflicts int64
+	// Retries counts deliveries returned to the transport for another try.
+	Retries int64
+	// StaleTimers counts timer messages dropped because the saga had
+	// unscheduled or rescheduled them.
+	StaleTimers int64
+	// Emitted counts messages written to the outbox (or queue).
+	Emitted int64
+	// Relayed counts outbox messages sent by the relay.
+	Relayed int64
+	// TimersFired counts timers handed to the transport.
+	TimersFired int64
+	// Swept counts finished sagas deleted by the sweeper.
+	Swept int64
+}
+
+type stats struct {
+	received, applied, ignored, duplicates, notFound, deadLettered atomic.Int64
+	conflicts, retries, staleTimers, emitted, relayed, timersFired atomic.Int64
+	swept                                                          atomic.Int64
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats {
+	s := &e.stats
+	return Stats{
+		Received: s.received.Load(), Applied: s.applied.Load(), Ignored: s.ignored.Load(),
+		Duplicates: s.duplicates.Load(), NotFound: s.notFound.Load(), DeadLettered: s.deadLettered.Load(),
+		Conflicts: s.conflicts.Load(), Retries: s.retries.Load(), StaleTimers: s.staleTimers.Load(),
+		Emitted: s.emitted.Load(), Relayed: s.relayed.Load(), TimersFired: s.timersFired.Load(), Swept: s.swept.Load(),
+	}
+}
+
+// Sagas returns the registered machines by saga type.
+func (e *Engine) Sagas() map[string]Machine {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]Machine, len(e.sagas))
+	for k, v := range e.sagas {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package saga
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Outcome says what Apply did with a message.
+type Outcome int
+
+const (
+	// Applied: a behaviour ran; Result holds the new state.
+	Applied Outcome = iota + 1
+	// Ignored: the state ignores the event (or the state is final and does
+	// not handle it, or the machine ignores unhandled events).
+	Ignored
+	// NotFound: no saga exists and the event cannot start one.
+	NotFound
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Ignored:
+		return "ignored"
+	case NotFound:
+		return "not_found"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// Input is one message to apply to one saga.
+type Input struct {
+	// Exists is false when no saga instance exists for the key.
+	Exists bool
+	// State, Data and SchemaVersion describe the stored instance.
+	State         State
+	Data          []byte
+	SchemaVersion int
+	// Msg is the decoded message (from Decode) and MsgType its type name.
+	Msg     any
+	MsgType string
+	// Key is the canonical saga key; MessageID the dedup ID of the message.
+	Key, MessageID string
+	// Now is the engine's clock reading.
+	Now time.Time
+}
+
+// Result is what Apply computed. Nothing has been persisted.
+type Result struct {
+	Outcome Outcome
+	// From and To are the states before and after.
+	From, To State
+	// Finished reports that To is a final state.
+	Finished bool
+	// Data is the new state document at SchemaVersion.
+	Data          []byte
+	SchemaVersion int
+	Emitted       []Emission
+	Scheduled     []Scheduled
+	Unscheduled   []string
+	Logs          []LogRecord
+}
+
+// Apply runs the event carried by in against the saga it describes. It is
+// pure: no I/O, no goroutines, no clock other than in.Now. A handler error
+// is returned as is (wrapped), with no partial result; a handler panic is
+// returned as an error. An event the state neither handles nor ignores
+// wraps ErrUnhandled under UnhandledError.
+func (m *Machine[S]) Apply(in Input) (res Result, err error) {
+	if _, ok := m.events[in.MsgType]; !ok {
+		return Result{}, fmt.Errorf("saga %s: %w %q", m.name, ErrUnknownType, in.MsgType)
+	}
+	from := Initial
+	var data S
+	if in.Exists {
+		from = in.State
+		if err := m.decodeState(in, &data); err != nil {
+			return Result{}, err
+		}
+	}
+	h := m.behaviors[from][in.MsgType]
+	switch {
+	case h == nil && !in.Exists:
+		return Result{Outcome: NotFound, From: from, To: from}, nil
+	case h == nil && (m.final[from] || m.unhandled == UnhandledIgnore):
+		return Result{Outcome: Ignored, From: from, To: from}, nil
+	case h == nil:
+		return Result{}, fmt.Errorf("saga %s: %w: %s in %s", m.name, ErrUnhandled, in.MsgType, from)
+	case h.ignore:
+		return Result{Outcome: Ignored, From: from, To: from}, nil
+	}
+
+	c := &Context[S]{Data: &data, key: in.Key, messageID: in.MessageID, now: in.Now, current: from, next: from}
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = Result{}, fmt.Errorf("saga %s: %w: %v", m.name, ErrPanic, p)
+		}
+	}()
+	if err := h.run(c, in.Msg); err != nil {
+		return Result{}, fmt.Errorf("saga %s: %s in %s: %w", m.name, in.MsgType, from, err)
+	}
+	out, err := json.Marshal(&data)
+	if err != nil {
+		return Result{}, fmt.Errorf("saga %s: encode state: %w", m.name, err)
+	}
+	return Result{
+		Outcome:       Applied,
+		From:          from,
+		To:            c.next,
+		Finished:      m.final[c.next],
+		Data:          out,
+		SchemaVersion: m.version,
+		Emitted:       c.emitted,
+		Scheduled:     c.scheduled,
+		Unscheduled:   c.unscheduled,
+		Logs:          c.logs,
+	}, nil
+}
+
+func (m *Machine[S]) decodeState(in Input, data *S) error {
+	raw := json.RawMessage(in.Data)
+	v := in.SchemaVersion
+	if v == 0 {
+		v = 1
+	}
+	if v > m.version {
+		return fmt.Errorf("saga %s/%s: %w: stored version %d is newer than the machine's %d", m.name, in.Key, ErrSchema, v, m.version)
+	}
+	for ; v < m.version; v++ {
+		up := m.upgrades[v]
+		if up == nil {
+			return fmt.Errorf("saga %s/%s: %w: no upgrade from version %d", m.name, in.Key, ErrSchema, v)
+		}
+		var err error
+		if raw, err = up(raw); err != nil {
+			return fmt.Errorf("saga %s/%s: %w: upgrade from version %d: %w", m.name, in.Key, ErrSchema, v, err)
+		}
+	}
+	if err := json.Unmarshal(raw, data); err != nil {
+		return fmt.Errorf("saga %s/%s: %w: decode: %w", m.name, in.Key, ErrSchema, err)
+	}
+	return nil
+}

@@ -1,0 +1,337 @@
+// Package store defines the unit-of-work contract through which Idem's
+// engine loads and persists saga instances, inbox records, outbox messages,
+// timers, journal entries and dead letters.
+//
+// The contract is sized for batches: a unit of work loads every instance a
+// batch touches in one call and persists every change of the batch in one
+// commit. Every implementation must pass the conformance suite in package
+// storetest, which checks each line of the contract below:
+//
+//   - a load returns a fresh copy every time: mutating a returned value never
+//     affects the store or another load;
+//   - a missing instance is reported as absent (nil), never as an error;
+//   - inserting an instance whose (saga type, key) exists, or updating one
+//     whose version changed since it was loaded, fails the commit with an
+//     error that wraps ErrConflict;
+//   - every write of one unit of work commits or none does;
+//   - concurrent units of work on the same key never lose an update;
+//   - writes are acknowledged by durable storage before Commit returns.
+//
+// This package imports only the standard library and package transport.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idemhq/idem/transport"
+)
+
+// ErrConflict is wrapped by Commit when an insert found an existing instance
+// or an update found a different version: another unit of work won. The
+// engine reloads and re-applies. Check with errors.Is.
+var ErrConflict = errors.New("concurrent modification")
+
+// ErrNotFound is returned by operations that address one record by id (a dead
+// letter, a timer) when it does not exist. Loading saga instances never
+// returns it.
+var ErrNotFound = errors.New("not found")
+
+// Status values of an instance.
+const (
+	StatusActive   = "active"
+	StatusFinished = "finished"
+)
+
+// Key addresses one saga instance.
+type Key struct {
+	SagaType string `json:"saga_type"`
+	Key      string `json:"key"`
+}
+
+// Instance is the persisted form of one saga instance.
+type Instance struct {
+	SagaType string `json:"saga_type"`
+	Key      string `json:"key"`
+	// State is the name of the state machine's current state.
+	State string `json:"state"`
+	// Data is the JSON encoding of the saga's typed state.
+	Data []byte `json:"data"`
+	// SchemaVersion is the version of Data's schema, for upgrades on load.
+	SchemaVersion int `json:"schema_version"`
+	// Version is the optimistic-concurrency version: 1 after insert, +1 on
+	// each update. On an update it holds the version that was loaded.
+	Version int64 `json:"version"`
+	// Timers maps each scheduled timer's name to the ID of the envelope it
+	// will fire; a fired envelope whose ID is not here is stale.
+	Timers map[string]string `json:"timers,omitempty"`
+	// CreatedAt and UpdatedAt are set by the engine.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// FinishedAt is set when the instance entered a final state; zero
+	// otherwise. Finished instances are kept until the sweeper removes them.
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+}
+
+// Status reports StatusFinished when FinishedAt is set, StatusActive
+// otherwise.
+func (in *Instance) Status() string {
+	if in.FinishedAt.IsZero() {
+		return StatusActive
+	}
+	return StatusFinished
+}
+
+// Clone returns a deep copy of in.
+func (in *Instance) Clone() *Instance {
+	if in == nil {
+		return nil
+	}
+	c := *in
+	c.Data = append([]byte(nil), in.Data...)
+	if in.Timers != nil {
+		c.Timers = make(map[string]string, len(in.Timers))
+		for k, v := range in.Timers {
+			c.Timers[k] = v
+		}
+	}
+	return &c
+}
+
+// InboxKey addresses one inbox record: message MessageID was applied (or
+// deliberately skipped) by the saga instance SagaType/Key.
+type InboxKey struct {
+	SagaType  string `json:"saga_type"`
+	Key       string `json:"key"`
+	MessageID string `json:"message_id"`
+}
+
+// InboxEntry is one inbox record.
+type InboxEntry struct {
+	InboxKey
+	ProcessedAt time.Time `json:"processed_at"`
+}
+
+// OutboxMessage is a message emitted by a transition, stored in the same
+// commit as the transition and handed to the transport afterwards.
+type OutboxMessage struct {
+	Envelope  transport.Envelope `json:"envelope"`
+	CreatedAt time.Time          `json:"created_at"`
+	// SentAt is zero until the transport accepted the message.
+	SentAt time.Time `json:"sent_at,omitzero"`
+}
+
+// Timer is a scheduled message that fires at DueAt. (SagaType, Key, Name)
+// identifies a timer: scheduling a name again replaces it.
+type Timer struct {
+	SagaType string             `json:"saga_type"`
+	Key      string             `json:"key"`
+	Name     string             `json:"name"`
+	DueAt    time.Time          `json:"due_at"`
+	Envelope transport.Envelope `json:"envelope"`
+}
+
+// TimerKey addresses one timer.
+type TimerKey struct {
+	SagaType string `json:"saga_type"`
+	Key      string `json:"key"`
+	Name     string `json:"name"`
+}
+
+// JournalEntry records one applied transition. The journal is append-only.
+type JournalEntry struct {
+	SagaType  string    `json:"saga_type"`
+	Key       string    `json:"key"`
+	RawKey    string    `json:"raw_key,omitempty"`
+	MessageID string    `json:"message_id"`
+	EventType string    `json:"event_type"`
+	FromState string    `json:"from_state"`
+	ToState   string    `json:"to_state"`
+	Version   int64     `json:"version"`
+	At        time.Time `json:"at"`
+}
+
+// DeadLetter is a message the engine gave up on, with why. ID is the
+// message's deduplication identity; recording a dead letter for an ID that
+// already has one replaces it.
+type DeadLetter struct {
+	ID       string             `json:"id"`
+	Envelope transport.Envelope `json:"envelope"`
+	// Reason is a short machine-readable cause, for example "malformed_body".
+	Reason string `json:"reason"`
+	// Error is the full error chain as text.
+	Error    string `json:"error"`
+	SagaType string `json:"saga_type,omitempty"`
+	Key      string `json:"key,omitempty"`
+	Attempts int    `json:"attempts"`
+	// FirstFailedAt and LastFailedAt bound the failed attempts.
+	FirstFailedAt time.Time `json:"first_failed_at"`
+	LastFailedAt  time.Time `json:"last_failed_at"`
+}
+
+// LoadParams lists what a unit of work needs before applying a batch.
+type LoadParams struct {
+	// Keys are the instances to load.
+	Keys []Key
+	// Inbox are the inbox records to check.
+	Inbox []InboxKey
+}
+
+// LoadResult is what Load found. Instances holds a fresh copy of each
+// existing instance, keyed by its Key; absent keys are simply missing. Seen
+// holds the inbox keys that have a record.
+type LoadResult struct {
+	Instances map[Key]*Instance
+	Seen      map[InboxKey]bool
+}
+
+// Changes are the writes of one unit of work, committed together.
+type Changes struct {
+	// Inserts are new instances; an existing (SagaType, Key) is a conflict.
+	// Version must be 1.
+	Inserts []*Instance
+	// Updates replace instances whose stored version equals Version; the
+	// stored version becomes Version+1. Any other stored version, or a
+	// missing instance, is a conflict.
+	Updates []*Instance
+	// Inbox records to add; an existing record is left as it is.
+	Inbox []InboxEntry
+	// Outbox messages to add.
+	Outbox []OutboxMessage
+	// Timers to add or replace.
+	Timers []Timer
+	// CancelTimers to delete; a missing timer is not an error.
+	CancelTimers []TimerKey
+	// Journal entries to append.
+	Journal []JournalEntry
+	// DeadLetters to record.
+	DeadLetters []DeadLetter
+}
+
+// Empty reports whether c holds no writes.
+func (c *Changes) Empty() bool {
+	return len(c.Inserts)+len(c.Updates)+len(c.Inbox)+len(c.Outbox)+len(c.Timers)+
+		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters) == 0
+}
+
+// UnitOfWork is one transaction. It is used by one goroutine at a time. After
+// Commit or Rollback the unit of work is finished; Rollback after Commit is a
+// no-op, so callers may defer it.
+type UnitOfWork interface {
+	// Load reads instances and inbox records in one round trip.
+	Load(ctx context.Context, p *LoadParams) (*LoadResult, error)
+	// Commit writes every change or none. A conflict wraps ErrConflict.
+	// When Commit returns another error, the outcome may be unknown: the
+	// caller must not assume the changes were discarded.
+	Commit(ctx context.Context, c *Changes) error
+	// Rollback discards the unit of work.
+	Rollback(ctx context.Context) error
+}
+
+// ClaimParams select unsent outbox messages or due timers to claim.
+type ClaimParams struct {
+	// Now is the current time as the engine's clock sees it.
+	Now time.Time
+	// Limit bounds how many rows are claimed.
+	Limit int
+	// Lease is how long the claim keeps other claimers away.
+	Lease time.Duration
+	// CreatedBefore selects outbox messages created before it (so that the
+	// relay leaves fresh messages to the committing engine's fast path).
+	CreatedBefore time.Time
+}
+
+// ListParams page through records for operations tools.
+type ListParams struct {
+	SagaType string
+	State    string
+	// After is an opaque cursor: the last key (instances) or ID (dead
+	// letters) of the previous page.
+	After string
+	Limit int
+}
+
+// SweepParams bound one sweep.
+type SweepParams struct {
+	// FinishedBefore: finished instances with FinishedAt before it are
+	// deleted with their inbox records and timers.
+	FinishedBefore time.Time
+	// SentBefore: sent outbox messages with SentAt before it are deleted.
+	SentBefore time.Time
+	// Limit bounds how many instances and how many outbox rows one call
+	// deletes.
+	Limit int
+}
+
+// SweepResult counts what a sweep deleted.
+type SweepResult struct {
+	Instances int
+	Outbox    int
+}
+
+// Store is the persistence contract. Implementations must be safe for
+// concurrent use and must pass storetest.
+type Store interface {
+	// Begin starts a unit of work.
+	Begin(ctx context.Context) (UnitOfWork, error)
+
+	// ClaimOutbox claims unsent outbox messages created before
+	// p.CreatedBefore for p.Lease; a claimed message is not returned to
+	// another claimer until the lease expires or it is marked sent.
+	ClaimOutbox(ctx context.Context, p *ClaimParams) ([]OutboxMessage, error)
+	// MarkSent records that the transport accepted the messages with these
+	// envelope IDs.
+	MarkSent(ctx context.Context, ids []string, at time.Time) error
+
+	// ClaimTimers claims timers due at or before p.Now for p.Lease.
+	ClaimTimers(ctx context.Context, p *ClaimParams) ([]Timer, error)
+	// DeleteTimers removes fired timers, but only those whose envelope ID
+	// still matches (a timer rescheduled meanwhile is kept).
+	DeleteTimers(ctx context.Context, ts []Timer) error
+
+	// Sweep deletes finished instances and sent outbox rows past retention,
+	// in bounded batches.
+	Sweep(ctx context.Context, p *SweepParams) (*SweepResult, error)
+
+	// ListInstances pages through instances ordered by (SagaType, Key).
+	ListInstances(ctx context.Context, p *ListParams) ([]*Instance, error)
+	// Journal returns the journal of one instance in order.
+	Journal(ctx context.Context, k Key) ([]JournalEntry, error)
+	// ListTimers pages through timers ordered by DueAt.
+	ListTimers(ctx context.Context, p *ListParams) ([]Timer, error)
+	// OutboxBacklog counts unsent outbox messages and the creation time of
+	// the oldest (zero when none).
+	OutboxBacklog(ctx context.Context) (int, time.Time, error)
+
+	// ListDeadLetters pages through dead letters ordered by ID.
+	ListDeadLetters(ctx context.Context, p *ListParams) ([]DeadLetter, error)
+	// GetDeadLetter returns one dead letter or an error wrapping ErrNotFound.
+	GetDeadLetter(ctx context.Context, id string) (*DeadLetter, error)
+	// DeleteDeadLetters removes dead letters by ID; missing IDs are ignored.
+	DeleteDeadLetters(ctx context.Context, ids []string) (int, error)
+
+	// Close releases resources.
+	Close() error
+}
+
+// QueueUnitOfWork is implemented by the units of work of a store that also
+// serves as the engine's transport (a queue table in the same database).
+// The engine then settles deliveries and enqueues emitted messages inside
+// the unit of work, so consumption, state change and emission commit
+// together and no outbox relay is needed.
+type QueueUnitOfWork interface {
+	UnitOfWork
+	// Consume marks deliveries as settled in this unit of work. A delivery
+	// whose lease was lost fails the commit with transport.ErrLeaseLost.
+	Consume(ctx context.Context, ds []transport.Delivery) error
+	// Enqueue adds messages to the queue in this unit of work.
+	Enqueue(ctx context.Context, msgs []transport.Envelope) error
+}
+
+// Queue is a Store that is also a transport.Transport whose units of work
+// implement QueueUnitOfWork.
+type Queue interface {
+	Store
+	transport.Transport
+}

@@ -1,0 +1,135 @@
+// Package transport defines the at-least-once message transport contract
+// that Idem's engine consumes from and publishes to.
+//
+// The contract is deliberately small so that third parties can implement it
+// for their broker: a Transport publishes envelopes, hands out deliveries in
+// batches, and settles each delivery with Ack or Nack. Every implementation
+// must pass the conformance suite in package transporttest.
+//
+// This package imports only the standard library.
+package transport
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Header names Idem sets on envelopes. Transports carry headers opaquely.
+const (
+	// HeaderTraceParent carries the W3C trace context of the causing message.
+	HeaderTraceParent = "traceparent"
+	// HeaderTimer names the saga timer that produced the envelope.
+	HeaderTimer = "idem-timer"
+	// HeaderIntent is "send" for commands and "publish" for events.
+	HeaderIntent = "idem-intent"
+	// HeaderSagaType and HeaderSagaKey name the saga that emitted the envelope.
+	HeaderSagaType = "idem-saga-type"
+	// HeaderSagaKey is the canonical key of the emitting saga.
+	HeaderSagaKey = "idem-saga-key"
+)
+
+// ErrClosed is returned by a Transport that has been closed.
+var ErrClosed = errors.New("transport closed")
+
+// ErrLeaseLost is returned by Ack or Nack when the delivery's lease expired
+// and the message was handed to another consumer: the late settlement must
+// not affect the newer delivery (fencing).
+var ErrLeaseLost = errors.New("delivery lease lost")
+
+// Envelope is one message as it travels through a transport and is stored in
+// outboxes and dead-letter stores. The zero value is not valid: ID and Type
+// are required.
+type Envelope struct {
+	// ID identifies the message and stays the same across redeliveries and
+	// re-sends. Required.
+	ID string `json:"id"`
+	// Type names the message type; the engine maps it to a Go type.
+	// Required.
+	Type string `json:"type"`
+	// CorrelationID is the key of the saga the message is about, when the
+	// producer knows it. Transports may partition by it.
+	CorrelationID string `json:"correlation_id,omitempty"`
+	// CausationID is the ID of the message whose processing produced this one.
+	CausationID string `json:"causation_id,omitempty"`
+	// IdempotencyKey, when set, is the deduplication identity instead of ID
+	// (for example a SHA-256 of an uploaded file supplied by the producer).
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Headers are free-form metadata, including W3C traceparent.
+	Headers map[string]string `json:"headers,omitempty"`
+	// SentAt is when the producer created the message.
+	SentAt time.Time `json:"sent_at"`
+	// Body is the encoded message (JSON by default).
+	Body []byte `json:"body"`
+}
+
+// DedupID returns the identity used for deduplication: the idempotency key
+// when one is set, the ID otherwise.
+func (e *Envelope) DedupID() string {
+	if e.IdempotencyKey != "" {
+		return e.IdempotencyKey
+	}
+	return e.ID
+}
+
+// Clone returns a deep copy of e.
+func (e Envelope) Clone() Envelope {
+	if e.Headers != nil {
+		h := make(map[string]string, len(e.Headers))
+		for k, v := range e.Headers {
+			h[k] = v
+		}
+		e.Headers = h
+	}
+	if e.Body != nil {
+		e.Body = append([]byte(nil), e.Body...)
+	}
+	return e
+}
+
+// Delivery is one handing-out of an envelope to a consumer. A delivery must
+// be settled exactly once with Ack or Nack; an unsettled delivery is handed
+// out again after the transport's visibility timeout.
+type Delivery struct {
+	// Envelope is the delivered message.
+	Envelope Envelope
+	// Attempt counts deliveries of this message, starting at 1.
+	Attempt int
+	// Token identifies this particular delivery (a lease or fencing token).
+	// It is opaque to the engine.
+	Token string
+}
+
+// Publisher sends envelopes. Publish returns once the transport has durably
+// accepted every envelope, or an error; on error some envelopes may have been
+// accepted, and the caller may publish them again with the same IDs.
+// Implementations must be safe for concurrent use.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []Envelope) error
+}
+
+// Consumer hands out deliveries at least once.
+//
+// Receive blocks until at least one delivery is available, ctx is done, or
+// the transport is closed, and returns at most max deliveries (max < 1
+// means 1). Transports should hand out envelopes in publication order; order
+// is best effort and the engine's guarantees do not depend on it.
+//
+// Ack settles deliveries as done. Nack returns one delivery for redelivery
+// no sooner than delay from now. Both return ErrLeaseLost (wrapped) for a
+// delivery whose lease expired and that was handed out again; settling an
+// already settled delivery is not an error. Implementations must be safe for
+// concurrent use.
+type Consumer interface {
+	Receive(ctx context.Context, max int) ([]Delivery, error)
+	Ack(ctx context.Context, ds []Delivery) error
+	Nack(ctx context.Context, d Delivery, delay time.Duration) error
+}
+
+// Transport is a Publisher and a Consumer. Close releases resources; after
+// Close, every method returns ErrClosed.
+type Transport interface {
+	Publisher
+	Consumer
+	Close() error
+}
