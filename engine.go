@@ -372,8 +372,9 @@ func (e *Engine) relay(ctx context.Context) {
 	}
 }
 
-// Sweep deletes finished sagas older than Config.Retention and sent outbox
-// rows older than Config.OutboxRetention, in batches of Config.SweepBatch,
+// Sweep deletes finished sagas older than Config.Retention (with their
+// inbox records, timers and journal), handler inbox records older than
+// Config.Retention, and sent outbox rows older than Config.OutboxRetention, in batches of Config.SweepBatch,
 // until nothing is left to delete. The background sweeper calls it every
 // Config.SweepInterval.
 func (e *Engine) Sweep(ctx context.Context) (store.SweepResult, error) {
@@ -382,6 +383,7 @@ func (e *Engine) Sweep(ctx context.Context) (store.SweepResult, error) {
 		now := e.cfg.Clock()
 		r, err := e.store.Sweep(ctx, &store.SweepParams{
 			FinishedBefore: now.Add(-e.cfg.Retention),
+			InboxBefore:    now.Add(-e.cfg.Retention),
 			SentBefore:     now.Add(-e.cfg.OutboxRetention),
 			Limit:          e.cfg.SweepBatch,
 		})
@@ -389,8 +391,9 @@ func (e *Engine) Sweep(ctx context.Context) (store.SweepResult, error) {
 			return total, fmt.Errorf("sweep: %w", err)
 		}
 		total.Instances += r.Instances
+		total.Inbox += r.Inbox
 		total.Outbox += r.Outbox
-		if r.Instances < e.cfg.SweepBatch && r.Outbox < e.cfg.SweepBatch {
+		if r.Instances < e.cfg.SweepBatch && r.Inbox < e.cfg.SweepBatch && r.Outbox < e.cfg.SweepBatch {
 			e.stats.swept.Add(int64(total.Instances))
 			return total, nil
 		}

@@ -15,7 +15,11 @@
 //     error that wraps ErrConflict;
 //   - every write of one unit of work commits or none does;
 //   - concurrent units of work on the same key never lose an update;
-//   - writes are acknowledged by durable storage before Commit returns.
+//   - writes are acknowledged by durable storage before Commit returns;
+//   - Begin and Load never wait for other open units of work: several may
+//     be open at once, in one goroutine or many, and a lost race surfaces
+//     at Commit as ErrConflict (a SQL store translates serialization and
+//     busy-snapshot failures to it).
 //
 // This package imports only the standard library and package transport.
 package store
@@ -197,11 +201,14 @@ type Changes struct {
 	Updates []*Instance
 	// Inbox records to add; an existing record is left as it is.
 	Inbox []InboxEntry
-	// Outbox messages to add.
+	// Outbox messages to add; an envelope ID already in the outbox is left
+	// as it is (never a conflict).
 	Outbox []OutboxMessage
-	// Timers to add or replace.
+	// Timers to add or replace; replacing a timer also ends its claim lease.
 	Timers []Timer
-	// CancelTimers to delete; a missing timer is not an error.
+	// CancelTimers to delete; a missing timer is not an error. The engine
+	// never names one timer in both Timers and CancelTimers; a store may
+	// apply cancellations first.
 	CancelTimers []TimerKey
 	// Journal entries to append.
 	Journal []JournalEntry
@@ -252,21 +259,25 @@ type ListParams struct {
 	Limit int
 }
 
-// SweepParams bound one sweep.
+// SweepParams bound one sweep. A zero time selects nothing.
 type SweepParams struct {
 	// FinishedBefore: finished instances with FinishedAt before it are
-	// deleted with their inbox records and timers.
+	// deleted with their inbox records, timers and journal.
 	FinishedBefore time.Time
+	// InboxBefore: inbox records processed before it whose (SagaType, Key)
+	// has no instance (records of plain handlers, and orphans) are deleted.
+	InboxBefore time.Time
 	// SentBefore: sent outbox messages with SentAt before it are deleted.
 	SentBefore time.Time
-	// Limit bounds how many instances and how many outbox rows one call
-	// deletes.
+	// Limit bounds how many instances, how many inbox records and how many
+	// outbox rows one call deletes.
 	Limit int
 }
 
 // SweepResult counts what a sweep deleted.
 type SweepResult struct {
 	Instances int
+	Inbox     int
 	Outbox    int
 }
 
@@ -290,8 +301,10 @@ type Store interface {
 	// still matches (a timer rescheduled meanwhile is kept).
 	DeleteTimers(ctx context.Context, ts []Timer) error
 
-	// Sweep deletes finished instances and sent outbox rows past retention,
-	// in bounded batches.
+	// Sweep deletes finished instances (with their inbox records, timers
+	// and journal), orphan inbox records and sent outbox rows past
+	// retention, each bounded by p.Limit. Dead letters are kept until an
+	// operator deletes them.
 	Sweep(ctx context.Context, p *SweepParams) (*SweepResult, error)
 
 	// ListInstances pages through instances ordered by (SagaType, Key).

@@ -116,10 +116,19 @@ type Publisher interface {
 // is best effort and the engine's guarantees do not depend on it.
 //
 // Ack settles deliveries as done. Nack returns one delivery for redelivery
-// no sooner than delay from now. Both return ErrLeaseLost (wrapped) for a
-// delivery whose lease expired and that was handed out again; settling an
-// already settled delivery is not an error. Implementations must be safe for
+// no sooner than delay from now (a transport without native delays may
+// redeliver earlier; transporttest's Features say which). Both return
+// ErrLeaseLost (wrapped) for a delivery whose lease expired and that was
+// handed out again, and must then leave the newer delivery untouched.
+// Settling an already settled delivery is not an error; a settlement after
+// the lease expired but before the message was handed out again may be
+// accepted. When Ack fails for some deliveries of a batch it settles the
+// others and returns the joined errors. Implementations must be safe for
 // concurrent use.
+//
+// Attempt counts every hand-out of one published copy, so lost acks and
+// expired leases raise it too; the engine's retry limit is therefore an
+// upper bound on handler runs, not an exact count.
 type Consumer interface {
 	Receive(ctx context.Context, max int) ([]Delivery, error)
 	Ack(ctx context.Context, ds []Delivery) error

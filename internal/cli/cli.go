@@ -1,0 +1,139 @@
+// Package cli implements the idem command line. Run is the whole program,
+// so the CLI is tested in-process, exit codes included.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/examples/searchimport"
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Run executes the command line args and returns the process exit code:
+// 0 on success, 1 when the command ran and found a failure (an invariant
+// broken, say), 2 for usage errors.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "idem:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 2
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "idem",
+		Short: "Idem runs message-driven sagas with exactly-once effects on at-least-once delivery",
+		Long: `Idem runs message-driven sagas (process managers) with exactly-once effects on
+top of at-least-once delivery: duplicates are skipped by an inbox, state,
+emitted messages and timers commit in one transaction, and emitted messages
+carry deterministic IDs.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newDemo(), newGraph(), newVersion())
+	return root
+}
+
+// machines are the sagas this binary knows: the example applications.
+func machines() map[string]idem.Machine {
+	return map[string]idem.Machine{
+		searchimport.SagaType: searchimport.New(searchimport.Config{}).Machine,
+	}
+}
+
+func newGraph() *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "graph [saga-type]",
+		Short: "Print a saga machine as a Mermaid or DOT diagram, and its validation problems",
+		Long: `Print a registered saga machine as a diagram. Without an argument, lists the
+saga types this binary knows. Validation problems (unhandled events,
+unreachable states, events that can never be consumed) are printed to
+stderr, and make the command exit 1.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ms := machines()
+			names := make([]string, 0, len(ms))
+			for n := range ms {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			if len(args) == 0 {
+				for _, n := range names {
+					fmt.Fprintln(cmd.OutOrStdout(), n)
+				}
+				return nil
+			}
+			m, ok := ms[args[0]]
+			if !ok {
+				return fmt.Errorf("unknown saga type %q: known types are %s", args[0], strings.Join(names, ", "))
+			}
+			switch format {
+			case "mermaid":
+				fmt.Fprint(cmd.OutOrStdout(), m.Mermaid())
+			case "dot":
+				fmt.Fprint(cmd.OutOrStdout(), m.DOT())
+			default:
+				return fmt.Errorf("unknown --format %q: use mermaid or dot", format)
+			}
+			if err := m.Validate(); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "validation problems in %s:\n%s\n", args[0], err)
+				return &exitError{code: 1, err: errors.New("machine has validation problems")}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "mermaid", "diagram format: mermaid or dot")
+	return cmd
+}
+
+func newVersion() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of idem and of Go it was built with",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, goV := "(devel)", "unknown"
+			if bi, ok := debug.ReadBuildInfo(); ok {
+				goV = bi.GoVersion
+				if bi.Main.Version != "" {
+					v = bi.Main.Version
+				}
+				for _, s := range bi.Settings {
+					if s.Key == "vcs.revision" {
+						v += " " + s.Value
+					}
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "idem %s (%s)\n", v, goV)
+			return nil
+		},
+	}
+}

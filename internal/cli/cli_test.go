@@ -1,0 +1,106 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestDemoPassesAndReportsFromTheStore(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := run(t, "demo", "--searches", "300", "--json", "--seed", "7")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	var r demoReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s", err, out)
+	}
+	if !r.Pass || r.DuplicateEffects != 0 || r.LostMessages != 0 {
+		t.Fatalf("report %+v: want pass with 0 duplicate effects and 0 lost", r)
+	}
+	if r.Completed+r.Errored != 300 {
+		t.Errorf("completed %d + error %d, want 300 sagas", r.Completed, r.Errored)
+	}
+	if r.DuplicatesInjected == 0 || r.DuplicatesSkipped == 0 {
+		t.Errorf("duplicates injected %d, skipped %d: want both > 0", r.DuplicatesInjected, r.DuplicatesSkipped)
+	}
+	if r.DeadLetters["malformed_body"] != 5 || r.DeadLetters["unknown_type"] != 5 || r.DeadLetters["invalid_key"] != 6 {
+		t.Errorf("dead letters %v, want malformed_body 5, unknown_type 5, invalid_key 6", r.DeadLetters)
+	}
+}
+
+func TestDemoTextReport(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run(t, "demo", "--searches", "50", "--progress=false", "--lose-acks", "0")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, out)
+	}
+	for _, want := range []string{"duplicate effects", "0  ok", "lost messages", "dead letters by reason", "PASS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDemoRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"demo", "--searches", "0"},
+		{"demo", "--lose-acks", "1.5"},
+		{"demo", "--replicas", "-1"},
+	} {
+		code, _, errOut := run(t, args...)
+		if code != 2 || !strings.Contains(errOut, "--") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message naming the flag", args, code, errOut)
+		}
+	}
+}
+
+func TestGraph(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run(t, "graph")
+	if code != 0 || strings.TrimSpace(out) != "searchimport" {
+		t.Fatalf("graph list: exit %d, out %q", code, out)
+	}
+	code, out, _ = run(t, "graph", "searchimport")
+	if code != 0 || !strings.HasPrefix(out, "stateDiagram-v2\n") || !strings.Contains(out, "Uploading --> Uploaded: SearchUploadSaved") {
+		t.Fatalf("graph mermaid: exit %d, out %q", code, out)
+	}
+	code, out, _ = run(t, "graph", "searchimport", "--format", "dot")
+	if code != 0 || !strings.HasPrefix(out, `digraph "searchimport"`) {
+		t.Fatalf("graph dot: exit %d, out %q", code, out)
+	}
+	code, _, errOut := run(t, "graph", "nope")
+	if code != 2 || !strings.Contains(errOut, "known types are searchimport") {
+		t.Fatalf("graph unknown: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = run(t, "graph", "searchimport", "--format", "png")
+	if code != 2 || !strings.Contains(errOut, "use mermaid or dot") {
+		t.Fatalf("graph bad format: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "idem ") {
+		t.Fatalf("version: exit %d, out %q", code, out)
+	}
+}
+
+func TestUnknownCommandIsUsageError(t *testing.T) {
+	t.Parallel()
+	if code, _, _ := run(t, "frobnicate"); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,497 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/examples/searchimport"
+	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/transport/memtransport"
+)
+
+type demoOptions struct {
+	searches, files, replicas int
+	seed                      uint64
+	loseAcks                  float64
+	timeout                   time.Duration
+	json, progress            bool
+}
+
+func newDemo() *cobra.Command {
+	o := demoOptions{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the search-import workload with duplicates and faults, and check exactly-once",
+		Long: `Run the search-import saga of the reference material end to end, in memory:
+several engine replicas share one store and one transport; every message is
+published 2 or 3 times (copies are taken concurrently by different
+replicas), some storage notifications are re-sent with a new ID, the
+transport reorders deliveries and loses acknowledgements, and the parser
+answers at least once. Some bad input is mixed in.
+
+The closing report counts messages, duplicates injected, duplicate effects
+(must be 0) and lost messages (must be 0), and lists dead letters by
+reason. The exit code is 1 if an invariant fails.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.searches, "searches", 2000, "number of search imports (sagas) to run")
+	f.IntVar(&o.files, "files", 2, "reference files per search (one parse command each)")
+	f.IntVar(&o.replicas, "replicas", 3, "engine replicas sharing the store and the transport")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload and fault schedule (goroutine scheduling still varies)")
+	f.Float64Var(&o.loseAcks, "lose-acks", 0.02, "fraction of acknowledgements the transport silently loses (0..1)")
+	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up (and fail) if the workload has not settled by then")
+	f.BoolVar(&o.json, "json", false, "print the report as JSON")
+	f.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr")
+	return cmd
+}
+
+func (o demoOptions) validate() error {
+	switch {
+	case o.searches < 1:
+		return fmt.Errorf("--searches must be at least 1, got %d", o.searches)
+	case o.files < 1:
+		return fmt.Errorf("--files must be at least 1, got %d", o.files)
+	case o.replicas < 1:
+		return fmt.Errorf("--replicas must be at least 1, got %d", o.replicas)
+	case o.loseAcks < 0 || o.loseAcks >= 1:
+		return fmt.Errorf("--lose-acks must be in [0, 1), got %v", o.loseAcks)
+	}
+	return nil
+}
+
+// searchKind is what the driver arranges for one search.
+type searchKind int
+
+const (
+	kindNormal     searchKind = iota // parses every file → Completed
+	kindFileFaults                   // the parser faults on the first file → Error
+	kindNoMetadata                   // the storage notification has no files → Error
+)
+
+// demoReport is the closing report.
+type demoReport struct {
+	Store              string         `json:"store"`
+	Transport          string         `json:"transport"`
+	Replicas           int            `json:"replicas"`
+	Seed               uint64         `json:"seed"`
+	Searches           int            `json:"searches"`
+	Published          int64          `json:"messages_published"`
+	DuplicatesInjected int64          `json:"duplicates_injected"`
+	Deliveries         int64          `json:"deliveries"`
+	Redeliveries       int64          `json:"redeliveries"`
+	AcksLost           int64          `json:"acks_lost"`
+	Applied            int64          `json:"transitions_applied"`
+	DuplicatesSkipped  int64          `json:"duplicates_skipped"`
+	Ignored            int64          `json:"ignored"`
+	Conflicts          int64          `json:"conflicts_retried"`
+	Completed          int            `json:"completed"`
+	Errored            int            `json:"error"`
+	ParseCommands      int            `json:"parse_commands"`
+	DuplicateEffects   int            `json:"duplicate_effects"`
+	LostMessages       int            `json:"lost_messages"`
+	DeadLetters        map[string]int `json:"dead_letters"`
+	ExpectedDead       map[string]int `json:"dead_letters_expected"`
+	Elapsed            string         `json:"elapsed"`
+	Violations         []string       `json:"violations,omitempty"`
+	Pass               bool           `json:"pass"`
+}
+
+// parser stands in for the service that parses reference files: it records
+// every distinct parse command it receives (by ID) and answers at least
+// once.
+type parser struct {
+	mu       sync.Mutex
+	commands map[string]map[string]bool // search/file → command IDs
+}
+
+func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(o.seed, 0x1de))
+	kinds := make([]searchKind, o.searches)
+	for i := range kinds {
+		switch {
+		case i%50 == 49:
+			kinds[i] = kindFileFaults
+		case i%100 == 42:
+			kinds[i] = kindNoMetadata
+		}
+	}
+
+	st := memstore.New(nil)
+	defer st.Close()
+	mt := memtransport.New(&memtransport.Config{Lease: time.Second, Reorder: true, LoseAckRate: o.loseAcks, Seed: int64(o.seed)})
+	defer mt.Close()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := searchimport.New(searchimport.Config{})
+	p := &parser{commands: map[string]map[string]bool{}}
+	parseType := saga.MessageType(searchimport.StartParsingReferenceFile{})
+
+	engines := make([]*idem.Engine, o.replicas)
+	for i := range engines {
+		e, err := idem.NewEngine(st, mt, &idem.Config{Logger: logger, BatchSize: 32, RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		if err := e.Register(m); err != nil {
+			return err
+		}
+		if err := e.Handle(parseType, p.handler(e, kinds)); err != nil {
+			return err
+		}
+		engines[i] = e
+	}
+	for _, e := range engines {
+		if err := e.Start(ctx); err != nil {
+			return err
+		}
+	}
+	stopAll := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		for _, e := range engines {
+			_ = e.Stop(sctx)
+		}
+	}
+	defer stopAll()
+
+	// The workload: every message 2–3 times, some notifications re-sent
+	// with a new ID, bad input mixed in, all shuffled.
+	var envs []idem.Envelope
+	var injected int64
+	addCopies := func(env idem.Envelope) {
+		n := 2 + rng.IntN(2)
+		injected += int64(n - 1)
+		for range n {
+			envs = append(envs, env.Clone())
+		}
+	}
+	e0 := engines[0]
+	for i, kind := range kinds {
+		id := fmt.Sprintf("search-%05d", i)
+		files := make([]string, o.files)
+		for f := range files {
+			files[f] = fmt.Sprintf("refs-%d.ris", f)
+		}
+		md := searchimport.Metadata{SearchID: id, ProjectID: fmt.Sprintf("project-%d", i%17), SearchName: "Search " + id, ReferenceFiles: files}
+		if i%7 != 3 { // some uploads are only announced by storage
+			env, _ := e0.NewEnvelope("api-"+id, searchimport.SearchUploadStarted{Metadata: md})
+			addCopies(env)
+		}
+		saved := md
+		if kind == kindNoMetadata {
+			saved.ReferenceFiles = nil
+		}
+		env, _ := e0.NewEnvelope("s3-"+id, searchimport.SearchUploadSaved{Metadata: saved})
+		addCopies(env)
+		if i%10 == 5 { // storage notified again, and the publisher minted a new ID
+			env, _ := e0.NewEnvelope("s3-"+id+"-renotified", searchimport.SearchUploadSaved{Metadata: saved})
+			addCopies(env)
+		}
+	}
+	expectedDead := map[string]int{}
+	bad := func(reason string, env idem.Envelope) {
+		expectedDead[reason]++
+		addCopies(env)
+	}
+	savedType := saga.MessageType(searchimport.SearchUploadSaved{})
+	for i := range 5 {
+		bad(idem.ReasonMalformed, idem.Envelope{ID: fmt.Sprintf("bad-json-%d", i), Type: savedType, Body: []byte(`{"search_id": "search-`)})
+		bad(idem.ReasonUnknownType, idem.Envelope{ID: fmt.Sprintf("bad-type-%d", i), Type: "searchimport.SearchUploadDeleted", Body: []byte(`{}`)})
+		bad(idem.ReasonInvalidKey, idem.Envelope{ID: fmt.Sprintf("bad-key-%d", i), Type: savedType, Body: []byte(`{"search_id": "  "}`)})
+	}
+	bad(idem.ReasonInvalidKey, idem.Envelope{ID: "bad-key-control", Type: savedType, Body: []byte(`{"search_id": "search\u0000x"}`)})
+	rng.Shuffle(len(envs), func(i, j int) { envs[i], envs[j] = envs[j], envs[i] })
+
+	var bar *progressbar.ProgressBar
+	if o.progress && !o.json {
+		bar = progressbar.NewOptions(o.searches, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("sagas finished"),
+			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	for chunk := range slices.Chunk(envs, 256) {
+		if err := e0.Publish(ctx, chunk...); err != nil {
+			return err
+		}
+	}
+
+	// Wait until every saga is finished and the transport is drained.
+	deadline := time.Now().Add(o.timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		finished, err := countFinished(ctx, st)
+		if err != nil {
+			return err
+		}
+		if bar != nil {
+			_ = bar.Set(finished)
+		}
+		if finished == o.searches && mt.Pending() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(stderr, "\nidem demo: not settled after %s: %d/%d sagas finished, %d messages pending\n", o.timeout, finished, o.searches, mt.Pending())
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	stopAll()
+
+	r, err := buildReport(ctx, o, st, p, kinds, expectedDead)
+	if err != nil {
+		return err
+	}
+	ts := mt.Stats()
+	r.Published, r.DuplicatesInjected = ts.Published, injected
+	r.Deliveries, r.Redeliveries, r.AcksLost = ts.Delivered, ts.Redelivered, ts.AcksLost
+	for _, e := range engines {
+		s := e.Stats()
+		r.Applied += s.Applied
+		r.DuplicatesSkipped += s.Duplicates
+		r.Ignored += s.Ignored
+		r.Conflicts += s.Conflicts
+	}
+	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	} else {
+		printReport(stdout, r)
+	}
+	if !r.Pass {
+		return &exitError{code: 1, err: fmt.Errorf("demo failed: %s", strings.Join(r.Violations, "; "))}
+	}
+	return nil
+}
+
+func (p *parser) handler(e *idem.Engine, kinds []searchKind) idem.HandlerFunc {
+	return func(ctx context.Context, env idem.Envelope) error {
+		var cmd searchimport.StartParsingReferenceFile
+		if err := json.Unmarshal(env.Body, &cmd); err != nil {
+			return idem.Permanent(err)
+		}
+		p.mu.Lock()
+		k := cmd.SearchID + "/" + cmd.File
+		if p.commands[k] == nil {
+			p.commands[k] = map[string]bool{}
+		}
+		p.commands[k][env.ID] = true
+		p.mu.Unlock()
+
+		var i int
+		fmt.Sscanf(cmd.SearchID, "search-%d", &i)
+		var reply any = searchimport.ReferenceFileParsingCompleted{SearchID: cmd.SearchID, File: cmd.File}
+		if i < len(kinds) && kinds[i] == kindFileFaults && strings.HasPrefix(cmd.File, "refs-0.") {
+			reply = searchimport.ReferenceFileFaulted{SearchID: cmd.SearchID, File: cmd.File, Error: "unsupported encoding"}
+		}
+		out, err := e.NewEnvelope("parsed-"+env.ID, reply)
+		if err != nil {
+			return idem.Permanent(err)
+		}
+		// The parser answers at least once: sometimes twice.
+		return e.Publish(ctx, out, out.Clone())
+	}
+}
+
+func countFinished(ctx context.Context, st store.Store) (int, error) {
+	n, after := 0, ""
+	for {
+		page, err := st.ListInstances(ctx, &store.ListParams{SagaType: searchimport.SagaType, After: after, Limit: 1000})
+		if err != nil {
+			return 0, err
+		}
+		for _, in := range page {
+			if !in.FinishedAt.IsZero() {
+				n++
+			}
+		}
+		if len(page) < 1000 {
+			return n, nil
+		}
+		after = page[len(page)-1].Key
+	}
+}
+
+func buildReport(ctx context.Context, o demoOptions, st store.Store, p *parser, kinds []searchKind, expectedDead map[string]int) (*demoReport, error) {
+	r := &demoReport{Store: "memory", Transport: "memory (reorder, lost acks)", Replicas: o.replicas, Seed: o.seed,
+		Searches: o.searches, DeadLetters: map[string]int{}, ExpectedDead: expectedDead}
+	violate := func(format string, args ...any) {
+		if len(r.Violations) < 20 {
+			r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+		}
+	}
+	byKey := map[string]*store.Instance{}
+	after := ""
+	for {
+		page, err := st.ListInstances(ctx, &store.ListParams{SagaType: searchimport.SagaType, After: after, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range page {
+			byKey[in.Key] = in
+		}
+		if len(page) < 1000 {
+			break
+		}
+		after = page[len(page)-1].Key
+	}
+	savedType := saga.MessageType(searchimport.SearchUploadSaved{})
+	for i, kind := range kinds {
+		id := fmt.Sprintf("search-%05d", i)
+		in := byKey[id]
+		want := "Completed"
+		if kind != kindNormal {
+			want = "Error"
+		}
+		switch {
+		case in == nil:
+			r.LostMessages++
+			violate("%s: no saga (its messages were lost)", id)
+			continue
+		case in.State != want:
+			r.LostMessages++
+			violate("%s: state %s, want %s", id, in.State, want)
+		}
+		switch in.State {
+		case "Completed":
+			r.Completed++
+		case "Error":
+			r.Errored++
+		}
+		// Exactly one applied SearchUploadSaved per saga, from the journal.
+		journal, err := st.Journal(ctx, store.Key{SagaType: searchimport.SagaType, Key: id})
+		if err != nil {
+			return nil, err
+		}
+		saved := 0
+		for _, j := range journal {
+			if j.EventType == savedType {
+				saved++
+			}
+		}
+		if saved != 1 {
+			r.DuplicateEffects++
+			violate("%s: SearchUploadSaved applied %d times", id, saved)
+		}
+		if kind == kindNoMetadata {
+			continue
+		}
+		for f := range o.files {
+			k := fmt.Sprintf("%s/refs-%d.ris", id, f)
+			switch n := len(p.commands[k]); {
+			case n == 0:
+				r.LostMessages++
+				violate("%s: no parse command", k)
+			case n > 1:
+				r.DuplicateEffects += n - 1
+				violate("%s: %d distinct parse commands", k, n)
+			}
+		}
+	}
+	for _, cmds := range p.commands {
+		r.ParseCommands += len(cmds)
+	}
+	dls, err := st.ListDeadLetters(ctx, &store.ListParams{Limit: 1 << 20})
+	if err != nil {
+		return nil, err
+	}
+	for _, dl := range dls {
+		r.DeadLetters[dl.Reason]++
+	}
+	for reason, n := range expectedDead {
+		if r.DeadLetters[reason] != n {
+			violate("dead letters %s: got %d, want %d", reason, r.DeadLetters[reason], n)
+		}
+	}
+	for reason, n := range r.DeadLetters {
+		if expectedDead[reason] == 0 {
+			violate("unexpected dead letters %s: %d", reason, n)
+		}
+	}
+	r.Pass = len(r.Violations) == 0
+	return r, nil
+}
+
+func printReport(w io.Writer, r *demoReport) {
+	fmt.Fprintf(w, "Idem demo: search import on %s store and %s transport, %d replicas, seed %d\n\n", r.Store, r.Transport, r.Replicas, r.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	check := func(n int) string {
+		if n == 0 {
+			return "0  ok"
+		}
+		return fmt.Sprintf("%d  FAIL", n)
+	}
+	rows := [][2]string{
+		{"sagas", fmt.Sprint(r.Searches)},
+		{"messages published", fmt.Sprint(r.Published)},
+		{"duplicates injected", fmt.Sprint(r.DuplicatesInjected)},
+		{"deliveries (with redeliveries)", fmt.Sprintf("%d (%d)", r.Deliveries, r.Redeliveries)},
+		{"acks lost (injected)", fmt.Sprint(r.AcksLost)},
+		{"transitions and handlers applied", fmt.Sprint(r.Applied)},
+		{"duplicates skipped by the inbox", fmt.Sprint(r.DuplicatesSkipped)},
+		{"events ignored by the machine", fmt.Sprint(r.Ignored)},
+		{"conflicts retried", fmt.Sprint(r.Conflicts)},
+		{"sagas completed / error", fmt.Sprintf("%d / %d", r.Completed, r.Errored)},
+		{"parse commands (distinct IDs)", fmt.Sprint(r.ParseCommands)},
+		{"duplicate effects", check(r.DuplicateEffects)},
+		{"lost messages", check(r.LostMessages)},
+		{"elapsed", r.Elapsed},
+	}
+	for _, row := range rows {
+		fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
+	}
+	tw.Flush()
+	reasons := make([]string, 0, len(r.DeadLetters))
+	for k := range r.DeadLetters {
+		reasons = append(reasons, k)
+	}
+	sort.Strings(reasons)
+	fmt.Fprintln(w, "\n  dead letters by reason (got / expected):")
+	for _, k := range reasons {
+		fmt.Fprintf(w, "    %-20s %d / %d\n", k, r.DeadLetters[k], r.ExpectedDead[k])
+	}
+	if len(r.Violations) > 0 {
+		fmt.Fprintln(w, "\n  violations:")
+		for _, v := range r.Violations {
+			fmt.Fprintln(w, "    -", v)
+		}
+	}
+	result := "PASS: every message applied exactly once"
+	if !r.Pass {
+		result = "FAIL"
+	}
+	fmt.Fprintf(w, "\n%s\n", result)
+}
+
