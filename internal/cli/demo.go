@@ -312,7 +312,7 @@ func (p *parser) handler(e *idem.Engine, kinds []searchKind) idem.HandlerFunc {
 
 		var i int
 		fmt.Sscanf(cmd.SearchID, "search-%d", &i)
-		var reply any = searchimport.ReferenceFileParsingCompleted{SearchID: cmd.SearchID, File: cmd.File}
+		var reply any = searchimport.ReferenceFileParsingCompleted(cmd)
 		if i < len(kinds) && kinds[i] == kindFileFaults && strings.HasPrefix(cmd.File, "refs-0.") {
 			reply = searchimport.ReferenceFileFaulted{SearchID: cmd.SearchID, File: cmd.File, Error: "unsupported encoding"}
 		}
