@@ -55,7 +55,9 @@ func (e *Engine) process(ctx context.Context, ds []transport.Delivery) {
 		case it.reason != "":
 			lane = 0 // bad input shares one unit of work
 		case it.h != nil:
-			lane = 1 + maphash.String(laneSeed, it.msgID)%uint64(e.cfg.Lanes)
+			// Handlers never share a unit of work with sagas: a saga's
+			// conflict must not run a handler's side effect again.
+			lane = 1 + uint64(e.cfg.Lanes) + maphash.String(laneSeed, it.msgID)%uint64(e.cfg.Lanes)
 		default:
 			lane = 1 + maphash.String(laneSeed, it.typ+"\x00"+it.key)%uint64(e.cfg.Lanes)
 		}

@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -67,10 +68,18 @@ type Result struct {
 
 // Apply runs the event carried by in against the saga it describes. It is
 // pure: no I/O, no goroutines, no clock other than in.Now. A handler error
-// is returned as is (wrapped), with no partial result; a handler panic is
-// returned as an error. An event the state neither handles nor ignores
-// wraps ErrUnhandled under UnhandledError.
+// is returned as is (wrapped), with no partial result; a panic in a handler
+// or an upgrade function is returned as an error wrapping ErrPanic. An
+// event the state neither handles nor ignores wraps ErrUnhandled under
+// UnhandledError.
 func (m *Machine[S]) Apply(in Input) (res Result, err error) {
+	// Upgrade functions and handlers are user code: a panic in either fails
+	// the message instead of the caller.
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = Result{}, fmt.Errorf("saga %s: %w: %v", m.name, ErrPanic, p)
+		}
+	}()
 	if _, ok := m.events[in.MsgType]; !ok {
 		return Result{}, fmt.Errorf("saga %s: %w %q", m.name, ErrUnknownType, in.MsgType)
 	}
@@ -95,11 +104,6 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 	}
 
 	c := &Context[S]{Data: &data, key: in.Key, messageID: in.MessageID, now: in.Now, current: from, next: from}
-	defer func() {
-		if p := recover(); p != nil {
-			res, err = Result{}, fmt.Errorf("saga %s: %w: %v", m.name, ErrPanic, p)
-		}
-	}()
 	if err := h.run(c, in.Msg); err != nil {
 		return Result{}, fmt.Errorf("saga %s: %s in %s: %w", m.name, in.MsgType, from, err)
 	}
@@ -122,7 +126,7 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 }
 
 func (m *Machine[S]) decodeState(in Input, data *S) error {
-	raw := json.RawMessage(in.Data)
+	raw := json.RawMessage(bytes.Clone(in.Data)) // upgrade functions may edit their input
 	v := in.SchemaVersion
 	if v == 0 {
 		v = 1

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // Event binds the Go message type M to a machine with a correlation
@@ -30,6 +31,9 @@ func NewEvent[M, S any](m *Machine[S], correlate func(M) string) *Event[S, M] {
 			var msg M
 			if err := json.Unmarshal(body, &msg); err != nil {
 				return nil, err
+			}
+			if v := reflect.ValueOf(&msg).Elem(); v.Kind() == reflect.Pointer && v.IsNil() {
+				return nil, errors.New("null message")
 			}
 			if v, ok := any(msg).(Validator); ok {
 				if err := v.Validate(); err != nil {

@@ -244,12 +244,19 @@ func (m *Machine[S]) MessageTypes() []string { return slices.Clone(m.eventOrder)
 
 // Decode decodes body as the message type msgType and returns the message
 // and its saga key as the event's correlation function computes it (not yet
-// canonicalised). Errors wrap ErrUnknownType or ErrMalformed.
+// canonicalised). Errors wrap ErrUnknownType or ErrMalformed; a panic in
+// the message's Validate method or the correlation function wraps
+// ErrMalformed and ErrPanic.
 func (m *Machine[S]) Decode(msgType string, body []byte) (msg any, key string, err error) {
 	ev, ok := m.events[msgType]
 	if !ok {
 		return nil, "", fmt.Errorf("saga %s: %w %q", m.name, ErrUnknownType, msgType)
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			msg, key, err = nil, "", fmt.Errorf("decode %s: %w: %w: %v", msgType, ErrMalformed, ErrPanic, p)
+		}
+	}()
 	msg, err = ev.decode(body)
 	if err != nil {
 		return nil, "", fmt.Errorf("decode %s: %w: %w", msgType, ErrMalformed, err)

@@ -103,7 +103,12 @@ func (m *Machine[S]) edges() []edge {
 			if h == nil || h.ignore {
 				continue
 			}
-			targets := slices.Compact(slices.Clone(h.targets))
+			var targets []State // h.targets without repeats, in order
+			for _, t := range h.targets {
+				if !slices.Contains(targets, t) {
+					targets = append(targets, t)
+				}
+			}
 			if len(targets) == 0 && s != Initial {
 				targets = []State{s}
 			}
@@ -115,11 +120,27 @@ func (m *Machine[S]) edges() []edge {
 	return out
 }
 
+// shortEvent drops the package qualifiers of a type name, also inside the
+// type arguments of a generic type: "pkg.Box[example.com/x.T]" is "Box[T]".
 func shortEvent(ev string) string {
-	if i := strings.LastIndexByte(ev, '.'); i >= 0 {
-		return ev[i+1:]
+	var b strings.Builder
+	for ev != "" {
+		i := strings.IndexAny(ev, "[],")
+		if i < 0 {
+			i = len(ev)
+		}
+		name := ev[:i]
+		if j := strings.LastIndexByte(name, '.'); j >= 0 {
+			name = name[j+1:]
+		}
+		b.WriteString(name)
+		if i < len(ev) {
+			b.WriteByte(ev[i])
+			i++
+		}
+		ev = ev[i:]
 	}
-	return ev
+	return b.String()
 }
 
 // Mermaid returns the machine as a Mermaid stateDiagram-v2.
