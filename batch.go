@@ -225,6 +225,7 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 	work := map[store.Key]*working{}
 	timers := map[store.TimerKey]*store.Timer{} // nil value: cancel
 	inBatch := map[store.InboxKey]bool{}
+	blocked := map[store.Key]time.Duration{} // keys with a message to retry
 
 	for _, it := range items {
 		if it.reason != "" {
@@ -238,8 +239,8 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 			continue
 		}
 		if it.h != nil {
-			if err := it.h(ctx, it.d.Envelope); err != nil {
-				e.fail(res, ch, it, err, now)
+			if err := runHandler(ctx, it); err != nil {
+				e.fail(ctx, res, ch, it, err, now)
 				continue
 			}
 			inBatch[ik] = true
@@ -248,12 +249,20 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 			res.acks = append(res.acks, it.d)
 			continue
 		}
+		if delay, ok := blocked[it.sagaKey()]; ok {
+			// An earlier message of this key failed: keep arrival order by
+			// returning this one too, unapplied.
+			res.nacks = append(res.nacks, nackReq{d: it.d, delay: delay})
+			continue
+		}
 		w := work[it.sagaKey()]
 		if w == nil {
 			w = &working{inst: loaded.Instances[it.sagaKey()]}
 			work[it.sagaKey()] = w
 		}
-		e.applyOne(res, ch, w, timers, it, ik, inBatch, now)
+		if delay, retry := e.applyOne(ctx, res, ch, w, timers, it, ik, inBatch, now); retry {
+			blocked[it.sagaKey()] = delay
+		}
 	}
 
 	for _, w := range work {
@@ -293,8 +302,10 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 }
 
 // applyOne applies one message to its saga within the lane's unit of work.
-func (e *Engine) applyOne(res *laneResult, ch *store.Changes, w *working, timers map[store.TimerKey]*store.Timer,
-	it *item, ik store.InboxKey, inBatch map[store.InboxKey]bool, now time.Time) {
+// It reports the retry delay when the message failed transiently and will be
+// redelivered.
+func (e *Engine) applyOne(ctx context.Context, res *laneResult, ch *store.Changes, w *working, timers map[store.TimerKey]*store.Timer,
+	it *item, ik store.InboxKey, inBatch map[store.InboxKey]bool, now time.Time) (time.Duration, bool) {
 	env := &it.d.Envelope
 	timerName := env.Headers[transport.HeaderTimer]
 	markSeen := func() {
@@ -309,7 +320,7 @@ func (e *Engine) applyOne(res *laneResult, ch *store.Changes, w *working, timers
 		res.counts.stale++
 		res.counts.ignored++
 		res.acks = append(res.acks, it.d)
-		return
+		return 0, false
 	}
 
 	in := saga.Input{Msg: it.msg, MsgType: env.Type, Key: it.key, MessageID: it.msgID, Now: now}
@@ -318,18 +329,17 @@ func (e *Engine) applyOne(res *laneResult, ch *store.Changes, w *working, timers
 	}
 	r, err := it.m.Apply(in)
 	if err != nil {
-		e.fail(res, ch, it, err, now)
-		return
+		return e.fail(ctx, res, ch, it, err, now)
 	}
 	switch r.Outcome {
 	case saga.NotFound:
 		if it.m.NotFound() == saga.NotFoundDeadLetter {
 			e.deadLetter(res, ch, it, ReasonNotFound, fmt.Errorf("no saga %s/%s and %s cannot start one", it.typ, it.key, env.Type), now)
-			return
+			return 0, false
 		}
 		res.counts.notFound++
 		res.acks = append(res.acks, it.d)
-		return
+		return 0, false
 	case saga.Ignored:
 		if timerName != "" {
 			delete(w.inst.Timers, timerName)
@@ -338,7 +348,7 @@ func (e *Engine) applyOne(res *laneResult, ch *store.Changes, w *working, timers
 		markSeen()
 		res.counts.ignored++
 		res.acks = append(res.acks, it.d)
-		return
+		return 0, false
 	}
 
 	// Applied: encode everything first, so an encoding failure leaves no trace.
@@ -346,8 +356,7 @@ func (e *Engine) applyOne(res *laneResult, ch *store.Changes, w *working, timers
 	for _, em := range r.Emitted {
 		envOut, err := e.emission(it, em.Type, em.Msg, string(em.Intent), "", em.Index, now)
 		if err != nil {
-			e.fail(res, ch, it, Permanent(err), now)
-			return
+			return e.fail(ctx, res, ch, it, Permanent(err), now)
 		}
 		out = append(out, envOut)
 	}
@@ -355,8 +364,7 @@ func (e *Engine) applyOne(res *laneResult, ch *store.Changes, w *working, timers
 	for _, s := range r.Scheduled {
 		envOut, err := e.emission(it, s.Type, s.Msg, "timer", s.Name, s.Index, now)
 		if err != nil {
-			e.fail(res, ch, it, Permanent(err), now)
-			return
+			return e.fail(ctx, res, ch, it, Permanent(err), now)
 		}
 		sched = append(sched, store.Timer{SagaType: it.typ, Key: it.key, Name: s.Name, DueAt: s.DueAt, Envelope: envOut})
 	}
@@ -411,6 +419,7 @@ func (e *Engine) applyOne(res *laneResult, ch *store.Changes, w *working, timers
 	for _, l := range r.Logs {
 		res.logs = append(res.logs, logLine{it: it, rec: l})
 	}
+	return 0, false
 }
 
 // emission builds the envelope of an emitted message or timer. Its ID is
@@ -447,10 +456,14 @@ func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, i
 
 // fail classifies a handler error: permanent errors are dead-lettered at
 // once, transient ones returned to the transport with backoff until
-// Config.MaxAttempts.
-func (e *Engine) fail(res *laneResult, ch *store.Changes, it *item, err error, now time.Time) {
+// Config.MaxAttempts. Work interrupted by Stop is always returned, never
+// dead-lettered. It reports the retry delay when the message is returned.
+func (e *Engine) fail(ctx context.Context, res *laneResult, ch *store.Changes, it *item, err error, now time.Time) (time.Duration, bool) {
 	reason := ""
 	switch {
+	case ctx.Err() != nil:
+		res.nacks = append(res.nacks, nackReq{d: it.d, delay: 0})
+		return 0, true
 	case errors.Is(err, saga.ErrUnhandled):
 		reason = ReasonUnhandled
 	case errors.Is(err, saga.ErrSchema):
@@ -464,7 +477,7 @@ func (e *Engine) fail(res *laneResult, ch *store.Changes, it *item, err error, n
 	}
 	if reason != "" {
 		e.deadLetter(res, ch, it, reason, err, now)
-		return
+		return 0, false
 	}
 	delay, ok := retryDelay(err)
 	if !ok {
@@ -473,6 +486,17 @@ func (e *Engine) fail(res *laneResult, ch *store.Changes, it *item, err error, n
 	e.log.Warn("message failed; will retry", logSagaType, it.typ, logSagaKey, it.key, logMessageID, it.msgID,
 		logAttempt, it.d.Attempt, "retry_in", delay, "error", err)
 	res.nacks = append(res.nacks, nackReq{d: it.d, delay: delay})
+	return delay, true
+}
+
+// runHandler runs a plain handler, turning a panic into a permanent error.
+func runHandler(ctx context.Context, it *item) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = Permanent(fmt.Errorf("handler for %s panicked: %v", it.d.Envelope.Type, p))
+		}
+	}()
+	return it.h(ctx, it.d.Envelope)
 }
 
 func (e *Engine) deadLetter(res *laneResult, ch *store.Changes, it *item, reason string, err error, now time.Time) {

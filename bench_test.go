@@ -104,4 +104,3 @@ func (d *dropPublished) Publish(ctx context.Context, msgs []Envelope) error {
 	}
 	return d.Transport.Publish(ctx, msgs)
 }
-

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,10 +33,13 @@ var ErrRunning = errors.New("engine already started")
 // HandlerFunc handles one message outside any saga: a consumer with side
 // effects (calling a service, writing a file). The engine records the
 // message ID in the inbox after the handler returns nil, so a message whose
-// handler succeeded is not handled again; a crash between the handler's
-// effect and that record makes the handler run again, so handlers must be
-// idempotent and can use env.DedupID() as their idempotency key. Errors are
-// classified like saga handler errors (Permanent, RetryAfter).
+// handler succeeded and committed is not handled again. Handlers are still
+// at-least-once: a crash between the effect and that record, or two copies
+// of the message taken by two replicas at the same moment, run the handler
+// again; so handlers must be idempotent and can use env.DedupID() as their
+// idempotency key. Errors are classified like saga handler errors
+// (Permanent, RetryAfter); a panic is a permanent error. Handlers must
+// return when ctx is cancelled: Stop waits for them.
 type HandlerFunc func(ctx context.Context, env Envelope) error
 
 // Engine runs sagas. Create it with NewEngine, register machines and
@@ -161,16 +165,21 @@ func (e *Engine) NewEnvelope(id string, msg any) (Envelope, error) {
 	if err != nil {
 		return env, err
 	}
-	if m, ok := e.machines[env.Type]; ok {
+	e.mu.Lock()
+	m, ok := e.machines[env.Type]
+	e.mu.Unlock()
+	if ok {
 		env.CorrelationID, _ = m.Correlate(msg)
 	}
 	return env, nil
 }
 
 // Publish hands envelopes to the transport. Each needs an ID and a type;
-// SentAt is set when zero.
+// SentAt is set when zero (on a copy: the caller's envelopes are not
+// modified).
 func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
 	now := e.cfg.Clock()
+	envs = slices.Clone(envs)
 	for i := range envs {
 		if envs[i].ID == "" || envs[i].Type == "" {
 			return fmt.Errorf("idem: publish envelope %d (id %q, type %q): %w: ID and type are required", i, envs[i].ID, envs[i].Type, ErrInvalidEnvelope)
@@ -343,7 +352,11 @@ func (e *Engine) RelayOutbox(ctx context.Context, age time.Duration) (int, error
 	total := 0
 	for {
 		now := e.cfg.Clock()
-		ms, err := e.store.ClaimOutbox(ctx, &store.ClaimParams{Now: now, Limit: e.cfg.BatchSize, Lease: e.cfg.ClaimLease, CreatedBefore: now.Add(-age)})
+		before := now.Add(-age)
+		if age == 0 {
+			before = now.Add(time.Nanosecond) // everything, including rows created now
+		}
+		ms, err := e.store.ClaimOutbox(ctx, &store.ClaimParams{Now: now, Limit: e.cfg.BatchSize, Lease: e.cfg.ClaimLease, CreatedBefore: before})
 		if err != nil || len(ms) == 0 {
 			return total, err
 		}

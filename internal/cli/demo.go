@@ -494,4 +494,3 @@ func printReport(w io.Writer, r *demoReport) {
 	}
 	fmt.Fprintf(w, "\n%s\n", result)
 }
-
