@@ -109,7 +109,6 @@ type Note struct {
 
 var (
 	incType         = saga.MessageType(Inc{})
-	closeType       = saga.MessageType(Close{})
 	incrementedType = saga.MessageType(Incremented{})
 	noteType        = saga.MessageType(Note{})
 )
