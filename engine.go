@@ -479,6 +479,28 @@ func (e *Engine) Stats() Stats {
 	}
 }
 
+// SumStats adds up the counters of several engines (replicas).
+func SumStats(es ...*Engine) Stats {
+	var s Stats
+	for _, e := range es {
+		x := e.Stats()
+		s.Received += x.Received
+		s.Applied += x.Applied
+		s.Ignored += x.Ignored
+		s.Duplicates += x.Duplicates
+		s.NotFound += x.NotFound
+		s.DeadLettered += x.DeadLettered
+		s.Conflicts += x.Conflicts
+		s.Retries += x.Retries
+		s.StaleTimers += x.StaleTimers
+		s.Emitted += x.Emitted
+		s.Relayed += x.Relayed
+		s.TimersFired += x.TimersFired
+		s.Swept += x.Swept
+	}
+	return s
+}
+
 // Sagas returns the registered machines by saga type.
 func (e *Engine) Sagas() map[string]Machine {
 	e.mu.Lock()

@@ -683,26 +683,7 @@ func (b *bundle) stats() idem.Stats {
 	return sumStats(b.engines...)
 }
 
-func sumStats(es ...*idem.Engine) idem.Stats {
-	var s idem.Stats
-	for _, e := range es {
-		x := e.Stats()
-		s.Received += x.Received
-		s.Applied += x.Applied
-		s.Ignored += x.Ignored
-		s.Duplicates += x.Duplicates
-		s.NotFound += x.NotFound
-		s.DeadLettered += x.DeadLettered
-		s.Conflicts += x.Conflicts
-		s.Retries += x.Retries
-		s.StaleTimers += x.StaleTimers
-		s.Emitted += x.Emitted
-		s.Relayed += x.Relayed
-		s.TimersFired += x.TimersFired
-		s.Swept += x.Swept
-	}
-	return s
-}
+func sumStats(es ...*idem.Engine) idem.Stats { return idem.SumStats(es...) }
 
 // ---------------------------------------------------------------------------
 // Waiting without sleeping as synchronisation: poll a condition with a

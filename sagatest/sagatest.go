@@ -343,26 +343,7 @@ func (h *Harness[S]) AssertDeadLetters(want ...string) {
 }
 
 // Stats sums the counters of every engine.
-func (h *Harness[S]) Stats() idem.Stats {
-	var s idem.Stats
-	for _, e := range h.Engines {
-		x := e.Stats()
-		s.Received += x.Received
-		s.Applied += x.Applied
-		s.Ignored += x.Ignored
-		s.Duplicates += x.Duplicates
-		s.NotFound += x.NotFound
-		s.DeadLettered += x.DeadLettered
-		s.Conflicts += x.Conflicts
-		s.Retries += x.Retries
-		s.StaleTimers += x.StaleTimers
-		s.Emitted += x.Emitted
-		s.Relayed += x.Relayed
-		s.TimersFired += x.TimersFired
-		s.Swept += x.Swept
-	}
-	return s
-}
+func (h *Harness[S]) Stats() idem.Stats { return idem.SumStats(h.Engines...) }
 
 // String describes the harness for failure messages.
 func (h *Harness[S]) String() string {

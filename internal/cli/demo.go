@@ -273,13 +273,8 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	ts := mt.Stats()
 	r.Published, r.DuplicatesInjected = ts.Published, injected
 	r.Deliveries, r.Redeliveries, r.AcksLost = ts.Delivered, ts.Redelivered, ts.AcksLost
-	for _, e := range engines {
-		s := e.Stats()
-		r.Applied += s.Applied
-		r.DuplicatesSkipped += s.Duplicates
-		r.Ignored += s.Ignored
-		r.Conflicts += s.Conflicts
-	}
+	s := idem.SumStats(engines...)
+	r.Applied, r.DuplicatesSkipped, r.Ignored, r.Conflicts = s.Applied, s.Duplicates, s.Ignored, s.Conflicts
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	if o.json {
 		enc := json.NewEncoder(stdout)
