@@ -1,0 +1,29 @@
+// Package pgstore is Idem's PostgreSQL store and transactional queue, on
+// pgx v5.
+//
+// A Store implements store.Store and, because its queue table lives in the
+// same database, transport.Transport too (store.Queue): pass the same Store
+// as the engine's store and transport, and each unit of work consumes its
+// deliveries, changes saga state, records the inbox, enqueues the emitted
+// messages and schedules timers in one PostgreSQL transaction.
+//
+// Units of work are pipelined: BEGIN and the loads of a batch travel in one
+// round trip, every write of the batch (multi-row statements over unnest
+// arrays) and COMMIT in a second. Guarded writes raise inside the
+// transaction when they match fewer rows than expected, so a pipelined
+// COMMIT never commits part of a unit of work.
+//
+// The queue is consumed with FOR UPDATE SKIP LOCKED; a claim sets a lease
+// (visible_at in the future) and a fencing token, and acknowledgements and
+// consumption check the token. LISTEN/NOTIFY wakes idle consumers; a poll
+// every Config.PollInterval (and at the next lease expiry) covers lost
+// notifications and expired leases.
+//
+// Open refuses to start when the server cannot be reached, when the schema
+// is missing and Config.Migrate is off, or when the server acknowledges
+// commits before they are durable (synchronous_commit=off, fsync=off)
+// unless Config.AllowUnsafeCommit is set.
+//
+// Orders and cursors follow memstore's conventions (see package store):
+// text is ordered bytewise (COLLATE "C").
+package pgstore

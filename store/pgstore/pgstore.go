@@ -1,0 +1,345 @@
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+var (
+	_ store.Store           = (*Store)(nil)
+	_ store.Queue           = (*Store)(nil)
+	_ store.UnitOfWork      = (*unitOfWork)(nil)
+	_ store.QueueUnitOfWork = (*unitOfWork)(nil)
+)
+
+// ErrUnsafeCommit is returned by Open when the server acknowledges commits
+// before they are durable and Config.AllowUnsafeCommit is not set.
+var ErrUnsafeCommit = errors.New("postgresql acknowledges commits before they are durable")
+
+// ErrNotMigrated is returned by Open when the schema is missing or older
+// than this version of Idem and Config.Migrate is off.
+var ErrNotMigrated = errors.New("schema not migrated")
+
+// Config configures a Store. The zero value means the defaults.
+type Config struct {
+	// Schema holds Idem's tables. Default "idem". It must be a plain
+	// identifier (letters, digits, underscore).
+	Schema string
+	// Migrate runs the schema migrations at Open. Without it, Open refuses
+	// a database whose schema is missing or old; run `idem migrate`.
+	Migrate bool
+	// AllowUnsafeCommit accepts a server whose commits are acknowledged
+	// before they are durable (synchronous_commit=off or fsync=off). Such a
+	// server may lose acknowledged messages and state after a crash.
+	AllowUnsafeCommit bool
+	// Lease is the queue's visibility timeout: a delivery not settled within
+	// it is handed out again. Default 30s.
+	Lease time.Duration
+	// PollInterval bounds how long an idle consumer waits without a
+	// notification before looking at the queue again. Default 1s.
+	PollInterval time.Duration
+	// MaxConns is the pool size Open creates. Default 16.
+	MaxConns int32
+	// Logger receives the store's logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Schema == "" {
+		out.Schema = "idem"
+	}
+	if !identRE.MatchString(out.Schema) {
+		return out, fmt.Errorf("pgstore: Config.Schema %q is not a plain identifier: use letters, digits and underscores", out.Schema)
+	}
+	if out.Lease < 0 || out.PollInterval < 0 || out.MaxConns < 0 {
+		return out, errors.New("pgstore: Config.Lease, PollInterval and MaxConns must not be negative: use 0 for the default")
+	}
+	if out.Lease == 0 {
+		out.Lease = 30 * time.Second
+	}
+	if out.PollInterval == 0 {
+		out.PollInterval = time.Second
+	}
+	if out.MaxConns == 0 {
+		out.MaxConns = 16
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out, nil
+}
+
+// Store is a PostgreSQL store.Store and transport.Transport. It is safe for
+// concurrent use. Create it with Open (or New on your own pool).
+type Store struct {
+	cfg      Config
+	pool     *pgxpool.Pool
+	ownsPool bool
+	log      *slog.Logger
+	trips    *tripCounter
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	done      chan struct{} // closed by Close
+
+	lmu      sync.Mutex
+	listenOn bool
+	wake     chan struct{} // closed and replaced on each notification
+	lwg      sync.WaitGroup
+	lcancel  context.CancelFunc
+}
+
+// Open connects to the database at url, checks that commits are durable,
+// migrates the schema when cfg.Migrate is set or checks it is current
+// otherwise. The store owns the pool and closes it on Close.
+func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: parse connection string: %w (want postgres://user@host:port/db)", redact(err))
+	}
+	pc.MaxConns = c.MaxConns
+	pc.ConnConfig.RuntimeParams["search_path"] = c.Schema
+	pc.ConnConfig.RuntimeParams["application_name"] = "idem"
+	trips := &tripCounter{}
+	pc.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", redact(err))
+	}
+	s, err := newStore(ctx, pool, c, trips)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownsPool = true
+	return s, nil
+}
+
+// New uses an existing pool, whose connections must have search_path set
+// to cfg.Schema (RuntimeParams["search_path"]). The caller keeps
+// ownership of the pool. Round trips are counted only by stores made with
+// Open.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return newStore(ctx, pool, c, nil)
+}
+
+func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCounter) (*Store, error) {
+	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: make(chan struct{}), wake: make(chan struct{})}
+	if err := s.checkServer(ctx); err != nil {
+		return nil, err
+	}
+	if c.Migrate {
+		if err := s.Migrate(ctx); err != nil {
+			return nil, err
+		}
+	} else if err := s.checkSchema(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) checkServer(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var syncCommit, fsync string
+	err := s.pool.QueryRow(pctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&syncCommit, &fsync)
+	if err != nil {
+		cc := s.pool.Config().ConnConfig
+		return fmt.Errorf("pgstore: cannot reach PostgreSQL at %s: %w; check that the server runs and the connection string (IDEM_STORE) is right",
+			net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), redact(err))
+	}
+	if (syncCommit == "off" || fsync == "off") && !s.cfg.AllowUnsafeCommit {
+		return fmt.Errorf("pgstore: %w (synchronous_commit=%s, fsync=%s): a crash would lose acknowledged messages; "+
+			"set synchronous_commit=on and fsync=on, or accept the loss with Config.AllowUnsafeCommit (--allow-unsafe-commit)", ErrUnsafeCommit, syncCommit, fsync)
+	}
+	return nil
+}
+
+// migrations returns the embedded migrations in order.
+func migrations() ([]string, []string, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(names)
+	bodies := make([]string, len(names))
+	for i, n := range names {
+		b, err := migrationFiles.ReadFile(n)
+		if err != nil {
+			return nil, nil, err
+		}
+		bodies[i] = string(b)
+	}
+	return names, bodies, nil
+}
+
+// SchemaVersion is the schema version this package migrates to.
+func SchemaVersion() int {
+	names, _, _ := migrations()
+	return len(names)
+}
+
+// Migrate creates the schema and applies missing migrations, idempotently
+// and safely against concurrent migrators (an advisory lock).
+func (s *Store) Migrate(ctx context.Context) error {
+	names, bodies, err := migrations()
+	if err != nil {
+		return fmt.Errorf("pgstore: read migrations: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('idem.migrate.' || $1))`, s.cfg.Schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		var current int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM idem_migrations`).Scan(&current); err != nil {
+			return err
+		}
+		for i := current; i < len(names); i++ {
+			if _, err := tx.Exec(ctx, bodies[i]); err != nil {
+				return fmt.Errorf("%s: %w", names[i], err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO idem_migrations (version, name) VALUES ($1, $2)`, i+1, names[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			return fmt.Errorf("pgstore: migrate schema %s: permission denied (%s): run `idem migrate` as a role that may create schemas and tables, or grant CREATE on the database", s.cfg.Schema, pe.Message)
+		}
+		return fmt.Errorf("pgstore: migrate schema %s: %w", s.cfg.Schema, redact(err))
+	}
+	return nil
+}
+
+func (s *Store) checkSchema(ctx context.Context) error {
+	var current int
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM idem_migrations`).Scan(&current)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		current, err = 0, nil
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: check schema %s: %w", s.cfg.Schema, redact(err))
+	}
+	if want := SchemaVersion(); current < want {
+		return fmt.Errorf("pgstore: %w: schema %s is at version %d, this Idem needs %d: run `idem migrate --store <url>` (or set Config.Migrate)",
+			ErrNotMigrated, s.cfg.Schema, current, want)
+	}
+	return nil
+}
+
+// Pool returns the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// RoundTrips returns how many round trips to the server the store has made
+// (statements and pipelined batches), when it was made with Open; 0
+// otherwise.
+func (s *Store) RoundTrips() int64 {
+	if s.trips == nil {
+		return 0
+	}
+	return s.trips.n.Load()
+}
+
+// Close stops the queue listener and, when the store made its own pool,
+// closes it. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.done)
+		s.lmu.Lock()
+		if s.lcancel != nil {
+			s.lcancel()
+		}
+		s.lmu.Unlock()
+		s.lwg.Wait()
+		if s.ownsPool {
+			s.pool.Close()
+		}
+	})
+	return nil
+}
+
+func (s *Store) check(op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("pgstore: %s: %w", op, transport.ErrClosed)
+	}
+	return nil
+}
+
+// tripCounter counts round trips: one per query and one per batch.
+type tripCounter struct{ n atomic.Int64 }
+
+func (t *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+func (t *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (t *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+func (t *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (t *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+var passwordRE = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)
+
+// redact removes passwords from connection errors, which pgx may quote.
+func redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if clean := passwordRE.ReplaceAllString(msg, "${1}***@"); clean != msg {
+		return errors.New(clean)
+	}
+	if strings.Contains(msg, "password=") {
+		return errors.New(regexp.MustCompile(`password=\S+`).ReplaceAllString(msg, "password=***"))
+	}
+	return err
+}

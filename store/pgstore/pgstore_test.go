@@ -1,0 +1,77 @@
+package pgstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/transporttest"
+)
+
+// pgURL returns the test server's URL, or skips the test. scripts/test sets
+// IDEM_REQUIRE_SERVERS=1, which turns the skip into a failure.
+func pgURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("IDEM_TEST_PG_URL")
+	if url == "" {
+		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
+			t.Fatal("IDEM_TEST_PG_URL is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have started PostgreSQL")
+		}
+		t.Skip("PostgreSQL tests need a server: set IDEM_TEST_PG_URL=postgres://user@127.0.0.1:5432/db (scripts/test starts one)")
+	}
+	return url
+}
+
+// openStore returns a store on a fresh schema of its own, dropped when the
+// test ends.
+func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
+	t.Helper()
+	url := pgURL(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	cfg.Schema = "t_" + hex.EncodeToString(b[:])
+	cfg.Migrate = true
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 10
+	}
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, url, &cfg)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = s.Close()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", cfg.Schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+cfg.Schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", cfg.Schema, err)
+		}
+	})
+	return s
+}
+
+func TestStoreConformance(t *testing.T) {
+	pgURL(t)
+	storetest.Run(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
+}
+
+func TestQueueConformance(t *testing.T) {
+	pgURL(t)
+	const lease = 300 * time.Millisecond
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
+		return openStore(t, pgstore.Config{Lease: lease, PollInterval: 100 * time.Millisecond})
+	})
+}

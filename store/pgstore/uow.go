@@ -1,0 +1,461 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// unitOfWork is one pipelined transaction on one pooled connection: BEGIN
+// goes out with the first Load, COMMIT with the writes.
+type unitOfWork struct {
+	s       *Store
+	conn    *pgxpool.Conn
+	begun   bool
+	done    bool
+	consume []transport.Delivery
+	enqueue []transport.Envelope
+}
+
+// Begin acquires a connection; the transaction starts with the first Load or
+// with Commit, in the same round trip.
+func (s *Store) Begin(ctx context.Context) (store.UnitOfWork, error) {
+	if err := s.check("begin"); err != nil {
+		return nil, err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: begin: %w", redact(err))
+	}
+	return &unitOfWork{s: s, conn: conn}, nil
+}
+
+const beginSQL = `BEGIN ISOLATION LEVEL READ COMMITTED`
+
+const loadInstancesSQL = `
+SELECT i.saga_type, i.key, i.state, i.data, i.schema_version, i.version, i.timers, i.created_at, i.updated_at, i.finished_at
+FROM idem_instances i
+JOIN unnest($1::text[], $2::text[]) AS u(saga_type, key) ON i.saga_type = u.saga_type AND i.key = u.key`
+
+const loadInboxSQL = `
+SELECT i.saga_type, i.key, i.message_id
+FROM idem_inbox i
+JOIN unnest($1::text[], $2::text[], $3::text[]) AS u(saga_type, key, message_id)
+  ON i.saga_type = u.saga_type AND i.key = u.key AND i.message_id = u.message_id`
+
+func (u *unitOfWork) live(op string) error {
+	if u.done {
+		return fmt.Errorf("pgstore: %s: unit of work already finished", op)
+	}
+	return u.s.check(op)
+}
+
+// Load reads instances and inbox records in one round trip (with BEGIN).
+func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.LoadResult, error) {
+	if err := u.live("load"); err != nil {
+		return nil, err
+	}
+	res := &store.LoadResult{Instances: map[store.Key]*store.Instance{}, Seen: map[store.InboxKey]bool{}}
+	b := &pgx.Batch{}
+	if !u.begun {
+		b.Queue(beginSQL)
+		u.begun = true
+	}
+	if len(p.Keys) > 0 {
+		types, keys := make([]string, len(p.Keys)), make([]string, len(p.Keys))
+		for i, k := range p.Keys {
+			types[i], keys[i] = k.SagaType, k.Key
+		}
+		b.Queue(loadInstancesSQL, types, keys).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				in, err := scanInstance(rows)
+				if err != nil {
+					return err
+				}
+				res.Instances[store.Key{SagaType: in.SagaType, Key: in.Key}] = in
+			}
+			return rows.Err()
+		})
+	}
+	if len(p.Inbox) > 0 {
+		types, keys, ids := make([]string, len(p.Inbox)), make([]string, len(p.Inbox)), make([]string, len(p.Inbox))
+		for i, k := range p.Inbox {
+			types[i], keys[i], ids[i] = k.SagaType, k.Key, k.MessageID
+		}
+		b.Queue(loadInboxSQL, types, keys, ids).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k store.InboxKey
+				if err := rows.Scan(&k.SagaType, &k.Key, &k.MessageID); err != nil {
+					return err
+				}
+				res.Seen[k] = true
+			}
+			return rows.Err()
+		})
+	}
+	if b.Len() == 0 {
+		return res, nil
+	}
+	if err := u.conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("pgstore: load %d instances: %w", len(p.Keys), translate(err))
+	}
+	return res, nil
+}
+
+func scanInstance(rows pgx.Rows) (*store.Instance, error) {
+	var in store.Instance
+	var timers []byte
+	var finished pgtype.Timestamptz
+	if err := rows.Scan(&in.SagaType, &in.Key, &in.State, &in.Data, &in.SchemaVersion, &in.Version, &timers, &in.CreatedAt, &in.UpdatedAt, &finished); err != nil {
+		return nil, err
+	}
+	if len(timers) > 0 && string(timers) != "null" {
+		if err := json.Unmarshal(timers, &in.Timers); err != nil {
+			return nil, fmt.Errorf("decode timers of %s/%s: %w", in.SagaType, in.Key, err)
+		}
+	}
+	if finished.Valid {
+		in.FinishedAt = finished.Time
+	}
+	normalizeTimes(&in.CreatedAt, &in.UpdatedAt, &in.FinishedAt)
+	return &in, nil
+}
+
+func normalizeTimes(ts ...*time.Time) {
+	for _, t := range ts {
+		if !t.IsZero() {
+			*t = t.UTC()
+		}
+	}
+}
+
+const insertInstancesSQL = `
+INSERT INTO idem_instances (saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at)
+SELECT u.saga_type, u.key, u.state, u.data::jsonb, u.schema_version, u.version, u.timers::jsonb, u.created_at, u.updated_at, u.finished_at
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[])
+  AS u(saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at)`
+
+const updateInstancesSQL = `
+WITH changed AS (
+  UPDATE idem_instances i
+  SET state = u.state, data = u.data::jsonb, schema_version = u.schema_version, version = i.version + 1,
+      timers = u.timers::jsonb, updated_at = u.updated_at, finished_at = u.finished_at
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[])
+    AS u(saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at)
+  WHERE i.saga_type = u.saga_type AND i.key = u.key AND i.version = u.version
+  RETURNING 1
+)
+SELECT idem_expect((SELECT count(*) FROM changed), $11, 'update')`
+
+const insertInboxSQL = `
+INSERT INTO idem_inbox (saga_type, key, message_id, processed_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[])
+ON CONFLICT DO NOTHING`
+
+const insertOutboxSQL = `
+INSERT INTO idem_outbox (id, envelope, body, created_at)
+SELECT u.id, u.envelope::jsonb, u.body, u.created_at
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[]) WITH ORDINALITY AS u(id, envelope, body, created_at, ord)
+ORDER BY u.ord
+ON CONFLICT (id) DO NOTHING`
+
+const cancelTimersSQL = `
+DELETE FROM idem_timers t
+USING unnest($1::text[], $2::text[], $3::text[]) AS u(saga_type, key, name)
+WHERE t.saga_type = u.saga_type AND t.key = u.key AND t.name = u.name`
+
+const upsertTimersSQL = `
+INSERT INTO idem_timers (saga_type, key, name, due_at, envelope, body)
+SELECT u.saga_type, u.key, u.name, u.due_at, u.envelope::jsonb, u.body
+FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::bytea[]) AS u(saga_type, key, name, due_at, envelope, body)
+ON CONFLICT (saga_type, key, name) DO UPDATE
+SET due_at = excluded.due_at, envelope = excluded.envelope, body = excluded.body, lease_until = NULL`
+
+const insertJournalSQL = `
+INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at)
+SELECT u.saga_type, u.key, u.raw_key, u.message_id, u.event_type, u.from_state, u.to_state, u.version, u.at
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[]) WITH ORDINALITY
+  AS u(saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, ord)
+ORDER BY u.ord`
+
+const upsertDeadLettersSQL = `
+INSERT INTO idem_dead_letters (id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at)
+SELECT u.id, u.envelope::jsonb, u.body, u.reason, u.error, u.saga_type, u.key, u.attempts, u.first_failed_at, u.last_failed_at
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::timestamptz[])
+  AS u(id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at)
+ON CONFLICT (id) DO UPDATE
+SET envelope = excluded.envelope, body = excluded.body, reason = excluded.reason, error = excluded.error,
+    saga_type = excluded.saga_type, key = excluded.key, attempts = excluded.attempts,
+    first_failed_at = excluded.first_failed_at, last_failed_at = excluded.last_failed_at`
+
+const consumeSQL = `
+WITH gone AS (
+  DELETE FROM idem_queue q
+  USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
+  WHERE q.seq = u.seq AND q.token = u.token
+  RETURNING 1
+)
+SELECT idem_expect((SELECT count(*) FROM gone), $3, 'lease')`
+
+const enqueueSQL = `
+INSERT INTO idem_queue (id, envelope, body, visible_at)
+SELECT u.id, u.envelope::jsonb, u.body, now()
+FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS u(id, envelope, body, ord)
+ORDER BY u.ord`
+
+const notifySQL = `SELECT pg_notify('idem_queue', current_schema())`
+
+// Consume settles deliveries of this store's queue inside the unit of work.
+func (u *unitOfWork) Consume(_ context.Context, ds []transport.Delivery) error {
+	if err := u.live("consume"); err != nil {
+		return err
+	}
+	u.consume = append(u.consume, ds...)
+	return nil
+}
+
+// Enqueue adds messages to this store's queue inside the unit of work.
+func (u *unitOfWork) Enqueue(_ context.Context, msgs []transport.Envelope) error {
+	if err := u.live("enqueue"); err != nil {
+		return err
+	}
+	u.enqueue = append(u.enqueue, msgs...)
+	return nil
+}
+
+// Commit sends every write and COMMIT in one pipelined round trip.
+func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
+	if err := u.live("commit"); err != nil {
+		return err
+	}
+	for _, in := range c.Inserts {
+		if in.Version != 1 {
+			return fmt.Errorf("pgstore: commit: insert %s/%s with version %d: new instances have version 1", in.SagaType, in.Key, in.Version)
+		}
+	}
+	b := &pgx.Batch{}
+	if !u.begun {
+		b.Queue(beginSQL)
+		u.begun = true
+	}
+	if err := queueInstances(b, insertInstancesSQL, c.Inserts, false); err != nil {
+		return err
+	}
+	if err := queueInstances(b, updateInstancesSQL, c.Updates, true); err != nil {
+		return err
+	}
+	if n := len(c.Inbox); n > 0 {
+		a, bb, cc, d := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
+		for i, e := range c.Inbox {
+			a[i], bb[i], cc[i], d[i] = e.SagaType, e.Key, e.MessageID, e.ProcessedAt
+		}
+		b.Queue(insertInboxSQL, a, bb, cc, d)
+	}
+	if n := len(c.Outbox); n > 0 {
+		ids, envs, bodies, at := make([]string, n), make([]string, n), make([][]byte, n), make([]time.Time, n)
+		for i, m := range c.Outbox {
+			meta, body, err := encodeEnvelope(m.Envelope)
+			if err != nil {
+				return err
+			}
+			ids[i], envs[i], bodies[i], at[i] = m.Envelope.ID, meta, body, m.CreatedAt
+		}
+		b.Queue(insertOutboxSQL, ids, envs, bodies, at)
+	}
+	if n := len(c.CancelTimers); n > 0 {
+		a, bb, cc := make([]string, n), make([]string, n), make([]string, n)
+		for i, t := range c.CancelTimers {
+			a[i], bb[i], cc[i] = t.SagaType, t.Key, t.Name
+		}
+		b.Queue(cancelTimersSQL, a, bb, cc)
+	}
+	if n := len(c.Timers); n > 0 {
+		a, bb, cc, due, envs, bodies := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n), make([]string, n), make([][]byte, n)
+		for i, t := range c.Timers {
+			meta, body, err := encodeEnvelope(t.Envelope)
+			if err != nil {
+				return err
+			}
+			a[i], bb[i], cc[i], due[i], envs[i], bodies[i] = t.SagaType, t.Key, t.Name, t.DueAt, meta, body
+		}
+		b.Queue(upsertTimersSQL, a, bb, cc, due, envs, bodies)
+	}
+	if n := len(c.Journal); n > 0 {
+		cols := [7][]string{}
+		for i := range cols {
+			cols[i] = make([]string, n)
+		}
+		versions, at := make([]int64, n), make([]time.Time, n)
+		for i, j := range c.Journal {
+			cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i], cols[6][i] = j.SagaType, j.Key, j.RawKey, j.MessageID, j.EventType, j.FromState, j.ToState
+			versions[i], at[i] = j.Version, j.At
+		}
+		b.Queue(insertJournalSQL, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], versions, at)
+	}
+	if n := len(c.DeadLetters); n > 0 {
+		ids, envs, bodies, reasons, errs, types, keys := make([]string, n), make([]string, n), make([][]byte, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		attempts, first, last := make([]int32, n), make([]time.Time, n), make([]time.Time, n)
+		for i, d := range c.DeadLetters {
+			meta, body, err := encodeEnvelope(d.Envelope)
+			if err != nil {
+				return err
+			}
+			ids[i], envs[i], bodies[i], reasons[i], errs[i], types[i], keys[i] = d.ID, meta, body, d.Reason, d.Error, d.SagaType, d.Key
+			attempts[i], first[i], last[i] = int32(d.Attempts), d.FirstFailedAt, d.LastFailedAt
+		}
+		b.Queue(upsertDeadLettersSQL, ids, envs, bodies, reasons, errs, types, keys, attempts, first, last)
+	}
+	if n := len(u.consume); n > 0 {
+		seqs, tokens := make([]int64, n), make([]string, n)
+		for i, d := range u.consume {
+			seq, tok, ok := parseToken(d.Token)
+			if !ok {
+				return fmt.Errorf("pgstore: consume %s: delivery token %q is not from this store", d.Envelope.ID, d.Token)
+			}
+			seqs[i], tokens[i] = seq, tok
+		}
+		b.Queue(consumeSQL, seqs, tokens, int64(n))
+	}
+	if n := len(u.enqueue); n > 0 {
+		if err := queueEnqueue(b, u.enqueue); err != nil {
+			return err
+		}
+		b.Queue(notifySQL)
+	}
+	b.Queue(`COMMIT`)
+	err := u.conn.SendBatch(ctx, b).Close()
+	u.finish(ctx, err != nil)
+	if err != nil {
+		return fmt.Errorf("pgstore: commit: %w", translate(err))
+	}
+	return nil
+}
+
+func queueEnqueue(b *pgx.Batch, msgs []transport.Envelope) error {
+	n := len(msgs)
+	ids, envs, bodies := make([]string, n), make([]string, n), make([][]byte, n)
+	for i, m := range msgs {
+		meta, body, err := encodeEnvelope(m)
+		if err != nil {
+			return err
+		}
+		ids[i], envs[i], bodies[i] = m.ID, meta, body
+	}
+	b.Queue(enqueueSQL, ids, envs, bodies)
+	return nil
+}
+
+func queueInstances(b *pgx.Batch, sql string, ins []*store.Instance, guarded bool) error {
+	n := len(ins)
+	if n == 0 {
+		return nil
+	}
+	types, keys, states, data, timers := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	schema, versions := make([]int32, n), make([]int64, n)
+	created, updated, finished := make([]time.Time, n), make([]time.Time, n), make([]pgtype.Timestamptz, n)
+	for i, in := range ins {
+		types[i], keys[i], states[i], schema[i], versions[i] = in.SagaType, in.Key, in.State, int32(in.SchemaVersion), in.Version
+		data[i] = string(in.Data)
+		if len(in.Data) == 0 {
+			data[i] = "null"
+		}
+		t, err := json.Marshal(in.Timers)
+		if err != nil {
+			return fmt.Errorf("pgstore: encode timers of %s/%s: %w", in.SagaType, in.Key, err)
+		}
+		timers[i] = string(t)
+		created[i], updated[i] = in.CreatedAt, in.UpdatedAt
+		finished[i] = pgtype.Timestamptz{Time: in.FinishedAt, Valid: !in.FinishedAt.IsZero()}
+	}
+	if guarded {
+		b.Queue(sql, types, keys, states, data, schema, versions, timers, created, updated, finished, int64(n))
+	} else {
+		b.Queue(sql, types, keys, states, data, schema, versions, timers, created, updated, finished)
+	}
+	return nil
+}
+
+// finish ends the unit of work; after a failed pipeline the transaction is
+// aborted and must be rolled back before the connection is reused.
+func (u *unitOfWork) finish(ctx context.Context, rollback bool) {
+	if u.done {
+		return
+	}
+	u.done = true
+	if rollback && u.begun {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = u.conn.Exec(rctx, `ROLLBACK`)
+		cancel()
+	}
+	u.conn.Release() // pgxpool destroys a connection left inside a transaction
+}
+
+// Rollback discards the unit of work; after Commit it does nothing.
+func (u *unitOfWork) Rollback(ctx context.Context) error {
+	u.finish(ctx, true)
+	return nil
+}
+
+// translate maps PostgreSQL errors onto the contract's sentinels.
+func translate(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "23505", "40001", "40P01", "ID001": // unique violation, serialization failure, deadlock, guarded update
+			return fmt.Errorf("%w: %s", store.ErrConflict, pe.Message)
+		case "ID002":
+			return fmt.Errorf("%w: %s", transport.ErrLeaseLost, pe.Message)
+		}
+	}
+	return redact(err)
+}
+
+// envelopeMeta is an envelope without its body, stored as jsonb beside a
+// bytea body.
+func encodeEnvelope(e transport.Envelope) (string, []byte, error) {
+	body := e.Body
+	e.Body = nil
+	meta, err := json.Marshal(e)
+	if err != nil {
+		return "", nil, fmt.Errorf("pgstore: encode envelope %s: %w", e.ID, err)
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return string(meta), body, nil
+}
+
+func decodeEnvelope(meta, body []byte) (transport.Envelope, error) {
+	var e transport.Envelope
+	if err := json.Unmarshal(meta, &e); err != nil {
+		return e, fmt.Errorf("pgstore: decode envelope: %w", err)
+	}
+	e.Body = body
+	if !e.SentAt.IsZero() {
+		e.SentAt = e.SentAt.UTC()
+	}
+	return e, nil
+}
+
+func formatToken(seq int64, tok string) string { return strconv.FormatInt(seq, 10) + ":" + tok }
+
+func parseToken(s string) (int64, string, bool) {
+	a, b, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, "", false
+	}
+	seq, err := strconv.ParseInt(a, 10, 64)
+	return seq, b, err == nil && b != ""
+}
