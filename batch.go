@@ -307,7 +307,13 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 func (e *Engine) applyOne(ctx context.Context, res *laneResult, ch *store.Changes, w *working, timers map[store.TimerKey]*store.Timer,
 	it *item, ik store.InboxKey, inBatch map[store.InboxKey]bool, now time.Time) (time.Duration, bool) {
 	env := &it.d.Envelope
-	timerName := env.Headers[transport.HeaderTimer]
+	// A timer message is this saga's own timer only when this saga
+	// scheduled it; a timer that correlates to another saga is an ordinary
+	// message there.
+	timerName := ""
+	if env.Headers[transport.HeaderSagaType] == it.typ && env.Headers[transport.HeaderSagaKey] == it.key {
+		timerName = env.Headers[transport.HeaderTimer]
+	}
 	markSeen := func() {
 		inBatch[ik] = true
 		ch.Inbox = append(ch.Inbox, store.InboxEntry{InboxKey: ik, ProcessedAt: now})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,10 @@ const (
 // ErrRunning is returned by Register, Handle and Start when the engine has
 // already started.
 var ErrRunning = errors.New("engine already started")
+
+// ErrStopped is returned by Start after Stop: an engine runs once; create a
+// new Engine to run again.
+var ErrStopped = errors.New("engine stopped: create a new Engine to run again")
 
 // HandlerFunc handles one message outside any saga: a consumer with side
 // effects (calling a service, writing a file). The engine records the
@@ -90,7 +95,7 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 		sagas:    map[string]Machine{},
 		handlers: map[string]HandlerFunc{},
 	}
-	if q, ok := st.(store.Queue); ok && any(q) == any(tr) {
+	if q, ok := st.(store.Queue); ok && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr) {
 		e.queue = true
 	}
 	return e, nil
@@ -110,6 +115,9 @@ func (e *Engine) Register(m Machine) error {
 		return fmt.Errorf("idem: register saga %s: saga type already registered", m.Name())
 	}
 	types := m.MessageTypes()
+	if len(types) == 0 {
+		return fmt.Errorf("idem: register saga %s: it binds no message type: bind events with saga.NewEvent", m.Name())
+	}
 	for _, t := range types {
 		if err := e.claimType(t); err != nil {
 			return fmt.Errorf("idem: register saga %s: %w", m.Name(), err)
@@ -194,21 +202,35 @@ func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
 	return nil
 }
 
-// ReplayDeadLetter publishes the dead letter's envelope again, with its
-// original ID, and deletes the dead letter. The error wraps store.ErrNotFound
-// when there is no such dead letter.
+// ReplayDeadLetter deletes the dead letter and publishes its envelope again,
+// with its original ID; if the publish fails, the dead letter is recorded
+// again. (Deleting first means a replay that fails again records a new dead
+// letter that stays.) The error wraps store.ErrNotFound when there is no
+// such dead letter.
 func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) error {
 	dl, err := e.store.GetDeadLetter(ctx, id)
 	if err != nil {
 		return fmt.Errorf("idem: replay dead letter %s: %w", id, err)
 	}
-	if err := e.tr.Publish(ctx, []Envelope{dl.Envelope}); err != nil {
-		return fmt.Errorf("idem: replay dead letter %s: %w", id, err)
-	}
 	if _, err := e.store.DeleteDeadLetters(ctx, []string{id}); err != nil {
 		return fmt.Errorf("idem: replay dead letter %s: delete: %w", id, err)
 	}
+	if perr := e.tr.Publish(ctx, []Envelope{dl.Envelope}); perr != nil {
+		if err := e.restoreDeadLetter(context.WithoutCancel(ctx), dl); err != nil {
+			return fmt.Errorf("idem: replay dead letter %s: publish: %w; restore: %w", id, perr, err)
+		}
+		return fmt.Errorf("idem: replay dead letter %s: publish: %w (the dead letter is kept)", id, perr)
+	}
 	return nil
+}
+
+func (e *Engine) restoreDeadLetter(ctx context.Context, dl *store.DeadLetter) error {
+	uow, err := e.store.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	return uow.Commit(ctx, &store.Changes{DeadLetters: []store.DeadLetter{*dl}})
 }
 
 // Start launches the consumer loop, the outbox relay, the timer poller and
@@ -216,11 +238,27 @@ func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) error {
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.stopped {
+		return ErrStopped
+	}
 	if e.started {
 		return ErrRunning
 	}
 	if len(e.machines) == 0 && len(e.handlers) == 0 {
 		return errors.New("idem: start: nothing registered: call Register or Handle first")
+	}
+	if e.queue {
+		// The queue path settles deliveries inside the unit of work; a store
+		// whose units of work cannot do that would leave the outbox unsent.
+		uow, err := e.store.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("idem: start: %w", err)
+		}
+		_, ok := uow.(store.QueueUnitOfWork)
+		_ = uow.Rollback(ctx)
+		if !ok {
+			return fmt.Errorf("idem: start: store %T is a store.Queue but its units of work are not store.QueueUnitOfWork", e.store)
+		}
 	}
 	e.started = true
 	workCtx, abort := context.WithCancel(context.WithoutCancel(ctx))

@@ -30,13 +30,21 @@ type Envelope = transport.Envelope
 // Machine is what the engine needs of a saga definition. *saga.Machine[S]
 // implements it.
 type Machine interface {
+	// Name is the saga type, the namespace of its instances in the store.
 	Name() string
+	// MessageTypes lists the message types the machine consumes.
 	MessageTypes() []string
+	// Decode decodes a body of a consumed type and returns its raw key.
 	Decode(msgType string, body []byte) (msg any, key string, err error)
+	// Correlate returns the key of a consumed message value.
 	Correlate(msg any) (string, bool)
+	// Apply runs one message against one saga, purely.
 	Apply(in saga.Input) (saga.Result, error)
+	// NotFound is the policy for events that find no saga.
 	NotFound() saga.NotFoundPolicy
+	// Validate reports unhandled pairs, unreachable states, unconsumed events.
 	Validate() error
+	// Mermaid and DOT draw the machine.
 	Mermaid() string
 	DOT() string
 }

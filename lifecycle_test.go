@@ -78,8 +78,8 @@ func TestLifecycleErrors(t *testing.T) {
 	default:
 		t.Error("Done not closed after Stop")
 	}
-	if err := e.Start(ctx); !errors.Is(err, idem.ErrRunning) {
-		t.Errorf("Start after Stop = %v, want ErrRunning", err)
+	if err := e.Start(ctx); !errors.Is(err, idem.ErrStopped) {
+		t.Errorf("Start after Stop = %v, want ErrStopped", err)
 	}
 }
 

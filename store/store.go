@@ -145,20 +145,24 @@ type TimerKey struct {
 
 // JournalEntry records one applied transition. The journal is append-only.
 type JournalEntry struct {
-	SagaType  string    `json:"saga_type"`
-	Key       string    `json:"key"`
-	RawKey    string    `json:"raw_key,omitempty"`
-	MessageID string    `json:"message_id"`
-	EventType string    `json:"event_type"`
-	FromState string    `json:"from_state"`
-	ToState   string    `json:"to_state"`
-	Version   int64     `json:"version"`
-	At        time.Time `json:"at"`
+	SagaType  string `json:"saga_type"`
+	Key       string `json:"key"`
+	RawKey    string `json:"raw_key,omitempty"`
+	MessageID string `json:"message_id"`
+	EventType string `json:"event_type"`
+	FromState string `json:"from_state"`
+	ToState   string `json:"to_state"`
+	// Version is the instance version the commit that applied the entry
+	// produced. One commit may apply several messages to one saga: their
+	// entries share the version and keep their order of insertion, which is
+	// the order Journal returns.
+	Version int64     `json:"version"`
+	At      time.Time `json:"at"`
 }
 
 // DeadLetter is a message the engine gave up on, with why. ID is the
 // message's deduplication identity; recording a dead letter for an ID that
-// already has one replaces it.
+// already has one replaces it, keeping the earlier FirstFailedAt.
 type DeadLetter struct {
 	ID       string             `json:"id"`
 	Envelope transport.Envelope `json:"envelope"`

@@ -37,8 +37,8 @@
 //   - Within one Commit, CancelTimers are applied before Timers.
 //   - An outbox message whose envelope ID is already stored is ignored (same
 //     ID, same message). MarkSent ignores unknown and already sent IDs.
-//   - Sweep deletes the oldest candidates first and keeps the journal of
-//     swept instances (the journal is append-only).
+//   - Sweep deletes the oldest candidates first, with the journal of swept
+//     instances (the sweeper is the one path that may delete journal rows).
 //   - Commit rejects an insert whose Version is not 1 with an error that does
 //     not wrap store.ErrConflict.
 //

@@ -248,6 +248,9 @@ func (s *Store) apply(c *store.Changes) {
 		s.journal[k] = append(s.journal[k], j)
 	}
 	for _, d := range c.DeadLetters {
+		if old := s.dead[d.ID]; old != nil && old.FirstFailedAt.Before(d.FirstFailedAt) {
+			d.FirstFailedAt = old.FirstFailedAt
+		}
 		s.dead[d.ID] = cloneDeadLetter(&d)
 	}
 }
@@ -361,9 +364,9 @@ func (s *Store) DeleteTimers(ctx context.Context, ts []store.Timer) error {
 }
 
 // Sweep deletes up to p.Limit finished instances whose FinishedAt is before
-// p.FinishedBefore, with their inbox records and timers, and up to p.Limit
+// p.FinishedBefore, with their inbox records, timers and journal; up to
+// p.Limit orphan inbox records older than p.InboxBefore; and up to p.Limit
 // sent outbox messages whose SentAt is before p.SentBefore, oldest first.
-// Journals are kept.
 func (s *Store) Sweep(ctx context.Context, p *store.SweepParams) (*store.SweepResult, error) {
 	if p == nil {
 		p = &store.SweepParams{}

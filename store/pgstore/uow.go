@@ -198,7 +198,7 @@ FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::tex
 ON CONFLICT (id) DO UPDATE
 SET envelope = excluded.envelope, body = excluded.body, reason = excluded.reason, error = excluded.error,
     saga_type = excluded.saga_type, key = excluded.key, attempts = excluded.attempts,
-    first_failed_at = excluded.first_failed_at, last_failed_at = excluded.last_failed_at`
+    first_failed_at = least(idem_dead_letters.first_failed_at, excluded.first_failed_at), last_failed_at = excluded.last_failed_at`
 
 const consumeSQL = `
 WITH gone AS (

@@ -167,16 +167,20 @@ func testDeadLetters(t *testing.T, s store.Store) {
 		t.Errorf("get missing dead letter: got %+v, %v; want an error wrapping store.ErrNotFound", got, err)
 	}
 
-	// Recording the same ID again replaces the dead letter.
+	// Recording the same ID again replaces the dead letter but keeps the
+	// earliest FirstFailedAt.
 	again := dl("d-1", "order", 5)
+	firstFailed := again.FirstFailedAt
 	again.Reason = "handler_failed"
 	again.Error = "charge: card declined"
+	again.FirstFailedAt = base
 	again.LastFailedAt = base.Add(time.Minute)
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{again}})
 	got, err = s.GetDeadLetter(ctx, "d-1")
 	if err != nil {
 		t.Fatalf("get d-1 after replacing: got error %v, want nil", err)
 	}
+	again.FirstFailedAt = firstFailed
 	checkDeadLetter(t, "d-1 after replacing", *got, again)
 	checkStrings(t, "all after replacing", list("all after replacing", store.ListParams{Limit: 10}), []string{"d-1", "d-2", "d-3"})
 
