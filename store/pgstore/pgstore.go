@@ -273,6 +273,9 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	return nil
 }
 
+// Schema returns the PostgreSQL schema holding the store's tables.
+func (s *Store) Schema() string { return s.cfg.Schema }
+
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 

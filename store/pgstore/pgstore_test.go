@@ -36,9 +36,7 @@ func pgURL(t testing.TB) string {
 func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 	t.Helper()
 	url := pgURL(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	cfg.Schema = "t_" + hex.EncodeToString(b[:])
+	cfg.Schema = "t_" + randHex()
 	cfg.Migrate = true
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 10
@@ -74,4 +72,10 @@ func TestQueueConformance(t *testing.T) {
 	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
 		return openStore(t, pgstore.Config{Lease: lease, PollInterval: 100 * time.Millisecond})
 	})
+}
+
+func randHex() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
