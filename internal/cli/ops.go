@@ -1,7 +1,718 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
-// newMigrate and newDLQ are the operations commands on a store.
-func newMigrate() *cobra.Command { return &cobra.Command{Use: "migrate", Hidden: true} }
-func newDLQ() *cobra.Command     { return &cobra.Command{Use: "dlq", Hidden: true} }
+	"github.com/spf13/cobra"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
+)
+
+// Exit codes of the operations commands, as Run documents them: 0 done, 1
+// the command ran and something it was asked to do failed (a named dead
+// letter does not exist, a replay failed, the database failed mid-way), 2 a
+// usage or configuration problem (bad flags, no or unsupported store,
+// unreachable server, schema not migrated).
+
+// pageSize is how many dead letters --all fetches per round trip.
+const pageSize = 500
+
+// failed is an error met after the store was opened: exit code 1.
+func failed(err error) error { return &exitError{code: 1, err: err} }
+
+// newMigrate is `idem migrate`.
+func newMigrate() *cobra.Command {
+	var sf storeFlags
+	cmd := &cobra.Command{
+		Use:   "migrate --store postgres://user@host:port/db [--schema idem]",
+		Short: "Create or upgrade Idem's PostgreSQL schema",
+		Long: `Create Idem's tables in a PostgreSQL schema, or apply the migrations it lacks.
+Running it again is harmless: applied migrations are skipped, and concurrent
+runs take an advisory lock and wait for each other. Prints the version the
+schema is at.
+
+--store names the database as postgres://user:password@host:port/db (default
+from IDEM_STORE; the password is never printed). --schema names the schema
+holding Idem's tables (default idem): one database may hold several Idem
+deployments in different schemas. Idem refuses a server that acknowledges
+commits before they are durable (synchronous_commit=off or fsync=off) unless
+--allow-unsafe-commit accepts that a crash may lose acknowledged messages.
+
+The role needs CREATE on the database (to create the schema) and on the
+schema. Applications can instead migrate at start-up (pgstore.Config.Migrate,
+or --migrate on the other commands); running migrate once from a deploy step
+keeps the application's role unprivileged.
+
+Exit status: 0 migrated, 2 no or unsupported store, server unreachable,
+permission denied, or the server does not commit durably.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := sf.openPG(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			var v int
+			if err := st.Pool().QueryRow(cmd.Context(), `SELECT coalesce(max(version), 0) FROM idem_migrations`).Scan(&v); err != nil {
+				return failed(fmt.Errorf("read schema version of %s: %w", sf.schema, err))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "schema %s at version %d\n", sf.schema, v)
+			return nil
+		},
+	}
+	sf.register(cmd)
+	// migrate always migrates: the flag would only confuse.
+	_ = cmd.Flags().MarkHidden("migrate")
+	return cmd
+}
+
+// newDLQ is `idem dlq` and its subcommands.
+func newDLQ() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "List, show, replay and purge dead letters",
+		Long: `Inspect and act on dead letters: messages the engine gave up on (a malformed
+body, an unknown message type, a permanent error, retries exhausted), kept
+with the reason, the full error and the attempt count until an operator
+replays or deletes them.
+
+Every subcommand reads the store from --store or IDEM_STORE and the schema
+from --schema (default idem); --migrate creates or upgrades the schema first,
+and --allow-unsafe-commit accepts a server that does not commit durably (see
+idem migrate --help). Passwords are never printed. Dead-letter IDs are message deduplication IDs;
+put -- before an ID that starts with a dash.
+
+Exit status of every subcommand: 0 done; 1 it ran and something failed (a
+named dead letter does not exist, a replay failed); 2 usage or configuration
+errors (bad flags, no or unsupported store, unreachable server, schema not
+migrated: run idem migrate).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErrorf("dlq needs a subcommand: ls, show, replay or purge (see idem dlq --help)")
+		},
+	}
+	cmd.AddCommand(newDLQList(), newDLQShow(), newDLQReplay(), newDLQPurge())
+	return cmd
+}
+
+// storeHelp ends the Long text of every dlq subcommand.
+const storeHelp = `
+The store comes from --store (default IDEM_STORE) and --schema (default idem);
+--migrate creates or upgrades the schema first, --allow-unsafe-commit accepts
+a server that does not commit durably (see idem migrate --help).`
+
+func newDLQList() *cobra.Command {
+	var (
+		sf       storeFlags
+		sagaType string
+		limit    int
+		after    string
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "ls [--saga-type T] [--limit N] [--after ID] [--json]",
+		Short: "List dead letters, one page at a time, ordered by ID",
+		Long: `List dead letters ordered by ID, one page at a time: a table with the ID, the
+reason, the message type, the saga (type/key, or - when the message never
+reached one), the number of attempts and the time of the last failure (UTC).
+
+--saga-type keeps the dead letters of one saga type. --limit is the page size
+(default 100). --after is the cursor: the list starts after that ID, so pass
+the last ID of the previous page. When a page is full, a hint on stderr gives
+the command for the next page; stdout holds only the table or the JSON.
+
+--json prints a JSON array instead (an empty page is []). Each element has
+id, envelope, reason, error, saga_type, key, attempts, first_failed_at and
+last_failed_at (RFC 3339, UTC). The envelope's body is a string: the body
+itself when it is valid UTF-8 ("body_encoding": "utf-8"), which keeps JSON
+bodies readable with jq, and its standard base64 otherwise
+("body_encoding": "base64").
+` + storeHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return usageErrorf("--limit %d: want at least 1", limit)
+			}
+			ctx := cmd.Context()
+			st, err := sf.openPG(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			dls, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: sagaType, After: after, Limit: limit})
+			if err != nil {
+				return failed(fmt.Errorf("list dead letters: %w", err))
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				views := make([]deadLetterJSON, len(dls))
+				for i := range dls {
+					views[i] = toJSON(&dls[i])
+				}
+				if err := writeJSON(out, views); err != nil {
+					return failed(err)
+				}
+			} else if len(dls) == 0 {
+				fmt.Fprintln(out, "no dead letters")
+			} else {
+				writeTable(out, dls)
+			}
+			if len(dls) == limit {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more may follow: idem dlq ls --after %s\n", clean(dls[len(dls)-1].ID))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&sagaType, "saga-type", "", "only dead letters of this saga type")
+	cmd.Flags().IntVar(&limit, "limit", 100, "page size, at least 1")
+	cmd.Flags().StringVar(&after, "after", "", "list IDs after this one: the last ID of the previous page")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of dead letters (body as a UTF-8 string, or base64; see body_encoding)")
+	sf.register(cmd)
+	return cmd
+}
+
+func writeTable(w io.Writer, dls []store.DeadLetter) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tREASON\tTYPE\tSAGA\tATTEMPTS\tLAST FAILED")
+	for i := range dls {
+		d := &dls[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", clean(d.ID), clean(d.Reason), clean(d.Envelope.Type),
+			sagaOf(d), d.Attempts, d.LastFailedAt.UTC().Format(time.RFC3339))
+	}
+	_ = tw.Flush()
+}
+
+func sagaOf(d *store.DeadLetter) string {
+	if d.SagaType == "" && d.Key == "" {
+		return "-"
+	}
+	return clean(d.SagaType + "/" + d.Key)
+}
+
+func newDLQShow() *cobra.Command {
+	var (
+		sf     storeFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "show ID [--json]",
+		Short: "Show one dead letter in full",
+		Long: `Show one dead letter in full: its reason, saga, attempts and failure times, the
+envelope's fields and headers, the body and the full error chain.
+
+The body is printed indented when it is JSON, as it is when it is other
+printable text, and as a hex dump otherwise (binary data, or text with
+control characters that could drive the terminal). Other fields holding
+such characters are printed quoted.
+
+--json prints one JSON object, in the shape of an element of idem dlq ls
+--json (body as a UTF-8 string, or base64: see body_encoding).
+
+A missing ID exits 1 with "no dead letter with ID …".
+` + storeHelp,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, err := sf.openPG(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			d, err := getDeadLetter(ctx, st, args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := writeJSON(cmd.OutOrStdout(), toJSON(d)); err != nil {
+					return failed(err)
+				}
+				return nil
+			}
+			writeDeadLetter(cmd.OutOrStdout(), d)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object (body as a UTF-8 string, or base64; see body_encoding)")
+	sf.register(cmd)
+	return cmd
+}
+
+// getDeadLetter loads one dead letter; a missing one is exit code 1 with a
+// message naming the ID.
+func getDeadLetter(ctx context.Context, st *pgstore.Store, id string) (*store.DeadLetter, error) {
+	d, err := st.GetDeadLetter(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, failed(fmt.Errorf("no dead letter with ID %s", clean(id)))
+	}
+	if err != nil {
+		return nil, failed(fmt.Errorf("get dead letter %s: %w", clean(id), err))
+	}
+	return d, nil
+}
+
+func writeDeadLetter(w io.Writer, d *store.DeadLetter) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	field := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
+	field("ID", clean(d.ID))
+	field("Reason", clean(d.Reason))
+	field("Saga", sagaOf(d))
+	field("Attempts", strconv.Itoa(d.Attempts))
+	field("First failed", formatTime(d.FirstFailedAt))
+	field("Last failed", formatTime(d.LastFailedAt))
+	e := &d.Envelope
+	field("Message ID", clean(e.ID))
+	field("Type", clean(e.Type))
+	field("Correlation ID", orDash(e.CorrelationID))
+	field("Causation ID", orDash(e.CausationID))
+	field("Idempotency key", orDash(e.IdempotencyKey))
+	field("Sent at", formatTime(e.SentAt))
+	_ = tw.Flush()
+
+	if len(e.Headers) == 0 {
+		fmt.Fprintln(w, "Headers: none")
+	} else {
+		fmt.Fprintln(w, "Headers:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, k := range slices.Sorted(maps.Keys(e.Headers)) {
+			fmt.Fprintf(tw, "  %s:\t%s\n", clean(k), clean(e.Headers[k]))
+		}
+		_ = tw.Flush()
+	}
+
+	body, kind := renderBody(e.Body)
+	fmt.Fprintf(w, "Body (%d bytes, %s):\n", len(e.Body), kind)
+	if body != "" {
+		fmt.Fprint(w, indent(body))
+	}
+	fmt.Fprintln(w, "Error:")
+	fmt.Fprint(w, indent(cleanText(d.Error)))
+}
+
+// renderBody returns the body as people should see it and what it is.
+func renderBody(b []byte) (string, string) {
+	switch {
+	case len(b) == 0:
+		return "", "empty"
+	case !printable(string(b)):
+		return hex.Dump(b), "binary, hex dump"
+	case json.Valid(b):
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, b, "", "  "); err == nil {
+			return buf.String(), "JSON"
+		}
+	}
+	return string(b), "text"
+}
+
+func indent(s string) string {
+	if s == "" {
+		return ""
+	}
+	s = strings.TrimSuffix(s, "\n")
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return clean(s)
+}
+
+// unsafeRune reports characters that must not reach a terminal raw:
+// control characters (escape sequences, carriage returns) and the bidi
+// overrides that make text read differently from what it is.
+func unsafeRune(r rune) bool {
+	return unicode.IsControl(r) || (r >= 0x202A && r <= 0x202E) || (r >= 0x2066 && r <= 0x2069)
+}
+
+// clean returns s for a single-line field: as it is when it is valid UTF-8
+// without unsafe characters, Go-quoted otherwise. Dead letters hold what
+// producers sent, which may be hostile.
+func clean(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, unsafeRune) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// printable reports whether s may be printed raw as multi-line text.
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool {
+		return r != '\n' && r != '\t' && unsafeRune(r)
+	})
+}
+
+// cleanText returns multi-line text as it is when printable, quoted
+// otherwise.
+func cleanText(s string) string {
+	if printable(s) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// deadLetterJSON is the --json form of a dead letter. It differs from
+// store.DeadLetter's JSON in the body: a string that people and jq can read
+// when it is UTF-8 (JSON bodies, the common case), base64 otherwise, and
+// body_encoding says which. saga_type and key are always present.
+type deadLetterJSON struct {
+	ID            string       `json:"id"`
+	Envelope      envelopeJSON `json:"envelope"`
+	Reason        string       `json:"reason"`
+	Error         string       `json:"error"`
+	SagaType      string       `json:"saga_type"`
+	Key           string       `json:"key"`
+	Attempts      int          `json:"attempts"`
+	FirstFailedAt time.Time    `json:"first_failed_at"`
+	LastFailedAt  time.Time    `json:"last_failed_at"`
+}
+
+type envelopeJSON struct {
+	ID             string            `json:"id"`
+	Type           string            `json:"type"`
+	CorrelationID  string            `json:"correlation_id,omitempty"`
+	CausationID    string            `json:"causation_id,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	SentAt         time.Time         `json:"sent_at,omitzero"`
+	Body           string            `json:"body"`
+	// BodyEncoding is "utf-8" when Body is the body itself, "base64" when
+	// it is the standard base64 of a body that is not valid UTF-8.
+	BodyEncoding string `json:"body_encoding"`
+}
+
+func toJSON(d *store.DeadLetter) deadLetterJSON {
+	e := &d.Envelope
+	ej := envelopeJSON{
+		ID: e.ID, Type: e.Type, CorrelationID: e.CorrelationID, CausationID: e.CausationID,
+		IdempotencyKey: e.IdempotencyKey, Headers: e.Headers, SentAt: e.SentAt.UTC(),
+		Body: string(e.Body), BodyEncoding: "utf-8",
+	}
+	if !utf8.Valid(e.Body) {
+		ej.Body, ej.BodyEncoding = base64.StdEncoding.EncodeToString(e.Body), "base64"
+	}
+	return deadLetterJSON{
+		ID: d.ID, Envelope: ej, Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
+		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write JSON: %w", err)
+	}
+	return nil
+}
+
+// selection is how replay and purge choose dead letters: named IDs, or
+// --all narrowed by filters.
+type selection struct {
+	all       bool
+	sagaType  string
+	reason    string
+	olderThan string // parsed by parseAge
+}
+
+// check validates args against the flags; filters need --all.
+func (s *selection) check(cmd *cobra.Command, ids []string) error {
+	switch {
+	case s.all && len(ids) > 0:
+		return usageErrorf("give dead-letter IDs or --all, not both")
+	case !s.all && len(ids) == 0:
+		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
+	}
+	if !s.all {
+		for _, f := range []string{"saga-type", "reason", "older-than"} {
+			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
+				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
+			}
+		}
+	}
+	return nil
+}
+
+// each calls fn with every page of dead letters matching s, in ID order.
+// A page is listed before fn runs, and the next page starts after the
+// page's last ID, so dead letters fn deletes or records again are not
+// visited twice.
+func (s *selection) each(ctx context.Context, st *pgstore.Store, cutoff time.Time, fn func([]store.DeadLetter) error) error {
+	after := ""
+	for {
+		page, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: s.sagaType, After: after, Limit: pageSize})
+		if err != nil {
+			return failed(fmt.Errorf("list dead letters: %w", err))
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		after = page[len(page)-1].ID
+		match := page[:0]
+		for _, d := range page {
+			if (s.reason == "" || d.Reason == s.reason) && (cutoff.IsZero() || d.LastFailedAt.Before(cutoff)) {
+				match = append(match, d)
+			}
+		}
+		if len(match) > 0 {
+			if err := fn(match); err != nil {
+				return err
+			}
+		}
+		if len(page) < pageSize {
+			return nil
+		}
+	}
+}
+
+// parseAge parses --older-than: a Go duration (90m, 72h) or whole days (7d).
+func parseAge(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, derr := strconv.Atoi(strings.TrimSuffix(s, "d"))
+		if !strings.HasSuffix(s, "d") || derr != nil || n > 36500 {
+			return 0, usageErrorf("--older-than %q: want a duration like 90m, 72h or 7d", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	}
+	if d <= 0 {
+		return 0, usageErrorf("--older-than %q: want a positive duration", s)
+	}
+	return d, nil
+}
+
+// deadLetters is "1 dead letter" or "n dead letters".
+func deadLetters(n int) string {
+	if n == 1 {
+		return "1 dead letter"
+	}
+	return strconv.Itoa(n) + " dead letters"
+}
+
+// uniq returns ids without repeats, in their first order.
+func uniq(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func newDLQReplay() *cobra.Command {
+	var (
+		sf  storeFlags
+		sel selection
+	)
+	cmd := &cobra.Command{
+		Use:   "replay ID... | --all [--reason R] [--saga-type T]",
+		Short: "Publish dead letters onto the PostgreSQL queue again, with their original IDs",
+		Long: `Replay dead letters: each is deleted and its envelope published again, with its
+original ID and body, onto the PostgreSQL queue in the same schema, where the
+engine consumes it as a new delivery. If the publish fails, the dead letter is
+recorded again. A message that fails again becomes a new dead letter.
+
+Use it once the cause is fixed (a handler bug deployed, a missing saga type
+registered). It is meant for applications whose engine uses the store as
+its transport (idem.NewEngine(st, st, …)); with another transport (NATS,
+RabbitMQ), call Engine.ReplayDeadLetter from the application instead, since
+a message replayed here would wait in a queue nobody reads.
+
+Name the dead letters by ID, or pass --all to replay every one; with --all,
+--reason keeps those with one reason (for example malformed_body,
+unknown_type, saga_not_found, permanent_error, retries_exhausted) and
+--saga-type those of one saga type.
+
+Prints one line per dead letter and a count. Exits 1 if any replay failed or
+a named ID does not exist (the others are still replayed).
+` + storeHelp,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := sel.check(cmd, args); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			st, err := sf.openPG(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			// The engine is never started: ReplayDeadLetter needs only the
+			// store and the transport, here the same PostgreSQL schema.
+			eng, err := idem.NewEngine(st, st, &idem.Config{Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
+			if err != nil {
+				return failed(err)
+			}
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			var done, bad int
+			replay := func(id, typ string) {
+				err := eng.ReplayDeadLetter(ctx, id)
+				switch {
+				case errors.Is(err, store.ErrNotFound):
+					bad++
+					fmt.Fprintf(errOut, "no dead letter with ID %s\n", clean(id))
+				case err != nil:
+					bad++
+					fmt.Fprintf(errOut, "replay %s: %v\n", clean(id), err)
+				default:
+					done++
+					fmt.Fprintf(out, "replayed %s (%s)\n", clean(id), clean(typ))
+				}
+			}
+			if sel.all {
+				err = sel.each(ctx, st, time.Time{}, func(page []store.DeadLetter) error {
+					for _, d := range page {
+						if ctx.Err() != nil {
+							return failed(ctx.Err())
+						}
+						replay(d.ID, d.Envelope.Type)
+					}
+					return nil
+				})
+			} else {
+				for _, id := range uniq(args) {
+					if ctx.Err() != nil {
+						err = failed(ctx.Err())
+						break
+					}
+					d, gerr := st.GetDeadLetter(ctx, id)
+					typ := "?"
+					if gerr == nil {
+						typ = d.Envelope.Type
+					}
+					replay(id, typ)
+				}
+			}
+			switch {
+			case err != nil:
+				fmt.Fprintf(out, "replayed %s before stopping\n", deadLetters(done))
+				return err
+			case bad > 0:
+				return failed(fmt.Errorf("replayed %d of %s; %d failed", done, deadLetters(done+bad), bad))
+			case done == 0:
+				fmt.Fprintln(out, "no dead letters match")
+			default:
+				fmt.Fprintf(out, "replayed %s\n", deadLetters(done))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&sel.all, "all", false, "replay every dead letter the filters select")
+	cmd.Flags().StringVar(&sel.reason, "reason", "", "with --all: only dead letters with this reason")
+	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "with --all: only dead letters of this saga type")
+	sf.register(cmd)
+	return cmd
+}
+
+func newDLQPurge() *cobra.Command {
+	var (
+		sf  storeFlags
+		sel selection
+		yes bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--older-than DURATION] --yes",
+		Short: "Delete dead letters for good",
+		Long: `Delete dead letters. The messages are gone for good: list or show them first,
+and replay those worth keeping.
+
+Name the dead letters by ID: they are deleted at once, and a named ID that
+does not exist makes the command exit 1 after deleting the others (a typo
+should not pass silently). Or pass --all to delete every dead letter, which
+refuses to run (exit 2) without --yes; with --all, --reason keeps those with
+one reason, --saga-type those of one saga type, and --older-than those whose
+last failure is older than a Go duration (90m, 72h) or a number of days (7d).
+
+Prints how many dead letters were deleted.
+` + storeHelp,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := sel.check(cmd, args); err != nil {
+				return err
+			}
+			age, err := parseAge(sel.olderThan)
+			if err != nil {
+				return err
+			}
+			if sel.all && !yes {
+				return usageErrorf("purge --all deletes dead letters for good: add --yes to confirm")
+			}
+			ctx := cmd.Context()
+			st, err := sf.openPG(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			out := cmd.OutOrStdout()
+			if !sel.all {
+				ids := uniq(args)
+				n, err := st.DeleteDeadLetters(ctx, ids)
+				if err != nil {
+					return failed(fmt.Errorf("delete dead letters: %w", err))
+				}
+				fmt.Fprintf(out, "deleted %s\n", deadLetters(n))
+				if n < len(ids) {
+					return failed(fmt.Errorf("%d of the %s named did not exist", len(ids)-n, deadLetters(len(ids))))
+				}
+				return nil
+			}
+			var cutoff time.Time
+			if age > 0 {
+				cutoff = time.Now().Add(-age)
+			}
+			total := 0
+			err = sel.each(ctx, st, cutoff, func(page []store.DeadLetter) error {
+				ids := make([]string, len(page))
+				for i := range page {
+					ids[i] = page[i].ID
+				}
+				n, err := st.DeleteDeadLetters(ctx, ids)
+				total += n
+				if err != nil {
+					return failed(fmt.Errorf("delete dead letters: %w", err))
+				}
+				return nil
+			})
+			fmt.Fprintf(out, "deleted %s\n", deadLetters(total))
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&sel.all, "all", false, "delete every dead letter the filters select (needs --yes)")
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm purge --all")
+	cmd.Flags().StringVar(&sel.reason, "reason", "", "with --all: only dead letters with this reason")
+	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "with --all: only dead letters of this saga type")
+	cmd.Flags().StringVar(&sel.olderThan, "older-than", "", "with --all: only dead letters last failed longer ago than this (90m, 72h, 7d)")
+	sf.register(cmd)
+	return cmd
+}
