@@ -1,0 +1,297 @@
+package sqlitestore
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/idemhq/idem/transport"
+)
+
+// Publish enqueues envelopes in one transaction and wakes this Store's
+// waiting consumers once it is durable.
+func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
+	if err := s.check("publish"); err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	type row struct {
+		id, meta string
+		body     []byte
+	}
+	rows := make([]row, len(msgs))
+	for i, m := range msgs {
+		if m.ID == "" || m.Type == "" {
+			return fmt.Errorf("sqlitestore: publish envelope %d: ID and Type are required", i)
+		}
+		meta, body, err := encodeEnvelope(m)
+		if err != nil {
+			return err
+		}
+		rows[i] = row{m.ID, meta, body}
+	}
+	now := micros(time.Now())
+	err := s.write(ctx, "publish", wakeConsumers, func(w *writer) error {
+		for _, r := range rows {
+			if _, err := w.exec(enqueueSQL, r.id, r.meta, r.body, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: publish %d messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+// receiveSQL claims the messages that became visible first (Receive hands
+// them out by seq, publication order). Ordering by the index idem_queue_visible
+// reads only the rows it claims, however long the queue; ordering by seq
+// alone would sort every visible row, or step over every leased or delayed
+// one, at each claim.
+const receiveSQL = `
+UPDATE idem_queue SET attempt = attempt + 1, token = ?2, visible_at = ?3
+WHERE seq IN (
+  SELECT seq FROM idem_queue
+  WHERE visible_at <= ?1
+  ORDER BY visible_at, seq
+  LIMIT ?4
+)
+RETURNING seq, id, envelope, body, attempt`
+
+// Receive claims up to max visible messages for Config.Lease. When there
+// are none it waits for a publish through this Store, the next message to
+// become visible (a lease or a Nack delay ending), or Config.PollInterval,
+// whichever comes first, and looks again.
+func (s *Store) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	if max < 1 {
+		max = 1
+	}
+	for {
+		if err := s.check("receive"); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		wake := s.wakeChan()
+		ds, next, err := s.claim(ctx, max)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if cerr := s.check("receive"); cerr != nil {
+				return nil, cerr
+			}
+			return nil, err
+		}
+		if len(ds) > 0 {
+			return ds, nil
+		}
+		wait := s.cfg.PollInterval
+		if !next.IsZero() {
+			if d := time.Until(next); d < wait {
+				wait = max64(d, time.Millisecond)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-s.done:
+			t.Stop()
+			return nil, fmt.Errorf("sqlitestore: receive: %w", transport.ErrClosed)
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func max64(a, b time.Duration) time.Duration {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// claim looks, on a reader, for the earliest visible time in the queue and
+// takes the write lock only when a message is visible now. It returns the
+// claimed deliveries, or when none the time the next message becomes
+// visible (zero when the queue is empty).
+func (s *Store) claim(ctx context.Context, max int) ([]transport.Delivery, time.Time, error) {
+	var next sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT min(visible_at) FROM idem_queue`).Scan(&next); err != nil {
+		return nil, time.Time{}, fmt.Errorf("sqlitestore: receive: %w", err)
+	}
+	if !next.Valid {
+		return nil, time.Time{}, nil
+	}
+	if nextAt := fromMicros(next.Int64); nextAt.After(time.Now()) {
+		return nil, nextAt, nil
+	}
+	type row struct {
+		seq     int64
+		attempt int
+		id      string
+		meta    string
+		body    []byte
+	}
+	var got []row
+	tok := newToken()
+	err := s.write(ctx, "receive", leaseOnly, func(w *writer) error {
+		got = got[:0]
+		now := time.Now()
+		rows, err := w.query(receiveSQL, micros(now), tok, micros(now.Add(s.cfg.Lease)), max)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r row
+			if err := rows.Scan(&r.seq, &r.id, &r.meta, &r.body, &r.attempt); err != nil {
+				return err
+			}
+			got = append(got, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("sqlitestore: receive: %w", err)
+	}
+	if len(got) == 0 {
+		// Another consumer took them first: look again at once.
+		return nil, time.Now(), nil
+	}
+	slices.SortFunc(got, func(a, b row) int { return cmp.Compare(a.seq, b.seq) })
+	ds := make([]transport.Delivery, len(got))
+	for i, r := range got {
+		env, err := decodeEnvelope(r.meta, r.body)
+		if err != nil {
+			// Hand it out anyway, with what is known: the engine
+			// dead-letters an envelope without a type instead of the
+			// queue failing every Receive on it.
+			s.log.WarnContext(ctx, "queue row holds an undecodable envelope; delivering it without its metadata", "message_id", r.id, "queue_seq", r.seq, "error", err)
+			env = transport.Envelope{ID: r.id, Body: r.body}
+		}
+		ds[i] = transport.Delivery{Envelope: env, Attempt: r.attempt, Token: formatToken(r.seq, tok)}
+	}
+	return ds, time.Time{}, nil
+}
+
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+const existsSQL = `SELECT 1 FROM idem_queue WHERE seq = ?1`
+
+// Ack deletes settled messages. A delivery whose message was claimed again
+// by another consumer is refused with transport.ErrLeaseLost and left
+// alone; one already deleted is not an error. The others are settled.
+func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
+	if err := s.check("ack"); err != nil {
+		return err
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	seqs, toks, err := splitTokens(ds)
+	if err != nil {
+		return err
+	}
+	var lost []error
+	err = s.write(ctx, "ack", 0, func(w *writer) error {
+		lost = lost[:0]
+		for i := range seqs {
+			n, err := w.exec(consumeSQL, seqs[i], toks[i])
+			if err != nil {
+				return err
+			}
+			if n == 1 {
+				continue
+			}
+			taken, err := w.fenced(seqs[i])
+			if err != nil {
+				return err
+			}
+			if taken {
+				lost = append(lost, fmt.Errorf("sqlitestore: ack %s (queue row %d): %w", ds[i].Envelope.ID, seqs[i], transport.ErrLeaseLost))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: ack: %w", err)
+	}
+	return errors.Join(lost...)
+}
+
+// fenced reports whether the queue row seq, which the caller failed to
+// settle with its token, still exists: another consumer claimed it since,
+// and the caller's lease is lost. A missing row was settled already.
+func (w *writer) fenced(seq int64) (bool, error) {
+	rows, err := w.query(existsSQL, seq)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		return true, nil
+	}
+	return false, rows.Err()
+}
+
+func splitTokens(ds []transport.Delivery) ([]int64, []string, error) {
+	seqs, toks := make([]int64, len(ds)), make([]string, len(ds))
+	for i, d := range ds {
+		seq, tok, ok := parseToken(d.Token)
+		if !ok {
+			return nil, nil, fmt.Errorf("sqlitestore: delivery %s: token %q is not from this store", d.Envelope.ID, d.Token)
+		}
+		seqs[i], toks[i] = seq, tok
+	}
+	return seqs, toks, nil
+}
+
+const nackSQL = `UPDATE idem_queue SET visible_at = ?3 WHERE seq = ?1 AND token = ?2`
+
+// Nack makes a claimed message visible again after delay. The claim's token
+// stays until the message is claimed again, so a repeated Nack (or a late
+// Ack) of the same delivery is not an error.
+func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Duration) error {
+	if err := s.check("nack"); err != nil {
+		return err
+	}
+	seqs, toks, err := splitTokens([]transport.Delivery{d})
+	if err != nil {
+		return err
+	}
+	var lost bool
+	err = s.write(ctx, "nack", wakeConsumers, func(w *writer) error {
+		n, err := w.exec(nackSQL, seqs[0], toks[0], micros(time.Now().Add(max64(delay, 0))))
+		if err != nil || n == 1 {
+			return err
+		}
+		lost, err = w.fenced(seqs[0])
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: nack: %w", err)
+	}
+	if lost {
+		return fmt.Errorf("sqlitestore: nack %s (queue row %d): %w", d.Envelope.ID, seqs[0], transport.ErrLeaseLost)
+	}
+	return nil
+}
