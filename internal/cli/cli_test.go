@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -31,17 +32,32 @@ func TestDemoPassesAndReportsFromTheStore(t *testing.T) {
 	if r.Completed+r.Errored != 300 {
 		t.Errorf("completed %d + error %d, want 300 sagas", r.Completed, r.Errored)
 	}
-	if r.DuplicatesInjected == 0 || r.DuplicatesSkipped == 0 {
-		t.Errorf("duplicates injected %d, skipped %d: want both > 0", r.DuplicatesInjected, r.DuplicatesSkipped)
+	if r.DuplicatesInjected == 0 || r.Kills < 3 {
+		t.Errorf("duplicates injected %d, worker kills %d: want duplicates and at least 3 SIGKILLs", r.DuplicatesInjected, r.Kills)
 	}
 	if r.DeadLetters["malformed_body"] != 5 || r.DeadLetters["unknown_type"] != 5 || r.DeadLetters["invalid_key"] != 6 {
 		t.Errorf("dead letters %v, want malformed_body 5, unknown_type 5, invalid_key 6", r.DeadLetters)
 	}
 }
 
+func TestDemoInMemoryWithLostAcks(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := run(t, "demo", "--store", "memory", "--searches", "300", "--json", "--lose-acks", "0.05")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	var r demoReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s", err, out)
+	}
+	if !r.Pass || r.AcksLost == 0 || r.Redeliveries == 0 {
+		t.Fatalf("report %+v: want pass with lost acks and redeliveries injected", r)
+	}
+}
+
 func TestDemoTextReport(t *testing.T) {
 	t.Parallel()
-	code, out, _ := run(t, "demo", "--searches", "50", "--progress=false", "--lose-acks", "0")
+	code, out, _ := run(t, "demo", "--store", "memory", "--searches", "50", "--progress=false", "--lose-acks", "0")
 	if code != 0 {
 		t.Fatalf("exit %d, want 0\n%s", code, out)
 	}
@@ -58,6 +74,7 @@ func TestDemoRefusesBadFlags(t *testing.T) {
 		{"demo", "--searches", "0"},
 		{"demo", "--lose-acks", "1.5"},
 		{"demo", "--replicas", "-1"},
+		{"demo", "--store", "mongodb"},
 	} {
 		code, _, errOut := run(t, args...)
 		if code != 2 || !strings.Contains(errOut, "--") {
@@ -103,4 +120,13 @@ func TestUnknownCommandIsUsageError(t *testing.T) {
 	if code, _, _ := run(t, "frobnicate"); code != 2 {
 		t.Fatalf("exit %d, want 2", code)
 	}
+}
+
+// TestMain lets the test binary serve as the demo's worker process:
+// runSQLiteDemo starts os.Executable() with "demo-worker".
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "demo-worker" {
+		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
 }

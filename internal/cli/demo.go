@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +32,9 @@ type demoOptions struct {
 	loseAcks                  float64
 	timeout                   time.Duration
 	json, progress            bool
+	store, db                 string
+	kills                     int
+	serve                     bool
 }
 
 func newDemo() *cobra.Command {
@@ -38,16 +42,23 @@ func newDemo() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the search-import workload with duplicates and faults, and check exactly-once",
-		Long: `Run the search-import saga of the reference material end to end, in memory:
-several engine replicas share one store and one transport; every message is
-published 2 or 3 times (copies are taken concurrently by different
-replicas), some storage notifications are re-sent with a new ID, the
-transport reorders deliveries and loses acknowledgements, and the parser
-answers at least once. Some bad input is mixed in.
+		Long: `Run the search-import saga of the reference material end to end.
 
-The closing report counts messages, duplicates injected, duplicate effects
-(must be 0) and lost messages (must be 0), and lists dead letters by
-reason. The exit code is 1 if an invariant fails.`,
+By default (--store sqlite) it runs on the embedded store: a SQLite file in a
+temporary directory (--db PATH keeps it), which is also the queue. Several
+worker processes (--replicas) consume it; every message is published 2 or 3
+times, some storage notifications are re-sent with a new ID, the parser
+answers at least once, and bad input is mixed in. A worker is killed with
+SIGKILL at random moments (at least --kills times) and restarted; the run
+continues from what the database holds.
+
+With --store memory, engine replicas share an in-memory store and a
+transport that reorders deliveries and loses acknowledgements (--lose-acks).
+
+The closing report is computed from the store (and from the parser's own
+record of what it was asked to do): messages, duplicates injected,
+duplicate effects (must be 0), lost messages (must be 0) and dead letters
+by reason. The exit code is 1 if an invariant fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -56,9 +67,12 @@ reason. The exit code is 1 if an invariant fails.`,
 	f := cmd.Flags()
 	f.IntVar(&o.searches, "searches", 2000, "number of search imports (sagas) to run")
 	f.IntVar(&o.files, "files", 2, "reference files per search (one parse command each)")
-	f.IntVar(&o.replicas, "replicas", 3, "engine replicas sharing the store and the transport")
+	f.IntVar(&o.replicas, "replicas", 3, "engine replicas (worker processes with --store sqlite) sharing the store and the queue")
+	f.StringVar(&o.store, "store", "sqlite", "sqlite (durable, worker processes killed and restarted) or memory (in-process, lost acks and reordering)")
+	f.StringVar(&o.db, "db", "", "with --store sqlite: the database file to use and keep (default: a temporary file, removed afterwards)")
+	f.IntVar(&o.kills, "kills", 3, "with --store sqlite: at least this many SIGKILLs of a worker process")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload and fault schedule (goroutine scheduling still varies)")
-	f.Float64Var(&o.loseAcks, "lose-acks", 0.02, "fraction of acknowledgements the transport silently loses (0..1)")
+	f.Float64Var(&o.loseAcks, "lose-acks", 0.02, "with --store memory: fraction of acknowledgements the transport silently loses (0..1)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up (and fail) if the workload has not settled by then")
 	f.BoolVar(&o.json, "json", false, "print the report as JSON")
 	f.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr")
@@ -75,6 +89,10 @@ func (o demoOptions) validate() error {
 		return fmt.Errorf("--replicas must be at least 1, got %d", o.replicas)
 	case o.loseAcks < 0 || o.loseAcks >= 1:
 		return fmt.Errorf("--lose-acks must be in [0, 1), got %v", o.loseAcks)
+	case o.store != "sqlite" && o.store != "memory":
+		return fmt.Errorf("--store must be sqlite or memory, got %q", o.store)
+	case o.kills < 0:
+		return fmt.Errorf("--kills must not be negative, got %d", o.kills)
 	}
 	return nil
 }
@@ -111,6 +129,7 @@ type demoReport struct {
 	LostMessages       int            `json:"lost_messages"`
 	DeadLetters        map[string]int `json:"dead_letters"`
 	ExpectedDead       map[string]int `json:"dead_letters_expected"`
+	Kills              int            `json:"worker_kills,omitempty"`
 	Elapsed            string         `json:"elapsed"`
 	Violations         []string       `json:"violations,omitempty"`
 	Pass               bool           `json:"pass"`
@@ -121,16 +140,41 @@ type demoReport struct {
 // once.
 type parser struct {
 	mu       sync.Mutex
-	commands map[string]map[string]bool // search/file → command IDs
+	commands map[string]map[string]bool // search/file → command IDs, in memory
+	effects  *sql.DB                    // or the parser's own database (--store sqlite)
+}
+
+// record notes that the parser was asked, by command id, to parse file of
+// search.
+func (p *parser) record(ctx context.Context, id, search, file string) error {
+	if p.effects != nil {
+		_, err := p.effects.ExecContext(ctx, `INSERT INTO parse_commands (id, search, file) VALUES (?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET runs = runs + 1`, id, search, file)
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := search + "/" + file
+	if p.commands[k] == nil {
+		p.commands[k] = map[string]bool{}
+	}
+	p.commands[k][id] = true
+	return nil
 }
 
 func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	start := time.Now()
-	rng := rand.New(rand.NewPCG(o.seed, 0x1de))
-	kinds := make([]searchKind, o.searches)
+	if o.store == "sqlite" {
+		return runSQLiteDemo(ctx, o, stdout, stderr)
+	}
+	return runMemoryDemo(ctx, o, stdout, stderr)
+}
+
+// demoKinds decides, deterministically, what happens to each search.
+func demoKinds(n int) []searchKind {
+	kinds := make([]searchKind, n)
 	for i := range kinds {
 		switch {
 		case i%50 == 49:
@@ -139,6 +183,13 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 			kinds[i] = kindNoMetadata
 		}
 	}
+	return kinds
+}
+
+func runMemoryDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error {
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(o.seed, 0x1de))
+	kinds := demoKinds(o.searches)
 
 	st := memstore.New(nil)
 	defer st.Close()
@@ -177,53 +228,8 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	}
 	defer stopAll()
 
-	// The workload: every message 2–3 times, some notifications re-sent
-	// with a new ID, bad input mixed in, all shuffled.
-	var envs []idem.Envelope
-	var injected int64
-	addCopies := func(env idem.Envelope) {
-		n := 2 + rng.IntN(2)
-		injected += int64(n - 1)
-		for range n {
-			envs = append(envs, env.Clone())
-		}
-	}
 	e0 := engines[0]
-	for i, kind := range kinds {
-		id := fmt.Sprintf("search-%05d", i)
-		files := make([]string, o.files)
-		for f := range files {
-			files[f] = fmt.Sprintf("refs-%d.ris", f)
-		}
-		md := searchimport.Metadata{SearchID: id, ProjectID: fmt.Sprintf("project-%d", i%17), SearchName: "Search " + id, ReferenceFiles: files}
-		if i%7 != 3 { // some uploads are only announced by storage
-			env, _ := e0.NewEnvelope("api-"+id, searchimport.SearchUploadStarted{Metadata: md})
-			addCopies(env)
-		}
-		saved := md
-		if kind == kindNoMetadata {
-			saved.ReferenceFiles = nil
-		}
-		env, _ := e0.NewEnvelope("s3-"+id, searchimport.SearchUploadSaved{Metadata: saved})
-		addCopies(env)
-		if i%10 == 5 { // storage notified again, and the publisher minted a new ID
-			env, _ := e0.NewEnvelope("s3-"+id+"-renotified", searchimport.SearchUploadSaved{Metadata: saved})
-			addCopies(env)
-		}
-	}
-	expectedDead := map[string]int{}
-	bad := func(reason string, env idem.Envelope) {
-		expectedDead[reason]++
-		addCopies(env)
-	}
-	savedType := saga.MessageType(searchimport.SearchUploadSaved{})
-	for i := range 5 {
-		bad(idem.ReasonMalformed, idem.Envelope{ID: fmt.Sprintf("bad-json-%d", i), Type: savedType, Body: []byte(`{"search_id": "search-`)})
-		bad(idem.ReasonUnknownType, idem.Envelope{ID: fmt.Sprintf("bad-type-%d", i), Type: "searchimport.SearchUploadDeleted", Body: []byte(`{}`)})
-		bad(idem.ReasonInvalidKey, idem.Envelope{ID: fmt.Sprintf("bad-key-%d", i), Type: savedType, Body: []byte(`{"search_id": "  "}`)})
-	}
-	bad(idem.ReasonInvalidKey, idem.Envelope{ID: "bad-key-control", Type: savedType, Body: []byte(`{"search_id": "search\u0000x"}`)})
-	rng.Shuffle(len(envs), func(i, j int) { envs[i], envs[j] = envs[j], envs[i] })
+	envs, injected, expectedDead := demoWorkload(o, rng, kinds, e0)
 
 	var bar *progressbar.ProgressBar
 	if o.progress && !o.json {
@@ -266,7 +272,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	}
 	stopAll()
 
-	r, err := buildReport(ctx, o, st, p, kinds, expectedDead)
+	r, err := buildReport(ctx, o, st, p.commands, kinds, expectedDead)
 	if err != nil {
 		return err
 	}
@@ -276,19 +282,59 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	s := idem.SumStats(engines...)
 	r.Applied, r.DuplicatesSkipped, r.Ignored, r.Conflicts = s.Applied, s.Duplicates, s.Ignored, s.Conflicts
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
-	if o.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			return err
+	return finishReport(r, o, stdout)
+}
+
+// demoWorkload builds the messages: every message 2–3 times, some
+// notifications re-sent with a new ID, bad input mixed in, all shuffled. It
+// returns them with the number of injected copies and the dead letters the
+// bad input must produce.
+func demoWorkload(o demoOptions, rng *rand.Rand, kinds []searchKind, e0 *idem.Engine) ([]idem.Envelope, int64, map[string]int) {
+	var envs []idem.Envelope
+	var injected int64
+	addCopies := func(env idem.Envelope) {
+		n := 2 + rng.IntN(2)
+		injected += int64(n - 1)
+		for range n {
+			envs = append(envs, env.Clone())
 		}
-	} else {
-		printReport(stdout, r)
 	}
-	if !r.Pass {
-		return &exitError{code: 1, err: fmt.Errorf("demo failed: %s", strings.Join(r.Violations, "; "))}
+	for i, kind := range kinds {
+		id := fmt.Sprintf("search-%05d", i)
+		files := make([]string, o.files)
+		for f := range files {
+			files[f] = fmt.Sprintf("refs-%d.ris", f)
+		}
+		md := searchimport.Metadata{SearchID: id, ProjectID: fmt.Sprintf("project-%d", i%17), SearchName: "Search " + id, ReferenceFiles: files}
+		if i%7 != 3 { // some uploads are only announced by storage
+			env, _ := e0.NewEnvelope("api-"+id, searchimport.SearchUploadStarted{Metadata: md})
+			addCopies(env)
+		}
+		saved := md
+		if kind == kindNoMetadata {
+			saved.ReferenceFiles = nil
+		}
+		env, _ := e0.NewEnvelope("s3-"+id, searchimport.SearchUploadSaved{Metadata: saved})
+		addCopies(env)
+		if i%10 == 5 { // storage notified again, and the publisher minted a new ID
+			env, _ := e0.NewEnvelope("s3-"+id+"-renotified", searchimport.SearchUploadSaved{Metadata: saved})
+			addCopies(env)
+		}
 	}
-	return nil
+	expectedDead := map[string]int{}
+	bad := func(reason string, env idem.Envelope) {
+		expectedDead[reason]++
+		addCopies(env)
+	}
+	savedType := saga.MessageType(searchimport.SearchUploadSaved{})
+	for i := range 5 {
+		bad(idem.ReasonMalformed, idem.Envelope{ID: fmt.Sprintf("bad-json-%d", i), Type: savedType, Body: []byte(`{"search_id": "search-`)})
+		bad(idem.ReasonUnknownType, idem.Envelope{ID: fmt.Sprintf("bad-type-%d", i), Type: "searchimport.SearchUploadDeleted", Body: []byte(`{}`)})
+		bad(idem.ReasonInvalidKey, idem.Envelope{ID: fmt.Sprintf("bad-key-%d", i), Type: savedType, Body: []byte(`{"search_id": "  "}`)})
+	}
+	bad(idem.ReasonInvalidKey, idem.Envelope{ID: "bad-key-control", Type: savedType, Body: []byte(`{"search_id": "search\u0000x"}`)})
+	rng.Shuffle(len(envs), func(i, j int) { envs[i], envs[j] = envs[j], envs[i] })
+	return envs, injected, expectedDead
 }
 
 func (p *parser) handler(e *idem.Engine, kinds []searchKind) idem.HandlerFunc {
@@ -297,13 +343,9 @@ func (p *parser) handler(e *idem.Engine, kinds []searchKind) idem.HandlerFunc {
 		if err := json.Unmarshal(env.Body, &cmd); err != nil {
 			return idem.Permanent(err)
 		}
-		p.mu.Lock()
-		k := cmd.SearchID + "/" + cmd.File
-		if p.commands[k] == nil {
-			p.commands[k] = map[string]bool{}
+		if err := p.record(ctx, env.ID, cmd.SearchID, cmd.File); err != nil {
+			return fmt.Errorf("parser: record command %s: %w", env.ID, err)
 		}
-		p.commands[k][env.ID] = true
-		p.mu.Unlock()
 
 		var i int
 		fmt.Sscanf(cmd.SearchID, "search-%d", &i)
@@ -339,7 +381,9 @@ func countFinished(ctx context.Context, st store.Store) (int, error) {
 	}
 }
 
-func buildReport(ctx context.Context, o demoOptions, st store.Store, p *parser, kinds []searchKind, expectedDead map[string]int) (*demoReport, error) {
+// buildReport checks the invariants from the store and from the parser's
+// record of the commands it received (search/file → command IDs).
+func buildReport(ctx context.Context, o demoOptions, st store.Store, commands map[string]map[string]bool, kinds []searchKind, expectedDead map[string]int) (*demoReport, error) {
 	r := &demoReport{Store: "memory", Transport: "memory (reorder, lost acks)", Replicas: o.replicas, Seed: o.seed,
 		Searches: o.searches, DeadLetters: map[string]int{}, ExpectedDead: expectedDead}
 	violate := func(format string, args ...any) {
@@ -405,7 +449,7 @@ func buildReport(ctx context.Context, o demoOptions, st store.Store, p *parser, 
 		}
 		for f := range o.files {
 			k := fmt.Sprintf("%s/refs-%d.ris", id, f)
-			switch n := len(p.commands[k]); {
+			switch n := len(commands[k]); {
 			case n == 0:
 				r.LostMessages++
 				violate("%s: no parse command", k)
@@ -415,7 +459,7 @@ func buildReport(ctx context.Context, o demoOptions, st store.Store, p *parser, 
 			}
 		}
 	}
-	for _, cmds := range p.commands {
+	for _, cmds := range commands {
 		r.ParseCommands += len(cmds)
 	}
 	dls, err := st.ListDeadLetters(ctx, &store.ListParams{Limit: 1 << 20})
@@ -440,7 +484,7 @@ func buildReport(ctx context.Context, o demoOptions, st store.Store, p *parser, 
 }
 
 func printReport(w io.Writer, r *demoReport) {
-	fmt.Fprintf(w, "Idem demo: search import on %s store and %s transport, %d replicas, seed %d\n\n", r.Store, r.Transport, r.Replicas, r.Seed)
+	fmt.Fprintf(w, "Idem demo: search import\n  store:     %s\n  transport: %s\n  replicas:  %d, seed %d\n\n", r.Store, r.Transport, r.Replicas, r.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	check := func(n int) string {
 		if n == 0 {
@@ -452,18 +496,29 @@ func printReport(w io.Writer, r *demoReport) {
 		{"sagas", fmt.Sprint(r.Searches)},
 		{"messages published", fmt.Sprint(r.Published)},
 		{"duplicates injected", fmt.Sprint(r.DuplicatesInjected)},
-		{"deliveries (with redeliveries)", fmt.Sprintf("%d (%d)", r.Deliveries, r.Redeliveries)},
-		{"acks lost (injected)", fmt.Sprint(r.AcksLost)},
-		{"transitions and handlers applied", fmt.Sprint(r.Applied)},
-		{"duplicates skipped by the inbox", fmt.Sprint(r.DuplicatesSkipped)},
-		{"events ignored by the machine", fmt.Sprint(r.Ignored)},
-		{"conflicts retried", fmt.Sprint(r.Conflicts)},
-		{"sagas completed / error", fmt.Sprintf("%d / %d", r.Completed, r.Errored)},
-		{"parse commands (distinct IDs)", fmt.Sprint(r.ParseCommands)},
-		{"duplicate effects", check(r.DuplicateEffects)},
-		{"lost messages", check(r.LostMessages)},
-		{"elapsed", r.Elapsed},
 	}
+	if strings.HasPrefix(r.Store, "sqlite") {
+		rows = append(rows,
+			[2]string{"worker processes killed (SIGKILL)", fmt.Sprint(r.Kills)},
+			[2]string{"saga transitions (from the journal)", fmt.Sprint(r.Applied)},
+		)
+	} else {
+		rows = append(rows,
+			[2]string{"deliveries (with redeliveries)", fmt.Sprintf("%d (%d)", r.Deliveries, r.Redeliveries)},
+			[2]string{"acks lost (injected)", fmt.Sprint(r.AcksLost)},
+			[2]string{"transitions and handlers applied", fmt.Sprint(r.Applied)},
+			[2]string{"duplicates skipped by the inbox", fmt.Sprint(r.DuplicatesSkipped)},
+			[2]string{"events ignored by the machine", fmt.Sprint(r.Ignored)},
+			[2]string{"conflicts retried", fmt.Sprint(r.Conflicts)},
+		)
+	}
+	rows = append(rows,
+		[2]string{"sagas completed / error", fmt.Sprintf("%d / %d", r.Completed, r.Errored)},
+		[2]string{"parse commands (distinct IDs)", fmt.Sprint(r.ParseCommands)},
+		[2]string{"duplicate effects", check(r.DuplicateEffects)},
+		[2]string{"lost messages", check(r.LostMessages)},
+		[2]string{"elapsed", r.Elapsed},
+	)
 	for _, row := range rows {
 		fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
 	}
