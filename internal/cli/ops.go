@@ -23,7 +23,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/pgstore"
 )
 
 // Exit codes of the operations commands, as Run documents them: 0 done, 1
@@ -65,14 +64,14 @@ Exit status: 0 migrated, 2 no or unsupported store, server unreachable,
 permission denied, or the server does not commit durably.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := sf.openPG(cmd.Context(), true)
+			st, v, err := sf.open(cmd.Context(), true)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			var v int
-			if err := st.Pool().QueryRow(cmd.Context(), `SELECT coalesce(max(version), 0) FROM idem_migrations`).Scan(&v); err != nil {
-				return failed(fmt.Errorf("read schema version of %s: %w", sf.schema, err))
+			if strings.HasPrefix(sf.url, "sqlite:") {
+				fmt.Fprintf(cmd.OutOrStdout(), "database at schema version %d\n", v)
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "schema %s at version %d\n", sf.schema, v)
 			return nil
@@ -152,7 +151,7 @@ bodies readable with jq, and its standard base64 otherwise
 				return usageErrorf("--limit %d: want at least 1", limit)
 			}
 			ctx := cmd.Context()
-			st, err := sf.openPG(ctx, false)
+			st, _, err := sf.open(ctx, false)
 			if err != nil {
 				return err
 			}
@@ -231,7 +230,7 @@ A missing ID exits 1 with "no dead letter with ID …".
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			st, err := sf.openPG(ctx, false)
+			st, _, err := sf.open(ctx, false)
 			if err != nil {
 				return err
 			}
@@ -257,7 +256,7 @@ A missing ID exits 1 with "no dead letter with ID …".
 
 // getDeadLetter loads one dead letter; a missing one is exit code 1 with a
 // message naming the ID.
-func getDeadLetter(ctx context.Context, st *pgstore.Store, id string) (*store.DeadLetter, error) {
+func getDeadLetter(ctx context.Context, st store.Queue, id string) (*store.DeadLetter, error) {
 	d, err := st.GetDeadLetter(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, failed(fmt.Errorf("no dead letter with ID %s", clean(id)))
@@ -464,7 +463,7 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 // A page is listed before fn runs, and the next page starts after the
 // page's last ID, so dead letters fn deletes or records again are not
 // visited twice.
-func (s *selection) each(ctx context.Context, st *pgstore.Store, cutoff time.Time, fn func([]store.DeadLetter) error) error {
+func (s *selection) each(ctx context.Context, st store.Queue, cutoff time.Time, fn func([]store.DeadLetter) error) error {
 	after := ""
 	for {
 		page, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: s.sagaType, After: after, Limit: pageSize})
@@ -564,7 +563,7 @@ a named ID does not exist (the others are still replayed).
 				return err
 			}
 			ctx := cmd.Context()
-			st, err := sf.openPG(ctx, false)
+			st, _, err := sf.open(ctx, false)
 			if err != nil {
 				return err
 			}
@@ -669,7 +668,7 @@ Prints how many dead letters were deleted.
 				return usageErrorf("purge --all deletes dead letters for good: add --yes to confirm")
 			}
 			ctx := cmd.Context()
-			st, err := sf.openPG(ctx, false)
+			st, _, err := sf.open(ctx, false)
 			if err != nil {
 				return err
 			}
