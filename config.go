@@ -21,6 +21,15 @@ type Config struct {
 	// Lanes is how many units of work of one batch run in parallel; the
 	// messages of one saga key always share a lane. Default 2×GOMAXPROCS.
 	Lanes int
+	// Consumers is how many batches are received and processed at once.
+	// More than one overlaps one batch's commit with the next one's
+	// receive and load, which a database with group commit turns into
+	// throughput. With a transport.PartitionedConsumer (pgstore) each
+	// consumer takes its own partitions of the keys; with another
+	// transport, messages of one key may be in two batches at once and the
+	// store's optimistic concurrency orders them (a conflict and a
+	// re-apply). Default 1.
+	Consumers int
 
 	// MaxAttempts is how many deliveries a message gets when it fails with
 	// a transient error before it is dead-lettered. Default 10.
@@ -68,7 +77,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out = *c
 	}
 	for name, v := range map[string]int64{
-		"BatchSize": int64(out.BatchSize), "Lanes": int64(out.Lanes), "MaxAttempts": int64(out.MaxAttempts),
+		"BatchSize": int64(out.BatchSize), "Lanes": int64(out.Lanes), "Consumers": int64(out.Consumers), "MaxAttempts": int64(out.MaxAttempts),
 		"ConflictRetries": int64(out.ConflictRetries), "MaxKeyLen": int64(out.MaxKeyLen), "MaxBodyBytes": int64(out.MaxBodyBytes),
 		"SweepBatch": int64(out.SweepBatch), "RetryBase": int64(out.RetryBase), "RetryMax": int64(out.RetryMax),
 		"Retention": int64(out.Retention), "OutboxRetention": int64(out.OutboxRetention), "SweepInterval": int64(out.SweepInterval),
@@ -97,6 +106,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	def(&out.BatchSize, 64)
 	def(&out.Lanes, 2*runtime.GOMAXPROCS(0))
+	def(&out.Consumers, 1)
 	def(&out.MaxAttempts, 10)
 	def(&out.ConflictRetries, 16)
 	def(&out.MaxKeyLen, 256)

@@ -267,7 +267,17 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.done = make(chan struct{})
 	g := &errgroup.Group{}
 	e.group = g
-	g.Go(func() error { return e.consume(loopCtx, workCtx) })
+	receive := func(int) func(context.Context, int) ([]transport.Delivery, error) { return e.tr.Receive }
+	if pc, ok := e.tr.(transport.PartitionedConsumer); ok && e.cfg.Consumers > 1 {
+		receive = func(part int) func(context.Context, int) ([]transport.Delivery, error) {
+			return func(ctx context.Context, max int) ([]transport.Delivery, error) {
+				return pc.ReceivePartition(ctx, max, part, e.cfg.Consumers)
+			}
+		}
+	}
+	for i := range e.cfg.Consumers {
+		g.Go(func() error { return e.consume(loopCtx, workCtx, receive(i)) })
+	}
 	g.Go(func() error { e.every(loopCtx, e.cfg.TimerInterval, e.fireTimers); return nil })
 	g.Go(func() error { e.every(loopCtx, e.cfg.SweepInterval, e.sweep); return nil })
 	if !e.queue {
@@ -314,9 +324,9 @@ func (e *Engine) Done() <-chan struct{} {
 	return e.done
 }
 
-func (e *Engine) consume(loopCtx, workCtx context.Context) error {
+func (e *Engine) consume(loopCtx, workCtx context.Context, receive func(context.Context, int) ([]transport.Delivery, error)) error {
 	for {
-		ds, err := e.tr.Receive(loopCtx, e.cfg.BatchSize)
+		ds, err := receive(loopCtx, e.cfg.BatchSize)
 		if loopCtx.Err() != nil {
 			if len(ds) > 0 {
 				e.process(workCtx, ds)

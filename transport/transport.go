@@ -135,6 +135,15 @@ type Consumer interface {
 	Nack(ctx context.Context, d Delivery, delay time.Duration) error
 }
 
+// PartitionedConsumer is implemented by transports that can hand out only
+// the messages of one partition: those whose CorrelationID (or, without one,
+// ID) hashes to part modulo parts. An engine with several consumers gives
+// each its own partitions, so that concurrent batches do not contend for the
+// same saga keys. The same contract as Receive applies otherwise.
+type PartitionedConsumer interface {
+	ReceivePartition(ctx context.Context, max, part, parts int) ([]Delivery, error)
+}
+
 // Transport is a Publisher and a Consumer. Close releases resources; after
 // Close, every method returns ErrClosed.
 type Transport interface {

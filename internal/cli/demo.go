@@ -34,7 +34,6 @@ type demoOptions struct {
 	json, progress            bool
 	store, db                 string
 	kills                     int
-	serve                     bool
 }
 
 func newDemo() *cobra.Command {

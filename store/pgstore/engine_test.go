@@ -221,7 +221,8 @@ func TestEnginesOnSeparatePoolsExactlyOnce(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = st.Close() })
 		}
-		e := newEngine(t, st, &idem.Config{BatchSize: 16})
+		// The first engine runs three consumers on partitions of the keys.
+		e := newEngine(t, st, &idem.Config{BatchSize: 16, Consumers: 1 + 2*boolInt(i == 0)})
 		engines = append(engines, e)
 	}
 	const keys, perKey = 40, 5
@@ -355,4 +356,11 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	}
 	workers = nil
 	checkExactlyOnce(t, conn, want, perKey)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

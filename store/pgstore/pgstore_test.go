@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -78,4 +80,42 @@ func randHex() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+func TestReceivePartitionSplitsKeys(t *testing.T) {
+	pgURL(t)
+	t.Parallel()
+	s := openStore(t, pgstore.Config{})
+	ctx := context.Background()
+	var envs []transport.Envelope
+	for i := range 60 {
+		envs = append(envs, transport.Envelope{ID: fmt.Sprintf("m-%d", i), Type: "t", CorrelationID: fmt.Sprintf("k-%d", i%12), Body: []byte(`{}`)})
+	}
+	if err := s.Publish(ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	const parts = 3
+	partOf := map[string]int{} // correlation ID → partition
+	seen := map[string]bool{}
+	for part := range parts {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ds, err := s.ReceivePartition(rctx, 100, part, parts)
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if p, ok := partOf[d.Envelope.CorrelationID]; ok && p != part {
+				t.Errorf("key %s handed to partitions %d and %d", d.Envelope.CorrelationID, p, part)
+			}
+			partOf[d.Envelope.CorrelationID] = part
+			if seen[d.Envelope.ID] {
+				t.Errorf("message %s handed out twice", d.Envelope.ID)
+			}
+			seen[d.Envelope.ID] = true
+		}
+	}
+	if len(seen) != len(envs) {
+		t.Errorf("partitions handed out %d messages, want all %d", len(seen), len(envs))
+	}
 }

@@ -47,7 +47,8 @@ SET attempt = q.attempt + 1, token = $2, visible_at = now() + make_interval(secs
 FROM (
   SELECT seq FROM idem_queue
   WHERE visible_at <= now()
-  ORDER BY seq
+    AND ($5 < 2 OR mod(abs(hashtext(coalesce(nullif(envelope->>'correlation_id', ''), id))), $5) = $4)
+  ORDER BY visible_at, seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED
 ) c
@@ -58,6 +59,12 @@ RETURNING q.seq, q.envelope, q.body, q.attempt`
 // notification, the next lease expiry or Config.PollInterval when there are
 // none.
 func (s *Store) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	return s.ReceivePartition(ctx, max, 0, 1)
+}
+
+// ReceivePartition is Receive restricted to the messages whose
+// CorrelationID (or ID, without one) hashes to part modulo parts.
+func (s *Store) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
 	if max < 1 {
 		max = 1
 	}
@@ -69,7 +76,7 @@ func (s *Store) Receive(ctx context.Context, max int) ([]transport.Delivery, err
 		s.lmu.Lock()
 		wake := s.wake
 		s.lmu.Unlock()
-		ds, next, err := s.claim(ctx, max)
+		ds, next, err := s.claim(ctx, max, part, parts)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -110,10 +117,10 @@ func max64(a, b time.Duration) time.Duration {
 	return b
 }
 
-func (s *Store) claim(ctx context.Context, max int) ([]transport.Delivery, pgtype.Timestamptz, error) {
+func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.Delivery, pgtype.Timestamptz, error) {
 	var next pgtype.Timestamptz
 	tok := newToken()
-	rows, err := s.pool.Query(ctx, receiveSQL, max, tok, s.cfg.Lease.Seconds())
+	rows, err := s.pool.Query(ctx, receiveSQL, max, tok, s.cfg.Lease.Seconds(), part, parts)
 	if err != nil {
 		return nil, next, fmt.Errorf("pgstore: receive: %w", translate(err))
 	}

@@ -1,0 +1,703 @@
+// Package bench is `idem bench`: a counter saga driven through the engine on
+// PostgreSQL (pgstore as store and queue), beside two baselines written as
+// straight SQL over pgx on the same tables, all in one run so that results
+// are read as ratios on a noisy machine.
+//
+// Every run gets a fresh schema, migrated at the start and dropped at the
+// end. The workload is a seeded stream of Increment messages over a set of
+// keys, a fraction of which are duplicates of earlier messages; every
+// transition also emits one message (the outbox row). Each run checks
+// exactly-once afterwards: every key's counter and version equal the number
+// of distinct messages for it, and there is one inbox record (and one
+// journal row, or outbox row) per distinct message.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store/pgstore"
+)
+
+// Options configure a benchmark. They map one to one onto the flags of
+// `idem bench`; Validate names the flag of a bad value.
+type Options struct {
+	// URL is the PostgreSQL connection string.
+	URL string
+	// SchemaPrefix starts the names of the throwaway schemas.
+	SchemaPrefix string
+	// AllowUnsafeCommit accepts a server with synchronous_commit=off.
+	AllowUnsafeCommit bool
+	// Messages is the number of deliveries per run, duplicates included.
+	Messages int
+	// Keys is the number of counter sagas.
+	Keys int
+	// Dup is the fraction of deliveries that repeat an earlier message.
+	Dup float64
+	// Batches and Lanes are the engine configurations to run (every pair).
+	Batches, Lanes []int
+	// Consumers is the engine's Config.Consumers in every run (default 1).
+	Consumers int
+	// BaselineClients is the number of concurrent clients of the baselines.
+	BaselineClients int
+	// BaselineBatch is how many messages baseline (b) writes per
+	// transaction.
+	BaselineBatch int
+	// LatencyLoad is the rate of the latency phase as a fraction of the
+	// throughput phase's rate.
+	LatencyLoad float64
+	// LatencyDuration is how long the latency phase publishes.
+	LatencyDuration time.Duration
+	// Seed makes the workload reproducible.
+	Seed uint64
+	// Timeout bounds each phase.
+	Timeout time.Duration
+	// KeepSchemas keeps the schemas for inspection instead of dropping them.
+	KeepSchemas bool
+	// Log receives progress lines and engine errors. Nil discards them.
+	Log io.Writer
+}
+
+// Validate reports the first bad option, naming its flag.
+func (o *Options) Validate() error {
+	switch {
+	case o.Messages < 1:
+		return fmt.Errorf("--messages must be at least 1, got %d", o.Messages)
+	case o.Keys < 1:
+		return fmt.Errorf("--keys must be at least 1, got %d", o.Keys)
+	case o.Dup < 0 || o.Dup >= 1:
+		return fmt.Errorf("--dup must be in [0, 1), got %v", o.Dup)
+	case len(o.Batches) == 0:
+		return errors.New("--batch needs at least one batch size")
+	case len(o.Lanes) == 0:
+		return errors.New("--lanes needs at least one lane count")
+	case o.BaselineClients < 1:
+		return fmt.Errorf("--baseline-clients must be at least 1, got %d", o.BaselineClients)
+	case o.BaselineBatch < 1:
+		return fmt.Errorf("--baseline-batch must be at least 1, got %d", o.BaselineBatch)
+	case o.LatencyLoad < 0 || o.LatencyLoad > 1:
+		return fmt.Errorf("--latency-load must be in [0, 1] (0 skips the latency phase), got %v", o.LatencyLoad)
+	case o.LatencyDuration <= 0:
+		return fmt.Errorf("--latency-duration must be positive, got %s", o.LatencyDuration)
+	case o.Timeout <= 0:
+		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
+	}
+	for _, b := range o.Batches {
+		if b < 1 {
+			return fmt.Errorf("--batch sizes must be at least 1, got %d", b)
+		}
+	}
+	for _, l := range o.Lanes {
+		if l < 1 {
+			return fmt.Errorf("--lanes must be at least 1, got %d", l)
+		}
+	}
+	return nil
+}
+
+// Report is the result of one benchmark run.
+type Report struct {
+	Date    string `json:"date"`
+	Machine string `json:"machine"`
+	Server  string `json:"server"`
+	Go      string `json:"go"`
+	// LoadBefore is the 1-minute load average when the run started: other
+	// work on the machine skews the numbers.
+	LoadBefore   float64     `json:"load_before"`
+	Messages     int         `json:"messages"`
+	Distinct     int         `json:"distinct"`
+	Duplicates   int         `json:"duplicates"`
+	Keys         int         `json:"keys"`
+	Seed         uint64      `json:"seed"`
+	LatencyLoad  float64     `json:"latency_load"`
+	Baselines    []Baseline  `json:"baselines"`
+	Runs         []EngineRun `json:"runs"`
+	Target       Target      `json:"target"`
+	ExactlyOnce  bool        `json:"exactly_once"`
+	UnsafeCommit bool        `json:"unsafe_commit,omitempty"`
+}
+
+// Baseline is one straight-SQL baseline.
+type Baseline struct {
+	Name              string   `json:"name"`
+	Description       string   `json:"description"`
+	Clients           int      `json:"clients"`
+	PerTransaction    int      `json:"messages_per_transaction"`
+	Seconds           float64  `json:"seconds"`
+	TransitionsPerSec float64  `json:"transitions_per_sec"`
+	DeliveriesPerSec  float64  `json:"deliveries_per_sec"`
+	RoundTripsPerMsg  float64  `json:"round_trips_per_msg"`
+	Applied           int64    `json:"applied"`
+	Duplicates        int64    `json:"duplicates_skipped"`
+	Retries           int64    `json:"retries"`
+	Schema            string   `json:"schema"`
+	ExactlyOnce       bool     `json:"exactly_once"`
+	Problems          []string `json:"problems,omitempty"`
+}
+
+// EngineRun is one engine configuration: a throughput phase on a pre-filled
+// queue and, when LatencyLoad > 0, a latency phase under a paced producer.
+type EngineRun struct {
+	Batch    int `json:"batch"`
+	Lanes    int `json:"lanes"`
+	MaxConns int `json:"max_conns"`
+
+	Seconds           float64 `json:"seconds"`
+	TransitionsPerSec float64 `json:"transitions_per_sec"`
+	DeliveriesPerSec  float64 `json:"deliveries_per_sec"`
+	RoundTripsPerMsg  float64 `json:"round_trips_per_msg"`
+	RatioA            float64 `json:"ratio_a"`
+	RatioB            float64 `json:"ratio_b"`
+	Applied           int64   `json:"applied"`
+	Duplicates        int64   `json:"duplicates_skipped"`
+	Conflicts         int64   `json:"conflicts"`
+	Retries           int64   `json:"retries"`
+	// ClaimP50Ms and ClaimP99Ms are claim-to-commit times in the throughput
+	// phase: how long a claimed batch takes, without the wait in the queue.
+	ClaimP50Ms float64 `json:"claim_to_commit_p50_ms"`
+	ClaimP99Ms float64 `json:"claim_to_commit_p99_ms"`
+	Schema     string  `json:"schema"`
+	// Breakdown is where the throughput phase's time went.
+	Breakdown Breakdown `json:"breakdown"`
+
+	// The latency phase: a producer publishes every 5 ms at LatencyRate
+	// deliveries/s; latency is from the publish's return to the commit of
+	// the unit of work that consumed the delivery.
+	LatencyRate      float64 `json:"latency_rate"`
+	LatencyAchieved  float64 `json:"latency_rate_achieved"`
+	LatencyMessages  int     `json:"latency_messages"`
+	P50Ms            float64 `json:"p50_ms"`
+	P99Ms            float64 `json:"p99_ms"`
+	LatencySchema    string  `json:"latency_schema,omitempty"`
+	LatencyConflicts int64   `json:"latency_conflicts"`
+
+	ExactlyOnce bool     `json:"exactly_once"`
+	Problems    []string `json:"problems,omitempty"`
+}
+
+// Target is the issue's goal, at batch size TargetBatch: at least 5× baseline
+// (a), at least half of baseline (b), and fewer than 0.2 round trips per
+// message. Best is the configuration at that batch size that meets the most
+// of the three (the fastest among equals).
+type Target struct {
+	Batch            int     `json:"batch"`
+	Lanes            int     `json:"lanes"`
+	RatioA           float64 `json:"ratio_a"`
+	RatioB           float64 `json:"ratio_b"`
+	RoundTripsPerMsg float64 `json:"round_trips_per_msg"`
+	MetA             bool    `json:"met_ratio_a"`
+	MetB             bool    `json:"met_ratio_b"`
+	MetRoundTrips    bool    `json:"met_round_trips"`
+	Met              bool    `json:"met"`
+	Evaluated        bool    `json:"evaluated"`
+}
+
+// TargetBatch is the batch size the target is stated for.
+const TargetBatch = 100
+
+// Run runs the baselines, then every engine configuration, and returns the
+// report. An error means a run could not complete; a run that completed
+// but broke exactly-once is reported with ExactlyOnce false.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.SchemaPrefix == "" {
+		o.SchemaPrefix = "idem"
+	}
+	r := &runner{o: o, w: NewWorkload(o.Messages, o.Keys, o.Dup, o.Seed, "m-"), id: randHex(3)}
+	r.log = o.Log
+	if r.log == nil {
+		r.log = io.Discard
+	}
+	rep := &Report{
+		Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Go: runtime.Version(),
+		Messages: o.Messages, Distinct: r.w.Distinct, Duplicates: r.w.Duplicates(), Keys: o.Keys, Seed: o.Seed,
+		LatencyLoad: o.LatencyLoad, UnsafeCommit: o.AllowUnsafeCommit, ExactlyOnce: true, LoadBefore: loadAverage(),
+	}
+	r.progress("workload: %d deliveries, %d distinct messages, %d duplicates, %d keys", o.Messages, rep.Distinct, rep.Duplicates, o.Keys)
+
+	for _, b := range []struct {
+		name, desc string
+		per        int
+	}{
+		{"a", "one transaction per message", 1},
+		{"b", fmt.Sprintf("hand-batched, %d messages per transaction", o.BaselineBatch), o.BaselineBatch},
+	} {
+		res, server, err := r.baseline(ctx, b.name, b.per)
+		if err != nil {
+			return nil, fmt.Errorf("baseline (%s): %w", b.name, err)
+		}
+		res.Description = b.desc
+		rep.Server = server
+		rep.ExactlyOnce = rep.ExactlyOnce && res.ExactlyOnce
+		rep.Baselines = append(rep.Baselines, *res)
+		r.progress("baseline (%s) %s: %.0f transitions/s, %.2f round trips/msg, %d retries",
+			b.name, b.desc, res.TransitionsPerSec, res.RoundTripsPerMsg, res.Retries)
+	}
+	for _, batch := range o.Batches {
+		for _, lanes := range o.Lanes {
+			run, err := r.idem(ctx, batch, lanes)
+			if err != nil {
+				return nil, fmt.Errorf("idem batch %d lanes %d: %w", batch, lanes, err)
+			}
+			run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
+			run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
+			rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
+			rep.Runs = append(rep.Runs, *run)
+			r.progress("idem batch %d lanes %d: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
+				batch, lanes, run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
+		}
+	}
+	rep.Target = target(rep.Runs)
+	return rep, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func target(runs []EngineRun) Target {
+	t := Target{Batch: TargetBatch}
+	score := -1
+	for _, r := range runs {
+		if r.Batch != TargetBatch {
+			continue
+		}
+		c := Target{Batch: r.Batch, Lanes: r.Lanes, RatioA: r.RatioA, RatioB: r.RatioB, RoundTripsPerMsg: r.RoundTripsPerMsg,
+			MetA: r.RatioA >= 5, MetB: r.RatioB >= 0.5, MetRoundTrips: r.RoundTripsPerMsg < 0.2, Evaluated: true}
+		c.Met = c.MetA && c.MetB && c.MetRoundTrips
+		s := 0
+		for _, m := range []bool{c.MetA, c.MetB, c.MetRoundTrips} {
+			if m {
+				s++
+			}
+		}
+		if s > score || (s == score && c.RatioA > t.RatioA) {
+			t, score = c, s
+		}
+	}
+	return t
+}
+
+type runner struct {
+	o   Options
+	w   *Workload
+	id  string
+	n   int // schemas made
+	log io.Writer
+}
+
+func (r *runner) progress(format string, args ...any) {
+	fmt.Fprintf(r.log, "idem bench: "+format+"\n", args...)
+}
+
+// open creates a fresh, migrated schema and returns a store on it and a
+// function that closes the store and drops the schema.
+func (r *runner) open(ctx context.Context, label string, maxConns int) (*pgstore.Store, string, func(), error) {
+	r.n++
+	schema := fmt.Sprintf("%s_bench_%s_%d%s", r.o.SchemaPrefix, r.id, r.n, label)
+	st, err := pgstore.Open(ctx, r.o.URL, &pgstore.Config{
+		Schema: schema, Migrate: true, MaxConns: int32(maxConns), AllowUnsafeCommit: r.o.AllowUnsafeCommit,
+		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return st, schema, func() {
+		keep := r.o.KeepSchemas
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		var err error
+		if !keep {
+			_, err = st.Pool().Exec(dctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		}
+		_ = st.Close()
+		if err != nil {
+			r.progress("could not drop schema %s: %v", schema, err)
+		}
+	}, nil
+}
+
+func (r *runner) baseline(ctx context.Context, name string, per int) (*Baseline, string, error) {
+	clients := r.o.BaselineClients
+	st, schema, closeFn, err := r.open(ctx, "_"+name, clients+1)
+	if err != nil {
+		return nil, "", err
+	}
+	defer closeFn()
+	var server string
+	if err := st.Pool().QueryRow(ctx, `SHOW server_version`).Scan(&server); err != nil {
+		return nil, "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
+	defer cancel()
+	trips0 := st.RoundTrips()
+	start := time.Now()
+	var c *baselineCounts
+	if per == 1 {
+		c, err = runPerMessage(ctx, st.Pool(), r.w, clients)
+	} else {
+		c, err = runBatched(ctx, st.Pool(), r.w, clients, per)
+	}
+	elapsed := time.Since(start)
+	trips := st.RoundTrips() - trips0
+	if err != nil {
+		return nil, "", err
+	}
+	b := &Baseline{
+		Name: name, Clients: clients, PerTransaction: per, Seconds: elapsed.Seconds(),
+		TransitionsPerSec: float64(r.w.Distinct) / elapsed.Seconds(), DeliveriesPerSec: float64(len(r.w.Deliveries)) / elapsed.Seconds(),
+		RoundTripsPerMsg: float64(trips) / float64(len(r.w.Deliveries)),
+		Applied:          c.applied.Load(), Duplicates: c.duplicates.Load(), Retries: c.retries.Load(), Schema: schema,
+	}
+	b.Problems, err = verify(ctx, st.Pool(), r.w, "idem_outbox")
+	if err != nil {
+		return nil, "", err
+	}
+	if b.Applied != int64(r.w.Distinct) || b.Duplicates != int64(r.w.Duplicates()) {
+		b.Problems = append(b.Problems, fmt.Sprintf("applied %d and skipped %d duplicates, want %d and %d", b.Applied, b.Duplicates, r.w.Distinct, r.w.Duplicates()))
+	}
+	b.ExactlyOnce = len(b.Problems) == 0
+	return b, server, nil
+}
+
+// verify checks exactly-once in the schema pool works on: every key's
+// counter equals its number of distinct messages, and the inbox and
+// perMsgTables (journal, outbox, emitted messages) hold one row per distinct
+// message.
+func verify(ctx context.Context, pool *pgxpool.Pool, w *Workload, perMsgTables ...string) ([]string, error) {
+	var problems []string
+	rows, err := pool.Query(ctx, `SELECT key, (data->>'n')::bigint FROM idem_instances WHERE saga_type = $1`, SagaType)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	got := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		got[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	wrong := 0
+	for k, want := range w.Expected {
+		g, ok := got[keyName(k)]
+		if (want == 0 && ok) || (want > 0 && g != int64(want)) {
+			if wrong < 5 {
+				problems = append(problems, fmt.Sprintf("key %s: counter %d, want %d", keyName(k), g, want))
+			}
+			wrong++
+		}
+	}
+	if wrong > 5 {
+		problems = append(problems, fmt.Sprintf("and %d more keys with a wrong counter", wrong-5))
+	}
+	for _, table := range append([]string{"idem_inbox"}, perMsgTables...) {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			return nil, fmt.Errorf("verify: count %s: %w", table, err)
+		}
+		if n != w.Distinct {
+			problems = append(problems, fmt.Sprintf("%s holds %d rows, want one per distinct message (%d)", table, n, w.Distinct))
+		}
+	}
+	return problems, nil
+}
+
+// idem runs one engine configuration: the throughput phase, then the
+// latency phase.
+func (r *runner) idem(ctx context.Context, batch, lanes int) (*EngineRun, error) {
+	run := &EngineRun{Batch: batch, Lanes: lanes, MaxConns: lanes*max(1, r.o.Consumers) + 4}
+	if err := r.throughput(ctx, run); err != nil {
+		return nil, err
+	}
+	if r.o.LatencyLoad > 0 {
+		if err := r.latency(ctx, run); err != nil {
+			return nil, fmt.Errorf("latency phase: %w", err)
+		}
+	}
+	run.ExactlyOnce = len(run.Problems) == 0
+	return run, nil
+}
+
+// divertEmittedSQL keeps the messages the counter saga emits out of the
+// engine's way. The engine enqueues them in idem_queue inside each unit of
+// work, as it does for every emitted message (pgstore's enqueue statement
+// and NOTIFY run unchanged); this rule stores them instead in a table of the
+// same shape and indexes, as if another service consumed them from its own
+// queue. Without it the engine would claim its own output and dead-letter
+// it (no consumer), doubling its work; the baselines never read their
+// outbox rows either. The rule costs Idem a second pass over the enqueued
+// rows.
+const divertEmittedSQL = `
+CREATE TABLE bench_emitted (LIKE idem_queue INCLUDING ALL);
+CREATE RULE bench_divert_emitted AS ON INSERT TO idem_queue
+  WHERE NEW.envelope->>'type' = 'bench.Incremented'
+  DO INSTEAD INSERT INTO bench_emitted (id, envelope, body, visible_at)
+  VALUES (NEW.id, NEW.envelope, NEW.body, NEW.visible_at)`
+
+// session is one engine on a fresh schema, consuming through a tap.
+type session struct {
+	st     *pgstore.Store
+	schema string
+	tap    *tap
+	e      *idem.Engine
+	close  func()
+}
+
+func (r *runner) session(ctx context.Context, label string, run *EngineRun, n int) (*session, error) {
+	st, schema, closeFn, err := r.open(ctx, label, run.MaxConns)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.Pool().Exec(ctx, divertEmittedSQL); err != nil {
+		closeFn()
+		return nil, fmt.Errorf("divert emitted messages: %w", err)
+	}
+	t := newTap(st, n)
+	e, err := idem.NewEngine(t, t, &idem.Config{
+		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: r.o.Consumers,
+		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err == nil {
+		err = e.Register(Machine())
+	}
+	if err != nil {
+		closeFn()
+		return nil, err
+	}
+	return &session{st: st, schema: schema, tap: t, e: e, close: closeFn}, nil
+}
+
+// start starts the engine; the returned function stops it.
+func (s *session) start(ctx context.Context) (func() error, error) {
+	if err := s.e.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func() error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return s.e.Stop(sctx)
+	}, nil
+}
+
+// wait waits until every delivery has committed.
+func (s *session) wait(ctx context.Context, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-s.tap.done:
+		return nil
+	case <-s.e.Done():
+		return errors.New("the engine stopped before the queue was drained")
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		s.tap.mu.Lock()
+		left := s.tap.remaining
+		s.tap.mu.Unlock()
+		return fmt.Errorf("not drained after %s: %d of %d deliveries left (raise --timeout)", timeout, left, len(s.tap.committed))
+	}
+}
+
+func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
+	s, err := r.session(ctx, fmt.Sprintf("_b%dl%d", run.Batch, run.Lanes), run, len(r.w.Deliveries))
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	run.Schema = s.schema
+	for chunk := range slices.Chunk(r.w.Envelopes(time.Now()), 1000) {
+		if err := s.st.Publish(ctx, chunk); err != nil {
+			return fmt.Errorf("pre-enqueue: %w", err)
+		}
+	}
+	if _, err := s.st.Pool().Exec(ctx, `ANALYZE idem_queue`); err != nil {
+		return err
+	}
+	trips0 := s.st.RoundTrips()
+	start := time.Now()
+	stop, err := s.start(ctx)
+	if err != nil {
+		return err
+	}
+	werr := s.wait(ctx, r.o.Timeout)
+	if err := stop(); werr == nil {
+		werr = err
+	}
+	if werr != nil {
+		return werr
+	}
+	elapsed := s.tap.doneAt.Sub(start).Seconds()
+	stats := s.e.Stats()
+	run.Seconds = elapsed
+	run.TransitionsPerSec = float64(r.w.Distinct) / elapsed
+	run.DeliveriesPerSec = float64(len(r.w.Deliveries)) / elapsed
+	run.RoundTripsPerMsg = float64(s.tap.doneTrips-trips0) / float64(len(r.w.Deliveries))
+	run.Applied, run.Duplicates, run.Conflicts, run.Retries = stats.Applied, stats.Duplicates, stats.Conflicts, stats.Retries
+	s.tap.mu.Lock()
+	run.Breakdown = s.tap.timing
+	s.tap.mu.Unlock()
+	claim := s.tap.latencies(s.tap.claimed)
+	run.ClaimP50Ms, run.ClaimP99Ms = ms(percentile(claim, 0.50)), ms(percentile(claim, 0.99))
+	problems, err := verify(ctx, s.st.Pool(), r.w, "idem_journal", "bench_emitted")
+	if err != nil {
+		return err
+	}
+	if stats.Applied != int64(r.w.Distinct) || stats.Duplicates != int64(r.w.Duplicates()) {
+		problems = append(problems, fmt.Sprintf("engine applied %d and skipped %d duplicates, want %d and %d", stats.Applied, stats.Duplicates, r.w.Distinct, r.w.Duplicates()))
+	}
+	run.Problems = append(run.Problems, problems...)
+	return nil
+}
+
+// publishEvery is the latency phase producer's tick.
+const publishEvery = 5 * time.Millisecond
+
+func (r *runner) latency(ctx context.Context, run *EngineRun) error {
+	run.LatencyRate = r.o.LatencyLoad * run.DeliveriesPerSec
+	n := max(100, int(run.LatencyRate*r.o.LatencyDuration.Seconds()))
+	w := NewWorkload(n, r.o.Keys, r.o.Dup, r.o.Seed+1, "l-")
+	s, err := r.session(ctx, fmt.Sprintf("_b%dl%d_lat", run.Batch, run.Lanes), run, n)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	run.LatencySchema, run.LatencyMessages = s.schema, n
+	envs := w.Envelopes(time.Time{})
+	published := make([]time.Time, n)
+	stop, err := s.start(ctx)
+	if err != nil {
+		return err
+	}
+	perr := func() error {
+		tick := time.NewTicker(publishEvery)
+		defer tick.Stop()
+		start := time.Now()
+		for sent := 0; sent < n; {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-s.e.Done():
+				return errors.New("the engine stopped while publishing")
+			case <-tick.C:
+			}
+			due := min(n, int(time.Since(start).Seconds()*run.LatencyRate)+1)
+			if due <= sent {
+				continue
+			}
+			now := time.Now()
+			for i := sent; i < due; i++ {
+				envs[i].SentAt = now
+			}
+			if err := s.st.Publish(ctx, envs[sent:due]); err != nil {
+				return fmt.Errorf("publish: %w", err)
+			}
+			at := time.Now()
+			for i := sent; i < due; i++ {
+				published[i] = at
+			}
+			sent = due
+			if sent == n {
+				run.LatencyAchieved = float64(n) / at.Sub(start).Seconds()
+			}
+		}
+		return nil
+	}()
+	werr := perr
+	if werr == nil {
+		werr = s.wait(ctx, r.o.Timeout)
+	}
+	if err := stop(); werr == nil {
+		werr = err
+	}
+	if werr != nil {
+		return werr
+	}
+	lat := s.tap.latencies(published)
+	run.P50Ms, run.P99Ms = ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99))
+	stats := s.e.Stats()
+	run.LatencyConflicts = stats.Conflicts
+	problems, err := verify(ctx, s.st.Pool(), w, "idem_journal", "bench_emitted")
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		run.Problems = append(run.Problems, "latency phase: "+p)
+	}
+	return nil
+}
+
+// percentile returns the nearest-rank p-quantile of ds (0 when empty). It
+// sorts ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(math.Ceil(p*float64(len(ds)))) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// machine describes the client machine (the server is usually the same
+// one in these benchmarks).
+func machine() string {
+	model := "unknown CPU"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+		_ = f.Close()
+	}
+	return fmt.Sprintf("%s, %d CPUs, GOMAXPROCS %d, %s/%s", model, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
+}
+
+// loadAverage returns the 1-minute load average, or -1 where unknown.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	var l float64
+	if _, err := fmt.Sscan(string(b), &l); err != nil {
+		return -1
+	}
+	return l
+}

@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/internal/bench"
+)
+
+func TestBenchSmallRun(t *testing.T) {
+	t.Parallel()
+	url := pgURL(t)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "t_" + hex.EncodeToString(b[:])
+	const messages, keys, seed = 300, 20, 5
+	code, out, errOut := run(t, "bench", "--store", url, "--schema", prefix, "--messages", "300", "--keys", "20", "--seed", "5",
+		"--batch", "10", "--lanes", "2", "--baseline-clients", "3", "--baseline-batch", "25",
+		"--latency-duration", "200ms", "--keep-schemas", "--json", "--quiet")
+	var rep bench.Report
+	jerr := json.Unmarshal([]byte(out), &rep)
+
+	// The schemas were kept so that this test can look at them itself; drop
+	// them however the run went.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() {
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, prefix+"_")
+		if err != nil {
+			t.Errorf("list schemas: %v", err)
+			return
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Errorf("list schemas: %v", err)
+		}
+		for _, n := range names {
+			if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{n}.Sanitize()+" CASCADE"); err != nil {
+				t.Errorf("drop schema %s: %v", n, err)
+			}
+		}
+	})
+
+	if code != 0 || jerr != nil {
+		t.Fatalf("exit %d (want 0), JSON error %v\nstdout:\n%s\nstderr:\n%s", code, jerr, out, errOut)
+	}
+	w := bench.NewWorkload(messages, keys, 0.2, seed, "m-")
+	if rep.Messages != messages || rep.Distinct != w.Distinct || rep.Duplicates != 60 {
+		t.Errorf("report counts %d deliveries, %d distinct, %d duplicates; want %d, %d, 60", rep.Messages, rep.Distinct, rep.Duplicates, messages, w.Distinct)
+	}
+	if !rep.ExactlyOnce {
+		t.Errorf("report says exactly-once was violated: %+v", rep)
+	}
+	if len(rep.Baselines) != 2 || len(rep.Runs) != 1 {
+		t.Fatalf("got %d baselines and %d runs, want 2 and 1", len(rep.Baselines), len(rep.Runs))
+	}
+	for _, b := range rep.Baselines {
+		if b.TransitionsPerSec <= 0 || b.RoundTripsPerMsg <= 0 || b.Applied != int64(w.Distinct) || b.Duplicates != int64(w.Duplicates()) || !b.ExactlyOnce {
+			t.Errorf("baseline (%s) = %+v: want positive rates, %d applied, %d duplicates skipped, exactly once", b.Name, b, w.Distinct, w.Duplicates())
+		}
+		checkCounters(t, conn, b.Schema, w, "idem_outbox")
+	}
+	r := rep.Runs[0]
+	if r.Batch != 10 || r.Lanes != 2 {
+		t.Errorf("run has batch %d lanes %d, want 10 and 2", r.Batch, r.Lanes)
+	}
+	if r.TransitionsPerSec <= 0 || r.RoundTripsPerMsg <= 0 || r.RatioA <= 0 || r.RatioB <= 0 {
+		t.Errorf("run %+v: want positive throughput, ratios and round trips", r)
+	}
+	if r.Applied != int64(w.Distinct) || r.Duplicates != int64(w.Duplicates()) || !r.ExactlyOnce {
+		t.Errorf("run applied %d and skipped %d duplicates (exactly once: %v, problems %v); want %d and %d",
+			r.Applied, r.Duplicates, r.ExactlyOnce, r.Problems, w.Distinct, w.Duplicates())
+	}
+	if r.LatencyMessages < 100 || r.P50Ms <= 0 || r.P99Ms < r.P50Ms {
+		t.Errorf("latency phase: %d messages, p50 %v ms, p99 %v ms; want at least 100 messages and 0 < p50 <= p99", r.LatencyMessages, r.P50Ms, r.P99Ms)
+	}
+	checkCounters(t, conn, r.Schema, w, "idem_journal", "bench_emitted")
+	checkCounters(t, conn, r.LatencySchema, bench.NewWorkload(r.LatencyMessages, keys, 0.2, seed+1, "l-"), "idem_journal", "bench_emitted")
+}
+
+// checkCounters checks, independently of the report, that every key's
+// counter in schema equals its number of distinct messages and that the
+// inbox and each table in perMsg hold one row per distinct message.
+func checkCounters(t *testing.T, conn *pgx.Conn, schema string, w *bench.Workload, perMsg ...string) {
+	t.Helper()
+	ctx := context.Background()
+	s := pgx.Identifier{schema}.Sanitize()
+	rows, err := conn.Query(ctx, `SELECT key, (data->>'n')::int FROM `+s+`.idem_instances WHERE saga_type = $1`, bench.SagaType)
+	if err != nil {
+		t.Errorf("%s: read counters: %v", schema, err)
+		return
+	}
+	got := map[string]int{}
+	sum := 0
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			t.Errorf("%s: read counters: %v", schema, err)
+			return
+		}
+		got[k] = n
+		sum += n
+	}
+	if sum != w.Distinct {
+		t.Errorf("%s: counters add up to %d, want %d distinct messages", schema, sum, w.Distinct)
+	}
+	for k, want := range w.Expected {
+		if name := "k-" + strconv.Itoa(k); got[name] != want {
+			t.Errorf("%s: counter of %s is %d, want %d", schema, name, got[name], want)
+		}
+	}
+	for _, table := range append([]string{"idem_inbox"}, perMsg...) {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+s+`.`+table).Scan(&n); err != nil {
+			t.Errorf("%s: count %s: %v", schema, table, err)
+		} else if n != w.Distinct {
+			t.Errorf("%s: %s holds %d rows, want %d", schema, table, n, w.Distinct)
+		}
+	}
+}
+
+func TestBenchRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--store", ""}, "--store"},
+		{[]string{"bench", "--store", "sqlite:///tmp/x.db"}, "postgres://"},
+		{[]string{"bench", "--store", "postgres://u:secret@h/db", "--batch", "10,x"}, "--batch"},
+		{[]string{"bench", "--store", "postgres://u@h/db", "--lanes", "0"}, "--lanes"},
+		{[]string{"bench", "--store", "postgres://u@h/db", "--dup", "1"}, "--dup"},
+		{[]string{"bench", "--store", "postgres://u@h/db", "--messages", "0"}, "--messages"},
+	} {
+		code, _, errOut := run(t, tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "secret") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message naming %s, without the password", tc.args, code, errOut, tc.want)
+		}
+	}
+}
