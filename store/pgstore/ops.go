@@ -4,24 +4,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
-
-const defaultLimit = 100
-
-func limit(n int) int {
-	if n < 1 {
-		return defaultLimit
-	}
-	return n
-}
 
 const claimOutboxSQL = `
 UPDATE idem_outbox o SET lease_until = $2
@@ -40,7 +31,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, p *store.ClaimParams) ([]store.
 	if err := s.check("claim outbox"); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, claimOutboxSQL, p.Now, p.Now.Add(p.Lease), p.CreatedBefore, limit(p.Limit))
+	rows, err := s.pool.Query(ctx, claimOutboxSQL, p.Now, p.Now.Add(p.Lease), p.CreatedBefore, sqlq.Limit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim outbox: %w", translate(err))
 	}
@@ -56,7 +47,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, p *store.ClaimParams) ([]store.
 			rows.Close()
 			return nil, fmt.Errorf("pgstore: claim outbox: %w", err)
 		}
-		if r.m.Envelope, err = decodeEnvelope(meta, body); err != nil {
+		if r.m.Envelope, err = sqlq.DecodeEnvelope(meta, body); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -110,7 +101,7 @@ func (s *Store) ClaimTimers(ctx context.Context, p *store.ClaimParams) ([]store.
 	if err := s.check("claim timers"); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, claimTimersSQL, p.Now, p.Now.Add(p.Lease), limit(p.Limit))
+	rows, err := s.pool.Query(ctx, claimTimersSQL, p.Now, p.Now.Add(p.Lease), sqlq.Limit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim timers: %w", translate(err))
 	}
@@ -118,7 +109,7 @@ func (s *Store) ClaimTimers(ctx context.Context, p *store.ClaimParams) ([]store.
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim timers: %w", err)
 	}
-	slices.SortFunc(ts, compareTimers)
+	slices.SortFunc(ts, sqlq.CompareTimers)
 	return ts, nil
 }
 
@@ -131,7 +122,7 @@ func scanTimers(rows pgx.Rows) ([]store.Timer, error) {
 		if err := rows.Scan(&t.SagaType, &t.Key, &t.Name, &t.DueAt, &meta, &body); err != nil {
 			return nil, err
 		}
-		env, err := decodeEnvelope(meta, body)
+		env, err := sqlq.DecodeEnvelope(meta, body)
 		if err != nil {
 			return nil, err
 		}
@@ -139,13 +130,6 @@ func scanTimers(rows pgx.Rows) ([]store.Timer, error) {
 		ts = append(ts, t)
 	}
 	return ts, translate(rows.Err())
-}
-
-func compareTimers(a, b store.Timer) int {
-	if c := a.DueAt.Compare(b.DueAt); c != 0 {
-		return c
-	}
-	return strings.Compare(a.SagaType+"\x00"+a.Key+"\x00"+a.Name, b.SagaType+"\x00"+b.Key+"\x00"+b.Name)
 }
 
 // DeleteTimers removes fired timers whose envelope is still the one fired.
@@ -208,7 +192,7 @@ func (s *Store) Sweep(ctx context.Context, p *store.SweepParams) (*store.SweepRe
 		return nil, err
 	}
 	res := &store.SweepResult{}
-	n := limit(p.Limit)
+	n := sqlq.Limit(p.Limit)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT set_config('idem.sweeping', 'on', true)`)
@@ -247,15 +231,9 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListParams) ([]*stor
 	if p == nil {
 		p = &store.ListParams{}
 	}
-	var afterType, afterKey string
-	if p.After != "" {
-		if t, k, ok := strings.Cut(p.After, "\x00"); ok {
-			afterType, afterKey = t, k
-		} else if p.SagaType != "" {
-			afterType, afterKey = p.SagaType, p.After
-		} else {
-			return nil, fmt.Errorf("pgstore: list instances: cursor %q without saga type: want saga type, NUL, key", p.After)
-		}
+	afterType, afterKey, err := sqlq.InstanceCursor(p)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list instances: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at
@@ -263,7 +241,7 @@ FROM idem_instances
 WHERE ($1 = '' OR saga_type = $1) AND ($2 = '' OR state = $2)
   AND (NOT $3 OR (saga_type COLLATE "C", key COLLATE "C") > ($4 COLLATE "C", $5 COLLATE "C"))
 ORDER BY saga_type COLLATE "C", key COLLATE "C"
-LIMIT $6`, p.SagaType, p.State, p.After != "", afterType, afterKey, limit(p.Limit))
+LIMIT $6`, p.SagaType, p.State, p.After != "", afterType, afterKey, sqlq.Limit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list instances: %w", translate(err))
 	}
@@ -314,22 +292,18 @@ func (s *Store) ListTimers(ctx context.Context, p *store.ListParams) ([]store.Ti
 	var due pgtype.Timestamptz
 	var at, ak, an string
 	if p.After != "" {
-		parts := strings.Split(p.After, "\x00")
-		if len(parts) != 4 {
-			return nil, fmt.Errorf("pgstore: list timers: cursor %q: want due time, saga type, key, name separated by NUL", p.After)
-		}
-		t, err := time.Parse(time.RFC3339Nano, parts[0])
+		t, typ, key, name, err := sqlq.TimerCursor(p.After)
 		if err != nil {
-			return nil, fmt.Errorf("pgstore: list timers: cursor %q: %w", p.After, err)
+			return nil, fmt.Errorf("pgstore: list timers: %w", err)
 		}
-		due, at, ak, an = pgtype.Timestamptz{Time: t, Valid: true}, parts[1], parts[2], parts[3]
+		due, at, ak, an = pgtype.Timestamptz{Time: t, Valid: true}, typ, key, name
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT saga_type, key, name, due_at, envelope, body FROM idem_timers
 WHERE ($1 = '' OR saga_type = $1)
   AND ($2::timestamptz IS NULL OR (due_at, saga_type COLLATE "C", key COLLATE "C", name COLLATE "C") > ($2, $3 COLLATE "C", $4 COLLATE "C", $5 COLLATE "C"))
 ORDER BY due_at, saga_type COLLATE "C", key COLLATE "C", name COLLATE "C"
-LIMIT $6`, p.SagaType, due, at, ak, an, limit(p.Limit))
+LIMIT $6`, p.SagaType, due, at, ak, an, sqlq.Limit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list timers: %w", translate(err))
 	}
@@ -364,7 +338,7 @@ func scanDeadLetter(row pgx.Row) (*store.DeadLetter, error) {
 	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &d.FirstFailedAt, &d.LastFailedAt); err != nil {
 		return nil, err
 	}
-	env, err := decodeEnvelope(meta, body)
+	env, err := sqlq.DecodeEnvelope(meta, body)
 	if err != nil {
 		return nil, err
 	}
@@ -383,7 +357,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, p *store.ListParams) ([]sto
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters
 WHERE ($1 = '' OR saga_type = $1) AND ($2 = '' OR id COLLATE "C" > $2 COLLATE "C")
-ORDER BY id COLLATE "C" LIMIT $3`, p.SagaType, p.After, limit(p.Limit))
+ORDER BY id COLLATE "C" LIMIT $3`, p.SagaType, p.After, sqlq.Limit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list dead letters: %w", translate(err))
 	}

@@ -2,8 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -119,7 +118,7 @@ func max64(a, b time.Duration) time.Duration {
 
 func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.Delivery, pgtype.Timestamptz, error) {
 	var next pgtype.Timestamptz
-	tok := newToken()
+	tok := sqlq.NewToken()
 	rows, err := s.pool.Query(ctx, receiveSQL, max, tok, s.cfg.Lease.Seconds(), part, parts)
 	if err != nil {
 		return nil, next, fmt.Errorf("pgstore: receive: %w", translate(err))
@@ -136,11 +135,11 @@ func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.De
 			rows.Close()
 			return nil, next, fmt.Errorf("pgstore: receive: %w", err)
 		}
-		if r.d.Envelope, err = decodeEnvelope(meta, body); err != nil {
+		if r.d.Envelope, err = sqlq.DecodeEnvelope(meta, body); err != nil {
 			rows.Close()
 			return nil, next, err
 		}
-		r.d.Token = formatToken(r.seq, tok)
+		r.d.Token = sqlq.FormatToken(r.seq, tok)
 		got = append(got, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -160,12 +159,6 @@ func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.De
 	return ds, next, nil
 }
 
-func newToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // Ack deletes settled messages. A delivery whose claim was taken over by
 // another consumer is refused with transport.ErrLeaseLost; one already
 // deleted is not an error.
@@ -176,7 +169,7 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	seqs, toks, err := splitTokens(ds)
+	seqs, toks, err := sqlq.SplitTokens(ds)
 	if err != nil {
 		return err
 	}
@@ -220,18 +213,6 @@ func (s *Store) fenced(ctx context.Context, op string, seqs, settled []int64) er
 	return fmt.Errorf("pgstore: %s of queue rows %v: %w", op, still, transport.ErrLeaseLost)
 }
 
-func splitTokens(ds []transport.Delivery) ([]int64, []string, error) {
-	seqs, toks := make([]int64, len(ds)), make([]string, len(ds))
-	for i, d := range ds {
-		seq, tok, ok := parseToken(d.Token)
-		if !ok {
-			return nil, nil, fmt.Errorf("pgstore: delivery %s: token %q is not from this store", d.Envelope.ID, d.Token)
-		}
-		seqs[i], toks[i] = seq, tok
-	}
-	return seqs, toks, nil
-}
-
 // Nack makes a claimed message visible again after delay. The claim's token
 // stays until the message is claimed again, so a repeated Nack (or a late
 // Ack) of the same delivery is not an error.
@@ -239,7 +220,7 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	if err := s.check("nack"); err != nil {
 		return err
 	}
-	seqs, toks, err := splitTokens([]transport.Delivery{d})
+	seqs, toks, err := sqlq.SplitTokens([]transport.Delivery{d})
 	if err != nil {
 		return err
 	}

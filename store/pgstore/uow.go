@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
@@ -266,7 +265,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if n := len(c.Outbox); n > 0 {
 		ids, envs, bodies, at := make([]string, n), make([]string, n), make([][]byte, n), make([]time.Time, n)
 		for i, m := range c.Outbox {
-			meta, body, err := encodeEnvelope(m.Envelope)
+			meta, body, err := sqlq.EncodeEnvelope(m.Envelope)
 			if err != nil {
 				return err
 			}
@@ -284,7 +283,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if n := len(c.Timers); n > 0 {
 		a, bb, cc, due, envs, bodies := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n), make([]string, n), make([][]byte, n)
 		for i, t := range c.Timers {
-			meta, body, err := encodeEnvelope(t.Envelope)
+			meta, body, err := sqlq.EncodeEnvelope(t.Envelope)
 			if err != nil {
 				return err
 			}
@@ -308,7 +307,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 		ids, envs, bodies, reasons, errs, types, keys := make([]string, n), make([]string, n), make([][]byte, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		attempts, first, last := make([]int32, n), make([]time.Time, n), make([]time.Time, n)
 		for i, d := range c.DeadLetters {
-			meta, body, err := encodeEnvelope(d.Envelope)
+			meta, body, err := sqlq.EncodeEnvelope(d.Envelope)
 			if err != nil {
 				return err
 			}
@@ -320,7 +319,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if n := len(u.consume); n > 0 {
 		seqs, tokens := make([]int64, n), make([]string, n)
 		for i, d := range u.consume {
-			seq, tok, ok := parseToken(d.Token)
+			seq, tok, ok := sqlq.ParseToken(d.Token)
 			if !ok {
 				return fmt.Errorf("pgstore: consume %s: delivery token %q is not from this store", d.Envelope.ID, d.Token)
 			}
@@ -347,7 +346,7 @@ func queueEnqueue(b *pgx.Batch, msgs []transport.Envelope) error {
 	n := len(msgs)
 	ids, envs, bodies := make([]string, n), make([]string, n), make([][]byte, n)
 	for i, m := range msgs {
-		meta, body, err := encodeEnvelope(m)
+		meta, body, err := sqlq.EncodeEnvelope(m)
 		if err != nil {
 			return err
 		}
@@ -420,42 +419,4 @@ func translate(err error) error {
 		}
 	}
 	return redact(err)
-}
-
-// envelopeMeta is an envelope without its body, stored as jsonb beside a
-// bytea body.
-func encodeEnvelope(e transport.Envelope) (string, []byte, error) {
-	body := e.Body
-	e.Body = nil
-	meta, err := json.Marshal(e)
-	if err != nil {
-		return "", nil, fmt.Errorf("pgstore: encode envelope %s: %w", e.ID, err)
-	}
-	if body == nil {
-		body = []byte{}
-	}
-	return string(meta), body, nil
-}
-
-func decodeEnvelope(meta, body []byte) (transport.Envelope, error) {
-	var e transport.Envelope
-	if err := json.Unmarshal(meta, &e); err != nil {
-		return e, fmt.Errorf("pgstore: decode envelope: %w", err)
-	}
-	e.Body = body
-	if !e.SentAt.IsZero() {
-		e.SentAt = e.SentAt.UTC()
-	}
-	return e, nil
-}
-
-func formatToken(seq int64, tok string) string { return strconv.FormatInt(seq, 10) + ":" + tok }
-
-func parseToken(s string) (int64, string, bool) {
-	a, b, ok := strings.Cut(s, ":")
-	if !ok {
-		return 0, "", false
-	}
-	seq, err := strconv.ParseInt(a, 10, 64)
-	return seq, b, err == nil && b != ""
 }

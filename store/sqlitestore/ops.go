@@ -11,17 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
-
-const defaultLimit = 100
-
-func limit(n int) int {
-	if n < 1 {
-		return defaultLimit
-	}
-	return n
-}
 
 const claimOutboxSQL = `
 UPDATE idem_outbox SET lease_until = ?2
@@ -63,7 +55,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, p *store.ClaimParams) ([]store.
 	var out []row
 	err := s.write(ctx, "claim outbox", leaseOnly, func(w *writer) error {
 		out = out[:0]
-		rows, err := w.query(claimOutboxSQL, micros(p.Now), micros(p.Now.Add(p.Lease)), micros(p.CreatedBefore), limit(p.Limit))
+		rows, err := w.query(claimOutboxSQL, micros(p.Now), micros(p.Now.Add(p.Lease)), micros(p.CreatedBefore), sqlq.Limit(p.Limit))
 		if err != nil {
 			return err
 		}
@@ -85,7 +77,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, p *store.ClaimParams) ([]store.
 	})
 	msgs := make([]store.OutboxMessage, len(out))
 	for i, r := range out {
-		env, err := decodeEnvelope(r.meta, r.body)
+		env, err := sqlq.DecodeEnvelope([]byte(r.meta), r.body)
 		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: claim outbox: %w", err)
 		}
@@ -155,7 +147,7 @@ func (s *Store) ClaimTimers(ctx context.Context, p *store.ClaimParams) ([]store.
 	}
 	var raw []rawTimer
 	err := s.write(ctx, "claim timers", leaseOnly, func(w *writer) error {
-		rows, err := w.query(claimTimersSQL, micros(p.Now), micros(p.Now.Add(p.Lease)), limit(p.Limit))
+		rows, err := w.query(claimTimersSQL, micros(p.Now), micros(p.Now.Add(p.Lease)), sqlq.Limit(p.Limit))
 		if err != nil {
 			return err
 		}
@@ -165,7 +157,7 @@ func (s *Store) ClaimTimers(ctx context.Context, p *store.ClaimParams) ([]store.
 	if err == nil {
 		var ts []store.Timer
 		if ts, err = decodeTimers(raw); err == nil {
-			slices.SortFunc(ts, compareTimers)
+			slices.SortFunc(ts, sqlq.CompareTimers)
 			return ts, nil
 		}
 	}
@@ -197,7 +189,7 @@ func scanRawTimers(rows *sql.Rows) ([]rawTimer, error) {
 func decodeTimers(raw []rawTimer) ([]store.Timer, error) {
 	ts := make([]store.Timer, len(raw))
 	for i, r := range raw {
-		env, err := decodeEnvelope(r.meta, r.body)
+		env, err := sqlq.DecodeEnvelope([]byte(r.meta), r.body)
 		if err != nil {
 			return nil, err
 		}
@@ -205,13 +197,6 @@ func decodeTimers(raw []rawTimer) ([]store.Timer, error) {
 		ts[i].Envelope, ts[i].DueAt = env, fromMicros(r.due)
 	}
 	return ts, nil
-}
-
-func compareTimers(a, b store.Timer) int {
-	if c := a.DueAt.Compare(b.DueAt); c != 0 {
-		return c
-	}
-	return strings.Compare(a.SagaType+"\x00"+a.Key+"\x00"+a.Name, b.SagaType+"\x00"+b.Key+"\x00"+b.Name)
 }
 
 const deleteTimerSQL = `DELETE FROM idem_timers WHERE saga_type = ?1 AND key = ?2 AND name = ?3 AND envelope_id = ?4`
@@ -279,7 +264,7 @@ func (s *Store) Sweep(ctx context.Context, p *store.SweepParams) (*store.SweepRe
 		p = &store.SweepParams{}
 	}
 	res := &store.SweepResult{}
-	n := limit(p.Limit)
+	n := sqlq.Limit(p.Limit)
 	err := s.write(ctx, "sweep", 0, func(w *writer) error {
 		*res = store.SweepResult{}
 		if !p.FinishedBefore.IsZero() {
@@ -344,15 +329,9 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListParams) ([]*stor
 	if p == nil {
 		p = &store.ListParams{}
 	}
-	var afterType, afterKey string
-	if p.After != "" {
-		if t, k, ok := strings.Cut(p.After, "\x00"); ok {
-			afterType, afterKey = t, k
-		} else if p.SagaType != "" {
-			afterType, afterKey = p.SagaType, p.After
-		} else {
-			return nil, fmt.Errorf("sqlitestore: list instances: cursor %q without saga type: want saga type, NUL, key", p.After)
-		}
+	afterType, afterKey, err := sqlq.InstanceCursor(p)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: list instances: %w", err)
 	}
 	q, args := listInstancesSQL, []any{afterType, afterKey, p.After != ""}
 	if p.SagaType != "" {
@@ -366,7 +345,7 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListParams) ([]*stor
 		}
 		q, args = listInstancesOfTypeSQL, []any{p.SagaType, from, exclude}
 	}
-	rows, err := s.rdb.QueryContext(ctx, q, append(args, p.State, limit(p.Limit))...)
+	rows, err := s.rdb.QueryContext(ctx, q, append(args, p.State, sqlq.Limit(p.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list instances: %w", err)
 	}
@@ -435,17 +414,13 @@ func (s *Store) ListTimers(ctx context.Context, p *store.ListParams) ([]store.Ti
 	due := int64(math.MinInt64)
 	var at, ak, an string
 	if p.After != "" {
-		parts := strings.Split(p.After, "\x00")
-		if len(parts) != 4 {
-			return nil, fmt.Errorf("sqlitestore: list timers: cursor %q: want due time, saga type, key, name separated by NUL", p.After)
-		}
-		t, err := time.Parse(time.RFC3339Nano, parts[0])
+		t, typ, key, name, err := sqlq.TimerCursor(p.After)
 		if err != nil {
-			return nil, fmt.Errorf("sqlitestore: list timers: cursor %q: %w", p.After, err)
+			return nil, fmt.Errorf("sqlitestore: list timers: %w", err)
 		}
-		due, at, ak, an = micros(t), parts[1], parts[2], parts[3]
+		due, at, ak, an = micros(t), typ, key, name
 	}
-	rows, err := s.rdb.QueryContext(ctx, listTimersSQL, due, at, ak, an, p.After != "", p.SagaType, limit(p.Limit))
+	rows, err := s.rdb.QueryContext(ctx, listTimersSQL, due, at, ak, an, p.After != "", p.SagaType, sqlq.Limit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list timers: %w", err)
 	}
@@ -485,7 +460,7 @@ func scanDeadLetter(row scanner) (*store.DeadLetter, error) {
 	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &first, &last); err != nil {
 		return nil, err
 	}
-	env, err := decodeEnvelope(meta, body)
+	env, err := sqlq.DecodeEnvelope([]byte(meta), body)
 	if err != nil {
 		return nil, err
 	}
@@ -508,7 +483,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, p *store.ListParams) ([]sto
 	if p == nil {
 		p = &store.ListParams{}
 	}
-	rows, err := s.rdb.QueryContext(ctx, listDeadLettersSQL, p.SagaType, p.After, p.After != "", limit(p.Limit))
+	rows, err := s.rdb.QueryContext(ctx, listDeadLettersSQL, p.SagaType, p.After, p.After != "", sqlq.Limit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list dead letters: %w", err)
 	}

@@ -3,14 +3,13 @@ package sqlitestore
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -32,7 +31,7 @@ func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
 		if m.ID == "" || m.Type == "" {
 			return fmt.Errorf("sqlitestore: publish envelope %d: ID and Type are required", i)
 		}
-		meta, body, err := encodeEnvelope(m)
+		meta, body, err := sqlq.EncodeEnvelope(m)
 		if err != nil {
 			return err
 		}
@@ -148,7 +147,7 @@ func (s *Store) claim(ctx context.Context, max int) ([]transport.Delivery, time.
 		body    []byte
 	}
 	var got []row
-	tok := newToken()
+	tok := sqlq.NewToken()
 	err := s.write(ctx, "receive", leaseOnly, func(w *writer) error {
 		got = got[:0]
 		now := time.Now()
@@ -176,7 +175,7 @@ func (s *Store) claim(ctx context.Context, max int) ([]transport.Delivery, time.
 	slices.SortFunc(got, func(a, b row) int { return cmp.Compare(a.seq, b.seq) })
 	ds := make([]transport.Delivery, len(got))
 	for i, r := range got {
-		env, err := decodeEnvelope(r.meta, r.body)
+		env, err := sqlq.DecodeEnvelope([]byte(r.meta), r.body)
 		if err != nil {
 			// Hand it out anyway, with what is known: the engine
 			// dead-letters an envelope without a type instead of the
@@ -184,15 +183,9 @@ func (s *Store) claim(ctx context.Context, max int) ([]transport.Delivery, time.
 			s.log.WarnContext(ctx, "queue row holds an undecodable envelope; delivering it without its metadata", "message_id", r.id, "queue_seq", r.seq, "error", err)
 			env = transport.Envelope{ID: r.id, Body: r.body}
 		}
-		ds[i] = transport.Delivery{Envelope: env, Attempt: r.attempt, Token: formatToken(r.seq, tok)}
+		ds[i] = transport.Delivery{Envelope: env, Attempt: r.attempt, Token: sqlq.FormatToken(r.seq, tok)}
 	}
 	return ds, time.Time{}, nil
-}
-
-func newToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 const existsSQL = `SELECT 1 FROM idem_queue WHERE seq = ?1`
@@ -207,7 +200,7 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	seqs, toks, err := splitTokens(ds)
+	seqs, toks, err := sqlq.SplitTokens(ds)
 	if err != nil {
 		return err
 	}
@@ -253,18 +246,6 @@ func (w *writer) fenced(seq int64) (bool, error) {
 	return false, rows.Err()
 }
 
-func splitTokens(ds []transport.Delivery) ([]int64, []string, error) {
-	seqs, toks := make([]int64, len(ds)), make([]string, len(ds))
-	for i, d := range ds {
-		seq, tok, ok := parseToken(d.Token)
-		if !ok {
-			return nil, nil, fmt.Errorf("sqlitestore: delivery %s: token %q is not from this store", d.Envelope.ID, d.Token)
-		}
-		seqs[i], toks[i] = seq, tok
-	}
-	return seqs, toks, nil
-}
-
 const nackSQL = `UPDATE idem_queue SET visible_at = ?3 WHERE seq = ?1 AND token = ?2`
 
 // Nack makes a claimed message visible again after delay. The claim's token
@@ -274,7 +255,7 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	if err := s.check("nack"); err != nil {
 		return err
 	}
-	seqs, toks, err := splitTokens([]transport.Delivery{d})
+	seqs, toks, err := sqlq.SplitTokens([]transport.Delivery{d})
 	if err != nil {
 		return err
 	}

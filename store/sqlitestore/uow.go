@@ -6,10 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
@@ -268,7 +267,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 		ops = append(ops, op{sql: insertInboxSQL, args: []any{e.SagaType, e.Key, e.MessageID, micros(e.ProcessedAt)}})
 	}
 	for _, m := range c.Outbox {
-		meta, body, err := encodeEnvelope(m.Envelope)
+		meta, body, err := sqlq.EncodeEnvelope(m.Envelope)
 		if err != nil {
 			return nil, err
 		}
@@ -278,7 +277,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 		ops = append(ops, op{sql: cancelTimerSQL, args: []any{t.SagaType, t.Key, t.Name}})
 	}
 	for _, t := range c.Timers {
-		meta, body, err := encodeEnvelope(t.Envelope)
+		meta, body, err := sqlq.EncodeEnvelope(t.Envelope)
 		if err != nil {
 			return nil, err
 		}
@@ -288,14 +287,14 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 		ops = append(ops, op{sql: insertJournalSQL, args: []any{j.SagaType, j.Key, j.RawKey, j.MessageID, j.EventType, j.FromState, j.ToState, j.Version, micros(j.At)}})
 	}
 	for _, d := range c.DeadLetters {
-		meta, body, err := encodeEnvelope(d.Envelope)
+		meta, body, err := sqlq.EncodeEnvelope(d.Envelope)
 		if err != nil {
 			return nil, err
 		}
 		ops = append(ops, op{sql: upsertDeadLetterSQL, args: []any{d.ID, meta, body, d.Reason, d.Error, d.SagaType, d.Key, d.Attempts, micros(d.FirstFailedAt), micros(d.LastFailedAt)}})
 	}
 	for _, d := range u.consume {
-		seq, tok, ok := parseToken(d.Token)
+		seq, tok, ok := sqlq.ParseToken(d.Token)
 		if !ok {
 			return nil, fmt.Errorf("sqlitestore: consume %s: delivery token %q is not from this store", d.Envelope.ID, d.Token)
 		}
@@ -310,7 +309,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 	if len(u.enqueue) > 0 {
 		now := micros(time.Now())
 		for _, m := range u.enqueue {
-			meta, body, err := encodeEnvelope(m)
+			meta, body, err := sqlq.EncodeEnvelope(m)
 			if err != nil {
 				return nil, err
 			}
@@ -338,42 +337,4 @@ func instanceArgs(in *store.Instance) ([]any, error) {
 func (u *unitOfWork) Rollback(context.Context) error {
 	u.done = true
 	return nil
-}
-
-// encodeEnvelope returns an envelope's fields but the body as JSON, stored
-// beside the body.
-func encodeEnvelope(e transport.Envelope) (string, []byte, error) {
-	body := e.Body
-	e.Body = nil
-	meta, err := json.Marshal(e)
-	if err != nil {
-		return "", nil, fmt.Errorf("sqlitestore: encode envelope %s: %w", e.ID, err)
-	}
-	if body == nil {
-		body = []byte{}
-	}
-	return string(meta), body, nil
-}
-
-func decodeEnvelope(meta string, body []byte) (transport.Envelope, error) {
-	var e transport.Envelope
-	if err := json.Unmarshal([]byte(meta), &e); err != nil {
-		return e, fmt.Errorf("sqlitestore: decode envelope: %w", err)
-	}
-	e.Body = body
-	if !e.SentAt.IsZero() {
-		e.SentAt = e.SentAt.UTC()
-	}
-	return e, nil
-}
-
-func formatToken(seq int64, tok string) string { return strconv.FormatInt(seq, 10) + ":" + tok }
-
-func parseToken(s string) (int64, string, bool) {
-	a, b, ok := strings.Cut(s, ":")
-	if !ok {
-		return 0, "", false
-	}
-	seq, err := strconv.ParseInt(a, 10, 64)
-	return seq, b, err == nil && b != ""
 }

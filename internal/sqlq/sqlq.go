@@ -1,0 +1,130 @@
+// Package sqlq holds what Idem's SQL stores (pgstore, sqlitestore) share:
+// the envelope's storage form, queue delivery tokens, list cursors and
+// limits. It follows the conventions documented in package memstore.
+package sqlq
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// DefaultLimit is the page or claim size used when a Limit is below 1.
+const DefaultLimit = 100
+
+// Limit returns n, or DefaultLimit when n < 1.
+func Limit(n int) int {
+	if n < 1 {
+		return DefaultLimit
+	}
+	return n
+}
+
+// EncodeEnvelope splits an envelope into its metadata as JSON (without the
+// body) and its body, which SQL stores keep in a binary column.
+func EncodeEnvelope(e transport.Envelope) (string, []byte, error) {
+	body := e.Body
+	e.Body = nil
+	meta, err := json.Marshal(e)
+	if err != nil {
+		return "", nil, fmt.Errorf("encode envelope %s: %w", e.ID, err)
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return string(meta), body, nil
+}
+
+// DecodeEnvelope joins what EncodeEnvelope split; times come back in UTC.
+func DecodeEnvelope(meta, body []byte) (transport.Envelope, error) {
+	var e transport.Envelope
+	if err := json.Unmarshal(meta, &e); err != nil {
+		return e, fmt.Errorf("decode envelope: %w", err)
+	}
+	e.Body = body
+	if !e.SentAt.IsZero() {
+		e.SentAt = e.SentAt.UTC()
+	}
+	return e, nil
+}
+
+// NewToken returns a random claim token.
+func NewToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// FormatToken is a delivery's Token: the queue row and the claim's token.
+func FormatToken(seq int64, tok string) string { return strconv.FormatInt(seq, 10) + ":" + tok }
+
+// ParseToken splits a delivery Token made by FormatToken.
+func ParseToken(s string) (int64, string, bool) {
+	a, b, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, "", false
+	}
+	seq, err := strconv.ParseInt(a, 10, 64)
+	return seq, b, err == nil && b != ""
+}
+
+// ErrForeignToken is wrapped when a delivery's token was not made by this
+// kind of store.
+var ErrForeignToken = errors.New("delivery token is not from this store")
+
+// SplitTokens parses the tokens of deliveries.
+func SplitTokens(ds []transport.Delivery) ([]int64, []string, error) {
+	seqs, toks := make([]int64, len(ds)), make([]string, len(ds))
+	for i, d := range ds {
+		seq, tok, ok := ParseToken(d.Token)
+		if !ok {
+			return nil, nil, fmt.Errorf("delivery %s: token %q: %w", d.Envelope.ID, d.Token, ErrForeignToken)
+		}
+		seqs[i], toks[i] = seq, tok
+	}
+	return seqs, toks, nil
+}
+
+// InstanceCursor parses ListParams.After for instances: "type\x00key", or
+// just the key when the list is filtered by saga type.
+func InstanceCursor(p *store.ListParams) (sagaType, key string, err error) {
+	if p.After == "" {
+		return "", "", nil
+	}
+	if t, k, ok := strings.Cut(p.After, "\x00"); ok {
+		return t, k, nil
+	}
+	if p.SagaType != "" {
+		return p.SagaType, p.After, nil
+	}
+	return "", "", fmt.Errorf("cursor %q without saga type: want saga type, NUL, key", p.After)
+}
+
+// TimerCursor parses ListParams.After for timers: due time (RFC 3339),
+// saga type, key and name joined with NUL.
+func TimerCursor(after string) (due time.Time, sagaType, key, name string, err error) {
+	parts := strings.Split(after, "\x00")
+	if len(parts) != 4 {
+		return due, "", "", "", fmt.Errorf("cursor %q: want due time, saga type, key, name separated by NUL", after)
+	}
+	if due, err = time.Parse(time.RFC3339Nano, parts[0]); err != nil {
+		return due, "", "", "", fmt.Errorf("cursor %q: %w", after, err)
+	}
+	return due, parts[1], parts[2], parts[3], nil
+}
+
+// CompareTimers orders timers by due time, then saga type, key and name.
+func CompareTimers(a, b store.Timer) int {
+	if c := a.DueAt.Compare(b.DueAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.SagaType+"\x00"+a.Key+"\x00"+a.Name, b.SagaType+"\x00"+b.Key+"\x00"+b.Name)
+}

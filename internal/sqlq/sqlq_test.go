@@ -1,0 +1,68 @@
+package sqlq
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+func TestEnvelopeRoundTrip(t *testing.T) {
+	in := transport.Envelope{ID: "m-1", Type: "t", CorrelationID: "k", Headers: map[string]string{"a": "b"},
+		SentAt: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.FixedZone("x", 3600)), Body: []byte{0, 1, 0xff}}
+	meta, body, err := EncodeEnvelope(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains([]byte(meta), []byte(`"body":"`)) {
+		t.Errorf("metadata %s carries the body", meta)
+	}
+	out, err := DecodeEnvelope([]byte(meta), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.ID != in.ID || out.Headers["a"] != "b" || !bytes.Equal(out.Body, in.Body) || !out.SentAt.Equal(in.SentAt) || out.SentAt.Location() != time.UTC {
+		t.Errorf("got %+v, want %+v with SentAt in UTC", out, in)
+	}
+}
+
+func TestTokens(t *testing.T) {
+	tok := FormatToken(42, NewToken())
+	seq, rest, ok := ParseToken(tok)
+	if !ok || seq != 42 || rest == "" {
+		t.Fatalf("ParseToken(%q) = %d, %q, %v", tok, seq, rest, ok)
+	}
+	for _, bad := range []string{"", "42", "x:abc", "42:"} {
+		if _, _, ok := ParseToken(bad); ok {
+			t.Errorf("ParseToken(%q) accepted", bad)
+		}
+	}
+	if _, _, err := SplitTokens([]transport.Delivery{{Token: "nope"}}); err == nil {
+		t.Error("SplitTokens accepted a foreign token")
+	}
+}
+
+func TestCursors(t *testing.T) {
+	if typ, key, err := InstanceCursor(&store.ListParams{After: "order\x00o-1"}); err != nil || typ != "order" || key != "o-1" {
+		t.Errorf("full cursor: %q %q %v", typ, key, err)
+	}
+	if typ, key, err := InstanceCursor(&store.ListParams{SagaType: "order", After: "o-1"}); err != nil || typ != "order" || key != "o-1" {
+		t.Errorf("key cursor: %q %q %v", typ, key, err)
+	}
+	if _, _, err := InstanceCursor(&store.ListParams{After: "o-1"}); err == nil {
+		t.Error("key cursor without saga type accepted")
+	}
+	due := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d, typ, key, name, err := TimerCursor(due.Format(time.RFC3339Nano) + "\x00order\x00o-1\x00expire")
+	if err != nil || !d.Equal(due) || typ != "order" || key != "o-1" || name != "expire" {
+		t.Errorf("timer cursor: %v %q %q %q %v", d, typ, key, name, err)
+	}
+	if _, _, _, _, err := TimerCursor("bad"); err == nil {
+		t.Error("bad timer cursor accepted")
+	}
+	if Limit(0) != DefaultLimit || Limit(7) != 7 {
+		t.Error("Limit")
+	}
+}
