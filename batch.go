@@ -119,8 +119,12 @@ var conflictPause = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time.M
 // of work per key, so one contended key does not hold back the others.
 func (e *Engine) runLane(ctx context.Context, items []*item) {
 	for attempt := 1; ; attempt++ {
+		began := time.Now()
 		res, err := e.unitOfWork(ctx, items)
 		if err == nil {
+			if e.cfg.Observe != nil {
+				e.cfg.Observe(Observation{Messages: len(items), Applied: int(res.counts.applied), Duration: time.Since(began), Conflicts: attempt - 1})
+			}
 			e.settle(ctx, res)
 			return
 		}

@@ -12,6 +12,10 @@ import (
 type Config struct {
 	// Logger receives the engine's logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// Observe, when set, is called after every committed unit of work with
+	// what it did, for metrics (a transition latency histogram, say). It
+	// runs on the engine's goroutines and must not block.
+	Observe func(Observation)
 	// Clock returns the current time. Nil means time.Now.
 	Clock func() time.Time
 

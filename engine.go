@@ -478,6 +478,18 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// Observation describes one committed unit of work (see Config.Observe).
+type Observation struct {
+	// Messages is how many deliveries the unit of work settled.
+	Messages int
+	// Applied is how many of them ran a transition or a handler.
+	Applied int
+	// Duration is the time from Begin to the end of the commit.
+	Duration time.Duration
+	// Conflicts is how many times the unit of work was re-applied first.
+	Conflicts int
+}
+
 // Stats are cumulative counters of one engine since it was created.
 type Stats struct {
 	// Received counts deliveries taken from the transport.
