@@ -57,7 +57,7 @@ carry deterministic IDs.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newBench())
+	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newBench())
 	return root
 }
 

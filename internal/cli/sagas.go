@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemhq/idem/store"
+)
+
+// newSagas is `idem sagas ls|show`: saga instances as the store holds them.
+func newSagas() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sagas",
+		Short: "List saga instances and show one with its journal",
+		Long: `Read saga instances straight from the store: ls lists them a page at a
+time, ordered by saga type and key; show prints one instance with its state
+document and its journal of transitions.
+
+The store comes from --store (default IDEM_STORE): postgres://… or
+sqlite:///path. Exit status: 0 done; 1 the named saga does not exist; 2 usage
+or configuration errors.`,
+	}
+	cmd.AddCommand(newSagasLs(), newSagasShow())
+	return cmd
+}
+
+func newSagasLs() *cobra.Command {
+	var sf storeFlags
+	var p store.ListParams
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List saga instances, one page at a time",
+		Long: `List saga instances ordered by saga type and key. --type keeps one saga type,
+--state one state of its machine; --limit sets the page size (default 100) and
+--after the cursor: the key of the last instance of the previous page (with
+--type) or its type and key separated by a NUL byte. The next cursor is
+printed on stderr when the page is full.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			st, _, err := sf.open(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if p.Limit < 1 {
+				p.Limit = 100
+			}
+			list, err := st.ListInstances(ctx, &p)
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			if asJSON {
+				out := make([]instanceJSON, len(list))
+				for i, in := range list {
+					out[i] = toInstanceJSON(in)
+				}
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TYPE\tKEY\tSTATE\tVERSION\tUPDATED\tFINISHED")
+			for _, in := range list {
+				fmt.Fprintf(tw, "%s\t%q\t%s\t%d\t%s\t%s\n", in.SagaType, in.Key, in.State, in.Version, in.UpdatedAt.Format(time.RFC3339), timeOrDash(in.FinishedAt))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(list) == p.Limit {
+				last := list[len(list)-1]
+				next := last.Key
+				if p.SagaType == "" {
+					next = last.SagaType + "\x00" + last.Key
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "more: --after %q\n", next)
+			}
+			return nil
+		},
+	}
+	sf.register(cmd)
+	cmd.Flags().StringVar(&p.SagaType, "type", "", "only instances of this saga type")
+	cmd.Flags().StringVar(&p.State, "state", "", "only instances in this state")
+	cmd.Flags().StringVar(&p.After, "after", "", "cursor: list instances after this one")
+	cmd.Flags().IntVar(&p.Limit, "limit", 100, "page size")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}
+
+func newSagasShow() *cobra.Command {
+	var sf storeFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show TYPE KEY",
+		Short: "Show one saga instance with its state document and journal",
+		Long: `Show the saga instance TYPE/KEY: state, version, timers, the state document
+and the journal of its transitions in order. Exit 1 if there is no such
+instance.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			st, _, err := sf.open(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			k := store.Key{SagaType: args[0], Key: args[1]}
+			uow, err := st.Begin(ctx)
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			res, err := uow.Load(ctx, &store.LoadParams{Keys: []store.Key{k}})
+			_ = uow.Rollback(ctx)
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			in := res.Instances[k]
+			if in == nil {
+				return &exitError{code: 1, err: fmt.Errorf("no saga %s with key %q: list them with idem sagas ls --type %s", k.SagaType, k.Key, k.SagaType)}
+			}
+			journal, err := st.Journal(ctx, k)
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			v := struct {
+				instanceJSON
+				Journal []store.JournalEntry `json:"journal"`
+			}{toInstanceJSON(in), journal}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), v)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "saga      %s/%q\nstate     %s\nversion   %d\ncreated   %s\nupdated   %s\nfinished  %s\ntimers    %v\n\ndata\n%s\n\njournal\n",
+				in.SagaType, in.Key, in.State, in.Version, in.CreatedAt.Format(time.RFC3339Nano), in.UpdatedAt.Format(time.RFC3339Nano), timeOrDash(in.FinishedAt), in.Timers, indentJSON(in.Data))
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  AT\tMESSAGE\tEVENT\tFROM\tTO\tVERSION")
+			for _, j := range journal {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", j.At.Format(time.RFC3339Nano), j.MessageID, j.EventType, j.FromState, j.ToState, j.Version)
+			}
+			return tw.Flush()
+		},
+	}
+	sf.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}
+
+type instanceJSON struct {
+	SagaType      string            `json:"saga_type"`
+	Key           string            `json:"key"`
+	State         string            `json:"state"`
+	Version       int64             `json:"version"`
+	SchemaVersion int               `json:"schema_version"`
+	Data          json.RawMessage   `json:"data"`
+	Timers        map[string]string `json:"timers,omitempty"`
+	CreatedAt     time.Time         `json:"created_at"`
+	UpdatedAt     time.Time         `json:"updated_at"`
+	FinishedAt    *time.Time        `json:"finished_at,omitempty"`
+}
+
+func toInstanceJSON(in *store.Instance) instanceJSON {
+	out := instanceJSON{SagaType: in.SagaType, Key: in.Key, State: in.State, Version: in.Version, SchemaVersion: in.SchemaVersion,
+		Data: json.RawMessage(in.Data), Timers: in.Timers, CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt}
+	if !json.Valid(in.Data) {
+		out.Data, _ = json.Marshal(string(in.Data))
+	}
+	if !in.FinishedAt.IsZero() {
+		f := in.FinishedAt
+		out.FinishedAt = &f
+	}
+	return out
+}
+
+func timeOrDash(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}
+
+func indentJSON(b []byte) string {
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return string(b)
+	}
+	out, _ := json.MarshalIndent(v, "  ", "  ")
+	return "  " + string(out)
+}
