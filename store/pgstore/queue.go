@@ -46,7 +46,7 @@ SET attempt = q.attempt + 1, token = $2, visible_at = now() + make_interval(secs
 FROM (
   SELECT seq FROM idem_queue
   WHERE visible_at <= now()
-    AND ($5 < 2 OR mod(abs(hashtext(coalesce(nullif(envelope->>'correlation_id', ''), id))), $5) = $4)
+    AND ($5 < 2 OR mod(part, $5) = $4)
   ORDER BY visible_at, seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED

@@ -209,8 +209,8 @@ WITH gone AS (
 SELECT idem_expect((SELECT count(*) FROM gone), $3, 'lease')`
 
 const enqueueSQL = `
-INSERT INTO idem_queue (id, envelope, body, visible_at)
-SELECT u.id, u.envelope::jsonb, u.body, now()
+INSERT INTO idem_queue (id, envelope, body, visible_at, part)
+SELECT u.id, u.envelope::jsonb, u.body, now(), abs(hashtext(coalesce(nullif(u.envelope::jsonb->>'correlation_id', ''), u.id)))
 FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS u(id, envelope, body, ord)
 ORDER BY u.ord`
 
