@@ -1,0 +1,203 @@
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
+)
+
+// DefaultMaxBodyBytes is the default limit of a request body: 1 MiB.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Config configures a Server. The zero value (or a nil *Config) means the
+// defaults given in each field's comment.
+type Config struct {
+	// Token, when set, is required as "Authorization: Bearer <token>" on
+	// /metrics and every /api/ call, and compared in constant time. Empty
+	// means no authentication: bind to a loopback address only.
+	Token string
+	// MaxBodyBytes is the largest request body accepted, in bytes; a larger
+	// one is answered with 413. Default DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// Registry receives the engine and store collectors and the Observer's
+	// histograms, and is what /metrics serves. Nil means a new registry
+	// with the Go runtime and process collectors.
+	Registry *prometheus.Registry
+	// Observer feeds idem_unit_of_work_seconds; set its Observe method as
+	// idem.Config.Observe. Nil means an Observer nobody feeds: the
+	// histogram stays empty.
+	Observer *Observer
+	// StoreTimeout bounds each store call of /readyz, /metrics and the API.
+	// Default 5s.
+	StoreTimeout time.Duration
+	// Logger receives server-side errors. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the HTTP face of one engine. It implements http.Handler and is
+// safe for concurrent use.
+type Server struct {
+	e       *idem.Engine
+	st      store.Store
+	log     *slog.Logger
+	mux     *http.ServeMux
+	token   [sha256.Size]byte
+	auth    bool
+	maxBody int64
+	timeout time.Duration
+}
+
+// New returns a Server for engine e, whose store is st. It fails when cfg
+// has a negative limit or when Config.Registry already holds collectors of
+// the same names.
+func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
+	if e == nil || st == nil {
+		return nil, errors.New("admin: New needs an engine and its store")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MaxBodyBytes < 0 || c.StoreTimeout < 0 {
+		return nil, errors.New("admin: Config.MaxBodyBytes and Config.StoreTimeout must not be negative: use 0 for the default")
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = NewObserver()
+	}
+	reg := c.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s := &Server{
+		e: e, st: st, log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
+		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout,
+	}
+	for _, col := range []prometheus.Collector{newCollector(e, st, s.log, c.StoreTimeout), c.Observer.uow, c.Observer.messages} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("admin: register metrics: %w", err)
+		}
+	}
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: slogErrorLog{s.log}})
+
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", s.authorize(metrics))
+	s.mux.Handle("GET /api/sagas", s.authorize(http.HandlerFunc(s.listSagas)))
+	s.mux.Handle("GET /api/sagas/{type}/{key}", s.authorize(http.HandlerFunc(s.getSaga)))
+	s.mux.Handle("GET /api/dead-letters", s.authorize(http.HandlerFunc(s.listDeadLetters)))
+	s.mux.Handle("GET /api/dead-letters/{id}", s.authorize(http.HandlerFunc(s.getDeadLetter)))
+	s.mux.Handle("POST /api/dead-letters/{id}/replay", s.authorize(http.HandlerFunc(s.replayDeadLetter)))
+	s.mux.Handle("DELETE /api/dead-letters/{id}", s.authorize(http.HandlerFunc(s.deleteDeadLetter)))
+	s.mux.Handle("POST /api/messages", s.authorize(http.HandlerFunc(s.submit)))
+	s.mux.Handle("/api/", s.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no API route %s %s: see the routes in the documentation of package admin", r.Method, r.URL.Path)
+	})))
+	return s, nil
+}
+
+// ServeHTTP serves the routes listed in the package documentation.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	s.mux.ServeHTTP(w, r)
+}
+
+// authorize requires the bearer token when one is configured.
+func (s *Server) authorize(h http.Handler) http.Handler {
+	if !s.auth {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// Hashing both sides first makes the comparison constant-time in
+		// the token's length too.
+		sum := sha256.Sum256([]byte(got))
+		if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 || !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong admin token: send the header Authorization: Bearer <IDEM_ADMIN_TOKEN>")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if done := s.e.Done(); done != nil {
+		select {
+		case <-done:
+			writeError(w, http.StatusServiceUnavailable, "the engine has stopped: see the server log, then restart the process")
+			return
+		default:
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	if _, _, err := s.st.OutboxBacklog(ctx); err != nil {
+		s.log.WarnContext(ctx, "readyz: store not reachable", "error", err)
+		writeError(w, http.StatusServiceUnavailable, "the store does not answer: see the server log for the cause, check that the database is up and reachable")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// writeJSON writes v with the status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // the client went away; nothing to do
+}
+
+// errorBody is every error response.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, format string, args ...any) {
+	writeJSON(w, status, errorBody{Error: fmt.Sprintf(format, args...)})
+}
+
+// internalError logs err and answers 500 (or 503 when the store timed out)
+// without the error's text, which may name hosts or paths.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
+	s.log.ErrorContext(r.Context(), "admin: "+op, "error", err, "method", r.Method, "path", r.URL.Path)
+	if errors.Is(err, context.DeadlineExceeded) {
+		writeError(w, http.StatusServiceUnavailable, "%s: the store did not answer in time: retry later; see the server log", op)
+		return
+	}
+	writeError(w, http.StatusInternalServerError, "%s failed: see the server log for the cause, then retry", op)
+}
+
+// slogErrorLog adapts a logger to promhttp.Logger.
+type slogErrorLog struct{ log *slog.Logger }
+
+func (l slogErrorLog) Println(v ...any) { l.log.Warn("metrics: " + fmt.Sprint(v...)) }

@@ -1,0 +1,430 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/store"
+)
+
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+	// maxFieldLen bounds the id, type, correlation_id and idempotency_key
+	// of a submitted message.
+	maxFieldLen = 1024
+)
+
+// Instance is one saga instance as the API returns it: Data is the saga's
+// state document as JSON.
+type Instance struct {
+	SagaType      string            `json:"saga_type"`
+	Key           string            `json:"key"`
+	State         string            `json:"state"`
+	Status        string            `json:"status"`
+	Data          json.RawMessage   `json:"data"`
+	SchemaVersion int               `json:"schema_version"`
+	Version       int64             `json:"version"`
+	Timers        map[string]string `json:"timers,omitempty"`
+	CreatedAt     time.Time         `json:"created_at"`
+	UpdatedAt     time.Time         `json:"updated_at"`
+	FinishedAt    time.Time         `json:"finished_at,omitzero"`
+}
+
+// SagaList is the answer of GET /api/sagas. Next, when set, is the after
+// parameter of the next page.
+type SagaList struct {
+	Sagas []Instance `json:"sagas"`
+	Next  string     `json:"next,omitempty"`
+}
+
+// Saga is the answer of GET /api/sagas/{type}/{key}.
+type Saga struct {
+	Saga    Instance             `json:"saga"`
+	Journal []store.JournalEntry `json:"journal"`
+}
+
+// Envelope is a message as the API returns it. Body is the message's JSON
+// when BodyEncoding is "json", a JSON string holding the body's text when
+// it is "utf-8", and the standard base64 of the body when it is "base64".
+type Envelope struct {
+	ID             string            `json:"id"`
+	Type           string            `json:"type"`
+	CorrelationID  string            `json:"correlation_id,omitempty"`
+	CausationID    string            `json:"causation_id,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	SentAt         time.Time         `json:"sent_at,omitzero"`
+	Body           json.RawMessage   `json:"body"`
+	BodyEncoding   string            `json:"body_encoding"`
+}
+
+// DeadLetter is a dead letter as the API returns it.
+type DeadLetter struct {
+	ID            string    `json:"id"`
+	Envelope      Envelope  `json:"envelope"`
+	Reason        string    `json:"reason"`
+	Error         string    `json:"error"`
+	SagaType      string    `json:"saga_type,omitempty"`
+	Key           string    `json:"key,omitempty"`
+	Attempts      int       `json:"attempts"`
+	FirstFailedAt time.Time `json:"first_failed_at"`
+	LastFailedAt  time.Time `json:"last_failed_at"`
+}
+
+// DeadLetterList is the answer of GET /api/dead-letters.
+type DeadLetterList struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+	Next        string       `json:"next,omitempty"`
+}
+
+// Message is the request body of POST /api/messages.
+type Message struct {
+	// ID identifies the message; submitting the same ID again is a
+	// duplicate, applied once. Required.
+	ID string `json:"id"`
+	// Type is the message type, as saga.MessageType names it
+	// ("orders.OrderPlaced"). Required.
+	Type string `json:"type"`
+	// Body is the message as JSON. Required.
+	Body json.RawMessage `json:"body"`
+	// CorrelationID is the saga key; when empty and a saga consumes Type,
+	// it is computed from Body.
+	CorrelationID string `json:"correlation_id,omitempty"`
+	// IdempotencyKey, when set, is the deduplication identity instead of ID.
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+}
+
+// Accepted is the answer of POST /api/messages (202).
+type Accepted struct {
+	ID string `json:"id"`
+	// DedupID is the identity the engine deduplicates by.
+	DedupID string `json:"dedup_id"`
+	Type    string `json:"type"`
+	// Saga is the saga type that consumes Type; empty when no saga of
+	// this engine does (a handler may, or the message is dead-lettered
+	// with reason unknown_type).
+	Saga string `json:"saga,omitempty"`
+	Key  string `json:"key,omitempty"`
+}
+
+func toInstance(in *store.Instance) Instance {
+	out := Instance{
+		SagaType: in.SagaType, Key: in.Key, State: in.State, Status: in.Status(), Data: in.Data,
+		SchemaVersion: in.SchemaVersion, Version: in.Version, Timers: in.Timers,
+		CreatedAt: in.CreatedAt.UTC(), UpdatedAt: in.UpdatedAt.UTC(), FinishedAt: in.FinishedAt.UTC(),
+	}
+	if in.FinishedAt.IsZero() {
+		out.FinishedAt = time.Time{}
+	}
+	if !json.Valid(in.Data) {
+		b, _ := json.Marshal(string(in.Data)) // shown, never dropped
+		out.Data = b
+	}
+	return out
+}
+
+func toEnvelope(e *idem.Envelope) Envelope {
+	out := Envelope{
+		ID: e.ID, Type: e.Type, CorrelationID: e.CorrelationID, CausationID: e.CausationID,
+		IdempotencyKey: e.IdempotencyKey, Headers: e.Headers, SentAt: e.SentAt.UTC(),
+	}
+	if e.SentAt.IsZero() {
+		out.SentAt = time.Time{}
+	}
+	switch {
+	case len(e.Body) > 0 && json.Valid(e.Body):
+		out.Body, out.BodyEncoding = e.Body, "json"
+	case utf8.Valid(e.Body):
+		out.Body, _ = json.Marshal(string(e.Body))
+		out.BodyEncoding = "utf-8"
+	default:
+		out.Body, _ = json.Marshal(base64.StdEncoding.EncodeToString(e.Body))
+		out.BodyEncoding = "base64"
+	}
+	return out
+}
+
+func toDeadLetter(d *store.DeadLetter) DeadLetter {
+	return DeadLetter{
+		ID: d.ID, Envelope: toEnvelope(&d.Envelope), Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
+		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
+	}
+}
+
+// parseLimit reads ?limit=, default 100, at most 1000.
+func parseLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return defaultLimit, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxLimit {
+		writeError(w, http.StatusBadRequest, "limit %q is not a number from 1 to %d: pass limit=100, say", v, maxLimit)
+		return 0, false
+	}
+	return n, true
+}
+
+func (s *Server) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.timeout)
+}
+
+func (s *Server) listSagas(w http.ResponseWriter, r *http.Request) {
+	limit, ok := parseLimit(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	p := &store.ListParams{SagaType: q.Get("type"), State: q.Get("state"), After: q.Get("after"), Limit: limit}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	ins, err := s.st.ListInstances(ctx, p)
+	if err != nil {
+		s.internalError(w, r, "list sagas", err)
+		return
+	}
+	out := SagaList{Sagas: make([]Instance, 0, len(ins))}
+	for _, in := range ins {
+		out.Sagas = append(out.Sagas, toInstance(in))
+	}
+	if len(ins) == limit {
+		last := ins[len(ins)-1]
+		out.Next = last.SagaType + "\x00" + last.Key // accepted with and without a type filter
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getSaga(w http.ResponseWriter, r *http.Request) {
+	typ, raw := r.PathValue("type"), r.PathValue("key")
+	key, err := canon.Key(raw, maxFieldLen)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	k := store.Key{SagaType: typ, Key: key}
+	in, err := s.load(ctx, k)
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("load saga %s/%s", typ, key), err)
+		return
+	}
+	if in == nil {
+		writeError(w, http.StatusNotFound, "no saga %s with key %q: list the sagas with GET /api/sagas?type=%s", typ, key, typ)
+		return
+	}
+	j, err := s.st.Journal(ctx, k)
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("read the journal of saga %s/%s", typ, key), err)
+		return
+	}
+	if j == nil {
+		j = []store.JournalEntry{}
+	}
+	writeJSON(w, http.StatusOK, Saga{Saga: toInstance(in), Journal: j})
+}
+
+// load reads one instance in a unit of work it rolls back; nil when absent.
+func (s *Server) load(ctx context.Context, k store.Key) (*store.Instance, error) {
+	uow, err := s.st.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	res, err := uow.Load(ctx, &store.LoadParams{Keys: []store.Key{k}})
+	if err != nil {
+		return nil, err
+	}
+	return res.Instances[k], nil
+}
+
+func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+	limit, ok := parseLimit(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	dls, err := s.st.ListDeadLetters(ctx, &store.ListParams{SagaType: q.Get("type"), After: q.Get("after"), Limit: limit})
+	if err != nil {
+		s.internalError(w, r, "list dead letters", err)
+		return
+	}
+	out := DeadLetterList{DeadLetters: make([]DeadLetter, 0, len(dls))}
+	for i := range dls {
+		out.DeadLetters = append(out.DeadLetters, toDeadLetter(&dls[i]))
+	}
+	if len(dls) == limit {
+		out.Next = dls[len(dls)-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	d, err := s.st.GetDeadLetter(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "no dead letter with ID %q: list them with GET /api/dead-letters", id)
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "get dead letter", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toDeadLetter(d))
+}
+
+func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	err := s.e.ReplayDeadLetter(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "no dead letter with ID %q: list them with GET /api/dead-letters", id)
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "replay dead letter", err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"replayed": id})
+}
+
+func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	n, err := s.st.DeleteDeadLetters(ctx, []string{id})
+	if err != nil {
+		s.internalError(w, r, "delete dead letter", err)
+		return
+	}
+	if n == 0 {
+		writeError(w, http.StatusNotFound, "no dead letter with ID %q: list them with GET /api/dead-letters", id)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
+}
+
+const submitExample = `{"id": "order-1-placed", "type": "orders.OrderPlaced", "body": {"OrderID": "order-1", "Items": 2}}`
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	m, ok := s.decodeMessage(w, r)
+	if !ok {
+		return
+	}
+	env := idem.Envelope{ID: m.ID, Type: m.Type, CorrelationID: m.CorrelationID, IdempotencyKey: m.IdempotencyKey, Headers: m.Headers, Body: m.Body}
+	acc := Accepted{ID: env.ID, DedupID: env.DedupID(), Type: env.Type}
+	if mach := s.consumer(m.Type); mach != nil {
+		_, rawKey, err := mach.Decode(m.Type, m.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "body does not fit message type %s of saga %s: %v: fix the body and submit again", m.Type, mach.Name(), err)
+			return
+		}
+		key, err := canon.Key(rawKey, 0)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "body of %s gives saga %s the key %q, which is not valid (%v): fix the body and submit again", m.Type, mach.Name(), rawKey, err)
+			return
+		}
+		acc.Saga, acc.Key = mach.Name(), key
+		if env.CorrelationID == "" {
+			env.CorrelationID = rawKey
+		}
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	if err := s.e.Publish(ctx, env); err != nil {
+		s.log.ErrorContext(ctx, "admin: publish a submitted message", "message_id", env.ID, "error", err)
+		writeError(w, http.StatusServiceUnavailable, "message %q was not stored: the queue refused it (see the server log): submit it again with the same id, which is safe", env.ID)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, acc)
+}
+
+// decodeMessage reads and checks the request body; it answers the client
+// itself when the body is not acceptable.
+func (s *Server) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "request body exceeds %d bytes: send a smaller message", s.maxBody)
+		return nil, false
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "read the request body: %v: send the message again", err)
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var m Message
+	if err := dec.Decode(&m); err != nil {
+		writeError(w, http.StatusBadRequest, "request body is not a valid message (%v): send a JSON object like %s", err, submitExample)
+		return nil, false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "request body holds more than one JSON value: send one message per request, like %s", submitExample)
+		return nil, false
+	}
+	var missing []string
+	if m.ID == "" {
+		missing = append(missing, "id")
+	}
+	if m.Type == "" {
+		missing = append(missing, "type")
+	}
+	if len(m.Body) == 0 || string(m.Body) == "null" {
+		missing = append(missing, "body")
+	}
+	if len(missing) > 0 {
+		writeError(w, http.StatusBadRequest, "message has no %s: id, type and body are required, like %s", joinAnd(missing), submitExample)
+		return nil, false
+	}
+	for name, v := range map[string]string{"id": m.ID, "type": m.Type, "correlation_id": m.CorrelationID, "idempotency_key": m.IdempotencyKey} {
+		if len(v) > maxFieldLen {
+			writeError(w, http.StatusBadRequest, "%s is %d bytes long: at most %d are accepted", name, len(v), maxFieldLen)
+			return nil, false
+		}
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, m.Body); err == nil {
+		m.Body = compact.Bytes()
+	}
+	return &m, true
+}
+
+// consumer returns the registered saga machine consuming msgType, or nil.
+func (s *Server) consumer(msgType string) idem.Machine {
+	for _, m := range s.e.Sagas() {
+		if slices.Contains(m.MessageTypes(), msgType) {
+			return m
+		}
+	}
+	return nil
+}
+
+func joinAnd(xs []string) string {
+	switch len(xs) {
+	case 1:
+		return xs[0]
+	case 2:
+		return xs[0] + " and " + xs[1]
+	}
+	return xs[0] + ", " + xs[1] + " and " + xs[2]
+}

@@ -1,0 +1,229 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/examples/orders"
+	"github.com/idemhq/idem/examples/searchimport"
+	"github.com/idemhq/idem/saga"
+)
+
+const (
+	// defaultServeStore is the store of idem serve when neither --store nor
+	// IDEM_STORE names one: idem.db in the working directory.
+	defaultServeStore = "sqlite:idem.db"
+	defaultServeAddr  = "127.0.0.1:8080"
+	serveStopTimeout  = 10 * time.Second
+)
+
+type serveOptions struct {
+	store     storeFlags
+	addr      string
+	tokenFile string
+	maxBody   int64
+}
+
+func newServe() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the engine with the example sagas, the admin API, /metrics, /healthz and /readyz",
+		Long: `Run the engine with the example sagas (searchimport and order) registered,
+on the store given by --store or IDEM_STORE (default ` + defaultServeStore + `, a file in
+the working directory), which is also the queue. It serves over HTTP:
+
+  GET /healthz, GET /readyz, GET /metrics (Prometheus)
+  GET /api/sagas?type=&state=&after=&limit=, GET /api/sagas/{type}/{key}
+  GET /api/dead-letters, GET /api/dead-letters/{id}
+  POST /api/dead-letters/{id}/replay, DELETE /api/dead-letters/{id}
+  POST /api/messages  {"id": "...", "type": "orders.OrderPlaced", "body": {...}}
+
+The commands the example sagas send to services outside Idem
+(orders.ShipOrder, searchimport.StartParsingReferenceFile) are logged by a
+stand-in handler.
+
+Security: --addr defaults to 127.0.0.1:8080. Any other address than a
+loopback one needs an admin token, read from IDEM_ADMIN_TOKEN or from
+--token-file (never from a flag value, which ps would show); /metrics and
+/api/ then need "Authorization: Bearer <token>".
+
+A SQLite store is created or upgraded at start-up; a PostgreSQL schema only
+with --migrate (or run idem migrate first). SIGTERM or an interrupt stops
+the HTTP server, then lets the engine finish the batch in flight.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			return runServe(ctx, &o, cmd.ErrOrStderr())
+		},
+	}
+	o.store.register(cmd)
+	cmd.Flags().StringVar(&o.addr, "addr", defaultServeAddr, "host:port to listen on; a non-loopback address needs IDEM_ADMIN_TOKEN or --token-file")
+	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "file holding the admin token (instead of IDEM_ADMIN_TOKEN)")
+	cmd.Flags().Int64Var(&o.maxBody, "max-body", admin.DefaultMaxBodyBytes, "largest admin API request body, in bytes")
+	return cmd
+}
+
+// adminToken reads the token from --token-file, else IDEM_ADMIN_TOKEN.
+func (o *serveOptions) adminToken() (string, error) {
+	if o.tokenFile == "" {
+		return strings.TrimSpace(os.Getenv("IDEM_ADMIN_TOKEN")), nil
+	}
+	b, err := os.ReadFile(o.tokenFile)
+	if err != nil {
+		return "", usageErrorf("read --token-file: %v: pass a readable file holding the token", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", usageErrorf("--token-file %s is empty: write the admin token into it", o.tokenFile)
+	}
+	return tok, nil
+}
+
+// loopback reports whether addr's host only accepts local connections.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
+	token, err := o.adminToken()
+	if err != nil {
+		return err
+	}
+	host, _, err := net.SplitHostPort(o.addr)
+	if err != nil {
+		return usageErrorf("--addr %q is not host:port: pass --addr 127.0.0.1:8080, say", o.addr)
+	}
+	if !loopback(host) && token == "" {
+		return usageErrorf("--addr %s accepts connections from other machines, and no admin token is set: set IDEM_ADMIN_TOKEN (or pass --token-file), or listen on 127.0.0.1", o.addr)
+	}
+	if o.maxBody < 1 {
+		return usageErrorf("--max-body %d is not positive: pass a size in bytes, 1048576 say", o.maxBody)
+	}
+	if o.store.url == "" {
+		o.store.url = defaultServeStore
+	}
+
+	// Listen before opening the store: a port in use is found at once,
+	// before any schema is touched.
+	ln, err := net.Listen("tcp", o.addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return usageErrorf("address %s is in use: pass --addr with a free port, or stop the process that holds it", o.addr)
+	}
+	if err != nil {
+		return usageErrorf("listen on %s: %v: pass --addr host:port with an address of this machine", o.addr, err)
+	}
+	defer ln.Close()
+
+	sqlite := strings.HasPrefix(o.store.url, "sqlite:")
+	st, _, err := o.store.open(ctx, sqlite) // its errors say what to do, with exit code 2
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	obs := admin.NewObserver()
+	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, Observe: obs.Observe})
+	if err != nil {
+		return err
+	}
+	if err := registerServe(e, logger); err != nil {
+		return err
+	}
+	h, err := admin.New(e, st, &admin.Config{Token: token, MaxBodyBytes: o.maxBody, Observer: obs, Logger: logger})
+	if err != nil {
+		return err
+	}
+	// The engine runs until Stop below, not until ctx ends: the HTTP server
+	// must stop first, so that no message is accepted after the engine.
+	if err := e.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start the engine: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("idem serve: listening", "url", "http://"+ln.Addr().String(), "store", storeLabel(o.store.url), "auth", token != "")
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("idem serve: stopping")
+	case err := <-served:
+		runErr = &exitError{code: 1, err: fmt.Errorf("http server: %w", err)}
+	case <-e.Done():
+		runErr = &exitError{code: 1, err: errors.New("the engine stopped: see the log above")}
+	}
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serveStopTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		logger.Warn("idem serve: http shutdown", "error", err)
+	}
+	if err := e.Stop(sctx); err != nil && runErr == nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The batch in flight was cancelled: its deliveries are handed out again.
+			logger.Warn("idem serve: the engine did not stop in time; unfinished deliveries will be redelivered", "timeout", serveStopTimeout)
+		} else {
+			runErr = &exitError{code: 1, err: fmt.Errorf("stop the engine: %w", err)}
+		}
+	}
+	return runErr
+}
+
+// storeLabel names a store for the log without its connection string.
+func storeLabel(u string) string {
+	if strings.HasPrefix(u, "sqlite:") {
+		return u
+	}
+	scheme, _, _ := strings.Cut(u, ":")
+	return scheme
+}
+
+// registerServe registers the example sagas and a stand-in for the
+// services that receive their commands.
+func registerServe(e *idem.Engine, logger *slog.Logger) error {
+	for _, m := range []idem.Machine{searchimport.New(searchimport.Config{}).Machine, orders.OrderMachine()} {
+		if err := e.Register(m); err != nil {
+			return err
+		}
+	}
+	log := logger.With("component", "idem.serve")
+	standIn := func(_ context.Context, env idem.Envelope) error {
+		log.Info("command for a service outside idem serve (logged only)", "message_id", env.ID, "message_type", env.Type, "correlation_id", env.CorrelationID)
+		return nil
+	}
+	for _, t := range []string{saga.MessageType(orders.ShipOrder{}), saga.MessageType(searchimport.StartParsingReferenceFile{})} {
+		if err := e.Handle(t, standIn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
