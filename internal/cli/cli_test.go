@@ -75,6 +75,7 @@ func TestDemoRefusesBadFlags(t *testing.T) {
 		{"demo", "--lose-acks", "1.5"},
 		{"demo", "--replicas", "-1"},
 		{"demo", "--store", "mongodb"},
+		{"demo", "--store", "memory", "--serve"},
 	} {
 		code, _, errOut := run(t, args...)
 		if code != 2 || !strings.Contains(errOut, "--") {

@@ -32,8 +32,9 @@ type demoOptions struct {
 	loseAcks                  float64
 	timeout                   time.Duration
 	json, progress            bool
-	store, db                 string
+	store, db, addr           string
 	kills                     int
+	serve                     bool
 }
 
 func newDemo() *cobra.Command {
@@ -70,6 +71,8 @@ by reason. The exit code is 1 if an invariant fails.`,
 	f.StringVar(&o.store, "store", "sqlite", "sqlite (durable, worker processes killed and restarted) or memory (in-process, lost acks and reordering)")
 	f.StringVar(&o.db, "db", "", "with --store sqlite: the database file to use and keep (default: a temporary file, removed afterwards)")
 	f.IntVar(&o.kills, "kills", 3, "with --store sqlite: at least this many SIGKILLs of a worker process")
+	f.BoolVar(&o.serve, "serve", false, "with --store sqlite: afterwards, keep serving the demo's database over HTTP (idem serve) until interrupted")
+	f.StringVar(&o.addr, "addr", defaultServeAddr, "with --serve: host:port to listen on")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload and fault schedule (goroutine scheduling still varies)")
 	f.Float64Var(&o.loseAcks, "lose-acks", 0.02, "with --store memory: fraction of acknowledgements the transport silently loses (0..1)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up (and fail) if the workload has not settled by then")
@@ -92,6 +95,8 @@ func (o demoOptions) validate() error {
 		return fmt.Errorf("--store must be sqlite or memory, got %q", o.store)
 	case o.kills < 0:
 		return fmt.Errorf("--kills must not be negative, got %d", o.kills)
+	case o.serve && o.store != "sqlite":
+		return fmt.Errorf("--serve needs --store sqlite: the in-memory demo keeps nothing to serve")
 	}
 	return nil
 }

@@ -203,7 +203,15 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 		r.Pass = false
 	}
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
-	return finishReport(r, o, stdout)
+	err = finishReport(r, o, stdout)
+	if o.serve {
+		fmt.Fprintf(stderr, "idem demo: serving the demo's database at http://%s (interrupt to stop)\n", o.addr)
+		st.Close()
+		if serr := runServe(ctx, &serveOptions{store: storeFlags{url: "sqlite://" + path}, addr: o.addr, maxBody: 1 << 20}, stderr); serr != nil {
+			return serr
+		}
+	}
+	return err
 }
 
 // syncWriter serialises the writes of several worker processes' stderr.
