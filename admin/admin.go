@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -59,6 +60,7 @@ type Server struct {
 	auth    bool
 	maxBody int64
 	timeout time.Duration
+	csrf    *http.CrossOriginProtection
 }
 
 // New returns a Server for engine e, whose store is st. It fails when cfg
@@ -94,7 +96,7 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 	}
 	s := &Server{
 		e: e, st: st, log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
-		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout,
+		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout, csrf: http.NewCrossOriginProtection(),
 	}
 	for _, col := range []prometheus.Collector{newCollector(e, st, s.log, c.StoreTimeout), c.Observer.uow, c.Observer.messages} {
 		if err := reg.Register(col); err != nil {
@@ -120,10 +122,35 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 }
 
 // ServeHTTP serves the routes listed in the package documentation.
+// Cross-origin browser requests that change state are refused (CSRF), and
+// without a token only loopback Host headers are served, so that a web page
+// cannot reach the API through DNS rebinding.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
+	if !s.auth && !loopbackHost(r.Host) && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+		writeError(w, http.StatusForbidden, "host %q is not a loopback address and no admin token is set: set IDEM_ADMIN_TOKEN to serve other hosts", r.Host)
+		return
+	}
+	if err := s.csrf.Check(r); err != nil {
+		writeError(w, http.StatusForbidden, "cross-origin request refused: call the admin API from a script or the command line, not from another site")
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// loopbackHost reports whether a Host header names this machine.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "localhost" || host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // authorize requires the bearer token when one is configured.

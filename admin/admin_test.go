@@ -80,7 +80,14 @@ func (b *bundle) do(t *testing.T, method, path, body string, header ...string) (
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := b.srv.Client().Do(req)
@@ -338,7 +345,7 @@ func TestReadyzWhenTheStoreIsDown(t *testing.T) {
 	st.Close()
 	for _, path := range []string{"/readyz", "/metrics"} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, "GET", path, nil))
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, "GET", "http://127.0.0.1"+path, nil))
 		body := rec.Body.String()
 		switch path {
 		case "/readyz":
@@ -350,5 +357,21 @@ func TestReadyzWhenTheStoreIsDown(t *testing.T) {
 				t.Errorf("metrics on a closed store: %d; want 200 with idem_store_up 0 in:\n%s", rec.Code, body)
 			}
 		}
+	}
+}
+
+func TestBrowserAttacksAreRefused(t *testing.T) {
+	b := setup(t, nil)
+	// DNS rebinding: a page on evil.example resolving to 127.0.0.1.
+	if code, body := b.do(t, "GET", "/api/sagas", "", "Host", "evil.example"); code != http.StatusForbidden || !strings.Contains(body, "IDEM_ADMIN_TOKEN") {
+		t.Errorf("rebinding Host: %d %s; want 403 naming IDEM_ADMIN_TOKEN", code, body)
+	}
+	// CSRF: a cross-site form post, and a text/plain fetch.
+	msg := `{"id": "x-1", "type": "orders.OrderPlaced", "body": {"OrderID": "o-9", "Items": 1}}`
+	if code, body := b.do(t, "POST", "/api/messages", msg, "Sec-Fetch-Site", "cross-site"); code != http.StatusForbidden {
+		t.Errorf("cross-site POST: %d %s; want 403", code, body)
+	}
+	if code, body := b.do(t, "POST", "/api/messages", msg, "Content-Type", "text/plain"); code != http.StatusUnsupportedMediaType {
+		t.Errorf("text/plain POST: %d %s; want 415", code, body)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -326,6 +327,12 @@ func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 const submitExample = `{"id": "order-1-placed", "type": "orders.OrderPlaced", "body": {"OrderID": "order-1", "Items": 2}}`
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	// A JSON content type forces browsers to preflight, which no origin
+	// passes: a web page cannot submit messages.
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "Content-Type %q is not application/json: send the message as JSON with Content-Type: application/json", r.Header.Get("Content-Type"))
+		return
+	}
 	m, ok := s.decodeMessage(w, r)
 	if !ok {
 		return

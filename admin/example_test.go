@@ -32,13 +32,15 @@ func Example() {
 	}
 	// In a program: e.Start(ctx), then http.Server{Addr: "127.0.0.1:8080", Handler: srv}.
 
-	submit := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/api/messages",
+	submit := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "http://127.0.0.1/api/messages",
 		strings.NewReader(`{"id": "m-1", "type": "orders.OrderPlaced", "body": {"OrderID": "o-1", "Items": 2}}`))
+	submit.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	srv.ServeHTTP(rec, submit)
 	fmt.Print(rec.Code, " ", rec.Body.String())
 
-	bad := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/api/messages", strings.NewReader(`{"type": "orders.OrderPlaced"}`))
+	bad := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "http://127.0.0.1/api/messages", strings.NewReader(`{"type": "orders.OrderPlaced"}`))
+	bad.Header.Set("Content-Type", "application/json")
 	rec = httptest.NewRecorder()
 	srv.ServeHTTP(rec, bad)
 	fmt.Print(rec.Code, " ", rec.Body.String())

@@ -146,7 +146,9 @@ func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.De
 		return nil, next, fmt.Errorf("pgstore: receive: %w", translate(err))
 	}
 	if len(got) == 0 {
-		if err := s.pool.QueryRow(ctx, `SELECT min(visible_at) FROM idem_queue`).Scan(&next); err != nil {
+		// The next message this partition may claim: other partitions'
+		// visible rows must not make an idle consumer spin.
+		if err := s.pool.QueryRow(ctx, `SELECT min(visible_at) FROM idem_queue WHERE $2 < 2 OR mod(part, $2) = $1`, part, parts).Scan(&next); err != nil {
 			return nil, next, fmt.Errorf("pgstore: receive: %w", translate(err))
 		}
 		return nil, next, nil

@@ -210,7 +210,7 @@ SELECT idem_expect((SELECT count(*) FROM gone), $3, 'lease')`
 
 const enqueueSQL = `
 INSERT INTO idem_queue (id, envelope, body, visible_at, part)
-SELECT u.id, u.envelope::jsonb, u.body, now(), abs(hashtext(coalesce(nullif(u.envelope::jsonb->>'correlation_id', ''), u.id)))
+SELECT u.id, u.envelope::jsonb, u.body, now(), hashtext(coalesce(nullif(u.envelope::jsonb->>'correlation_id', ''), u.id)) & 2147483647
 FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS u(id, envelope, body, ord)
 ORDER BY u.ord`
 
