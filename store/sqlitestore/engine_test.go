@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,186 +14,23 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
 // The engine on SQLite: the store is also the queue, so consumption, state,
 // inbox, emitted messages and timers commit together.
 
-type counter struct {
-	Total int `json:"total"`
-}
-
-type inc struct {
-	Key string `json:"key"`
-	N   int    `json:"n"`
-}
-
-type added struct {
-	Key   string `json:"key"`
-	Total int    `json:"total"`
-}
-
-type tick struct {
-	Key string `json:"key"`
-}
-
-// counterMachine adds each increment to its saga's total and publishes the
-// new total; the first increment schedules a timer that adds 1000.
-func counterMachine() *saga.Machine[counter] {
-	m := saga.New[counter]("counter")
-	open := m.State("Open")
-	incE := saga.NewEvent[inc](m, func(e inc) string { return e.Key })
-	tickE := saga.NewEvent[tick](m, func(e tick) string { return e.Key })
-	apply := func(c *saga.Context[counter], e inc) error {
-		c.Data.Total += e.N
-		c.Publish(added{Key: e.Key, Total: c.Data.Total})
-		return nil
-	}
-	m.Initially(saga.When(incE).Then(apply).Then(func(c *saga.Context[counter], e inc) error {
-		c.Schedule("tick", time.Millisecond, tick{Key: e.Key})
-		return nil
-	}).TransitionTo(open))
-	m.During(open, saga.When(incE).Then(apply), saga.When(tickE).Then(func(c *saga.Context[counter], _ tick) error {
-		c.Data.Total += 1000 // a timer's effect, countable
-		return nil
-	}))
-	return m
-}
-
-// newEngine runs the counter saga and a no-op consumer of its events on st,
-// which serves as store and queue.
+// newEngine runs the shared counter workload's engine on st, which serves as
+// store and queue.
 func newEngine(t testing.TB, st *sqlitestore.Store, cfg *idem.Config) *idem.Engine {
 	t.Helper()
-	if cfg == nil {
-		cfg = &idem.Config{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if cfg.TimerInterval == 0 {
-		cfg.TimerInterval = 20 * time.Millisecond
-	}
-	e, err := idem.NewEngine(st, st, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(counterMachine()); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Handle(saga.MessageType(added{}), func(context.Context, idem.Envelope) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return enginetest.NewEngine(t, st, st, cfg)
 }
 
-// workload publishes keys×perKey increments, each message copies times,
-// copy c through publishers[c % len(publishers)], and returns the expected
-// total per key (the timer adds 1000 to each).
-func workload(t testing.TB, publishers []*idem.Engine, keys, perKey, copies int) map[string]int {
-	t.Helper()
-	want := map[string]int{}
-	envs := make([][]idem.Envelope, len(publishers))
-	for i := range perKey {
-		for k := range keys {
-			key := fmt.Sprintf("k-%03d", k)
-			env, err := publishers[0].NewEnvelope(fmt.Sprintf("inc-%s-%d", key, i), inc{Key: key, N: i + 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want[key] += i + 1
-			for c := range copies {
-				p := c % len(publishers)
-				envs[p] = append(envs[p], env)
-			}
-		}
-	}
-	for k := range want {
-		want[k] += 1000
-	}
-	for p, e := range publishers {
-		for start := 0; start < len(envs[p]); start += 500 {
-			if err := e.Publish(context.Background(), envs[p][start:min(start+500, len(envs[p]))]...); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return want
-}
-
-// settled reports whether the queue and the timers are empty.
-func settled(db *sql.DB) (bool, error) {
-	var queued, timers int
-	err := db.QueryRow(`SELECT (SELECT count(*) FROM idem_queue), (SELECT count(*) FROM idem_timers)`).Scan(&queued, &timers)
-	return queued == 0 && timers == 0, err
-}
-
-func waitSettled(t testing.TB, db *sql.DB, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := settled(db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue and timers not drained after %s", timeout)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
-	}
-}
-
-// checkExactlyOnce verifies, from the database file, that every increment
-// and timer applied once, every emitted event was consumed under its
-// deterministic ID, and nothing was dead-lettered.
-func checkExactlyOnce(t *testing.T, db *sql.DB, want map[string]int, perKey int) {
-	t.Helper()
-	rows, err := db.Query(`SELECT key, data ->> '$.total' FROM idem_instances WHERE saga_type = 'counter'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int{}
-	for rows.Next() {
-		var k string
-		var total int
-		if err := rows.Scan(&k, &total); err != nil {
-			t.Fatal(err)
-		}
-		got[k] = total
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(want) {
-		t.Errorf("sagas: got %d, want %d", len(got), len(want))
-	}
-	bad := 0
-	for k, w := range want {
-		if got[k] != w && bad < 5 {
-			bad++
-			t.Errorf("saga %s: total %d, want %d (an increment applied twice or lost)", k, got[k], w)
-		}
-	}
-	var journal, distinctJournal, handled, dead int
-	if err := db.QueryRow(`SELECT count(*), count(DISTINCT key || char(0) || message_id) FROM idem_journal WHERE saga_type = 'counter'`).Scan(&journal, &distinctJournal); err != nil {
-		t.Fatal(err)
-	}
-	if wantJ := len(want) * (perKey + 1); journal != wantJ || distinctJournal != wantJ {
-		t.Errorf("journal: %d entries (%d distinct), want %d: each increment and timer applied once", journal, distinctJournal, wantJ)
-	}
-	if err := db.QueryRow(`SELECT count(*) FROM idem_inbox WHERE saga_type = 'idem.handler'`).Scan(&handled); err != nil {
-		t.Fatal(err)
-	}
-	if wantH := len(want) * perKey; handled != wantH {
-		t.Errorf("emitted events consumed: %d distinct IDs, want %d (one per increment)", handled, wantH)
-	}
-	if err := db.QueryRow(`SELECT count(*) FROM idem_dead_letters`).Scan(&dead); err != nil || dead != 0 {
-		t.Errorf("dead letters: %d (%v), want 0", dead, err)
-	}
+// rows queries db for the shared checks.
+func rows(db *sql.DB) enginetest.QueryRow {
+	return func(q string, dest ...any) error { return db.QueryRow(q).Scan(dest...) }
 }
 
 // Two Stores on one file, as two processes would open it, each with an
@@ -206,23 +41,27 @@ func TestEnginesOnSeparateStoresExactlyOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "idem.db")
 	cfg := &sqlitestore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond, Logger: quiet}
 	var engines []*idem.Engine
+	var first *sqlitestore.Store
 	for range 2 {
 		st, err := sqlitestore.Open(context.Background(), path, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = st.Close() })
+		if first == nil {
+			first = st
+		}
 		engines = append(engines, newEngine(t, st, &idem.Config{BatchSize: 16}))
 	}
 	const keys, perKey = 40, 5
-	want := workload(t, engines, keys, perKey, 3)
+	want := enginetest.Workload(t, engines, keys, perKey, 3)
 	for _, e := range engines {
 		if err := e.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	db := rawDB(t, path)
-	waitSettled(t, db, 60*time.Second)
+	enginetest.WaitSettled(t, rows(db), 60*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, e := range engines {
@@ -230,7 +69,7 @@ func TestEnginesOnSeparateStoresExactlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkExactlyOnce(t, db, want, perKey)
+	enginetest.CheckExactlyOnce(t, first, rows(db), want, perKey)
 	s := idem.SumStats(engines...)
 	if s.Duplicates == 0 {
 		t.Errorf("stats %+v: want duplicates skipped by the inbox", s)
@@ -272,7 +111,7 @@ func benchEngine(b *testing.B, batch int) {
 	envs := make([]idem.Envelope, b.N)
 	for i := range envs {
 		key := "k-" + strconv.Itoa(i%1024)
-		if envs[i], err = e.NewEnvelope("m-"+strconv.Itoa(i), inc{Key: key, N: 1}); err != nil {
+		if envs[i], err = e.NewEnvelope("m-"+strconv.Itoa(i), enginetest.Inc{Key: key, N: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -381,7 +220,7 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	})
 
 	const keys, perKey = 60, 8
-	want := workload(t, []*idem.Engine{producer}, keys, perKey, 3)
+	want := enginetest.Workload(t, []*idem.Engine{producer}, keys, perKey, 3)
 
 	// Kill one worker once a third of the work is journaled, then restart it.
 	deadline := time.Now().Add(60 * time.Second)
@@ -405,7 +244,7 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	t.Log("worker 0 killed with SIGKILL; restarting it")
 	workers[0] = start()
 
-	waitSettled(t, db, 90*time.Second)
+	enginetest.WaitSettled(t, rows(db), 90*time.Second)
 	for _, w := range workers {
 		_ = w.Process.Signal(syscall.SIGTERM)
 	}
@@ -415,5 +254,5 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 		}
 	}
 	workers = nil
-	checkExactlyOnce(t, db, want, perKey)
+	enginetest.CheckExactlyOnce(t, st, rows(db), want, perKey)
 }
