@@ -4,6 +4,7 @@
 package sqlq
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -127,4 +128,29 @@ func CompareTimers(a, b store.Timer) int {
 		return c
 	}
 	return strings.Compare(a.SagaType+"\x00"+a.Key+"\x00"+a.Name, b.SagaType+"\x00"+b.Key+"\x00"+b.Name)
+}
+
+// Wait is the idle wait of a SQL queue's Receive: it returns nil once wake
+// is closed (a publish through this process), next is reached (the next
+// message becomes visible; zero means unknown), or poll has passed, whichever
+// comes first. It returns ctx's error when ctx ends and transport.ErrClosed
+// when done is closed.
+func Wait(ctx context.Context, done, wake <-chan struct{}, next time.Time, poll time.Duration) error {
+	wait := poll
+	if !next.IsZero() {
+		if d := time.Until(next); d < wait {
+			wait = max(d, time.Millisecond)
+		}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return transport.ErrClosed
+	case <-wake:
+	case <-t.C:
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package sqlq
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -64,5 +66,25 @@ func TestCursors(t *testing.T) {
 	}
 	if Limit(0) != DefaultLimit || Limit(7) != 7 {
 		t.Error("Limit")
+	}
+}
+
+func TestWait(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done, wake := make(chan struct{}), make(chan struct{})
+	close(wake)
+	if err := Wait(ctx, done, wake, time.Time{}, time.Hour); err != nil {
+		t.Errorf("woken: %v, want nil", err)
+	}
+	if err := Wait(ctx, done, make(chan struct{}), time.Now().Add(-time.Second), time.Hour); err != nil {
+		t.Errorf("next visible in the past: %v, want nil after a millisecond", err)
+	}
+	close(done)
+	if err := Wait(ctx, done, make(chan struct{}), time.Time{}, time.Hour); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("closed: %v, want ErrClosed", err)
+	}
+	cancel()
+	if err := Wait(ctx, make(chan struct{}), make(chan struct{}), time.Time{}, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, want context.Canceled", err)
 	}
 }

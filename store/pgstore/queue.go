@@ -88,32 +88,21 @@ func (s *Store) ReceivePartition(ctx context.Context, max, part, parts int) ([]t
 		if len(ds) > 0 {
 			return ds, nil
 		}
-		wait := s.cfg.PollInterval
-		if next.Valid {
-			if d := time.Until(next.Time); d < wait {
-				wait = max64(d, time.Millisecond)
+		if err := sqlq.Wait(ctx, s.done, wake, nextTime(next), s.cfg.PollInterval); err != nil {
+			if errors.Is(err, transport.ErrClosed) {
+				return nil, fmt.Errorf("pgstore: receive: %w", err)
 			}
+			return nil, err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-s.done:
-			t.Stop()
-			return nil, fmt.Errorf("pgstore: receive: %w", transport.ErrClosed)
-		case <-wake:
-		case <-t.C:
-		}
-		t.Stop()
 	}
 }
 
-func max64(a, b time.Duration) time.Duration {
-	if a > b {
-		return a
+// nextTime is the zero time when the queue had no next visible message.
+func nextTime(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
+		return time.Time{}
 	}
-	return b
+	return t.Time
 }
 
 func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.Delivery, pgtype.Timestamptz, error) {

@@ -96,32 +96,13 @@ func (s *Store) Receive(ctx context.Context, max int) ([]transport.Delivery, err
 		if len(ds) > 0 {
 			return ds, nil
 		}
-		wait := s.cfg.PollInterval
-		if !next.IsZero() {
-			if d := time.Until(next); d < wait {
-				wait = max64(d, time.Millisecond)
+		if err := sqlq.Wait(ctx, s.done, wake, next, s.cfg.PollInterval); err != nil {
+			if errors.Is(err, transport.ErrClosed) {
+				return nil, fmt.Errorf("sqlitestore: receive: %w", err)
 			}
+			return nil, err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-s.done:
-			t.Stop()
-			return nil, fmt.Errorf("sqlitestore: receive: %w", transport.ErrClosed)
-		case <-wake:
-		case <-t.C:
-		}
-		t.Stop()
 	}
-}
-
-func max64(a, b time.Duration) time.Duration {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // claim looks, on a reader, for the earliest visible time in the queue and
@@ -261,7 +242,7 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	}
 	var lost bool
 	err = s.write(ctx, "nack", wakeConsumers, func(w *writer) error {
-		n, err := w.exec(nackSQL, seqs[0], toks[0], micros(time.Now().Add(max64(delay, 0))))
+		n, err := w.exec(nackSQL, seqs[0], toks[0], micros(time.Now().Add(max(delay, 0))))
 		if err != nil || n == 1 {
 			return err
 		}
