@@ -2,11 +2,7 @@ package pgstore_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 )
 
@@ -65,7 +62,11 @@ func TestEnginesOnSeparatePoolsExactlyOnce(t *testing.T) {
 			t.Cleanup(func() { _ = st.Close() })
 		}
 		// The first engine runs three consumers on partitions of the keys.
-		e := newEngine(t, st, &idem.Config{BatchSize: 16, Consumers: 1 + 2*boolInt(i == 0)})
+		consumers := 1
+		if i == 0 {
+			consumers = 3
+		}
+		e := newEngine(t, st, &idem.Config{BatchSize: 16, Consumers: consumers})
 		engines = append(engines, e)
 	}
 	const keys, perKey = 40, 5
@@ -104,36 +105,9 @@ func TestMain(m *testing.M) {
 }
 
 func runWorker() int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	st, err := pgstore.Open(ctx, os.Getenv("IDEM_TEST_PG_URL"), &pgstore.Config{Schema: os.Getenv("IDEM_PG_WORKER_SCHEMA"), Lease: 2 * time.Second, MaxConns: 8})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 2
-	}
-	defer st.Close()
-	e := newEngine(&workerTB{}, st, &idem.Config{BatchSize: 16})
-	if err := e.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 2
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.Stop(sctx); err != nil {
-		fmt.Fprintln(os.Stderr, "worker stop:", err)
-		return 1
-	}
-	return 0
-}
-
-// workerTB lets the test helpers run in the worker process.
-type workerTB struct{ testing.TB }
-
-func (*workerTB) Helper() {}
-func (*workerTB) Fatal(args ...any) {
-	fmt.Fprintln(os.Stderr, append([]any{"worker:"}, args...)...)
-	os.Exit(2)
+	return enginetest.RunWorker(func(ctx context.Context) (store.Queue, error) {
+		return pgstore.Open(ctx, os.Getenv("IDEM_TEST_PG_URL"), &pgstore.Config{Schema: os.Getenv("IDEM_PG_WORKER_SCHEMA"), Lease: 2 * time.Second, MaxConns: 8})
+	})
 }
 
 // Three worker processes on one database, every message delivered three
@@ -142,68 +116,6 @@ func (*workerTB) Fatal(args ...any) {
 func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	url := pgURL(t)
 	st := openStore(t, pgstore.Config{})
-	schema := st.Schema()
-	producer := newEngine(t, st, nil)
-	conn := schemaConn(t, schema)
-
-	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "IDEM_PG_WORKER_SCHEMA="+schema, "IDEM_TEST_PG_URL="+url)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
-	workers := []*exec.Cmd{start(), start(), start()}
-	t.Cleanup(func() {
-		for _, w := range workers {
-			_ = w.Process.Kill()
-			_ = w.Wait()
-		}
-	})
-
-	const keys, perKey = 60, 8
-	want := enginetest.Workload(t, []*idem.Engine{producer}, keys, perKey, 3)
-
-	// Kill one worker once a third of the work is journaled, then restart it.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var n int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM idem_journal`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n >= keys*perKey/3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workers made no progress: %d journal entries", n)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
-	}
-	if err := workers[0].Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = workers[0].Wait()
-	t.Log("worker 0 killed with SIGKILL; restarting it")
-	workers[0] = start()
-
-	enginetest.WaitSettled(t, rows(conn), 90*time.Second)
-	for _, w := range workers {
-		_ = w.Process.Signal(syscall.SIGTERM)
-	}
-	for _, w := range workers {
-		if err := w.Wait(); err != nil {
-			t.Errorf("worker exit: %v", err)
-		}
-	}
-	workers = nil
-	enginetest.CheckExactlyOnce(t, st, rows(conn), want, perKey)
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+	conn := schemaConn(t, st.Schema())
+	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), rows(conn), "IDEM_PG_WORKER_SCHEMA="+st.Schema(), "IDEM_TEST_PG_URL="+url)
 }

@@ -3,18 +3,15 @@ package sqlitestore_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
@@ -157,36 +154,9 @@ func TestMain(m *testing.M) {
 }
 
 func runWorker(path string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	st, err := sqlitestore.Open(ctx, path, &sqlitestore.Config{Lease: 2 * time.Second, PollInterval: 20 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 2
-	}
-	defer st.Close()
-	e := newEngine(&workerTB{}, st, &idem.Config{BatchSize: 16})
-	if err := e.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 2
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.Stop(sctx); err != nil {
-		fmt.Fprintln(os.Stderr, "worker stop:", err)
-		return 1
-	}
-	return 0
-}
-
-// workerTB lets the test helpers run in the worker process.
-type workerTB struct{ testing.TB }
-
-func (*workerTB) Helper() {}
-func (*workerTB) Fatal(args ...any) {
-	fmt.Fprintln(os.Stderr, append([]any{"worker:"}, args...)...)
-	os.Exit(2)
+	return enginetest.RunWorker(func(ctx context.Context) (store.Queue, error) {
+		return sqlitestore.Open(ctx, path, &sqlitestore.Config{Lease: 2 * time.Second, PollInterval: 20 * time.Millisecond, Logger: quiet})
+	})
 }
 
 // Three worker processes on one file, every message delivered three times,
@@ -198,61 +168,5 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 		t.Skip("starts worker processes; skipped with -short")
 	}
 	st := openStore(t, sqlitestore.Config{})
-	path := st.Path()
-	producer := newEngine(t, st, nil)
-	db := rawDB(t, path)
-
-	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "IDEM_SQLITE_WORKER_DB="+path)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
-	workers := []*exec.Cmd{start(), start(), start()}
-	t.Cleanup(func() {
-		for _, w := range workers {
-			_ = w.Process.Kill()
-			_ = w.Wait()
-		}
-	})
-
-	const keys, perKey = 60, 8
-	want := enginetest.Workload(t, []*idem.Engine{producer}, keys, perKey, 3)
-
-	// Kill one worker once a third of the work is journaled, then restart it.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var n int
-		if err := db.QueryRow(`SELECT count(*) FROM idem_journal`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n >= keys*perKey/3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workers made no progress: %d journal entries", n)
-		}
-		time.Sleep(2 * time.Millisecond) // polling a condition with a deadline
-	}
-	if err := workers[0].Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = workers[0].Wait()
-	t.Log("worker 0 killed with SIGKILL; restarting it")
-	workers[0] = start()
-
-	enginetest.WaitSettled(t, rows(db), 90*time.Second)
-	for _, w := range workers {
-		_ = w.Process.Signal(syscall.SIGTERM)
-	}
-	for _, w := range workers {
-		if err := w.Wait(); err != nil {
-			t.Errorf("worker exit: %v", err)
-		}
-	}
-	workers = nil
-	enginetest.CheckExactlyOnce(t, st, rows(db), want, perKey)
+	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), rows(rawDB(t, st.Path())), "IDEM_SQLITE_WORKER_DB="+st.Path())
 }

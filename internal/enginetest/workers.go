@@ -1,0 +1,113 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
+)
+
+// RunWorker is the body of a worker process: it opens its store (which is
+// also the queue), runs the counter engine until SIGTERM, stops it and
+// returns the process exit code. Call it from TestMain when the test binary
+// was started as a worker.
+func RunWorker(open func(ctx context.Context) (store.Queue, error)) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	st, err := open(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 2
+	}
+	defer st.Close()
+	e := NewEngine(workerTB{}, st, st, &idem.Config{BatchSize: 16})
+	if err := e.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 2
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Stop(sctx); err != nil {
+		fmt.Fprintln(os.Stderr, "worker stop:", err)
+		return 1
+	}
+	return 0
+}
+
+// workerTB lets NewEngine run in a worker process, outside any test.
+type workerTB struct{ testing.TB }
+
+func (workerTB) Helper() {}
+func (workerTB) Fatal(args ...any) {
+	fmt.Fprintln(os.Stderr, append([]any{"worker:"}, args...)...)
+	os.Exit(2)
+}
+
+// SurviveSIGKILL starts three worker processes (this test binary with env
+// added, which TestMain must route to RunWorker), publishes every message
+// three times through producer, kills one worker with SIGKILL once a third
+// of the work is journaled and restarts it, waits for the queue to drain,
+// stops the workers and checks exactly-once from the database.
+func SurviveSIGKILL(t *testing.T, st store.Store, producer *idem.Engine, q QueryRow, env ...string) {
+	t.Helper()
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	workers := []*exec.Cmd{start(), start(), start()}
+	t.Cleanup(func() {
+		for _, w := range workers {
+			_ = w.Process.Kill()
+			_ = w.Wait()
+		}
+	})
+
+	const keys, perKey = 60, 8
+	want := Workload(t, []*idem.Engine{producer}, keys, perKey, 3)
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		if err := q(`SELECT count(*) FROM idem_journal`, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n >= keys*perKey/3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers made no progress: %d journal entries", n)
+		}
+		time.Sleep(2 * time.Millisecond) // polling a condition with a deadline
+	}
+	if err := workers[0].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = workers[0].Wait()
+	t.Log("worker 0 killed with SIGKILL; restarting it")
+	workers[0] = start()
+
+	WaitSettled(t, q, 90*time.Second)
+	for _, w := range workers {
+		_ = w.Process.Signal(syscall.SIGTERM)
+	}
+	for _, w := range workers {
+		if err := w.Wait(); err != nil {
+			t.Errorf("worker exit: %v", err)
+		}
+	}
+	workers = nil
+	CheckExactlyOnce(t, st, q, want, perKey)
+}
