@@ -148,6 +148,26 @@ func WaitSettled(t testing.TB, q QueryRow, timeout time.Duration) {
 	}
 }
 
+// WaitFor polls done until it reports true, failing t with what after
+// timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, done func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := done()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s after %s", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
 // CheckExactlyOnce verifies, from the database, that every increment and
 // timer applied once (totals and journal), every emitted event was consumed
 // under its deterministic ID, and nothing was dead-lettered.

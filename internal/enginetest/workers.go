@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
 )
 
 // RunWorker is the body of a worker process: it opens its store (which is
@@ -19,15 +20,34 @@ import (
 // returns the process exit code. Call it from TestMain when the test binary
 // was started as a worker.
 func RunWorker(open func(ctx context.Context) (store.Queue, error)) int {
+	return RunWorkerOn(func(ctx context.Context) (store.Store, transport.Transport, error) {
+		q, err := open(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return q, closeOnce{q}, nil
+	})
+}
+
+// closeOnce hides a queue's Close when it is also the store, so that
+// RunWorkerOn closes it once.
+type closeOnce struct{ transport.Transport }
+
+func (closeOnce) Close() error { return nil }
+
+// RunWorkerOn is RunWorker for a store and a separate transport (a broker):
+// open returns both, and both are closed when the worker stops.
+func RunWorkerOn(open func(ctx context.Context) (store.Store, transport.Transport, error)) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	st, err := open(ctx)
+	st, tr, err := open(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
 	}
 	defer st.Close()
-	e := NewEngine(workerTB{}, st, st, &idem.Config{BatchSize: 16})
+	defer tr.Close()
+	e := NewEngine(workerTB{}, st, tr, &idem.Config{BatchSize: 16})
 	if err := e.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
@@ -58,6 +78,32 @@ func (workerTB) Fatal(args ...any) {
 // stops the workers and checks exactly-once from the database.
 func SurviveSIGKILL(t *testing.T, st store.Store, producer *idem.Engine, q QueryRow, env ...string) {
 	t.Helper()
+	SurviveSIGKILLOn(t, KillRun{Store: st, Producer: producer, Query: q, Env: env})
+}
+
+// KillRun describes a multi-process run for SurviveSIGKILLOn.
+type KillRun struct {
+	// Store is the store the workers share; Producer publishes the workload.
+	Store    store.Store
+	Producer *idem.Engine
+	// Query reads the store's database.
+	Query QueryRow
+	// Env is added to the worker processes' environment; TestMain must
+	// route a process with it to RunWorker or RunWorkerOn.
+	Env []string
+	// Settled reports whether nothing is left in flight. Nil means the
+	// SQL queue's check (idem_queue and idem_timers empty); a broker run
+	// also checks the broker and the outbox.
+	Settled func() (bool, error)
+	// Disrupt, when set, runs once after the SIGKILL and restart, while
+	// work is in flight (for example a broker restart).
+	Disrupt func(t *testing.T)
+}
+
+// SurviveSIGKILLOn is SurviveSIGKILL for any store and transport.
+func SurviveSIGKILLOn(t *testing.T, r KillRun) {
+	t.Helper()
+	st, producer, q, env := r.Store, r.Producer, r.Query, r.Env
 	start := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), env...)
@@ -98,8 +144,15 @@ func SurviveSIGKILL(t *testing.T, st store.Store, producer *idem.Engine, q Query
 	_ = workers[0].Wait()
 	t.Log("worker 0 killed with SIGKILL; restarting it")
 	workers[0] = start()
+	if r.Disrupt != nil {
+		r.Disrupt(t)
+	}
 
-	WaitSettled(t, q, 90*time.Second)
+	if r.Settled == nil {
+		WaitSettled(t, q, 90*time.Second)
+	} else {
+		WaitFor(t, 90*time.Second, "queue and timers drained", r.Settled)
+	}
 	for _, w := range workers {
 		_ = w.Process.Signal(syscall.SIGTERM)
 	}
