@@ -42,10 +42,17 @@ func (it *item) sagaKey() store.Key { return store.Key{SagaType: it.typ, Key: it
 
 var laneSeed = maphash.MakeSeed()
 
+// minLaneItems is the fewest messages a lane gets before a batch is split
+// into more lanes: a unit of work costs its round trips whatever its size,
+// so splitting a small batch across every lane costs more commits than the
+// parallelism gains.
+const minLaneItems = 16
+
 // process runs one batch: decode, partition into lanes by saga key, one unit
 // of work per lane in parallel, then settle.
 func (e *Engine) process(ctx context.Context, ds []transport.Delivery) {
 	e.stats.received.Add(int64(len(ds)))
+	n := uint64(max(1, min(e.cfg.Lanes, len(ds)/minLaneItems)))
 	lanes := map[uint64][]*item{}
 	var order []uint64
 	for _, d := range ds {
@@ -57,9 +64,9 @@ func (e *Engine) process(ctx context.Context, ds []transport.Delivery) {
 		case it.h != nil:
 			// Handlers never share a unit of work with sagas: a saga's
 			// conflict must not run a handler's side effect again.
-			lane = 1 + uint64(e.cfg.Lanes) + maphash.String(laneSeed, it.msgID)%uint64(e.cfg.Lanes)
+			lane = 1 + uint64(e.cfg.Lanes) + maphash.String(laneSeed, it.msgID)%n
 		default:
-			lane = 1 + maphash.String(laneSeed, it.typ+"\x00"+it.key)%uint64(e.cfg.Lanes)
+			lane = 1 + maphash.String(laneSeed, it.typ+"\x00"+it.key)%n
 		}
 		if _, ok := lanes[lane]; !ok {
 			order = append(order, lane)

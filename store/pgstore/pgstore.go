@@ -115,6 +115,11 @@ type Store struct {
 	wake     chan struct{} // closed and replaced on each notification
 	lwg      sync.WaitGroup
 	lcancel  context.CancelFunc
+
+	notifyOn bool
+	notify   chan struct{} // capacity 1: a pending notification
+	bg       context.Context
+	bgCancel context.CancelFunc // cancelled by Close
 }
 
 // Open connects to the database at url, checks that commits are durable,
@@ -160,7 +165,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 }
 
 func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCounter) (*Store, error) {
-	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: make(chan struct{}), wake: make(chan struct{})}
+	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: make(chan struct{}), wake: make(chan struct{}), notify: make(chan struct{}, 1)}
+	s.bg, s.bgCancel = context.WithCancel(context.Background())
 	if err := s.checkServer(ctx); err != nil {
 		return nil, err
 	}
@@ -295,6 +301,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		close(s.done)
+		s.bgCancel()
 		s.lmu.Lock()
 		if s.lcancel != nil {
 			s.lcancel()

@@ -43,16 +43,24 @@ func (s *Store) Begin(ctx context.Context) (store.UnitOfWork, error) {
 
 const beginSQL = `BEGIN ISOLATION LEVEL READ COMMITTED`
 
+// The loads are written as one index probe per requested row (LATERAL …
+// LIMIT 1): a plain join lets the planner choose a hash join that scans the
+// whole inbox once it has grown, which was ten times slower per batch.
 const loadInstancesSQL = `
 SELECT i.saga_type, i.key, i.state, i.data, i.schema_version, i.version, i.timers, i.created_at, i.updated_at, i.finished_at
-FROM idem_instances i
-JOIN unnest($1::text[], $2::text[]) AS u(saga_type, key) ON i.saga_type = u.saga_type AND i.key = u.key`
+FROM unnest($1::text[], $2::text[]) AS u(saga_type, key)
+CROSS JOIN LATERAL (
+  SELECT * FROM idem_instances i WHERE i.saga_type = u.saga_type AND i.key = u.key LIMIT 1
+) i`
 
 const loadInboxSQL = `
-SELECT i.saga_type, i.key, i.message_id
-FROM idem_inbox i
-JOIN unnest($1::text[], $2::text[], $3::text[]) AS u(saga_type, key, message_id)
-  ON i.saga_type = u.saga_type AND i.key = u.key AND i.message_id = u.message_id`
+SELECT u.saga_type, u.key, u.message_id
+FROM unnest($1::text[], $2::text[], $3::text[]) AS u(saga_type, key, message_id)
+CROSS JOIN LATERAL (
+  SELECT 1 FROM idem_inbox i
+  WHERE i.saga_type = u.saga_type AND i.key = u.key AND i.message_id = u.message_id
+  LIMIT 1
+) hit`
 
 func (u *unitOfWork) live(op string) error {
 	if u.done {
@@ -331,13 +339,15 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 		if err := queueEnqueue(b, u.enqueue); err != nil {
 			return err
 		}
-		b.Queue(notifySQL)
 	}
 	b.Queue(`COMMIT`)
 	err := u.conn.SendBatch(ctx, b).Close()
 	u.finish(ctx, err != nil)
 	if err != nil {
 		return fmt.Errorf("pgstore: commit: %w", translate(err))
+	}
+	if len(u.enqueue) > 0 {
+		u.s.notifySoon()
 	}
 	return nil
 }
