@@ -15,7 +15,10 @@
 //
 // The queue is consumed with FOR UPDATE SKIP LOCKED; a claim sets a lease
 // (visible_at in the future) and a fencing token, and acknowledgements and
-// consumption check the token. LISTEN/NOTIFY wakes idle consumers; a poll
+// consumption check the token. LISTEN/NOTIFY wakes idle consumers: a
+// commit that enqueued messages wakes this process's receivers at once and
+// sends one coalesced NOTIFY after the commit (inside the transaction it
+// would serialise every commit on the server's notification lock). A poll
 // every Config.PollInterval (and at the next lease expiry) covers lost
 // notifications and expired leases.
 //
