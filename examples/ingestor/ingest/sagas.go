@@ -259,10 +259,14 @@ func JobMachine() *saga.Machine[Job] {
 				return nil
 			}).
 			IfElse(func(c *saga.Context[Job], _ ChunkDone) bool { return c.Data.Count(StatusPending) > 0 },
-				func(b *saga.Activity[Job, ChunkDone]) *saga.Activity[Job, ChunkDone] { return b.TransitionTo(Processing) },
+				func(b *saga.Activity[Job, ChunkDone]) *saga.Activity[Job, ChunkDone] {
+					return b.TransitionTo(Processing)
+				},
 				func(b *saga.Activity[Job, ChunkDone]) *saga.Activity[Job, ChunkDone] {
 					return b.IfElse(func(c *saga.Context[Job], _ ChunkDone) bool { return c.Data.Count(StatusFailed) == 0 },
-						func(b *saga.Activity[Job, ChunkDone]) *saga.Activity[Job, ChunkDone] { return b.TransitionTo(Succeeded) },
+						func(b *saga.Activity[Job, ChunkDone]) *saga.Activity[Job, ChunkDone] {
+							return b.TransitionTo(Succeeded)
+						},
 						func(b *saga.Activity[Job, ChunkDone]) *saga.Activity[Job, ChunkDone] {
 							return b.IfElse(func(c *saga.Context[Job], _ ChunkDone) bool { return c.Data.Count(StatusImported) == 0 },
 								func(b *saga.Activity[Job, ChunkDone]) *saga.Activity[Job, ChunkDone] { return b.TransitionTo(Failed) },
@@ -387,8 +391,12 @@ func ChunkMachine(rules ChunkRules) *saga.Machine[Chunk] {
 				return run(c, e.Attempt)
 			}).
 			IfElse(func(c *saga.Context[Chunk], _ RetryChunk) bool { return ok(c) },
-				func(b *saga.Activity[Chunk, RetryChunk]) *saga.Activity[Chunk, RetryChunk] { return b.TransitionTo(imported) },
-				func(b *saga.Activity[Chunk, RetryChunk]) *saga.Activity[Chunk, RetryChunk] { return b.TransitionTo(failed) }),
+				func(b *saga.Activity[Chunk, RetryChunk]) *saga.Activity[Chunk, RetryChunk] {
+					return b.TransitionTo(imported)
+				},
+				func(b *saga.Activity[Chunk, RetryChunk]) *saga.Activity[Chunk, RetryChunk] {
+					return b.TransitionTo(failed)
+				}),
 		saga.Ignore(requested))
 	return m
 }
