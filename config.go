@@ -113,7 +113,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.Consumers, 1)
 	def(&out.MaxAttempts, 10)
 	def(&out.ConflictRetries, 16)
-	def(&out.MaxKeyLen, 256)
+	def(&out.MaxKeyLen, defaultMaxKeyLen)
 	def(&out.MaxBodyBytes, 1<<20)
 	def(&out.SweepBatch, 1000)
 	defd(&out.RetryBase, 100*time.Millisecond)
@@ -130,3 +130,6 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	return out, nil
 }
+
+// defaultMaxKeyLen is Config.MaxKeyLen's default.
+const defaultMaxKeyLen = 256
