@@ -172,6 +172,7 @@ func cmdWrite(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	stall := fs.String("stall", "", "inject a stall MIN-MAX (e.g. 200ms-900ms) between load and commit (testing)")
 	naive := fs.Bool("naive", false, "write like the incident's writer (wall-clock keys, no idempotency) into naive_ledger")
 	waitStart := fs.Bool("wait-start", false, `when ready, print "ready" and wait for a line on stdin before publishing (testing)`)
+	interval := fs.Duration("interval", 0, "publish the events one by one, this far apart, like a live stream (default: all at once)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up when the events are not settled within this time")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -261,8 +262,23 @@ func cmdWrite(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return err
 	}
 	err = ready()
-	if err == nil {
-		err = w.Publish(ctx, evs)
+	for i := 0; err == nil && i < len(evs); i++ {
+		if *interval <= 0 {
+			err = w.Publish(ctx, evs)
+			break
+		}
+		if i > 0 {
+			t := time.NewTimer(*interval)
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		if err == nil {
+			err = w.Publish(ctx, evs[i:i+1])
+		}
 	}
 	if err == nil {
 		err = w.Wait(ctx, evs)

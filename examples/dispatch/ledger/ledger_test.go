@@ -307,7 +307,7 @@ func TestIncidentReplay(t *testing.T) {
 		// Migrate first, so that the writers start as they would in
 		// production: on an existing database.
 		openDB(t, b)
-		base := append(append([]string{"write"}, b.args()...), "-events", path, "-wait-start", "-timeout", "90s")
+		base := append(append([]string{"write"}, b.args()...), "-events", path, "-wait-start", "-interval", "40ms", "-timeout", "90s")
 		fast := startChild(t, append(base, "-name", "aurora-2")...)
 		slow := startChild(t, append(base, "-name", "aurora-7", "-stall", "200ms-900ms")...)
 		fast.ready(t)

@@ -12,11 +12,11 @@ type Violation struct {
 	// conflicting_seq, key_mismatch, seq_order, illegal_transition,
 	// invalid_row, duplicate_notification, missing_notification or
 	// orphan_notification.
-	Check   string  `json:"check"`
-	Patient string  `json:"patient,omitempty"`
-	Seq     int64   `json:"seq,omitempty"`
-	Kind    Kind    `json:"kind,omitempty"`
-	EventID string  `json:"event_id,omitempty"`
+	Check   string `json:"check"`
+	Patient string `json:"patient,omitempty"`
+	Seq     int64  `json:"seq,omitempty"`
+	Kind    Kind   `json:"kind,omitempty"`
+	EventID string `json:"event_id,omitempty"`
 	// Positions are the ledger positions (or notification positions) involved.
 	Positions []int64 `json:"positions,omitempty"`
 	Detail    string  `json:"detail"`
