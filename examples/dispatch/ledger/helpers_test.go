@@ -1,0 +1,204 @@
+package ledger_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/examples/dispatch/ledger"
+)
+
+// testKey is the pseudonymisation key of the tests (never a real one).
+const testKey = "test-key-0123456789abcdef0123456789abcdef"
+
+// childEnv marks a child process of this test binary that runs ledger.Main
+// with the JSON-encoded arguments in the variable's value.
+const childEnv = "DISPATCH_TEST_CHILD_ARGS"
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(childEnv); args != "" {
+		var a []string
+		if err := json.Unmarshal([]byte(args), &a); err != nil {
+			fmt.Fprintln(os.Stderr, "bad child args:", err)
+			os.Exit(2)
+		}
+		os.Exit(ledger.Main(context.Background(), a, os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// backend is one database to run a test on: a SQLite file or a PostgreSQL
+// schema of its own.
+type backend struct {
+	name   string
+	dsn    string
+	schema string
+}
+
+// args returns the -db and -schema flags for the command line.
+func (b backend) args() []string { return []string{"-db", b.dsn, "-schema", b.schema} }
+
+// pgURL returns the test server's URL, or skips the test. scripts/test sets
+// IDEM_REQUIRE_SERVERS=1, which turns the skip into a failure.
+func pgURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("IDEM_TEST_PG_URL")
+	if url == "" {
+		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
+			t.Fatal("IDEM_TEST_PG_URL is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have started PostgreSQL")
+		}
+		t.Skip("PostgreSQL tests need a server: set IDEM_TEST_PG_URL=postgres://user@127.0.0.1:5432/db (scripts/test starts one)")
+	}
+	return url
+}
+
+func randHex() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// eachBackend runs fn on SQLite and on PostgreSQL.
+func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Run("sqlite", func(t *testing.T) {
+		fn(t, backend{name: "sqlite", dsn: filepath.Join(t.TempDir(), "dispatch.db"), schema: "dispatch"})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgURL(t)
+		b := backend{name: "postgres", dsn: url, schema: "dispatch_" + randHex()}
+		t.Cleanup(func() {
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				t.Errorf("drop schema %s: %v", b.schema, err)
+				return
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+b.schema+" CASCADE"); err != nil {
+				t.Errorf("drop schema %s: %v", b.schema, err)
+			}
+		})
+		fn(t, b)
+	})
+}
+
+func pseudonymizer(t testing.TB) *ledger.Pseudonymizer {
+	t.Helper()
+	p, err := ledger.NewPseudonymizer([]byte(testKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// writeEvents writes raw events as a JSON-lines file and returns its path.
+func writeEvents(t testing.TB, evs []ledger.RawEvent) string {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, e := range evs {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runMain runs the command line in-process.
+func runMain(t testing.TB, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	t.Setenv(ledger.KeyEnv, testKey)
+	var o, e bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code = ledger.Main(ctx, args, strings.NewReader(""), &o, &e)
+	return code, o.String(), e.String()
+}
+
+// validate runs "dispatch validate" and decodes its report.
+func validate(t testing.TB, b backend, extra ...string) (int, ledger.Report) {
+	t.Helper()
+	code, out, errOut := runMain(t, append(append([]string{"validate"}, b.args()...), extra...)...)
+	var rep ledger.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("validate exit %d, output %q, stderr %q: %v", code, out, errOut, err)
+	}
+	return code, rep
+}
+
+// child is one writer process: this test binary running ledger.Main.
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+	stderr bytes.Buffer
+}
+
+// startChild starts a writer process that announces "ready" and waits for
+// a line on stdin before publishing.
+func startChild(t *testing.T, args ...string) *child {
+	t.Helper()
+	a, _ := json.Marshal(args)
+	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$")}
+	c.cmd.Env = append(os.Environ(), childEnv+"="+string(a), ledger.KeyEnv+"="+testKey)
+	c.cmd.Stderr = &c.stderr
+	var err error
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stdout = bufio.NewReader(out)
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if c.cmd.ProcessState == nil {
+			c.cmd.Process.Kill()
+			c.cmd.Wait()
+		}
+	})
+	return c
+}
+
+// ready blocks until the child printed "ready".
+func (c *child) ready(t *testing.T) {
+	t.Helper()
+	line, err := c.stdout.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		t.Fatalf("child not ready: %q, %v; stderr:\n%s", line, err, c.stderr.String())
+	}
+}
+
+// finish waits for the child and decodes its summary.
+func (c *child) finish(t *testing.T) ledger.WriteSummary {
+	t.Helper()
+	rest, _ := io.ReadAll(c.stdout)
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("writer failed: %v; stdout %q; stderr:\n%s", err, rest, c.stderr.String())
+	}
+	var s ledger.WriteSummary
+	if err := json.Unmarshal(rest, &s); err != nil {
+		t.Fatalf("writer summary %q: %v", rest, err)
+	}
+	return s
+}

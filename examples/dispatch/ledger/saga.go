@@ -1,0 +1,229 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/saga"
+)
+
+// SagaType is the saga type of the per-patient dispatch saga.
+const SagaType = "dispatch-patient"
+
+// Message type names (stable, they are stored in queues and dead letters).
+const (
+	TypeRequested    = "dispatch.requested"
+	TypeConfirmed    = "dispatch.confirmed"
+	TypeLaunched     = "dispatch.launched"
+	TypeCancelled    = "dispatch.cancelled"
+	TypeLedgerAppend = "dispatch.ledger-append"
+)
+
+// The four inbound events. They carry the patient's pseudonym, never the raw
+// id; Envelope builds them from an Event.
+type (
+	// MissionRequested opens a mission.
+	MissionRequested Event
+	// MissionConfirmed confirms the patient's open mission.
+	MissionConfirmed Event
+	// MissionLaunched launches the patient's confirmed mission.
+	MissionLaunched Event
+	// MissionCancelled cancels the patient's open mission.
+	MissionCancelled Event
+)
+
+// MessageType implements saga.Typer.
+func (MissionRequested) MessageType() string { return TypeRequested }
+
+// MessageType implements saga.Typer.
+func (MissionConfirmed) MessageType() string { return TypeConfirmed }
+
+// MessageType implements saga.Typer.
+func (MissionLaunched) MessageType() string { return TypeLaunched }
+
+// MessageType implements saga.Typer.
+func (MissionCancelled) MessageType() string { return TypeCancelled }
+
+// Validate refuses a malformed event when it is decoded (the engine then
+// dead-letters it).
+func (e MissionRequested) Validate() error { return Event(e).Check() }
+
+// Validate refuses a malformed event when it is decoded.
+func (e MissionConfirmed) Validate() error { return Event(e).Check() }
+
+// Validate refuses a malformed event when it is decoded.
+func (e MissionLaunched) Validate() error { return Event(e).Check() }
+
+// Validate refuses a malformed event when it is decoded.
+func (e MissionCancelled) Validate() error { return Event(e).Check() }
+
+// LedgerAppend is the event the saga publishes for each transition it
+// accepts; the ledger handler appends it.
+type LedgerAppend Event
+
+// MessageType implements saga.Typer.
+func (LedgerAppend) MessageType() string { return TypeLedgerAppend }
+
+// Envelope returns the envelope of ev as a writer publishes it. Its ID is the
+// event's identity, so two writers that receive the same event publish the
+// same envelope ID and Idem's inbox applies it once.
+func Envelope(ev Event) (idem.Envelope, error) {
+	if err := ev.Check(); err != nil {
+		return idem.Envelope{}, fmt.Errorf("envelope for %s/%d: %w", ev.Patient, ev.Seq, err)
+	}
+	var msg any
+	switch ev.Kind {
+	case Requested:
+		msg = MissionRequested(ev)
+	case Confirmed:
+		msg = MissionConfirmed(ev)
+	case Launched:
+		msg = MissionLaunched(ev)
+	case Cancelled:
+		msg = MissionCancelled(ev)
+	}
+	env, err := idem.NewEnvelope(ev.ID(), msg)
+	if err != nil {
+		return idem.Envelope{}, err
+	}
+	env.CorrelationID = ev.Patient
+	return env, nil
+}
+
+// Patient is the saga's state document: where the patient's event sequence
+// stands.
+type Patient struct {
+	// LastSeq is the sequence number of the last event accepted.
+	LastSeq int64 `json:"last_seq"`
+	// Mission is the sequence number of the REQUESTED of the current mission.
+	Mission int64 `json:"mission"`
+}
+
+// Machine is the per-patient dispatch saga with its states.
+type Machine struct {
+	*saga.Machine[Patient]
+	// Requested and Confirmed are the states of an open mission; Idle is
+	// a patient whose last mission was launched or cancelled.
+	Requested, Confirmed, Idle saga.State
+}
+
+// errIllegal explains an event that may not follow the patient's last one.
+var errIllegal = errors.New("illegal transition")
+
+// errEarly explains an event that arrived before its predecessor.
+var errEarly = errors.New("event arrived before the patient's previous event")
+
+// NewMachine builds the per-patient dispatch saga. Its key is the patient's
+// pseudonym, so one patient's events are applied one at a time, in sequence
+// order, under the store's optimistic concurrency:
+//
+//   - an event whose seq is at most the last accepted one is a late or
+//     concurrent duplicate and is ignored (nothing published);
+//   - one whose seq is further ahead waits for its predecessor (the engine
+//     retries it with backoff, then dead-letters it);
+//   - the next event is applied when the transition is legal, and then
+//     publishes one LedgerAppend; an illegal one is dead-lettered.
+func NewMachine() *Machine {
+	m := saga.New[Patient](SagaType)
+	x := &Machine{
+		Machine:   m,
+		Requested: m.State("Requested"),
+		Confirmed: m.State("Confirmed"),
+		Idle:      m.State("Idle"),
+	}
+	corr := func(e Event) string { return e.Patient }
+	requested := saga.NewEvent[MissionRequested](m, func(e MissionRequested) string { return corr(Event(e)) })
+	confirmed := saga.NewEvent[MissionConfirmed](m, func(e MissionConfirmed) string { return corr(Event(e)) })
+	launched := saga.NewEvent[MissionLaunched](m, func(e MissionLaunched) string { return corr(Event(e)) })
+	cancelled := saga.NewEvent[MissionCancelled](m, func(e MissionCancelled) string { return corr(Event(e)) })
+
+	// In the saga, the states carry the legality rules; the bodies only
+	// check the sequence and record the event.
+	m.Initially(
+		step(requested, x.Requested, true),
+		step(confirmed, x.Idle, false),
+		step(launched, x.Idle, false),
+		step(cancelled, x.Idle, false),
+	)
+	m.During(x.Requested,
+		step(requested, x.Requested, false),
+		step(confirmed, x.Confirmed, true),
+		step(launched, x.Requested, false),
+		step(cancelled, x.Idle, true),
+	)
+	m.During(x.Confirmed,
+		step(requested, x.Confirmed, false),
+		step(confirmed, x.Confirmed, false),
+		step(launched, x.Idle, true),
+		step(cancelled, x.Idle, true),
+	)
+	m.During(x.Idle,
+		step(requested, x.Requested, true),
+		step(confirmed, x.Idle, false),
+		step(launched, x.Idle, false),
+		step(cancelled, x.Idle, false),
+	)
+	return x
+}
+
+// step is what event M does in a state: ignored when stale, retried when
+// early, and otherwise applied (legal) or refused (illegal).
+func step[M MissionRequested | MissionConfirmed | MissionLaunched | MissionCancelled](ev *saga.Event[Patient, M], to saga.State, legal bool) saga.Behavior[Patient] {
+	stale := func(c *saga.Context[Patient], msg M) bool { return Event(msg).Seq <= c.Data.LastSeq }
+	return saga.When(ev).IfElse(stale,
+		func(b *saga.Activity[Patient, M]) *saga.Activity[Patient, M] {
+			return b.Then(func(c *saga.Context[Patient], msg M) error {
+				c.Log(slog.LevelDebug, "stale dispatch event ignored", "seq", Event(msg).Seq, "last_seq", c.Data.LastSeq)
+				return nil
+			})
+		},
+		func(b *saga.Activity[Patient, M]) *saga.Activity[Patient, M] {
+			b = b.Then(func(c *saga.Context[Patient], msg M) error {
+				e := Event(msg)
+				if e.Seq > c.Data.LastSeq+1 {
+					return idem.RetryAfter(200*time.Millisecond, fmt.Errorf("seq %d after %d: %w", e.Seq, c.Data.LastSeq, errEarly))
+				}
+				if !legal {
+					return idem.Permanent(fmt.Errorf("%s (seq %d) in state %s: %w", e.Kind, e.Seq, c.Current(), errIllegal))
+				}
+				c.Data.LastSeq = e.Seq
+				if e.Kind == Requested {
+					c.Data.Mission = e.Seq
+				}
+				c.Publish(LedgerAppend(e))
+				return nil
+			})
+			return b.TransitionTo(to)
+		})
+}
+
+// Handler returns the idem.HandlerFunc that appends LedgerAppend events to
+// the ledger (with their notification), as writer. It is idempotent: the
+// engine may run it twice for one message (two replicas, or a crash before
+// the inbox record), and the second run finds the event and does nothing.
+func Handler(db *DB, writer string) idem.HandlerFunc {
+	return func(ctx context.Context, env idem.Envelope) error {
+		var ev Event
+		if err := json.Unmarshal(env.Body, &ev); err != nil {
+			return idem.Permanent(fmt.Errorf("decode ledger append %s: %w", env.ID, err))
+		}
+		if err := ev.Check(); err != nil {
+			return idem.Permanent(fmt.Errorf("ledger append %s: %w", env.ID, err))
+		}
+		_, err := db.Append(ctx, ev, writer)
+		switch {
+		case errors.Is(err, ErrPredecessorMissing):
+			// The previous event's append is still in flight (or being
+			// retried): try again shortly.
+			return idem.RetryAfter(100*time.Millisecond, err)
+		case errors.Is(err, ErrSeqTaken):
+			return idem.Permanent(err)
+		}
+		return err
+	}
+}

@@ -1,0 +1,55 @@
+package ledger_test
+
+import (
+	"testing"
+
+	"github.com/idemhq/idem/examples/dispatch/ledger"
+	"github.com/idemhq/idem/sagatest"
+)
+
+func TestMachineIsComplete(t *testing.T) {
+	if err := ledger.NewMachine().Validate(); err != nil {
+		t.Fatalf("Validate() = %v", err)
+	}
+}
+
+// A copy of an event under another message ID (a producer that minted a new
+// ID, like the incident's wall-clock keys) is recognised by its sequence
+// number: no second ledger append.
+func TestSameEventUnderNewIDIsIgnored(t *testing.T) {
+	m := ledger.NewMachine()
+	h := sagatest.New(t, m.Machine, &sagatest.Options{Copies: 2, Replicas: 2})
+	pn, _ := pseudonymizer(t).Pseudonym(rawID(1))
+	ev := func(seq int64, k ledger.Kind) ledger.Event { return ledger.Event{Patient: pn, Seq: seq, Kind: k} }
+	h.Deliver("desk-1", ledger.MissionRequested(ev(1, ledger.Requested)))
+	h.Settle()
+	h.Deliver("desk-2", ledger.MissionConfirmed(ev(2, ledger.Confirmed)))
+	h.Deliver("desk-2-retry-at-02:13:41.188", ledger.MissionConfirmed(ev(2, ledger.Confirmed)))
+	h.Settle()
+	h.AssertState(pn, m.Confirmed)
+	h.Deliver("desk-3", ledger.MissionLaunched(ev(3, ledger.Launched)))
+	h.Deliver("desk-3-retry", ledger.MissionLaunched(ev(3, ledger.Launched)))
+	h.Deliver("desk-2-late", ledger.MissionConfirmed(ev(2, ledger.Confirmed)))
+	h.Settle()
+	h.AssertState(pn, m.Idle)
+	h.AssertEmittedCount(ledger.TypeLedgerAppend, 3)
+	h.AssertDeadLetters()
+	if _, data, _ := h.State(pn); data != (ledger.Patient{LastSeq: 3, Mission: 1}) {
+		t.Errorf("saga data %+v, want last seq 3 of mission 1", data)
+	}
+}
+
+// An illegal transition is dead-lettered and never reaches the ledger.
+func TestIllegalTransitionIsDeadLettered(t *testing.T) {
+	m := ledger.NewMachine()
+	h := sagatest.New(t, m.Machine, nil)
+	pn, _ := pseudonymizer(t).Pseudonym(rawID(1))
+	h.Deliver("desk-1", ledger.MissionRequested{Patient: pn, Seq: 1, Kind: ledger.Requested})
+	h.Deliver("desk-2", ledger.MissionLaunched{Patient: pn, Seq: 2, Kind: ledger.Launched})
+	h.Settle()
+	h.AssertState(pn, m.Requested)
+	h.AssertEmittedCount(ledger.TypeLedgerAppend, 1)
+	if dl := h.DeadLetters(); len(dl) != 1 {
+		t.Fatalf("dead letters %v, want the LAUNCHED", dl)
+	}
+}
