@@ -3,6 +3,7 @@ package saga
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -104,7 +105,9 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 	}
 
 	c := &Context[S]{Data: &data, key: in.Key, messageID: in.MessageID, now: in.Now, current: from, next: from}
-	if err := h.run(c, in.Msg); err != nil {
+	if err := h.run(c, in.Msg); errors.Is(err, errIgnore) {
+		return Result{Outcome: Ignored, From: from, To: from}, nil
+	} else if err != nil {
 		return Result{}, fmt.Errorf("saga %s: %s in %s: %w", m.name, in.MsgType, from, err)
 	}
 	out, err := json.Marshal(&data)

@@ -827,3 +827,54 @@ func TestApplyUpgradePanics(t *testing.T) {
 		t.Errorf("Result: got %+v, want the zero Result", res)
 	}
 }
+
+// TestApplyConditionalIgnore checks Activity.Ignore: in a branch, it ignores
+// the message (outcome Ignored, no state change, no emission) and discards
+// what earlier steps did; otherwise the chain runs as usual.
+func TestApplyConditionalIgnore(t *testing.T) {
+	m := saga.New[Order]("conditional-ignore")
+	awaiting := m.State("Awaiting")
+	paid := m.Final("Paid")
+	placed := saga.NewEvent[OrderPlaced](m, func(e OrderPlaced) string { return e.OrderID })
+	payment := saga.NewEvent[PaymentReceived](m, func(e PaymentReceived) string { return e.OrderID })
+	m.Initially(saga.When(placed).Then(func(c *saga.Context[Order], e OrderPlaced) error {
+		c.Data.Total = e.Total
+		return nil
+	}).TransitionTo(awaiting))
+	zero := func(_ *saga.Context[Order], e PaymentReceived) bool { return e.Amount == 0 }
+	m.During(awaiting, saga.Ignore(placed), saga.When(payment).
+		Then(func(c *saga.Context[Order], e PaymentReceived) error {
+			c.Data.Steps = append(c.Data.Steps, "seen")
+			c.Publish(OrderPaid{OrderID: e.OrderID})
+			return nil
+		}).
+		If(zero, func(b *branchAct) *branchAct { return b.Ignore() }).
+		Then(func(c *saga.Context[Order], e PaymentReceived) error {
+			c.Data.Paid += e.Amount
+			return nil
+		}).TransitionTo(paid))
+	if err := m.Validate(); err != nil {
+		t.Fatalf("Validate: got %v, want nil", err)
+	}
+	data := mustJSON(Order{ID: "o-1", Total: 100})
+
+	res, err := m.Apply(existing(awaiting, data, PaymentReceived{OrderID: "o-1", Amount: 0}))
+	if err != nil {
+		t.Fatalf("Apply(zero payment): got error %v, want nil", err)
+	}
+	if res.Outcome != saga.Ignored || res.To != awaiting || res.Data != nil || len(res.Emitted) != 0 {
+		t.Errorf("zero payment: got outcome %v, to %q, data %s, %d emitted; want ignored in Awaiting with nothing written or emitted",
+			res.Outcome, res.To, res.Data, len(res.Emitted))
+	}
+
+	res, err = m.Apply(existing(awaiting, data, PaymentReceived{OrderID: "o-1", Amount: 100}))
+	if err != nil {
+		t.Fatalf("Apply(payment): got error %v, want nil", err)
+	}
+	if res.Outcome != saga.Applied || res.To != paid || len(res.Emitted) != 1 {
+		t.Errorf("payment: got outcome %v, to %q, %d emitted; want applied, Paid, 1", res.Outcome, res.To, len(res.Emitted))
+	}
+	if got := decodeData[Order](t, res.Data); got.Paid != 100 || !slices.Equal(got.Steps, []string{"seen"}) {
+		t.Errorf("payment: state %+v, want Paid 100 and steps [seen]", got)
+	}
+}

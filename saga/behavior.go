@@ -116,6 +116,22 @@ func (a *Activity[S, M]) TransitionTo(s State) *Activity[S, M] {
 	return a
 }
 
+// Ignore appends a step that ends the activity and ignores the message: it
+// is recorded as seen and every change the earlier steps made is
+// discarded, as with the Ignore behaviour. Used in a branch, it ignores
+// messages conditionally, for example stale copies:
+//
+//	saga.When(confirmed).
+//		If(isStale, func(b *saga.Activity[Mission, Confirmed]) *saga.Activity[Mission, Confirmed] { return b.Ignore() }).
+//		Then(confirm)
+func (a *Activity[S, M]) Ignore() *Activity[S, M] {
+	a.steps = append(a.steps, func(*Context[S], M) error { return errIgnore })
+	return a
+}
+
+// errIgnore stops an activity whose message is to be ignored.
+var errIgnore = errors.New("saga: message ignored")
+
 // If appends a branch that runs then's steps when cond holds.
 func (a *Activity[S, M]) If(cond func(c *Context[S], msg M) bool, then func(b *Activity[S, M]) *Activity[S, M]) *Activity[S, M] {
 	return a.IfElse(cond, then, func(b *Activity[S, M]) *Activity[S, M] { return b })
