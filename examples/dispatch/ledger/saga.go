@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -175,31 +174,24 @@ func NewMachine() *Machine {
 // early, and otherwise applied (legal) or refused (illegal).
 func step[M MissionRequested | MissionConfirmed | MissionLaunched | MissionCancelled](ev *saga.Event[Patient, M], to saga.State, legal bool) saga.Behavior[Patient] {
 	stale := func(c *saga.Context[Patient], msg M) bool { return Event(msg).Seq <= c.Data.LastSeq }
-	return saga.When(ev).IfElse(stale,
-		func(b *saga.Activity[Patient, M]) *saga.Activity[Patient, M] {
-			return b.Then(func(c *saga.Context[Patient], msg M) error {
-				c.Log(slog.LevelDebug, "stale dispatch event ignored", "seq", Event(msg).Seq, "last_seq", c.Data.LastSeq)
-				return nil
-			})
-		},
-		func(b *saga.Activity[Patient, M]) *saga.Activity[Patient, M] {
-			b = b.Then(func(c *saga.Context[Patient], msg M) error {
-				e := Event(msg)
-				if e.Seq > c.Data.LastSeq+1 {
-					return idem.RetryAfter(200*time.Millisecond, fmt.Errorf("seq %d after %d: %w", e.Seq, c.Data.LastSeq, errEarly))
-				}
-				if !legal {
-					return idem.Permanent(fmt.Errorf("%s (seq %d) in state %s: %w", e.Kind, e.Seq, c.Current(), errIllegal))
-				}
-				c.Data.LastSeq = e.Seq
-				if e.Kind == Requested {
-					c.Data.Mission = e.Seq
-				}
-				c.Publish(LedgerAppend(e))
-				return nil
-			})
-			return b.TransitionTo(to)
-		})
+	return saga.When(ev).
+		If(stale, func(b *saga.Activity[Patient, M]) *saga.Activity[Patient, M] { return b.Ignore() }).
+		Then(func(c *saga.Context[Patient], msg M) error {
+			e := Event(msg)
+			if e.Seq > c.Data.LastSeq+1 {
+				return idem.RetryAfter(200*time.Millisecond, fmt.Errorf("seq %d after %d: %w", e.Seq, c.Data.LastSeq, errEarly))
+			}
+			if !legal {
+				return idem.Permanent(fmt.Errorf("%s (seq %d) in state %s: %w", e.Kind, e.Seq, c.Current(), errIllegal))
+			}
+			c.Data.LastSeq = e.Seq
+			if e.Kind == Requested {
+				c.Data.Mission = e.Seq
+			}
+			c.Publish(LedgerAppend(e))
+			return nil
+		}).
+		TransitionTo(to)
 }
 
 // Handler returns the idem.HandlerFunc that appends LedgerAppend events to

@@ -37,6 +37,13 @@ func TestSameEventUnderNewIDIsIgnored(t *testing.T) {
 	if _, data, _ := h.State(pn); data != (ledger.Patient{LastSeq: 3, Mission: 1}) {
 		t.Errorf("saga data %+v, want last seq 3 of mission 1", data)
 	}
+	// Stale copies are ignored, not applied: three transitions in all.
+	if v := h.Instance(pn).Version; v != 3 {
+		t.Errorf("saga version %d, want 3: a stale copy was applied as a transition", v)
+	}
+	if s := h.Stats(); s.Ignored == 0 {
+		t.Errorf("stats %+v: want the stale copies counted as ignored", s)
+	}
 }
 
 // An illegal transition is dead-lettered and never reaches the ledger.
