@@ -48,6 +48,11 @@ type Config struct {
 	// 16. Changing it changes the subject of a key's future messages, not
 	// their delivery.
 	Partitions int
+	// Types, when set, limits the consumer to these message types (subjects
+	// "<Stream>.*.<type>"); messages of other types stay in the stream for
+	// another consumer. Every Transport sharing Config.Consumer must use the
+	// same Types. Default: every type.
+	Types []string
 	// MaxAckPending bounds the deliveries of the consumer that are handed
 	// out and not yet settled, across all processes. Default 1000.
 	MaxAckPending int
@@ -226,7 +231,7 @@ func (t *Transport) setup(ctx context.Context) error {
 	if !coversAll(sc.Subjects, c.Stream) {
 		return fmt.Errorf("natsjs: stream %s has subjects %v, want %q: add the subject to the stream or choose another Config.Stream", c.Stream, sc.Subjects, c.Stream+".>")
 	}
-	t.cons, err = s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	cc := jetstream.ConsumerConfig{
 		Durable:       c.Consumer,
 		Description:   "Idem engine consumer (transport/natsjs)",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -235,7 +240,14 @@ func (t *Transport) setup(ctx context.Context) error {
 		MaxDeliver:    -1, // the engine dead-letters by Delivery.Attempt
 		FilterSubject: c.Stream + ".>",
 		MaxAckPending: c.MaxAckPending,
-	})
+	}
+	if len(c.Types) > 0 {
+		cc.FilterSubject = ""
+		for _, typ := range c.Types {
+			cc.FilterSubjects = append(cc.FilterSubjects, c.Stream+".*."+subjectToken(typ))
+		}
+	}
+	t.cons, err = s.CreateOrUpdateConsumer(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("natsjs: create or update consumer %s on stream %s: %w", c.Consumer, c.Stream, err)
 	}
@@ -642,5 +654,17 @@ func (t *Transport) Close() error {
 		_ = t.nc.FlushTimeout(time.Second)
 		t.nc.Close()
 	})
+	return nil
+}
+
+// DeleteStream deletes the stream of this Transport's namespace with every
+// message in it, for tests and benchmarks that make throwaway namespaces.
+func (t *Transport) DeleteStream(ctx context.Context) error {
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	if err := t.js.DeleteStream(ctx, t.cfg.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("natsjs: delete stream %s: %w", t.cfg.Stream, err)
+	}
 	return nil
 }
