@@ -143,9 +143,7 @@ func TestOpenRefusesMemoryStorage(t *testing.T) {
 
 func TestOpenRefusesFewerReplicas(t *testing.T) {
 	srv := sharedServer(t)
-	tr := open(t, natsjs.Config{})
-	_ = tr
-	// The stream of tr has one replica; asking for three is refused.
+	// A stream with one replica; asking for three is refused.
 	stream := randName("R_")
 	open(t, natsjs.Config{Stream: stream})
 	_, err := natsjs.Open(t.Context(), srv.URL(), &natsjs.Config{Stream: stream, Replicas: 3})
