@@ -33,6 +33,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/transport"
 )
 
 // Options configure a benchmark. They map one to one onto the flags of
@@ -72,6 +73,12 @@ type Options struct {
 	KeepSchemas bool
 	// Log receives progress lines and engine errors. Nil discards them.
 	Log io.Writer
+	// Transport, when set, adds a run with a separate transport (a broker)
+	// beside each PostgreSQL-queue run: NewTransport returns a fresh one on
+	// namespace ns that consumes only the given message types, and Transport
+	// names it in the report.
+	Transport    string
+	NewTransport func(ctx context.Context, ns string, types []string) (transport.Transport, error)
 }
 
 // Validate reports the first bad option, naming its flag.
@@ -154,9 +161,12 @@ type Baseline struct {
 // EngineRun is one engine configuration: a throughput phase on a pre-filled
 // queue and, when LatencyLoad > 0, a latency phase under a paced producer.
 type EngineRun struct {
-	Batch    int `json:"batch"`
-	Lanes    int `json:"lanes"`
-	MaxConns int `json:"max_conns"`
+	// Transport is empty for pgstore as store and queue, and names the
+	// broker of a run with a separate transport (Options.Transport).
+	Transport string `json:"transport,omitempty"`
+	Batch     int    `json:"batch"`
+	Lanes     int    `json:"lanes"`
+	MaxConns  int    `json:"max_conns"`
 
 	Seconds           float64 `json:"seconds"`
 	TransitionsPerSec float64 `json:"transitions_per_sec"`
@@ -251,22 +261,36 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.progress("baseline (%s) %s: %.0f transitions/s, %.2f round trips/msg, %d retries",
 			b.name, b.desc, res.TransitionsPerSec, res.RoundTripsPerMsg, res.Retries)
 	}
+	transports := []string{""}
+	if o.NewTransport != nil {
+		transports = append(transports, o.Transport)
+	}
 	for _, batch := range o.Batches {
 		for _, lanes := range o.Lanes {
-			run, err := r.idem(ctx, batch, lanes)
-			if err != nil {
-				return nil, fmt.Errorf("idem batch %d lanes %d: %w", batch, lanes, err)
+			for _, tr := range transports {
+				run, err := r.idem(ctx, batch, lanes, tr)
+				if err != nil {
+					return nil, fmt.Errorf("idem%s batch %d lanes %d: %w", via(tr), batch, lanes, err)
+				}
+				run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
+				run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
+				rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
+				rep.Runs = append(rep.Runs, *run)
+				r.progress("idem%s batch %d lanes %d: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
+					via(tr), batch, lanes, run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 			}
-			run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
-			run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
-			rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
-			rep.Runs = append(rep.Runs, *run)
-			r.progress("idem batch %d lanes %d: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
-				batch, lanes, run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 		}
 	}
 	rep.Target = target(rep.Runs)
 	return rep, nil
+}
+
+// via names the transport of a run in progress lines.
+func via(tr string) string {
+	if tr == "" {
+		return ""
+	}
+	return " via " + tr
 }
 
 func ratio(a, b float64) float64 {
@@ -280,7 +304,7 @@ func target(runs []EngineRun) Target {
 	t := Target{Batch: TargetBatch}
 	score := -1
 	for _, r := range runs {
-		if r.Batch != TargetBatch {
+		if r.Batch != TargetBatch || r.Transport != "" {
 			continue
 		}
 		c := Target{Batch: r.Batch, Lanes: r.Lanes, RatioA: r.RatioA, RatioB: r.RatioB, RoundTripsPerMsg: r.RoundTripsPerMsg,
@@ -431,8 +455,8 @@ func verify(ctx context.Context, pool *pgxpool.Pool, w *Workload, perMsgTables .
 
 // idem runs one engine configuration: the throughput phase, then the
 // latency phase.
-func (r *runner) idem(ctx context.Context, batch, lanes int) (*EngineRun, error) {
-	run := &EngineRun{Batch: batch, Lanes: lanes, MaxConns: lanes*max(1, r.o.Consumers) + 4}
+func (r *runner) idem(ctx context.Context, batch, lanes int, tr string) (*EngineRun, error) {
+	run := &EngineRun{Transport: tr, Batch: batch, Lanes: lanes, MaxConns: lanes*max(1, r.o.Consumers) + 4}
 	if err := r.throughput(ctx, run); err != nil {
 		return nil, err
 	}
@@ -464,13 +488,19 @@ CREATE RULE bench_divert_emitted AS ON INSERT TO idem_queue
 // session is one engine on a fresh schema, consuming through a tap.
 type session struct {
 	st     *pgstore.Store
+	pub    transport.Publisher // the queue, or the separate transport
 	schema string
 	tap    *tap
 	e      *idem.Engine
 	close  func()
+	// emitted is the table that holds one row per emitted message.
+	emitted string
 }
 
-func (r *runner) session(ctx context.Context, label string, run *EngineRun, n int) (*session, error) {
+func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *Workload) (*session, error) {
+	if run.Transport != "" {
+		label += "_t"
+	}
 	st, schema, closeFn, err := r.open(ctx, label, run.MaxConns)
 	if err != nil {
 		return nil, err
@@ -479,8 +509,26 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, n in
 		closeFn()
 		return nil, fmt.Errorf("divert emitted messages: %w", err)
 	}
-	t := newTap(st, n)
-	e, err := idem.NewEngine(t, t, &idem.Config{
+	t := newTap(st, len(w.Deliveries))
+	var tr transport.Transport = t
+	s := &session{st: st, pub: st, schema: schema, tap: t, emitted: "bench_emitted"}
+	if run.Transport != "" {
+		// A separate transport: the engine keeps its outbox and publishes
+		// to the broker, which drops re-published IDs (the workload's
+		// duplicates) in its dedup window; the emitted messages stay in
+		// the broker for another consumer. The tap then counts a message
+		// done when its inbox record commits.
+		bt, err := r.o.NewTransport(ctx, schema, []string{incrementType})
+		if err != nil {
+			closeFn()
+			return nil, fmt.Errorf("open transport %s: %w", run.Transport, err)
+		}
+		t.byID(w)
+		tr, s.pub, s.emitted = &transportTap{Transport: bt, t: t}, bt, "idem_outbox"
+		prev := closeFn
+		closeFn = func() { _ = bt.Close(); prev() }
+	}
+	e, err := idem.NewEngine(t, tr, &idem.Config{
 		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: r.o.Consumers,
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
@@ -491,7 +539,8 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, n in
 		closeFn()
 		return nil, err
 	}
-	return &session{st: st, schema: schema, tap: t, e: e, close: closeFn}, nil
+	s.e, s.close = e, closeFn
+	return s, nil
 }
 
 // start starts the engine; the returned function stops it.
@@ -526,14 +575,14 @@ func (s *session) wait(ctx context.Context, timeout time.Duration) error {
 }
 
 func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
-	s, err := r.session(ctx, fmt.Sprintf("_b%dl%d", run.Batch, run.Lanes), run, len(r.w.Deliveries))
+	s, err := r.session(ctx, fmt.Sprintf("_b%dl%d", run.Batch, run.Lanes), run, r.w)
 	if err != nil {
 		return err
 	}
 	defer s.close()
 	run.Schema = s.schema
 	for chunk := range slices.Chunk(r.w.Envelopes(time.Now()), 1000) {
-		if err := s.st.Publish(ctx, chunk); err != nil {
+		if err := s.pub.Publish(ctx, chunk); err != nil {
 			return fmt.Errorf("pre-enqueue: %w", err)
 		}
 	}
@@ -565,11 +614,17 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	s.tap.mu.Unlock()
 	claim := s.tap.latencies(s.tap.claimed)
 	run.ClaimP50Ms, run.ClaimP99Ms = ms(percentile(claim, 0.50)), ms(percentile(claim, 0.99))
-	problems, err := verify(ctx, s.st.Pool(), r.w, "idem_journal", "bench_emitted")
+	problems, err := verify(ctx, s.st.Pool(), r.w, "idem_journal", s.emitted)
 	if err != nil {
 		return err
 	}
-	if stats.Applied != int64(r.w.Distinct) || stats.Duplicates != int64(r.w.Duplicates()) {
+	if run.Transport != "" {
+		// The broker dropped the duplicates it saw in its dedup window; the
+		// inbox skipped the others.
+		if stats.Applied != int64(r.w.Distinct) || stats.Duplicates > int64(r.w.Duplicates()) {
+			problems = append(problems, fmt.Sprintf("engine applied %d and skipped %d duplicates, want %d and at most %d", stats.Applied, stats.Duplicates, r.w.Distinct, r.w.Duplicates()))
+		}
+	} else if stats.Applied != int64(r.w.Distinct) || stats.Duplicates != int64(r.w.Duplicates()) {
 		problems = append(problems, fmt.Sprintf("engine applied %d and skipped %d duplicates, want %d and %d", stats.Applied, stats.Duplicates, r.w.Distinct, r.w.Duplicates()))
 	}
 	run.Problems = append(run.Problems, problems...)
@@ -583,7 +638,7 @@ func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 	run.LatencyRate = r.o.LatencyLoad * run.DeliveriesPerSec
 	n := max(100, int(run.LatencyRate*r.o.LatencyDuration.Seconds()))
 	w := NewWorkload(n, r.o.Keys, r.o.Dup, r.o.Seed+1, "l-")
-	s, err := r.session(ctx, fmt.Sprintf("_b%dl%d_lat", run.Batch, run.Lanes), run, n)
+	s, err := r.session(ctx, fmt.Sprintf("_b%dl%d_lat", run.Batch, run.Lanes), run, w)
 	if err != nil {
 		return err
 	}
@@ -615,7 +670,7 @@ func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 			for i := sent; i < due; i++ {
 				envs[i].SentAt = now
 			}
-			if err := s.st.Publish(ctx, envs[sent:due]); err != nil {
+			if err := s.pub.Publish(ctx, envs[sent:due]); err != nil {
 				return fmt.Errorf("publish: %w", err)
 			}
 			at := time.Now()
@@ -643,7 +698,7 @@ func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 	run.P50Ms, run.P99Ms = ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99))
 	stats := s.e.Stats()
 	run.LatencyConflicts = stats.Conflicts
-	problems, err := verify(ctx, s.st.Pool(), w, "idem_journal", "bench_emitted")
+	problems, err := verify(ctx, s.st.Pool(), w, "idem_journal", s.emitted)
 	if err != nil {
 		return err
 	}

@@ -32,18 +32,19 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.LatencyLoad == 0 {
 		lat = "latency phase skipped"
 	}
-	p.printf("\nIdem: pgstore as store and queue (transitions/s: queue pre-filled with the whole stream; %s)\n\n", lat)
+	p.printf("\nIdem: pgstore as store and queue (pg queue), or as store beside a broker (inbox + outbox relay; the broker drops\n")
+	p.printf("re-published IDs in its dedup window, and round trips count PostgreSQL only) (transitions/s: queue pre-filled with the whole stream; %s)\n\n", lat)
 	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "batch\tlanes\ttransitions/s\tp50 ms\tp99 ms\tround trips/msg\t× (a)\t× (b)\tclaim→commit p50/p99 ms\texactly-once\t")
+	fmt.Fprintln(tw, "transport\tbatch\tlanes\ttransitions/s\tp50 ms\tp99 ms\tround trips/msg\t× (a)\t× (b)\tclaim→commit p50/p99 ms\texactly-once\t")
 	for _, r := range rep.Runs {
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%s\t%s\t%.3f\t%.2f\t%.2f\t%.1f / %.1f\t%s\t\n",
-			r.Batch, r.Lanes, r.TransitionsPerSec, latText(r, r.P50Ms), latText(r, r.P99Ms), r.RoundTripsPerMsg, r.RatioA, r.RatioB, r.ClaimP50Ms, r.ClaimP99Ms, okText(r.ExactlyOnce))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%.3f\t%.2f\t%.2f\t%.1f / %.1f\t%s\t\n",
+			transportName(r), r.Batch, r.Lanes, r.TransitionsPerSec, latText(r, r.P50Ms), latText(r, r.P99Ms), r.RoundTripsPerMsg, r.RatioA, r.RatioB, r.ClaimP50Ms, r.ClaimP99Ms, okText(r.ExactlyOnce))
 	}
 	_ = tw.Flush()
 
 	p.printf("\nWhere the throughput phase's time went: mean ms per receive and per unit of work (one per lane per batch)\n\n")
 	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "batch\tlanes\tunits of work/batch\treceive\tpool wait\tload\tapply (Go)\tcommit\t")
+	fmt.Fprintln(tw, "transport\tbatch\tlanes\tunits of work/batch\treceive\tpool wait\tload\tapply (Go)\tcommit\t")
 	for _, r := range rep.Runs {
 		b := r.Breakdown
 		per := func(total float64, n int64) string {
@@ -52,7 +53,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 			}
 			return fmt.Sprintf("%.2f", 1000*total/float64(n))
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", r.Batch, r.Lanes, float64(b.UnitsOfWork)/float64(max(b.Receives, 1)),
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", transportName(r), r.Batch, r.Lanes, float64(b.UnitsOfWork)/float64(max(b.Receives, 1)),
 			per(b.ReceiveSec, b.Receives), per(b.BeginSec, b.UnitsOfWork), per(b.LoadSec, b.UnitsOfWork), per(b.ApplySec, b.UnitsOfWork), per(b.CommitSec, b.UnitsOfWork))
 	}
 	_ = tw.Flush()
@@ -69,13 +70,22 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	for _, r := range rep.Runs {
 		for _, pr := range r.Problems {
-			problems = append(problems, fmt.Sprintf("batch %d lanes %d: %s", r.Batch, r.Lanes, pr))
+			problems = append(problems, fmt.Sprintf("%s batch %d lanes %d: %s", transportName(r), r.Batch, r.Lanes, pr))
 		}
 	}
 	if len(problems) > 0 {
 		p.printf("\nEXACTLY-ONCE VIOLATED:\n  %s\n", strings.Join(problems, "\n  "))
 	}
 	return p.err
+}
+
+// transportName names a run's transport: "pg queue" for pgstore as store
+// and queue.
+func transportName(r EngineRun) string {
+	if r.Transport == "" {
+		return "pg queue"
+	}
+	return r.Transport
 }
 
 func latText(r EngineRun, v float64) string {

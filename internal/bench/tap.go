@@ -28,6 +28,36 @@ type tap struct {
 	doneTrips int64 // RoundTrips when done
 
 	timing Breakdown // totals, in seconds
+
+	// firstSeq, with a separate transport, maps a message ID to the
+	// stream position of its first copy: a message is done when its inbox
+	// record commits (the broker may drop the other copies).
+	firstSeq map[string]int
+}
+
+// byID makes the tap count distinct messages of w by their inbox records,
+// for a separate transport.
+func (t *tap) byID(w *Workload) {
+	t.firstSeq = make(map[string]int, w.Distinct)
+	for i, d := range w.Deliveries {
+		if _, ok := t.firstSeq[d.ID]; !ok {
+			t.firstSeq[d.ID] = i
+		}
+	}
+	t.remaining = len(t.firstSeq)
+}
+
+// transportTap notes when a separate transport's deliveries were received.
+type transportTap struct {
+	transport.Transport
+	t *tap
+}
+
+func (tt *transportTap) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	start := time.Now()
+	ds, err := tt.Transport.Receive(ctx, max)
+	tt.t.received(start, ds)
+	return ds, err
 }
 
 // Breakdown is where the engine's time went in the throughput phase, as
@@ -77,6 +107,12 @@ func (t *tap) Receive(ctx context.Context, max int) ([]transport.Delivery, error
 func (t *tap) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
 	start := time.Now()
 	ds, err := t.Store.ReceivePartition(ctx, max, part, parts)
+	t.received(start, ds)
+	return ds, err
+}
+
+// received notes a receive that started at start and returned ds.
+func (t *tap) received(start time.Time, ds []transport.Delivery) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -87,7 +123,6 @@ func (t *tap) ReceivePartition(ctx context.Context, max, part, parts int) ([]tra
 			t.claimed[s] = now
 		}
 	}
-	return ds, err
 }
 
 // Begin wraps pgstore's unit of work to see what it consumes.
@@ -141,6 +176,13 @@ func (u *tapUnitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	}
 	if err != nil {
 		return err
+	}
+	if t.firstSeq != nil {
+		for _, in := range c.Inbox {
+			if s, ok := t.firstSeq[in.MessageID]; ok {
+				u.seqs = append(u.seqs, s)
+			}
+		}
 	}
 	for _, s := range u.seqs {
 		if s < 0 || s >= len(t.committed) || !t.committed[s].IsZero() {

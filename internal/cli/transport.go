@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/natsjs"
+)
+
+// Transport specs accepted by --transport (and IDEM_TRANSPORT):
+//
+//	""                 none: the store is also the queue (SQLite, PostgreSQL)
+//	"nats://host:4222" an external NATS JetStream server; comma-separate the
+//	                   URLs of a cluster ("nats://a:4222,nats://b:4222")
+//	"nats-embedded"    nats-server started in this process, JetStream files
+//	                   under <data dir>/nats, fsync before every ack
+const transportEmbedded = "nats-embedded"
+
+// natsServer returns the NATS URL of a transport spec, starting an embedded
+// server under dataDir for "nats-embedded". stop shuts down what was
+// started (nothing for an external server).
+func natsServer(ctx context.Context, spec, dataDir string) (url string, stop func(), err error) {
+	switch {
+	case spec == transportEmbedded:
+		if dataDir == "" {
+			return "", nil, usageErrorf("--transport %s needs a data directory for the JetStream files", transportEmbedded)
+		}
+		srv, err := natsjs.Embedded(ctx, filepath.Join(dataDir, "nats"), nil)
+		if err != nil {
+			return "", nil, err
+		}
+		return srv.URL(), srv.Shutdown, nil
+	case strings.HasPrefix(spec, "nats://") || strings.HasPrefix(spec, "tls://"):
+		return spec, func() {}, nil
+	default:
+		return "", nil, usageErrorf("unsupported transport %q: use nats://host:4222 (comma-separated for a cluster) or %s", redactURL(spec), transportEmbedded)
+	}
+}
+
+// openTransport opens the transport that spec names, with an embedded
+// server's files under dataDir. For "" it returns a nil transport: the
+// caller uses the store's own queue. The returned function closes the
+// transport and stops an embedded server; call it after the engine stopped.
+func openTransport(ctx context.Context, spec, dataDir string) (transport.Transport, func(), error) {
+	if spec == "" {
+		return nil, func() {}, nil
+	}
+	url, stop, err := natsServer(ctx, spec, dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr, err := natsjs.Open(ctx, url, nil)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return tr, func() { _ = tr.Close(); stop() }, nil
+}
+
+// benchTransport returns, for idem bench --transport spec, a constructor of
+// throwaway JetStream namespaces (deleted on Close) and a function that
+// stops an embedded server and removes its files.
+func benchTransport(ctx context.Context, spec string) (func(ctx context.Context, ns string, types []string) (transport.Transport, error), func(), error) {
+	dir := ""
+	if spec == transportEmbedded {
+		var err error
+		if dir, err = os.MkdirTemp("", "idem-bench-nats-"); err != nil {
+			return nil, nil, err
+		}
+	}
+	url, stop, err := natsServer(ctx, spec, dir)
+	if err != nil {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
+		return nil, nil, err
+	}
+	open := func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
+		tr, err := natsjs.Open(ctx, url, &natsjs.Config{Stream: ns, Types: types})
+		if err != nil {
+			return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
+		}
+		return &throwaway{tr}, nil
+	}
+	return open, func() {
+		stop()
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
+	}, nil
+}
+
+// throwaway is a JetStream transport whose stream is deleted on Close.
+type throwaway struct{ *natsjs.Transport }
+
+func (t *throwaway) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := t.DeleteStream(ctx)
+	if cerr := t.Transport.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,60 @@
+// Package natsjs is a transport.Transport on NATS JetStream, built on the
+// jetstream package of nats.go.
+//
+// # Layout on the broker
+//
+// One stream per Idem namespace (Config.Stream, default "IDEM") holds every
+// message. An envelope is published on the subject
+//
+//	<Stream>.<partition>.<type>
+//
+// where partition is a hash of the envelope's CorrelationID (its ID when it
+// has none) modulo Config.Partitions, and type is the envelope's Type with
+// every character outside [A-Za-z0-9_-] replaced by '_'. The stream uses
+// work-queue retention, so a message leaves the stream once acknowledged,
+// and file storage. One durable pull consumer (Config.Consumer, default
+// "idem") with explicit acks, Config.AckWait as its visibility timeout and
+// no delivery limit (MaxDeliver -1) is shared by every Transport of the
+// namespace, in one process or many.
+//
+// # Guarantees
+//
+// Publish sets the Nats-Msg-Id header to the envelope ID, so the stream's
+// duplicate window (Config.DuplicateWindow) drops a re-sent outbox row, and
+// returns once JetStream acknowledged every envelope (the PubAck, which a
+// server configured with sync_interval: always gives after fsync). The
+// engine acknowledges deliveries after its unit of work committed; Nack
+// with a delay is NakWithDelay. Delivery.Attempt is the message's
+// NumDelivered; the engine dead-letters by it, which is why the consumer has
+// no MaxDeliver and the package installs no max-deliveries advisory
+// listener.
+//
+// # Fencing
+//
+// JetStream does not fence acknowledgements: the server settles a message
+// by stream sequence and ignores the delivery count in the ack subject, so
+// a late Ack from a consumer whose AckWait expired settles the redelivery
+// another consumer holds (nats-server issues 4786 and 6937). The package
+// fences on the client: Delivery.Token is "<stream sequence>.<delivery
+// count>", and Ack and Nack return transport.ErrLeaseLost, without sending
+// anything to the server, when this Transport has since handed out the same
+// message again, or when the delivery's lease is no longer safely alive: the
+// lease starts when the pull request that brought the message was sent
+// (the server cannot deliver earlier), and an ack is sent only before
+// 90% of AckWait has elapsed. What remains is an ack sent in time that the
+// network holds for longer than the remaining 10% of AckWait; such an ack
+// settles a message whose unit of work committed (the engine acknowledges
+// only after commit), so the newer delivery it settles would have been a
+// duplicate that the inbox skips. Exactly-once effects rest on the engine's
+// inbox, not on this fence.
+//
+// # Running the server
+//
+// Embedded starts nats-server in-process with JetStream file storage under
+// a directory and fsync before every acknowledgement (SyncAlways), for a
+// single binary. Open connects to any server or cluster by URL
+// ("nats://a:4222,nats://b:4222"). Open refuses a stream whose settings
+// would lose messages: memory storage (unless Config.AllowMemoryStorage) or
+// fewer replicas than Config.Replicas. The fsync setting of an external
+// server cannot be read by a client; run it with sync_interval: always.
+package natsjs

@@ -1,0 +1,169 @@
+package natsjs_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/transport/natsjs"
+)
+
+// The engine on PostgreSQL with JetStream as its transport: consumption
+// cannot commit with the state, so the inbox (duplicates) and the outbox
+// relay (emitted messages) carry exactly-once.
+
+// pgURL returns the PostgreSQL server of the tests, from IDEM_TEST_PG_URL.
+// Without it the test is skipped, unless IDEM_REQUIRE_SERVERS is set.
+func pgURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("IDEM_TEST_PG_URL")
+	if url == "" {
+		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
+			t.Fatal("IDEM_TEST_PG_URL is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have started PostgreSQL")
+		}
+		t.Skip("PostgreSQL + JetStream engine tests need PostgreSQL: set IDEM_TEST_PG_URL=postgres://user@127.0.0.1:5432/db (scripts/test starts one)")
+	}
+	return url
+}
+
+// openPG returns a store on a fresh schema, dropped when the test ends, and
+// a connection to query it.
+func openPG(t testing.TB) (*pgstore.Store, enginetest.QueryRow) {
+	t.Helper()
+	url := pgURL(t)
+	schema := randName("t_")
+	ctx := context.Background()
+	st, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, MaxConns: 10})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = st.Close()
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+		conn.Close(ctx)
+	})
+	return st, func(q string, dest ...any) error { return conn.QueryRow(ctx, q).Scan(dest...) }
+}
+
+// settled reports whether nothing is in flight: no message waiting in or
+// held from the consumer, no unsent outbox row, no timer.
+func settled(tr *natsjs.Transport, q enginetest.QueryRow) func() (bool, error) {
+	return func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		waiting, unacked, err := tr.Pending(ctx)
+		if err != nil {
+			return false, nil // the broker may be restarting; poll again
+		}
+		var unsent, timers int
+		if err := q(`SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL), (SELECT count(*) FROM idem_timers)`, &unsent, &timers); err != nil {
+			return false, err
+		}
+		return waiting == 0 && unacked == 0 && unsent == 0 && timers == 0, nil
+	}
+}
+
+// Three engines on one PostgreSQL and one stream, every message published
+// three times: every increment and timer applies once.
+func TestEngineExactlyOnceOnPostgres(t *testing.T) {
+	st, q := openPG(t)
+	stream := randName("E_")
+	var engines []*idem.Engine
+	var first *natsjs.Transport
+	for i := range 3 {
+		tr := open(t, natsjs.Config{Stream: stream, AckWait: workerAckWait})
+		if i == 0 {
+			first = tr
+		}
+		engines = append(engines, enginetest.NewEngine(t, st, tr, &idem.Config{BatchSize: 16, RelayInterval: 50 * time.Millisecond, RelayAge: time.Second}))
+	}
+	const keys, perKey = 40, 5
+	want := enginetest.Workload(t, engines, keys, perKey, 3)
+	for _, e := range engines {
+		if err := e.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enginetest.WaitFor(t, 60*time.Second, "stream, outbox and timers drained", settled(first, q))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, e := range engines {
+		if err := e.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enginetest.CheckExactlyOnce(t, st, q, want, perKey)
+	t.Logf("stats: %+v", idem.SumStats(engines...))
+}
+
+// Three worker processes on one PostgreSQL and the test's embedded
+// nats-server, every message published three times, one worker killed with
+// SIGKILL mid-run and restarted, then the broker shut down and started
+// again on the same port and storage: every saga ends in its expected
+// state, and the stream, the outbox and the timers drain.
+func TestWorkerProcessesSurviveSIGKILLAndBrokerRestart(t *testing.T) {
+	url := pgURL(t)
+	st, q := openPG(t)
+	dir := t.TempDir()
+	srv, err := natsjs.Embedded(context.Background(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown() })
+	port := srv.Port()
+	stream := randName("W_")
+	tr, err := natsjs.Open(context.Background(), srv.URL(), &natsjs.Config{Stream: stream, AckWait: workerAckWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	producer := enginetest.NewEngine(t, st, tr, nil)
+
+	enginetest.SurviveSIGKILLOn(t, enginetest.KillRun{
+		Store:    st,
+		Producer: producer,
+		Query:    q,
+		Env: []string{
+			"IDEM_TEST_PG_URL=" + url,
+			"IDEM_PG_WORKER_SCHEMA=" + st.Schema(),
+			"IDEM_NATS_WORKER_URL=" + srv.URL(),
+			"IDEM_NATS_WORKER_STREAM=" + stream,
+		},
+		Settled: settled(tr, q),
+		Disrupt: func(t *testing.T) {
+			// Restart the broker once the restarted worker is connected too
+			// (five connections made: the producer, three workers and the
+			// restarted one; four open), so that all of them see it go.
+			enginetest.WaitFor(t, 30*time.Second, "restarted worker connected", func() (bool, error) {
+				vz, err := srv.NATS().Varz(nil)
+				if err != nil {
+					return false, err
+				}
+				return vz.TotalConnections >= 5 && srv.NATS().NumClients() >= 4, nil
+			})
+			srv.Shutdown()
+			t.Log("nats-server shut down; starting it again on the same port and storage")
+			srv, err = natsjs.Embedded(context.Background(), dir, &natsjs.EmbeddedConfig{Port: port})
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}

@@ -1,0 +1,670 @@
+package natsjs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/transport"
+)
+
+// Config configures a Transport. The zero value means every default; each
+// field states its own.
+type Config struct {
+	// Stream names the JetStream stream of this Idem namespace; its subjects
+	// are "<Stream>.>". Letters, digits, '_' and '-'. Default "IDEM".
+	Stream string
+	// Consumer names the durable pull consumer shared by every Transport of
+	// the namespace. Letters, digits, '_' and '-'. Default "idem".
+	Consumer string
+	// Replicas is the number of stream replicas Open creates the stream
+	// with, and the least it accepts on an existing stream. Default 1; use 3
+	// on a three-node cluster.
+	Replicas int
+	// AllowMemoryStorage accepts an existing stream on memory storage,
+	// which loses every message when the server restarts. Default false:
+	// Open refuses such a stream.
+	AllowMemoryStorage bool
+	// AckWait is the visibility timeout: a delivery not settled within it
+	// is handed out again. Set it above the slowest batch. Default 30s.
+	AckWait time.Duration
+	// DuplicateWindow is how long the stream remembers message IDs to drop
+	// re-published copies (Nats-Msg-Id). Default 2 minutes. Used when Open
+	// creates the stream.
+	DuplicateWindow time.Duration
+	// Partitions is how many partition tokens the subjects carry. Default
+	// 16. Changing it changes the subject of a key's future messages, not
+	// their delivery.
+	Partitions int
+	// Types, when set, limits the consumer to these message types (subjects
+	// "<Stream>.*.<type>"); messages of other types stay in the stream for
+	// another consumer. Every Transport sharing Config.Consumer must use the
+	// same Types. Default: every type.
+	Types []string
+	// MaxAckPending bounds the deliveries of the consumer that are handed
+	// out and not yet settled, across all processes. Default 1000.
+	MaxAckPending int
+	// ConnectTimeout bounds the initial connection. Default 5s.
+	ConnectTimeout time.Duration
+	// Options are added to the connection options (credentials, TLS, …).
+	Options []nats.Option
+	// Logger receives the transport's logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Stream == "" {
+		out.Stream = "IDEM"
+	}
+	if out.Consumer == "" {
+		out.Consumer = "idem"
+	}
+	if !nameRE.MatchString(out.Stream) {
+		return out, fmt.Errorf("natsjs: Config.Stream %q: use 1 to 64 letters, digits, '_' or '-'", out.Stream)
+	}
+	if !nameRE.MatchString(out.Consumer) {
+		return out, fmt.Errorf("natsjs: Config.Consumer %q: use 1 to 64 letters, digits, '_' or '-'", out.Consumer)
+	}
+	if out.Replicas < 0 || out.AckWait < 0 || out.DuplicateWindow < 0 || out.Partitions < 0 || out.MaxAckPending < 0 || out.ConnectTimeout < 0 {
+		return out, errors.New("natsjs: Config.Replicas, AckWait, DuplicateWindow, Partitions, MaxAckPending and ConnectTimeout must not be negative: use 0 for the default")
+	}
+	if out.Replicas == 0 {
+		out.Replicas = 1
+	}
+	if out.Replicas > 5 {
+		return out, fmt.Errorf("natsjs: Config.Replicas is %d: JetStream allows at most 5", out.Replicas)
+	}
+	if out.AckWait == 0 {
+		out.AckWait = 30 * time.Second
+	}
+	if out.DuplicateWindow == 0 {
+		out.DuplicateWindow = 2 * time.Minute
+	}
+	if out.Partitions == 0 {
+		out.Partitions = 16
+	}
+	if out.MaxAckPending == 0 {
+		out.MaxAckPending = 1000
+	}
+	if out.ConnectTimeout == 0 {
+		out.ConnectTimeout = 5 * time.Second
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out, nil
+}
+
+// Transport is a transport.Transport on a JetStream stream and durable pull
+// consumer. It is safe for concurrent use. Create it with Open.
+type Transport struct {
+	cfg    Config
+	log    *slog.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	cons   jetstream.Consumer
+	margin time.Duration // the part of AckWait in which acks are not sent
+	wait   time.Duration // how long one blocking pull request waits: AckWait/4, at most 5s
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	kept      chan struct{} // signalled when an abandoned pull request brings a message
+
+	mu        sync.Mutex
+	leases    map[uint64]*lease // by stream sequence: the latest hand-out here
+	leftovers []pending         // delivered to a Receive that gave up
+	pruned    time.Time
+}
+
+var (
+	_ transport.Transport = (*Transport)(nil)
+)
+
+// lease is one hand-out of a message by this Transport.
+type lease struct {
+	dc       uint64
+	msg      jetstream.Msg
+	deadline time.Time // pull request time + AckWait: the server redelivers no earlier
+	settled  bool
+}
+
+// pending is a message that arrived for a pull request and was not handed
+// out yet.
+type pending struct {
+	msg   jetstream.Msg
+	start time.Time // when its pull request was sent
+}
+
+// Open connects to the NATS server or cluster at url (comma-separated URLs
+// for several servers), makes sure the stream and consumer exist with
+// settings that do not lose messages, and returns the Transport. cfg may be
+// nil. It refuses an unreachable server, a server without JetStream, a
+// stream on memory storage without Config.AllowMemoryStorage and a stream
+// with fewer replicas than Config.Replicas, with an error that says what to
+// change. Close the Transport when done.
+func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]nats.Option{
+		nats.Name("idem"),
+		nats.Timeout(c.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(-1), // fail publishes while disconnected; the outbox relay re-sends
+	}, c.Options...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: connect to %s: %w: check that the NATS server runs and the URL is right", redact(url), err)
+	}
+	t := &Transport{
+		cfg:    c,
+		log:    c.Logger.With("component", "idem.natsjs"),
+		nc:     nc,
+		margin: c.AckWait / 10,
+		wait:   min(5*time.Second, c.AckWait/4),
+		closed: make(chan struct{}),
+		kept:   make(chan struct{}, 1),
+		leases: map[uint64]*lease{},
+	}
+	t.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
+	if err == nil {
+		err = t.setup(ctx)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// setup creates or checks the stream and creates or updates the consumer.
+func (t *Transport) setup(ctx context.Context) error {
+	c := t.cfg
+	s, err := t.js.Stream(ctx, c.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		s, err = t.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        c.Stream,
+			Description: "Idem messages (transport/natsjs)",
+			Subjects:    []string{c.Stream + ".>"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+			Duplicates:  c.DuplicateWindow,
+			Discard:     jetstream.DiscardOld,
+		})
+		if err != nil {
+			return fmt.Errorf("natsjs: create stream %s with %d replicas on file storage: %w (Config.Replicas must not exceed the JetStream servers of the cluster)", c.Stream, c.Replicas, err)
+		}
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("natsjs: %w: start nats-server with JetStream (-js, or jetstream {} in its config)", err)
+	case err != nil:
+		return fmt.Errorf("natsjs: look up stream %s: %w", c.Stream, err)
+	}
+	sc := s.CachedInfo().Config
+	if sc.Storage == jetstream.MemoryStorage && !c.AllowMemoryStorage {
+		return fmt.Errorf("natsjs: stream %s uses memory storage, which loses every message when the server restarts: recreate it with file storage or set Config.AllowMemoryStorage", c.Stream)
+	}
+	if sc.Replicas < c.Replicas {
+		return fmt.Errorf("natsjs: stream %s has %d replicas but Config.Replicas asks for %d: raise the stream's replicas (nats stream edit %s --replicas %d) or lower Config.Replicas", c.Stream, sc.Replicas, c.Replicas, c.Stream, c.Replicas)
+	}
+	if !coversAll(sc.Subjects, c.Stream) {
+		return fmt.Errorf("natsjs: stream %s has subjects %v, want %q: add the subject to the stream or choose another Config.Stream", c.Stream, sc.Subjects, c.Stream+".>")
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       c.Consumer,
+		Description:   "Idem engine consumer (transport/natsjs)",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    -1, // the engine dead-letters by Delivery.Attempt
+		FilterSubject: c.Stream + ".>",
+		MaxAckPending: c.MaxAckPending,
+	}
+	if len(c.Types) > 0 {
+		cc.FilterSubject = ""
+		for _, typ := range c.Types {
+			cc.FilterSubjects = append(cc.FilterSubjects, c.Stream+".*."+subjectToken(typ))
+		}
+	}
+	t.cons, err = s.CreateOrUpdateConsumer(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("natsjs: create or update consumer %s on stream %s: %w", c.Consumer, c.Stream, err)
+	}
+	return nil
+}
+
+func coversAll(subjects []string, stream string) bool {
+	for _, s := range subjects {
+		if s == stream+".>" || s == ">" {
+			return true
+		}
+	}
+	return false
+}
+
+// redact hides passwords and tokens in a server URL list.
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err == nil && u.User != nil {
+			u.User = url.User("redacted")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// Header names on the broker.
+const (
+	hdrEnvelope = "Idem-Envelope" // the envelope without its body, as JSON
+)
+
+// meta is the envelope without its body.
+type meta struct {
+	ID             string            `json:"id"`
+	Type           string            `json:"type"`
+	CorrelationID  string            `json:"correlation_id,omitempty"`
+	CausationID    string            `json:"causation_id,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	SentAt         time.Time         `json:"sent_at"`
+}
+
+// Subject returns the subject an envelope is published on.
+func (t *Transport) Subject(env *transport.Envelope) string {
+	key := env.CorrelationID
+	if key == "" {
+		key = env.ID
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	part := h.Sum32() % uint32(t.cfg.Partitions)
+	return t.cfg.Stream + "." + strconv.FormatUint(uint64(part), 10) + "." + subjectToken(env.Type)
+}
+
+func subjectToken(s string) string {
+	if s == "" {
+		return "_"
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func (t *Transport) isClosed() bool {
+	select {
+	case <-t.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Publish sends envs and returns once JetStream acknowledged every one of
+// them (PubAck), or the first error. Each message carries Nats-Msg-Id = the
+// envelope ID, so a copy published again within Config.DuplicateWindow is
+// dropped by the stream. It returns transport.ErrClosed after Close.
+func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) error {
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	futures := make([]jetstream.PubAckFuture, len(envs))
+	for i := range envs {
+		env := &envs[i]
+		hdr, err := json.Marshal(meta{ID: env.ID, Type: env.Type, CorrelationID: env.CorrelationID, CausationID: env.CausationID,
+			IdempotencyKey: env.IdempotencyKey, Headers: env.Headers, SentAt: env.SentAt})
+		if err != nil {
+			return fmt.Errorf("natsjs: encode envelope %s: %w", env.ID, err)
+		}
+		m := nats.NewMsg(t.Subject(env))
+		m.Header.Set(hdrEnvelope, string(hdr))
+		m.Data = append([]byte(nil), env.Body...)
+		futures[i], err = t.js.PublishMsgAsync(m, jetstream.WithMsgID(env.ID), jetstream.WithExpectStream(t.cfg.Stream))
+		if err != nil {
+			return t.closedOr(fmt.Errorf("natsjs: publish %s: %w", env.ID, err))
+		}
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return t.closedOr(fmt.Errorf("natsjs: publish %s: %w", envs[i].ID, err))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.closed:
+			return transport.ErrClosed
+		}
+	}
+	return nil
+}
+
+// closedOr returns ErrClosed if the transport was closed, err otherwise.
+func (t *Transport) closedOr(err error) error {
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	return err
+}
+
+// Receive hands out up to max deliveries (max < 1 means 1), blocking until
+// at least one is available, ctx is done or the Transport is closed. A
+// pull request that was waiting when Receive gave up is kept: what it
+// brings is handed out by a later Receive on its first attempt.
+func (t *Transport) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	max = builtinMax(max, 1)
+	for {
+		if t.isClosed() {
+			return nil, transport.ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if ds := t.takeLeftovers(max); len(ds) > 0 {
+			return ds, nil
+		}
+		start := time.Now()
+		b, err := t.cons.FetchNoWait(max)
+		if err != nil {
+			return nil, t.closedOr(fmt.Errorf("natsjs: fetch: %w", err))
+		}
+		var got []pending
+		for m := range b.Messages() {
+			got = append(got, pending{m, start})
+		}
+		if len(got) == 0 && b.Error() != nil {
+			return nil, t.closedOr(fmt.Errorf("natsjs: fetch: %w", b.Error()))
+		}
+		if len(got) > 0 {
+			return t.handOut(got), nil
+		}
+
+		// Nothing available: wait for one message.
+		start = time.Now()
+		b, err = t.cons.Fetch(1, jetstream.FetchMaxWait(t.wait))
+		if err != nil {
+			return nil, t.closedOr(fmt.Errorf("natsjs: fetch: %w", err))
+		}
+		select {
+		case m, ok := <-b.Messages():
+			if !ok {
+				if err := b.Error(); err != nil {
+					return nil, t.closedOr(fmt.Errorf("natsjs: fetch: %w", err))
+				}
+				continue // the pull request expired
+			}
+			return t.handOut([]pending{{m, start}}), nil
+		case <-t.kept:
+			go t.keep(b, start)
+			continue // take what an earlier, abandoned pull request brought
+		case <-ctx.Done():
+			go t.keep(b, start)
+			return nil, ctx.Err()
+		case <-t.closed:
+			return nil, transport.ErrClosed
+		}
+	}
+}
+
+func builtinMax(a, b int) int { return max(a, b) }
+
+// keep collects what an abandoned pull request brings for a later Receive.
+func (t *Transport) keep(b jetstream.MessageBatch, start time.Time) {
+	for m := range b.Messages() {
+		t.mu.Lock()
+		t.leftovers = append(t.leftovers, pending{m, start})
+		t.mu.Unlock()
+		select {
+		case t.kept <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// takeLeftovers hands out up to max kept messages whose lease is still
+// alive; the others are dropped and come back from the server.
+func (t *Transport) takeLeftovers(max int) []transport.Delivery {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var take []pending
+	now := time.Now()
+	i := 0
+	for ; i < len(t.leftovers) && len(take) < max; i++ {
+		p := t.leftovers[i]
+		if now.Before(p.start.Add(t.cfg.AckWait - t.margin)) {
+			take = append(take, p)
+		}
+	}
+	t.leftovers = t.leftovers[i:]
+	if len(take) == 0 {
+		return nil
+	}
+	return t.handOutLocked(take)
+}
+
+func (t *Transport) handOut(ps []pending) []transport.Delivery {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.handOutLocked(ps)
+}
+
+func (t *Transport) handOutLocked(ps []pending) []transport.Delivery {
+	now := time.Now()
+	if now.Sub(t.pruned) > t.cfg.AckWait {
+		// Forget hand-outs long past their lease: settling them
+		// returns ErrLeaseLost, as it would anyway.
+		for seq, l := range t.leases {
+			if now.Sub(l.deadline) > 2*t.cfg.AckWait {
+				delete(t.leases, seq)
+			}
+		}
+		t.pruned = now
+	}
+	ds := make([]transport.Delivery, 0, len(ps))
+	for _, p := range ps {
+		md, err := p.msg.Metadata()
+		if err != nil {
+			t.log.Warn("message without JetStream metadata; leaving it to the server", "subject", p.msg.Subject(), "error", err)
+			continue
+		}
+		seq, dc := md.Sequence.Stream, md.NumDelivered
+		t.leases[seq] = &lease{dc: dc, msg: p.msg, deadline: p.start.Add(t.cfg.AckWait)}
+		ds = append(ds, transport.Delivery{
+			Envelope: decode(p.msg, seq),
+			Attempt:  int(dc),
+			Token:    strconv.FormatUint(seq, 10) + "." + strconv.FormatUint(dc, 10),
+		})
+	}
+	return ds
+}
+
+// decode rebuilds the envelope. A message published by something other
+// than this package keeps what it has (Nats-Msg-Id as ID, no type), so
+// that the engine dead-letters it with a reason.
+func decode(m jetstream.Msg, seq uint64) transport.Envelope {
+	var md meta
+	h := m.Headers()
+	if raw := h.Get(hdrEnvelope); raw != "" {
+		_ = json.Unmarshal([]byte(raw), &md)
+	}
+	if md.ID == "" {
+		md.ID = h.Get(jetstream.MsgIDHeader)
+	}
+	if md.ID == "" {
+		md.ID = "nats-seq-" + strconv.FormatUint(seq, 10)
+	}
+	var body []byte
+	if len(m.Data()) > 0 {
+		body = append([]byte(nil), m.Data()...)
+	}
+	return transport.Envelope{ID: md.ID, Type: md.Type, CorrelationID: md.CorrelationID, CausationID: md.CausationID,
+		IdempotencyKey: md.IdempotencyKey, Headers: md.Headers, SentAt: md.SentAt, Body: body}
+}
+
+// claimSeq checks that d may be settled and marks it settled. It returns the
+// message to settle, nil for a delivery settled before, or an error
+// wrapping transport.ErrLeaseLost.
+func (t *Transport) claimSeq(d transport.Delivery) (jetstream.Msg, uint64, error) {
+	seqS, dcS, ok := strings.Cut(d.Token, ".")
+	seq, err1 := strconv.ParseUint(seqS, 10, 64)
+	dc, err2 := strconv.ParseUint(dcS, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return nil, 0, fmt.Errorf("natsjs: settle message %s: token %q was not made by this package", d.Envelope.ID, d.Token)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.leases[seq]
+	switch {
+	case l == nil || l.dc < dc:
+		return nil, 0, fmt.Errorf("natsjs: settle message %s (stream sequence %d, delivery %d): not handed out by this transport or forgotten after its lease: %w", d.Envelope.ID, seq, dc, transport.ErrLeaseLost)
+	case l.dc > dc:
+		return nil, 0, fmt.Errorf("natsjs: settle message %s (stream sequence %d, delivery %d): handed out again as delivery %d: %w", d.Envelope.ID, seq, dc, l.dc, transport.ErrLeaseLost)
+	case l.settled:
+		return nil, 0, nil
+	case !time.Now().Before(l.deadline.Add(-t.margin)):
+		return nil, 0, fmt.Errorf("natsjs: settle message %s (stream sequence %d, delivery %d): lease of %v expired or about to: %w", d.Envelope.ID, seq, dc, t.cfg.AckWait, transport.ErrLeaseLost)
+	}
+	l.settled = true
+	return l.msg, seq, nil
+}
+
+// unclaim undoes claimSeq when sending the settlement failed.
+func (t *Transport) unclaim(seq uint64, m jetstream.Msg) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l := t.leases[seq]; l != nil && l.msg == m {
+		l.settled = false
+	}
+}
+
+// Ack settles ds as done: it sends an ack for each delivery whose lease is
+// alive and waits until the server has received them. A delivery handed out
+// again since, or whose lease is (nearly) expired, is not acked and its
+// error wraps transport.ErrLeaseLost; settling a settled delivery again
+// does nothing. Errors of several deliveries are joined.
+func (t *Transport) Ack(ctx context.Context, ds []transport.Delivery) error {
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	var errs []error
+	sent := false
+	for _, d := range ds {
+		m, seq, err := t.claimSeq(d)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if m == nil {
+			continue
+		}
+		if err := m.Ack(); err != nil {
+			t.unclaim(seq, m)
+			errs = append(errs, t.closedOr(fmt.Errorf("natsjs: ack %s: %w", d.Envelope.ID, err)))
+			continue
+		}
+		sent = true
+	}
+	if sent {
+		if err := t.flush(ctx); err != nil {
+			errs = append(errs, t.closedOr(fmt.Errorf("natsjs: flush acks: %w", err)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Nack returns d for redelivery after delay (NakWithDelay; at once for a
+// delay of zero or less). The fence and the errors are Ack's.
+func (t *Transport) Nack(ctx context.Context, d transport.Delivery, delay time.Duration) error {
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	m, seq, err := t.claimSeq(d)
+	if err != nil || m == nil {
+		return err
+	}
+	if delay > 0 {
+		err = m.NakWithDelay(delay)
+	} else {
+		err = m.Nak()
+	}
+	if err != nil {
+		t.unclaim(seq, m)
+		return t.closedOr(fmt.Errorf("natsjs: nak %s: %w", d.Envelope.ID, err))
+	}
+	if err := t.flush(ctx); err != nil {
+		return t.closedOr(fmt.Errorf("natsjs: flush nak: %w", err))
+	}
+	return nil
+}
+
+// flush waits until the server has received what was sent, for at most
+// AckWait when ctx has no deadline.
+func (t *Transport) flush(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.cfg.AckWait)
+		defer cancel()
+	}
+	return t.nc.FlushWithContext(ctx)
+}
+
+// Pending reports the consumer's messages not yet delivered and delivered
+// but not acknowledged, across every process of the namespace.
+func (t *Transport) Pending(ctx context.Context) (waiting, unacked int, err error) {
+	if t.isClosed() {
+		return 0, 0, transport.ErrClosed
+	}
+	ci, err := t.cons.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("natsjs: consumer info: %w", err)
+	}
+	return int(ci.NumPending), ci.NumAckPending, nil
+}
+
+// Close flushes outstanding acks and closes the connection; afterwards
+// every method returns transport.ErrClosed. Close is idempotent.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		close(t.closed)
+		_ = t.nc.FlushTimeout(time.Second)
+		t.nc.Close()
+	})
+	return nil
+}
+
+// DeleteStream deletes the stream of this Transport's namespace with every
+// message in it, for tests and benchmarks that make throwaway namespaces.
+func (t *Transport) DeleteStream(ctx context.Context) error {
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	if err := t.js.DeleteStream(ctx, t.cfg.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("natsjs: delete stream %s: %w", t.cfg.Stream, err)
+	}
+	return nil
+}

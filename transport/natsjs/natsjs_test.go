@@ -1,0 +1,254 @@
+package natsjs_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/transporttest"
+)
+
+// One embedded server serves every test of the package; each test gets a
+// stream (namespace) of its own.
+var shared struct {
+	once sync.Once
+	dir  string
+	srv  *natsjs.Server
+	err  error
+}
+
+// sharedServer returns the package's embedded server, starting it on first
+// use; TestMain shuts it down.
+func sharedServer(t testing.TB) *natsjs.Server {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.dir, shared.err = os.MkdirTemp("", "natsjs-test-")
+		if shared.err != nil {
+			return
+		}
+		shared.srv, shared.err = natsjs.Embedded(context.Background(), shared.dir, nil)
+	})
+	if shared.err != nil {
+		t.Fatalf("embedded nats-server: %v", shared.err)
+	}
+	return shared.srv
+}
+
+func stopShared() {
+	if shared.srv != nil {
+		shared.srv.Shutdown()
+	}
+	if shared.dir != "" {
+		_ = os.RemoveAll(shared.dir)
+	}
+}
+
+func randName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// open returns a Transport on a fresh stream of the shared server; the
+// stream is deleted when the test ends.
+func open(t testing.TB, cfg natsjs.Config) *natsjs.Transport {
+	t.Helper()
+	srv := sharedServer(t)
+	if cfg.Stream == "" {
+		cfg.Stream = randName("T_")
+	}
+	tr, err := natsjs.Open(context.Background(), srv.URL(), &cfg)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = tr.Close()
+		deleteStream(t, srv.URL(), cfg.Stream)
+	})
+	return tr
+}
+
+func deleteStream(t testing.TB, url, stream string) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Errorf("delete stream %s: %v", stream, err)
+		return
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteStream(context.Background(), stream); err != nil && err != jetstream.ErrStreamNotFound {
+		t.Errorf("delete stream %s: %v", stream, err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	const lease = time.Second
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
+		return open(t, natsjs.Config{AckWait: lease})
+	})
+}
+
+func TestOpenRefusesUnreachableServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := natsjs.Open(ctx, "nats://user:secret@127.0.0.1:1", &natsjs.Config{ConnectTimeout: time.Second})
+	if err == nil {
+		t.Fatal("Open of an unreachable server: got no error")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "check that the NATS server runs") || !strings.Contains(msg, "127.0.0.1:1") {
+		t.Errorf("error %q does not say which server to check", msg)
+	}
+	if strings.Contains(msg, "secret") {
+		t.Errorf("error %q shows the password", msg)
+	}
+}
+
+func TestOpenRefusesMemoryStorage(t *testing.T) {
+	srv := sharedServer(t)
+	stream := randName("MEM_")
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteStream(t, srv.URL(), stream) })
+
+	_, err = natsjs.Open(t.Context(), srv.URL(), &natsjs.Config{Stream: stream})
+	if err == nil || !strings.Contains(err.Error(), "memory storage") || !strings.Contains(err.Error(), "Config.AllowMemoryStorage") {
+		t.Fatalf("Open on a memory stream: got %v, want a refusal naming Config.AllowMemoryStorage", err)
+	}
+	tr, err := natsjs.Open(t.Context(), srv.URL(), &natsjs.Config{Stream: stream, AllowMemoryStorage: true})
+	if err != nil {
+		t.Fatalf("Open on a memory stream with AllowMemoryStorage: %v", err)
+	}
+	_ = tr.Close()
+}
+
+func TestOpenRefusesFewerReplicas(t *testing.T) {
+	srv := sharedServer(t)
+	// A stream with one replica; asking for three is refused.
+	stream := randName("R_")
+	open(t, natsjs.Config{Stream: stream})
+	_, err := natsjs.Open(t.Context(), srv.URL(), &natsjs.Config{Stream: stream, Replicas: 3})
+	if err == nil || !strings.Contains(err.Error(), "has 1 replicas but Config.Replicas asks for 3") {
+		t.Fatalf("Open of a 1-replica stream with Replicas 3: got %v, want a refusal naming Config.Replicas", err)
+	}
+	// Creating a 3-replica stream on one server fails with advice.
+	_, err = natsjs.Open(t.Context(), srv.URL(), &natsjs.Config{Stream: randName("R3_"), Replicas: 3})
+	if err == nil || !strings.Contains(err.Error(), "Config.Replicas") {
+		t.Fatalf("Open creating a 3-replica stream on one server: got %v, want an error naming Config.Replicas", err)
+	}
+}
+
+func TestOpenRefusesBadConfig(t *testing.T) {
+	for _, c := range []natsjs.Config{{Stream: "a.b"}, {Consumer: "x y"}, {AckWait: -1}, {Replicas: 7}} {
+		if _, err := natsjs.Open(t.Context(), "nats://127.0.0.1:1", &c); err == nil || !strings.Contains(err.Error(), "Config.") {
+			t.Errorf("Open(%+v): got %v, want an error naming the field", c, err)
+		}
+	}
+}
+
+func TestPublishSetsMsgIDAndSubject(t *testing.T) {
+	tr := open(t, natsjs.Config{Partitions: 4})
+	env := transport.Envelope{ID: "m-1", Type: "orders.Placed v2", CorrelationID: "order-7", SentAt: time.Now(), Body: []byte(`{}`)}
+	subj := tr.Subject(&env)
+	parts := strings.Split(subj, ".")
+	if len(parts) != 3 || parts[2] != "orders_Placed_v2" {
+		t.Fatalf("subject %q: want <stream>.<partition>.orders_Placed_v2", subj)
+	}
+	for range 3 {
+		if err := tr.Publish(t.Context(), []transport.Envelope{env}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiting, _, err := tr.Pending(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waiting != 1 {
+		t.Errorf("published one ID three times: %d messages in the stream, want 1 (Nats-Msg-Id dedup)", waiting)
+	}
+}
+
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "idem-nats-example-")
+	defer os.RemoveAll(dir)
+	srv, err := natsjs.Embedded(ctx, dir, nil) // single binary: the broker runs in-process
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	tr, err := natsjs.Open(ctx, srv.URL(), &natsjs.Config{Stream: "EXAMPLE"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer tr.Close()
+	_ = tr.Publish(ctx, []transport.Envelope{{ID: "hello-1", Type: "Hello", SentAt: time.Now(), Body: []byte(`"hi"`)}})
+	ds, _ := tr.Receive(ctx, 10)
+	_ = tr.Ack(ctx, ds)
+	fmt.Println(ds[0].Envelope.ID, ds[0].Attempt)
+	// Output: hello-1 1
+}
+
+// Two transports of one namespace (two processes): the late Ack of the
+// first, whose lease expired, must not settle the redelivery the second
+// holds. Nothing tells the first transport about the redelivery; its own
+// lease clock refuses the ack.
+func TestLateAckFromAnotherTransportIsFenced(t *testing.T) {
+	const lease = 500 * time.Millisecond
+	first := open(t, natsjs.Config{AckWait: lease})
+	stream := strings.Split(first.Subject(&transport.Envelope{ID: "x", Type: "x"}), ".")[0]
+	second, err := natsjs.Open(t.Context(), sharedServer(t).URL(), &natsjs.Config{Stream: stream, AckWait: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if err := first.Publish(t.Context(), []transport.Envelope{{ID: "fenced-1", Type: "T", SentAt: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	d1, err := first.Receive(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := second.Receive(ctx, 1) // blocks until the lease of d1 expired
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d2[0].Attempt != 2 {
+		t.Fatalf("second transport got attempt %d, want 2", d2[0].Attempt)
+	}
+	if err := first.Ack(ctx, d1); !errors.Is(err, transport.ErrLeaseLost) {
+		t.Fatalf("late Ack from the first transport: got %v, want ErrLeaseLost", err)
+	}
+	if _, unacked, err := second.Pending(ctx); err != nil || unacked != 1 {
+		t.Fatalf("after the fenced ack: %d unacknowledged (err %v), want 1: the redelivery is still held", unacked, err)
+	}
+	if err := second.Ack(ctx, d2); err != nil {
+		t.Fatalf("Ack of the redelivery: %v", err)
+	}
+	if waiting, unacked, err := second.Pending(ctx); err != nil || waiting+unacked != 0 {
+		t.Fatalf("after the ack: %d waiting, %d unacknowledged (err %v), want none", waiting, unacked, err)
+	}
+}
