@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem/examples/orders"
 	"github.com/idemhq/idem/examples/searchimport"
 	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/transport"
 )
 
 const (
@@ -33,6 +34,8 @@ const (
 
 type serveOptions struct {
 	store     storeFlags
+	transport string
+	dataDir   string
 	addr      string
 	tokenFile string
 	maxBody   int64
@@ -45,7 +48,10 @@ func newServe() *cobra.Command {
 		Short: "Run the engine with the example sagas, the admin API, /metrics, /healthz and /readyz",
 		Long: `Run the engine with the example sagas (searchimport and order) registered,
 on the store given by --store or IDEM_STORE (default ` + defaultServeStore + `, a file in
-the working directory), which is also the queue. It serves over HTTP:
+the working directory), which is also the queue unless --transport (or
+IDEM_TRANSPORT) names a broker: nats://host:4222 for NATS JetStream, or
+` + transportEmbedded + ` for a JetStream server inside this process with its files
+under --data-dir. It serves over HTTP:
 
   GET /healthz, GET /readyz, GET /metrics (Prometheus)
   GET /api/sagas?type=&state=&after=&limit=, GET /api/sagas/{type}/{key}
@@ -73,6 +79,9 @@ the HTTP server, then lets the engine finish the batch in flight.`,
 		},
 	}
 	o.store.register(cmd)
+	cmd.Flags().StringVar(&o.transport, "transport", os.Getenv("IDEM_TRANSPORT"),
+		"message transport: empty for the store's own queue, nats://host:4222 (comma-separated for a cluster) or "+transportEmbedded+" (default from IDEM_TRANSPORT)")
+	cmd.Flags().StringVar(&o.dataDir, "data-dir", "idem-data", "directory for an embedded broker's files (--transport "+transportEmbedded+")")
 	cmd.Flags().StringVar(&o.addr, "addr", defaultServeAddr, "host:port to listen on; a non-loopback address needs IDEM_ADMIN_TOKEN or --token-file")
 	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "file holding the admin token (instead of IDEM_ADMIN_TOKEN)")
 	cmd.Flags().Int64Var(&o.maxBody, "max-body", admin.DefaultMaxBodyBytes, "largest admin API request body, in bytes")
@@ -141,9 +150,19 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	defer st.Close()
 
+	var tr transport.Transport = st
+	if o.transport != "" {
+		t, closeTr, err := openTransport(ctx, o.transport, o.dataDir)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		defer closeTr() // deferred after st.Close: runs first
+		tr = t
+	}
+
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	obs := admin.NewObserver()
-	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, Observe: obs.Observe})
+	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: logger, Observe: obs.Observe})
 	if err != nil {
 		return err
 	}
@@ -170,7 +189,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("idem serve: listening", "url", "http://"+ln.Addr().String(), "store", storeLabel(o.store.url), "auth", token != "")
+	logger.Info("idem serve: listening", "url", "http://"+ln.Addr().String(), "store", storeLabel(o.store.url), "transport", transportLabel(o.transport), "auth", token != "")
 
 	var runErr error
 	select {

@@ -58,13 +58,32 @@ func httpGet(t *testing.T, url string) (int, string, error) {
 
 func TestServeAnswersAndStopsCleanly(t *testing.T) {
 	t.Parallel()
+	checkServe(t)
+}
+
+// The same with an embedded NATS JetStream server as the transport: the
+// message goes through the broker, the emitted ones through the outbox.
+func TestServeOnEmbeddedNATS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	checkServe(t, "--transport", transportEmbedded, "--data-dir", dir)
+	if _, err := os.Stat(filepath.Join(dir, "nats", "jetstream")); err != nil {
+		t.Errorf("no JetStream files under --data-dir: %v", err)
+	}
+}
+
+// checkServe runs idem serve on a fresh SQLite store with extra flags,
+// submits an order through the admin API, waits for its saga, reads
+// /metrics and stops the server.
+func checkServe(t *testing.T, extra ...string) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errb lockedBuffer
 	exited := make(chan int, 1)
+	args := append([]string{"serve", "--store", "sqlite://" + filepath.Join(t.TempDir(), "idem.db"), "--addr", addr}, extra...)
 	go func() {
-		exited <- Run(ctx, []string{"serve", "--store", "sqlite://" + filepath.Join(t.TempDir(), "idem.db"), "--addr", addr}, &out, &errb)
+		exited <- Run(ctx, args, &out, &errb)
 	}()
 	base := "http://" + addr
 	deadline := time.Now().Add(15 * time.Second)
@@ -106,11 +125,24 @@ func TestServeAnswersAndStopsCleanly(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	code, metrics, err := httpGet(t, base+"/metrics")
-	for _, want := range []string{`idem_messages_total{result="applied"} 1`, "idem_unit_of_work_seconds_count 1", "idem_outbox_backlog"} {
-		if err != nil || code != 200 || !strings.Contains(metrics, want) {
-			t.Errorf("/metrics: status %d (%v), want a line with %q in:\n%s", code, err, want, metrics)
+	// The saga is visible once committed; the metrics are recorded when
+	// the batch settles, just after: wait for them too.
+	wantMetrics := []string{`idem_messages_total{result="applied"} 1`, "idem_unit_of_work_seconds_count 1", "idem_outbox_backlog"}
+	for {
+		code, metrics, err := httpGet(t, base+"/metrics")
+		missing := ""
+		for _, want := range wantMetrics {
+			if !strings.Contains(metrics, want) {
+				missing = want
+			}
 		}
+		if err == nil && code == 200 && missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics: status %d (%v), want a line with %q in:\n%s", code, err, missing, metrics)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	cancel()

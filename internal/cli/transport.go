@@ -62,6 +62,14 @@ func openTransport(ctx context.Context, spec, dataDir string) (transport.Transpo
 	return tr, func() { _ = tr.Close(); stop() }, nil
 }
 
+// transportLabel names a transport spec for logs, without credentials.
+func transportLabel(spec string) string {
+	if spec == "" {
+		return "store queue"
+	}
+	return redactURL(spec)
+}
+
 // benchTransport returns, for idem bench --transport spec, a constructor of
 // throwaway JetStream namespaces (deleted on Close) and a function that
 // stops an embedded server and removes its files.
