@@ -20,12 +20,12 @@ const handlerSagaType = "idem.handler"
 
 // Invariants the checker verifies; each violation names one.
 const (
-	InvAtMostOnce    = "at-most-once"    // a message applied twice to a saga
-	InvExactlyOnce   = "exactly-once"    // a message the driver sent never applied
-	InvFinalState    = "final-state"     // a saga not in the state the model predicts
+	InvAtMostOnce    = "at-most-once"     // a message applied twice to a saga
+	InvExactlyOnce   = "exactly-once"     // a message the driver sent never applied
+	InvFinalState    = "final-state"      // a saga not in the state the model predicts
 	InvEmitted       = "emitted-consumed" // an emitted message not consumed under its deterministic ID
-	InvStuck         = "not-stuck"       // a saga non-terminal with nothing in flight
-	InvDeadLetter    = "bad-input"       // bad input not dead-lettered with its reason
+	InvStuck         = "not-stuck"        // a saga non-terminal with nothing in flight
+	InvDeadLetter    = "bad-input"        // bad input not dead-lettered with its reason
 	InvUnexpectedDLQ = "no-unexpected-dead-letter"
 )
 

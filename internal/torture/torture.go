@@ -125,7 +125,16 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  PROBLEM: %s\n", p)
 	}
 	if len(r.Violations) > 0 {
-		fmt.Fprintf(w, "  %d violations:\n", len(r.Violations))
+		by := map[string]int{}
+		for _, v := range r.Violations {
+			by[v.Invariant]++
+		}
+		invs := make([]string, 0, len(by))
+		for k, n := range by {
+			invs = append(invs, fmt.Sprintf("%s %d", k, n))
+		}
+		sort.Strings(invs)
+		fmt.Fprintf(w, "  %d violations (%s):\n", len(r.Violations), strings.Join(invs, ", "))
 		for i, v := range r.Violations {
 			if i == 50 {
 				fmt.Fprintf(w, "    ... and %d more\n", len(r.Violations)-50)
@@ -337,7 +346,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	gen0 := &generator{rng: rand.New(rand.NewPCG(o.Seed, 0x3a7e)), bad: o.has(FaultBadInput)}
 	sendCtx, stopSending := context.WithCancel(ctx)
 	defer stopSending()
-	var sendMu sync.Mutex
+	var sendMu sync.Mutex // guards sendErr and rep's counts while the sender runs
+	count := func(fault string, n int) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		rep.Faults[fault] += n
+	}
 	var sendErr error
 	sendDone := make(chan struct{})
 	go func() {
@@ -432,7 +446,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if w.cmd.ProcessState == nil && !w.killedBy {
 				w.killedBy = true
 				_ = w.cmd.Process.Signal(syscall.SIGKILL)
-				rep.Faults["SIGKILL by the driver"]++
+				count("SIGKILL by the driver", 1)
 			}
 			nextKill = now.Add(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
 		}
@@ -442,7 +456,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("--pg-restart-cmd failed: %w: %s", err, out)
 			}
-			rep.Faults["PostgreSQL restarts"]++
+			count("PostgreSQL restarts", 1)
 			nextRestart = now.Add(max(30*time.Second, o.Duration/3))
 		}
 		if o.has(FaultStaleTimer) && now.After(nextTimerScan) {
@@ -451,7 +465,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if err != nil {
 				logf("stale timer scan: %v", err) // the database may be restarting
 			}
-			rep.Faults["stale timer deliveries"] += n
+			count("stale timer deliveries", n)
 		}
 	}
 	stopSending()

@@ -36,10 +36,10 @@ var OpenTransport func(ctx context.Context, spec, dataDir string) (transport.Tra
 
 // workerConfig is what the driver tells a worker process.
 type workerConfig struct {
-	Store     string `json:"store"`            // sqlite file path or postgres URL
-	Schema    string `json:"schema,omitempty"` // PostgreSQL schema
-	Transport string `json:"transport,omitempty"`
-	DataDir   string `json:"data_dir"`
+	Store     string        `json:"store"`            // sqlite file path or postgres URL
+	Schema    string        `json:"schema,omitempty"` // PostgreSQL schema
+	Transport string        `json:"transport,omitempty"`
+	DataDir   string        `json:"data_dir"`
 	Lease     time.Duration `json:"lease"`
 	// Probabilities, per unit of work, of the in-process faults.
 	KillAfterCommit float64 `json:"kill_after_commit"`
