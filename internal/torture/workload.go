@@ -133,7 +133,6 @@ var (
 	tickType  = saga.MessageType(enginetest.Tick{})
 	addedType = saga.MessageType(enginetest.Added{})
 	savedType = saga.MessageType(searchimport.SearchUploadSaved{})
-	startType = saga.MessageType(searchimport.SearchUploadStarted{})
 	parseType = saga.MessageType(searchimport.StartParsingReferenceFile{})
 )
 
