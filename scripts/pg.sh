@@ -57,3 +57,15 @@ pg_stop() {
 	"${PG_RUNAS[@]}" "$PG_BINDIR/pg_ctl" -D "$PG_DIR/data" -m immediate stop >/dev/null 2>&1 || true
 	rm -rf "$PG_DIR"
 }
+
+# pg_restart restarts the cluster pg_start started, as a crash would
+# (immediate shutdown, then recovery), for idem torture's pg-restart fault.
+# It needs PG_DIR and PG_BINDIR, as pg_start sets them; pass them in the
+# environment when it runs in another shell.
+pg_restart() {
+	[ -n "${PG_DIR:-}" ] && [ -n "${PG_BINDIR:-}" ] || { echo "pg_restart: PG_DIR and PG_BINDIR are not set (run pg_start first)" >&2; return 1; }
+	local runas=()
+	if [ "$(id -u)" -eq 0 ]; then runas=(runuser -u idem-pg --); fi
+	"${runas[@]}" "$PG_BINDIR/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -m immediate -w -t 60 restart >/dev/null ||
+		{ tail -n 20 "$PG_DIR/server.log" >&2; return 1; }
+}

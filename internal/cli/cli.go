@@ -58,7 +58,7 @@ carry deterministic IDs.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newBench())
-	root.AddCommand(newServe())
+	root.AddCommand(newServe(), newTorture(), newTortureWorker())
 	return root
 }
 

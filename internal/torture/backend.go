@@ -1,0 +1,75 @@
+package torture
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the checker's reads
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/transport"
+)
+
+func isPostgres(spec string) bool {
+	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
+}
+
+// openBackend opens the store (a SQLite file path or a PostgreSQL URL with
+// schema) and the transport: the store itself when transportSpec is
+// empty, otherwise a broker through OpenTransport.
+func openBackend(ctx context.Context, storeSpec, schema, transportSpec, dataDir string, lease time.Duration, logger *slog.Logger, worker bool) (store.Store, transport.Transport, func(), error) {
+	var q store.Queue
+	if isPostgres(storeSpec) {
+		s, err := pgstore.Open(ctx, storeSpec, &pgstore.Config{Schema: schema, Migrate: !worker, Lease: lease, PollInterval: 100 * time.Millisecond, MaxConns: 8, Logger: logger})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		q = s
+	} else {
+		s, err := sqlitestore.Open(ctx, storeSpec, &sqlitestore.Config{SkipMigrate: worker, Lease: lease, PollInterval: 50 * time.Millisecond, BusyTimeout: 10 * time.Second, Logger: logger})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		q = s
+	}
+	if transportSpec == "" {
+		return q, q, func() { q.Close() }, nil
+	}
+	if OpenTransport == nil {
+		q.Close()
+		return nil, nil, nil, fmt.Errorf("--transport %s: no broker transport is linked into this binary (torture.OpenTransport is nil)", transportSpec)
+	}
+	tr, release, err := OpenTransport(ctx, transportSpec, dataDir)
+	if err != nil {
+		q.Close()
+		return nil, nil, nil, err
+	}
+	return q, tr, func() { tr.Close(); release(); q.Close() }, nil
+}
+
+// openDB opens the store's database for the checker's reads.
+func openDB(storeSpec, schema string) (*sql.DB, error) {
+	if isPostgres(storeSpec) {
+		u, err := url.Parse(storeSpec)
+		if err != nil {
+			return nil, fmt.Errorf("parse the PostgreSQL URL: %w", err)
+		}
+		qv := u.Query()
+		qv.Set("search_path", schema)
+		u.RawQuery = qv.Encode()
+		return sql.Open("pgx", u.String())
+	}
+	db, err := sql.Open("sqlite", "file:"+storeSpec+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(2)
+	return db, nil
+}

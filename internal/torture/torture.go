@@ -1,0 +1,619 @@
+// Package torture is the harness of `idem torture`: it runs worker
+// processes of the idem binary on one store, drives a workload of many
+// sagas through them while injecting faults on a schedule drawn from a
+// seed, records every send in an append-only history, and after the run
+// settles checks the history against the database (see Check).
+package torture
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// Fault names for Options.Faults.
+const (
+	FaultDuplicates = "dup"         // every message published 1–4 times, copies through different publishers at once
+	FaultKill       = "kill"        // the driver SIGKILLs a random worker at random moments
+	FaultCommitKill = "commit-kill" // a worker SIGKILLs itself right after a commit, before ack and outbox send
+	FaultUoWKill    = "uow-kill"    // a worker SIGKILLs itself between load and commit
+	FaultStall      = "stall"       // a worker stalls past its lease before committing
+	FaultStaleTimer = "stale-timer" // timers re-delivered after the saga moved on
+	FaultBadInput   = "bad-input"   // malformed, unknown, badly keyed and oversized messages mixed in
+	FaultPGRestart  = "pg-restart"  // PostgreSQL restarted while work is in flight (needs PGRestartCmd)
+)
+
+// AllFaults is the default fault mix.
+var AllFaults = []string{FaultDuplicates, FaultKill, FaultCommitKill, FaultUoWKill, FaultStall, FaultStaleTimer, FaultBadInput, FaultPGRestart}
+
+// Options configure a run.
+type Options struct {
+	// Store is "sqlite" (a file in Dir) or a postgres:// URL (a fresh
+	// schema per run). The store is also the queue unless Transport is set.
+	Store string
+	// Transport is a broker spec opened with OpenTransport; empty means the
+	// store's own queue.
+	Transport string
+	// Duration is how long the workload is sent and faults injected; the
+	// run then settles (at most Settle) and is checked.
+	Duration, Settle time.Duration
+	// Seed draws the workload and the fault schedule.
+	Seed uint64
+	// Workers is the number of worker processes. Default 3.
+	Workers int
+	// Faults is the fault mix (Fault* names). Nil means AllFaults.
+	Faults []string
+	// MinKills fails the run if fewer worker kills happened.
+	MinKills int
+	// PGRestartCmd is a shell command that restarts the PostgreSQL server
+	// (run with sh -c), for FaultPGRestart.
+	PGRestartCmd string
+	// Dir holds the history, the fault log and the SQLite file. Empty
+	// means a temporary directory, removed after a passing run.
+	Dir string
+	// Break names a deliberate breakage (BreakSkipInbox,
+	// BreakAckBeforeCommit), to show the checker fails.
+	Break string
+	// Command returns the command that starts one worker process; the
+	// driver adds WorkerEnv to its environment.
+	Command func() *exec.Cmd
+	// Log receives progress lines. Nil discards them.
+	Log io.Writer
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Store, Transport string
+	Seed             uint64
+	Workers          int
+	Dir              string
+	Elapsed          time.Duration
+	// Sent counts logical messages; Published counts copies.
+	Sent, Published int
+	// Faults counts each fault injected, by name.
+	Faults map[string]int
+	// Kills is the total of worker SIGKILLs (driver and self-inflicted).
+	Kills int
+	// UnexpectedExits counts workers that exited by themselves.
+	UnexpectedExits int
+	Journal         int
+	Violations      []Violation
+	// Problems are failures of the run itself (not settled, too few kills).
+	Problems []string
+}
+
+// Pass reports whether no invariant failed and the run did what it should.
+func (r *Report) Pass() bool { return len(r.Violations) == 0 && len(r.Problems) == 0 }
+
+// Print writes the report for people.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "idem torture: store %s, transport %s, %d workers, seed %d, %s\n", r.Store, r.Transport, r.Workers, r.Seed, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "  messages sent: %d logical, %d published copies; journal entries: %d\n", r.Sent, r.Published, r.Journal)
+	fmt.Fprintln(w, "  faults injected:")
+	names := make([]string, 0, len(r.Faults))
+	for k := range r.Faults {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "    %-28s %d\n", k, r.Faults[k])
+	}
+	fmt.Fprintf(w, "    %-28s %d\n", "worker kills (total)", r.Kills)
+	if r.UnexpectedExits > 0 {
+		fmt.Fprintf(w, "  workers that exited by themselves (restarted): %d\n", r.UnexpectedExits)
+	}
+	fmt.Fprintf(w, "  history and fault log: %s\n", r.Dir)
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  PROBLEM: %s\n", p)
+	}
+	if len(r.Violations) > 0 {
+		by := map[string]int{}
+		for _, v := range r.Violations {
+			by[v.Invariant]++
+		}
+		invs := make([]string, 0, len(by))
+		for k, n := range by {
+			invs = append(invs, fmt.Sprintf("%s %d", k, n))
+		}
+		sort.Strings(invs)
+		fmt.Fprintf(w, "  %d violations (%s):\n", len(r.Violations), strings.Join(invs, ", "))
+		for i, v := range r.Violations {
+			if i == 50 {
+				fmt.Fprintf(w, "    ... and %d more\n", len(r.Violations)-50)
+				break
+			}
+			fmt.Fprintf(w, "    %s\n", v)
+		}
+	}
+	if r.Pass() {
+		fmt.Fprintln(w, "PASS: every message applied exactly once, every saga in its predicted state")
+	} else {
+		fmt.Fprintln(w, "FAIL")
+	}
+}
+
+const workerLease = 2 * time.Second
+
+func (o *Options) validate() error {
+	if o.Workers == 0 {
+		o.Workers = 3
+	}
+	if o.Faults == nil {
+		o.Faults = AllFaults
+	}
+	if o.Settle == 0 {
+		o.Settle = 3 * time.Minute
+	}
+	switch {
+	case o.Store == "memory":
+		return errors.New("--store memory: the in-memory store lives in one process and cannot be shared by worker processes, nor survive their kills; use sqlite or postgres://")
+	case o.Store != "sqlite" && !isPostgres(o.Store):
+		return fmt.Errorf("--store %q: want sqlite or a postgres:// URL", o.Store)
+	case o.Workers < 1:
+		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
+	case o.Duration <= 0:
+		return fmt.Errorf("--duration must be positive, got %s", o.Duration)
+	case o.Command == nil:
+		return errors.New("torture: Options.Command is nil")
+	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit:
+		return fmt.Errorf("unknown breakage %q", o.Break)
+	}
+	for _, f := range o.Faults {
+		if !slices.Contains(AllFaults, f) {
+			return fmt.Errorf("unknown fault %q: known faults are %s", f, strings.Join(AllFaults, ","))
+		}
+	}
+	return nil
+}
+
+func (o *Options) has(f string) bool { return slices.Contains(o.Faults, f) }
+
+// worker is one worker slot: the current process and its generation.
+type worker struct {
+	cmd      *exec.Cmd
+	gen      int
+	killedBy bool // the driver sent SIGKILL
+}
+
+type exitEvent struct {
+	slot, gen int
+	state     *os.ProcessState
+}
+
+// Run drives one torture run and checks it. The error is for a run that
+// could not be carried out; a run that found violations returns a report
+// whose Pass is false.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	logf := func(format string, args ...any) {
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, "torture: "+format+"\n", args...)
+		}
+	}
+	start := time.Now()
+	dir := o.Dir
+	temp := false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "idem-torture-")
+		if err != nil {
+			return nil, fmt.Errorf("create a work directory: %w", err)
+		}
+		dir, temp = d, true
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	rep := &Report{Store: o.Store, Transport: o.Transport, Seed: o.Seed, Workers: o.Workers, Dir: dir, Faults: map[string]int{}}
+	if rep.Transport == "" {
+		rep.Transport = "the store's own queue"
+	}
+	storeSpec, schema := o.Store, ""
+	if o.Store == "sqlite" {
+		storeSpec = filepath.Join(dir, "idem.db")
+	} else {
+		schema = fmt.Sprintf("torture_%d_%d", o.Seed, time.Now().UnixNano()%1e9)
+		rep.Store = "postgres (schema " + schema + ")"
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rng := rand.New(rand.NewPCG(o.Seed, 0x7047))
+
+	// Two publishers, on their own connections: copies of one message go
+	// through both at once.
+	var pubs []transport.Publisher
+	var st store.Store
+	for i := range 2 {
+		s, tr, closeFn, err := openBackend(ctx, storeSpec, schema, o.Transport, filepath.Join(dir, "broker"), workerLease, logger, false)
+		if err != nil {
+			return nil, err
+		}
+		defer closeFn()
+		if i == 0 {
+			st = s
+		}
+		pubs = append(pubs, tr)
+	}
+	db, err := openDB(storeSpec, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	hist, err := createHistory(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	faultLog := filepath.Join(dir, "faults.log")
+
+	// Workers.
+	wc := workerConfig{Store: storeSpec, Schema: schema, Transport: o.Transport, DataDir: filepath.Join(dir, "broker"), Lease: workerLease,
+		Break: o.Break, FaultLog: faultLog}
+	if o.has(FaultCommitKill) {
+		wc.KillAfterCommit = 0.01
+	}
+	if o.has(FaultUoWKill) {
+		wc.KillInUoW = 0.002
+	}
+	if o.Break == BreakAckBeforeCommit {
+		wc.KillInUoW = 0.02 // the breakage shows only when a crash lands between receive and commit
+	}
+	if o.has(FaultStall) {
+		wc.Stall = 0.002
+	}
+	workers := make([]*worker, o.Workers)
+	exits := make(chan exitEvent, 64)
+	workerOut := &lockedWriter{w: io.Discard}
+	if o.Log != nil {
+		workerOut.w = o.Log
+	}
+	gen := 0
+	startWorker := func(slot int) error {
+		gen++
+		c := wc
+		c.Seed = o.Seed*1000 + uint64(gen)
+		b, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		cmd := o.Command()
+		cmd.Env = append(os.Environ(), WorkerEnv+"="+string(b))
+		cmd.Stdout, cmd.Stderr = workerOut, workerOut
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start worker: %w", err)
+		}
+		w := &worker{cmd: cmd, gen: gen}
+		workers[slot] = w
+		go func() {
+			_ = cmd.Wait()
+			exits <- exitEvent{slot: slot, gen: w.gen, state: cmd.ProcessState}
+		}()
+		return nil
+	}
+	for i := range workers {
+		if err := startWorker(i); err != nil {
+			return nil, err
+		}
+	}
+	stopping := false
+	defer func() {
+		for _, w := range workers {
+			if w != nil && w.cmd.ProcessState == nil {
+				_ = w.cmd.Process.Kill()
+			}
+		}
+	}()
+	handleExit := func(ev exitEvent) error {
+		w := workers[ev.slot]
+		if w == nil || w.gen != ev.gen {
+			return nil
+		}
+		ws, _ := ev.state.Sys().(syscall.WaitStatus)
+		switch {
+		case w.killedBy:
+			rep.Kills++
+		case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
+			rep.Kills++ // self-inflicted; the fault log says which kind
+		case stopping:
+			return nil
+		default:
+			rep.UnexpectedExits++
+			logf("worker %d exited by itself (%s); restarting it", ev.slot, ev.state)
+		}
+		if stopping {
+			return nil
+		}
+		return startWorker(ev.slot)
+	}
+
+	// The sender: waves of messages, every message 1–4 times.
+	gen0 := &generator{rng: rand.New(rand.NewPCG(o.Seed, 0x3a7e)), bad: o.has(FaultBadInput)}
+	sendCtx, stopSending := context.WithCancel(ctx)
+	defer stopSending()
+	var sendMu sync.Mutex // guards sendErr and rep's counts while the sender runs
+	count := func(fault string, n int) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		rep.Faults[fault] += n
+	}
+	var sendErr error
+	sendDone := make(chan struct{})
+	go func() {
+		defer close(sendDone)
+		srng := rand.New(rand.NewPCG(o.Seed, 0x5e4d))
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sendCtx.Done():
+				return
+			case <-t.C:
+			}
+			wave := gen0.next()
+			perPub := make([][]idem.Envelope, len(pubs))
+			for _, s := range wave {
+				copies := 1
+				if o.has(FaultDuplicates) {
+					copies = 1 + srng.IntN(4)
+				}
+				s.rec.Copies = copies
+				first := srng.IntN(len(pubs))
+				for c := range copies {
+					p := (first + c) % len(pubs)
+					perPub[p] = append(perPub[p], s.env.Clone())
+				}
+			}
+			recs := make([]*Record, len(wave))
+			for i := range wave {
+				recs[i] = wave[i].rec
+			}
+			// Recorded before it is published: a send the workers never
+			// see is then a loss the checker reports.
+			if err := hist.append(recs...); err != nil {
+				sendMu.Lock()
+				sendErr = err
+				sendMu.Unlock()
+				return
+			}
+			var wg sync.WaitGroup
+			for p := range pubs {
+				srng.Shuffle(len(perPub[p]), func(i, j int) { perPub[p][i], perPub[p][j] = perPub[p][j], perPub[p][i] })
+				wg.Go(func() {
+					if err := publishRetry(ctx, pubs[p], perPub[p]); err != nil {
+						sendMu.Lock()
+						sendErr = err
+						sendMu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			sendMu.Lock()
+			rep.Sent += len(wave)
+			for _, s := range wave {
+				rep.Published += s.rec.Copies
+				if s.rec.Copies > 1 {
+					rep.Faults["duplicate copies published"] += s.rec.Copies - 1
+				}
+				if s.rec.Kind == kindBad {
+					rep.Faults["bad inputs"]++
+				}
+			}
+			sendMu.Unlock()
+		}
+	}()
+
+	// The fault schedule.
+	deadline := start.Add(o.Duration)
+	nextKill := time.Now().Add(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+	nextRestart := start.Add(o.Duration * 2 / 5)
+	timers := map[string]store.Timer{}
+	replayed := map[string]bool{}
+	nextTimerScan := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	logf("running %s on %s with %d workers (seed %d), work in %s", o.Duration, rep.Store, o.Workers, o.Seed, dir)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case ev := <-exits:
+			if err := handleExit(ev); err != nil {
+				return nil, err
+			}
+			continue
+		case <-tick.C:
+		}
+		now := time.Now()
+		if o.has(FaultKill) && now.After(nextKill) {
+			i := rng.IntN(len(workers))
+			w := workers[i]
+			if w.cmd.ProcessState == nil && !w.killedBy {
+				w.killedBy = true
+				_ = w.cmd.Process.Signal(syscall.SIGKILL)
+				count("SIGKILL by the driver", 1)
+			}
+			nextKill = now.Add(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
+		}
+		if o.has(FaultPGRestart) && isPostgres(o.Store) && o.PGRestartCmd != "" && now.After(nextRestart) {
+			logf("restarting PostgreSQL: %s", o.PGRestartCmd)
+			out, err := exec.CommandContext(ctx, "sh", "-c", o.PGRestartCmd).CombinedOutput()
+			if err != nil {
+				return nil, fmt.Errorf("--pg-restart-cmd failed: %w: %s", err, out)
+			}
+			count("PostgreSQL restarts", 1)
+			nextRestart = now.Add(max(30*time.Second, o.Duration/3))
+		}
+		if o.has(FaultStaleTimer) && now.After(nextTimerScan) {
+			nextTimerScan = now.Add(300 * time.Millisecond)
+			n, err := replayStaleTimers(ctx, st, pubs[0], hist, timers, replayed)
+			if err != nil {
+				logf("stale timer scan: %v", err) // the database may be restarting
+			}
+			count("stale timer deliveries", n)
+		}
+	}
+	stopSending()
+	<-sendDone
+	sendMu.Lock()
+	err = sendErr
+	sendMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("send the workload: %w", err)
+	}
+	if err := hist.close(); err != nil {
+		return nil, err
+	}
+	logf("sent %d messages (%d copies); settling", rep.Sent, rep.Published)
+
+	// Settle: workers keep running (restarted if they die) until nothing
+	// is in flight.
+	settleBy := time.Now().Add(o.Settle)
+	stable := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case ev := <-exits:
+			if err := handleExit(ev); err != nil {
+				return nil, err
+			}
+			stable = 0
+			continue
+		case <-time.After(200 * time.Millisecond): // polling the database with a deadline
+		}
+		inFlight, err := inFlight(ctx, db, o.Transport == "")
+		if err != nil {
+			logf("settle: %v", err)
+			continue
+		}
+		if inFlight == 0 {
+			stable++
+		} else {
+			stable = 0
+		}
+		if stable >= 5 {
+			break
+		}
+		if time.Now().After(settleBy) {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("not settled after %s: %d messages and timers still in flight", o.Settle, inFlight))
+			break
+		}
+	}
+	stopping = true
+	for _, w := range workers {
+		if w.cmd.ProcessState == nil {
+			_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for range workers {
+		select {
+		case <-exits:
+		case <-time.After(20 * time.Second):
+			rep.Problems = append(rep.Problems, "a worker did not stop within 20s of SIGTERM")
+		}
+	}
+
+	// Count the workers' own faults.
+	if b, err := os.ReadFile(faultLog); err == nil {
+		for _, l := range strings.Fields(string(b)) {
+			switch l {
+			case faultKillAfterCommit:
+				rep.Faults["SIGKILL after commit (self)"]++
+			case faultKillInUoW:
+				rep.Faults["SIGKILL before commit (self)"]++
+			case faultStall:
+				rep.Faults["lease expiry (stalled worker)"]++
+			}
+		}
+	}
+	if rep.Kills < o.MinKills {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("only %d worker kills, want at least %d (--kills): run longer", rep.Kills, o.MinKills))
+	}
+
+	records, err := ReadHistory(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	if rep.Violations, err = Check(ctx, records, st, db); err != nil {
+		return nil, err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idem_journal`).Scan(&rep.Journal); err != nil {
+		return nil, fmt.Errorf("count the journal: %w", err)
+	}
+	rep.Elapsed = time.Since(start)
+	if temp && rep.Pass() {
+		os.RemoveAll(dir)
+		rep.Dir += " (removed: the run passed)"
+	}
+	if schema != "" && rep.Pass() {
+		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			logf("drop schema %s: %v", schema, err)
+		}
+	}
+	return rep, nil
+}
+
+// inFlight counts what is still to be processed: queued messages (when
+// the store is the queue), timers and unsent outbox rows.
+func inFlight(ctx context.Context, db *sql.DB, queue bool) (int, error) {
+	q := `SELECT (SELECT count(*) FROM idem_timers) + (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL)`
+	if queue {
+		q += ` + (SELECT count(*) FROM idem_queue)`
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count what is in flight: %w", err)
+	}
+	return n, nil
+}
+
+// publishRetry publishes envs, retrying while the database is unavailable
+// (a PostgreSQL restart) for up to a minute.
+func publishRetry(ctx context.Context, p transport.Publisher, envs []idem.Envelope) error {
+	deadline := time.Now().Add(time.Minute)
+	for start := 0; start < len(envs); {
+		end := min(start+200, len(envs))
+		err := p.Publish(ctx, envs[start:end])
+		if err == nil {
+			start = end
+			continue
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("publish %d messages: %w", end-start, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond): // the database is coming back
+		}
+	}
+	return nil
+}
+
+// lockedWriter serialises the writes of several worker processes.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

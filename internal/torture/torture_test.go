@@ -1,0 +1,120 @@
+package torture
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(WorkerEnv) != "" {
+		os.Exit(RunWorkerFromEnv())
+	}
+	os.Exit(m.Run())
+}
+
+// workerCommand starts this test binary as a worker (TestMain routes it).
+func workerCommand() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") }
+
+func run(t *testing.T, o Options) *Report {
+	t.Helper()
+	o.Command = workerCommand
+	o.Dir = t.TempDir()
+	if o.Settle == 0 {
+		o.Settle = 90 * time.Second
+	}
+	r, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	r.Print(&b)
+	t.Log("\n" + b.String())
+	return r
+}
+
+func TestTortureSQLitePasses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process run of several seconds")
+	}
+	r := run(t, Options{Store: "sqlite", Duration: 8 * time.Second, Seed: 7, MinKills: 3})
+	if !r.Pass() {
+		t.Fatalf("run failed: %v %v", r.Problems, r.Violations)
+	}
+	for _, f := range []string{"SIGKILL by the driver", "duplicate copies published", "bad inputs"} {
+		if r.Faults[f] == 0 {
+			t.Errorf("fault %q never injected: %v", f, r.Faults)
+		}
+	}
+	if r.Journal == 0 || r.Sent == 0 {
+		t.Errorf("no work: sent %d, journal %d", r.Sent, r.Journal)
+	}
+}
+
+// The checker is known to be able to fail: each deliberate breakage of the
+// engine's guarantees makes it report the violation that names the cause.
+func TestCheckerCatchesBreakage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process runs of several seconds")
+	}
+	for _, tc := range []struct {
+		breakage  string
+		invariant string
+		detail    string
+	}{
+		{BreakSkipInbox, InvAtMostOnce, "the inbox did not stop a duplicate"},
+		{BreakAckBeforeCommit, InvExactlyOnce, "never applied (lost)"},
+	} {
+		t.Run(tc.breakage, func(t *testing.T) {
+			r := run(t, Options{Store: "sqlite", Duration: 6 * time.Second, Seed: 3, Break: tc.breakage, Settle: 20 * time.Second})
+			if r.Pass() {
+				t.Fatal("the checker passed a broken engine")
+			}
+			found := false
+			for _, v := range r.Violations {
+				if v.Invariant == tc.invariant && strings.Contains(v.Detail, tc.detail) && v.Key != "" && len(v.Messages) > 0 {
+					found = true
+					t.Logf("violation naming the cause: %s", v)
+					break
+				}
+			}
+			if !found {
+				t.Errorf("no %s violation naming a saga and message (%q) among %d violations", tc.invariant, tc.detail, len(r.Violations))
+			}
+		})
+	}
+}
+
+func TestTorturePostgres(t *testing.T) {
+	url := os.Getenv("IDEM_TEST_PG_URL")
+	if url == "" {
+		if os.Getenv("IDEM_REQUIRE_SERVERS") == "1" {
+			t.Fatal("IDEM_TEST_PG_URL is not set and IDEM_REQUIRE_SERVERS=1")
+		}
+		t.Skip("set IDEM_TEST_PG_URL to run on PostgreSQL (scripts/test does)")
+	}
+	if testing.Short() {
+		t.Skip("multi-process run of several seconds")
+	}
+	r := run(t, Options{Store: url, Duration: 8 * time.Second, Seed: 11, MinKills: 3})
+	if !r.Pass() {
+		t.Fatalf("run failed: %v %v", r.Problems, r.Violations)
+	}
+}
+
+func TestOptionsRefused(t *testing.T) {
+	for _, o := range []Options{
+		{Store: "memory", Duration: time.Second, Command: workerCommand},
+		{Store: "mysql://x", Duration: time.Second, Command: workerCommand},
+		{Store: "sqlite", Duration: time.Second, Command: workerCommand, Faults: []string{"meteor"}},
+		{Store: "sqlite", Duration: 0, Command: workerCommand},
+	} {
+		if _, err := Run(context.Background(), o); err == nil {
+			t.Errorf("Run(%+v) accepted", o)
+		}
+	}
+}

@@ -1,0 +1,343 @@
+package torture
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/examples/searchimport"
+	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// WorkerEnv is the environment variable that carries a worker's
+// configuration (JSON) from the driver to a worker process. A process that
+// finds it set must call RunWorkerFromEnv.
+const WorkerEnv = "IDEM_TORTURE_WORKER"
+
+// OpenTransport opens a broker transport from a --transport spec, with
+// dataDir for an embedded broker's files; the returned func releases what
+// it started. It is the seam through which broker transports plug in: the
+// CLI sets it (to its openTransport) when it has one, and while it is nil
+// a run with a transport spec is refused.
+var OpenTransport func(ctx context.Context, spec, dataDir string) (transport.Transport, func(), error)
+
+// workerConfig is what the driver tells a worker process.
+type workerConfig struct {
+	Store     string        `json:"store"`            // sqlite file path or postgres URL
+	Schema    string        `json:"schema,omitempty"` // PostgreSQL schema
+	Transport string        `json:"transport,omitempty"`
+	DataDir   string        `json:"data_dir"`
+	Lease     time.Duration `json:"lease"`
+	// Probabilities, per unit of work, of the in-process faults.
+	KillAfterCommit float64 `json:"kill_after_commit"`
+	KillInUoW       float64 `json:"kill_in_uow"`
+	Stall           float64 `json:"stall"`
+	// Break names a deliberate breakage (tests of the checker only).
+	Break    string `json:"break,omitempty"`
+	FaultLog string `json:"fault_log"`
+	Seed     uint64 `json:"seed"`
+}
+
+// Fault names written to the fault log by workers and counted by the
+// driver.
+const (
+	faultKillAfterCommit = "kill_after_commit"
+	faultKillInUoW       = "kill_before_commit"
+	faultStall           = "lease_expiry_stall"
+)
+
+// Deliberate breakages of the engine's guarantees, built as wrappers around
+// the store and the transport (the engine is untouched). They exist to show
+// that the checker can fail.
+const (
+	// BreakSkipInbox hides inbox records from the engine's load: every
+	// duplicate is applied again.
+	BreakSkipInbox = "skip-inbox"
+	// BreakAckBeforeCommit acknowledges each delivery as soon as it is
+	// received: a crash before the commit loses it.
+	BreakAckBeforeCommit = "ack-before-commit"
+)
+
+// workerMaxBody is the workers' Config.MaxBodyBytes; the workload's
+// oversized message exceeds it.
+const workerMaxBody = 64 << 10
+
+// RunWorkerFromEnv is the body of a worker process: it reads its
+// configuration from WorkerEnv, runs an engine with the torture's sagas
+// until SIGTERM, and returns the process exit code.
+func RunWorkerFromEnv() int {
+	var c workerConfig
+	if err := json.Unmarshal([]byte(os.Getenv(WorkerEnv)), &c); err != nil {
+		fmt.Fprintln(os.Stderr, "torture worker: bad", WorkerEnv, ":", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := runWorker(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "torture worker:", err)
+		return 1
+	}
+	return 0
+}
+
+func runWorker(ctx context.Context, c workerConfig) error {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, tr, closeAll, err := openBackend(ctx, c.Store, c.Schema, c.Transport, c.DataDir, c.Lease, logger, true)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	f := &faults{cfg: c, rng: rand.New(rand.NewPCG(c.Seed, uint64(os.Getpid())))}
+	wst, wtr := wrap(st, tr, f)
+	cfg := &idem.Config{
+		Logger: logger, BatchSize: 16, MaxBodyBytes: workerMaxBody,
+		RetryBase: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond,
+		TimerInterval: 50 * time.Millisecond, RelayInterval: 200 * time.Millisecond, RelayAge: time.Second,
+		ClaimLease: c.Lease,
+		Observe: func(o idem.Observation) {
+			if o.Applied > 0 && f.roll(c.KillAfterCommit) {
+				// Committed, not yet acknowledged nor published.
+				f.die(faultKillAfterCommit)
+			}
+		},
+	}
+	e, err := idem.NewEngine(wst, wtr, cfg)
+	if err != nil {
+		return err
+	}
+	if err := registerAll(e); err != nil {
+		return err
+	}
+	if err := e.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// registerAll registers the torture's sagas and the handlers that stand in
+// for downstream services on e.
+func registerAll(e *idem.Engine) error {
+	if err := e.Register(enginetest.Machine()); err != nil {
+		return err
+	}
+	if err := e.Register(searchimport.New(searchimport.Config{UploadTimeout: uploadTimeout}).Machine); err != nil {
+		return err
+	}
+	// The consumer of the counter's events: its inbox records each one.
+	if err := e.Handle(saga.MessageType(enginetest.Added{}), func(context.Context, idem.Envelope) error { return nil }); err != nil {
+		return err
+	}
+	return e.Handle(saga.MessageType(searchimport.StartParsingReferenceFile{}), parser(e))
+}
+
+// uploadTimeout is long enough never to fire during a run: the upload
+// timers are there to be cancelled, and replayed late by the driver.
+const uploadTimeout = 30 * time.Minute
+
+// parser answers each parse command (at least once: twice), failing the
+// first file of the searches the workload marks as faulty.
+func parser(e *idem.Engine) idem.HandlerFunc {
+	return func(ctx context.Context, env idem.Envelope) error {
+		var cmd searchimport.StartParsingReferenceFile
+		if err := json.Unmarshal(env.Body, &cmd); err != nil {
+			return idem.Permanent(err)
+		}
+		var reply any = searchimport.ReferenceFileParsingCompleted(cmd)
+		if searchFaults(cmd.SearchID) && cmd.File == searchFile(0) {
+			reply = searchimport.ReferenceFileFaulted{SearchID: cmd.SearchID, File: cmd.File, Error: "unsupported encoding"}
+		}
+		out, err := idem.NewEnvelope(replyID(env.ID), reply)
+		if err != nil {
+			return idem.Permanent(err)
+		}
+		return e.Publish(ctx, out, out.Clone())
+	}
+}
+
+func replyID(cmdID string) string { return "parsed-" + cmdID }
+
+// faults injects the in-process faults of one worker.
+type faults struct {
+	cfg   workerConfig
+	mu    sync.Mutex
+	rng   *rand.Rand
+	acked sync.Map // delivery tokens acknowledged at receive (BreakAckBeforeCommit)
+}
+
+func (f *faults) roll(p float64) bool {
+	if p <= 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rng.Float64() < p
+}
+
+// note appends a fault to the fault log the driver counts.
+func (f *faults) note(name string) {
+	if f.cfg.FaultLog == "" {
+		return
+	}
+	fl, err := os.OpenFile(f.cfg.FaultLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	_, _ = fl.WriteString(name + "\n")
+	_ = fl.Sync()
+	_ = fl.Close()
+}
+
+// die records the fault and kills this process with SIGKILL: no deferred
+// function, no flush, no graceful anything.
+func (f *faults) die(name string) {
+	f.note(name)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
+}
+
+// wrap puts the fault injection (and a deliberate breakage, if any) around
+// the store and transport. When the store is its own queue the result is
+// one value, so the engine still settles deliveries inside each unit of
+// work.
+func wrap(st store.Store, tr transport.Transport, f *faults) (store.Store, transport.Transport) {
+	if q, ok := st.(store.Queue); ok && any(q) == any(tr) {
+		w := &faultQueue{faultStore: faultStore{Store: q, f: f}, q: q}
+		return w, w
+	}
+	return &faultStore{Store: st, f: f}, &faultTransport{Transport: tr, f: f}
+}
+
+// faultStore wraps a store: its units of work stall or crash the process
+// between load and commit, and with BreakSkipInbox forget the inbox.
+type faultStore struct {
+	store.Store
+	f *faults
+}
+
+func (s *faultStore) Begin(ctx context.Context) (store.UnitOfWork, error) {
+	u, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if q, ok := u.(store.QueueUnitOfWork); ok {
+		return &faultQueueUoW{faultUoW: faultUoW{UnitOfWork: u, f: s.f}, q: q}, nil
+	}
+	return &faultUoW{UnitOfWork: u, f: s.f}, nil
+}
+
+type faultUoW struct {
+	store.UnitOfWork
+	f *faults
+}
+
+func (u *faultUoW) Load(ctx context.Context, p *store.LoadParams) (*store.LoadResult, error) {
+	r, err := u.UnitOfWork.Load(ctx, p)
+	if err != nil {
+		return r, err
+	}
+	if u.f.cfg.Break == BreakSkipInbox {
+		r.Seen = map[store.InboxKey]bool{}
+	}
+	if u.f.roll(u.f.cfg.KillInUoW) {
+		u.f.die(faultKillInUoW)
+	}
+	if u.f.roll(u.f.cfg.Stall) {
+		// A slow worker: its deliveries' lease expires before it commits,
+		// so another worker takes them; this commit must then be fenced
+		// (lease lost) or lose the version race.
+		u.f.note(faultStall)
+		select {
+		case <-time.After(u.f.cfg.Lease + u.f.cfg.Lease/2):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return r, nil
+}
+
+type faultQueueUoW struct {
+	faultUoW
+	q store.QueueUnitOfWork
+}
+
+func (u *faultQueueUoW) Consume(ctx context.Context, ds []transport.Delivery) error {
+	if u.f.cfg.Break == BreakAckBeforeCommit {
+		// Already acknowledged at receive: settle only the others.
+		keep := ds[:0:0]
+		for _, d := range ds {
+			if _, acked := u.f.acked.Load(d.Token); !acked {
+				keep = append(keep, d)
+			}
+		}
+		ds = keep
+	}
+	return u.q.Consume(ctx, ds)
+}
+
+func (u *faultQueueUoW) Enqueue(ctx context.Context, msgs []transport.Envelope) error {
+	return u.q.Enqueue(ctx, msgs)
+}
+
+// faultQueue is a faultStore over a store that is its own queue; it is
+// also the transport.
+type faultQueue struct {
+	faultStore
+	q store.Queue
+}
+
+func (w *faultQueue) Publish(ctx context.Context, envs []transport.Envelope) error {
+	return w.q.Publish(ctx, envs)
+}
+func (w *faultQueue) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	return receive(ctx, w.q, w.f, max)
+}
+func (w *faultQueue) Ack(ctx context.Context, ds []transport.Delivery) error {
+	return w.q.Ack(ctx, ds)
+}
+func (w *faultQueue) Nack(ctx context.Context, d transport.Delivery, delay time.Duration) error {
+	return w.q.Nack(ctx, d, delay)
+}
+func (w *faultQueue) Close() error { return w.q.Close() }
+
+// faultTransport wraps a separate transport (a broker) for BreakAckBeforeCommit.
+type faultTransport struct {
+	transport.Transport
+	f *faults
+}
+
+func (t *faultTransport) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	return receive(ctx, t.Transport, t.f, max)
+}
+
+func receive(ctx context.Context, tr transport.Transport, f *faults, max int) ([]transport.Delivery, error) {
+	ds, err := tr.Receive(ctx, max)
+	if err != nil || f.cfg.Break != BreakAckBeforeCommit || len(ds) == 0 {
+		return ds, err
+	}
+	if err := tr.Ack(ctx, ds); err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		f.acked.Store(d.Token, true)
+	}
+	return ds, nil
+}
