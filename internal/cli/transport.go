@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
 )
@@ -115,3 +116,6 @@ func (t *throwaway) Close() error {
 	}
 	return err
 }
+
+// idem torture's workers open their transport as idem serve does.
+func init() { torture.OpenTransport = openTransport }
