@@ -135,6 +135,17 @@ func (t *Transport) receive(ctx context.Context, max, part, parts int) ([]transp
 	if max < 1 {
 		max = 1
 	}
+	t.mu.Lock()
+	start := !t.consuming && !t.closed
+	t.consuming = true
+	s := t.sess
+	t.mu.Unlock()
+	if start && s != nil {
+		if err := t.consume(s); err != nil {
+			// The session is killed; the reconnection consumes again.
+			t.log.Warn("rabbitmq: starting consumers failed; reconnecting", "err", err)
+		}
+	}
 	for {
 		t.mu.Lock()
 		if t.closed {

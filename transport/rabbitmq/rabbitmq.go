@@ -114,8 +114,10 @@ type Transport struct {
 	pending map[string]*inbound
 	lost    map[string]time.Time
 	closed  bool
-	done    chan struct{}
-	wg      sync.WaitGroup
+	// consuming is set by the first Receive; sessions then consume.
+	consuming bool
+	done      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // inbound is one delivery from the broker.
@@ -211,8 +213,11 @@ type session struct {
 	pub     *amqp.Channel
 	returns chan amqp.Return
 	delays  map[int64]bool // delay queues declared, under pubMu
-	dead    chan struct{}
-	once    sync.Once
+
+	consumeOnce sync.Once
+	consumeErr  error
+	dead        chan struct{}
+	once        sync.Once
 }
 
 func (s *session) kill() {
@@ -417,23 +422,43 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 	if !t.install(s) {
 		return fail(transport.ErrClosed)
 	}
-	for i := range t.cfg.Partitions {
-		ch, err := conn.Channel()
-		if err == nil {
-			err = ch.Qos(t.cfg.Prefetch, 0, false)
+	t.mu.Lock()
+	consuming := t.consuming
+	t.mu.Unlock()
+	if consuming {
+		if err := t.consume(s); err != nil {
+			return fail(err)
 		}
-		var dl <-chan amqp.Delivery
-		if err == nil {
-			s.watch(ch.NotifyClose(make(chan *amqp.Error, 1)))
-			dl, err = ch.Consume(t.queue(i), "", false, false, false, false, nil)
-		}
-		if err != nil {
-			return fail(t.explain("a consumer on "+t.queue(i), err))
-		}
-		t.wg.Add(1)
-		go t.forward(s, i, ch, dl)
 	}
 	return s, nil
+}
+
+// consume registers a consumer on every partition queue of session s,
+// once. Consumers start with the first Receive, not at Open: under single
+// active consumer, a process that only publishes must not hold the
+// partitions (and prefetch their messages) without ever receiving them.
+func (t *Transport) consume(s *session) error {
+	s.consumeOnce.Do(func() {
+		for i := range t.cfg.Partitions {
+			ch, err := s.conn.Channel()
+			if err == nil {
+				err = ch.Qos(t.cfg.Prefetch, 0, false)
+			}
+			var dl <-chan amqp.Delivery
+			if err == nil {
+				s.watch(ch.NotifyClose(make(chan *amqp.Error, 1)))
+				dl, err = ch.Consume(t.queue(i), "", false, false, false, false, nil)
+			}
+			if err != nil {
+				s.consumeErr = t.explain("a consumer on "+t.queue(i), err)
+				s.kill()
+				return
+			}
+			t.wg.Add(1)
+			go t.forward(s, i, ch, dl)
+		}
+	})
+	return s.consumeErr
 }
 
 // install makes s the current session, unless the transport is closed.
@@ -512,8 +537,8 @@ func (t *Transport) run(s *session) {
 			if errors.Is(err, transport.ErrClosed) {
 				return
 			}
-			t.log.Warn("rabbitmq reconnection failed", "err", err, "attempt", attempt, "retry_in", backoff)
 			backoff = min(2*backoff, t.cfg.ReconnectMax)
+			t.log.Warn("rabbitmq reconnection failed", "err", err, "attempt", attempt, "retry_within", backoff)
 		}
 	}
 }
