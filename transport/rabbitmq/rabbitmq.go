@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,12 +99,14 @@ func (c *Config) withDefaults() (Config, error) {
 // Transport is a transport.Transport and transport.PartitionedConsumer on
 // RabbitMQ. It is safe for concurrent use.
 type Transport struct {
-	url  string // as given, with its password: never logged
-	safe string // redacted, for messages
-	cfg  Config
-	log  *slog.Logger
-	gens atomic.Uint64
-	pubs atomic.Uint64
+	urls  []string // as given, with passwords: never logged
+	safes []string // redacted, for messages
+	safe  string   // all of them, redacted
+	next  atomic.Int64
+	cfg   Config
+	log   *slog.Logger
+	gens  atomic.Uint64
+	pubs  atomic.Uint64
 
 	mu      sync.Mutex
 	sess    *session      // nil while reconnecting
@@ -135,7 +138,9 @@ var (
 	_ transport.PartitionedConsumer = (*Transport)(nil)
 )
 
-// Open connects to the broker at url (amqp:// or amqps://), declares the
+// Open connects to the broker at url (amqp:// or amqps://; several URLs of
+// one cluster's nodes may be given separated by commas, tried in turn on
+// every connection attempt), declares the
 // namespace's exchanges and queues, and starts consuming. It does not retry:
 // an unreachable broker, refused credentials or permissions, and queues
 // that exist with other settings are returned as errors that say what to
@@ -146,12 +151,18 @@ func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := amqp.ParseURI(url); err != nil {
-		return nil, fmt.Errorf("rabbitmq: the URL %s is not a valid AMQP URI (amqp://user:password@host:5672/vhost): %w", redact(url), err)
+	var urls, safes []string
+	for _, u := range strings.Split(url, ",") {
+		u = strings.TrimSpace(u)
+		if _, err := amqp.ParseURI(u); err != nil {
+			return nil, fmt.Errorf("rabbitmq: the URL %s is not a valid AMQP URI (amqp://user:password@host:5672/vhost): %w", redact(u), err)
+		}
+		urls, safes = append(urls, u), append(safes, redact(u))
 	}
 	t := &Transport{
-		url:     url,
-		safe:    redact(url),
+		urls:    urls,
+		safes:   safes,
+		safe:    strings.Join(safes, ","),
 		cfg:     c,
 		log:     c.Logger.With("transport", "rabbitmq", "namespace", c.Namespace),
 		changed: make(chan struct{}),
@@ -244,12 +255,35 @@ func (s *session) watch(c chan *amqp.Error) {
 	}()
 }
 
-// dial opens a connection, turning failures into advice.
+// dial opens a connection to the first URL that answers, starting from the
+// one that answered last.
 func (t *Transport) dial(ctx context.Context) (*amqp.Connection, error) {
+	var errs []error
+	start := int(t.next.Load())
+	for i := range t.urls {
+		n := (start + i) % len(t.urls)
+		conn, err := t.dialOne(ctx, t.urls[n], t.safes[n])
+		if err == nil {
+			t.next.Store(int64(n))
+			return conn, nil
+		}
+		if !errors.Is(err, errUnreachable) {
+			return nil, err // refused: another node would refuse the same
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// errUnreachable marks a connection attempt that reached no broker.
+var errUnreachable = errors.New("broker unreachable")
+
+// dialOne opens a connection, turning failures into advice.
+func (t *Transport) dialOne(ctx context.Context, raw, safe string) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(t.cfg.ConnectionName)
 	d := &net.Dialer{Timeout: 10 * time.Second}
-	conn, err := amqp.DialConfig(t.url, amqp.Config{
+	conn, err := amqp.DialConfig(raw, amqp.Config{
 		Heartbeat:  t.cfg.Heartbeat,
 		Locale:     "en_US",
 		Properties: props,
@@ -268,13 +302,13 @@ func (t *Transport) dial(ctx context.Context) (*amqp.Connection, error) {
 	var ae *amqp.Error
 	switch {
 	case errors.Is(err, amqp.ErrCredentials) || errors.As(err, &ae) && ae.Code == amqp.AccessRefused:
-		return nil, fmt.Errorf("rabbitmq: the broker at %s refused the user name or password: check the credentials in the URL (the guest user may only connect from localhost): %w", t.safe, err)
+		return nil, fmt.Errorf("rabbitmq: the broker at %s refused the user name or password: check the credentials in the URL (the guest user may only connect from localhost): %w", safe, err)
 	case errors.As(err, &ae) && ae.Code == amqp.NotAllowed:
-		return nil, fmt.Errorf("rabbitmq: the broker at %s refused the virtual host: create it or give the user access to it (rabbitmqctl add_vhost, set_permissions -p): %w", t.safe, err)
+		return nil, fmt.Errorf("rabbitmq: the broker at %s refused the virtual host: create it or give the user access to it (rabbitmqctl add_vhost, set_permissions -p): %w", safe, err)
 	case errors.Is(err, amqp.ErrSASL) || errors.Is(err, amqp.ErrVhost):
-		return nil, fmt.Errorf("rabbitmq: the broker at %s refused the connection: check the URL's credentials and virtual host: %w", t.safe, err)
+		return nil, fmt.Errorf("rabbitmq: the broker at %s refused the connection: check the URL's credentials and virtual host: %w", safe, err)
 	default:
-		return nil, fmt.Errorf("rabbitmq: cannot reach the broker at %s: check the host and port in the URL and that RabbitMQ is running and listening there: %w", t.safe, err)
+		return nil, fmt.Errorf("rabbitmq: cannot reach the broker at %s: check the host and port in the URL and that RabbitMQ is running and listening there: %w: %w", safe, errUnreachable, err)
 	}
 }
 

@@ -96,11 +96,16 @@ func deleteNamespace(t testing.TB, url, ns string, partitions int) {
 	}
 }
 
-func open(t testing.TB, cfg rabbitmq.Config) *rabbitmq.Transport {
+// open opens a transport on the test broker (or on url, when given).
+func open(t testing.TB, cfg rabbitmq.Config, url ...string) *rabbitmq.Transport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tr, err := rabbitmq.Open(ctx, amqpURL(t), &cfg)
+	u := amqpURL(t)
+	if len(url) > 0 {
+		u = url[0]
+	}
+	tr, err := rabbitmq.Open(ctx, u, &cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -159,3 +159,26 @@ func TestReconnectsAfterBrokerRestart(t *testing.T) {
 		t.Errorf("attempts after the restart: %v, want before-restart 2 and after-restart 1", got)
 	}
 }
+
+// Several URLs (one cluster's nodes): a node that does not answer is
+// skipped, and only when none answers is Open refused, naming each.
+func TestOpenTriesEveryURL(t *testing.T) {
+	ns := namespace(t, 1)
+	tr := open(t, rabbitmq.Config{Namespace: ns, Partitions: 1}, "amqp://guest:guest@127.0.0.1:1/, "+amqpURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	env := transport.Envelope{ID: "m1", Type: "test.Ping", SentAt: time.Now()}
+	if err := tr.Publish(ctx, []transport.Envelope{env}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := tr.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 || ds[0].Envelope.ID != "m1" {
+		t.Fatalf("Receive: %v, %v", ds, err)
+	}
+	if err := tr.Ack(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+
+	err = openErr(t, "amqp://guest:secret-pw@127.0.0.1:1/,amqp://guest:secret-pw@127.0.0.1:2/", rabbitmq.Config{})
+	wantAdvice(t, err, "127.0.0.1:1/", "127.0.0.1:2/", "cannot reach")
+}
