@@ -100,13 +100,16 @@ func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) erro
 		}
 		out[i] = outgoing{exchange: t.exchange(), key: t.partKey(h), id: env.ID, msg: msg}
 	}
+	if len(out) == 0 {
+		if t.isClosed() {
+			return transport.ErrClosed
+		}
+		return nil
+	}
 	for {
 		s, err := t.current(ctx)
 		if err != nil {
 			return err
-		}
-		if len(out) == 0 {
-			return nil
 		}
 		err = t.publish(ctx, s, out)
 		if !errors.Is(err, errSessionLost) {
