@@ -1,0 +1,122 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/rabbitmq"
+	"github.com/idemhq/idem/transport/transporttest"
+)
+
+// amqpURL returns the test broker's URL, skipping the test without one
+// (failing when scripts/test promised one).
+func amqpURL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("IDEM_TEST_AMQP_URL")
+	if url == "" {
+		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
+			t.Fatal("IDEM_TEST_AMQP_URL is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have started RabbitMQ")
+		}
+		t.Skip("RabbitMQ tests need a broker: set IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ (scripts/test starts one)")
+	}
+	return url
+}
+
+// hook returns the path of a script scripts/rabbitmq.sh exported in env,
+// skipping (or failing under IDEM_REQUIRE_SERVERS) without it.
+func hook(t testing.TB, env string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
+			t.Fatalf("%s is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have exported it (scripts/rabbitmq.sh)", env)
+		}
+		t.Skipf("this test needs %s (a script from scripts/rabbitmq.sh)", env)
+	}
+	return p
+}
+
+// ctl runs rabbitmqctl against the test broker.
+func ctl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(hook(t, "IDEM_TEST_AMQP_CTL"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// namespace returns a fresh namespace whose exchanges and queues are
+// deleted when the test ends.
+func namespace(t testing.TB, partitions int) string {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	ns := "t" + hex.EncodeToString(b)
+	url := amqpURL(t)
+	t.Cleanup(func() { deleteNamespace(t, url, ns, partitions) })
+	return ns
+}
+
+func deleteNamespace(t testing.TB, url, ns string, partitions int) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Logf("cleanup of namespace %s: %v", ns, err)
+		return
+	}
+	defer conn.Close()
+	queues := []string{ns + ".dead"}
+	for i := range partitions {
+		queues = append(queues, ns+".p"+strconv.Itoa(i))
+	}
+	for _, ms := range []int{100, 200, 500, 1000, 2000, 5000, 10000, 20000, 30000, 60000} {
+		queues = append(queues, ns+".delay."+strconv.Itoa(ms))
+	}
+	// A failed delete closes its channel: one channel each.
+	for _, q := range queues {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(q, false, false, false)
+			_ = ch.Close()
+		}
+	}
+	for _, x := range []string{ns, ns + ".delay", ns + ".dlx"} {
+		if ch, err := conn.Channel(); err == nil {
+			_ = ch.ExchangeDelete(x, false, false)
+			_ = ch.Close()
+		}
+	}
+}
+
+// open opens a transport on the test broker (or on url, when given).
+func open(t testing.TB, cfg rabbitmq.Config, url ...string) *rabbitmq.Transport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u := amqpURL(t)
+	if len(url) > 0 {
+		u = url[0]
+	}
+	tr, err := rabbitmq.Open(ctx, u, &cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+func TestConformance(t *testing.T) {
+	amqpURL(t)
+	const lease = time.Second
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
+		return open(t, rabbitmq.Config{Namespace: namespace(t, 2), Partitions: 2, Lease: lease})
+	})
+}
