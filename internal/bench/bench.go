@@ -73,12 +73,29 @@ type Options struct {
 	KeepSchemas bool
 	// Log receives progress lines and engine errors. Nil discards them.
 	Log io.Writer
-	// Transport, when set, adds a run with a separate transport (a broker)
-	// beside each PostgreSQL-queue run: NewTransport returns a fresh one on
-	// namespace ns that consumes only the given message types, and Transport
-	// names it in the report.
-	Transport    string
-	NewTransport func(ctx context.Context, ns string, types []string) (transport.Transport, error)
+	// Brokers each add a run with a separate transport beside each
+	// PostgreSQL-queue run.
+	Brokers []Broker
+}
+
+// Broker is a transport the benchmark runs the engine on, with PostgreSQL
+// as the store only.
+type Broker struct {
+	// Name names the broker in the report.
+	Name string
+	// New returns a fresh transport on namespace ns that hands out only
+	// the given message types.
+	New func(ctx context.Context, ns string, types []string) (transport.Transport, error)
+}
+
+// broker returns the broker named name.
+func (o *Options) broker(name string) *Broker {
+	for i := range o.Brokers {
+		if o.Brokers[i].Name == name {
+			return &o.Brokers[i]
+		}
+	}
+	return nil
 }
 
 // Validate reports the first bad option, naming its flag.
@@ -262,8 +279,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			b.name, b.desc, res.TransitionsPerSec, res.RoundTripsPerMsg, res.Retries)
 	}
 	transports := []string{""}
-	if o.NewTransport != nil {
-		transports = append(transports, o.Transport)
+	for _, b := range o.Brokers {
+		transports = append(transports, b.Name)
 	}
 	for _, batch := range o.Batches {
 		for _, lanes := range o.Lanes {
@@ -518,7 +535,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 		// duplicates) in its dedup window; the emitted messages stay in
 		// the broker for another consumer. The tap then counts a message
 		// done when its inbox record commits.
-		bt, err := r.o.NewTransport(ctx, schema, []string{incrementType})
+		bt, err := r.o.broker(run.Transport).New(ctx, schema, []string{incrementType})
 		if err != nil {
 			closeFn()
 			return nil, fmt.Errorf("open transport %s: %w", run.Transport, err)

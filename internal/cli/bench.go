@@ -20,7 +20,7 @@ func newBench() *cobra.Command {
 		o              bench.Options
 		batches, lanes string
 		asJSON, quiet  bool
-		transportSpec  string
+		transportSpecs []string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -46,14 +46,17 @@ queue to a table of their own, as if another service consumed them.
 Run it on a quiet machine: the report gives the load average before and
 after, and docs/benchmarks.md explains how to read it.
 
-With --transport, every configuration runs a second time with PostgreSQL
-as the store only and the broker as the transport (inbox and outbox
-relay); the broker's dedup window drops the workload's re-published IDs.
+With --transport (repeatable), every configuration runs again for each
+broker, with PostgreSQL as the store only and the broker as the transport
+(inbox and outbox relay). JetStream's dedup window drops the workload's
+re-published IDs; RabbitMQ has none, so the inbox skips them. The events
+the saga emits stay in JetStream for another consumer; RabbitMQ routes them
+to the same queues, and the benchmark acknowledges and drops them there.
 
 Exit code 1 if exactly-once is violated in any run, 2 for bad flags or when
 the database cannot be used.`,
 		Example: `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
-  idem bench --store "$IDEM_STORE" --transport nats-embedded --batch 100 --lanes 4
+  idem bench --store "$IDEM_STORE" --transport nats-embedded --transport amqp://guest:guest@127.0.0.1:5672/ --batch 100 --lanes 4
   idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 1,4 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -74,13 +77,13 @@ the database cannot be used.`,
 			if !quiet {
 				o.Log = cmd.ErrOrStderr()
 			}
-			if transportSpec != "" {
-				open, stop, err := benchTransport(cmd.Context(), transportSpec)
+			for _, spec := range transportSpecs {
+				open, stop, err := benchTransport(cmd.Context(), spec)
 				if err != nil {
 					return err
 				}
 				defer stop()
-				o.Transport, o.NewTransport = redactURL(transportSpec), open
+				o.Brokers = append(o.Brokers, bench.Broker{Name: transportName(spec), New: open})
 			}
 			rep, err := bench.Run(cmd.Context(), o)
 			if err != nil {
@@ -117,7 +120,7 @@ the database cannot be used.`,
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the workload")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a phase that has not finished by then")
 	f.BoolVar(&o.KeepSchemas, "keep-schemas", false, "keep the benchmark's schemas for inspection instead of dropping them")
-	f.StringVar(&transportSpec, "transport", "", "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222 or nats-embedded")
+	f.StringArrayVar(&transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222, nats-embedded or amqp://user:pass@host:5672/vhost (repeat the flag for several)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
 	return cmd

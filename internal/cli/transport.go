@@ -2,15 +2,18 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/idemhq/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/rabbitmq"
 )
 
 // Transport specs accepted by --transport (and IDEM_TRANSPORT):
@@ -20,7 +23,15 @@ import (
 //	                   URLs of a cluster ("nats://a:4222,nats://b:4222")
 //	"nats-embedded"    nats-server started in this process, JetStream files
 //	                   under <data dir>/nats, fsync before every ack
+//	"amqp://user:pass@host:5672/vhost"
+//	                   RabbitMQ (amqps:// for TLS); comma-separate the URLs
+//	                   of a cluster's nodes
 const transportEmbedded = "nats-embedded"
+
+// isAMQP reports whether spec names RabbitMQ.
+func isAMQP(spec string) bool {
+	return strings.HasPrefix(spec, "amqp://") || strings.HasPrefix(spec, "amqps://")
+}
 
 // natsServer returns the NATS URL of a transport spec, starting an embedded
 // server under dataDir for "nats-embedded". stop shuts down what was
@@ -39,7 +50,7 @@ func natsServer(ctx context.Context, spec, dataDir string) (url string, stop fun
 	case strings.HasPrefix(spec, "nats://") || strings.HasPrefix(spec, "tls://"):
 		return spec, func() {}, nil
 	default:
-		return "", nil, usageErrorf("unsupported transport %q: use nats://host:4222 (comma-separated for a cluster) or %s", redactURL(spec), transportEmbedded)
+		return "", nil, usageErrorf("unsupported transport %q: use nats://host:4222 (comma-separated for a cluster), %s or amqp://user:pass@host:5672/vhost", redactURL(spec), transportEmbedded)
 	}
 }
 
@@ -50,6 +61,13 @@ func natsServer(ctx context.Context, spec, dataDir string) (url string, stop fun
 func openTransport(ctx context.Context, spec, dataDir string) (transport.Transport, func(), error) {
 	if spec == "" {
 		return nil, func() {}, nil
+	}
+	if isAMQP(spec) {
+		tr, err := rabbitmq.Open(ctx, spec, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return tr, func() { _ = tr.Close() }, nil
 	}
 	url, stop, err := natsServer(ctx, spec, dataDir)
 	if err != nil {
@@ -71,10 +89,30 @@ func transportLabel(spec string) string {
 	return redactURL(spec)
 }
 
+// transportName is a short name of a transport spec for reports: its
+// scheme, or nats-embedded.
+func transportName(spec string) string {
+	if scheme, _, ok := strings.Cut(spec, "://"); ok {
+		return map[string]string{"nats": "nats", "tls": "nats", "amqp": "rabbitmq", "amqps": "rabbitmq"}[scheme]
+	}
+	return spec
+}
+
 // benchTransport returns, for idem bench --transport spec, a constructor of
 // throwaway JetStream namespaces (deleted on Close) and a function that
 // stops an embedded server and removes its files.
 func benchTransport(ctx context.Context, spec string) (func(ctx context.Context, ns string, types []string) (transport.Transport, error), func(), error) {
+	if isAMQP(spec) {
+		open := func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
+			cfg := &rabbitmq.Config{Namespace: ns}
+			tr, err := rabbitmq.Open(ctx, spec, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
+			}
+			return &amqpThrowaway{Transport: tr, url: spec, cfg: cfg, types: types}, nil
+		}
+		return open, func() {}, nil
+	}
 	dir := ""
 	if spec == transportEmbedded {
 		var err error
@@ -119,3 +157,47 @@ func (t *throwaway) Close() error {
 
 // idem torture's workers open their transport as idem serve does.
 func init() { torture.OpenTransport = openTransport }
+
+// amqpThrowaway is a RabbitMQ transport on a namespace deleted on Close,
+// whose Receive hands out only the given message types. RabbitMQ routes
+// every type to the same partition queues, so the others (the events the
+// benchmark's saga emits, which another service would consume) are
+// acknowledged and dropped here, without touching the database.
+type amqpThrowaway struct {
+	*rabbitmq.Transport
+	url   string
+	cfg   *rabbitmq.Config
+	types []string
+}
+
+func (t *amqpThrowaway) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	for {
+		ds, err := t.Transport.Receive(ctx, max)
+		if err != nil {
+			return nil, err
+		}
+		keep, drop := ds[:0:0], []transport.Delivery(nil)
+		for _, d := range ds {
+			if slices.Contains(t.types, d.Envelope.Type) {
+				keep = append(keep, d)
+			} else {
+				drop = append(drop, d)
+			}
+		}
+		if len(drop) > 0 {
+			if err := t.Transport.Ack(ctx, drop); err != nil {
+				return nil, err
+			}
+		}
+		if len(keep) > 0 {
+			return keep, nil
+		}
+	}
+}
+
+func (t *amqpThrowaway) Close() error {
+	err := t.Transport.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return errors.Join(err, rabbitmq.DeleteNamespace(ctx, t.url, t.cfg))
+}

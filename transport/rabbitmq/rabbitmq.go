@@ -151,13 +151,9 @@ func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	var urls, safes []string
-	for _, u := range strings.Split(url, ",") {
-		u = strings.TrimSpace(u)
-		if _, err := amqp.ParseURI(u); err != nil {
-			return nil, fmt.Errorf("rabbitmq: the URL %s is not a valid AMQP URI (amqp://user:password@host:5672/vhost): %w", redact(u), err)
-		}
-		urls, safes = append(urls, u), append(safes, redact(u))
+	urls, safes, err := parseURLs(url)
+	if err != nil {
+		return nil, err
 	}
 	t := &Transport{
 		urls:    urls,
@@ -183,6 +179,19 @@ func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
 	go t.run(s)
 	go t.reap()
 	return t, nil
+}
+
+// parseURLs splits a comma-separated list of AMQP URLs, with their
+// redacted forms for messages.
+func parseURLs(url string) (urls, safes []string, err error) {
+	for _, u := range strings.Split(url, ",") {
+		u = strings.TrimSpace(u)
+		if _, err := amqp.ParseURI(u); err != nil {
+			return nil, nil, fmt.Errorf("rabbitmq: the URL %s is not a valid AMQP URI (amqp://user:password@host:5672/vhost): %w", redact(u), err)
+		}
+		urls, safes = append(urls, u), append(safes, redact(u))
+	}
+	return urls, safes, nil
 }
 
 // redact hides the password of an AMQP URL.

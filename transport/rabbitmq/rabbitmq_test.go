@@ -6,11 +6,8 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
-	"strconv"
 	"testing"
 	"time"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/rabbitmq"
@@ -68,31 +65,10 @@ func namespace(t testing.TB, partitions int) string {
 }
 
 func deleteNamespace(t testing.TB, url, ns string, partitions int) {
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Logf("cleanup of namespace %s: %v", ns, err)
-		return
-	}
-	defer conn.Close()
-	queues := []string{ns + ".dead"}
-	for i := range partitions {
-		queues = append(queues, ns+".p"+strconv.Itoa(i))
-	}
-	for _, ms := range []int{100, 200, 500, 1000, 2000, 5000, 10000, 20000, 30000, 60000} {
-		queues = append(queues, ns+".delay."+strconv.Itoa(ms))
-	}
-	// A failed delete closes its channel: one channel each.
-	for _, q := range queues {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(q, false, false, false)
-			_ = ch.Close()
-		}
-	}
-	for _, x := range []string{ns, ns + ".delay", ns + ".dlx"} {
-		if ch, err := conn.Channel(); err == nil {
-			_ = ch.ExchangeDelete(x, false, false)
-			_ = ch.Close()
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rabbitmq.DeleteNamespace(ctx, url, &rabbitmq.Config{Namespace: ns, Partitions: partitions}); err != nil {
+		t.Errorf("cleanup of namespace %s: %v", ns, err)
 	}
 }
 
