@@ -447,6 +447,10 @@ func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, i
 	if err != nil {
 		return Envelope{}, fmt.Errorf("encode emitted %s: %w", typ, err)
 	}
+	if len(body) > e.cfg.MaxBodyBytes {
+		// No consumer would accept it, and a transport may refuse it.
+		return Envelope{}, fmt.Errorf("emitted %s has a body of %d bytes, over the limit of %d (Config.MaxBodyBytes)", typ, len(body), e.cfg.MaxBodyBytes)
+	}
 	env := Envelope{
 		ID:          ids.Derive("emit", it.msgID, it.typ, it.key, strconv.Itoa(index), timer),
 		Type:        typ,

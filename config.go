@@ -50,8 +50,11 @@ type Config struct {
 	// MaxKeyLen is the longest canonical saga key accepted, in bytes.
 	// Default 256.
 	MaxKeyLen int
-	// MaxBodyBytes is the largest message body accepted, in bytes.
-	// Default 1 MiB.
+	// MaxBodyBytes is the largest message body accepted, in bytes, and
+	// the largest a saga may emit. Default 1 MiB, or less when the
+	// transport carries less (a transport with a MaxMessageBytes method,
+	// such as NATS with its max_payload); a larger value than the
+	// transport carries is refused.
 	MaxBodyBytes int
 
 	// Retention is how long finished sagas (and their inbox records) are

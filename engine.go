@@ -95,10 +95,36 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 		sagas:    map[string]Machine{},
 		handlers: map[string]HandlerFunc{},
 	}
+	if err := fitBodyLimit(&e.cfg, cfg, tr); err != nil {
+		return nil, err
+	}
 	if q, ok := st.(store.Queue); ok && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr) {
 		e.queue = true
 	}
 	return e, nil
+}
+
+// messageLimiter is a transport that carries message bodies up to a size.
+type messageLimiter interface {
+	// MaxMessageBytes is the largest Envelope.Body Publish accepts.
+	MaxMessageBytes() int
+}
+
+// fitBodyLimit keeps Config.MaxBodyBytes within what the transport carries:
+// a saga's emission over the transport's limit would stay in the outbox
+// forever, failing every relay of its batch. The default is lowered to the
+// transport's limit; a value the user set above it is refused.
+func fitBodyLimit(c *Config, given *Config, tr transport.Transport) error {
+	l, ok := tr.(messageLimiter)
+	if !ok || l.MaxMessageBytes() <= 0 || c.MaxBodyBytes <= l.MaxMessageBytes() {
+		return nil
+	}
+	if given != nil && given.MaxBodyBytes != 0 {
+		return fmt.Errorf("idem: Config.MaxBodyBytes is %d but the transport carries bodies of at most %d bytes: set MaxBodyBytes to %d or less, or raise the broker's limit (NATS: max_payload)",
+			c.MaxBodyBytes, l.MaxMessageBytes(), l.MaxMessageBytes())
+	}
+	c.MaxBodyBytes = l.MaxMessageBytes()
+	return nil
 }
 
 // Register adds a saga machine. Every message type the machine consumes

@@ -1,0 +1,94 @@
+package idem_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/memtransport"
+)
+
+// limited is a transport that carries bodies of at most max bytes.
+type limited struct {
+	transport.Transport
+	max int
+}
+
+func (l limited) MaxMessageBytes() int { return l.max }
+
+// A transport's own limit lowers the default MaxBodyBytes, and an explicit
+// MaxBodyBytes above it stops start-up with a message that says what to do.
+func TestBodyLimitFitsTheTransport(t *testing.T) {
+	tr := limited{memtransport.New(nil), 1000}
+	defer tr.Close()
+	_, err := idem.NewEngine(memstore.New(nil), tr, &idem.Config{MaxBodyBytes: 2000})
+	if err == nil || !strings.Contains(err.Error(), "MaxBodyBytes is 2000") || !strings.Contains(err.Error(), "1000 or less") {
+		t.Fatalf("NewEngine(MaxBodyBytes 2000 on a 1000-byte transport): got %v, want an error naming both limits", err)
+	}
+	if _, err := idem.NewEngine(memstore.New(nil), tr, &idem.Config{MaxBodyBytes: 1000}); err != nil {
+		t.Fatalf("NewEngine(MaxBodyBytes 1000 on a 1000-byte transport): %v", err)
+	}
+
+	// The default is lowered: a 1,500-byte body is dead-lettered as
+	// oversized instead of being accepted (1 MiB) and emitted beyond what
+	// the transport can carry.
+	b := setup(t, &options{noStart: true})
+	e, err := idem.NewEngine(b.st, limited{b.rec, 1000}, &idem.Config{Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(newCounter(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.engines = []*idem.Engine{e}
+	b.publish(idem.Envelope{ID: "big", Type: incType, Body: []byte(`{"key":"k","n":1,"pad":"` + strings.Repeat("x", 1500) + `"}`)})
+	b.settle()
+	b.stop()
+	if dls := b.deadLetters(); len(dls) != 1 || dls[0].Reason != idem.ReasonOversized {
+		t.Fatalf("dead letters %+v, want the 1,500-byte message as %s", dls, idem.ReasonOversized)
+	}
+}
+
+// Big is an emitted event whose size the test chooses.
+type Big struct {
+	Key string `json:"key"`
+	Pad string `json:"pad"`
+}
+
+// A saga that emits a body over MaxBodyBytes fails the message that caused
+// it, permanently: no consumer would accept the emission, and a transport
+// might refuse it and block the outbox.
+func TestOversizedEmissionIsDeadLettered(t *testing.T) {
+	m := saga.New[Counter]("emitter")
+	open := m.State("Open")
+	inc := saga.NewEvent[Inc](m, func(e Inc) string { return e.Key })
+	m.Initially(saga.When(inc).Then(func(c *saga.Context[Counter], e Inc) error {
+		c.Publish(Big{Key: e.Key, Pad: strings.Repeat("x", e.N)})
+		return nil
+	}).TransitionTo(open))
+	m.During(open, saga.Ignore(inc))
+
+	consumed := func(context.Context, idem.Envelope) error { return nil }
+	b := setup(t, &options{machine: m, cfg: idem.Config{MaxBodyBytes: 500},
+		handlers: map[string]idem.HandlerFunc{saga.MessageType(Big{}): consumed}})
+	b.send("small", Inc{Key: "a", N: 100})
+	b.send("big", Inc{Key: "b", N: 600})
+	b.settle()
+	b.stop()
+
+	dls := b.deadLetters()
+	if len(dls) != 1 || dls[0].Envelope.ID != "big" || dls[0].Reason != idem.ReasonPermanent ||
+		!strings.Contains(dls[0].Error, "over the limit of 500") {
+		t.Fatalf("dead letters %+v, want message big as %s naming the limit", dls, idem.ReasonPermanent)
+	}
+	if ins := b.instances(); len(ins) != 1 || ins[0].Key != "a" {
+		t.Errorf("sagas %+v, want only a: the transition that emitted the oversized body must not commit, the other must", ins)
+	}
+}
