@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
 )
 
 // Exit codes of the operations commands, as Run documents them: 0 done, 1
@@ -533,22 +535,25 @@ func uniq(ids []string) []string {
 
 func newDLQReplay() *cobra.Command {
 	var (
-		sf  storeFlags
-		sel selection
+		sf     storeFlags
+		sel    selection
+		trSpec string
 	)
 	cmd := &cobra.Command{
 		Use:   "replay ID... | --all [--reason R] [--saga-type T]",
-		Short: "Publish dead letters onto the PostgreSQL queue again, with their original IDs",
+		Short: "Publish dead letters onto the queue again, with their original IDs",
 		Long: `Replay dead letters: each is deleted and its envelope published again, with its
-original ID and body, onto the PostgreSQL queue in the same schema, where the
-engine consumes it as a new delivery. If the publish fails, the dead letter is
-recorded again. A message that fails again becomes a new dead letter.
+original ID and body, onto the store's own queue (the same PostgreSQL schema
+or SQLite file), or onto the broker --transport names (default
+IDEM_TRANSPORT: nats://host:4222 or amqp://user:pass@host:5672/vhost), where
+the engine consumes it as a new delivery. Give the transport the engines
+use: a message replayed onto a queue nobody reads waits there. If the
+publish fails, the dead letter is recorded again. A message that fails again
+becomes a new dead letter.
 
 Use it once the cause is fixed (a handler bug deployed, a missing saga type
-registered). It is meant for applications whose engine uses the store as
-its transport (idem.NewEngine(st, st, …)); with another transport (NATS,
-RabbitMQ), call Engine.ReplayDeadLetter from the application instead, since
-a message replayed here would wait in a queue nobody reads.
+registered). An engine on an embedded NATS server (` + transportEmbedded + `) is
+reached through its admin API instead: POST /api/dead-letters/{id}/replay.
 
 Name the dead letters by ID, or pass --all to replay every one; with --all,
 --reason keeps those with one reason (for example malformed_body,
@@ -569,8 +574,20 @@ a named ID does not exist (the others are still replayed).
 			}
 			defer st.Close()
 			// The engine is never started: ReplayDeadLetter needs only the
-			// store and the transport, here the same PostgreSQL schema.
-			eng, err := idem.NewEngine(st, st, &idem.Config{Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
+			// store and the transport.
+			var tr transport.Transport = st
+			if trSpec == transportEmbedded {
+				return usageErrorf("--transport %s runs inside the idem serve process: replay through its admin API (POST /api/dead-letters/{id}/replay), or pass its nats:// URL", transportEmbedded)
+			}
+			if trSpec != "" {
+				t, closeTr, err := openTransport(ctx, trSpec, "")
+				if err != nil {
+					return &exitError{code: 2, err: err}
+				}
+				defer closeTr()
+				tr = t
+			}
+			eng, err := idem.NewEngine(st, tr, &idem.Config{Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
 			if err != nil {
 				return failed(err)
 			}
@@ -629,6 +646,7 @@ a named ID does not exist (the others are still replayed).
 		},
 	}
 	cmd.Flags().BoolVar(&sel.all, "all", false, "replay every dead letter the filters select")
+	cmd.Flags().StringVar(&trSpec, "transport", os.Getenv("IDEM_TRANSPORT"), "publish onto this broker instead of the store's queue: nats://host:4222 or amqp://user:pass@host:5672/vhost (default from IDEM_TRANSPORT)")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "with --all: only dead letters with this reason")
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "with --all: only dead letters of this saga type")
 	sf.register(cmd)

@@ -20,6 +20,7 @@ import (
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/natsjs"
 )
 
 // pgURL returns IDEM_TEST_PG_URL, skipping the test without it (failing
@@ -513,5 +514,45 @@ func TestClean(t *testing.T) {
 		if got := clean(tc.in); got != tc.want {
 			t.Errorf("clean(%q) = %s, want %s", tc.in, got, tc.want)
 		}
+	}
+}
+
+// With --transport, replay publishes onto the broker the engines consume,
+// not onto the store's queue; the embedded server of another process is
+// refused with the way to reach it.
+func TestDLQReplayOntoABroker(t *testing.T) {
+	t.Parallel()
+	b := setupPG(t)
+	st := b.open()
+	seed(t, st, deadLetter("n1", "permanent_error", time.Hour))
+	srv, err := natsjs.Embedded(t.Context(), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+
+	code, out, errOut := b.run("dlq", "replay", "n1", "--transport", transportEmbedded)
+	wantExit(t, code, out, errOut, 2)
+	if !strings.Contains(errOut, "/api/dead-letters/{id}/replay") {
+		t.Errorf("stderr %q, want the admin API named", errOut)
+	}
+
+	code, out, errOut = b.run("dlq", "replay", "n1", "--transport", srv.URL())
+	wantExit(t, code, out, errOut, 0)
+	tr, err := natsjs.Open(t.Context(), srv.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ds, err := tr.Receive(ctx, 10)
+	if err != nil || len(ds) != 1 || ds[0].Envelope.ID != "n1" || string(ds[0].Envelope.Body) != `{"search":"n1","n":1}` {
+		t.Fatalf("received %+v (%v) from the broker, want n1 with its body", ds, err)
+	}
+	sctx, scancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer scancel()
+	if extra, err := st.Receive(sctx, 10); len(extra) != 0 {
+		t.Errorf("the store's queue got %+v (%v), want nothing: the replay goes to the broker", extra, err)
 	}
 }
