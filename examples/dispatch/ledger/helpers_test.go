@@ -29,6 +29,9 @@ const testKey = "test-key-0123456789abcdef0123456789abcdef"
 const childEnv = "DISPATCH_TEST_CHILD_ARGS"
 
 func TestMain(m *testing.M) {
+	if arg := os.Getenv(dyingEnv); arg != "" {
+		os.Exit(runDyingWriter(arg))
+	}
 	if args := os.Getenv(childEnv); args != "" {
 		var a []string
 		if err := json.Unmarshal([]byte(args), &a); err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/saga"
@@ -101,6 +100,29 @@ type Patient struct {
 	LastSeq int64 `json:"last_seq"`
 	// Mission is the sequence number of the REQUESTED of the current mission.
 	Mission int64 `json:"mission"`
+	// Kinds holds the kind of every accepted event, one letter per sequence
+	// number from 1 to LastSeq (R, C, L or X for REQUESTED, CONFIRMED,
+	// LAUNCHED and CANCELLED): with the patient (the saga key), the seq and
+	// the kind, it is the accepted event's identity, so a late event at an
+	// old seq is told apart from a conflicting one. One byte per event.
+	Kinds string `json:"kinds"`
+}
+
+// kindLetters maps each kind to its letter in Patient.Kinds.
+var kindLetters = map[Kind]byte{Requested: 'R', Confirmed: 'C', Launched: 'L', Cancelled: 'X'}
+
+// KindAt returns the kind of the event accepted at seq, and false when no
+// event was accepted there.
+func (p Patient) KindAt(seq int64) (Kind, bool) {
+	if seq < 1 || seq > int64(len(p.Kinds)) {
+		return "", false
+	}
+	for k, l := range kindLetters {
+		if l == p.Kinds[seq-1] {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 // Machine is the per-patient dispatch saga with its states.
@@ -117,14 +139,23 @@ var errIllegal = errors.New("illegal transition")
 // errEarly explains an event that arrived before its predecessor.
 var errEarly = errors.New("event arrived before the patient's previous event")
 
+// ErrConflict is wrapped by the dead letter of an event whose sequence
+// number already holds another accepted event (another kind): the two
+// cannot both be true, and the first one accepted stands.
+var ErrConflict = errors.New("sequence number already holds another event")
+
 // NewMachine builds the per-patient dispatch saga. Its key is the patient's
 // pseudonym, so one patient's events are applied one at a time, in sequence
 // order, under the store's optimistic concurrency:
 //
 //   - an event whose seq is at most the last accepted one is a late or
-//     concurrent duplicate and is ignored (nothing published);
-//   - one whose seq is further ahead waits for its predecessor (the engine
-//     retries it with backoff, then dead-letters it);
+//     concurrent duplicate, and is ignored (nothing published), when it is
+//     the event accepted at that seq (same identity); another event at
+//     that seq (another kind) is refused with ErrConflict (dead-lettered);
+//   - one whose seq is further ahead waits for its predecessor: it fails
+//     with a transient error, which the engine retries with its
+//     exponential backoff (OpenWriter sizes the attempts to outlast a
+//     crashed writer's lease), then dead-letters;
 //   - the next event is applied when the transition is legal, and then
 //     publishes one LedgerAppend; an illegal one is dead-lettered.
 func NewMachine() *Machine {
@@ -173,18 +204,31 @@ func NewMachine() *Machine {
 // step is what event M does in a state: ignored when stale, retried when
 // early, and otherwise applied (legal) or refused (illegal).
 func step[M MissionRequested | MissionConfirmed | MissionLaunched | MissionCancelled](ev *saga.Event[Patient, M], to saga.State, legal bool) saga.Behavior[Patient] {
-	stale := func(c *saga.Context[Patient], msg M) bool { return Event(msg).Seq <= c.Data.LastSeq }
+	// A copy of the event accepted at its seq: the identity of the event
+	// accepted there (patient, seq and kind) is the copy's.
+	stale := func(c *saga.Context[Patient], msg M) bool {
+		e := Event(msg)
+		k, ok := c.Data.KindAt(e.Seq)
+		return ok && EventID(e.Patient, e.Seq, k) == e.ID()
+	}
 	return saga.When(ev).
 		If(stale, func(b *saga.Activity[Patient, M]) *saga.Activity[Patient, M] { return b.Ignore() }).
 		Then(func(c *saga.Context[Patient], msg M) error {
 			e := Event(msg)
+			if e.Seq <= c.Data.LastSeq {
+				k, _ := c.Data.KindAt(e.Seq)
+				return idem.Permanent(fmt.Errorf("%s at seq %d, which holds %s: %w", e.Kind, e.Seq, k, ErrConflict))
+			}
 			if e.Seq > c.Data.LastSeq+1 {
-				return idem.RetryAfter(200*time.Millisecond, fmt.Errorf("seq %d after %d: %w", e.Seq, c.Data.LastSeq, errEarly))
+				// Not RetryAfter: the engine's growing backoff, with the
+				// attempts OpenWriter allows, outlasts a lease.
+				return fmt.Errorf("seq %d after %d: %w", e.Seq, c.Data.LastSeq, errEarly)
 			}
 			if !legal {
 				return idem.Permanent(fmt.Errorf("%s (seq %d) in state %s: %w", e.Kind, e.Seq, c.Current(), errIllegal))
 			}
 			c.Data.LastSeq = e.Seq
+			c.Data.Kinds += string(kindLetters[e.Kind])
 			if e.Kind == Requested {
 				c.Data.Mission = e.Seq
 			}
@@ -210,9 +254,12 @@ func Handler(db *DB, writer string) idem.HandlerFunc {
 		_, err := db.Append(ctx, ev, writer)
 		switch {
 		case errors.Is(err, ErrPredecessorMissing):
-			// The previous event's append is still in flight (or being
-			// retried): try again shortly.
-			return idem.RetryAfter(100*time.Millisecond, err)
+			// The previous event's append is still in flight, being
+			// retried, or held by a crashed writer until its lease
+			// expires: a transient error, retried with the engine's
+			// growing backoff for as many attempts as OpenWriter allows
+			// (see WriterConfig.Lease).
+			return err
 		case errors.Is(err, ErrSeqTaken):
 			return idem.Permanent(err)
 		}

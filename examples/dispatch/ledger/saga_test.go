@@ -1,8 +1,10 @@
 package ledger_test
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/examples/dispatch/ledger"
 	"github.com/idemhq/idem/sagatest"
 )
@@ -34,7 +36,7 @@ func TestSameEventUnderNewIDIsIgnored(t *testing.T) {
 	h.AssertState(pn, m.Idle)
 	h.AssertEmittedCount(ledger.TypeLedgerAppend, 3)
 	h.AssertDeadLetters()
-	if _, data, _ := h.State(pn); data != (ledger.Patient{LastSeq: 3, Mission: 1}) {
+	if _, data, _ := h.State(pn); data != (ledger.Patient{LastSeq: 3, Mission: 1, Kinds: "RCL"}) {
 		t.Errorf("saga data %+v, want last seq 3 of mission 1", data)
 	}
 	// Stale copies are ignored, not applied: three transitions in all.
@@ -58,5 +60,31 @@ func TestIllegalTransitionIsDeadLettered(t *testing.T) {
 	h.AssertEmittedCount(ledger.TypeLedgerAppend, 1)
 	if dl := h.DeadLetters(); len(dl) != 1 {
 		t.Fatalf("dead letters %v, want the LAUNCHED", dl)
+	}
+}
+
+// An event at a sequence number that holds another accepted event (a
+// CANCELLED at the seq of the LAUNCHED) is not a copy: it is dead-lettered
+// as a conflict, while a copy of the accepted event is still ignored.
+func TestConflictingEventAtAcceptedSeqIsRefused(t *testing.T) {
+	m := ledger.NewMachine()
+	h := sagatest.New(t, m.Machine, nil)
+	pn, _ := pseudonymizer(t).Pseudonym(rawID(1))
+	ev := func(seq int64, k ledger.Kind) ledger.Event { return ledger.Event{Patient: pn, Seq: seq, Kind: k} }
+	h.Deliver("desk-1", ledger.MissionRequested(ev(1, ledger.Requested)))
+	h.Settle()
+	h.Deliver("desk-2", ledger.MissionConfirmed(ev(2, ledger.Confirmed)))
+	h.Settle()
+	h.Deliver("desk-3", ledger.MissionLaunched(ev(3, ledger.Launched)))
+	h.Settle()
+	h.Deliver("desk-3-cancel", ledger.MissionCancelled(ev(3, ledger.Cancelled)))
+	h.Deliver("desk-3-copy", ledger.MissionLaunched(ev(3, ledger.Launched)))
+	h.Settle()
+	h.AssertState(pn, m.Idle)
+	h.AssertEmittedCount(ledger.TypeLedgerAppend, 3)
+	dl := h.DeadLetters()
+	if len(dl) != 1 || dl[0].Envelope.ID != "desk-3-cancel" || dl[0].Reason != idem.ReasonPermanent ||
+		!strings.Contains(dl[0].Error, ledger.ErrConflict.Error()) {
+		t.Fatalf("dead letters %+v, want the CANCELLED at seq 3 as a conflict", dl)
 	}
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,7 +31,15 @@ type WriterConfig struct {
 	// every unit of work and every ledger append: the latency spikes of the
 	// incident, for tests.
 	StallMin, StallMax time.Duration
-	// Engine configures the Idem engine; nil means the defaults.
+	// Lease is the queue's visibility timeout: a message claimed by a
+	// writer that dies is delivered again after it. Default 30s.
+	Lease time.Duration
+	// Engine configures the Idem engine; nil means the defaults, except
+	// for MaxAttempts: left zero, it is set so that an ordering wait (an
+	// event or ledger append whose predecessor is not applied yet) is
+	// retried for at least OrderingWindow(Lease) before it is
+	// dead-lettered; set, it must allow that much (OpenWriter refuses
+	// less).
 	Engine *idem.Config
 	// Logger receives the store's logs. Nil means slog.Default().
 	Logger *slog.Logger
@@ -61,14 +70,20 @@ func OpenWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	ec, err := engineConfig(cfg.Engine, cfg.Lease)
+	if err != nil {
+		return nil, fmt.Errorf("open writer: %w", err)
+	}
 	w := &Writer{cfg: cfg}
-	var err error
 	if IsPostgres(cfg.DSN) {
 		w.q, err = pgstore.Open(ctx, cfg.DSN, &pgstore.Config{Schema: cfg.Schema, Migrate: true, MaxConns: 8,
-			PollInterval: 200 * time.Millisecond, Logger: cfg.Logger})
+			PollInterval: 200 * time.Millisecond, Lease: cfg.Lease, Logger: cfg.Logger})
 	} else {
 		w.q, err = sqlitestore.Open(ctx, cfg.DSN, &sqlitestore.Config{PollInterval: 50 * time.Millisecond,
-			BusyTimeout: 20 * time.Second, Logger: cfg.Logger})
+			BusyTimeout: 20 * time.Second, Lease: cfg.Lease, Logger: cfg.Logger})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open writer: %w", err)
@@ -87,7 +102,7 @@ func OpenWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 		w.db.Stall = stall
 		q = &stallQueue{Queue: w.q, stall: stall}
 	}
-	if w.engine, err = idem.NewEngine(q, q, cfg.Engine); err != nil {
+	if w.engine, err = idem.NewEngine(q, q, ec); err != nil {
 		w.Close(ctx)
 		return nil, fmt.Errorf("open writer: %w", err)
 	}
@@ -100,6 +115,61 @@ func OpenWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 		return nil, fmt.Errorf("open writer: %w", err)
 	}
 	return w, nil
+}
+
+// Defaults of idem.Config that engineConfig relies on when RetryBase or
+// RetryMax is zero.
+const (
+	defaultRetryBase = 100 * time.Millisecond
+	defaultRetryMax  = time.Minute
+)
+
+// OrderingWindow is the least time a writer keeps retrying an event or a
+// ledger append that waits for its predecessor before dead-lettering it,
+// for a queue lease: twice the lease. A predecessor claimed by a writer
+// that crashed is invisible for one lease, then delivered again, so a wait
+// behind it ends well within the window; only a predecessor that never
+// comes (a gap in the producer's sequence numbers, or one dead-lettered)
+// dead-letters its successors, after the window.
+func OrderingWindow(lease time.Duration) time.Duration { return 2 * lease }
+
+// OrderingAttempts returns the fewest deliveries whose retry delays add up
+// to at least window under the engine's backoff with base and max (zero
+// meaning Idem's defaults). The engine waits before retry n at least half
+// of base·2^(n-1) capped at max (exponential backoff with equal jitter),
+// and n deliveries have n-1 waits between them.
+func OrderingAttempts(base, max, window time.Duration) int {
+	if base <= 0 {
+		base = defaultRetryBase
+	}
+	if max <= 0 {
+		max = defaultRetryMax
+	}
+	n, sum, d := 1, time.Duration(0), min(base, max)
+	for sum < window {
+		sum += d / 2
+		n++
+		d = min(2*d, max)
+	}
+	return n
+}
+
+// engineConfig returns the writer's engine configuration: base (nil for the
+// defaults) with MaxAttempts sized for OrderingWindow(lease).
+func engineConfig(base *idem.Config, lease time.Duration) (*idem.Config, error) {
+	var ec idem.Config
+	if base != nil {
+		ec = *base
+	}
+	need := OrderingAttempts(ec.RetryBase, ec.RetryMax, OrderingWindow(lease))
+	switch {
+	case ec.MaxAttempts == 0:
+		ec.MaxAttempts = need
+	case ec.MaxAttempts < need:
+		return nil, fmt.Errorf("Engine.MaxAttempts %d is too few: ordering waits must outlast %s (twice the %s lease), which takes %d attempts with RetryBase %s and RetryMax %s",
+			ec.MaxAttempts, OrderingWindow(lease), lease, need, ec.RetryBase, ec.RetryMax)
+	}
+	return &ec, nil
 }
 
 // DB returns the writer's ledger database.
@@ -130,7 +200,8 @@ func (w *Writer) Publish(ctx context.Context, evs []Event) error {
 
 // Unresolved returns how many of evs are not settled yet. An event is
 // settled when the ledger holds its patient's sequence number (this event,
-// or another that won the number) or when it was dead-lettered.
+// or another that won the number) or when it or its ledger append was
+// dead-lettered.
 func (w *Writer) Unresolved(ctx context.Context, evs []Event) (int, error) {
 	rows, err := w.db.Rows(ctx, Strict)
 	if err != nil {
@@ -152,6 +223,11 @@ func (w *Writer) Unresolved(ctx context.Context, evs []Event) (int, error) {
 		}
 		for _, d := range dls {
 			dead[d.Envelope.ID] = true
+			// A dead-lettered ledger append settles its event too.
+			var ev Event
+			if d.Envelope.Type == TypeLedgerAppend && json.Unmarshal(d.Envelope.Body, &ev) == nil {
+				dead[ev.ID()] = true
+			}
 		}
 		if len(dls) < 500 {
 			break

@@ -52,7 +52,7 @@ type Config struct {
 	// job before answering 202 Accepted. Default 5s.
 	ConfirmWait time.Duration
 	// Engine is the base engine configuration (nil means the defaults);
-	// MaxBodyBytes is raised to fit MaxFileBytes.
+	// MaxBodyBytes is raised to MaxMessageBytes(MaxFileBytes).
 	Engine *idem.Config
 	// Logger receives the app's and the engine's logs. Nil means
 	// slog.Default().
@@ -103,9 +103,7 @@ func New(q store.Queue, cfg *Config) (*App, error) {
 	if ec.Logger == nil {
 		ec.Logger = c.Logger
 	}
-	// The upload message carries the file (JSON-escaped, so up to twice
-	// its size).
-	ec.MaxBodyBytes = max(ec.MaxBodyBytes, 2*c.MaxFileBytes+64<<10)
+	ec.MaxBodyBytes = max(ec.MaxBodyBytes, MaxMessageBytes(c.MaxFileBytes))
 	eng, err := idem.NewEngine(q, q, &ec)
 	if err != nil {
 		return nil, err
@@ -118,6 +116,14 @@ func New(q store.Queue, cfg *Config) (*App, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// MaxMessageBytes is the largest ImportRequested body for a file of at most
+// maxFileBytes: the file travels base64-encoded (4 bytes for every 3,
+// rounded up), and the other fields (ids, supplier code, file name) fit in
+// 64 KiB. New raises the engine's MaxBodyBytes to it.
+func MaxMessageBytes(maxFileBytes int) int {
+	return 4*((maxFileBytes+2)/3) + 64<<10
 }
 
 // Start runs the worker role: the engine consumes uploads, chunks and
@@ -199,7 +205,7 @@ func (a *App) Submit(ctx context.Context, supplier, format, fileName string, con
 	}
 	var nonce [12]byte
 	_, _ = rand.Read(nonce[:])
-	req := ImportRequested{Job: id, Supplier: supplier, Format: format, FileName: fileName, Content: string(content),
+	req := ImportRequested{Job: id, Supplier: supplier, Format: format, FileName: fileName, Content: content,
 		ChunkSize: a.cfg.ChunkSize, RequestID: hex.EncodeToString(nonce[:])}
 	env, err := a.eng.NewEnvelope("import-"+id, req)
 	if err != nil {

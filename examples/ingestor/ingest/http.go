@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -180,10 +181,15 @@ func partType(p *multipart.Part) string { return p.Header.Get("Content-Type") }
 
 func (a *App) get(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !validJobID(id) {
+		writeErr(w, http.StatusNotFound, "no job "+strconv.Quote(id))
+		return
+	}
 	v, err := a.Job(r.Context(), id)
 	switch {
 	case err != nil:
-		writeErr(w, http.StatusBadRequest, err.Error())
+		a.log.ErrorContext(r.Context(), "read job failed", "job", id, "error", err)
+		writeErr(w, http.StatusServiceUnavailable, "the job could not be read; retry")
 	case v == nil:
 		writeErr(w, http.StatusNotFound, "no job "+strconv.Quote(id))
 	default:
@@ -205,6 +211,10 @@ func (a *App) list(w http.ResponseWriter, r *http.Request) {
 
 func (a *App) requeue(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !validJobID(id) {
+		writeErr(w, http.StatusNotFound, "no job "+strconv.Quote(id))
+		return
+	}
 	err := a.Requeue(r.Context(), id)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -212,8 +222,24 @@ func (a *App) requeue(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrNotRequeueable):
 		writeErr(w, http.StatusConflict, err.Error())
 	case err != nil:
-		writeErr(w, http.StatusBadRequest, err.Error())
+		a.log.ErrorContext(r.Context(), "requeue failed", "job", id, "error", err)
+		writeErr(w, http.StatusServiceUnavailable, "the requeue could not be recorded; retry it (it is idempotent)")
 	default:
 		writeJSON(w, http.StatusAccepted, map[string]string{"id": id, "status": "requeued"})
 	}
+}
+
+// validJobID reports whether id can name a job: an IdempotencyKey, 64
+// lower-case hex digits. Anything else is a client's mistake (404), never
+// sent to the store.
+func validJobID(id string) bool {
+	if len(id) != 2*sha256.Size {
+		return false
+	}
+	for i := range len(id) {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -280,6 +280,8 @@ func TestIngestor(t *testing.T) {
 			t.Run("PartialThenRequeue", func(t *testing.T) { testPartialThenRequeue(t, b) })
 			t.Run("TransientRetry", func(t *testing.T) { testTransientRetry(t, b) })
 			t.Run("WorkerKilled", func(t *testing.T) { testWorkerKilled(t, b) })
+			t.Run("EscapeHeavyFileAtLimit", func(t *testing.T) { testEscapeHeavyFileAtLimit(t, b) })
+			t.Run("StoreFailure", func(t *testing.T) { testStoreFailure(t, b) })
 		})
 	}
 }
@@ -408,6 +410,8 @@ func testValidation(t *testing.T, b backend) {
 		{"json unknown field", "application/json", `[{"advice_id":"A","line_no":1,"sku":"S","quantity":2,"expected_date":"2026-01-01","depot":"FH01","colour":"red"}]`, 422, 1, "colour"},
 		{"json bad date", "application/json", `[{"advice_id":"A","line_no":1,"sku":"S","quantity":2,"expected_date":"01/02/2026","depot":"FH01"}]`, 422, 1, "expected_date"},
 		{"wrong content type", "application/pdf", "%PDF", 415, 0, "Content-Type"},
+		{"not utf-8", "text/csv", header + "\nA,1,S,1,2026-01-01,FH01\nA,2,S\xff,1,2026-01-01,FH01\n", 422, 3, "encoding"},
+		{"json not utf-8", "application/json", "[\n{\"advice_id\":\"A\xc3\"}]", 422, 2, "encoding"},
 		{"too large", "text/csv", header + "\n" + strings.Repeat("A,1,S,1,2026-01-01,FH01\n", 400), 413, 0, "file"},
 	}
 	for _, c := range cases {
@@ -506,4 +510,55 @@ func testTransientRetry(t *testing.T, b backend) {
 		t.Fatalf("got %s after %d runs of chunk 1, want Succeeded after 3", v.Status, calls.Load())
 	}
 	checkChunks(t, h.app, v, 30)
+}
+
+// A file just under the size limit made of characters that JSON escapes to
+// six bytes (<, >, &) is imported: the upload message carries the file in a
+// form whose size is bounded by the limit (base64), so it is never
+// dead-lettered as oversized, and the saga imports the very bytes hashed.
+func testEscapeHeavyFileAtLimit(t *testing.T, b backend) {
+	q, _ := b.open(t)
+	const limit = 256 << 10
+	h := newHarness(t, q, &ingest.Config{MaxFileBytes: limit, ChunkSize: 100}, true)
+	var file bytes.Buffer
+	file.WriteString(strings.Join(ingest.Columns, ",") + "\n")
+	sku := strings.Repeat("<&>", 80)
+	for i := 0; ; i++ {
+		line := fmt.Sprintf("ADV-%d,1,%s,1,2026-03-01,FH01\n", i, sku)
+		if file.Len()+len(line) > limit {
+			break
+		}
+		file.WriteString(line)
+	}
+	r := h.upload(t, "ACME", file.Bytes())
+	if r.code != http.StatusCreated {
+		t.Fatalf("upload of %d bytes: got %d %s, want 201", file.Len(), r.code, r.body)
+	}
+	v := h.waitTerminal(t, r.job(t).ID)
+	if v.Status != "Succeeded" || v.Size != file.Len() {
+		t.Fatalf("job %s of %d bytes, want Succeeded with %d bytes", v.Status, v.Size, file.Len())
+	}
+	if dls, err := q.ListDeadLetters(context.Background(), nil); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters %v (%v), want none", dls, err)
+	}
+}
+
+// Store failures answer 503 (retry later), not 4xx; an id that cannot be a
+// job's is a 404.
+func testStoreFailure(t *testing.T, b backend) {
+	q, _ := b.open(t)
+	h := newHarness(t, q, nil, false)
+	if r := h.do(t, "GET", "/imports/"+strings.Repeat("x", 300), "", nil); r.code != http.StatusNotFound {
+		t.Errorf("GET of an impossible id: got %d %s, want 404", r.code, r.body)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	id := ingest.IdempotencyKey([]byte("x"), "ACME")
+	if r := h.do(t, "GET", "/imports/"+id, "", nil); r.code != http.StatusServiceUnavailable {
+		t.Errorf("GET with the store closed: got %d %s, want 503", r.code, r.body)
+	}
+	if r := h.do(t, "POST", "/imports/"+id+"/requeue", "", nil); r.code != http.StatusServiceUnavailable {
+		t.Errorf("requeue with the store closed: got %d %s, want 503", r.code, r.body)
+	}
 }

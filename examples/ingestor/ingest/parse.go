@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Formats of an uploaded file.
@@ -79,10 +80,15 @@ func ValidSupplier(code string) bool { return supplierRE.MatchString(code) }
 // pure, so the API (to answer 4xx at once) and the job saga (before it
 // splits the file) run the same checks. It returns a *ValidationError when
 // the file is empty, has unknown or missing columns, or a field that does
-// not parse.
+// not parse, or bytes that are not UTF-8 (named by line and byte offset).
 func Parse(format string, content []byte) ([]Line, error) {
 	if len(bytes.TrimSpace(content)) == 0 {
 		return nil, &ValidationError{Problems: []Problem{{Line: 0, Message: "the file is empty"}}}
+	}
+	if !utf8.Valid(content) {
+		at := invalidUTF8(content)
+		return nil, &ValidationError{Problems: []Problem{{Line: 1 + bytes.Count(content[:at], []byte{'\n'}), Field: "encoding",
+			Message: fmt.Sprintf("byte %d (0x%02x) is not valid UTF-8: the file must be UTF-8", at, content[at])}}}
 	}
 	switch format {
 	case FormatCSV:
@@ -91,6 +97,19 @@ func Parse(format string, content []byte) ([]Line, error) {
 		return parseJSON(content)
 	}
 	return nil, &ValidationError{Problems: []Problem{{Line: 0, Message: fmt.Sprintf("unknown format %q: want csv or json", format)}}}
+}
+
+// invalidUTF8 returns the offset of the first byte of b that is not part of
+// a valid UTF-8 sequence.
+func invalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 type collector struct{ ps []Problem }

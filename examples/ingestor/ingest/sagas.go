@@ -58,11 +58,13 @@ var Transitions = map[saga.State][]saga.State{
 // ImportRequested asks for an import: the API publishes it with the
 // file's idempotency key, so a repeat upload is the same message.
 type ImportRequested struct {
-	Job       string `json:"job"`
-	Supplier  string `json:"supplier"`
-	Format    string `json:"format"`
-	FileName  string `json:"file_name,omitempty"`
-	Content   string `json:"content"`
+	Job      string `json:"job"`
+	Supplier string `json:"supplier"`
+	Format   string `json:"format"`
+	FileName string `json:"file_name,omitempty"`
+	// Content is the file's bytes, exactly as uploaded and hashed; in the
+	// message body it is base64 (4 bytes for every 3, whatever they are).
+	Content   []byte `json:"content"`
 	ChunkSize int    `json:"chunk_size"`
 	// RequestID marks the HTTP request that published the message, so that
 	// among concurrent duplicate uploads exactly one learns it created the
@@ -212,7 +214,7 @@ func JobMachine() *saga.Machine[Job] {
 		Then(func(c *saga.Context[Job], e ImportRequested) error {
 			*c.Data = Job{ID: e.Job, Supplier: e.Supplier, Format: e.Format, FileName: e.FileName,
 				Size: len(e.Content), ChunkSize: e.ChunkSize, RequestID: e.RequestID}
-			lines, err := Parse(e.Format, []byte(e.Content))
+			lines, err := Parse(e.Format, e.Content)
 			if err != nil {
 				var ve *ValidationError
 				if !errors.As(err, &ve) {

@@ -23,8 +23,8 @@ func TestJobTransitionsAreEnumerated(t *testing.T) {
 	data, _ := json.Marshal(job)
 	good := string(makeCSV(2, "t", nil))
 	events := []any{
-		ingest.ImportRequested{Job: "j", Supplier: "ACME", Format: ingest.FormatCSV, Content: good, ChunkSize: 1},
-		ingest.ImportRequested{Job: "j", Supplier: "ACME", Format: ingest.FormatCSV, Content: "advice_id\n", ChunkSize: 1},
+		ingest.ImportRequested{Job: "j", Supplier: "ACME", Format: ingest.FormatCSV, Content: []byte(good), ChunkSize: 1},
+		ingest.ImportRequested{Job: "j", Supplier: "ACME", Format: ingest.FormatCSV, Content: []byte("advice_id\n"), ChunkSize: 1},
 		ingest.ChunkDone{Job: "j", Chunk: 1, Attempt: 1, OK: true, Lines: 1},
 		ingest.ChunkDone{Job: "j", Chunk: 1, Attempt: 1, OK: false, Lines: 1, Problems: []ingest.Problem{{Line: 3, Field: "depot"}}},
 		ingest.RequeueRequested{Job: "j", Generation: 1},
