@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/transport"
@@ -27,14 +27,7 @@ import (
 // when IDEM_REQUIRE_SERVERS is set).
 func pgURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("IDEM_TEST_PG_URL")
-	if u == "" {
-		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
-			t.Fatal("IDEM_TEST_PG_URL is empty but IDEM_REQUIRE_SERVERS is set: start PostgreSQL (scripts/test does)")
-		}
-		t.Skip("set IDEM_TEST_PG_URL=postgres://… to run the PostgreSQL tests of the operations commands")
-	}
-	return u
+	return testenv.PostgresURL(t)
 }
 
 // pgBundle is one test's PostgreSQL schema, dropped at cleanup.

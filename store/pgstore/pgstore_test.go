@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/store/storetest"
@@ -23,14 +23,7 @@ import (
 // IDEM_REQUIRE_SERVERS=1, which turns the skip into a failure.
 func pgURL(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv("IDEM_TEST_PG_URL")
-	if url == "" {
-		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
-			t.Fatal("IDEM_TEST_PG_URL is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have started PostgreSQL")
-		}
-		t.Skip("PostgreSQL tests need a server: set IDEM_TEST_PG_URL=postgres://user@127.0.0.1:5432/db (scripts/test starts one)")
-	}
-	return url
+	return testenv.PostgresURL(t)
 }
 
 // openStore returns a store on a fresh schema of its own, dropped when the

@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/rabbitmq"
 	"github.com/idemhq/idem/transport/transporttest"
@@ -18,28 +18,14 @@ import (
 // (failing when scripts/test promised one).
 func amqpURL(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv("IDEM_TEST_AMQP_URL")
-	if url == "" {
-		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
-			t.Fatal("IDEM_TEST_AMQP_URL is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have started RabbitMQ")
-		}
-		t.Skip("RabbitMQ tests need a broker: set IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ (scripts/test starts one)")
-	}
-	return url
+	return testenv.AMQPURL(t)
 }
 
 // hook returns the path of a script scripts/rabbitmq.sh exported in env,
 // skipping (or failing under IDEM_REQUIRE_SERVERS) without it.
 func hook(t testing.TB, env string) string {
 	t.Helper()
-	p := os.Getenv(env)
-	if p == "" {
-		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
-			t.Fatalf("%s is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have exported it (scripts/rabbitmq.sh)", env)
-		}
-		t.Skipf("this test needs %s (a script from scripts/rabbitmq.sh)", env)
-	}
-	return p
+	return testenv.Server(t, env, "this test", "a script from scripts/rabbitmq.sh")
 }
 
 // ctl runs rabbitmqctl against the test broker.

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/examples/dispatch/ledger"
+	"github.com/idemhq/idem/internal/testenv"
 )
 
 // testKey is the pseudonymisation key of the tests (never a real one).
@@ -58,14 +59,7 @@ func (b backend) args() []string { return []string{"-db", b.dsn, "-schema", b.sc
 // IDEM_REQUIRE_SERVERS=1, which turns the skip into a failure.
 func pgURL(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv("IDEM_TEST_PG_URL")
-	if url == "" {
-		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
-			t.Fatal("IDEM_TEST_PG_URL is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have started PostgreSQL")
-		}
-		t.Skip("PostgreSQL tests need a server: set IDEM_TEST_PG_URL=postgres://user@127.0.0.1:5432/db (scripts/test starts one)")
-	}
-	return url
+	return testenv.PostgresURL(t)
 }
 
 func randHex() string {
