@@ -48,6 +48,32 @@
 // duplicate that the inbox skips. Exactly-once effects rest on the engine's
 // inbox, not on this fence.
 //
+// The lease clock is Config.AckWait, so every Transport of a consumer must
+// use the consumer's AckWait: Open creates a missing consumer with it and
+// refuses, without changing the consumer, a Transport whose Config.AckWait
+// differs from an existing consumer's. To change AckWait, stop every
+// process of the consumer, edit the consumer, and start them with the new
+// value.
+//
+// # Message size
+//
+// A NATS message, headers included, may not exceed the server's
+// max_payload (1 MiB by default) or the stream's max_msg_size. Open reads
+// both; MaxMessageBytes is the smaller minus HeaderReserve (8 KiB) for the
+// headers, and Publish refuses, before sending anything of the batch, an
+// envelope whose Body is longer or whose metadata does not fit beside its
+// Body, with an error wrapping ErrTooLarge. The engine's
+// Config.MaxBodyBytes must not exceed MaxMessageBytes. The embedded
+// server's max_payload is 8 MiB (EmbeddedConfig.MaxPayload).
+//
+// # Close
+//
+// Messages that pull requests abandoned by Receive brought after it gave
+// up are held for the next Receive. Close returns them with a Nak while
+// their lease is alive, so they are redelivered at once instead of after
+// AckWait (the redelivery counts as an attempt, as it would after
+// AckWait). Deliveries handed out and not settled are left to AckWait.
+//
 // # Running the server
 //
 // Embedded starts nats-server in-process with JetStream file storage under

@@ -23,7 +23,16 @@ type EmbeddedConfig struct {
 	Port int
 	// ServerName names the server. Default "idem-embedded".
 	ServerName string
+	// MaxPayload is the server's max_payload: the largest message, headers
+	// included, that it accepts. Default DefaultEmbeddedMaxPayload (8 MiB),
+	// so that the engine's default 1 MiB bodies fit
+	// (Transport.MaxMessageBytes); NATS advises against more than 8 MiB.
+	MaxPayload int32
 }
+
+// DefaultEmbeddedMaxPayload is the default EmbeddedConfig.MaxPayload. A
+// stand-alone nats-server's default max_payload is 1 MiB.
+const DefaultEmbeddedMaxPayload = 8 << 20
 
 // Server is an in-process nats-server with JetStream. Create it with
 // Embedded; stop it with Shutdown.
@@ -54,6 +63,12 @@ func Embedded(ctx context.Context, dir string, cfg *EmbeddedConfig) (*Server, er
 	if c.ServerName == "" {
 		c.ServerName = "idem-embedded"
 	}
+	if c.MaxPayload < 0 {
+		return nil, errors.New("natsjs: EmbeddedConfig.MaxPayload must not be negative: use 0 for the default")
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = DefaultEmbeddedMaxPayload
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("natsjs: embedded server storage: %w", err)
 	}
@@ -64,6 +79,7 @@ func Embedded(ctx context.Context, dir string, cfg *EmbeddedConfig) (*Server, er
 		JetStream:              true,
 		StoreDir:               dir,
 		SyncAlways:             true,
+		MaxPayload:             c.MaxPayload,
 		NoLog:                  true,
 		NoSigs:                 true,
 		DisableJetStreamBanner: true,

@@ -39,6 +39,9 @@ type Config struct {
 	AllowMemoryStorage bool
 	// AckWait is the visibility timeout: a delivery not settled within it
 	// is handed out again. Set it above the slowest batch. Default 30s.
+	// It is the consumer's AckWait, which every Transport of the consumer
+	// must share: Open creates the consumer with it and refuses an existing
+	// consumer with another AckWait.
 	AckWait time.Duration
 	// DuplicateWindow is how long the stream remembers message IDs to drop
 	// re-published copies (Nats-Msg-Id). Default 2 minutes. Used when Open
@@ -124,6 +127,11 @@ type Transport struct {
 	margin time.Duration // the part of AckWait in which acks are not sent
 	wait   time.Duration // how long one blocking pull request waits: AckWait/4, at most 5s
 
+	// maxPayload is the largest NATS message, headers included, that the
+	// server and the stream accept; limitBy names the setting that sets it.
+	maxPayload int64
+	limitBy    string
+
 	closeOnce sync.Once
 	closed    chan struct{}
 	kept      chan struct{} // signalled when an abandoned pull request brings a message
@@ -135,8 +143,24 @@ type Transport struct {
 }
 
 var (
-	_ transport.Transport = (*Transport)(nil)
+	_ transport.Transport                = (*Transport)(nil)
+	_ interface{ MaxMessageBytes() int } = (*Transport)(nil)
 )
+
+// ErrTooLarge is wrapped by the error Publish returns for an envelope that
+// does not fit in one NATS message: its Body is longer than
+// MaxMessageBytes, or its metadata does not fit beside its Body.
+var ErrTooLarge = errors.New("natsjs: message too large")
+
+// HeaderReserve is the part of the server's max_payload that
+// MaxMessageBytes keeps for the NATS headers of an envelope: the
+// Nats-Msg-Id and Nats-Expected-Stream headers and the envelope without
+// its body as JSON (ID, Type, CorrelationID, CausationID, IdempotencyKey,
+// Headers, SentAt) in the Idem-Envelope header. The fixed part of these
+// takes about 300 bytes, so metadata fields (the ID counted twice) of up
+// to about 7 KiB of plain text fit, and of up to 1 KiB whatever their
+// characters (JSON escaping takes at most 6 bytes per byte).
+const HeaderReserve = 8 << 10
 
 // lease is one hand-out of a message by this Transport.
 type lease struct {
@@ -190,6 +214,9 @@ func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
 	if err == nil {
 		err = t.setup(ctx)
 	}
+	if err == nil && t.maxPayload <= HeaderReserve {
+		err = fmt.Errorf("natsjs: %s is %d bytes, which leaves no room for a message body beside %d bytes of headers: raise it", t.limitBy, t.maxPayload, HeaderReserve)
+	}
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -231,6 +258,10 @@ func (t *Transport) setup(ctx context.Context) error {
 	if !coversAll(sc.Subjects, c.Stream) {
 		return fmt.Errorf("natsjs: stream %s has subjects %v, want %q: add the subject to the stream or choose another Config.Stream", c.Stream, sc.Subjects, c.Stream+".>")
 	}
+	t.maxPayload, t.limitBy = t.nc.MaxPayload(), "the NATS server's max_payload"
+	if sc.MaxMsgSize > 0 && int64(sc.MaxMsgSize) < t.maxPayload {
+		t.maxPayload, t.limitBy = int64(sc.MaxMsgSize), "the max_msg_size of stream "+c.Stream
+	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       c.Consumer,
 		Description:   "Idem engine consumer (transport/natsjs)",
@@ -247,9 +278,39 @@ func (t *Transport) setup(ctx context.Context) error {
 			cc.FilterSubjects = append(cc.FilterSubjects, c.Stream+".*."+subjectToken(typ))
 		}
 	}
-	t.cons, err = s.CreateOrUpdateConsumer(ctx, cc)
+	// Every Transport of the consumer computes its leases from its own
+	// Config.AckWait, so they must all equal the consumer's: an existing
+	// consumer keeps its AckWait and a Transport asking for another is
+	// refused. Creating (not creating-or-updating) a missing consumer makes
+	// two processes that both found none agree too: the second one's
+	// create fails if the first one's AckWait differs.
+	t.cons, err = s.Consumer(ctx, c.Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.cons, err = s.CreateConsumer(ctx, cc)
+		if errors.Is(err, jetstream.ErrConsumerExists) { // created meanwhile, with other settings
+			t.cons, err = s.Consumer(ctx, c.Consumer)
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("natsjs: create or update consumer %s on stream %s: %w", c.Consumer, c.Stream, err)
+		return fmt.Errorf("natsjs: create or look up consumer %s on stream %s: %w", c.Consumer, c.Stream, err)
+	}
+	if err := t.checkAckWait(); err != nil {
+		return err
+	}
+	t.cons, err = s.UpdateConsumer(ctx, cc) // the other settings follow Config
+	if err != nil {
+		return fmt.Errorf("natsjs: update consumer %s on stream %s: %w", c.Consumer, c.Stream, err)
+	}
+	return t.checkAckWait()
+}
+
+// checkAckWait refuses a consumer whose AckWait is not Config.AckWait.
+func (t *Transport) checkAckWait() error {
+	c := t.cfg
+	if got := t.cons.CachedInfo().Config.AckWait; got != c.AckWait {
+		return fmt.Errorf("natsjs: consumer %s of stream %s has AckWait %v but Config.AckWait is %v: every Transport of a consumer must use its AckWait, from which it fences late acks; "+
+			"set Config.AckWait to %v, or stop every process of the consumer and change it (nats consumer edit %s %s --wait %v) before starting them with the new value",
+			c.Consumer, c.Stream, got, c.AckWait, got, c.Stream, c.Consumer, c.AckWait)
 	}
 	return nil
 }
@@ -326,17 +387,38 @@ func (t *Transport) isClosed() bool {
 	}
 }
 
+// MaxMessageBytes returns the largest Envelope.Body, in bytes, that
+// Publish accepts: the server's max_payload (or the stream's max_msg_size
+// when smaller), read by Open, minus HeaderReserve for the headers. Publish
+// refuses every envelope with a longer Body, and one whose metadata is so
+// large that headers and Body together exceed the limit; both errors wrap
+// ErrTooLarge. Set the engine's Config.MaxBodyBytes to at most this.
+func (t *Transport) MaxMessageBytes() int {
+	return int(t.maxPayload - HeaderReserve)
+}
+
+// tooLarge explains an oversize body.
+func (t *Transport) tooLarge(env *transport.Envelope) error {
+	return fmt.Errorf("natsjs: message %s: body of %d bytes exceeds the %d bytes this transport carries (%s of %d bytes minus %d for headers): raise max_payload on the NATS server, or set the engine's Config.MaxBodyBytes to at most %d: %w",
+		env.ID, len(env.Body), t.MaxMessageBytes(), t.limitBy, t.maxPayload, HeaderReserve, t.MaxMessageBytes(), ErrTooLarge)
+}
+
 // Publish sends envs and returns once JetStream acknowledged every one of
 // them (PubAck), or the first error. Each message carries Nats-Msg-Id = the
 // envelope ID, so a copy published again within Config.DuplicateWindow is
-// dropped by the stream. It returns transport.ErrClosed after Close.
+// dropped by the stream. Before sending anything it refuses envs if one of
+// them does not fit in a NATS message (see MaxMessageBytes), with an error
+// wrapping ErrTooLarge. It returns transport.ErrClosed after Close.
 func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) error {
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
-	futures := make([]jetstream.PubAckFuture, len(envs))
+	msgs := make([]*nats.Msg, len(envs))
 	for i := range envs {
 		env := &envs[i]
+		if len(env.Body) > t.MaxMessageBytes() {
+			return t.tooLarge(env)
+		}
 		hdr, err := json.Marshal(meta{ID: env.ID, Type: env.Type, CorrelationID: env.CorrelationID, CausationID: env.CausationID,
 			IdempotencyKey: env.IdempotencyKey, Headers: env.Headers, SentAt: env.SentAt})
 		if err != nil {
@@ -344,10 +426,25 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 		}
 		m := nats.NewMsg(t.Subject(env))
 		m.Header.Set(hdrEnvelope, string(hdr))
+		// Set here as well as by the publish options, to count them.
+		m.Header.Set(jetstream.MsgIDHeader, env.ID)
+		m.Header.Set(jetstream.ExpectedStreamHeader, t.cfg.Stream)
+		if size := headerSize(m.Header) + len(env.Body); int64(size) > t.maxPayload {
+			return fmt.Errorf("natsjs: message %s: its headers (the envelope's ID, type, keys and headers) take %d bytes, more than the %d that %s leaves beside a body of %d bytes: shorten them or raise max_payload on the NATS server: %w",
+				env.ID, size-len(env.Body), t.maxPayload-int64(len(env.Body)), t.limitBy, len(env.Body), ErrTooLarge)
+		}
 		m.Data = append([]byte(nil), env.Body...)
-		futures[i], err = t.js.PublishMsgAsync(m, jetstream.WithMsgID(env.ID), jetstream.WithExpectStream(t.cfg.Stream))
+		msgs[i] = m
+	}
+	futures := make([]jetstream.PubAckFuture, len(envs))
+	for i, m := range msgs {
+		var err error
+		futures[i], err = t.js.PublishMsgAsync(m, jetstream.WithMsgID(envs[i].ID), jetstream.WithExpectStream(t.cfg.Stream))
+		if errors.Is(err, nats.ErrMaxPayload) { // a server with a smaller max_payload than the one Open read
+			return t.closedOr(fmt.Errorf("natsjs: publish %s: %w: %w (the server's max_payload is now %d bytes)", envs[i].ID, ErrTooLarge, err, t.nc.MaxPayload()))
+		}
 		if err != nil {
-			return t.closedOr(fmt.Errorf("natsjs: publish %s: %w", env.ID, err))
+			return t.closedOr(fmt.Errorf("natsjs: publish %s: %w", envs[i].ID, err))
 		}
 	}
 	for i, f := range futures {
@@ -362,6 +459,18 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 		}
 	}
 	return nil
+}
+
+// headerSize is the size of h as nats.go encodes it, an upper bound (values
+// are trimmed when sent).
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n") + len("\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
 }
 
 // closedOr returns ErrClosed if the transport was closed, err otherwise.
@@ -426,6 +535,7 @@ func (t *Transport) Receive(ctx context.Context, max int) ([]transport.Delivery,
 			go t.keep(b, start)
 			return nil, ctx.Err()
 		case <-t.closed:
+			go t.keep(b, start) // returns what the request brings until the connection closes
 			return nil, transport.ErrClosed
 		}
 	}
@@ -433,10 +543,16 @@ func (t *Transport) Receive(ctx context.Context, max int) ([]transport.Delivery,
 
 func builtinMax(a, b int) int { return max(a, b) }
 
-// keep collects what an abandoned pull request brings for a later Receive.
+// keep collects what an abandoned pull request brings for a later Receive;
+// after Close it returns the messages to the server instead.
 func (t *Transport) keep(b jetstream.MessageBatch, start time.Time) {
 	for m := range b.Messages() {
 		t.mu.Lock()
+		if t.isClosed() { // Close took the leftovers already
+			t.mu.Unlock()
+			t.release([]pending{{m, start}})
+			continue
+		}
 		t.leftovers = append(t.leftovers, pending{m, start})
 		t.mu.Unlock()
 		select {
@@ -646,15 +762,36 @@ func (t *Transport) Pending(ctx context.Context) (waiting, unacked int, err erro
 	return int(ci.NumPending), ci.NumAckPending, nil
 }
 
-// Close flushes outstanding acks and closes the connection; afterwards
-// every method returns transport.ErrClosed. Close is idempotent.
+// Close returns the messages it holds for a later Receive (brought by pull
+// requests that a Receive gave up on) to the server with a Nak, so that
+// they are redelivered at once rather than after AckWait, flushes
+// outstanding acks and closes the connection; afterwards every method
+// returns transport.ErrClosed. Deliveries already handed out and not
+// settled are left to AckWait. Close is idempotent.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.closed)
+		t.mu.Lock()
+		held := t.leftovers
+		t.leftovers = nil
+		t.mu.Unlock()
+		t.release(held)
 		_ = t.nc.FlushTimeout(time.Second)
 		t.nc.Close()
 	})
 	return nil
+}
+
+// release naks the messages of ps whose lease is still alive; a message
+// past it may have been handed to another consumer already, whose
+// delivery a Nak would settle.
+func (t *Transport) release(ps []pending) {
+	now := time.Now()
+	for _, p := range ps {
+		if now.Before(p.start.Add(t.cfg.AckWait - t.margin)) {
+			_ = p.msg.Nak() // best effort: without it the message comes back after AckWait
+		}
+	}
 }
 
 // DeleteStream deletes the stream of this Transport's namespace with every

@@ -1,0 +1,9 @@
+package natsjs
+
+// Held reports how many messages t holds for a later Receive (brought by
+// pull requests a Receive gave up on), for the tests.
+func (t *Transport) Held() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.leftovers)
+}
