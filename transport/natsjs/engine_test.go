@@ -2,7 +2,6 @@ package natsjs_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/transport/natsjs"
 )
@@ -22,14 +22,7 @@ import (
 // Without it the test is skipped, unless IDEM_REQUIRE_SERVERS is set.
 func pgURL(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv("IDEM_TEST_PG_URL")
-	if url == "" {
-		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
-			t.Fatal("IDEM_TEST_PG_URL is not set but IDEM_REQUIRE_SERVERS is: scripts/test should have started PostgreSQL")
-		}
-		t.Skip("PostgreSQL + JetStream engine tests need PostgreSQL: set IDEM_TEST_PG_URL=postgres://user@127.0.0.1:5432/db (scripts/test starts one)")
-	}
-	return url
+	return testenv.PostgresURL(t)
 }
 
 // openPG returns a store on a fresh schema, dropped when the test ends, and
