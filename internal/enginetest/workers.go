@@ -41,6 +41,9 @@ func runWorker(open func(ctx context.Context) (store.Store, transport.Transport,
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	st, tr, err := open(ctx)
+	if err != nil && ctx.Err() != nil {
+		return 0 // stopped while still opening (waiting for a restarted broker, say)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
