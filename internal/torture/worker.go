@@ -73,8 +73,8 @@ type NamespaceDeleter interface {
 
 // workerConfig is what the driver tells a worker process.
 type workerConfig struct {
-	Store     string        `json:"store"`            // sqlite file path or postgres URL
-	Schema    string        `json:"schema,omitempty"` // PostgreSQL schema
+	Store     string        `json:"store"`               // sqlite file path or postgres URL
+	Schema    string        `json:"schema,omitempty"`    // PostgreSQL schema
 	Transport string        `json:"transport,omitempty"` // a broker URL (never nats-embedded)
 	Namespace string        `json:"namespace,omitempty"` // the broker namespace of the run
 	Lease     time.Duration `json:"lease"`
