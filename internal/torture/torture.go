@@ -472,6 +472,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	nextRestart := start.Add(o.Duration * 2 / 5)
 	brokerRestarts := o.has(FaultBrokerRestart) && (nats != nil || o.Transport != "" && o.BrokerRestartCmd != "")
 	nextBrokerRestart := start.Add(o.Duration * 3 / 5)
+	// A broker restart runs beside the schedule (a RabbitMQ node takes
+	// seconds to come back): workers keep dying meanwhile.
+	restarted := make(chan error, 1)
+	restarting := false
+	restartBroker := func() error {
+		if nats != nil {
+			logf("restarting the embedded NATS server")
+			return nats.restart(ctx)
+		}
+		logf("restarting the broker: %s", o.BrokerRestartCmd)
+		return runRestartCmd(ctx, "--broker-restart-cmd", o.BrokerRestartCmd)
+	}
 	timers := map[string]store.Timer{}
 	replayed := map[string]bool{}
 	nextTimerScan := time.Now()
@@ -486,6 +498,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if err := handleExit(ev); err != nil {
 				return nil, err
 			}
+			continue
+		case err := <-restarted:
+			if err != nil {
+				return nil, err
+			}
+			restarting = false
+			count("broker restarts", 1)
+			nextBrokerRestart = time.Now().Add(max(30*time.Second, o.Duration/3))
 			continue
 		case <-tick.C:
 		}
@@ -508,19 +528,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			count("PostgreSQL restarts", 1)
 			nextRestart = now.Add(max(30*time.Second, o.Duration/3))
 		}
-		if brokerRestarts && now.After(nextBrokerRestart) {
-			if nats != nil {
-				logf("restarting the embedded NATS server")
-				err = nats.restart(ctx)
-			} else {
-				logf("restarting the broker: %s", o.BrokerRestartCmd)
-				err = runRestartCmd(ctx, "--broker-restart-cmd", o.BrokerRestartCmd)
-			}
-			if err != nil {
-				return nil, err
-			}
-			count("broker restarts", 1)
-			nextBrokerRestart = time.Now().Add(max(30*time.Second, o.Duration/3))
+		if brokerRestarts && !restarting && now.After(nextBrokerRestart) {
+			restarting = true
+			go func() { restarted <- restartBroker() }()
 		}
 		if o.has(FaultStaleTimer) && now.After(nextTimerScan) {
 			nextTimerScan = now.Add(300 * time.Millisecond)
@@ -530,6 +540,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			count("stale timer deliveries", n)
 		}
+	}
+	if restarting {
+		if err := <-restarted; err != nil {
+			return nil, err
+		}
+		count("broker restarts", 1)
 	}
 	stopSending()
 	<-sendDone

@@ -132,7 +132,7 @@ func RunWorkerFromEnv() int {
 
 func runWorker(ctx context.Context, c workerConfig) error {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, tr, closeAll, err := openBackend(ctx, c.Store, c.Schema, c.Transport, BrokerOptions{Namespace: c.Namespace, Lease: c.Lease}, logger, true)
+	st, tr, closeAll, err := openRetry(ctx, c, logger)
 	if err != nil {
 		return err
 	}
@@ -168,6 +168,24 @@ func runWorker(ctx context.Context, c workerConfig) error {
 		return err
 	}
 	return nil
+}
+
+// openRetry opens the store and transport, retrying for up to a minute
+// while a server is restarting (a worker started during a broker restart
+// fails to connect), as a supervisor restarting a service would.
+func openRetry(ctx context.Context, c workerConfig, logger *slog.Logger) (store.Store, transport.Transport, func(), error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, tr, closeAll, err := openBackend(ctx, c.Store, c.Schema, c.Transport, BrokerOptions{Namespace: c.Namespace, Lease: c.Lease}, logger, true)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return st, tr, closeAll, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond): // the server is coming back
+		}
+	}
 }
 
 // registerAll registers the torture's sagas and the handlers that stand in
