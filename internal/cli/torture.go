@@ -27,8 +27,8 @@ event, and the search-import saga) through --workers worker processes of
 this binary sharing one store, inject faults on a schedule drawn from
 --seed, then let the run settle and check the history against the database.
 
-Stores: sqlite (a file in a temporary directory, also the queue) or a
-postgres:// URL (a fresh schema, also the queue). The in-memory store is
+Stores: sqlite (a file in a temporary directory) or a postgres:// URL (a
+fresh schema); either is also the queue unless --transport names a broker. The in-memory store is
 not supported: it cannot be shared by processes or survive their kills.
 
 Faults (--faults, comma-separated; default all):
@@ -40,6 +40,15 @@ Faults (--faults, comma-separated; default all):
   stale-timer  timers delivered again after their saga moved on
   bad-input    malformed, unknown, badly keyed and oversized messages mixed in
   pg-restart   PostgreSQL restarted while work is in flight (needs --pg-restart-cmd)
+  broker-restart
+               the broker restarted while work is in flight: the driver's own
+               server with --transport nats-embedded, or --broker-restart-cmd
+
+Transports (--transport): empty (the store is the queue), nats-embedded
+(one nats-server in the driver's process, JetStream files in the run's
+directory), nats://host:4222 or amqp://user:pass@host:5672/vhost. A broker
+run uses its own stream or namespace (deleted after a pass), and the
+workers' lease (2s) as the broker's AckWait (NATS) or lease (RabbitMQ).
 
 The checker verifies: each message applied at most once; each message sent
 applied (or consumed) exactly once; every saga in the state the model
@@ -73,7 +82,7 @@ IDs; the exit code is 1 if any invariant fails.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Store, "store", "sqlite", "sqlite or a postgres:// URL")
-	f.StringVar(&o.Transport, "transport", "", "a broker transport spec (empty: the store's own queue)")
+	f.StringVar(&o.Transport, "transport", "", "a broker: nats-embedded, nats://host:4222 or amqp://user:pass@host:5672/vhost (empty: the store's own queue)")
 	f.DurationVar(&o.Duration, "duration", 60*time.Second, "how long to send work and inject faults")
 	f.DurationVar(&o.Settle, "settle", 3*time.Minute, "how long to wait, afterwards, for everything in flight to finish")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the workload and the fault schedule (process scheduling still varies)")
@@ -81,6 +90,7 @@ IDs; the exit code is 1 if any invariant fails.`,
 	f.StringVar(&faults, "faults", "all", "fault mix: all, or a comma-separated list of "+strings.Join(torture.AllFaults, ","))
 	f.IntVar(&o.MinKills, "kills", 10, "fail unless at least this many worker kills happened")
 	f.StringVar(&o.PGRestartCmd, "pg-restart-cmd", "", "shell command that restarts the PostgreSQL server (for the pg-restart fault)")
+	f.StringVar(&o.BrokerRestartCmd, "broker-restart-cmd", "", "shell command that restarts the broker of --transport nats://… or amqp://… (for the broker-restart fault)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the history, fault log and SQLite file (default: a temporary one, removed after a pass)")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	f.StringVar(&o.Break, "break", "", "break the engine on purpose (skip-inbox, ack-before-commit) to see the checker fail")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,11 +60,27 @@ func natsServer(ctx context.Context, spec, dataDir string) (url string, stop fun
 // caller uses the store's own queue. The returned function closes the
 // transport and stops an embedded server; call it after the engine stopped.
 func openTransport(ctx context.Context, spec, dataDir string) (transport.Transport, func(), error) {
+	return openTransportWith(ctx, spec, dataDir, transportOptions{})
+}
+
+// transportOptions change openTransportWith's defaults; the zero value
+// keeps every transport's own (what idem serve uses).
+type transportOptions struct {
+	// Namespace is the JetStream stream or the RabbitMQ namespace.
+	Namespace string
+	// Lease is the JetStream AckWait or the RabbitMQ lease.
+	Lease time.Duration
+	// Logger receives the transport's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// openTransportWith is openTransport with options.
+func openTransportWith(ctx context.Context, spec, dataDir string, o transportOptions) (transport.Transport, func(), error) {
 	if spec == "" {
 		return nil, func() {}, nil
 	}
 	if isAMQP(spec) {
-		tr, err := rabbitmq.Open(ctx, spec, nil)
+		tr, err := rabbitmq.Open(ctx, spec, &rabbitmq.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -73,7 +90,7 @@ func openTransport(ctx context.Context, spec, dataDir string) (transport.Transpo
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, err := natsjs.Open(ctx, url, nil)
+	tr, err := natsjs.Open(ctx, url, &natsjs.Config{Stream: o.Namespace, AckWait: o.Lease, Logger: o.Logger})
 	if err != nil {
 		stop()
 		return nil, nil, err
@@ -155,8 +172,55 @@ func (t *throwaway) Close() error {
 	return err
 }
 
-// idem torture's workers open their transport as idem serve does.
-func init() { torture.OpenTransport = openTransport }
+// idem torture opens its publishers' and workers' transports as idem
+// serve does, in the run's own namespace and with the workers' lease.
+func init() { torture.OpenTransport = tortureTransport }
+
+// tortureTransport is torture.OpenTransport: spec is a nats:// or amqp://
+// URL (the torture driver runs nats-embedded itself). The transport it
+// returns counts its backlog (Pending) and deletes the run's namespace
+// (DeleteNamespace).
+func tortureTransport(ctx context.Context, spec string, o torture.BrokerOptions) (transport.Transport, func(), error) {
+	if spec == transportEmbedded {
+		return nil, nil, usageErrorf("torture.OpenTransport: the torture driver starts the embedded NATS server itself and passes its URL")
+	}
+	tr, release, err := openTransportWith(ctx, spec, "", transportOptions{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	switch t := tr.(type) {
+	case *rabbitmq.Transport:
+		return &amqpRun{Transport: t, url: spec, cfg: &rabbitmq.Config{Namespace: o.Namespace}}, release, nil
+	case *natsjs.Transport:
+		return &natsRun{t}, release, nil
+	}
+	return tr, release, nil
+}
+
+// amqpRun is a RabbitMQ transport of one torture run.
+type amqpRun struct {
+	*rabbitmq.Transport
+	url string
+	cfg *rabbitmq.Config
+}
+
+// DeleteNamespace deletes the run's exchanges and queues.
+func (t *amqpRun) DeleteNamespace(ctx context.Context) error {
+	return rabbitmq.DeleteNamespace(ctx, t.url, t.cfg)
+}
+
+// natsRun is a JetStream transport of one torture run.
+type natsRun struct{ *natsjs.Transport }
+
+// DeleteNamespace deletes the run's stream.
+func (t *natsRun) DeleteNamespace(ctx context.Context) error { return t.DeleteStream(ctx) }
+
+var (
+	_ torture.Backlogger       = (*amqpRun)(nil)
+	_ torture.Backlogger       = (*natsRun)(nil)
+	_ torture.NamespaceDeleter = (*amqpRun)(nil)
+	_ torture.NamespaceDeleter = (*natsRun)(nil)
+)
 
 // amqpThrowaway is a RabbitMQ transport on a namespace deleted on Close,
 // whose Receive hands out only the given message types. RabbitMQ routes

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/natsjs"
 )
 
 func TestOpenTransport(t *testing.T) {
@@ -36,6 +38,43 @@ func TestOpenTransport(t *testing.T) {
 		t.Fatalf("Receive: got %v, %v; want cli-1", ds, err)
 	}
 	if err := tr.Ack(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// idem torture's seam opens a broker in the run's namespace, and the
+// transport counts its backlog and deletes the namespace.
+func TestTortureTransport(t *testing.T) {
+	ctx := t.Context()
+	if _, _, err := tortureTransport(ctx, transportEmbedded, torture.BrokerOptions{}); err == nil {
+		t.Error("tortureTransport(nats-embedded) accepted: the driver runs that server itself")
+	}
+	srv, err := natsjs.Embedded(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	tr, release, err := tortureTransport(ctx, srv.URL(), torture.BrokerOptions{Namespace: "torture_cli_1", Lease: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	defer tr.Close()
+	if err := tr.Publish(ctx, []transport.Envelope{{ID: "t-1", Type: "Ping", SentAt: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	b, ok := tr.(torture.Backlogger)
+	if !ok {
+		t.Fatalf("%T cannot count its backlog", tr)
+	}
+	if waiting, unacked, err := b.Pending(ctx); err != nil || waiting+unacked != 1 {
+		t.Fatalf("Pending = %d, %d, %v; want the one message", waiting, unacked, err)
+	}
+	d, ok := tr.(torture.NamespaceDeleter)
+	if !ok {
+		t.Fatalf("%T cannot delete its namespace", tr)
+	}
+	if err := d.DeleteNamespace(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

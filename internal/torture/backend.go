@@ -23,8 +23,10 @@ func isPostgres(spec string) bool {
 
 // openBackend opens the store (a SQLite file path or a PostgreSQL URL with
 // schema) and the transport: the store itself when transportSpec is
-// empty, otherwise a broker through OpenTransport.
-func openBackend(ctx context.Context, storeSpec, schema, transportSpec, dataDir string, lease time.Duration, logger *slog.Logger, worker bool) (store.Store, transport.Transport, func(), error) {
+// empty, otherwise a broker through OpenTransport with bo.
+func openBackend(ctx context.Context, storeSpec, schema, transportSpec string, bo BrokerOptions, logger *slog.Logger, worker bool) (store.Store, transport.Transport, func(), error) {
+	lease := bo.Lease
+	bo.Logger = logger
 	var q store.Queue
 	if isPostgres(storeSpec) {
 		s, err := pgstore.Open(ctx, storeSpec, &pgstore.Config{Schema: schema, Migrate: !worker, Lease: lease, PollInterval: 100 * time.Millisecond, MaxConns: 8, Logger: logger})
@@ -46,7 +48,7 @@ func openBackend(ctx context.Context, storeSpec, schema, transportSpec, dataDir 
 		q.Close()
 		return nil, nil, nil, fmt.Errorf("--transport %s: no broker transport is linked into this binary (torture.OpenTransport is nil)", transportSpec)
 	}
-	tr, release, err := OpenTransport(ctx, transportSpec, dataDir)
+	tr, release, err := OpenTransport(ctx, transportSpec, bo)
 	if err != nil {
 		q.Close()
 		return nil, nil, nil, err

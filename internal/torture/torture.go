@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,18 +40,27 @@ const (
 	FaultStaleTimer = "stale-timer" // timers re-delivered after the saga moved on
 	FaultBadInput   = "bad-input"   // malformed, unknown, badly keyed and oversized messages mixed in
 	FaultPGRestart  = "pg-restart"  // PostgreSQL restarted while work is in flight (needs PGRestartCmd)
+	// FaultBrokerRestart restarts the broker while work is in flight: the
+	// driver's own embedded NATS server, or any broker with
+	// BrokerRestartCmd.
+	FaultBrokerRestart = "broker-restart"
 )
 
+// TransportEmbedded is the Options.Transport that makes the driver start
+// one nats-server in its own process, with JetStream files under the run's
+// directory, and give its URL to the publishers and workers.
+const TransportEmbedded = "nats-embedded"
+
 // AllFaults is the default fault mix.
-var AllFaults = []string{FaultDuplicates, FaultKill, FaultCommitKill, FaultUoWKill, FaultStall, FaultStaleTimer, FaultBadInput, FaultPGRestart}
+var AllFaults = []string{FaultDuplicates, FaultKill, FaultCommitKill, FaultUoWKill, FaultStall, FaultStaleTimer, FaultBadInput, FaultPGRestart, FaultBrokerRestart}
 
 // Options configure a run.
 type Options struct {
 	// Store is "sqlite" (a file in Dir) or a postgres:// URL (a fresh
 	// schema per run). The store is also the queue unless Transport is set.
 	Store string
-	// Transport is a broker spec opened with OpenTransport; empty means the
-	// store's own queue.
+	// Transport is a broker spec opened with OpenTransport (nats://…,
+	// amqp://…) or TransportEmbedded; empty means the store's own queue.
 	Transport string
 	// Duration is how long the workload is sent and faults injected; the
 	// run then settles (at most Settle) and is checked.
@@ -66,6 +76,10 @@ type Options struct {
 	// PGRestartCmd is a shell command that restarts the PostgreSQL server
 	// (run with sh -c), for FaultPGRestart.
 	PGRestartCmd string
+	// BrokerRestartCmd is a shell command that restarts the broker (run
+	// with sh -c), for FaultBrokerRestart with an external broker. With
+	// TransportEmbedded the driver restarts its own server and ignores it.
+	BrokerRestartCmd string
 	// Dir holds the history, the fault log and the SQLite file. Empty
 	// means a temporary directory, removed after a passing run.
 	Dir string
@@ -187,9 +201,13 @@ func (o *Options) validate() error {
 func (o *Options) has(f string) bool { return slices.Contains(o.Faults, f) }
 
 // worker is one worker slot: the current process and its generation.
+// Only the driver's goroutine reads and writes it (the goroutine that
+// waits for the process reports its exit on a channel), so it never reads
+// cmd.ProcessState, which cmd.Wait writes.
 type worker struct {
 	cmd      *exec.Cmd
 	gen      int
+	alive    bool // started, exit not yet handled
 	killedBy bool // the driver sent SIGKILL
 }
 
@@ -222,7 +240,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	rep := &Report{Store: o.Store, Transport: o.Transport, Seed: o.Seed, Workers: o.Workers, Dir: dir, Faults: map[string]int{}}
+	rep := &Report{Store: o.Store, Transport: redactURL(o.Transport), Seed: o.Seed, Workers: o.Workers, Dir: dir, Faults: map[string]int{}}
 	if rep.Transport == "" {
 		rep.Transport = "the store's own queue"
 	}
@@ -236,12 +254,34 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rng := rand.New(rand.NewPCG(o.Seed, 0x7047))
 
+	// A broker gets the run's own namespace, so nothing another run left
+	// is counted or delivered; nats-embedded is one server in this process
+	// that every publisher and worker connects to.
+	brokerSpec := o.Transport
+	bo := BrokerOptions{Lease: workerLease}
+	var nats *embeddedNATS
+	if o.Transport != "" {
+		bo.Namespace = fmt.Sprintf("torture_%d_%d", o.Seed, time.Now().UnixNano()%1e9)
+	}
+	if o.Transport == TransportEmbedded {
+		var err error
+		if nats, err = startNATS(ctx, filepath.Join(dir, "nats")); err != nil {
+			return nil, err
+		}
+		defer nats.stop()
+		brokerSpec = nats.url
+		rep.Transport = "nats-embedded (" + nats.url + ", files in " + nats.dir + ")"
+	}
+	if o.Transport != "" {
+		rep.Transport += ", namespace " + bo.Namespace
+	}
+
 	// Two publishers, on their own connections: copies of one message go
 	// through both at once.
-	var pubs []transport.Publisher
+	var pubs []transport.Transport
 	var st store.Store
 	for i := range 2 {
-		s, tr, closeFn, err := openBackend(ctx, storeSpec, schema, o.Transport, filepath.Join(dir, "broker"), workerLease, logger, false)
+		s, tr, closeFn, err := openBackend(ctx, storeSpec, schema, brokerSpec, bo, logger, false)
 		if err != nil {
 			return nil, err
 		}
@@ -250,6 +290,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			st = s
 		}
 		pubs = append(pubs, tr)
+	}
+	var broker Backlogger
+	if o.Transport != "" {
+		var ok bool
+		if broker, ok = pubs[0].(Backlogger); !ok {
+			return nil, fmt.Errorf("--transport %s: the transport (%T) cannot count its backlog (no Pending method), so the run could not tell when it settled", o.Transport, pubs[0])
+		}
 	}
 	db, err := openDB(storeSpec, schema)
 	if err != nil {
@@ -263,7 +310,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	faultLog := filepath.Join(dir, "faults.log")
 
 	// Workers.
-	wc := workerConfig{Store: storeSpec, Schema: schema, Transport: o.Transport, DataDir: filepath.Join(dir, "broker"), Lease: workerLease,
+	wc := workerConfig{Store: storeSpec, Schema: schema, Transport: brokerSpec, Namespace: bo.Namespace, Lease: workerLease,
 		Break: o.Break, FaultLog: faultLog}
 	if o.has(FaultCommitKill) {
 		wc.KillAfterCommit = 0.01
@@ -298,7 +345,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start worker: %w", err)
 		}
-		w := &worker{cmd: cmd, gen: gen}
+		w := &worker{cmd: cmd, gen: gen, alive: true}
 		workers[slot] = w
 		go func() {
 			_ = cmd.Wait()
@@ -314,7 +361,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	stopping := false
 	defer func() {
 		for _, w := range workers {
-			if w != nil && w.cmd.ProcessState == nil {
+			if w != nil && w.alive {
 				_ = w.cmd.Process.Kill()
 			}
 		}
@@ -324,6 +371,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if w == nil || w.gen != ev.gen {
 			return nil
 		}
+		w.alive = false
 		ws, _ := ev.state.Sys().(syscall.WaitStatus)
 		switch {
 		case w.killedBy:
@@ -422,6 +470,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	deadline := start.Add(o.Duration)
 	nextKill := time.Now().Add(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
 	nextRestart := start.Add(o.Duration * 2 / 5)
+	brokerRestarts := o.has(FaultBrokerRestart) && (nats != nil || o.Transport != "" && o.BrokerRestartCmd != "")
+	nextBrokerRestart := start.Add(o.Duration * 3 / 5)
+	// A broker restart runs beside the schedule (a RabbitMQ node takes
+	// seconds to come back): workers keep dying meanwhile.
+	restarted := make(chan error, 1)
+	restarting := false
+	restartBroker := func() error {
+		if nats != nil {
+			logf("restarting the embedded NATS server")
+			return nats.restart(ctx)
+		}
+		logf("restarting the broker: %s", o.BrokerRestartCmd)
+		return runRestartCmd(ctx, "--broker-restart-cmd", o.BrokerRestartCmd)
+	}
 	timers := map[string]store.Timer{}
 	replayed := map[string]bool{}
 	nextTimerScan := time.Now()
@@ -437,13 +499,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				return nil, err
 			}
 			continue
+		case err := <-restarted:
+			if err != nil {
+				return nil, err
+			}
+			restarting = false
+			count("broker restarts", 1)
+			nextBrokerRestart = time.Now().Add(max(30*time.Second, o.Duration/3))
+			continue
 		case <-tick.C:
 		}
 		now := time.Now()
 		if o.has(FaultKill) && now.After(nextKill) {
 			i := rng.IntN(len(workers))
 			w := workers[i]
-			if w.cmd.ProcessState == nil && !w.killedBy {
+			if w.alive && !w.killedBy {
 				w.killedBy = true
 				_ = w.cmd.Process.Signal(syscall.SIGKILL)
 				count("SIGKILL by the driver", 1)
@@ -452,12 +522,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		if o.has(FaultPGRestart) && isPostgres(o.Store) && o.PGRestartCmd != "" && now.After(nextRestart) {
 			logf("restarting PostgreSQL: %s", o.PGRestartCmd)
-			out, err := exec.CommandContext(ctx, "sh", "-c", o.PGRestartCmd).CombinedOutput()
-			if err != nil {
-				return nil, fmt.Errorf("--pg-restart-cmd failed: %w: %s", err, out)
+			if err := runRestartCmd(ctx, "--pg-restart-cmd", o.PGRestartCmd); err != nil {
+				return nil, err
 			}
 			count("PostgreSQL restarts", 1)
 			nextRestart = now.Add(max(30*time.Second, o.Duration/3))
+		}
+		if brokerRestarts && !restarting && now.After(nextBrokerRestart) {
+			restarting = true
+			go func() { restarted <- restartBroker() }()
 		}
 		if o.has(FaultStaleTimer) && now.After(nextTimerScan) {
 			nextTimerScan = now.Add(300 * time.Millisecond)
@@ -467,6 +540,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			count("stale timer deliveries", n)
 		}
+	}
+	if restarting {
+		if err := <-restarted; err != nil {
+			return nil, err
+		}
+		count("broker restarts", 1)
 	}
 	stopSending()
 	<-sendDone
@@ -481,51 +560,129 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	logf("sent %d messages (%d copies); settling", rep.Sent, rep.Published)
 
-	// Settle: workers keep running (restarted if they die) until nothing
-	// is in flight.
+	// Settle (docs/reliability.md, "When a run has settled"): the workers
+	// keep running (restarted if they die) until nothing has been in
+	// flight for a quiet window, then they stop, and nothing may be left
+	// once they are gone; if something is, they start again.
+	quiet := time.Second
+	if o.Transport != "" {
+		// Longer than a lease: a delivery a stalled or dead worker holds,
+		// which a broker may not count, is requeued within it.
+		quiet = workerLease + time.Second
+	}
+	const poll = 200 * time.Millisecond
+	backlog := func() (int, error) {
+		n, err := inFlight(ctx, db, o.Transport == "")
+		if err != nil || broker == nil {
+			return n, err
+		}
+		waiting, unacked, err := broker.Pending(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("count the broker's backlog: %w", err)
+		}
+		return n + waiting + unacked, nil
+	}
+	// quietFor polls backlog until it has been 0 for d; it returns the
+	// last count, which is not 0 when the settle deadline passed first or,
+	// with eager, as soon as the count is not 0 (-1: never counted).
 	settleBy := time.Now().Add(o.Settle)
-	stable := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case ev := <-exits:
-			if err := handleExit(ev); err != nil {
+	quietFor := func(d time.Duration, eager bool) (int, error) {
+		var since time.Time // when the backlog was last seen non-zero
+		left := -1
+		for {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case ev := <-exits:
+				if err := handleExit(ev); err != nil {
+					return 0, err
+				}
+				since = time.Time{}
+				continue
+			case <-time.After(poll): // polling the database and broker with a deadline
+			}
+			n, err := backlog()
+			switch {
+			case err != nil:
+				logf("settle: %v", err) // a restarting server
+				since = time.Time{}
+			case n > 0 && eager:
+				return n, nil
+			case n > 0:
+				left, since = n, time.Time{}
+			case since.IsZero():
+				left, since = 0, time.Now()
+			case time.Since(since) >= d:
+				return 0, nil
+			}
+			if time.Now().After(settleBy) {
+				return left, nil
+			}
+		}
+	}
+	stopWorkers := func() error {
+		stopping = true
+		for _, w := range workers {
+			if w.alive {
+				_ = w.cmd.Process.Signal(syscall.SIGTERM)
+			}
+		}
+		timeout := time.After(20 * time.Second)
+		for slices.ContainsFunc(workers, func(w *worker) bool { return w.alive }) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case ev := <-exits:
+				if err := handleExit(ev); err != nil {
+					return err
+				}
+			case <-timeout:
+				rep.Problems = append(rep.Problems, "a worker did not stop within 20s of SIGTERM")
+				for _, w := range workers {
+					if w.alive {
+						_ = w.cmd.Process.Kill()
+					}
+				}
+				timeout = nil
+			}
+		}
+		return nil
+	}
+	for round := 1; ; round++ {
+		left, err := quietFor(quiet, false)
+		if err != nil {
+			return nil, err
+		}
+		if left != 0 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("not settled after %s: %d messages and timers still in flight", o.Settle, left))
+			if err := stopWorkers(); err != nil {
 				return nil, err
 			}
-			stable = 0
-			continue
-		case <-time.After(200 * time.Millisecond): // polling the database with a deadline
+			break
 		}
-		inFlight, err := inFlight(ctx, db, o.Transport == "")
-		if err != nil {
-			logf("settle: %v", err)
-			continue
+		if err := stopWorkers(); err != nil {
+			return nil, err
 		}
-		if inFlight == 0 {
-			stable++
-		} else {
-			stable = 0
+		// Nobody consumes now: whatever a worker held unacknowledged is
+		// back in the broker's count (RabbitMQ requeues a closed
+		// connection's deliveries, JetStream counts them pending), so a
+		// count of zero over a second is everything.
+		if left, err = quietFor(time.Second, true); err != nil {
+			return nil, err
 		}
-		if stable >= 5 {
+		if left == 0 {
 			break
 		}
 		if time.Now().After(settleBy) {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("not settled after %s: %d messages and timers still in flight", o.Settle, inFlight))
+			rep.Problems = append(rep.Problems, fmt.Sprintf("not settled after %s: %d messages and timers left once the workers stopped", o.Settle, left))
 			break
 		}
-	}
-	stopping = true
-	for _, w := range workers {
-		if w.cmd.ProcessState == nil {
-			_ = w.cmd.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	for range workers {
-		select {
-		case <-exits:
-		case <-time.After(20 * time.Second):
-			rep.Problems = append(rep.Problems, "a worker did not stop within 20s of SIGTERM")
+		logf("settle round %d: %d messages or timers left once the workers stopped; starting them again", round, left)
+		stopping = false
+		for i := range workers {
+			if err := startWorker(i); err != nil {
+				return nil, err
+			}
 		}
 	}
 
@@ -557,6 +714,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("count the journal: %w", err)
 	}
 	rep.Elapsed = time.Since(start)
+	if d, ok := pubs[0].(NamespaceDeleter); ok && rep.Pass() && nats == nil {
+		if err := d.DeleteNamespace(ctx); err != nil {
+			logf("delete the broker namespace %s: %v", bo.Namespace, err)
+		}
+	}
+	if nats != nil {
+		nats.stop() // before its files go
+	}
 	if temp && rep.Pass() {
 		os.RemoveAll(dir)
 		rep.Dir += " (removed: the run passed)"
@@ -616,4 +781,16 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// redactURL hides the password of a URL (a broker's), for reports.
+func redactURL(raw string) string {
+	var out []string
+	for _, one := range strings.Split(raw, ",") {
+		if u, err := url.Parse(one); err == nil && u.User != nil {
+			one = u.Redacted()
+		}
+		out = append(out, one)
+	}
+	return strings.Join(out, ",")
 }

@@ -27,19 +27,56 @@ import (
 // finds it set must call RunWorkerFromEnv.
 const WorkerEnv = "IDEM_TORTURE_WORKER"
 
-// OpenTransport opens a broker transport from a --transport spec, with
-// dataDir for an embedded broker's files; the returned func releases what
-// it started. It is the seam through which broker transports plug in: the
-// CLI sets it (to its openTransport) when it has one, and while it is nil
-// a run with a transport spec is refused.
-var OpenTransport func(ctx context.Context, spec, dataDir string) (transport.Transport, func(), error)
+// OpenTransport opens a broker transport from a --transport spec (a
+// nats:// or amqp:// URL: the driver resolves "nats-embedded" to the URL of
+// the one server it starts) with the run's BrokerOptions; the returned func
+// releases what it opened besides the transport. It is the seam through
+// which broker transports plug in: the CLI sets it when it has one, and
+// while it is nil a run with a transport spec is refused.
+//
+// The driver counts the broker's backlog through the transport it opens
+// when that transport has a Pending method (see Backlogger), and deletes
+// the run's namespace after a passing run when it has a DeleteNamespace
+// method (see NamespaceDeleter).
+var OpenTransport func(ctx context.Context, spec string, o BrokerOptions) (transport.Transport, func(), error)
+
+// BrokerOptions are what a run asks of OpenTransport.
+type BrokerOptions struct {
+	// Namespace is the run's own stream (NATS) or namespace (RabbitMQ):
+	// letters, digits and '_', fresh for each run, so that nothing left by
+	// another run or application is counted or delivered.
+	Namespace string
+	// Lease is the workers' lease: the broker's visibility timeout
+	// (natsjs.Config.AckWait, rabbitmq.Config.Lease), so that a stalled
+	// worker's deliveries are handed to another one and its late
+	// settlement is fenced.
+	Lease time.Duration
+	// Logger receives the transport's logs (the run discards them).
+	Logger *slog.Logger
+}
+
+// Backlogger is a broker transport that counts what it has not delivered
+// (waiting) and what is delivered but not acknowledged (unacked). natsjs
+// counts both across every process; rabbitmq counts the ready messages of
+// every queue, and only its own unacknowledged deliveries (AMQP 0-9-1
+// cannot see other connections'). The settle rule (docs/reliability.md)
+// is sound with either.
+type Backlogger interface {
+	Pending(ctx context.Context) (waiting, unacked int, err error)
+}
+
+// NamespaceDeleter is a broker transport that can delete its namespace
+// (stream, queues) with every message in it.
+type NamespaceDeleter interface {
+	DeleteNamespace(ctx context.Context) error
+}
 
 // workerConfig is what the driver tells a worker process.
 type workerConfig struct {
-	Store     string        `json:"store"`            // sqlite file path or postgres URL
-	Schema    string        `json:"schema,omitempty"` // PostgreSQL schema
-	Transport string        `json:"transport,omitempty"`
-	DataDir   string        `json:"data_dir"`
+	Store     string        `json:"store"`               // sqlite file path or postgres URL
+	Schema    string        `json:"schema,omitempty"`    // PostgreSQL schema
+	Transport string        `json:"transport,omitempty"` // a broker URL (never nats-embedded)
+	Namespace string        `json:"namespace,omitempty"` // the broker namespace of the run
 	Lease     time.Duration `json:"lease"`
 	// Probabilities, per unit of work, of the in-process faults.
 	KillAfterCommit float64 `json:"kill_after_commit"`
@@ -95,7 +132,7 @@ func RunWorkerFromEnv() int {
 
 func runWorker(ctx context.Context, c workerConfig) error {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, tr, closeAll, err := openBackend(ctx, c.Store, c.Schema, c.Transport, c.DataDir, c.Lease, logger, true)
+	st, tr, closeAll, err := openRetry(ctx, c, logger)
 	if err != nil {
 		return err
 	}
@@ -131,6 +168,24 @@ func runWorker(ctx context.Context, c workerConfig) error {
 		return err
 	}
 	return nil
+}
+
+// openRetry opens the store and transport, retrying for up to a minute
+// while a server is restarting (a worker started during a broker restart
+// fails to connect), as a supervisor restarting a service would.
+func openRetry(ctx context.Context, c workerConfig, logger *slog.Logger) (store.Store, transport.Transport, func(), error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, tr, closeAll, err := openBackend(ctx, c.Store, c.Schema, c.Transport, BrokerOptions{Namespace: c.Namespace, Lease: c.Lease}, logger, true)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return st, tr, closeAll, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond): // the server is coming back
+		}
+	}
 }
 
 // registerAll registers the torture's sagas and the handlers that stand in

@@ -1,0 +1,75 @@
+package torture
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/transport/natsjs"
+)
+
+// embeddedNATS is the one nats-server a run with TransportEmbedded starts
+// in the driver's process; publishers and workers connect to its URL.
+type embeddedNATS struct {
+	dir  string
+	port int
+	url  string
+
+	mu  sync.Mutex
+	srv *natsjs.Server
+}
+
+func startNATS(ctx context.Context, dir string) (*embeddedNATS, error) {
+	srv, err := natsjs.Embedded(ctx, dir, nil)
+	if err != nil {
+		return nil, fmt.Errorf("start the embedded NATS server: %w", err)
+	}
+	return &embeddedNATS{dir: dir, port: srv.Port(), url: srv.URL(), srv: srv}, nil
+}
+
+// natsDown is how long a broker restart keeps the embedded server down:
+// long enough for every client to see its connection fail.
+const natsDown = 500 * time.Millisecond
+
+// restart shuts the server down, waits natsDown, and starts it again on
+// the same port and directory, where the clients reconnect.
+func (n *embeddedNATS) restart(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv = nil
+	}
+	select {
+	case <-time.After(natsDown): // the fault's duration, not a synchronisation
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	srv, err := natsjs.Embedded(ctx, n.dir, &natsjs.EmbeddedConfig{Port: n.port})
+	if err != nil {
+		return fmt.Errorf("restart the embedded NATS server on port %d: %w", n.port, err)
+	}
+	n.srv = srv
+	return nil
+}
+
+// stop shuts the server down; it is idempotent.
+func (n *embeddedNATS) stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv = nil
+	}
+}
+
+// runRestartCmd runs a --pg-restart-cmd or --broker-restart-cmd.
+func runRestartCmd(ctx context.Context, flag, cmd string) error {
+	out, err := exec.CommandContext(ctx, "sh", "-c", cmd).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s failed: %w: %s", flag, err, out)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package torture
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/rabbitmq"
+)
+
+// The test binary's own OpenTransport (the CLI's is not linked here): the
+// broker transports themselves, in the run's namespace and with its lease.
+// TestMain's routing makes worker processes use it too.
+func init() { OpenTransport = openTestBroker }
+
+func openTestBroker(ctx context.Context, spec string, o BrokerOptions) (transport.Transport, func(), error) {
+	if strings.HasPrefix(spec, "amqp") {
+		cfg := &rabbitmq.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger}
+		tr, err := rabbitmq.Open(ctx, spec, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &testAMQP{Transport: tr, url: spec, cfg: cfg}, func() {}, nil
+	}
+	tr, err := natsjs.Open(ctx, spec, &natsjs.Config{Stream: o.Namespace, AckWait: o.Lease, Logger: o.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tr, func() {}, nil
+}
+
+type testAMQP struct {
+	*rabbitmq.Transport
+	url string
+	cfg *rabbitmq.Config
+}
+
+func (t *testAMQP) DeleteNamespace(ctx context.Context) error {
+	return rabbitmq.DeleteNamespace(ctx, t.url, t.cfg)
+}
+
+// server returns the URL in env, skipping the test without it outside
+// scripts/test (failing under IDEM_REQUIRE_SERVERS=1).
+func server(t *testing.T, env, what string) string {
+	t.Helper()
+	u := os.Getenv(env)
+	if u == "" {
+		if os.Getenv("IDEM_REQUIRE_SERVERS") == "1" {
+			t.Fatalf("%s is not set and IDEM_REQUIRE_SERVERS=1", env)
+		}
+		t.Skipf("set %s to run on %s (scripts/test does)", env, what)
+	}
+	return u
+}
+
+func mustPass(t *testing.T, r *Report, faults ...string) {
+	t.Helper()
+	if !r.Pass() {
+		t.Fatalf("run failed: %v %v", r.Problems, r.Violations)
+	}
+	for _, f := range faults {
+		if r.Faults[f] == 0 {
+			t.Errorf("fault %q never injected: %v", f, r.Faults)
+		}
+	}
+	if r.Journal == 0 || r.Sent == 0 {
+		t.Errorf("no work: sent %d, journal %d", r.Sent, r.Journal)
+	}
+}
+
+// Workers on one embedded nats-server the driver runs (and restarts):
+// exactly-once holds with JetStream between the processes. PostgreSQL when
+// IDEM_TEST_PG_URL is set, SQLite otherwise.
+func TestTortureEmbeddedNATS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process run of several seconds")
+	}
+	st := os.Getenv("IDEM_TEST_PG_URL")
+	if st == "" {
+		st = "sqlite"
+	}
+	r := run(t, Options{Store: st, Transport: TransportEmbedded, Duration: 10 * time.Second, Seed: 13, MinKills: 3})
+	mustPass(t, r, "SIGKILL by the driver", "duplicate copies published", "broker restarts")
+}
+
+// Workers on RabbitMQ with a PostgreSQL store. The broker is restarted
+// only by scripts/test's idem torture run (a RabbitMQ restart takes ten
+// seconds or more); here the faults are the workers'.
+func TestTortureRabbitMQ(t *testing.T) {
+	amqpURL := server(t, "IDEM_TEST_AMQP_URL", "RabbitMQ")
+	pg := server(t, "IDEM_TEST_PG_URL", "PostgreSQL")
+	if testing.Short() {
+		t.Skip("multi-process run of several seconds")
+	}
+	r := run(t, Options{Store: pg, Transport: amqpURL, Duration: 10 * time.Second, Seed: 17, MinKills: 3})
+	mustPass(t, r, "SIGKILL by the driver", "duplicate copies published")
+	if strings.Contains(r.Transport, "guest:guest") {
+		t.Errorf("the report shows the broker's password: %s", r.Transport)
+	}
+}
+
+// The settle rule counts the broker's backlog: with workers that never
+// consume, every message stays in the broker while the database shows
+// nothing in flight, and the run must report itself unsettled instead of
+// settling at once and calling the messages lost.
+func TestSettleCountsTheBroker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a run of several seconds")
+	}
+	r, err := Run(context.Background(), Options{
+		Store: "sqlite", Transport: TransportEmbedded, Duration: time.Second, Settle: 3 * time.Second, Seed: 5,
+		Faults:  []string{FaultDuplicates},
+		Command: func() *exec.Cmd { return exec.Command("sleep", "600") }, // a worker that consumes nothing
+		Dir:     t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Sent == 0 {
+		t.Fatal("nothing sent")
+	}
+	if len(r.Problems) == 0 || !strings.Contains(r.Problems[0], "not settled") {
+		t.Fatalf("problems %q: want the run reported unsettled", r.Problems)
+	}
+}
