@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
 	"github.com/idemhq/idem/transport/rabbitmq"
@@ -48,14 +49,7 @@ func (t *testAMQP) DeleteNamespace(ctx context.Context) error {
 // scripts/test (failing under IDEM_REQUIRE_SERVERS=1).
 func server(t *testing.T, env, what string) string {
 	t.Helper()
-	u := os.Getenv(env)
-	if u == "" {
-		if os.Getenv("IDEM_REQUIRE_SERVERS") == "1" {
-			t.Fatalf("%s is not set and IDEM_REQUIRE_SERVERS=1", env)
-		}
-		t.Skipf("set %s to run on %s (scripts/test does)", env, what)
-	}
-	return u
+	return testenv.Server(t, env, what+" tests", "(scripts/test sets it)")
 }
 
 func mustPass(t *testing.T, r *Report, faults ...string) {

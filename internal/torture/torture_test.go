@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemhq/idem/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -99,13 +101,7 @@ func TestCheckerCatchesBreakage(t *testing.T) {
 }
 
 func TestTorturePostgres(t *testing.T) {
-	url := os.Getenv("IDEM_TEST_PG_URL")
-	if url == "" {
-		if os.Getenv("IDEM_REQUIRE_SERVERS") == "1" {
-			t.Fatal("IDEM_TEST_PG_URL is not set and IDEM_REQUIRE_SERVERS=1")
-		}
-		t.Skip("set IDEM_TEST_PG_URL to run on PostgreSQL (scripts/test does)")
-	}
+	url := testenv.PostgresURL(t)
 	if testing.Short() {
 		t.Skip("multi-process run of several seconds")
 	}
