@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,12 +34,13 @@ const (
 )
 
 type serveOptions struct {
-	store     storeFlags
-	transport string
-	dataDir   string
-	addr      string
-	tokenFile string
-	maxBody   int64
+	store        storeFlags
+	transport    string
+	dataDir      string
+	natsReplicas int
+	addr         string
+	tokenFile    string
+	maxBody      int64
 }
 
 func newServe() *cobra.Command {
@@ -81,6 +83,8 @@ the HTTP server, then lets the engine finish the batch in flight.`,
 	o.store.register(cmd)
 	cmd.Flags().StringVar(&o.transport, "transport", os.Getenv("IDEM_TRANSPORT"),
 		"message transport: empty for the store's own queue, nats://host:4222 (comma-separated for a cluster) or "+transportEmbedded+" (default from IDEM_TRANSPORT)")
+	cmd.Flags().IntVar(&o.natsReplicas, "nats-replicas", envInt("IDEM_NATS_REPLICAS", 1),
+		"replicas of the JetStream stream (3 on a three-node cluster): created so, and start-up is refused when the stream has fewer (default from IDEM_NATS_REPLICAS)")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", "idem-data", "directory for an embedded broker's files (--transport "+transportEmbedded+")")
 	cmd.Flags().StringVar(&o.addr, "addr", defaultServeAddr, "host:port to listen on; a non-loopback address needs IDEM_ADMIN_TOKEN or --token-file")
 	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "file holding the admin token (instead of IDEM_ADMIN_TOKEN)")
@@ -111,6 +115,20 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// envInt reads an integer default from the environment: def when unset,
+// -1 when not a number, so that the flag's own check refuses it.
+func envInt(name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return v
 }
 
 func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
@@ -152,7 +170,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 
 	var tr transport.Transport = st
 	if o.transport != "" {
-		t, closeTr, err := openTransport(ctx, o.transport, o.dataDir)
+		if o.natsReplicas < 1 {
+			return usageErrorf("--nats-replicas (or IDEM_NATS_REPLICAS) must be a positive number: pass 1, or 3 on a three-node JetStream cluster")
+		}
+		t, closeTr, err := openTransportWith(ctx, o.transport, o.dataDir, transportOptions{Replicas: o.natsReplicas})
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}

@@ -72,6 +72,9 @@ type transportOptions struct {
 	Lease time.Duration
 	// Logger receives the transport's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Replicas is the JetStream stream's replica count: created with it, or
+	// refused when an existing stream has fewer. Zero means 1.
+	Replicas int
 }
 
 // openTransportWith is openTransport with options.
@@ -90,7 +93,7 @@ func openTransportWith(ctx context.Context, spec, dataDir string, o transportOpt
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, err := natsjs.Open(ctx, url, &natsjs.Config{Stream: o.Namespace, AckWait: o.Lease, Logger: o.Logger})
+	tr, err := natsjs.Open(ctx, url, &natsjs.Config{Stream: o.Namespace, AckWait: o.Lease, Logger: o.Logger, Replicas: o.Replicas})
 	if err != nil {
 		stop()
 		return nil, nil, err
