@@ -541,7 +541,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 			return nil, fmt.Errorf("open transport %s: %w", run.Transport, err)
 		}
 		t.byID(w)
-		tr, s.pub, s.emitted = &transportTap{Transport: bt, t: t}, bt, "idem_outbox"
+		tr, s.pub, s.emitted = tapTransport(bt, t), bt, "idem_outbox"
 		prev := closeFn
 		closeFn = func() { _ = bt.Close(); prev() }
 	}

@@ -60,6 +60,31 @@ func (tt *transportTap) Receive(ctx context.Context, max int) ([]transport.Deliv
 	return ds, err
 }
 
+// partitionedTap is a transportTap over a transport that hands out
+// partitions, so that the engine's consumers keep to their own keys as
+// they do without the tap.
+type partitionedTap struct {
+	*transportTap
+	p transport.PartitionedConsumer
+}
+
+func (pt *partitionedTap) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
+	start := time.Now()
+	ds, err := pt.p.ReceivePartition(ctx, max, part, parts)
+	pt.t.received(start, ds)
+	return ds, err
+}
+
+// tapTransport wraps a separate transport in the tap, keeping its
+// partitioned consumption when it has one.
+func tapTransport(tr transport.Transport, t *tap) transport.Transport {
+	tt := &transportTap{Transport: tr, t: t}
+	if p, ok := tr.(transport.PartitionedConsumer); ok {
+		return &partitionedTap{transportTap: tt, p: p}
+	}
+	return tt
+}
+
 // Breakdown is where the engine's time went in the throughput phase, as
 // totals over the phase: receive calls, units of work, and the seconds
 // spent in each step of a unit of work (summed over lanes, so with several

@@ -238,8 +238,18 @@ type amqpThrowaway struct {
 }
 
 func (t *amqpThrowaway) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	return t.keep(ctx, func() ([]transport.Delivery, error) { return t.Transport.Receive(ctx, max) })
+}
+
+func (t *amqpThrowaway) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
+	return t.keep(ctx, func() ([]transport.Delivery, error) { return t.Transport.ReceivePartition(ctx, max, part, parts) })
+}
+
+// keep receives until some deliveries are of the wanted types, acking and
+// dropping the others.
+func (t *amqpThrowaway) keep(ctx context.Context, receive func() ([]transport.Delivery, error)) ([]transport.Delivery, error) {
 	for {
-		ds, err := t.Transport.Receive(ctx, max)
+		ds, err := receive()
 		if err != nil {
 			return nil, err
 		}
