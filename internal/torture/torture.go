@@ -281,7 +281,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var pubs []transport.Transport
 	var st store.Store
 	for i := range 2 {
-		s, tr, closeFn, err := openBackend(ctx, storeSpec, schema, brokerSpec, bo, logger, false)
+		s, tr, closeFn, err := retryOpen(ctx, func() (store.Store, transport.Transport, func(), error) {
+			return openBackend(ctx, storeSpec, schema, brokerSpec, bo, logger, false)
+		})
 		if err != nil {
 			return nil, err
 		}

@@ -170,13 +170,21 @@ func runWorker(ctx context.Context, c workerConfig) error {
 	return nil
 }
 
-// openRetry opens the store and transport, retrying for up to a minute
-// while a server is restarting (a worker started during a broker restart
-// fails to connect), as a supervisor restarting a service would.
+// openRetry opens a worker's store and transport, with retryOpen.
 func openRetry(ctx context.Context, c workerConfig, logger *slog.Logger) (store.Store, transport.Transport, func(), error) {
+	return retryOpen(ctx, func() (store.Store, transport.Transport, func(), error) {
+		return openBackend(ctx, c.Store, c.Schema, c.Transport, BrokerOptions{Namespace: c.Namespace, Lease: c.Lease}, logger, true)
+	})
+}
+
+// retryOpen retries open for up to a minute while a server is restarting
+// (a worker started during a broker restart fails to connect; so does the
+// driver when another test restarts a shared broker), as a supervisor
+// restarting a service would.
+func retryOpen(ctx context.Context, open func() (store.Store, transport.Transport, func(), error)) (store.Store, transport.Transport, func(), error) {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		st, tr, closeAll, err := openBackend(ctx, c.Store, c.Schema, c.Transport, BrokerOptions{Namespace: c.Namespace, Lease: c.Lease}, logger, true)
+		st, tr, closeAll, err := open()
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			return st, tr, closeAll, err
 		}
