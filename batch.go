@@ -95,6 +95,11 @@ func (e *Engine) decode(d transport.Delivery) *item {
 	if env.ID == "" {
 		return bad(ReasonMissingID, fmt.Errorf("message of type %q has no ID", env.Type))
 	}
+	if len(env.ID) > MaxIDBytes || len(env.IdempotencyKey) > MaxIDBytes {
+		// The ID travels on as the causation ID of every emission: an
+		// unbounded one could make them too large for a broker's limit.
+		return bad(ReasonInvalidID, fmt.Errorf("message ID or idempotency key of %d bytes exceeds the limit of %d", max(len(env.ID), len(env.IdempotencyKey)), MaxIDBytes))
+	}
 	if len(env.Body) > e.cfg.MaxBodyBytes {
 		return bad(ReasonOversized, fmt.Errorf("body of %d bytes exceeds the limit of %d (Config.MaxBodyBytes)", len(env.Body), e.cfg.MaxBodyBytes))
 	}
@@ -118,6 +123,10 @@ func (e *Engine) decode(d transport.Delivery) *item {
 	it.m, it.msg, it.rawKey, it.key, it.typ = m, msg, raw, key, m.Name()
 	return it
 }
+
+// maxTraceParent bounds the W3C traceparent header copied onto emissions
+// (55 bytes in version 00); a longer value is not a trace context.
+const maxTraceParent = 128
 
 var conflictPause = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time.Millisecond}
 
@@ -463,7 +472,7 @@ func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, i
 			transport.HeaderSagaKey:  it.key,
 		},
 	}
-	if tp := it.d.Envelope.Headers[transport.HeaderTraceParent]; tp != "" {
+	if tp := it.d.Envelope.Headers[transport.HeaderTraceParent]; tp != "" && len(tp) <= maxTraceParent {
 		env.Headers[transport.HeaderTraceParent] = tp
 	}
 	if timer != "" {

@@ -92,3 +92,43 @@ func TestOversizedEmissionIsDeadLettered(t *testing.T) {
 		t.Errorf("sagas %+v, want only a: the transition that emitted the oversized body must not commit, the other must", ins)
 	}
 }
+
+// A message ID (or idempotency key) over MaxIDBytes is dead-lettered: it
+// would be copied onto every emission as the causation ID. One of exactly
+// MaxIDBytes is accepted. A traceparent too long to be a trace context is
+// not copied onto emissions.
+func TestIDAndTraceParentBounds(t *testing.T) {
+	b := setup(t, nil)
+	long := strings.Repeat("i", idem.MaxIDBytes+1)
+	ok := strings.Repeat("j", idem.MaxIDBytes)
+	env := func(id string, key string) idem.Envelope {
+		e := b.env(id, Inc{Key: key, N: 1})
+		e.Headers = map[string]string{transport.HeaderTraceParent: "00-" + strings.Repeat("a", 200)}
+		return e
+	}
+	withKey := env("idem-key", "c")
+	withKey.IdempotencyKey = strings.Repeat("k", idem.MaxIDBytes+1)
+	b.publish(env(long, "a"), env(ok, "b"), withKey)
+	b.settle()
+	b.stop()
+
+	dls := b.deadLetters()
+	if len(dls) != 2 {
+		t.Fatalf("dead letters %+v, want the over-long ID and the over-long idempotency key", dls)
+	}
+	for _, dl := range dls {
+		if dl.Reason != idem.ReasonInvalidID || !strings.Contains(dl.Error, "exceeds the limit of 512") {
+			t.Errorf("dead letter %s: reason %q error %q, want %s naming the limit", dl.ID, dl.Reason, dl.Error, idem.ReasonInvalidID)
+		}
+	}
+	if ins := b.instances(); len(ins) != 1 || ins[0].Key != "b" {
+		t.Fatalf("sagas %+v, want only b (an ID of exactly MaxIDBytes is accepted)", ins)
+	}
+	sent := b.rec.sent(incrementedType)
+	if len(sent) != 1 {
+		t.Fatalf("emitted %d Incremented, want 1", len(sent))
+	}
+	if tp, found := sent[0].Headers[transport.HeaderTraceParent]; found {
+		t.Errorf("emission carries a %d-byte traceparent, want it dropped", len(tp))
+	}
+}

@@ -10,6 +10,7 @@ import (
 // operators filter on.
 const (
 	ReasonMissingID        = "missing_id"
+	ReasonInvalidID        = "invalid_id"
 	ReasonUnknownType      = "unknown_type"
 	ReasonOversized        = "oversized_body"
 	ReasonMalformed        = "malformed_body"
@@ -20,6 +21,12 @@ const (
 	ReasonPermanent        = "permanent_error"
 	ReasonRetriesExhausted = "retries_exhausted"
 )
+
+// MaxIDBytes is the longest message ID (or idempotency key) the engine
+// accepts; a longer one is dead-lettered with ReasonInvalidID. The ID is
+// copied onto every message a saga emits in reply (as its causation ID),
+// so it must stay small enough for any transport's message limit.
+const MaxIDBytes = 512
 
 type permanentError struct{ err error }
 
