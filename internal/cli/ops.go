@@ -535,9 +535,11 @@ func uniq(ids []string) []string {
 
 func newDLQReplay() *cobra.Command {
 	var (
-		sf     storeFlags
-		sel    selection
-		trSpec string
+		sf           storeFlags
+		sel          selection
+		trSpec       string
+		trNamespace  string
+		trPartitions int
 	)
 	cmd := &cobra.Command{
 		Use:   "replay ID... | --all [--reason R] [--saga-type T]",
@@ -546,8 +548,10 @@ func newDLQReplay() *cobra.Command {
 original ID and body, onto the store's own queue (the same PostgreSQL schema
 or SQLite file), or onto the broker --transport names (default
 IDEM_TRANSPORT: nats://host:4222 or amqp://user:pass@host:5672/vhost), where
-the engine consumes it as a new delivery. Give the transport the engines
-use: a message replayed onto a queue nobody reads waits there. If the
+the engine consumes it as a new delivery. Give the transport, --namespace
+and --partitions the engines use: replay refuses a JetStream stream that
+does not exist and a RabbitMQ partition count that differs from the
+namespace's, and leaves the engines' JetStream consumer as it is. If the
 publish fails, the dead letter is recorded again. A message that fails again
 becomes a new dead letter.
 
@@ -580,7 +584,7 @@ a named ID does not exist (the others are still replayed).
 				return usageErrorf("--transport %s runs inside the idem serve process: replay through its admin API (POST /api/dead-letters/{id}/replay), or pass its nats:// URL", transportEmbedded)
 			}
 			if trSpec != "" {
-				t, closeTr, err := openTransport(ctx, trSpec, "")
+				t, closeTr, err := openTransportWith(ctx, trSpec, "", transportOptions{Namespace: trNamespace, Partitions: trPartitions, PublishOnly: true})
 				if err != nil {
 					return &exitError{code: 2, err: err}
 				}
@@ -647,6 +651,8 @@ a named ID does not exist (the others are still replayed).
 	}
 	cmd.Flags().BoolVar(&sel.all, "all", false, "replay every dead letter the filters select")
 	cmd.Flags().StringVar(&trSpec, "transport", os.Getenv("IDEM_TRANSPORT"), "publish onto this broker instead of the store's queue: nats://host:4222 or amqp://user:pass@host:5672/vhost (default from IDEM_TRANSPORT)")
+	cmd.Flags().StringVar(&trNamespace, "namespace", "", "with --transport: the engines' JetStream stream (default IDEM) or RabbitMQ namespace (default idem)")
+	cmd.Flags().IntVar(&trPartitions, "partitions", 0, "with a RabbitMQ --transport: the engines' partition count (default 16); a different count is refused")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "with --all: only dead letters with this reason")
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "with --all: only dead letters of this saga type")
 	sf.register(cmd)

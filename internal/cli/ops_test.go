@@ -530,13 +530,21 @@ func TestDLQReplayOntoABroker(t *testing.T) {
 		t.Errorf("stderr %q, want the admin API named", errOut)
 	}
 
+	// Before any engine created the stream, replay refuses rather than
+	// publish where nobody reads.
 	code, out, errOut = b.run("dlq", "replay", "n1", "--transport", srv.URL())
-	wantExit(t, code, out, errOut, 0)
-	tr, err := natsjs.Open(t.Context(), srv.URL(), nil)
+	wantExit(t, code, out, errOut, 2)
+	if !strings.Contains(errOut, "stream IDEM does not exist") {
+		t.Errorf("stderr %q, want the missing stream named", errOut)
+	}
+
+	tr, err := natsjs.Open(t.Context(), srv.URL(), nil) // the engines' side
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
+	code, out, errOut = b.run("dlq", "replay", "n1", "--transport", srv.URL())
+	wantExit(t, code, out, errOut, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	ds, err := tr.Receive(ctx, 10)

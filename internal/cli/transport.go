@@ -75,6 +75,11 @@ type transportOptions struct {
 	// Replicas is the JetStream stream's replica count: created with it, or
 	// refused when an existing stream has fewer. Zero means 1.
 	Replicas int
+	// Partitions is RabbitMQ's partition count; zero means its default.
+	Partitions int
+	// PublishOnly opens JetStream for publishing only: the stream must
+	// exist and the engines' consumer is left alone.
+	PublishOnly bool
 }
 
 // openTransportWith is openTransport with options.
@@ -83,7 +88,7 @@ func openTransportWith(ctx context.Context, spec, dataDir string, o transportOpt
 		return nil, func() {}, nil
 	}
 	if isAMQP(spec) {
-		tr, err := rabbitmq.Open(ctx, spec, &rabbitmq.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger})
+		tr, err := rabbitmq.Open(ctx, spec, &rabbitmq.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger, Partitions: o.Partitions})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -93,7 +98,7 @@ func openTransportWith(ctx context.Context, spec, dataDir string, o transportOpt
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, err := natsjs.Open(ctx, url, &natsjs.Config{Stream: o.Namespace, AckWait: o.Lease, Logger: o.Logger, Replicas: o.Replicas})
+	tr, err := natsjs.Open(ctx, url, &natsjs.Config{Stream: o.Namespace, AckWait: o.Lease, Logger: o.Logger, Replicas: o.Replicas, PublishOnly: o.PublishOnly})
 	if err != nil {
 		stop()
 		return nil, nil, err

@@ -61,11 +61,20 @@ type Config struct {
 	MaxAckPending int
 	// ConnectTimeout bounds the initial connection. Default 5s.
 	ConnectTimeout time.Duration
+	// PublishOnly makes a Transport that only publishes, for tools that
+	// put messages onto a running namespace (idem dlq replay): Open
+	// requires the stream to exist and leaves the consumer as the engines
+	// configured it; Receive, Ack, Nack and Pending return ErrPublishOnly.
+	PublishOnly bool
 	// Options are added to the connection options (credentials, TLS, …).
 	Options []nats.Option
 	// Logger receives the transport's logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// ErrPublishOnly is returned by the consuming methods of a Transport opened
+// with Config.PublishOnly.
+var ErrPublishOnly = errors.New("natsjs: transport opened with Config.PublishOnly")
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -229,6 +238,8 @@ func (t *Transport) setup(ctx context.Context) error {
 	c := t.cfg
 	s, err := t.js.Stream(ctx, c.Stream)
 	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && c.PublishOnly:
+		return fmt.Errorf("natsjs: stream %s does not exist: check Config.Stream, or start an engine on it first", c.Stream)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		s, err = t.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        c.Stream,
@@ -261,6 +272,9 @@ func (t *Transport) setup(ctx context.Context) error {
 	t.maxPayload, t.limitBy = t.nc.MaxPayload(), "the NATS server's max_payload"
 	if sc.MaxMsgSize > 0 && int64(sc.MaxMsgSize) < t.maxPayload {
 		t.maxPayload, t.limitBy = int64(sc.MaxMsgSize), "the max_msg_size of stream "+c.Stream
+	}
+	if c.PublishOnly {
+		return nil
 	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       c.Consumer,
@@ -486,6 +500,9 @@ func (t *Transport) closedOr(err error) error {
 // pull request that was waiting when Receive gave up is kept: what it
 // brings is handed out by a later Receive on its first attempt.
 func (t *Transport) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	if t.cfg.PublishOnly {
+		return nil, ErrPublishOnly
+	}
 	max = builtinMax(max, 1)
 	for {
 		if t.isClosed() {
@@ -684,6 +701,9 @@ func (t *Transport) unclaim(seq uint64, m jetstream.Msg) {
 // error wraps transport.ErrLeaseLost; settling a settled delivery again
 // does nothing. Errors of several deliveries are joined.
 func (t *Transport) Ack(ctx context.Context, ds []transport.Delivery) error {
+	if t.cfg.PublishOnly {
+		return ErrPublishOnly
+	}
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
@@ -716,6 +736,9 @@ func (t *Transport) Ack(ctx context.Context, ds []transport.Delivery) error {
 // Nack returns d for redelivery after delay (NakWithDelay; at once for a
 // delay of zero or less). The fence and the errors are Ack's.
 func (t *Transport) Nack(ctx context.Context, d transport.Delivery, delay time.Duration) error {
+	if t.cfg.PublishOnly {
+		return ErrPublishOnly
+	}
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
@@ -752,6 +775,9 @@ func (t *Transport) flush(ctx context.Context) error {
 // Pending reports the consumer's messages not yet delivered and delivered
 // but not acknowledged, across every process of the namespace.
 func (t *Transport) Pending(ctx context.Context) (waiting, unacked int, err error) {
+	if t.cfg.PublishOnly {
+		return 0, 0, ErrPublishOnly
+	}
 	if t.isClosed() {
 		return 0, 0, transport.ErrClosed
 	}

@@ -252,3 +252,45 @@ func TestLateAckFromAnotherTransportIsFenced(t *testing.T) {
 		t.Fatalf("after the ack: %d waiting, %d unacknowledged (err %v), want none", waiting, unacked, err)
 	}
 }
+
+// A publish-only Transport (idem dlq replay) needs the stream to exist and
+// leaves the engines' consumer as they configured it.
+func TestPublishOnly(t *testing.T) {
+	srv := sharedServer(t)
+	ctx := t.Context()
+	if _, err := natsjs.Open(ctx, srv.URL(), &natsjs.Config{Stream: randName("NONE_"), PublishOnly: true}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("publish-only Open of a missing stream: got %v, want a refusal", err)
+	}
+	stream := randName("PO_")
+	engine := open(t, natsjs.Config{Stream: stream, Types: []string{"A"}, MaxAckPending: 50})
+	pub, err := natsjs.Open(ctx, srv.URL(), &natsjs.Config{Stream: stream, PublishOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if err := pub.Publish(ctx, []transport.Envelope{{ID: "po-1", Type: "A", SentAt: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Receive(ctx, 1); !errors.Is(err, natsjs.ErrPublishOnly) {
+		t.Errorf("Receive on a publish-only transport: got %v, want ErrPublishOnly", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ds, err := engine.Receive(rctx, 10)
+	if err != nil || len(ds) != 1 || ds[0].Envelope.ID != "po-1" {
+		t.Fatalf("engine received %v (%v), want po-1", ds, err)
+	}
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	c, err := js.Consumer(ctx, stream, "idem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc := c.CachedInfo().Config; cc.MaxAckPending != 50 || len(cc.FilterSubjects) != 1 {
+		t.Errorf("consumer after a publish-only Open: MaxAckPending %d, filters %v; want the engine's 50 and one type", cc.MaxAckPending, cc.FilterSubjects)
+	}
+}

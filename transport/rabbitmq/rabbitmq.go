@@ -345,22 +345,50 @@ func (t *Transport) checkPartitions(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
+	n := t.cfg.Partitions
+	more, err := t.queueExists(conn, t.queue(n))
+	if err != nil {
+		return err
+	}
+	if more {
+		return fmt.Errorf("rabbitmq: queue %s exists, so another replica runs with more than %d partitions: use the same Config.Partitions on every replica (the queues are %s.p0 to %s.pN-1)",
+			t.queue(n), n, t.cfg.Namespace, t.cfg.Namespace)
+	}
+	// An existing namespace must have every partition queue: a replica
+	// (or a tool) with more partitions than the consumers would publish to
+	// queues nobody reads.
+	first, err := t.queueExists(conn, t.queue(0))
+	if err != nil || !first || n == 1 {
+		return err
+	}
+	last, err := t.queueExists(conn, t.queue(n-1))
+	if err != nil {
+		return err
+	}
+	if !last {
+		return fmt.Errorf("rabbitmq: queue %s does not exist but %s does, so the namespace was created with fewer than %d partitions: use the same Config.Partitions on every replica and tool",
+			t.queue(n-1), t.queue(0), n)
+	}
+	return nil
+}
+
+// queueExists declares q passively, on a channel of its own (a passive
+// declare of a missing queue closes its channel with 404).
+func (t *Transport) queueExists(conn *amqp.Connection, q string) (bool, error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("rabbitmq: opening a channel: %w", err)
+		return false, fmt.Errorf("rabbitmq: opening a channel: %w", err)
 	}
-	// A passive declare of a missing queue closes the channel with 404.
-	_, err = ch.QueueDeclarePassive(t.queue(t.cfg.Partitions), true, false, false, false, nil)
+	_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
 	var ae *amqp.Error
 	switch {
 	case err == nil:
 		_ = ch.Close()
-		return fmt.Errorf("rabbitmq: queue %s exists, so another replica runs with more than %d partitions: use the same Config.Partitions on every replica (the queues are %s.p0 to %s.pN-1)",
-			t.queue(t.cfg.Partitions), t.cfg.Partitions, t.cfg.Namespace, t.cfg.Namespace)
+		return true, nil
 	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-		return nil
+		return false, nil
 	default:
-		return t.explain("queue "+t.queue(t.cfg.Partitions), err)
+		return false, t.explain("queue "+q, err)
 	}
 }
 

@@ -105,6 +105,14 @@ func TestOpenRefuses(t *testing.T) {
 		err := openErr(t, amqpURL(t), rabbitmq.Config{Namespace: ns, Partitions: 2})
 		wantAdvice(t, err, "more than 2 partitions", "same Config.Partitions")
 	})
+	t.Run("MorePartitionsThanQueues", func(t *testing.T) {
+		// A tool (idem dlq replay, say) with the default 16 partitions on a
+		// namespace of 4 would publish into queues nobody consumes.
+		ns := namespace(t, 16)
+		open(t, rabbitmq.Config{Namespace: ns, Partitions: 4}).Close()
+		err := openErr(t, amqpURL(t), rabbitmq.Config{Namespace: ns, Partitions: 16})
+		wantAdvice(t, err, "fewer than 16 partitions", "same Config.Partitions")
+	})
 	t.Run("BadConfig", func(t *testing.T) {
 		err := openErr(t, amqpURL(t), rabbitmq.Config{Partitions: -1})
 		wantAdvice(t, err, "Config.Partitions")
