@@ -206,10 +206,15 @@ func NewMachine() *Machine {
 func step[M MissionRequested | MissionConfirmed | MissionLaunched | MissionCancelled](ev *saga.Event[Patient, M], to saga.State, legal bool) saga.Behavior[Patient] {
 	// A copy of the event accepted at its seq: the identity of the event
 	// accepted there (patient, seq and kind) is the copy's.
+	// A state stored before Kinds existed does not know the kind: such a
+	// seq is taken for a copy, as it was then.
 	stale := func(c *saga.Context[Patient], msg M) bool {
 		e := Event(msg)
+		if e.Seq > c.Data.LastSeq {
+			return false
+		}
 		k, ok := c.Data.KindAt(e.Seq)
-		return ok && EventID(e.Patient, e.Seq, k) == e.ID()
+		return !ok || EventID(e.Patient, e.Seq, k) == e.ID()
 	}
 	return saga.When(ev).
 		If(stale, func(b *saga.Activity[Patient, M]) *saga.Activity[Patient, M] { return b.Ignore() }).

@@ -3,9 +3,11 @@ package ledger_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/examples/dispatch/ledger"
+	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/sagatest"
 )
 
@@ -86,5 +88,20 @@ func TestConflictingEventAtAcceptedSeqIsRefused(t *testing.T) {
 	if len(dl) != 1 || dl[0].Envelope.ID != "desk-3-cancel" || dl[0].Reason != idem.ReasonPermanent ||
 		!strings.Contains(dl[0].Error, ledger.ErrConflict.Error()) {
 		t.Fatalf("dead letters %+v, want the CANCELLED at seq 3 as a conflict", dl)
+	}
+}
+
+// A patient stored before the saga recorded each event's kind (LastSeq set,
+// Kinds empty) still treats an event at or below LastSeq as a copy.
+func TestStateWithoutKindsTreatsOldSeqAsCopy(t *testing.T) {
+	m := ledger.NewMachine()
+	pn, _ := pseudonymizer(t).Pseudonym(rawID(1))
+	msg := ledger.MissionConfirmed{Patient: pn, Seq: 2, Kind: ledger.Confirmed}
+	res, err := m.Apply(saga.Input{
+		Msg: msg, MsgType: saga.MessageType(msg), Key: pn, MessageID: "late-copy", Now: time.Now(),
+		Exists: true, State: m.Idle, Data: []byte(`{"last_seq":3,"mission":1}`), SchemaVersion: m.SchemaVersion(),
+	})
+	if err != nil || res.Outcome != saga.Ignored {
+		t.Fatalf("Apply: outcome %v, error %v; want the copy ignored", res.Outcome, err)
 	}
 }
