@@ -52,7 +52,8 @@ type Config struct {
 	// job before answering 202 Accepted. Default 5s.
 	ConfirmWait time.Duration
 	// Engine is the base engine configuration (nil means the defaults);
-	// MaxBodyBytes is raised to MaxMessageBytes(MaxFileBytes).
+	// MaxBodyBytes is raised to MaxMessageBytes(MaxFileBytes), and to what
+	// a chunk of ChunkSize lines may take.
 	Engine *idem.Config
 	// Logger receives the app's and the engine's logs. Nil means
 	// slog.Default().
@@ -103,7 +104,7 @@ func New(q store.Queue, cfg *Config) (*App, error) {
 	if ec.Logger == nil {
 		ec.Logger = c.Logger
 	}
-	ec.MaxBodyBytes = max(ec.MaxBodyBytes, MaxMessageBytes(c.MaxFileBytes))
+	ec.MaxBodyBytes = max(ec.MaxBodyBytes, MaxMessageBytes(c.MaxFileBytes), maxChunkBytes(c.ChunkSize))
 	eng, err := idem.NewEngine(q, q, &ec)
 	if err != nil {
 		return nil, err
@@ -125,6 +126,13 @@ func New(q store.Queue, cfg *Config) (*App, error) {
 func MaxMessageBytes(maxFileBytes int) int {
 	return 4*((maxFileBytes+2)/3) + 64<<10
 }
+
+// maxLineJSON bounds one Line as JSON: its field names and numbers, a date,
+// and three fields of MaxFieldBytes that JSON escaping may grow sixfold.
+const maxLineJSON = 160 + 3*6*MaxFieldBytes
+
+// maxChunkBytes bounds a chunk of chunkSize lines as a message.
+func maxChunkBytes(chunkSize int) int { return chunkSize*maxLineJSON + 64<<10 }
 
 // Start runs the worker role: the engine consumes uploads, chunks and
 // reports until Stop or ctx ends.

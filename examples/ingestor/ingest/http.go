@@ -24,6 +24,9 @@ import (
 //	POST /imports/{id}/requeue    re-run the failed chunks
 //
 // Errors are JSON: {"error": "...", "problems": [{"line", "field", "message"}]}.
+// maxFileName bounds an uploaded file's name, which travels with the job.
+const maxFileName = 255
+
 func (a *App) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /imports", a.upload)
@@ -162,7 +165,9 @@ func readMultipart(r *http.Request, limit int64) (supplier, format, name string,
 			}
 			supplier = strings.TrimSpace(string(b))
 		case "file":
-			name = p.FileName()
+			if name = p.FileName(); len(name) > maxFileName {
+				return "", "", "", nil, fmt.Errorf("file name of %d bytes, longer than the %d allowed", len(name), maxFileName)
+			}
 			if format = formatOf(partType(p), name); format == "" {
 				return "", "", "", nil, fmt.Errorf("%w: file %q of type %q", errUnsupportedPart, name, partType(p))
 			}

@@ -398,6 +398,7 @@ func testValidation(t *testing.T, b backend) {
 		{"missing column", "text/csv", "advice_id,line_no\nA,1\n", 422, 1, "sku"},
 		{"bad date", "text/csv", header + "\nA,1,S,1,2026-01-01,FH01\nA,2,S,1,2026-13-45,FH01\n", 422, 3, "expected_date"},
 		{"bad quantity", "text/csv", header + "\nA,1,S,-4,2026-01-01,FH01\n", 422, 2, "quantity"},
+		{"over-long sku", "text/csv", header + "\nA,1," + strings.Repeat("S", ingest.MaxFieldBytes+1) + ",1,2026-01-01,FH01\n", 422, 2, "sku"},
 		{"empty file", "text/csv", "", 422, 0, ""},
 		{"header only", "text/csv", header + "\n", 422, 0, ""},
 		{"json unknown field", "application/json", `[{"advice_id":"A","line_no":1,"sku":"S","quantity":2,"expected_date":"2026-01-01","depot":"FH01","colour":"red"}]`, 422, 1, "colour"},
@@ -512,10 +513,12 @@ func testTransientRetry(t *testing.T, b backend) {
 func testEscapeHeavyFileAtLimit(t *testing.T, b backend) {
 	q, _ := b.open(t)
 	const limit = 256 << 10
-	h := newHarness(t, q, &ingest.Config{MaxFileBytes: limit, ChunkSize: 100}, true)
+	// Chunks of 2,000 such lines (about 1 MB as JSON, over the base64
+	// bound of the file itself) are the largest messages the import emits.
+	h := newHarness(t, q, &ingest.Config{MaxFileBytes: limit, ChunkSize: 2000}, true)
 	var file bytes.Buffer
 	file.WriteString(strings.Join(ingest.Columns, ",") + "\n")
-	sku := strings.Repeat("<&>", 80)
+	sku := strings.Repeat("<&>", ingest.MaxFieldBytes/3)
 	for i := 0; ; i++ {
 		line := fmt.Sprintf("ADV-%d,1,%s,1,2026-03-01,FH01\n", i, sku)
 		if file.Len()+len(line) > limit {

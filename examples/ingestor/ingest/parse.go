@@ -226,11 +226,18 @@ func parseJSON(content []byte) ([]Line, error) {
 	return lines, nil
 }
 
+// MaxFieldBytes bounds advice_id, sku and depot, so that a chunk of lines
+// has a bounded size as a message (see MaxMessageBytes).
+const MaxFieldBytes = 64
+
 func checkLine(c *collector, row int, get func(string) string) Line {
 	l := Line{Row: row, AdviceID: get("advice_id"), SKU: get("sku"), ExpectedDate: get("expected_date"), Depot: get("depot")}
 	for _, f := range []struct{ name, v string }{{"advice_id", l.AdviceID}, {"sku", l.SKU}, {"depot", l.Depot}} {
-		if f.v == "" {
+		switch {
+		case f.v == "":
 			c.add(row, f.name, "required")
+		case len(f.v) > MaxFieldBytes:
+			c.add(row, f.name, "%d bytes, longer than the %d allowed", len(f.v), MaxFieldBytes)
 		}
 	}
 	var err error
