@@ -77,7 +77,13 @@ the database cannot be used.`,
 			if !quiet {
 				o.Log = cmd.ErrOrStderr()
 			}
+			seen := map[string]bool{}
 			for _, spec := range transportSpecs {
+				name := transportName(spec)
+				if seen[name] {
+					return usageErrorf("--transport %s given twice: give each kind of broker once", name)
+				}
+				seen[name] = true
 				open, stop, err := benchTransport(cmd.Context(), spec)
 				if err != nil {
 					return err

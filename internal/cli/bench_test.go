@@ -143,6 +143,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "--store", "postgres://u@h/db", "--lanes", "0"}, "--lanes"},
 		{[]string{"bench", "--store", "postgres://u@h/db", "--dup", "1"}, "--dup"},
 		{[]string{"bench", "--store", "postgres://u@h/db", "--messages", "0"}, "--messages"},
+		{[]string{"bench", "--store", "postgres://u@h/db", "--transport", "amqp://a:secret@h1/", "--transport", "amqp://a:secret@h2/"}, "given twice"},
 	} {
 		code, _, errOut := run(t, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "secret") {

@@ -51,9 +51,10 @@ func newServe() *cobra.Command {
 		Long: `Run the engine with the example sagas (searchimport and order) registered,
 on the store given by --store or IDEM_STORE (default ` + defaultServeStore + `, a file in
 the working directory), which is also the queue unless --transport (or
-IDEM_TRANSPORT) names a broker: nats://host:4222 for NATS JetStream, or
+IDEM_TRANSPORT) names a broker: nats://host:4222 for NATS JetStream,
 ` + transportEmbedded + ` for a JetStream server inside this process with its files
-under --data-dir. It serves over HTTP:
+under --data-dir, or amqp://user:pass@host:5672/vhost for RabbitMQ
+(comma-separate the URLs of a cluster). It serves over HTTP:
 
   GET /healthz, GET /readyz, GET /metrics (Prometheus)
   GET /api/sagas?type=&state=&after=&limit=, GET /api/sagas/{type}/{key}
@@ -82,9 +83,9 @@ the HTTP server, then lets the engine finish the batch in flight.`,
 	}
 	o.store.register(cmd)
 	cmd.Flags().StringVar(&o.transport, "transport", os.Getenv("IDEM_TRANSPORT"),
-		"message transport: empty for the store's own queue, nats://host:4222 (comma-separated for a cluster) or "+transportEmbedded+" (default from IDEM_TRANSPORT)")
+		"message transport: empty for the store's own queue, nats://host:4222, "+transportEmbedded+" or amqp://user:pass@host:5672/vhost (comma-separate a cluster's URLs; default from IDEM_TRANSPORT)")
 	cmd.Flags().IntVar(&o.natsReplicas, "nats-replicas", envInt("IDEM_NATS_REPLICAS", 1),
-		"replicas of the JetStream stream (3 on a three-node cluster): created so, and start-up is refused when the stream has fewer (default from IDEM_NATS_REPLICAS)")
+		"NATS only: replicas of the JetStream stream (3 on a three-node cluster): created so, and start-up is refused when the stream has fewer (default from IDEM_NATS_REPLICAS)")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", "idem-data", "directory for an embedded broker's files (--transport "+transportEmbedded+")")
 	cmd.Flags().StringVar(&o.addr, "addr", defaultServeAddr, "host:port to listen on; a non-loopback address needs IDEM_ADMIN_TOKEN or --token-file")
 	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "file holding the admin token (instead of IDEM_ADMIN_TOKEN)")
