@@ -2,8 +2,10 @@ package idem_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/saga"
@@ -131,4 +133,75 @@ func TestIDAndTraceParentBounds(t *testing.T) {
 	if tp, found := sent[0].Headers[transport.HeaderTraceParent]; found {
 		t.Errorf("emission carries a %d-byte traceparent, want it dropped", len(tp))
 	}
+}
+
+// tooLarge refuses, as too large, every batch holding a message of one
+// type, as a broker with a size limit would.
+type tooLarge struct {
+	transport.Transport
+	typ string
+}
+
+func (l tooLarge) Publish(ctx context.Context, msgs []idem.Envelope) error {
+	for _, m := range msgs {
+		if m.Type == l.typ {
+			return fmt.Errorf("test broker: %s: %w", m.ID, transport.ErrTooLarge)
+		}
+	}
+	return l.Transport.Publish(ctx, msgs)
+}
+
+// An outbox message the transport refuses as too large is dead-lettered by
+// the relay (undeliverable), and the others of its batch are sent, instead
+// of the whole batch failing on every pass.
+func TestRelaySetsAsideWhatTheTransportCannotCarry(t *testing.T) {
+	m := saga.New[Counter]("emitter")
+	open := m.State("Open")
+	inc := saga.NewEvent[Inc](m, func(e Inc) string { return e.Key })
+	m.Initially(saga.When(inc).Then(func(c *saga.Context[Counter], e Inc) error {
+		c.Publish(Note{Key: e.Key})
+		c.Publish(Big{Key: e.Key})
+		return nil
+	}).TransitionTo(open))
+	m.During(open, saga.Ignore(inc))
+
+	b := setup(t, &options{machine: m, noStart: true})
+	e, err := idem.NewEngine(b.st, tooLarge{b.rec, saga.MessageType(Big{})}, &idem.Config{Logger: discard, Clock: b.clock.Now, RelayInterval: time.Hour, TimerInterval: time.Hour, SweepInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(m); err != nil {
+		t.Fatal(err)
+	}
+	consumed := func(context.Context, idem.Envelope) error { return nil }
+	for _, typ := range []string{noteType, saga.MessageType(Big{})} {
+		if err := e.Handle(typ, consumed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.engines = []*idem.Engine{e}
+	b.send("m-1", Inc{Key: "a", N: 1})
+	b.settle()
+	if got := len(b.rec.sent(noteType)); got != 0 {
+		t.Fatalf("Note sent %d times before the relay, want 0: its batch with Big was refused", got)
+	}
+
+	n, err := e.RelayOutbox(b.ctx, 0)
+	if err != nil {
+		t.Fatalf("RelayOutbox: %v, want the refused message set aside", err)
+	}
+	if n != 2 || len(b.rec.sent(noteType)) != 1 {
+		t.Errorf("relayed %d, Note sent %d times; want 2 rows settled and Note sent once", n, len(b.rec.sent(noteType)))
+	}
+	dls := b.deadLetters()
+	if len(dls) != 1 || dls[0].Reason != idem.ReasonUndeliverable || dls[0].Envelope.Type != saga.MessageType(Big{}) || dls[0].Key != "a" {
+		t.Fatalf("dead letters %+v, want Big as %s for saga a", dls, idem.ReasonUndeliverable)
+	}
+	if n, err := e.RelayOutbox(b.ctx, 0); err != nil || n != 0 {
+		t.Errorf("second relay: %d rows, %v; want an empty outbox", n, err)
+	}
+	b.stop()
 }

@@ -439,7 +439,13 @@ func (e *Engine) RelayOutbox(ctx context.Context, age time.Duration) (int, error
 		for i, m := range ms {
 			envs[i], ids[i] = m.Envelope, m.Envelope.ID
 		}
-		if err := e.tr.Publish(ctx, envs); err != nil {
+		if err := e.tr.Publish(ctx, envs); errors.Is(err, transport.ErrTooLarge) {
+			// One message the transport can never carry must not hold back
+			// the others of its batch on every pass.
+			if ids, err = e.relayOneByOne(ctx, ms); err != nil {
+				return total, err
+			}
+		} else if err != nil {
 			return total, fmt.Errorf("relay %d outbox messages: %w", len(envs), err)
 		}
 		if err := e.store.MarkSent(ctx, ids, e.cfg.Clock()); err != nil {
@@ -451,6 +457,58 @@ func (e *Engine) RelayOutbox(ctx context.Context, age time.Duration) (int, error
 			return total, nil
 		}
 	}
+}
+
+// relayOneByOne publishes ms one at a time, after their batch was refused
+// as too large: a message refused again with transport.ErrTooLarge is
+// recorded as a dead letter (ReasonUndeliverable) and returned with the
+// sent ones, to be marked sent; any other failure stops the relay.
+func (e *Engine) relayOneByOne(ctx context.Context, ms []store.OutboxMessage) ([]string, error) {
+	var done []string
+	var dead []store.DeadLetter
+	for _, m := range ms {
+		err := e.tr.Publish(ctx, []Envelope{m.Envelope})
+		switch {
+		case errors.Is(err, transport.ErrTooLarge):
+			now := e.cfg.Clock()
+			dead = append(dead, store.DeadLetter{
+				ID: m.Envelope.ID, Envelope: m.Envelope, Reason: ReasonUndeliverable, Error: err.Error(),
+				SagaType: m.Envelope.Headers[transport.HeaderSagaType], Key: m.Envelope.Headers[transport.HeaderSagaKey],
+				Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
+			})
+		case err != nil:
+			if derr := e.recordUndeliverable(ctx, dead); derr != nil {
+				return nil, derr
+			}
+			return nil, fmt.Errorf("relay outbox message %s: %w", m.Envelope.ID, err)
+		}
+		done = append(done, m.Envelope.ID)
+	}
+	if err := e.recordUndeliverable(ctx, dead); err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// recordUndeliverable stores the dead letters of messages the transport
+// refused, before their outbox rows are marked sent.
+func (e *Engine) recordUndeliverable(ctx context.Context, dead []store.DeadLetter) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	uow, err := e.store.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("record %d undeliverable messages: %w", len(dead), err)
+	}
+	if err := uow.Commit(ctx, &store.Changes{DeadLetters: dead}); err != nil {
+		_ = uow.Rollback(ctx)
+		return fmt.Errorf("record %d undeliverable messages: %w", len(dead), err)
+	}
+	for _, d := range dead {
+		e.log.Error("outbox message undeliverable: dead-lettered", "id", d.ID, "type", d.Envelope.Type, "error", d.Error)
+	}
+	e.stats.deadLettered.Add(int64(len(dead)))
+	return nil
 }
 
 func (e *Engine) relay(ctx context.Context) {

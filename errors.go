@@ -20,6 +20,9 @@ const (
 	ReasonSchema           = "state_schema"
 	ReasonPermanent        = "permanent_error"
 	ReasonRetriesExhausted = "retries_exhausted"
+	// ReasonUndeliverable marks an emitted message the transport refused
+	// as too large (transport.ErrTooLarge) when the outbox relay sent it.
+	ReasonUndeliverable = "undeliverable"
 )
 
 // MaxIDBytes is the longest message ID (or idempotency key) the engine

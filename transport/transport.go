@@ -37,6 +37,12 @@ var ErrClosed = errors.New("transport closed")
 // not affect the newer delivery (fencing).
 var ErrLeaseLost = errors.New("delivery lease lost")
 
+// ErrTooLarge is wrapped by Publish's error for a message the transport
+// can never carry (over its size limit). Publishing it again will fail
+// again: the engine's outbox relay sets such a message aside as a dead
+// letter instead of retrying it with the others.
+var ErrTooLarge = errors.New("message too large for the transport")
+
 // Envelope is one message as it travels through a transport and is stored in
 // outboxes and dead-letter stores. The zero value is not valid: ID and Type
 // are required.

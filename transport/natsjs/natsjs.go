@@ -159,7 +159,7 @@ var (
 // ErrTooLarge is wrapped by the error Publish returns for an envelope that
 // does not fit in one NATS message: its Body is longer than
 // MaxMessageBytes, or its metadata does not fit beside its Body.
-var ErrTooLarge = errors.New("natsjs: message too large")
+var ErrTooLarge = fmt.Errorf("natsjs: %w", transport.ErrTooLarge)
 
 // HeaderReserve is the part of the server's max_payload that
 // MaxMessageBytes keeps for the NATS headers of an envelope: the
