@@ -12,11 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/internal/bench"
+	"github.com/idemhq/idem/internal/testenv"
 )
 
 func TestBenchSmallRun(t *testing.T) {
 	t.Parallel()
-	url := pgURL(t)
+	url := testenv.PostgresURL(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := "t_" + hex.EncodeToString(b[:])

@@ -23,13 +23,6 @@ import (
 	"github.com/idemhq/idem/transport/natsjs"
 )
 
-// pgURL returns IDEM_TEST_PG_URL, skipping the test without it (failing
-// when IDEM_REQUIRE_SERVERS is set).
-func pgURL(t *testing.T) string {
-	t.Helper()
-	return testenv.PostgresURL(t)
-}
-
 // pgBundle is one test's PostgreSQL schema, dropped at cleanup.
 type pgBundle struct {
 	t      *testing.T
@@ -39,7 +32,7 @@ type pgBundle struct {
 
 func setupPG(t *testing.T) *pgBundle {
 	t.Helper()
-	u := pgURL(t)
+	u := testenv.PostgresURL(t)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := "cli_" + hex.EncodeToString(b[:])

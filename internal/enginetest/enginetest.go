@@ -17,6 +17,7 @@ import (
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
+	"github.com/jackc/pgx/v5"
 )
 
 // Counter is the saga's state document.
@@ -220,4 +221,26 @@ func CheckExactlyOnce(t *testing.T, st store.Store, q QueryRow, want map[string]
 	if err := q(`SELECT count(*) FROM idem_dead_letters`, &dead); err != nil || dead != 0 {
 		t.Errorf("dead letters: %d (%v), want 0", dead, err)
 	}
+}
+
+// SchemaConn connects to the PostgreSQL server at url with search_path set
+// to schema, for reading a store's tables; it is closed when t ends.
+func SchemaConn(t testing.TB, url, schema string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// Rows is the QueryRow of a PostgreSQL connection.
+func Rows(conn *pgx.Conn) QueryRow {
+	return func(q string, dest ...any) error { return conn.QueryRow(context.Background(), q).Scan(dest...) }
 }

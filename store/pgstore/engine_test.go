@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 )
@@ -25,29 +26,15 @@ func newEngine(t testing.TB, st *pgstore.Store, cfg *idem.Config) *idem.Engine {
 }
 
 // rows queries conn for the shared checks.
-func rows(conn *pgx.Conn) enginetest.QueryRow {
-	return func(q string, dest ...any) error { return conn.QueryRow(context.Background(), q).Scan(dest...) }
-}
-
 func schemaConn(t testing.TB, schema string) *pgx.Conn {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(pgURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	conn, err := pgx.ConnectConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
+	return enginetest.SchemaConn(t, testenv.PostgresURL(t), schema)
 }
 
 // Three engines with separate pools on one database, fed every message three
 // times: nothing applied twice, nothing lost, conflicts counted and retried.
 func TestEnginesOnSeparatePoolsExactlyOnce(t *testing.T) {
-	pgURL(t)
+	testenv.PostgresURL(t)
 	first := openStore(t, pgstore.Config{Lease: 5 * time.Second})
 	schema := first.Schema()
 	var engines []*idem.Engine
@@ -55,7 +42,7 @@ func TestEnginesOnSeparatePoolsExactlyOnce(t *testing.T) {
 		st := first
 		if i > 0 {
 			var err error
-			st, err = pgstore.Open(context.Background(), pgURL(t), &pgstore.Config{Schema: schema, Lease: 5 * time.Second, MaxConns: 8})
+			st, err = pgstore.Open(context.Background(), testenv.PostgresURL(t), &pgstore.Config{Schema: schema, Lease: 5 * time.Second, MaxConns: 8})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +64,7 @@ func TestEnginesOnSeparatePoolsExactlyOnce(t *testing.T) {
 		}
 	}
 	conn := schemaConn(t, schema)
-	enginetest.WaitSettled(t, rows(conn), 60*time.Second)
+	enginetest.WaitSettled(t, enginetest.Rows(conn), 60*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, e := range engines {
@@ -85,7 +72,7 @@ func TestEnginesOnSeparatePoolsExactlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	enginetest.CheckExactlyOnce(t, first, rows(conn), want, perKey)
+	enginetest.CheckExactlyOnce(t, first, enginetest.Rows(conn), want, perKey)
 	s := idem.SumStats(engines...)
 	if s.Duplicates == 0 {
 		t.Errorf("stats %+v: want duplicates skipped by the inbox", s)
@@ -114,8 +101,8 @@ func runWorker() int {
 // times, one worker killed with SIGKILL mid-run and restarted: every saga
 // ends in its expected state, checked from the database.
 func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
-	url := pgURL(t)
+	url := testenv.PostgresURL(t)
 	st := openStore(t, pgstore.Config{})
 	conn := schemaConn(t, st.Schema())
-	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), rows(conn), "IDEM_PG_WORKER_SCHEMA="+st.Schema(), "IDEM_TEST_PG_URL="+url)
+	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), enginetest.Rows(conn), "IDEM_PG_WORKER_SCHEMA="+st.Schema(), "IDEM_TEST_PG_URL="+url)
 }

@@ -19,18 +19,11 @@ import (
 	"github.com/idemhq/idem/transport/transporttest"
 )
 
-// pgURL returns the test server's URL, or skips the test. scripts/test sets
-// IDEM_REQUIRE_SERVERS=1, which turns the skip into a failure.
-func pgURL(t testing.TB) string {
-	t.Helper()
-	return testenv.PostgresURL(t)
-}
-
 // openStore returns a store on a fresh schema of its own, dropped when the
 // test ends.
 func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 	t.Helper()
-	url := pgURL(t)
+	url := testenv.PostgresURL(t)
 	cfg.Schema = "t_" + randHex()
 	cfg.Migrate = true
 	if cfg.MaxConns == 0 {
@@ -57,12 +50,12 @@ func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 }
 
 func TestStoreConformance(t *testing.T) {
-	pgURL(t)
+	testenv.PostgresURL(t)
 	storetest.Run(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
 }
 
 func TestQueueConformance(t *testing.T) {
-	pgURL(t)
+	testenv.PostgresURL(t)
 	const lease = 300 * time.Millisecond
 	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
 		return openStore(t, pgstore.Config{Lease: lease, PollInterval: 100 * time.Millisecond})
@@ -76,7 +69,7 @@ func randHex() string {
 }
 
 func TestReceivePartitionSplitsKeys(t *testing.T) {
-	pgURL(t)
+	testenv.PostgresURL(t)
 	t.Parallel()
 	s := openStore(t, pgstore.Config{})
 	ctx := context.Background()

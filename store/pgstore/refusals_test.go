@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 )
@@ -43,7 +44,7 @@ func TestOpenRefusesUnreachableServer(t *testing.T) {
 
 func TestOpenRefusesMissingSchemaWithoutMigrate(t *testing.T) {
 	t.Parallel()
-	u := pgURL(t)
+	u := testenv.PostgresURL(t)
 	_, err := pgstore.Open(context.Background(), u, &pgstore.Config{Schema: "never_migrated_" + randHex()})
 	if !errors.Is(err, pgstore.ErrNotMigrated) || !strings.Contains(err.Error(), "idem migrate") {
 		t.Fatalf("Open on an empty schema: got %v, want ErrNotMigrated saying to run idem migrate", err)
@@ -52,7 +53,7 @@ func TestOpenRefusesMissingSchemaWithoutMigrate(t *testing.T) {
 
 func TestOpenRefusesAsynchronousCommit(t *testing.T) {
 	t.Parallel()
-	u := withOptions(t, pgURL(t), "-c synchronous_commit=off")
+	u := withOptions(t, testenv.PostgresURL(t), "-c synchronous_commit=off")
 	_, err := pgstore.Open(context.Background(), u, &pgstore.Config{Schema: "unsafe_" + randHex()})
 	if !errors.Is(err, pgstore.ErrUnsafeCommit) || !strings.Contains(err.Error(), "synchronous_commit=off") || !strings.Contains(err.Error(), "AllowUnsafeCommit") {
 		t.Fatalf("Open with synchronous_commit=off: got %v, want ErrUnsafeCommit naming the setting and the opt-in", err)
@@ -72,7 +73,7 @@ func TestOpenRefusesAsynchronousCommit(t *testing.T) {
 
 func TestMigrateWithoutPermissionSaysWhatToDo(t *testing.T) {
 	t.Parallel()
-	u := pgURL(t)
+	u := testenv.PostgresURL(t)
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, u)
 	if err != nil {

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
@@ -18,41 +16,25 @@ import (
 // cannot commit with the state, so the inbox (duplicates) and the outbox
 // relay (emitted messages) carry exactly-once.
 
-// pgURL returns the PostgreSQL server of the tests, from IDEM_TEST_PG_URL.
-// Without it the test is skipped, unless IDEM_REQUIRE_SERVERS is set.
-func pgURL(t testing.TB) string {
-	t.Helper()
-	return testenv.PostgresURL(t)
-}
-
 // openPG returns a store on a fresh schema, dropped when the test ends, and
 // a connection to query it.
 func openPG(t testing.TB) (*pgstore.Store, enginetest.QueryRow) {
 	t.Helper()
-	url := pgURL(t)
+	url := testenv.PostgresURL(t)
 	schema := randName("t_")
 	ctx := context.Background()
 	st, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, MaxConns: 10})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := enginetest.SchemaConn(t, url, schema) // closed after the cleanup below
 	t.Cleanup(func() {
 		_ = st.Close()
 		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
 			t.Errorf("drop schema %s: %v", schema, err)
 		}
-		conn.Close(ctx)
 	})
-	return st, func(q string, dest ...any) error { return conn.QueryRow(ctx, q).Scan(dest...) }
+	return st, enginetest.Rows(conn)
 }
 
 // settled reports whether nothing is in flight: no message waiting in or
@@ -112,7 +94,7 @@ func TestEngineExactlyOnceOnPostgres(t *testing.T) {
 // again on the same port and storage: every saga ends in its expected
 // state, and the stream, the outbox and the timers drain.
 func TestWorkerProcessesSurviveSIGKILLAndBrokerRestart(t *testing.T) {
-	url := pgURL(t)
+	url := testenv.PostgresURL(t)
 	st, q := openPG(t)
 	dir := t.TempDir()
 	srv, err := natsjs.Embedded(context.Background(), dir, nil)

@@ -24,15 +24,10 @@ import (
 	"github.com/idemhq/idem/transport/rabbitmq"
 )
 
-func pgURL(t testing.TB) string {
-	t.Helper()
-	return testenv.PostgresURL(t)
-}
-
 // openStore returns a pgstore on a fresh schema, dropped when the test ends.
 func openStore(t testing.TB) *pgstore.Store {
 	t.Helper()
-	url := pgURL(t)
+	url := testenv.PostgresURL(t)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	schema := "t_rmq_" + hex.EncodeToString(b)
@@ -59,17 +54,7 @@ func openStore(t testing.TB) *pgstore.Store {
 // query reads the store's schema.
 func query(t testing.TB, schema string) enginetest.QueryRow {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(pgURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	conn, err := pgx.ConnectConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return func(q string, dest ...any) error { return conn.QueryRow(context.Background(), q).Scan(dest...) }
+	return enginetest.Rows(enginetest.SchemaConn(t, testenv.PostgresURL(t), schema))
 }
 
 // brokerMessages counts the messages (ready and unacknowledged) in the
@@ -114,7 +99,7 @@ func settled(t testing.TB, q enginetest.QueryRow, ns string) func() (bool, error
 // three consumers on partitions of the keys), every message published three
 // times: nothing applied twice, nothing lost.
 func TestEngineOnPostgresExactlyOnce(t *testing.T) {
-	amqpURL(t)
+	testenv.AMQPURL(t)
 	st := openStore(t)
 	ns := namespace(t, 4)
 	var engines []*idem.Engine
@@ -175,7 +160,7 @@ func TestMain(m *testing.M) {
 // restarted, then the broker restarted: every saga ends in its expected
 // state, nothing left in the broker, the outbox or the timers.
 func TestWorkerProcessesSurviveSIGKILLAndBrokerRestart(t *testing.T) {
-	amqpURL(t)
+	testenv.AMQPURL(t)
 	restart := hook(t, "IDEM_TEST_AMQP_RESTART")
 	hook(t, "IDEM_TEST_AMQP_CTL")
 	st := openStore(t)

@@ -14,13 +14,6 @@ import (
 	"github.com/idemhq/idem/transport/transporttest"
 )
 
-// amqpURL returns the test broker's URL, skipping the test without one
-// (failing when scripts/test promised one).
-func amqpURL(t testing.TB) string {
-	t.Helper()
-	return testenv.AMQPURL(t)
-}
-
 // hook returns the path of a script scripts/rabbitmq.sh exported in env,
 // skipping (or failing under IDEM_REQUIRE_SERVERS) without it.
 func hook(t testing.TB, env string) string {
@@ -45,7 +38,7 @@ func namespace(t testing.TB, partitions int) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	ns := "t" + hex.EncodeToString(b)
-	url := amqpURL(t)
+	url := testenv.AMQPURL(t)
 	t.Cleanup(func() { deleteNamespace(t, url, ns, partitions) })
 	return ns
 }
@@ -63,7 +56,7 @@ func open(t testing.TB, cfg rabbitmq.Config, url ...string) *rabbitmq.Transport 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	u := amqpURL(t)
+	u := testenv.AMQPURL(t)
 	if len(url) > 0 {
 		u = url[0]
 	}
@@ -76,7 +69,7 @@ func open(t testing.TB, cfg rabbitmq.Config, url ...string) *rabbitmq.Transport 
 }
 
 func TestConformance(t *testing.T) {
-	amqpURL(t)
+	testenv.AMQPURL(t)
 	const lease = time.Second
 	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
 		return open(t, rabbitmq.Config{Namespace: namespace(t, 2), Partitions: 2, Lease: lease})

@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/rabbitmq"
 )
@@ -18,7 +19,7 @@ import (
 // withUser returns the test URL with other credentials or virtual host.
 func withURL(t *testing.T, user, pass, vhost string) string {
 	t.Helper()
-	u, err := url.Parse(amqpURL(t))
+	u, err := url.Parse(testenv.AMQPURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func wantAdvice(t *testing.T, err error, advice ...string) {
 }
 
 func TestOpenRefuses(t *testing.T) {
-	amqpURL(t)
+	testenv.AMQPURL(t)
 	t.Run("Unreachable", func(t *testing.T) {
 		err := openErr(t, "amqp://guest:secret-pw@127.0.0.1:1/", rabbitmq.Config{})
 		wantAdvice(t, err, "cannot reach the broker at amqp://guest:xxxxx@127.0.0.1:1/", "running and listening")
@@ -84,7 +85,7 @@ func TestOpenRefuses(t *testing.T) {
 	})
 	t.Run("ClassicQueueInTheWay", func(t *testing.T) {
 		ns := namespace(t, 2)
-		conn, err := amqp.Dial(amqpURL(t))
+		conn, err := amqp.Dial(testenv.AMQPURL(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,13 +97,13 @@ func TestOpenRefuses(t *testing.T) {
 		if _, err := ch.QueueDeclare(ns+".p1", true, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
-		err = openErr(t, amqpURL(t), rabbitmq.Config{Namespace: ns, Partitions: 2})
+		err = openErr(t, testenv.AMQPURL(t), rabbitmq.Config{Namespace: ns, Partitions: 2})
 		wantAdvice(t, err, ns+".p1 already exists with other settings", "inequivalent arg", "quorum", "Config.Namespace")
 	})
 	t.Run("FewerPartitionsThanQueues", func(t *testing.T) {
 		ns := namespace(t, 4)
 		open(t, rabbitmq.Config{Namespace: ns, Partitions: 4}).Close()
-		err := openErr(t, amqpURL(t), rabbitmq.Config{Namespace: ns, Partitions: 2})
+		err := openErr(t, testenv.AMQPURL(t), rabbitmq.Config{Namespace: ns, Partitions: 2})
 		wantAdvice(t, err, "more than 2 partitions", "same Config.Partitions")
 	})
 	t.Run("MorePartitionsThanQueues", func(t *testing.T) {
@@ -110,11 +111,11 @@ func TestOpenRefuses(t *testing.T) {
 		// namespace of 4 would publish into queues nobody consumes.
 		ns := namespace(t, 16)
 		open(t, rabbitmq.Config{Namespace: ns, Partitions: 4}).Close()
-		err := openErr(t, amqpURL(t), rabbitmq.Config{Namespace: ns, Partitions: 16})
+		err := openErr(t, testenv.AMQPURL(t), rabbitmq.Config{Namespace: ns, Partitions: 16})
 		wantAdvice(t, err, "fewer than 16 partitions", "same Config.Partitions")
 	})
 	t.Run("BadConfig", func(t *testing.T) {
-		err := openErr(t, amqpURL(t), rabbitmq.Config{Partitions: -1})
+		err := openErr(t, testenv.AMQPURL(t), rabbitmq.Config{Partitions: -1})
 		wantAdvice(t, err, "Config.Partitions")
 	})
 }
@@ -172,7 +173,7 @@ func TestReconnectsAfterBrokerRestart(t *testing.T) {
 // skipped, and only when none answers is Open refused, naming each.
 func TestOpenTriesEveryURL(t *testing.T) {
 	ns := namespace(t, 1)
-	tr := open(t, rabbitmq.Config{Namespace: ns, Partitions: 1}, "amqp://guest:guest@127.0.0.1:1/, "+amqpURL(t))
+	tr := open(t, rabbitmq.Config{Namespace: ns, Partitions: 1}, "amqp://guest:guest@127.0.0.1:1/, "+testenv.AMQPURL(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	env := transport.Envelope{ID: "m1", Type: "test.Ping", SentAt: time.Now()}

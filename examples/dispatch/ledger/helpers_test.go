@@ -55,13 +55,6 @@ type backend struct {
 // args returns the -db and -schema flags for the command line.
 func (b backend) args() []string { return []string{"-db", b.dsn, "-schema", b.schema} }
 
-// pgURL returns the test server's URL, or skips the test. scripts/test sets
-// IDEM_REQUIRE_SERVERS=1, which turns the skip into a failure.
-func pgURL(t testing.TB) string {
-	t.Helper()
-	return testenv.PostgresURL(t)
-}
-
 func randHex() string {
 	var b [6]byte
 	rand.Read(b[:])
@@ -74,7 +67,7 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 		fn(t, backend{name: "sqlite", dsn: filepath.Join(t.TempDir(), "dispatch.db"), schema: "dispatch"})
 	})
 	t.Run("postgres", func(t *testing.T) {
-		url := pgURL(t)
+		url := testenv.PostgresURL(t)
 		b := backend{name: "postgres", dsn: url, schema: "dispatch_" + randHex()}
 		t.Cleanup(func() {
 			ctx := context.Background()

@@ -29,13 +29,6 @@ import (
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
-// pgURL returns the test server's URL, or skips the test. scripts/test sets
-// IDEM_REQUIRE_SERVERS=1, which turns the skip into a failure.
-func pgURL(t testing.TB) string {
-	t.Helper()
-	return testenv.PostgresURL(t)
-}
-
 func randHex() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -61,7 +54,7 @@ func backends() []backend {
 			return q, []string{"INGESTOR_TEST_DB=" + path}
 		}},
 		{"postgres", func(t testing.TB) (store.Queue, []string) {
-			url := pgURL(t)
+			url := testenv.PostgresURL(t)
 			schema := "ingest_" + randHex()
 			ctx := context.Background()
 			q, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond, MaxConns: 8, Logger: quiet()})
