@@ -104,18 +104,12 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 	return e, nil
 }
 
-// messageLimiter is a transport that carries message bodies up to a size.
-type messageLimiter interface {
-	// MaxMessageBytes is the largest Envelope.Body Publish accepts.
-	MaxMessageBytes() int
-}
-
 // fitBodyLimit keeps Config.MaxBodyBytes within what the transport carries:
 // a saga's emission over the transport's limit would stay in the outbox
 // forever, failing every relay of its batch. The default is lowered to the
 // transport's limit; a value the user set above it is refused.
 func fitBodyLimit(c *Config, given *Config, tr transport.Transport) error {
-	l, ok := tr.(messageLimiter)
+	l, ok := tr.(transport.SizeLimiter)
 	if !ok || l.MaxMessageBytes() <= 0 || c.MaxBodyBytes <= l.MaxMessageBytes() {
 		return nil
 	}

@@ -42,6 +42,22 @@ var ErrConflict = errors.New("concurrent modification")
 // returns it.
 var ErrNotFound = errors.New("not found")
 
+// ErrRejected is wrapped by Load and Commit when the database refused the
+// data itself rather than failing to store it: a value the store cannot
+// represent (PostgreSQL refuses U+0000 in text and jsonb), a string too
+// long for its column, an index row too large. Trying the same data again
+// fails the same way, so the engine isolates the message that carries it
+// and dead-letters it instead of retrying. The error's text names the
+// field. Check with errors.Is.
+var ErrRejected = errors.New("data rejected by the store")
+
+// PoolSizer is implemented by stores that serve a bounded number of
+// connections at once. The engine refuses to start when its own loops
+// need more than PoolSize connections, instead of waiting forever for one.
+type PoolSizer interface {
+	PoolSize() int
+}
+
 // Status values of an instance.
 const (
 	StatusActive   = "active"

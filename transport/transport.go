@@ -150,6 +150,21 @@ type PartitionedConsumer interface {
 	ReceivePartition(ctx context.Context, max, part, parts int) ([]Delivery, error)
 }
 
+// SizeLimiter is implemented by transports that carry envelope bodies only
+// up to a size. The engine keeps Config.MaxBodyBytes within the limit, so
+// that no saga can emit a message the transport would refuse.
+type SizeLimiter interface {
+	// MaxMessageBytes is the largest Envelope.Body Publish accepts.
+	MaxMessageBytes() int
+}
+
+// PendingCounter is implemented by transports that can count the messages
+// they hold: ready ones waiting to be handed out, and unacked ones handed
+// out but not yet settled. Operators read it as the queue depth.
+type PendingCounter interface {
+	Pending(ctx context.Context) (ready, unacked int, err error)
+}
+
 // Transport is a Publisher and a Consumer. Close releases resources; after
 // Close, every method returns ErrClosed.
 type Transport interface {

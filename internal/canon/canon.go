@@ -47,3 +47,18 @@ func Key(raw string, maxLen int) (string, error) {
 	}
 	return k, nil
 }
+
+// PartitionKey is the string a transport hashes to choose an envelope's
+// partition: the canonical form of correlationID, so that the NFC and NFD
+// forms of one key always share a partition (and so a consumer, and so an
+// order). A correlation ID that is not a valid key is used as it is (the
+// consumer dead-letters it), and an empty one falls back to id.
+func PartitionKey(correlationID, id string) string {
+	if correlationID == "" {
+		return id
+	}
+	if k, err := Key(correlationID, len(correlationID)+1); err == nil {
+		return k
+	}
+	return correlationID
+}

@@ -153,7 +153,7 @@ type Transport struct {
 
 var (
 	_ transport.Transport                = (*Transport)(nil)
-	_ interface{ MaxMessageBytes() int } = (*Transport)(nil)
+	_ transport.SizeLimiter = (*Transport)(nil)
 )
 
 // ErrTooLarge is wrapped by the error Publish returns for an envelope that
