@@ -152,7 +152,7 @@ type Transport struct {
 }
 
 var (
-	_ transport.Transport                = (*Transport)(nil)
+	_ transport.Transport   = (*Transport)(nil)
 	_ transport.SizeLimiter = (*Transport)(nil)
 )
 
