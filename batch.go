@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sync/errgroup"
 
@@ -39,6 +42,24 @@ type item struct {
 }
 
 func (it *item) sagaKey() store.Key { return store.Key{SagaType: it.typ, Key: it.key} }
+
+// inboxKey is the item's dedup identity: its saga, and its message ID
+// qualified by its message type, so that two producers whose IDs overlap
+// do not have each other's messages skipped. (A handler's inbox key holds
+// the message type already.) The separator U+001F cannot occur in a type
+// (transport.ValidateEnvelope refuses control characters there), so the
+// form is unambiguous.
+func (it *item) inboxKey() store.InboxKey {
+	id := it.msgID
+	if it.h == nil {
+		id = it.d.Envelope.Type + inboxTypeSep + id
+	}
+	return store.InboxKey{SagaType: it.typ, Key: it.key, MessageID: id}
+}
+
+// inboxTypeSep separates the message type from the dedup ID in a saga's
+// inbox records.
+const inboxTypeSep = "\x1f"
 
 var laneSeed = maphash.MakeSeed()
 
@@ -95,6 +116,14 @@ func (e *Engine) decode(d transport.Delivery) *item {
 	if env.ID == "" {
 		return bad(ReasonMissingID, fmt.Errorf("message of type %q has no ID", env.Type))
 	}
+	if err := transport.ValidateEnvelope(env); err != nil {
+		// No store can be trusted with the field: the dead letter's ID is
+		// derived from the raw values, never the values themselves.
+		var fe *transport.FieldError
+		errors.As(err, &fe)
+		it.msgID = ids.Derive("invalid", env.ID, env.IdempotencyKey, env.Type)
+		return bad(invalidReason(fe.Field), err)
+	}
 	if len(env.ID) > MaxIDBytes || len(env.IdempotencyKey) > MaxIDBytes {
 		// The ID travels on as the causation ID of every emission: an
 		// unbounded one could make them too large for a broker's limit.
@@ -133,15 +162,13 @@ var conflictPause = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time.M
 // runLane commits the lane's unit of work, re-applying it after conflicts.
 // After the first conflict a lane with several keys is split into one unit
 // of work per key, so one contended key does not hold back the others.
+// Other failures go to storeFailed.
 func (e *Engine) runLane(ctx context.Context, items []*item) {
 	for attempt := 1; ; attempt++ {
 		began := time.Now()
 		res, err := e.unitOfWork(ctx, items)
 		if err == nil {
-			if e.cfg.Observe != nil {
-				e.cfg.Observe(Observation{Messages: len(items), Applied: int(res.counts.applied), Duration: time.Since(began), Conflicts: attempt - 1})
-			}
-			e.settle(ctx, res)
+			e.committed(ctx, items, res, began, attempt)
 			return
 		}
 		switch {
@@ -161,14 +188,142 @@ func (e *Engine) runLane(ctx context.Context, items []*item) {
 			e.log.WarnContext(ctx, "lease lost before commit; another consumer owns the messages", "messages", len(items), "error", err)
 			return
 		}
-		// A transient store error, or a commit whose outcome is unknown: the
-		// redelivery finds the inbox records if the commit happened.
-		e.log.ErrorContext(ctx, "unit of work failed; returning messages to the transport", "messages", len(items), "error", err)
-		for _, it := range items {
-			e.nack(ctx, it.d, e.retry.Delay(it.d.Attempt))
+		var uc *uncertainCommit
+		if errors.As(err, &uc) && e.landed(ctx, uc) {
+			e.committed(ctx, items, uc.res, began, attempt)
+			return
 		}
+		e.storeFailed(ctx, items, err)
 		return
 	}
+}
+
+func (e *Engine) committed(ctx context.Context, items []*item, res *laneResult, began time.Time, attempt int) {
+	if e.cfg.Observe != nil {
+		e.cfg.Observe(Observation{Messages: len(items), Applied: int(res.counts.applied), Duration: time.Since(began), Conflicts: attempt - 1})
+	}
+	e.settle(ctx, res)
+}
+
+// storeFailed handles a unit of work that failed for a reason other than
+// a conflict. Three cases:
+//
+//   - the store refused the data itself (store.ErrRejected): the same
+//     data fails the same way, so the lane is split into one unit of work
+//     per message, and the one message refused alone is dead-lettered
+//     with a reason naming what was refused;
+//   - the store could not even begin (it is down or unreachable): every
+//     message goes back with backoff and nothing is dead-lettered;
+//   - any other store error: the messages go back with backoff, and once
+//     one of them has used up Config.MaxAttempts the lane is split, so
+//     that a message whose unit of work keeps failing alone is
+//     dead-lettered (ReasonRetriesExhausted). The dead letter's own commit
+//     tells a broken database apart from a broken message: when the
+//     database cannot commit that either, the message goes back again.
+func (e *Engine) storeFailed(ctx context.Context, items []*item, err error) {
+	var be *beginError
+	rejected := errors.Is(err, store.ErrRejected)
+	exhausted := slices.ContainsFunc(items, func(it *item) bool { return it.d.Attempt >= e.cfg.MaxAttempts })
+	switch {
+	case ctx.Err() != nil, errors.As(err, &be), items[0].reason != "" && len(items) == 1:
+		// Stopping, the store is unreachable, or even a dead letter failed.
+	case len(items) > 1 && (rejected || exhausted):
+		e.log.WarnContext(ctx, "unit of work failed; retrying its messages one by one", "messages", len(items), "error", err)
+		for _, it := range items {
+			e.runLane(ctx, []*item{it})
+		}
+		return
+	case rejected || exhausted:
+		it := items[0]
+		it.reason, it.badErr = ReasonRetriesExhausted, fmt.Errorf("the store failed this message's unit of work on %d attempts: %w", it.d.Attempt, err)
+		var re *store.RejectedError
+		switch {
+		case errors.As(err, &re) && re.Field == "state":
+			it.reason, it.badErr = ReasonInvalidState, err
+		case rejected:
+			it.reason, it.badErr = ReasonUnstorable, err
+		}
+		e.runLane(ctx, items)
+		return
+	}
+	// A transient store error, or a commit whose outcome stayed unknown:
+	// the redelivery finds the inbox records if the commit happened.
+	e.log.ErrorContext(ctx, "unit of work failed; returning messages to the transport", "messages", len(items), "error", err)
+	for _, it := range items {
+		e.nack(ctx, it.d, e.retry.Delay(it.d.Attempt))
+	}
+}
+
+// beginError marks a unit of work that could not begin: the store is
+// unreachable, which says nothing about the messages.
+type beginError struct{ err error }
+
+func (e *beginError) Error() string { return "begin: " + e.err.Error() }
+func (e *beginError) Unwrap() error { return e.err }
+
+// uncertainCommit is a Commit that failed for a reason that leaves its
+// outcome unknown (the connection was lost during COMMIT, for one). It
+// keeps what the unit of work would settle, and what to read back to learn
+// whether it landed.
+type uncertainCommit struct {
+	err   error
+	res   *laneResult
+	inbox []store.InboxKey
+	dead  []string // dead-letter IDs, when the unit of work wrote no inbox record
+}
+
+func (u *uncertainCommit) Error() string { return u.err.Error() }
+func (u *uncertainCommit) Unwrap() error { return u.err }
+
+// landedTries bounds the read-backs of an uncertain commit.
+const landedTries = 5
+
+// landed reads back the records an uncertain commit wrote, retrying while
+// the store does not answer, and reports whether the commit happened: its
+// messages are then settled and counted as applied, as the store confirms,
+// instead of being redelivered and counted as duplicates.
+func (e *Engine) landed(ctx context.Context, uc *uncertainCommit) bool {
+	if len(uc.inbox) == 0 && len(uc.dead) == 0 {
+		return false
+	}
+	for try := 1; try <= landedTries; try++ {
+		ok, err := e.readBack(ctx, uc)
+		if err == nil {
+			if ok {
+				e.log.WarnContext(ctx, "commit reported an error but its records are in the store: settling as committed", "error", uc.err)
+			}
+			return ok
+		}
+		if !sleepCtx(ctx, e.retry.Delay(try)) {
+			return false
+		}
+	}
+	return false
+}
+
+func (e *Engine) readBack(ctx context.Context, uc *uncertainCommit) (bool, error) {
+	if len(uc.inbox) == 0 {
+		_, err := e.store.GetDeadLetter(ctx, uc.dead[0])
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	uow, err := e.store.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	r, err := uow.Load(ctx, &store.LoadParams{Inbox: uc.inbox})
+	if err != nil {
+		return false, err
+	}
+	for _, k := range uc.inbox {
+		if !r.Seen[k] {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 func splitByKey(items []*item) [][]*item {
@@ -216,7 +371,7 @@ type working struct {
 func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
 	uow, err := e.store.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+		return nil, &beginError{err}
 	}
 	defer func() { _ = uow.Rollback(ctx) }()
 
@@ -230,7 +385,7 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 			seenKey[it.sagaKey()] = true
 			p.Keys = append(p.Keys, it.sagaKey())
 		}
-		p.Inbox = append(p.Inbox, store.InboxKey{SagaType: it.typ, Key: it.key, MessageID: it.msgID})
+		p.Inbox = append(p.Inbox, it.inboxKey())
 	}
 	loaded := &store.LoadResult{}
 	if len(p.Inbox) > 0 {
@@ -252,7 +407,7 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 			e.deadLetter(res, ch, it, it.reason, it.badErr, now)
 			continue
 		}
-		ik := store.InboxKey{SagaType: it.typ, Key: it.key, MessageID: it.msgID}
+		ik := it.inboxKey()
 		if loaded.Seen[ik] || inBatch[ik] {
 			res.counts.dup++
 			res.acks = append(res.acks, it.d)
@@ -316,7 +471,18 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 		return res, nil
 	}
 	if err := uow.Commit(ctx, ch); err != nil {
-		return nil, fmt.Errorf("commit %d messages: %w", len(items), err)
+		err = fmt.Errorf("commit %d messages: %w", len(items), err)
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrRejected) || errors.Is(err, transport.ErrLeaseLost) || ctx.Err() != nil {
+			return nil, err
+		}
+		uc := &uncertainCommit{err: err, res: res}
+		for _, in := range ch.Inbox {
+			uc.inbox = append(uc.inbox, in.InboxKey)
+		}
+		for _, d := range ch.DeadLetters {
+			uc.dead = append(uc.dead, d.ID)
+		}
+		return nil, uc
 	}
 	return res, nil
 }
@@ -479,9 +645,36 @@ func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, i
 		env.Headers[transport.HeaderTimer] = timer
 	}
 	if m, ok := e.machines[typ]; ok {
-		env.CorrelationID, _ = m.Correlate(msg)
+		env.CorrelationID = e.correlationID(m, msg)
 	}
 	return env, nil
+}
+
+// correlationID is the canonical key m correlates msg to, or "" when msg
+// has none or an invalid one (its consumer dead-letters it): an
+// envelope's CorrelationID is always a value every transport can carry,
+// and the NFC and NFD forms of a key partition alike.
+func (e *Engine) correlationID(m Machine, msg any) string {
+	raw, ok := m.Correlate(msg)
+	if !ok {
+		return ""
+	}
+	key, err := canon.Key(raw, e.cfg.MaxKeyLen)
+	if err != nil {
+		return ""
+	}
+	return key
+}
+
+// storableText makes s safe for any store's text column: U+0000 becomes
+// the four characters \x00 and invalid UTF-8 becomes U+FFFD. Error texts
+// quote the values they name, so this only matters for a user's error
+// message that embeds hostile input.
+func storableText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\\x00")
 }
 
 // fail classifies a handler error: permanent errors are dead-lettered at
@@ -531,7 +724,7 @@ func runHandler(ctx context.Context, it *item) (err error) {
 
 func (e *Engine) deadLetter(res *laneResult, ch *store.Changes, it *item, reason string, err error, now time.Time) {
 	ch.DeadLetters = append(ch.DeadLetters, store.DeadLetter{
-		ID: it.msgID, Envelope: it.d.Envelope, Reason: reason, Error: err.Error(),
+		ID: it.msgID, Envelope: it.d.Envelope, Reason: reason, Error: storableText(err.Error()),
 		SagaType: it.typ, Key: it.key, Attempts: max(it.d.Attempt, 1), FirstFailedAt: now, LastFailedAt: now,
 	})
 	res.counts.dead++

@@ -76,6 +76,9 @@ type Config struct {
 	// ClaimLease is how long a relay or timer claim keeps other replicas
 	// away from the claimed rows. Default 30s.
 	ClaimLease time.Duration
+	// StopTimeout is how long Run waits, once its context ends, for the
+	// batch in flight to commit and settle. Default 10s.
+	StopTimeout time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -89,7 +92,7 @@ func (c *Config) withDefaults() (Config, error) {
 		"SweepBatch": int64(out.SweepBatch), "RetryBase": int64(out.RetryBase), "RetryMax": int64(out.RetryMax),
 		"Retention": int64(out.Retention), "OutboxRetention": int64(out.OutboxRetention), "SweepInterval": int64(out.SweepInterval),
 		"TimerInterval": int64(out.TimerInterval), "RelayInterval": int64(out.RelayInterval), "RelayAge": int64(out.RelayAge),
-		"ClaimLease": int64(out.ClaimLease),
+		"ClaimLease": int64(out.ClaimLease), "StopTimeout": int64(out.StopTimeout),
 	} {
 		if v < 0 {
 			return out, fmt.Errorf("idem: Config.%s is negative (%d): use 0 for the default or a positive value", name, v)
@@ -128,6 +131,7 @@ func (c *Config) withDefaults() (Config, error) {
 	defd(&out.RelayInterval, time.Second)
 	defd(&out.RelayAge, 5*time.Second)
 	defd(&out.ClaimLease, 30*time.Second)
+	defd(&out.StopTimeout, 10*time.Second)
 	if out.RetryMax < out.RetryBase {
 		return out, fmt.Errorf("idem: Config.RetryMax (%s) is below Config.RetryBase (%s): raise RetryMax", out.RetryMax, out.RetryBase)
 	}

@@ -197,7 +197,7 @@ func (e *Engine) NewEnvelope(id string, msg any) (Envelope, error) {
 	m, ok := e.machines[env.Type]
 	e.mu.Unlock()
 	if ok {
-		env.CorrelationID, _ = m.Correlate(msg)
+		env.CorrelationID = e.correlationID(m, msg)
 	}
 	return env, nil
 }
@@ -211,6 +211,9 @@ func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
 	for i := range envs {
 		if envs[i].ID == "" || envs[i].Type == "" {
 			return fmt.Errorf("idem: publish envelope %d (id %q, type %q): %w: ID and type are required", i, envs[i].ID, envs[i].Type, ErrInvalidEnvelope)
+		}
+		if err := transport.ValidateEnvelope(&envs[i]); err != nil {
+			return fmt.Errorf("idem: publish envelope %d: %w: %w", i, ErrInvalidEnvelope, err)
 		}
 		if envs[i].SentAt.IsZero() {
 			envs[i].SentAt = now
@@ -285,7 +288,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	loopCtx, stop := context.WithCancel(ctx)
 	e.stop, e.abort = stop, abort
 	e.done = make(chan struct{})
-	g := &errgroup.Group{}
+	// One group context: a loop that fails stops every other loop, and its
+	// error reaches Stop, Done's readers (Err) and Ready.
+	g, loopCtx := errgroup.WithContext(loopCtx)
 	e.group = g
 	receive := func(int) func(context.Context, int) ([]transport.Delivery, error) { return e.tr.Receive }
 	if pc, ok := e.tr.(transport.PartitionedConsumer); ok && e.cfg.Consumers > 1 {
@@ -303,13 +308,67 @@ func (e *Engine) Start(ctx context.Context) error {
 	if !e.queue {
 		g.Go(func() error { e.every(loopCtx, e.cfg.RelayInterval, e.relay); return nil })
 	}
+	done := e.done
 	go func() {
-		e.runErr = g.Wait()
+		err := g.Wait()
+		if err != nil {
+			e.log.Error("engine stopped by a failed loop", "error", err)
+		}
 		stop()
 		abort()
-		close(e.done)
+		e.mu.Lock()
+		e.runErr = err
+		e.mu.Unlock()
+		close(done)
 	}()
 	return nil
+}
+
+// Run starts the engine, blocks until ctx ends or a background loop fails
+// (the transport was closed, say), then stops it, giving the batch in
+// flight up to Config.StopTimeout to finish. It returns nil when ctx ended
+// and the engine stopped cleanly, the failed loop's error, or an error
+// wrapping context.DeadlineExceeded when the batch in flight did not finish
+// in time (its deliveries are handed out again).
+func (e *Engine) Run(ctx context.Context) error {
+	if err := e.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-e.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StopTimeout)
+	defer cancel()
+	if err := e.Stop(sctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("idem: the engine did not stop within Config.StopTimeout (%s); unfinished deliveries will be handed out again: %w", e.cfg.StopTimeout, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// Ready reports whether the engine is consuming: nil while it runs, an
+// error saying it has not started, or why it stopped.
+func (e *Engine) Ready() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case !e.started:
+		return errors.New("idem: the engine has not started")
+	case e.stopped:
+		return errors.New("idem: the engine was stopped")
+	}
+	select {
+	case <-e.done:
+		if e.runErr != nil {
+			return fmt.Errorf("idem: the engine stopped: %w", e.runErr)
+		}
+		return errors.New("idem: the engine stopped")
+	default:
+		return nil
+	}
 }
 
 // Stop stops receiving, lets the batch in flight finish (commit, ack and
@@ -329,12 +388,18 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Unlock()
 	select {
 	case <-done:
-		return e.runErr
+		return e.err()
 	case <-ctx.Done():
 		e.abort()
 		<-done
 		return ctx.Err()
 	}
+}
+
+func (e *Engine) err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runErr
 }
 
 // Done returns a channel closed when the engine has stopped.

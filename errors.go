@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemhq/idem/transport"
 )
 
 // Dead-letter reasons recorded by the engine. They are stable strings that
@@ -23,7 +25,41 @@ const (
 	// ReasonUndeliverable marks an emitted message the transport refused
 	// as too large (transport.ErrTooLarge) when the outbox relay sent it.
 	ReasonUndeliverable = "undeliverable"
+	// ReasonInvalidIdempotencyKey, ReasonInvalidType,
+	// ReasonInvalidCorrelationID, ReasonInvalidCausationID and
+	// ReasonInvalidHeader mark an envelope whose field breaks
+	// transport.ValidateEnvelope's rules (U+0000, invalid UTF-8, control
+	// characters, sizes); ReasonInvalidID covers the ID itself.
+	ReasonInvalidIdempotencyKey = "invalid_idempotency_key"
+	ReasonInvalidType           = "invalid_type"
+	ReasonInvalidCorrelationID  = "invalid_correlation_id"
+	ReasonInvalidCausationID    = "invalid_causation_id"
+	ReasonInvalidHeader         = "invalid_header"
+	// ReasonInvalidState marks a message whose transition produced a saga
+	// state the store refused (store.ErrRejected): PostgreSQL cannot keep
+	// U+0000 in a jsonb string, for one. The error names the field.
+	ReasonInvalidState = "invalid_state"
+	// ReasonUnstorable marks a message whose unit of work the store
+	// refused (store.ErrRejected) for a field other than the state.
+	ReasonUnstorable = "unstorable"
 )
+
+// invalidReason is the dead-letter reason for a transport.FieldError field.
+func invalidReason(field string) string {
+	switch field {
+	case transport.FieldID:
+		return ReasonInvalidID
+	case transport.FieldIdempotencyKey:
+		return ReasonInvalidIdempotencyKey
+	case transport.FieldType:
+		return ReasonInvalidType
+	case transport.FieldCorrelationID:
+		return ReasonInvalidCorrelationID
+	case transport.FieldCausationID:
+		return ReasonInvalidCausationID
+	}
+	return ReasonInvalidHeader
+}
 
 // MaxIDBytes is the longest message ID (or idempotency key) the engine
 // accepts; a longer one is dead-lettered with ReasonInvalidID. The ID is

@@ -202,16 +202,36 @@ func TestIdempotencyKeyIsDedupIdentity(t *testing.T) {
 }
 
 // A commit that succeeded but reported an error (connection lost during
-// COMMIT) is retried; the retry finds the inbox record and does nothing
-// twice. The outbox row of the first commit is sent by the relay, once.
+// COMMIT) is read back: its inbox records are there, so its messages are
+// settled and counted as applied, as the store confirms, and nothing is
+// retried. The effect is sent once.
 func TestCommitOutcomeUnknown(t *testing.T) {
 	t.Parallel()
+	testCommitOutcomeUnknown(t, 0)
+}
+
+// When the store cannot be read back either (it stays down a little
+// longer), the messages are returned; the redelivery finds the inbox
+// record and does nothing twice, and the relay sends the effect once.
+func TestCommitOutcomeUnknownUnreadable(t *testing.T) {
+	t.Parallel()
+	testCommitOutcomeUnknown(t, 5)
+}
+
+func testCommitOutcomeUnknown(t *testing.T, unreadable int64) {
 	var lied atomic.Bool
+	var down atomic.Int64
 	hooks := &hookStore{afterCommit: func(c *store.Changes, err error) error {
 		if err == nil && writesState(c) && lied.CompareAndSwap(false, true) {
+			down.Store(unreadable)
 			return errors.New("read tcp: connection reset by peer during COMMIT")
 		}
 		return err
+	}, beforeBegin: func() error {
+		if down.Add(-1) >= 0 {
+			return errors.New("dial tcp: connection refused")
+		}
+		return nil
 	}}
 	b := setup(t, &options{hooks: hooks})
 	b.send("inc-1", Inc{Key: "k", N: 3})
@@ -226,18 +246,24 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	if j := b.journal("k"); len(j) != 1 {
 		t.Errorf("journal has %d entries, want 1", len(j))
 	}
-	eventually(t, func() bool { s := b.stats(); return s.Duplicates >= 1 && s.Retries >= 1 })
+	if unreadable == 0 {
+		if s := b.stats(); s.Applied != 1 || s.Duplicates != 0 || s.Retries != 0 {
+			t.Errorf("stats %+v: want Applied 1 (read back), Duplicates 0, Retries 0", s)
+		}
+	} else {
+		eventually(t, func() bool { s := b.stats(); return s.Duplicates >= 1 && s.Retries >= 1 })
+	}
 	if dls := b.deadLetters(); len(dls) != 0 {
 		t.Errorf("got dead letters %+v, want none", dls)
 	}
 
-	// The effect is in the outbox; the relay sends it once.
+	// Whoever sends the effect (the engine after reading back, or the
+	// relay), it is sent under one ID.
 	b.clock.Advance(time.Second)
-	if _, err := b.engine().RelayOutbox(b.ctx, 0); err != nil {
-		t.Fatalf("RelayOutbox: %v", err)
-	}
-	if _, err := b.engine().RelayOutbox(b.ctx, 0); err != nil {
-		t.Fatalf("RelayOutbox: %v", err)
+	for range 2 {
+		if _, err := b.engine().RelayOutbox(b.ctx, 0); err != nil {
+			t.Fatalf("RelayOutbox: %v", err)
+		}
 	}
 	if ids := b.rec.distinctIDs(incrementedType); len(ids) != 1 {
 		t.Errorf("Incremented emitted with %d distinct IDs %v, want 1", len(ids), ids)

@@ -342,6 +342,9 @@ func (r *recorder) nacked() []nackRecord {
 
 type hookStore struct {
 	store.Store
+	// beforeBegin, when it returns an error, is returned by Begin (the
+	// store is unreachable).
+	beforeBegin func() error
 	// beforeCommit, when it returns an error, is returned by Commit
 	// instead of committing.
 	beforeCommit func(*store.Changes) error
@@ -377,6 +380,11 @@ type sweepCall struct {
 }
 
 func (s *hookStore) Begin(ctx context.Context) (store.UnitOfWork, error) {
+	if s.beforeBegin != nil {
+		if err := s.beforeBegin(); err != nil {
+			return nil, err
+		}
+	}
 	u, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err

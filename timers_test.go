@@ -204,7 +204,7 @@ func TestSweepDeletesFinishedSagas(t *testing.T) {
 	for i := range 10 {
 		key := fmt.Sprintf("k%d", i)
 		in := b.instance(key)
-		inbox := seen(t, b.mstore, store.InboxKey{SagaType: counterType, Key: key, MessageID: fmt.Sprintf("inc-%d", i)})
+		inbox := seen(t, b.mstore, store.InboxKey{SagaType: counterType, Key: key, MessageID: incType + "\x1f" + fmt.Sprintf("inc-%d", i)})
 		switch {
 		case i < 7 && (in != nil || inbox):
 			t.Errorf("%s finished 2h ago: instance %v, inbox record %v; want both gone", key, in != nil, inbox)

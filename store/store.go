@@ -51,6 +51,22 @@ var ErrNotFound = errors.New("not found")
 // field. Check with errors.Is.
 var ErrRejected = errors.New("data rejected by the store")
 
+// RejectedError is how a store says which part of a unit of work it
+// refused. It wraps ErrRejected and the database's own error.
+type RejectedError struct {
+	// Field names what was refused: "state" for a saga instance's state
+	// document, otherwise the record kind ("journal", "outbox", "timer",
+	// "dead_letter", "inbox", "queue").
+	Field string
+	// Err is the database's error.
+	Err error
+}
+
+func (e *RejectedError) Error() string { return e.Field + " refused by the store: " + e.Err.Error() }
+
+// Unwrap returns ErrRejected and the database's error.
+func (e *RejectedError) Unwrap() []error { return []error{ErrRejected, e.Err} }
+
 // PoolSizer is implemented by stores that serve a bounded number of
 // connections at once. The engine refuses to start when its own loops
 // need more than PoolSize connections, instead of waiting forever for one.

@@ -28,6 +28,10 @@ func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
 		if msgs[i].ID == "" || msgs[i].Type == "" {
 			return fmt.Errorf("pgstore: publish envelope %d: ID and Type are required", i)
 		}
+		if err := transport.ValidateEnvelope(&msgs[i]); err != nil {
+			// PostgreSQL would refuse it with an SQLSTATE naming no field.
+			return fmt.Errorf("pgstore: publish envelope %d: %w", i, err)
+		}
 	}
 	b := &pgx.Batch{}
 	if err := queueEnqueue(b, msgs); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -199,7 +200,7 @@ ORDER BY u.ord`
 
 const upsertDeadLettersSQL = `
 INSERT INTO idem_dead_letters (id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at)
-SELECT u.id, u.envelope::jsonb, u.body, u.reason, u.error, u.saga_type, u.key, u.attempts, u.first_failed_at, u.last_failed_at
+SELECT u.id, u.envelope::json, u.body, u.reason, u.error, u.saga_type, u.key, u.attempts, u.first_failed_at, u.last_failed_at
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::timestamptz[])
   AS u(id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at)
 ON CONFLICT (id) DO UPDATE
@@ -251,6 +252,9 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 		if in.Version != 1 {
 			return fmt.Errorf("pgstore: commit: insert %s/%s with version %d: new instances have version 1", in.SagaType, in.Key, in.Version)
 		}
+	}
+	if err := checkStates(c); err != nil {
+		return err
 	}
 	b := &pgx.Batch{}
 	if !u.begun {
@@ -427,6 +431,40 @@ func translate(err error) error {
 		case "ID002":
 			return fmt.Errorf("%w: %s", transport.ErrLeaseLost, pe.Message)
 		}
+		if strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54") {
+			// Data exception or program limit: the same data fails again.
+			return &store.RejectedError{Field: "data", Err: redact(err)}
+		}
 	}
 	return redact(err)
+}
+
+// checkStates refuses, before anything is sent, a state document jsonb
+// cannot store: a string holding U+0000 (SQLSTATE 22P05 otherwise, with
+// no word of which saga).
+func checkStates(c *store.Changes) error {
+	for _, ins := range [][]*store.Instance{c.Inserts, c.Updates} {
+		for _, in := range ins {
+			if jsonHasNUL(in.Data) {
+				return &store.RejectedError{Field: "state", Err: fmt.Errorf(
+					"pgstore: the state of saga %s/%q holds a string with U+0000, which PostgreSQL jsonb cannot store", in.SagaType, in.Key)}
+			}
+		}
+	}
+	return nil
+}
+
+// jsonHasNUL reports whether the JSON text b holds the escape \u0000 (in
+// valid JSON a backslash only occurs inside strings, as an escape).
+func jsonHasNUL(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			continue
+		}
+		if b[i+1] == 'u' && i+5 < len(b) && string(b[i+2:i+6]) == "0000" {
+			return true
+		}
+		i++ // skip the escaped character
+	}
+	return false
 }
