@@ -368,13 +368,44 @@ type working struct {
 	changed bool
 }
 
+// lane is one unit of work in the making: the batch's items of one lane,
+// what the store loaded for them, and the changes and results they build.
+type lane struct {
+	e       *Engine
+	ctx     context.Context
+	now     time.Time
+	loaded  *store.LoadResult
+	res     *laneResult
+	ch      *store.Changes
+	work    map[store.Key]*working
+	timers  map[store.TimerKey]*store.Timer // nil value: cancel
+	inBatch map[store.InboxKey]bool
+	blocked map[store.Key]time.Duration // keys with a message to retry
+}
+
 func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
 	uow, err := e.store.Begin(ctx)
 	if err != nil {
 		return nil, &beginError{err}
 	}
 	defer func() { _ = uow.Rollback(ctx) }()
+	l := &lane{
+		e: e, ctx: ctx, now: e.cfg.Clock(), loaded: &store.LoadResult{}, res: &laneResult{}, ch: &store.Changes{},
+		work: map[store.Key]*working{}, timers: map[store.TimerKey]*store.Timer{},
+		inBatch: map[store.InboxKey]bool{}, blocked: map[store.Key]time.Duration{},
+	}
+	if err := l.load(uow, items); err != nil {
+		return nil, err
+	}
+	for _, it := range items {
+		l.apply(it)
+	}
+	l.collect()
+	return l.commit(uow, len(items))
+}
 
+// load reads, in one call, every saga and inbox record the items touch.
+func (l *lane) load(uow store.UnitOfWork, items []*item) error {
 	p := &store.LoadParams{}
 	seenKey := map[store.Key]bool{}
 	for _, it := range items {
@@ -387,76 +418,86 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 		}
 		p.Inbox = append(p.Inbox, it.inboxKey())
 	}
-	loaded := &store.LoadResult{}
-	if len(p.Inbox) > 0 {
-		if loaded, err = uow.Load(ctx, p); err != nil {
-			return nil, fmt.Errorf("load %d sagas: %w", len(p.Keys), err)
-		}
+	if len(p.Inbox) == 0 {
+		return nil
 	}
-
-	now := e.cfg.Clock()
-	res := &laneResult{}
-	ch := &store.Changes{}
-	work := map[store.Key]*working{}
-	timers := map[store.TimerKey]*store.Timer{} // nil value: cancel
-	inBatch := map[store.InboxKey]bool{}
-	blocked := map[store.Key]time.Duration{} // keys with a message to retry
-
-	for _, it := range items {
-		if it.reason != "" {
-			e.deadLetter(res, ch, it, it.reason, it.badErr, now)
-			continue
-		}
-		ik := it.inboxKey()
-		if loaded.Seen[ik] || inBatch[ik] {
-			res.counts.dup++
-			res.acks = append(res.acks, it.d)
-			continue
-		}
-		if it.h != nil {
-			if err := runHandler(ctx, it); err != nil {
-				e.fail(ctx, res, ch, it, err, now)
-				continue
-			}
-			inBatch[ik] = true
-			ch.Inbox = append(ch.Inbox, store.InboxEntry{InboxKey: ik, ProcessedAt: now})
-			res.counts.applied++
-			res.acks = append(res.acks, it.d)
-			continue
-		}
-		if delay, ok := blocked[it.sagaKey()]; ok {
-			// An earlier message of this key failed: keep arrival order by
-			// returning this one too, unapplied.
-			res.nacks = append(res.nacks, nackReq{d: it.d, delay: delay})
-			continue
-		}
-		w := work[it.sagaKey()]
-		if w == nil {
-			w = &working{inst: loaded.Instances[it.sagaKey()]}
-			work[it.sagaKey()] = w
-		}
-		if delay, retry := e.applyOne(ctx, res, ch, w, timers, it, ik, inBatch, now); retry {
-			blocked[it.sagaKey()] = delay
-		}
+	loaded, err := uow.Load(l.ctx, p)
+	if err != nil {
+		return fmt.Errorf("load %d sagas: %w", len(p.Keys), err)
 	}
+	l.loaded = loaded
+	return nil
+}
 
-	for _, w := range work {
+// apply takes one item through dedup, then its handler or saga.
+func (l *lane) apply(it *item) {
+	res := l.res
+	if it.reason != "" {
+		l.deadLetter(it, it.reason, it.badErr)
+		return
+	}
+	ik := it.inboxKey()
+	if l.loaded.Seen[ik] || l.inBatch[ik] {
+		res.counts.dup++
+		res.acks = append(res.acks, it.d)
+		return
+	}
+	if it.h != nil {
+		if err := runHandler(l.ctx, it); err != nil {
+			l.fail(it, err)
+			return
+		}
+		l.markSeen(ik)
+		res.counts.applied++
+		res.acks = append(res.acks, it.d)
+		return
+	}
+	if delay, ok := l.blocked[it.sagaKey()]; ok {
+		// An earlier message of this key failed: keep arrival order by
+		// returning this one too, unapplied.
+		res.nacks = append(res.nacks, nackReq{d: it.d, delay: delay})
+		return
+	}
+	w := l.work[it.sagaKey()]
+	if w == nil {
+		w = &working{inst: l.loaded.Instances[it.sagaKey()]}
+		l.work[it.sagaKey()] = w
+	}
+	if delay, retry := l.applyOne(w, it, ik); retry {
+		l.blocked[it.sagaKey()] = delay
+	}
+}
+
+func (l *lane) markSeen(ik store.InboxKey) {
+	l.inBatch[ik] = true
+	l.ch.Inbox = append(l.ch.Inbox, store.InboxEntry{InboxKey: ik, ProcessedAt: l.now})
+}
+
+// collect turns the working instances and timers into changes.
+func (l *lane) collect() {
+	for _, w := range l.work {
 		switch {
 		case w.isNew:
-			ch.Inserts = append(ch.Inserts, w.inst)
+			l.ch.Inserts = append(l.ch.Inserts, w.inst)
 		case w.changed:
-			ch.Updates = append(ch.Updates, w.inst)
+			l.ch.Updates = append(l.ch.Updates, w.inst)
 		}
 	}
-	for k, t := range timers {
+	for k, t := range l.timers {
 		if t == nil {
-			ch.CancelTimers = append(ch.CancelTimers, k)
+			l.ch.CancelTimers = append(l.ch.CancelTimers, k)
 		} else {
-			ch.Timers = append(ch.Timers, *t)
+			l.ch.Timers = append(l.ch.Timers, *t)
 		}
 	}
+}
 
-	if q, ok := uow.(store.QueueUnitOfWork); ok && e.queue {
+// commit writes the changes (on the store's own queue, with the
+// deliveries' consumption and the emitted messages). A commit error that
+// leaves the outcome unknown is returned as an *uncertainCommit.
+func (l *lane) commit(uow store.UnitOfWork, n int) (*laneResult, error) {
+	ctx, res, ch := l.ctx, l.res, l.ch
+	if q, ok := uow.(store.QueueUnitOfWork); ok && l.e.queue {
 		if err := q.Consume(ctx, res.acks); err != nil {
 			return nil, fmt.Errorf("consume %d deliveries: %w", len(res.acks), err)
 		}
@@ -471,7 +512,7 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 		return res, nil
 	}
 	if err := uow.Commit(ctx, ch); err != nil {
-		err = fmt.Errorf("commit %d messages: %w", len(items), err)
+		err = fmt.Errorf("commit %d messages: %w", n, err)
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrRejected) || errors.Is(err, transport.ErrLeaseLost) || ctx.Err() != nil {
 			return nil, err
 		}
@@ -490,8 +531,8 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 // applyOne applies one message to its saga within the lane's unit of work.
 // It reports the retry delay when the message failed transiently and will be
 // redelivered.
-func (e *Engine) applyOne(ctx context.Context, res *laneResult, ch *store.Changes, w *working, timers map[store.TimerKey]*store.Timer,
-	it *item, ik store.InboxKey, inBatch map[store.InboxKey]bool, now time.Time) (time.Duration, bool) {
+func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration, bool) {
+	e, res, ch, now := l.e, l.res, l.ch, l.now
 	env := &it.d.Envelope
 	// A timer message is this saga's own timer only when this saga
 	// scheduled it; a timer that correlates to another saga is an ordinary
@@ -500,10 +541,7 @@ func (e *Engine) applyOne(ctx context.Context, res *laneResult, ch *store.Change
 	if env.Headers[transport.HeaderSagaType] == it.typ && env.Headers[transport.HeaderSagaKey] == it.key {
 		timerName = env.Headers[transport.HeaderTimer]
 	}
-	markSeen := func() {
-		inBatch[ik] = true
-		ch.Inbox = append(ch.Inbox, store.InboxEntry{InboxKey: ik, ProcessedAt: now})
-	}
+	markSeen := func() { l.markSeen(ik) }
 	if timerName != "" && (w.inst == nil || w.inst.Timers[timerName] != env.ID) {
 		// Unscheduled or rescheduled meanwhile: harmless by construction.
 		if w.inst != nil {
@@ -521,12 +559,12 @@ func (e *Engine) applyOne(ctx context.Context, res *laneResult, ch *store.Change
 	}
 	r, err := it.m.Apply(in)
 	if err != nil {
-		return e.fail(ctx, res, ch, it, err, now)
+		return l.fail(it, err)
 	}
 	switch r.Outcome {
 	case saga.NotFound:
 		if it.m.NotFound() == saga.NotFoundDeadLetter {
-			e.deadLetter(res, ch, it, ReasonNotFound, fmt.Errorf("no saga %s/%s and %s cannot start one", it.typ, it.key, env.Type), now)
+			l.deadLetter(it, ReasonNotFound, fmt.Errorf("no saga %s/%s and %s cannot start one", it.typ, it.key, env.Type))
 			return 0, false
 		}
 		res.counts.notFound++
@@ -548,7 +586,7 @@ func (e *Engine) applyOne(ctx context.Context, res *laneResult, ch *store.Change
 	for _, em := range r.Emitted {
 		envOut, err := e.emission(it, em.Type, em.Msg, string(em.Intent), "", em.Index, now)
 		if err != nil {
-			return e.fail(ctx, res, ch, it, Permanent(err), now)
+			return l.fail(it, Permanent(err))
 		}
 		out = append(out, envOut)
 	}
@@ -556,7 +594,7 @@ func (e *Engine) applyOne(ctx context.Context, res *laneResult, ch *store.Change
 	for _, s := range r.Scheduled {
 		envOut, err := e.emission(it, s.Type, s.Msg, "timer", s.Name, s.Index, now)
 		if err != nil {
-			return e.fail(ctx, res, ch, it, Permanent(err), now)
+			return l.fail(it, Permanent(err))
 		}
 		sched = append(sched, store.Timer{SagaType: it.typ, Key: it.key, Name: s.Name, DueAt: s.DueAt, Envelope: envOut})
 	}
@@ -579,14 +617,14 @@ func (e *Engine) applyOne(ctx context.Context, res *laneResult, ch *store.Change
 	}
 	for _, name := range r.Unscheduled {
 		delete(inst.Timers, name)
-		timers[store.TimerKey{SagaType: it.typ, Key: it.key, Name: name}] = nil
+		l.timers[store.TimerKey{SagaType: it.typ, Key: it.key, Name: name}] = nil
 	}
 	for i := range sched {
 		if inst.Timers == nil {
 			inst.Timers = map[string]string{}
 		}
 		inst.Timers[sched[i].Name] = sched[i].Envelope.ID
-		timers[store.TimerKey{SagaType: it.typ, Key: it.key, Name: sched[i].Name}] = &sched[i]
+		l.timers[store.TimerKey{SagaType: it.typ, Key: it.key, Name: sched[i].Name}] = &sched[i]
 	}
 	w.changed = true
 	version := inst.Version
@@ -681,7 +719,8 @@ func storableText(s string) string {
 // once, transient ones returned to the transport with backoff until
 // Config.MaxAttempts. Work interrupted by Stop is always returned, never
 // dead-lettered. It reports the retry delay when the message is returned.
-func (e *Engine) fail(ctx context.Context, res *laneResult, ch *store.Changes, it *item, err error, now time.Time) (time.Duration, bool) {
+func (l *lane) fail(it *item, err error) (time.Duration, bool) {
+	e, ctx, res := l.e, l.ctx, l.res
 	reason := ""
 	switch {
 	case ctx.Err() != nil:
@@ -699,7 +738,7 @@ func (e *Engine) fail(ctx context.Context, res *laneResult, ch *store.Changes, i
 		reason = ReasonRetriesExhausted
 	}
 	if reason != "" {
-		e.deadLetter(res, ch, it, reason, err, now)
+		l.deadLetter(it, reason, err)
 		return 0, false
 	}
 	delay, ok := retryDelay(err)
@@ -722,8 +761,9 @@ func runHandler(ctx context.Context, it *item) (err error) {
 	return it.h(ctx, it.d.Envelope)
 }
 
-func (e *Engine) deadLetter(res *laneResult, ch *store.Changes, it *item, reason string, err error, now time.Time) {
-	ch.DeadLetters = append(ch.DeadLetters, store.DeadLetter{
+func (l *lane) deadLetter(it *item, reason string, err error) {
+	res, now := l.res, l.now
+	l.ch.DeadLetters = append(l.ch.DeadLetters, store.DeadLetter{
 		ID: it.msgID, Envelope: it.d.Envelope, Reason: reason, Error: storableText(err.Error()),
 		SagaType: it.typ, Key: it.key, Attempts: max(it.d.Attempt, 1), FirstFailedAt: now, LastFailedAt: now,
 	})
