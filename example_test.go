@@ -99,3 +99,48 @@ func ExampleNewEngine() {
 	// t-1 Counting {"sum":6}
 	// applied 3, duplicates skipped 5
 }
+
+// Submit and wait: Apply publishes a message and returns once a saga has
+// committed it, with the saga as stored; a repeat is reported as a
+// duplicate and applied no second time. Run runs the engine until its
+// context ends.
+func ExampleEngine_Apply() {
+	m := saga.New[Tally]("tally")
+	counting := m.State("Counting")
+	added := saga.NewEvent[Added](m, func(a Added) string { return a.Tally })
+	add := func(c *saga.Context[Tally], a Added) error {
+		c.Data.Sum += a.N
+		return nil
+	}
+	m.Initially(saga.When(added).Then(add).TransitionTo(counting))
+	m.During(counting, saga.When(added).Then(add))
+
+	st, tr := memstore.New(nil), memtransport.New(nil)
+	defer st.Close()
+	defer tr.Close()
+	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	if err := e.Register(m); err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- e.Run(ctx) }()
+
+	env, _ := e.NewEnvelope("add-1", Added{Tally: "t", N: 5})
+	for range 2 {
+		r, err := e.Apply(context.Background(), env)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("duplicate=%v state=%s version=%d data=%s\n", r.Duplicate, r.State, r.Version, r.Data)
+	}
+	stop()
+	fmt.Println("run:", <-ran)
+	// Output:
+	// duplicate=false state=Counting version=1 data={"sum":5}
+	// duplicate=true state=Counting version=1 data={"sum":5}
+	// run: <nil>
+}

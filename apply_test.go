@@ -1,0 +1,92 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// Apply returns once the message is committed, with the saga as stored,
+// and reports a repeat as a duplicate. The engine that waits is not the
+// one that applies: only the second replica consumes.
+func TestApplyWaitsForAnotherReplica(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &options{replicas: 2, noStart: true})
+	if err := b.engines[1].Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.engines[1].Stop(context.Background()) })
+	b.stopOnce.Do(func() {}) // engine 0 never starts
+	waiter := b.engines[0]
+	r, err := waiter.Apply(b.ctx, b.env("inc-1", Inc{Key: "Cafe\u0301", N: 3}))
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if r.Duplicate || r.SagaType != counterType || r.Key != "Caf\u00e9" || r.State != "Open" || r.Version != 1 {
+		t.Fatalf("Apply result %+v: want a new message, saga counter/Café in Open at version 1", r)
+	}
+	r, err = waiter.Apply(b.ctx, b.env("inc-1", Inc{Key: "Cafe\u0301", N: 3}))
+	if err != nil || !r.Duplicate || r.Version != 1 {
+		t.Fatalf("second Apply: %+v, %v; want a duplicate at version 1", r, err)
+	}
+	r, err = waiter.Apply(b.ctx, b.env("inc-2", Inc{Key: "Café", N: 4}))
+	if err != nil || r.Duplicate || r.Version != 2 || string(r.Data) == "" {
+		t.Fatalf("third Apply: %+v, %v; want a new message at version 2", r, err)
+	}
+	if c, _ := b.counter("Café"); c.Total != 7 {
+		t.Errorf("total %d, want 7", c.Total)
+	}
+}
+
+// A message the consumer dead-letters ends Apply with ErrDeadLettered.
+func TestApplyReportsDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	if _, err := b.engine().Apply(b.ctx, b.env("inc-1", Inc{Key: "k", N: 1})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.engine().Apply(b.ctx, b.env("poke-1", Poke{Key: "k"}))
+	if !errors.Is(err, idem.ErrDeadLettered) {
+		t.Fatalf("Apply of an unhandled event: %v, want ErrDeadLettered", err)
+	}
+}
+
+// A deadline ends the wait, not the message: it is applied when a
+// consumer runs, and a later Apply reports it as a duplicate.
+func TestApplyDeadlineKeepsTheMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &options{noStart: true})
+	ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
+	defer cancel()
+	env := b.env("inc-1", Inc{Key: "k", N: 2})
+	if _, err := b.engine().Apply(ctx, env); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Apply with no consumer: %v, want DeadlineExceeded", err)
+	}
+	b.start()
+	b.settle()
+	r, err := b.engine().Apply(b.ctx, env)
+	if err != nil || !r.Duplicate || r.Version != 1 {
+		t.Fatalf("Apply after the consumer ran: %+v, %v; want a duplicate at version 1", r, err)
+	}
+}
+
+// Apply refuses at once what it cannot wait for.
+func TestApplyRefusesWhatItCannotWaitFor(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for name, env := range map[string]idem.Envelope{
+		"no saga consumes it": {ID: "x", Type: "nobody.Consumes", Body: []byte(`{}`)},
+		"invalid key":         b.env("y", Inc{Key: "a\x00b", N: 1}),
+		"NUL in ID":           {ID: "a\x00", Type: incType, Body: []byte(`{"key":"k","n":1}`)},
+	} {
+		if _, err := b.engine().Apply(b.ctx, env); err == nil {
+			t.Errorf("%s: Apply returned no error", name)
+		}
+	}
+	if n := b.mem.Stats(); n.Published != 0 {
+		t.Errorf("%d messages published, want none", n.Published)
+	}
+}
