@@ -220,30 +220,26 @@ func (a *App) Submit(ctx context.Context, supplier, format, fileName string, con
 		return nil, err
 	}
 	env.IdempotencyKey = id
-	if err := a.eng.Publish(ctx, env); err != nil {
+	// Publish and wait for a worker to create the job, to tell the client
+	// whether this request created it. The worker may be another process:
+	// Apply learns the outcome from the store.
+	wctx, cancel := context.WithTimeout(ctx, a.cfg.ConfirmWait)
+	defer cancel()
+	r, err := a.eng.Apply(wctx, env)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return &Submission{JobID: id, Pending: true}, nil // published; applied later
+	case err != nil:
 		return nil, fmt.Errorf("submit job %s: %w", id, err)
 	}
-	// Wait for a worker to create the job, to tell the client whether this
-	// request created it. Polling a condition with a deadline.
-	deadline := time.Now().Add(a.cfg.ConfirmWait)
-	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
-		snap, err := idem.LoadInstance(ctx, a.st, a.job, id)
-		if err != nil {
-			return nil, err
-		}
-		if snap != nil {
-			v, err := a.view(ctx, snap, false)
-			return &Submission{JobID: id, Job: v, Created: snap.Data.RequestID == req.RequestID}, err
-		}
-		if time.Now().After(deadline) {
-			return &Submission{JobID: id, Pending: true}, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(pause):
-		}
+	snap, err := idem.LoadInstance(ctx, a.st, a.job, id)
+	if err != nil || snap == nil {
+		return nil, errors.Join(fmt.Errorf("submit job %s: applied but not readable", id), err)
 	}
+	v, err = a.view(ctx, snap, false)
+	// Two identical uploads racing both see a new message: the job's
+	// request ID tells which one created it.
+	return &Submission{JobID: id, Job: v, Created: !r.Duplicate && snap.Data.RequestID == req.RequestID}, err
 }
 
 // ErrNotRequeueable is wrapped by Requeue for a job that is not
