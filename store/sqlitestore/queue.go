@@ -31,6 +31,10 @@ func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
 		if m.ID == "" || m.Type == "" {
 			return fmt.Errorf("sqlitestore: publish envelope %d: ID and Type are required", i)
 		}
+		if err := transport.ValidateEnvelope(&msgs[i]); err != nil {
+			// Refused as pgstore refuses it: the SQL queues behave alike.
+			return fmt.Errorf("sqlitestore: publish envelope %d: %w", i, err)
+		}
 		meta, body, err := sqlq.EncodeEnvelope(m)
 		if err != nil {
 			return err
