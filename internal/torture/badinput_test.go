@@ -2,6 +2,7 @@ package torture
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -37,6 +38,12 @@ type corpusCase struct {
 		ID       string `json:"id"`
 		Type     string `json:"type"`
 		BodyText string `json:"body_text"`
+		// TypeSuffixHex is appended to the type as raw bytes (invalid
+		// UTF-8 cannot be written in a JSON file).
+		TypeSuffixHex  string            `json:"type_suffix_hex"`
+		IdempotencyKey string            `json:"idempotency_key"`
+		CorrelationID  string            `json:"correlation_id"`
+		Headers        map[string]string `json:"headers"`
 	} `json:"envelopes"`
 	Expect struct {
 		DeadLetters  map[string]string `json:"dead_letters"`
@@ -143,7 +150,12 @@ func runCorpusCase(t *testing.T, c corpusCase) {
 		if full, ok := types[typ]; ok {
 			typ = full
 		}
-		envs = append(envs, idem.Envelope{ID: env.ID, Type: typ, Body: []byte(pad(env.BodyText))})
+		suffix, err := hex.DecodeString(env.TypeSuffixHex)
+		if err != nil {
+			t.Fatalf("type_suffix_hex: %v", err)
+		}
+		envs = append(envs, idem.Envelope{ID: env.ID, Type: typ + string(suffix), Body: []byte(pad(env.BodyText)),
+			IdempotencyKey: env.IdempotencyKey, CorrelationID: env.CorrelationID, Headers: env.Headers})
 	}
 	err = st.Publish(ctx, envs)
 	switch {
