@@ -252,6 +252,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 			return fmt.Errorf("pgstore: commit: insert %s/%s with version %d: new instances have version 1", in.SagaType, in.Key, in.Version)
 		}
 	}
+	c = lastWins(c)
 	b := &pgx.Batch{}
 	if !u.begun {
 		b.Queue(beginSQL)

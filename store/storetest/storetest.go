@@ -99,9 +99,11 @@ var testCases = []testCase{
 	// Outbox.
 	{"OutboxClaimAndMarkSent", testOutboxClaimAndMarkSent},
 	{"OutboxBacklog", testOutboxBacklog},
+	{"OutboxRepeatedInOneCommit", testOutboxRepeatedInOneCommit},
 
 	// Timers.
 	{"TimersReplaceByName", testTimersReplaceByName},
+	{"TimersRepeatedInOneCommit", testTimersRepeatedInOneCommit},
 	{"TimersCancel", testTimersCancel},
 	{"ClaimDueTimers", testClaimDueTimers},
 	{"DeleteTimersKeepsRescheduled", testDeleteTimersKeepsRescheduled},
@@ -117,6 +119,7 @@ var testCases = []testCase{
 	{"ListInstances", testListInstances},
 	{"Journal", testJournal},
 	{"DeadLetters", testDeadLetters},
+	{"DeadLettersRepeatedInOneCommit", testDeadLettersRepeatedInOneCommit},
 }
 
 // Run runs the conformance suite against the stores newStore returns, one
