@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the checker's reads
 
 	"github.com/idemhq/idem/store"
@@ -64,7 +65,7 @@ func openDB(storeSpec, schema string) (*sql.DB, error) {
 			return nil, fmt.Errorf("parse the PostgreSQL URL: %w", err)
 		}
 		qv := u.Query()
-		qv.Set("search_path", schema)
+		qv.Set("search_path", pgx.Identifier{schema}.Sanitize())
 		u.RawQuery = qv.Encode()
 		return sql.Open("pgx", u.String())
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/store"
@@ -45,7 +46,9 @@ var ErrNotMigrated = errors.New("schema not migrated")
 // Config configures a Store. The zero value means the defaults.
 type Config struct {
 	// Schema holds Idem's tables. Default "idem". It must be a plain
-	// identifier (letters, digits, underscore).
+	// identifier (letters, digits, underscore; at most 63 bytes) and is
+	// used exactly as given, quoted: "Tenant_x" and "tenant_x" are two
+	// schemas.
 	Schema string
 	// Migrate runs the schema migrations at Open. Without it, Open refuses
 	// a database whose schema is missing or old; run `idem migrate`.
@@ -135,7 +138,7 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: parse connection string: %w (want postgres://user@host:port/db)", redact(err))
 	}
 	pc.MaxConns = c.MaxConns
-	pc.ConnConfig.RuntimeParams["search_path"] = c.Schema
+	pc.ConnConfig.RuntimeParams["search_path"] = SearchPath(c.Schema)
 	pc.ConnConfig.RuntimeParams["application_name"] = "idem"
 	trips := &tripCounter{}
 	pc.ConnConfig.Tracer = trips
@@ -153,7 +156,9 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 }
 
 // New uses an existing pool, whose connections must have search_path set
-// to cfg.Schema (RuntimeParams["search_path"]). The caller keeps
+// to cfg.Schema: set RuntimeParams["search_path"] to SearchPath(schema),
+// quoted, since PostgreSQL folds an unquoted name to lower case. New
+// refuses a pool whose connections use another schema. The caller keeps
 // ownership of the pool. Round trips are counted only by stores made with
 // Open.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
@@ -174,10 +179,47 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCoun
 		if err := s.Migrate(ctx); err != nil {
 			return nil, err
 		}
-	} else if err := s.checkSchema(ctx); err != nil {
+	}
+	if err := s.checkSearchPath(ctx); err != nil {
 		return nil, err
 	}
+	if !c.Migrate {
+		if err := s.checkSchema(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// SearchPath returns the search_path setting that selects schema, quoted
+// so that PostgreSQL keeps its case, for the RuntimeParams of a pool given
+// to New.
+func SearchPath(schema string) string {
+	return pgx.Identifier{schema}.Sanitize()
+}
+
+// checkSearchPath makes sure that the pool's connections resolve Idem's
+// unqualified table names in s.cfg.Schema and no other schema: a search
+// path that names the schema unquoted folds "Tenant_x" to tenant_x, and
+// the store would then read and write another deployment's tables.
+func (s *Store) checkSearchPath(ctx context.Context) error {
+	var current pgtype.Text
+	if err := s.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&current); err != nil {
+		return fmt.Errorf("pgstore: check search_path: %w", redact(err))
+	}
+	switch {
+	case current.Valid && current.String == s.cfg.Schema:
+		return nil
+	case !current.Valid && !s.cfg.Migrate:
+		return fmt.Errorf("pgstore: %w: schema %s does not exist: run `idem migrate --store <url>` (or set Config.Migrate)", ErrNotMigrated, s.cfg.Schema)
+	}
+	var setting string
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&setting); err != nil {
+		return fmt.Errorf("pgstore: check search_path: %w", redact(err))
+	}
+	return fmt.Errorf("pgstore: the connections' search_path is %s, which selects schema %q, not %q: "+
+		"set the pool's RuntimeParams[\"search_path\"] to pgstore.SearchPath(%q), which quotes it (PostgreSQL folds unquoted names to lower case)",
+		setting, current.String, s.cfg.Schema, s.cfg.Schema)
 }
 
 func (s *Store) checkServer(ctx context.Context) error {
@@ -233,6 +275,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return err
 		}
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
+			return err
+		}
+		// The migrations name no schema: they create their objects in the
+		// first schema of the search path, which this makes the store's
+		// whatever the pool's connections say (New checks those after).
+		if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+SearchPath(s.cfg.Schema)); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {

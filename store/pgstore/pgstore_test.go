@@ -42,7 +42,7 @@ func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 			return
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+cfg.Schema+" CASCADE"); err != nil {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{cfg.Schema}.Sanitize()+" CASCADE"); err != nil {
 			t.Errorf("drop schema %s: %v", cfg.Schema, err)
 		}
 	})

@@ -33,7 +33,7 @@ func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
 	if err := queueEnqueue(b, msgs); err != nil {
 		return err
 	}
-	b.Queue(notifySQL)
+	b.Queue(notifySQL, s.cfg.Schema)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("pgstore: publish %d messages: %w", len(msgs), translate(err))
 	}
@@ -223,7 +223,7 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 		return nil
 	})
 	if delay <= 0 {
-		b.Queue(notifySQL)
+		b.Queue(notifySQL, s.cfg.Schema)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("pgstore: nack: %w", translate(err))
@@ -266,7 +266,7 @@ func (s *Store) notifier() {
 			return
 		case <-s.notify:
 		}
-		if _, err := s.pool.Exec(s.bg, notifySQL); err != nil && s.bg.Err() == nil {
+		if _, err := s.pool.Exec(s.bg, notifySQL, s.cfg.Schema); err != nil && s.bg.Err() == nil {
 			s.log.Warn("queue notification failed; other processes find the messages at their next poll", "error", err)
 		}
 	}

@@ -66,7 +66,7 @@ func TestOpenRefusesAsynchronousCommit(t *testing.T) {
 	}
 	s.Close()
 	conn := schemaConn(t, "public")
-	if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+	if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 		t.Fatal(err)
 	}
 }

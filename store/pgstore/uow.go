@@ -222,7 +222,9 @@ SELECT u.id, u.envelope::jsonb, u.body, now(), hashtext(coalesce(nullif(u.envelo
 FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS u(id, envelope, body, ord)
 ORDER BY u.ord`
 
-const notifySQL = `SELECT pg_notify('idem_queue', current_schema())`
+// notifySQL wakes the receivers of schema $1 (Config.Schema as given:
+// current_schema() would be the case-folded name under a wrong search path).
+const notifySQL = `SELECT pg_notify('idem_queue', $1::text)`
 
 // Consume settles deliveries of this store's queue inside the unit of work.
 func (u *unitOfWork) Consume(_ context.Context, ds []transport.Delivery) error {

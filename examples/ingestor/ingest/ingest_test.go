@@ -69,7 +69,7 @@ func backends() []backend {
 					return
 				}
 				defer conn.Close(ctx)
-				if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+				if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 					t.Errorf("drop schema %s: %v", schema, err)
 				}
 			})
