@@ -33,6 +33,10 @@ var (
 	_ store.Queue           = (*Store)(nil)
 	_ store.UnitOfWork      = (*unitOfWork)(nil)
 	_ store.QueueUnitOfWork = (*unitOfWork)(nil)
+
+	_ transport.PartitionedConsumer = (*Store)(nil)
+	_ transport.PendingCounter      = (*Store)(nil)
+	_ store.PoolSizer               = (*Store)(nil)
 )
 
 // ErrUnsafeCommit is returned by Open when the server acknowledges commits
@@ -332,6 +336,11 @@ func (s *Store) Schema() string { return s.cfg.Schema }
 
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// PoolSize returns how many connections the store's pool opens at most
+// (store.PoolSizer). The engine refuses to start when its loops need more;
+// the queue listener holds one of them while a Receive is running.
+func (s *Store) PoolSize() int { return int(s.pool.Config().MaxConns) }
 
 // RoundTrips returns how many round trips to the server the store has made
 // (statements and pipelined batches), when it was made with Open; 0

@@ -61,8 +61,10 @@ func (s *Store) Receive(ctx context.Context, max int) ([]transport.Delivery, err
 	return s.ReceivePartition(ctx, max, 0, 1)
 }
 
-// ReceivePartition is Receive restricted to the messages whose
-// CorrelationID (or ID, without one) hashes to part modulo parts.
+// ReceivePartition is Receive restricted to the messages whose partition
+// key hashes to part modulo parts: the canonical form of the CorrelationID
+// (canon.PartitionKey: NFC, trimmed), or the ID without one, hashed with
+// PostgreSQL's hashtext when the message is enqueued.
 func (s *Store) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
 	if max < 1 {
 		max = 1
@@ -332,4 +334,18 @@ func (s *Store) listen(ctx context.Context) error {
 		s.wake = make(chan struct{})
 		s.lmu.Unlock()
 	}
+}
+
+// Pending counts the queue's messages: ready ones, visible now, and unacked
+// ones, which are not: handed out and still leased, or waiting for a Nack's
+// delay to pass.
+func (s *Store) Pending(ctx context.Context) (ready, unacked int, err error) {
+	if err := s.check("pending"); err != nil {
+		return 0, 0, err
+	}
+	err = s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE visible_at <= now()), count(*) FILTER (WHERE visible_at > now()) FROM idem_queue`).Scan(&ready, &unacked)
+	if err != nil {
+		return 0, 0, fmt.Errorf("pgstore: pending: %w", translate(err))
+	}
+	return ready, unacked, nil
 }
