@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,13 +68,32 @@ type Config struct {
 	// PollInterval bounds how long an idle consumer waits without a
 	// notification before looking at the queue again. Default 1s.
 	PollInterval time.Duration
-	// MaxConns is the pool size Open creates. Default 16.
+	// MaxConns is the most connections the pool Open creates holds at
+	// once. The default, DefaultMaxConns, fits an engine with the default
+	// idem.Config on this machine. The smallest accepted is 2: a Receive
+	// keeps one connection listening for notifications, and Publish and
+	// everything else share the others. An engine refuses to start on a
+	// pool smaller than its Lanes × Consumers plus three (the queue
+	// listener or outbox relay, the timer poller, the sweeper).
 	MaxConns int32
 	// Logger receives the store's logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// minConns is the smallest pool accepted: the queue listener holds one
+// connection for as long as a Receive runs, and Publish must find another.
+const minConns = 2
+
+// DefaultMaxConns returns Config.MaxConns's default: 2×GOMAXPROCS + 4, at
+// least 16. An engine with the default idem.Config needs 2×GOMAXPROCS + 3
+// connections (its Lanes default to 2×GOMAXPROCS, one Consumer, and the
+// queue listener or outbox relay, the timer poller and the sweeper); the
+// last one is for the application's own calls (Publish, the admin API).
+func DefaultMaxConns() int32 {
+	return int32(max(16, 2*runtime.GOMAXPROCS(0)+4))
+}
 
 func (c *Config) withDefaults() (Config, error) {
 	var out Config
@@ -96,7 +116,11 @@ func (c *Config) withDefaults() (Config, error) {
 		out.PollInterval = time.Second
 	}
 	if out.MaxConns == 0 {
-		out.MaxConns = 16
+		out.MaxConns = DefaultMaxConns()
+	}
+	if out.MaxConns < minConns {
+		return out, fmt.Errorf("pgstore: Config.MaxConns is %d, below the smallest pool of %d: the queue listener holds a connection while Receive runs, and Publish needs another; use 0 for the default (%d)",
+			out.MaxConns, minConns, DefaultMaxConns())
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -169,6 +193,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if n := pool.Config().MaxConns; n < minConns {
+		return nil, fmt.Errorf("pgstore: the pool holds at most %d connection, below the smallest of %d: the queue listener holds a connection while Receive runs, and Publish needs another; raise the pool's MaxConns",
+			n, minConns)
 	}
 	return newStore(ctx, pool, c, nil)
 }

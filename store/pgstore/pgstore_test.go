@@ -27,9 +27,6 @@ func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 	url := testenv.PostgresURL(t)
 	cfg.Schema = "t_" + randHex()
 	cfg.Migrate = true
-	if cfg.MaxConns == 0 {
-		cfg.MaxConns = 10
-	}
 	ctx := context.Background()
 	s, err := pgstore.Open(ctx, url, &cfg)
 	if err != nil {
