@@ -30,7 +30,7 @@ func openBackend(ctx context.Context, storeSpec, schema, transportSpec string, b
 	bo.Logger = logger
 	var q store.Queue
 	if isPostgres(storeSpec) {
-		s, err := pgstore.Open(ctx, storeSpec, &pgstore.Config{Schema: schema, Migrate: !worker, Lease: lease, PollInterval: 100 * time.Millisecond, MaxConns: 8, Logger: logger})
+		s, err := pgstore.Open(ctx, storeSpec, &pgstore.Config{Schema: schema, Migrate: !worker, Lease: lease, PollInterval: 100 * time.Millisecond, Logger: logger})
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -57,7 +57,7 @@ func backends() []backend {
 			url := testenv.PostgresURL(t)
 			schema := "ingest_" + randHex()
 			ctx := context.Background()
-			q, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond, MaxConns: 8, Logger: quiet()})
+			q, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}
