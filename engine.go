@@ -270,6 +270,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	if len(e.machines) == 0 && len(e.handlers) == 0 {
 		return errors.New("idem: start: nothing registered: call Register or Handle first")
 	}
+	if err := checkPool(e.store, e.cfg, e.queue); err != nil {
+		return err
+	}
 	if e.queue {
 		// The queue path settles deliveries inside the unit of work; a store
 		// whose units of work cannot do that would leave the outbox unsent.

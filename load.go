@@ -22,12 +22,15 @@ type Snapshot[S any] struct {
 // LoadInstance reads the instance of machine m with the given key from st
 // and decodes its state document, for code that shows saga state outside a
 // transition (an HTTP status endpoint, say). The key is canonicalised as
-// the engine canonicalises correlation keys (with the default MaxKeyLen).
-// An absent instance is nil with a nil error; an invalid key, a store error
-// or a document that does not decode (wrapping saga.ErrSchema) is an error.
-// The read is a snapshot: it opens a unit of work, loads, and rolls back.
+// the engine canonicalises correlation keys, but with no length limit:
+// whatever Config.MaxKeyLen the engine that wrote st had, a key longer
+// than it was never stored and is simply absent. An absent instance is nil
+// with a nil error; an invalid key (empty, not UTF-8, with a control
+// character), a store error or a document that does not decode (wrapping
+// saga.ErrSchema) is an error. The read is a snapshot: it opens a unit of
+// work, loads, and rolls back.
 func LoadInstance[S any](ctx context.Context, st store.Store, m *saga.Machine[S], key string) (*Snapshot[S], error) {
-	k, err := canon.Key(key, defaultMaxKeyLen)
+	k, err := canon.Key(key, 3*len(key)+1) // NFC makes a string at most three times longer
 	if err != nil {
 		return nil, fmt.Errorf("idem: load %s/%q: %w", m.Name(), key, err)
 	}
@@ -51,3 +54,8 @@ func LoadInstance[S any](ctx context.Context, st store.Store, m *saga.Machine[S]
 	}
 	return &Snapshot[S]{Instance: inst, Data: data}, nil
 }
+
+// MaxKeyLen returns the longest canonical saga key e accepts, in bytes:
+// Config.MaxKeyLen, or its default. Code that checks keys before handing
+// messages to e (package admin does) uses it, to accept what e accepts.
+func (e *Engine) MaxKeyLen() int { return e.cfg.MaxKeyLen }

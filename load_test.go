@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/transport/memtransport"
 )
 
 type loadDoc struct {
@@ -66,5 +68,43 @@ func TestLoadInstance(t *testing.T) {
 	}
 	if _, err := idem.LoadInstance(ctx, st, m, ""); err == nil {
 		t.Fatal("empty key: got nil error, want the canonicalisation error")
+	}
+}
+
+// An engine with a MaxKeyLen above the default stores longer keys;
+// LoadInstance, which knows no engine, must still find them.
+func TestLoadInstanceKeyLongerThanDefaultLimit(t *testing.T) {
+	ctx := context.Background()
+	m := saga.New[loadDoc]("loadlong")
+	open := m.State("Open")
+	ev := saga.NewEvent[Added](m, func(a Added) string { return a.Tally })
+	m.Initially(saga.When(ev).TransitionTo(open))
+	st := memstore.New(nil)
+	defer st.Close()
+	e, err := idem.NewEngine(st, memtransport.New(nil), &idem.Config{MaxKeyLen: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.MaxKeyLen(); got != 1024 {
+		t.Errorf("MaxKeyLen: got %d, want 1024", got)
+	}
+	long := strings.Repeat("k", 600)
+	uow, err := st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	err = uow.Commit(ctx, &store.Changes{Inserts: []*store.Instance{
+		{SagaType: "loadlong", Key: long, State: string(open), Data: []byte(`{"sum":1}`), SchemaVersion: 1, Version: 1, CreatedAt: now, UpdatedAt: now},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := idem.LoadInstance(ctx, st, m, long)
+	if err != nil || snap == nil || snap.Data.Sum != 1 {
+		t.Fatalf("load a key of %d bytes: got %+v, %v; want the instance", len(long), snap, err)
+	}
+	if _, err := idem.LoadInstance(ctx, st, m, "bad\x00key"); err == nil {
+		t.Fatal("key with a control character: got nil error, want the canonicalisation error")
 	}
 }

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -30,6 +31,12 @@ type bundle struct {
 // also the queue, and serves it with cfg.
 func setup(t *testing.T, cfg *admin.Config) *bundle {
 	t.Helper()
+	return setupWith(t, cfg, 0)
+}
+
+// setupWith is setup with the engine's Config.MaxKeyLen (0: the default).
+func setupWith(t *testing.T, cfg *admin.Config, maxKeyLen int) *bundle {
+	t.Helper()
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{Logger: logger})
@@ -37,7 +44,8 @@ func setup(t *testing.T, cfg *admin.Config) *bundle {
 		t.Fatal(err)
 	}
 	obs := admin.NewObserver()
-	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, Observe: obs.Observe, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, TimerInterval: 50 * time.Millisecond})
+	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, Observe: obs.Observe, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, TimerInterval: 50 * time.Millisecond,
+		MaxKeyLen: maxKeyLen})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,5 +381,45 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	}
 	if code, body := b.do(t, "POST", "/api/messages", msg, "Content-Type", "text/plain"); code != http.StatusUnsupportedMediaType {
 		t.Errorf("text/plain POST: %d %s; want 415", code, body)
+	}
+}
+
+// Saga keys are checked against the engine's MaxKeyLen, not a fixed limit:
+// an engine configured for long keys is reachable through the API with
+// them, and a key over its limit is refused on the way in and out.
+func TestKeysUpToTheEnginesMaxKeyLen(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, nil, 2048)
+	submit := func(id, key string) (int, string) {
+		t.Helper()
+		return b.do(t, "POST", "/api/messages", fmt.Sprintf(`{"id": %q, "type": "orders.OrderPlaced", "body": {"OrderID": %q, "Items": 1}}`, id, key))
+	}
+	long := strings.Repeat("k", 1500) // over the default 256 and over the 1024 of other fields
+	code, body := submit("m-long", long)
+	if code != http.StatusAccepted {
+		t.Fatalf("submit a key of %d bytes under MaxKeyLen 2048: status %d, body %.200s; want 202", len(long), code, body)
+	}
+	var acc admin.Accepted
+	if err := json.Unmarshal([]byte(body), &acc); err != nil || acc.Key != long {
+		t.Fatalf("submit: got %.200s (%v), want the long key", body, err)
+	}
+	eventually(t, "the long-keyed order to be applied", func() bool { return b.e.Stats().Applied >= 1 })
+	var one admin.Saga
+	b.getJSON(t, "/api/sagas/order/"+url.PathEscape(long), &one)
+	if one.Saga.Key != long || len(one.Journal) != 1 {
+		t.Fatalf("saga with the long key: got key of %d bytes and %d journal entries, want %d and 1", len(one.Saga.Key), len(one.Journal), len(long))
+	}
+
+	tooLong := strings.Repeat("k", 2049)
+	if code, body := submit("m-too-long", tooLong); code != http.StatusBadRequest || !strings.Contains(body, "not valid") {
+		t.Errorf("submit a key of %d bytes under MaxKeyLen 2048: status %d, body %.200s; want 400 naming the key invalid", len(tooLong), code, body)
+	}
+	if code, body := b.do(t, "GET", "/api/sagas/order/"+url.PathEscape(tooLong), ""); code != http.StatusBadRequest {
+		t.Errorf("get a key of %d bytes under MaxKeyLen 2048: status %d, body %.200s; want 400", len(tooLong), code, body)
+	}
+	// An explicit correlation ID as long as the limit is accepted too.
+	code, body = b.do(t, "POST", "/api/messages", fmt.Sprintf(`{"id": "m-corr", "type": "orders.OrderPlaced", "correlation_id": %q, "body": {"OrderID": %q, "Items": 1}}`, long+"x", long+"x"))
+	if code != http.StatusAccepted {
+		t.Errorf("submit with a correlation_id of %d bytes: status %d, body %.200s; want 202", len(long)+1, code, body)
 	}
 }

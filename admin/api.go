@@ -23,8 +23,9 @@ import (
 const (
 	defaultLimit = 100
 	maxLimit     = 1000
-	// maxFieldLen bounds the id, type, correlation_id and idempotency_key
-	// of a submitted message.
+	// maxFieldLen bounds the id, type and idempotency_key of a submitted
+	// message, and its correlation_id unless the engine's MaxKeyLen is
+	// larger. Saga keys are checked against the engine's MaxKeyLen.
 	maxFieldLen = 1024
 )
 
@@ -211,7 +212,7 @@ func (s *Server) listSagas(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getSaga(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canon.Key(raw, maxFieldLen)
+	key, err := canon.Key(raw, s.e.MaxKeyLen())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
@@ -345,7 +346,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "body does not fit message type %s of saga %s: %v: fix the body and submit again", m.Type, mach.Name(), err)
 			return
 		}
-		key, err := canon.Key(rawKey, 0)
+		key, err := canon.Key(rawKey, s.e.MaxKeyLen())
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "body of %s gives saga %s the key %q, which is not valid (%v): fix the body and submit again", m.Type, mach.Name(), rawKey, err)
 			return
@@ -404,8 +405,13 @@ func (s *Server) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message
 		return nil, false
 	}
 	for name, v := range map[string]string{"id": m.ID, "type": m.Type, "correlation_id": m.CorrelationID, "idempotency_key": m.IdempotencyKey} {
-		if len(v) > maxFieldLen {
-			writeError(w, http.StatusBadRequest, "%s is %d bytes long: at most %d are accepted", name, len(v), maxFieldLen)
+		limit := maxFieldLen
+		if name == "correlation_id" {
+			// A saga key, which the engine bounds by its own limit.
+			limit = max(limit, s.e.MaxKeyLen())
+		}
+		if len(v) > limit {
+			writeError(w, http.StatusBadRequest, "%s is %d bytes long: at most %d are accepted", name, len(v), limit)
 			return nil, false
 		}
 	}

@@ -231,7 +231,7 @@ func SchemaConn(t testing.TB, url, schema string) *pgx.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.RuntimeParams["search_path"] = schema
+	cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	conn, err := pgx.ConnectConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the checker's reads
 
 	"github.com/idemhq/idem/store"
@@ -29,7 +30,7 @@ func openBackend(ctx context.Context, storeSpec, schema, transportSpec string, b
 	bo.Logger = logger
 	var q store.Queue
 	if isPostgres(storeSpec) {
-		s, err := pgstore.Open(ctx, storeSpec, &pgstore.Config{Schema: schema, Migrate: !worker, Lease: lease, PollInterval: 100 * time.Millisecond, MaxConns: 8, Logger: logger})
+		s, err := pgstore.Open(ctx, storeSpec, &pgstore.Config{Schema: schema, Migrate: !worker, Lease: lease, PollInterval: 100 * time.Millisecond, Logger: logger})
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -64,7 +65,7 @@ func openDB(storeSpec, schema string) (*sql.DB, error) {
 			return nil, fmt.Errorf("parse the PostgreSQL URL: %w", err)
 		}
 		qv := u.Query()
-		qv.Set("search_path", schema)
+		qv.Set("search_path", pgx.Identifier{schema}.Sanitize())
 		u.RawQuery = qv.Encode()
 		return sql.Open("pgx", u.String())
 	}

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -729,7 +731,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Dir += " (removed: the run passed)"
 	}
 	if schema != "" && rep.Pass() {
-		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 			logf("drop schema %s: %v", schema, err)
 		}
 	}

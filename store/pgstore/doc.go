@@ -20,7 +20,15 @@
 // sends one coalesced NOTIFY after the commit (inside the transaction it
 // would serialise every commit on the server's notification lock). A poll
 // every Config.PollInterval (and at the next lease expiry) covers lost
-// notifications and expired leases.
+// notifications and expired leases. ReceivePartition
+// (transport.PartitionedConsumer) takes one partition of the saga keys:
+// each message's partition is PostgreSQL's hashtext of its canonical key
+// (NFC, trimmed), so every spelling of a key shares a consumer. Pending
+// (transport.PendingCounter) counts the messages visible now and those
+// leased or delayed.
+//
+// The journal is append-only: triggers refuse UPDATE, TRUNCATE, and DELETE
+// outside Sweep.
 //
 // Open refuses to start when the server cannot be reached, when the schema
 // is missing and Config.Migrate is off, or when the server acknowledges

@@ -53,7 +53,9 @@ func TestEnginesOnSeparatePoolsExactlyOnce(t *testing.T) {
 		if i == 0 {
 			consumers = 3
 		}
-		e := newEngine(t, st, &idem.Config{BatchSize: 16, Consumers: consumers})
+		// Two lanes per consumer: the pools of 8 fit 2 × 1 + 3, the first
+		// (default) pool 2 × 3 + 3, on any machine.
+		e := newEngine(t, st, &idem.Config{BatchSize: 16, Consumers: consumers, Lanes: 2})
 		engines = append(engines, e)
 	}
 	const keys, perKey = 40, 5
@@ -93,7 +95,7 @@ func TestMain(m *testing.M) {
 
 func runWorker() int {
 	return enginetest.RunWorker(func(ctx context.Context) (store.Queue, error) {
-		return pgstore.Open(ctx, os.Getenv("IDEM_TEST_PG_URL"), &pgstore.Config{Schema: os.Getenv("IDEM_PG_WORKER_SCHEMA"), Lease: 2 * time.Second, MaxConns: 8})
+		return pgstore.Open(ctx, os.Getenv("IDEM_TEST_PG_URL"), &pgstore.Config{Schema: os.Getenv("IDEM_PG_WORKER_SCHEMA"), Lease: 2 * time.Second})
 	})
 }
 

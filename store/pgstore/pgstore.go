@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/store"
@@ -32,6 +34,10 @@ var (
 	_ store.Queue           = (*Store)(nil)
 	_ store.UnitOfWork      = (*unitOfWork)(nil)
 	_ store.QueueUnitOfWork = (*unitOfWork)(nil)
+
+	_ transport.PartitionedConsumer = (*Store)(nil)
+	_ transport.PendingCounter      = (*Store)(nil)
+	_ store.PoolSizer               = (*Store)(nil)
 )
 
 // ErrUnsafeCommit is returned by Open when the server acknowledges commits
@@ -45,7 +51,9 @@ var ErrNotMigrated = errors.New("schema not migrated")
 // Config configures a Store. The zero value means the defaults.
 type Config struct {
 	// Schema holds Idem's tables. Default "idem". It must be a plain
-	// identifier (letters, digits, underscore).
+	// identifier (letters, digits, underscore; at most 63 bytes) and is
+	// used exactly as given, quoted: "Tenant_x" and "tenant_x" are two
+	// schemas.
 	Schema string
 	// Migrate runs the schema migrations at Open. Without it, Open refuses
 	// a database whose schema is missing or old; run `idem migrate`.
@@ -60,13 +68,32 @@ type Config struct {
 	// PollInterval bounds how long an idle consumer waits without a
 	// notification before looking at the queue again. Default 1s.
 	PollInterval time.Duration
-	// MaxConns is the pool size Open creates. Default 16.
+	// MaxConns is the most connections the pool Open creates holds at
+	// once. The default, DefaultMaxConns, fits an engine with the default
+	// idem.Config on this machine. The smallest accepted is 2: a Receive
+	// keeps one connection listening for notifications, and Publish and
+	// everything else share the others. An engine refuses to start on a
+	// pool smaller than its Lanes × Consumers plus three (the queue
+	// listener or outbox relay, the timer poller, the sweeper).
 	MaxConns int32
 	// Logger receives the store's logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// minConns is the smallest pool accepted: the queue listener holds one
+// connection for as long as a Receive runs, and Publish must find another.
+const minConns = 2
+
+// DefaultMaxConns returns Config.MaxConns's default: 2×GOMAXPROCS + 4, at
+// least 16. An engine with the default idem.Config needs 2×GOMAXPROCS + 3
+// connections (its Lanes default to 2×GOMAXPROCS, one Consumer, and the
+// queue listener or outbox relay, the timer poller and the sweeper); the
+// last one is for the application's own calls (Publish, the admin API).
+func DefaultMaxConns() int32 {
+	return int32(max(16, 2*runtime.GOMAXPROCS(0)+4))
+}
 
 func (c *Config) withDefaults() (Config, error) {
 	var out Config
@@ -89,7 +116,11 @@ func (c *Config) withDefaults() (Config, error) {
 		out.PollInterval = time.Second
 	}
 	if out.MaxConns == 0 {
-		out.MaxConns = 16
+		out.MaxConns = DefaultMaxConns()
+	}
+	if out.MaxConns < minConns {
+		return out, fmt.Errorf("pgstore: Config.MaxConns is %d, below the smallest pool of %d: the queue listener holds a connection while Receive runs, and Publish needs another; use 0 for the default (%d)",
+			out.MaxConns, minConns, DefaultMaxConns())
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -135,7 +166,7 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: parse connection string: %w (want postgres://user@host:port/db)", redact(err))
 	}
 	pc.MaxConns = c.MaxConns
-	pc.ConnConfig.RuntimeParams["search_path"] = c.Schema
+	pc.ConnConfig.RuntimeParams["search_path"] = SearchPath(c.Schema)
 	pc.ConnConfig.RuntimeParams["application_name"] = "idem"
 	trips := &tripCounter{}
 	pc.ConnConfig.Tracer = trips
@@ -153,13 +184,19 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 }
 
 // New uses an existing pool, whose connections must have search_path set
-// to cfg.Schema (RuntimeParams["search_path"]). The caller keeps
+// to cfg.Schema: set RuntimeParams["search_path"] to SearchPath(schema),
+// quoted, since PostgreSQL folds an unquoted name to lower case. New
+// refuses a pool whose connections use another schema. The caller keeps
 // ownership of the pool. Round trips are counted only by stores made with
 // Open.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if n := pool.Config().MaxConns; n < minConns {
+		return nil, fmt.Errorf("pgstore: the pool holds at most %d connection, below the smallest of %d: the queue listener holds a connection while Receive runs, and Publish needs another; raise the pool's MaxConns",
+			n, minConns)
 	}
 	return newStore(ctx, pool, c, nil)
 }
@@ -174,10 +211,47 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCoun
 		if err := s.Migrate(ctx); err != nil {
 			return nil, err
 		}
-	} else if err := s.checkSchema(ctx); err != nil {
+	}
+	if err := s.checkSearchPath(ctx); err != nil {
 		return nil, err
 	}
+	if !c.Migrate {
+		if err := s.checkSchema(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// SearchPath returns the search_path setting that selects schema, quoted
+// so that PostgreSQL keeps its case, for the RuntimeParams of a pool given
+// to New.
+func SearchPath(schema string) string {
+	return pgx.Identifier{schema}.Sanitize()
+}
+
+// checkSearchPath makes sure that the pool's connections resolve Idem's
+// unqualified table names in s.cfg.Schema and no other schema: a search
+// path that names the schema unquoted folds "Tenant_x" to tenant_x, and
+// the store would then read and write another deployment's tables.
+func (s *Store) checkSearchPath(ctx context.Context) error {
+	var current pgtype.Text
+	if err := s.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&current); err != nil {
+		return fmt.Errorf("pgstore: check search_path: %w", redact(err))
+	}
+	switch {
+	case current.Valid && current.String == s.cfg.Schema:
+		return nil
+	case !current.Valid && !s.cfg.Migrate:
+		return fmt.Errorf("pgstore: %w: schema %s does not exist: run `idem migrate --store <url>` (or set Config.Migrate)", ErrNotMigrated, s.cfg.Schema)
+	}
+	var setting string
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&setting); err != nil {
+		return fmt.Errorf("pgstore: check search_path: %w", redact(err))
+	}
+	return fmt.Errorf("pgstore: the connections' search_path is %s, which selects schema %q, not %q: "+
+		"set the pool's RuntimeParams[\"search_path\"] to pgstore.SearchPath(%q), which quotes it (PostgreSQL folds unquoted names to lower case)",
+		setting, current.String, s.cfg.Schema, s.cfg.Schema)
 }
 
 func (s *Store) checkServer(ctx context.Context) error {
@@ -235,6 +309,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
 			return err
 		}
+		// The migrations name no schema: they create their objects in the
+		// first schema of the search path, which this makes the store's
+		// whatever the pool's connections say (New checks those after).
+		if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+SearchPath(s.cfg.Schema)); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 			return err
 		}
@@ -284,6 +364,11 @@ func (s *Store) Schema() string { return s.cfg.Schema }
 
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// PoolSize returns how many connections the store's pool opens at most
+// (store.PoolSizer). The engine refuses to start when its loops need more;
+// the queue listener holds one of them while a Receive is running.
+func (s *Store) PoolSize() int { return int(s.pool.Config().MaxConns) }
 
 // RoundTrips returns how many round trips to the server the store has made
 // (statements and pipelined batches), when it was made with Open; 0

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,9 +27,6 @@ func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 	url := testenv.PostgresURL(t)
 	cfg.Schema = "t_" + randHex()
 	cfg.Migrate = true
-	if cfg.MaxConns == 0 {
-		cfg.MaxConns = 10
-	}
 	ctx := context.Background()
 	s, err := pgstore.Open(ctx, url, &cfg)
 	if err != nil {
@@ -42,7 +40,7 @@ func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 			return
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+cfg.Schema+" CASCADE"); err != nil {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{cfg.Schema}.Sanitize()+" CASCADE"); err != nil {
 			t.Errorf("drop schema %s: %v", cfg.Schema, err)
 		}
 	})
@@ -51,7 +49,35 @@ func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 
 func TestStoreConformance(t *testing.T) {
 	testenv.PostgresURL(t)
-	storetest.Run(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
+	const lease = time.Second
+	f := storetest.Features{Queue: true, Lease: lease, Partitioned: true, Pending: true, TamperJournal: tamperJournal}
+	storetest.Run(t, f, func(t *testing.T) store.Store {
+		return openStore(t, pgstore.Config{Lease: lease, PollInterval: 100 * time.Millisecond})
+	})
+}
+
+// tamperJournal tries to change and delete the journal of k through
+// another connection, as another program with the store's role would.
+func tamperJournal(t *testing.T, s store.Store, k store.Key) []error {
+	conn := schemaConn(t, s.(*pgstore.Store).Schema())
+	var errs []error
+	for _, stmt := range []string{
+		`UPDATE idem_journal SET to_state = 'Tampered' WHERE saga_type = $1 AND key = $2`,
+		`DELETE FROM idem_journal WHERE saga_type = $1 AND key = $2`,
+		`TRUNCATE idem_journal`,
+	} {
+		var err error
+		if strings.HasPrefix(stmt, "TRUNCATE") {
+			_, err = conn.Exec(t.Context(), stmt)
+		} else {
+			_, err = conn.Exec(t.Context(), stmt, k.SagaType, k.Key)
+		}
+		if err != nil && !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s: got error %v, want the append-only refusal", stmt, err)
+		}
+		errs = append(errs, err)
+	}
+	return errs
 }
 
 func TestQueueConformance(t *testing.T) {

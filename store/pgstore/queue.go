@@ -37,7 +37,7 @@ func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
 	if err := queueEnqueue(b, msgs); err != nil {
 		return err
 	}
-	b.Queue(notifySQL)
+	b.Queue(notifySQL, s.cfg.Schema)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("pgstore: publish %d messages: %w", len(msgs), translate(err))
 	}
@@ -65,8 +65,10 @@ func (s *Store) Receive(ctx context.Context, max int) ([]transport.Delivery, err
 	return s.ReceivePartition(ctx, max, 0, 1)
 }
 
-// ReceivePartition is Receive restricted to the messages whose
-// CorrelationID (or ID, without one) hashes to part modulo parts.
+// ReceivePartition is Receive restricted to the messages whose partition
+// key hashes to part modulo parts: the canonical form of the CorrelationID
+// (canon.PartitionKey: NFC, trimmed), or the ID without one, hashed with
+// PostgreSQL's hashtext when the message is enqueued.
 func (s *Store) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
 	if max < 1 {
 		max = 1
@@ -227,7 +229,7 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 		return nil
 	})
 	if delay <= 0 {
-		b.Queue(notifySQL)
+		b.Queue(notifySQL, s.cfg.Schema)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("pgstore: nack: %w", translate(err))
@@ -270,7 +272,7 @@ func (s *Store) notifier() {
 			return
 		case <-s.notify:
 		}
-		if _, err := s.pool.Exec(s.bg, notifySQL); err != nil && s.bg.Err() == nil {
+		if _, err := s.pool.Exec(s.bg, notifySQL, s.cfg.Schema); err != nil && s.bg.Err() == nil {
 			s.log.Warn("queue notification failed; other processes find the messages at their next poll", "error", err)
 		}
 	}
@@ -336,4 +338,18 @@ func (s *Store) listen(ctx context.Context) error {
 		s.wake = make(chan struct{})
 		s.lmu.Unlock()
 	}
+}
+
+// Pending counts the queue's messages: ready ones, visible now, and unacked
+// ones, which are not: handed out and still leased, or waiting for a Nack's
+// delay to pass.
+func (s *Store) Pending(ctx context.Context) (ready, unacked int, err error) {
+	if err := s.check("pending"); err != nil {
+		return 0, 0, err
+	}
+	err = s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE visible_at <= now()), count(*) FILTER (WHERE visible_at > now()) FROM idem_queue`).Scan(&ready, &unacked)
+	if err != nil {
+		return 0, 0, fmt.Errorf("pgstore: pending: %w", translate(err))
+	}
+	return ready, unacked, nil
 }

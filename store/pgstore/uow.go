@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -217,13 +218,19 @@ WITH gone AS (
 )
 SELECT idem_expect((SELECT count(*) FROM gone), $3, 'lease')`
 
+// enqueueSQL stores each message's partition: PostgreSQL's hashtext of
+// canon.PartitionKey (the canonical saga key, computed in Go), which the
+// RabbitMQ transport reproduces, so that every spelling of one key shares
+// a partition.
 const enqueueSQL = `
 INSERT INTO idem_queue (id, envelope, body, visible_at, part)
-SELECT u.id, u.envelope::jsonb, u.body, now(), hashtext(coalesce(nullif(u.envelope::jsonb->>'correlation_id', ''), u.id)) & 2147483647
-FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS u(id, envelope, body, ord)
+SELECT u.id, u.envelope::jsonb, u.body, now(), hashtext(u.pkey) & 2147483647
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[]) WITH ORDINALITY AS u(id, envelope, body, pkey, ord)
 ORDER BY u.ord`
 
-const notifySQL = `SELECT pg_notify('idem_queue', current_schema())`
+// notifySQL wakes the receivers of schema $1 (Config.Schema as given:
+// current_schema() would be the case-folded name under a wrong search path).
+const notifySQL = `SELECT pg_notify('idem_queue', $1::text)`
 
 // Consume settles deliveries of this store's queue inside the unit of work.
 func (u *unitOfWork) Consume(_ context.Context, ds []transport.Delivery) error {
@@ -248,14 +255,16 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if err := u.live("commit"); err != nil {
 		return err
 	}
-	for _, in := range c.Inserts {
-		if in.Version != 1 {
-			return fmt.Errorf("pgstore: commit: insert %s/%s with version %d: new instances have version 1", in.SagaType, in.Key, in.Version)
-		}
+	if c == nil {
+		c = &store.Changes{}
+	}
+	if err := sqlq.CheckWrites(c); err != nil {
+		return fmt.Errorf("pgstore: commit: %w", err)
 	}
 	if err := checkStates(c); err != nil {
 		return err
 	}
+	c = lastWins(c)
 	b := &pgx.Batch{}
 	if !u.begun {
 		b.Queue(beginSQL)
@@ -358,15 +367,15 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 
 func queueEnqueue(b *pgx.Batch, msgs []transport.Envelope) error {
 	n := len(msgs)
-	ids, envs, bodies := make([]string, n), make([]string, n), make([][]byte, n)
+	ids, envs, bodies, pkeys := make([]string, n), make([]string, n), make([][]byte, n), make([]string, n)
 	for i, m := range msgs {
 		meta, body, err := sqlq.EncodeEnvelope(m)
 		if err != nil {
 			return err
 		}
-		ids[i], envs[i], bodies[i] = m.ID, meta, body
+		ids[i], envs[i], bodies[i], pkeys[i] = m.ID, meta, body, canon.PartitionKey(m.CorrelationID, m.ID)
 	}
-	b.Queue(enqueueSQL, ids, envs, bodies)
+	b.Queue(enqueueSQL, ids, envs, bodies, pkeys)
 	return nil
 }
 

@@ -91,7 +91,8 @@
 // found. Deliveries carry a token (queue sequence number and a random
 // claim id): Ack and Nack of a delivery whose message was claimed again
 // fail with transport.ErrLeaseLost and leave the newer claim alone. Queue
-// times come from this machine's clock.
+// times come from this machine's clock. Pending (transport.PendingCounter)
+// counts the messages visible now and those leased or delayed.
 //
 // # Journal
 //

@@ -261,3 +261,19 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	}
 	return nil
 }
+
+// Pending counts the queue's messages: ready ones, visible now, and unacked
+// ones, which are not: handed out and still leased, or waiting for a Nack's
+// delay to pass. It reads the committed state and never waits for the
+// writer.
+func (s *Store) Pending(ctx context.Context) (ready, unacked int, err error) {
+	if err := s.check("pending"); err != nil {
+		return 0, 0, err
+	}
+	err = s.rdb.QueryRowContext(ctx, `SELECT coalesce(sum(visible_at <= ?1), 0), coalesce(sum(visible_at > ?1), 0) FROM idem_queue`,
+		micros(time.Now())).Scan(&ready, &unacked)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqlitestore: pending: %w", err)
+	}
+	return ready, unacked, nil
+}

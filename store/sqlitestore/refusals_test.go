@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
@@ -203,33 +202,5 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	}
 	if n != sqlitestore.SchemaVersion() || v != sqlitestore.SchemaVersion() {
 		t.Errorf("idem_migrations: %d rows up to version %d, want %d", n, v, sqlitestore.SchemaVersion())
-	}
-}
-
-func TestJournalIsAppendOnly(t *testing.T) {
-	t.Parallel()
-	s := openStore(t, sqlitestore.Config{})
-	ctx := context.Background()
-	at := time.Now().UTC().Truncate(time.Microsecond)
-	uow, err := s.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = uow.Commit(ctx, &store.Changes{Journal: []store.JournalEntry{{SagaType: "t", Key: "k", MessageID: "m", EventType: "e", FromState: "Initial", ToState: "A", Version: 1, At: at}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := rawDB(t, s.Path())
-	for _, stmt := range []string{`UPDATE idem_journal SET to_state = 'B'`, `DELETE FROM idem_journal`, `DELETE FROM idem_journal WHERE key = 'k'`} {
-		if _, err := db.Exec(stmt); err == nil || !strings.Contains(err.Error(), "append-only") {
-			t.Errorf("%s: got %v, want the append-only refusal", stmt, err)
-		}
-	}
-	if j, err := s.Journal(ctx, store.Key{SagaType: "t", Key: "k"}); err != nil || len(j) != 1 || j[0].ToState != "A" {
-		t.Errorf("journal after refused writes: %+v, %v", j, err)
-	}
-	var sweeping int
-	if err := db.QueryRow(`SELECT sweeping FROM idem_journal_guard`).Scan(&sweeping); err != nil || sweeping != 0 {
-		t.Errorf("journal guard after sweeps: %d, %v; want 0", sweeping, err)
 	}
 }

@@ -35,6 +35,8 @@ var (
 	_ store.Queue           = (*Store)(nil)
 	_ store.UnitOfWork      = (*unitOfWork)(nil)
 	_ store.QueueUnitOfWork = (*unitOfWork)(nil)
+
+	_ transport.PendingCounter = (*Store)(nil)
 )
 
 // ErrNotMigrated is returned by Open when Config.SkipMigrate is set and the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +37,30 @@ func openStore(t testing.TB, cfg sqlitestore.Config) *sqlitestore.Store {
 }
 
 func TestStoreConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openStore(t, sqlitestore.Config{}) })
+	const lease = time.Second
+	f := storetest.Features{Queue: true, Lease: lease, Pending: true, TamperJournal: tamperJournal}
+	storetest.Run(t, f, func(t *testing.T) store.Store {
+		return openStore(t, sqlitestore.Config{Lease: lease, PollInterval: 50 * time.Millisecond})
+	})
+}
+
+// tamperJournal tries to change and delete the journal of k through
+// another connection to the store's file, as another program would.
+func tamperJournal(t *testing.T, s store.Store, k store.Key) []error {
+	db := rawDB(t, s.(*sqlitestore.Store).Path())
+	var errs []error
+	for _, stmt := range []string{
+		`UPDATE idem_journal SET to_state = 'Tampered' WHERE saga_type = ?1 AND key = ?2`,
+		`DELETE FROM idem_journal WHERE saga_type = ?1 AND key = ?2`,
+		`DELETE FROM idem_journal`,
+	} {
+		_, err := db.Exec(stmt, k.SagaType, k.Key)
+		if err != nil && !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s: got error %v, want the append-only refusal", stmt, err)
+		}
+		errs = append(errs, err)
+	}
+	return errs
 }
 
 func TestQueueConformance(t *testing.T) {

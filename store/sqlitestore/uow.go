@@ -201,6 +201,9 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if c == nil {
 		c = &store.Changes{}
 	}
+	if err := sqlq.CheckWrites(c); err != nil {
+		return fmt.Errorf("sqlitestore: commit: %w", err)
+	}
 	ops, err := u.plan(c)
 	if err != nil {
 		return err
@@ -235,9 +238,6 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 	var ops []op
 	for _, in := range c.Inserts {
-		if in.Version != 1 {
-			return nil, fmt.Errorf("sqlitestore: commit: insert %s/%s with version %d: new instances have version 1", in.SagaType, in.Key, in.Version)
-		}
 		args, err := instanceArgs(in)
 		if err != nil {
 			return nil, err

@@ -332,6 +332,7 @@ func testCommitIsAllOrNothing(t *testing.T, s store.Store) {
 
 func testEmptyCommitSucceeds(t *testing.T, s store.Store) {
 	commit(t, s, &store.Changes{})
+	commit(t, s, nil)
 	uow := begin(t, s)
 	loadIn(t, uow, &store.LoadParams{Keys: []store.Key{key("order", "o-1")}})
 	if err := uow.Commit(t.Context(), &store.Changes{}); err != nil {

@@ -197,3 +197,45 @@ func testDeadLetters(t *testing.T, s store.Store) {
 		t.Errorf("delete d-1 again: got %d, %v; want 0, nil", n, err)
 	}
 }
+
+func testDeadLettersRepeatedInOneCommit(t *testing.T, s store.Store) {
+	base := now()
+	ctx := t.Context()
+	dl := func(reason string, attempts int, first, last time.Time) store.DeadLetter {
+		return store.DeadLetter{
+			ID: "d-1", Envelope: envelope("env-"+reason, base), Reason: reason, Error: "error of " + reason,
+			SagaType: "order", Key: "k-" + reason, Attempts: attempts, FirstFailedAt: first, LastFailedAt: last,
+		}
+	}
+	// The earlier record failed first; the later one carries the latest
+	// attempt. One commit records both, as a batch that dead-letters two
+	// copies of one message does.
+	earlier := dl("malformed_body", 1, base.Add(-time.Hour), base.Add(-time.Hour))
+	later := dl("handler_failed", 3, base.Add(-time.Minute), base)
+	if err := tryCommit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{earlier, later}}); err != nil {
+		t.Fatalf("commit of two dead letters with one ID: got error %v, want nil (the later replaces the earlier)", err)
+	}
+	got, err := s.GetDeadLetter(ctx, "d-1")
+	if err != nil {
+		t.Fatalf("get d-1: got error %v, want nil", err)
+	}
+	want := later
+	want.FirstFailedAt = earlier.FirstFailedAt
+	checkDeadLetter(t, "d-1 recorded twice in one commit", *got, want)
+
+	// Against a stored one, the earliest FirstFailedAt of all three is kept.
+	third := dl("timeout", 4, base, base.Add(time.Minute))
+	fourth := dl("expired", 5, base, base.Add(2*time.Minute))
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{third, fourth}})
+	got, err = s.GetDeadLetter(ctx, "d-1")
+	if err != nil {
+		t.Fatalf("get d-1 after a second commit: got error %v, want nil", err)
+	}
+	want = fourth
+	want.FirstFailedAt = earlier.FirstFailedAt
+	checkDeadLetter(t, "d-1 recorded twice more over a stored one", *got, want)
+	dls, err := s.ListDeadLetters(ctx, &store.ListParams{Limit: 10})
+	if err != nil || len(dls) != 1 {
+		t.Errorf("list dead letters: got %d, %v; want 1, nil", len(dls), err)
+	}
+}

@@ -550,3 +550,44 @@ func testSweepDeletesSentOutbox(t *testing.T, s store.Store) {
 		t.Errorf("sweep past the recent row: got %+v, want 1 outbox row", res)
 	}
 }
+
+func testOutboxRepeatedInOneCommit(t *testing.T, s store.Store) {
+	base := now()
+	first := store.OutboxMessage{Envelope: envelope("o-1", base), CreatedAt: base.Add(-time.Minute)}
+	second := store.OutboxMessage{Envelope: envelope("o-1", base), CreatedAt: base.Add(-2 * time.Minute)}
+	second.Envelope.Type = "test.Second"
+	second.Envelope.Body = []byte(`{"second":true}`)
+	other := store.OutboxMessage{Envelope: envelope("o-2", base), CreatedAt: base.Add(-time.Minute)}
+	if err := tryCommit(t, s, &store.Changes{Outbox: []store.OutboxMessage{first, other, second}}); err != nil {
+		t.Fatalf("commit of two outbox messages with one ID: got error %v, want nil (the first is kept)", err)
+	}
+	if n, oldest := backlog(t, s); n != 2 || !oldest.Equal(first.CreatedAt) {
+		t.Errorf("backlog: got %d, %v; want 2, %v (one message per ID, the first)", n, oldest, first.CreatedAt)
+	}
+	got := claimOutbox(t, s, store.ClaimParams{Now: base, Limit: 10, Lease: time.Minute, CreatedBefore: base})
+	checkStrings(t, "claimed", outboxIDs(got), []string{"o-1", "o-2"})
+	for _, m := range got {
+		if m.Envelope.ID == "o-1" {
+			checkEnvelope(t, "o-1 (the first of the commit)", m.Envelope, first.Envelope)
+		}
+	}
+}
+
+func testTimersRepeatedInOneCommit(t *testing.T, s store.Store) {
+	base := now()
+	first := timer("order", "o-1", "expire", "t-1", base.Add(time.Hour))
+	second := timer("order", "o-1", "expire", "t-2", base.Add(-time.Minute))
+	other := timer("order", "o-1", "remind", "t-3", base.Add(time.Hour))
+	if err := tryCommit(t, s, &store.Changes{Timers: []store.Timer{first, other, second}}); err != nil {
+		t.Fatalf("commit scheduling one timer name twice: got error %v, want nil (the later replaces the earlier)", err)
+	}
+	ts := listTimers(t, s)
+	checkStrings(t, "timers", timerIDs(ts), []string{"t-2", "t-3"})
+	for _, tm := range ts {
+		if tm.Envelope.ID == "t-2" {
+			checkTimer(t, "order/o-1/expire (the later of the commit)", tm, second)
+		}
+	}
+	got := claimTimers(t, s, store.ClaimParams{Now: base, Limit: 10, Lease: time.Minute})
+	checkStrings(t, "claim due timers", timerIDs(got), []string{"t-2"})
+}

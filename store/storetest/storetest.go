@@ -1,9 +1,9 @@
 // Package storetest is the conformance suite for implementations of
 // store.Store. A backend runs it once per configuration from an ordinary
-// test:
+// test, declaring in a Features value what it does beyond store.Store:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) store.Store {
+//		storetest.Run(t, storetest.Features{}, func(t *testing.T) store.Store {
 //			return memstore.New(nil)
 //		})
 //	}
@@ -11,8 +11,14 @@
 // Run starts one subtest per line of the contract in package store, named
 // after it (for example "LoadReturnsFreshCopy" or
 // "ConcurrentUnitsOfWorkNoLostUpdate"), so that a failure points at the line
-// that broke and `go test -run 'Conformance/Sweep'` reruns a part. Every
-// subtest calls t.Parallel and then newStore for its own store.
+// that broke and `go test -run 'Conformance/Sweep'` reruns a part, and one
+// per optional capability (a store that is its own queue, partitioned
+// receive, a pending count, an append-only journal), which skips with the
+// reason when the Features do not declare it. Every subtest calls
+// t.Parallel and then newStore for its own store. The subtest
+// "FeaturesMatchStore" fails when the store implements a capability that the
+// Features do not declare, or declares one it does not implement, so that
+// no capability goes untested by omission.
 //
 // newStore must return a new, empty store that shares no rows with any other
 // store it returned (a schema per test on PostgreSQL, a file in t.TempDir
@@ -67,10 +73,18 @@ import (
 	"github.com/idemhq/idem/transport"
 )
 
-// testCase is one named subtest. It receives a fresh store.
+// testCase is one named subtest of the contract. It receives a fresh store.
 type testCase struct {
 	name string
 	fn   func(t *testing.T, s store.Store)
+}
+
+// featureCase is one named subtest of an optional capability. needs returns
+// why the subtest is skipped under f, or "" when it runs.
+type featureCase struct {
+	name  string
+	needs func(f Features) string
+	fn    func(t *testing.T, s store.Store, f Features)
 }
 
 var testCases = []testCase{
@@ -99,9 +113,11 @@ var testCases = []testCase{
 	// Outbox.
 	{"OutboxClaimAndMarkSent", testOutboxClaimAndMarkSent},
 	{"OutboxBacklog", testOutboxBacklog},
+	{"OutboxRepeatedInOneCommit", testOutboxRepeatedInOneCommit},
 
 	// Timers.
 	{"TimersReplaceByName", testTimersReplaceByName},
+	{"TimersRepeatedInOneCommit", testTimersRepeatedInOneCommit},
 	{"TimersCancel", testTimersCancel},
 	{"ClaimDueTimers", testClaimDueTimers},
 	{"DeleteTimersKeepsRescheduled", testDeleteTimersKeepsRescheduled},
@@ -117,25 +133,57 @@ var testCases = []testCase{
 	{"ListInstances", testListInstances},
 	{"Journal", testJournal},
 	{"DeadLetters", testDeadLetters},
+	{"DeadLettersRepeatedInOneCommit", testDeadLettersRepeatedInOneCommit},
+
+	// What a commit refuses before writing anything.
+	{"ChangesValidation", testChangesValidation},
+}
+
+var featureCases = []featureCase{
+	{"FeaturesMatchStore", always, testFeaturesMatchStore},
+	{"JournalAppendOnly", needTamperJournal, testJournalAppendOnly},
+	{"QueueConsumeAndEnqueueCommitTogether", needQueue, testQueueConsumeAndEnqueueCommitTogether},
+	{"QueueFailedCommitKeepsDelivery", needQueue, testQueueFailedCommitKeepsDelivery},
+	{"QueueConsumeOfLostLeaseFails", needQueue, testQueueConsumeOfLostLeaseFails},
+	{"QueuePartitionsByCanonicalKey", needPartitioned, testQueuePartitionsByCanonicalKey},
+	{"QueuePending", needPending, testQueuePending},
 }
 
 // Run runs the conformance suite against the stores newStore returns, one
-// parallel subtest per contract line, each with a fresh store.
-func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+// parallel subtest per contract line and per capability, each with a fresh
+// store. It fails at once when f is inconsistent (Features.Queue without a
+// Lease, say).
+func Run(t *testing.T, f Features, newStore func(t *testing.T) store.Store) {
 	t.Helper()
+	if err := f.validate(); err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	open := func(t *testing.T) store.Store {
+		t.Helper()
+		s := newStore(t)
+		if s == nil {
+			t.Fatal("newStore returned nil")
+		}
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("close: got error %v, want nil", err)
+			}
+		})
+		return s
+	}
 	for _, tc := range testCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t)
-			if s == nil {
-				t.Fatal("newStore returned nil")
+			tc.fn(t, open(t))
+		})
+	}
+	for _, fc := range featureCases {
+		t.Run(fc.name, func(t *testing.T) {
+			t.Parallel()
+			if reason := fc.needs(f); reason != "" {
+				t.Skip(reason)
 			}
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil {
-					t.Errorf("close: got error %v, want nil", err)
-				}
-			})
-			tc.fn(t, s)
+			fc.fn(t, open(t), f)
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
@@ -135,7 +136,7 @@ func (d *DB) Close() error { return d.db.Close() }
 // on PostgreSQL).
 func (d *DB) Table(name string) string {
 	if d.pg {
-		return d.schema + "." + name
+		return pgx.Identifier{d.schema}.Sanitize() + "." + name
 	}
 	return name
 }
@@ -226,7 +227,7 @@ BEGIN SELECT RAISE(ABORT, '`+tbl+` is append-only: `+op+` refused'); END`)
 }
 
 func (d *DB) pgSchema(t Tables, strict bool) []string {
-	s := d.schema
+	s := pgx.Identifier{d.schema}.Sanitize() // quoted: as pgstore names it
 	uniq := ""
 	if strict {
 		uniq = `,

@@ -77,7 +77,7 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 				return
 			}
 			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+b.schema+" CASCADE"); err != nil {
+			if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{b.schema}.Sanitize()+" CASCADE"); err != nil {
 				t.Errorf("drop schema %s: %v", b.schema, err)
 			}
 		})

@@ -79,7 +79,7 @@ func OpenWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 	}
 	w := &Writer{cfg: cfg}
 	if IsPostgres(cfg.DSN) {
-		w.q, err = pgstore.Open(ctx, cfg.DSN, &pgstore.Config{Schema: cfg.Schema, Migrate: true, MaxConns: 8,
+		w.q, err = pgstore.Open(ctx, cfg.DSN, &pgstore.Config{Schema: cfg.Schema, Migrate: true,
 			PollInterval: 200 * time.Millisecond, Lease: cfg.Lease, Logger: cfg.Logger})
 	} else {
 		w.q, err = sqlitestore.Open(ctx, cfg.DSN, &sqlitestore.Config{PollInterval: 50 * time.Millisecond,

@@ -57,7 +57,7 @@ func backends() []backend {
 			url := testenv.PostgresURL(t)
 			schema := "ingest_" + randHex()
 			ctx := context.Background()
-			q, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond, MaxConns: 8, Logger: quiet()})
+			q, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +69,7 @@ func backends() []backend {
 					return
 				}
 				defer conn.Close(ctx)
-				if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+				if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 					t.Errorf("drop schema %s: %v", schema, err)
 				}
 			})

@@ -38,7 +38,7 @@ func runWorker(db, schema string) int {
 		err error
 	)
 	if strings.HasPrefix(db, "postgres") {
-		q, err = pgstore.Open(ctx, db, &pgstore.Config{Schema: schema, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond, MaxConns: 4, Logger: quiet()})
+		q, err = pgstore.Open(ctx, db, &pgstore.Config{Schema: schema, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond, Logger: quiet()})
 	} else {
 		q, err = sqlitestore.Open(ctx, db, &sqlitestore.Config{Lease: 3 * time.Second, PollInterval: 20 * time.Millisecond, Logger: quiet()})
 	}
