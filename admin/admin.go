@@ -177,13 +177,10 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if done := s.e.Done(); done != nil {
-		select {
-		case <-done:
-			writeError(w, http.StatusServiceUnavailable, "the engine has stopped: see the server log, then restart the process")
-			return
-		default:
-		}
+	if err := s.e.Ready(); err != nil {
+		s.log.WarnContext(r.Context(), "readyz: the engine is not consuming", "error", err)
+		writeError(w, http.StatusServiceUnavailable, "the engine is not running (not started, or stopped): see the server log, then restart the process")
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()

@@ -423,3 +423,47 @@ func TestKeysUpToTheEnginesMaxKeyLen(t *testing.T) {
 		t.Errorf("submit with a correlation_id of %d bytes: status %d, body %.200s; want 202", len(long)+1, code, body)
 	}
 }
+
+// /readyz answers 503 for an engine that has not started, 200 while it
+// runs, and 503 again once it has stopped.
+func TestReadyzFollowsTheEngine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	logger := slog.New(slog.DiscardHandler)
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(orders.OrderMachine()); err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(e, st, &admin.Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := func() int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/readyz", nil))
+		return rec.Code
+	}
+	if c := code(); c != http.StatusServiceUnavailable {
+		t.Errorf("readyz before Start: %d, want 503", c)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := code(); c != http.StatusOK {
+		t.Errorf("readyz while running: %d, want 200", c)
+	}
+	if err := e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := code(); c != http.StatusServiceUnavailable {
+		t.Errorf("readyz after Stop: %d, want 503", c)
+	}
+}
