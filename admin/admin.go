@@ -177,16 +177,16 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if err := s.e.Ready(); err != nil {
-		s.log.WarnContext(r.Context(), "readyz: the engine is not consuming", "error", err)
-		writeError(w, http.StatusServiceUnavailable, "the engine is not running (not started, or stopped): see the server log, then restart the process")
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
 	if _, _, err := s.st.OutboxBacklog(ctx); err != nil {
 		s.log.WarnContext(ctx, "readyz: store not reachable", "error", err)
 		writeError(w, http.StatusServiceUnavailable, "the store does not answer: see the server log for the cause, check that the database is up and reachable")
+		return
+	}
+	if err := s.e.Ready(); err != nil {
+		s.log.WarnContext(ctx, "readyz: the engine is not consuming", "error", err)
+		writeError(w, http.StatusServiceUnavailable, "the engine is not running (not started, or stopped): see the server log, then restart the process")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
