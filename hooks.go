@@ -469,3 +469,7 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// Transport returns the engine's transport, for operators' tools that ask
+// it optional questions (transport.PendingCounter for the queue depth).
+func (e *Engine) Transport() transport.Transport { return e.tr }

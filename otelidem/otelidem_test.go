@@ -328,6 +328,9 @@ func TestConflictLeavesNoAppliedSpan(t *testing.T) {
 	if got := attr(uows[0], otelidem.AttrUoWConflicts).AsInt64(); got != 1 {
 		t.Errorf("conflicts: got %d, want 1", got)
 	}
+	if got := e.TypeStats()["order"].Conflicts; got != 1 {
+		t.Errorf("TypeStats conflicts of order: got %d, want 1", got)
+	}
 	for _, sp := range all {
 		if sp.Parent().SpanID() != uows[0].SpanContext().SpanID() {
 			t.Errorf("message span %s: parent %s, want the unit of work %s", sp.SpanContext().SpanID(), sp.Parent().SpanID(), uows[0].SpanContext().SpanID())
