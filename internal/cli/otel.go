@@ -52,3 +52,17 @@ func setupTracing(ctx context.Context, h slog.Handler) (idem.Tracer, slog.Handle
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	return otelidem.NewTracer(otelidem.WithTracerProvider(tp)), otelidem.NewLogHandler(h), tp.Shutdown, nil
 }
+
+// benchTracer returns a tracer for idem bench --trace: every span sampled,
+// batched as in production, and discarded by the exporter. stop flushes and
+// stops it.
+func benchTracer() (idem.Tracer, func()) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	return otelidem.NewTracer(otelidem.WithTracerProvider(tp)), func() { _ = tp.Shutdown(context.Background()) }
+}
+
+// discardExporter drops the spans it is given.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
