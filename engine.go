@@ -569,7 +569,7 @@ func (e *Engine) recordUndeliverable(ctx context.Context, dead []store.DeadLette
 		return fmt.Errorf("record %d undeliverable messages: %w", len(dead), err)
 	}
 	for _, d := range dead {
-		e.log.Error("outbox message undeliverable: dead-lettered", "id", d.ID, "type", d.Envelope.Type, "error", d.Error)
+		e.log.Error("outbox message undeliverable: dead-lettered", logMessageID, d.ID, "message_type", d.Envelope.Type, "error", d.Error)
 	}
 	e.stats.deadLettered.Add(int64(len(dead)))
 	return nil
