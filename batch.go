@@ -39,6 +39,7 @@ type item struct {
 	typ    string // saga type, or handlerSagaType
 	reason string // dead-letter reason when the delivery is bad input
 	badErr error
+	tp     string // the message span's traceparent, when a Tracer is set
 }
 
 func (it *item) sagaKey() store.Key { return store.Key{SagaType: it.typ, Key: it.key} }
@@ -159,48 +160,53 @@ const maxTraceParent = 128
 
 var conflictPause = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time.Millisecond}
 
-// runLane commits the lane's unit of work, re-applying it after conflicts.
-// After the first conflict a lane with several keys is split into one unit
-// of work per key, so one contended key does not hold back the others.
-// Other failures go to storeFailed.
-func (e *Engine) runLane(ctx context.Context, items []*item) {
+// runUnit commits the lane's unit of work, re-applying it after conflicts,
+// and reports how it ended. After the first conflict a lane with several
+// keys is split into one unit of work per key, so one contended key does
+// not hold back the others. Other failures go to storeFailed.
+func (e *Engine) runUnit(ctx context.Context, items []*item) UnitOfWorkEnd {
 	for attempt := 1; ; attempt++ {
 		began := time.Now()
 		res, err := e.unitOfWork(ctx, items)
 		if err == nil {
 			e.committed(ctx, items, res, began, attempt)
-			return
+			return UnitOfWorkEnd{Outcome: UnitCommitted, Attempts: attempt}
 		}
 		switch {
 		case errors.Is(err, store.ErrConflict) && attempt <= e.cfg.ConflictRetries:
 			e.stats.conflicts.Add(1)
+			e.countConflict(items)
 			if groups := splitByKey(items); len(groups) > 1 {
 				for _, g := range groups {
 					e.runLane(ctx, g)
 				}
-				return
+				return UnitOfWorkEnd{Outcome: UnitSplit, Attempts: attempt, Err: err}
 			}
 			if !sleepCtx(ctx, conflictPause.Delay(attempt)) {
-				return // stopping: the leases expire and the transport redelivers
+				// Stopping: the leases expire and the transport redelivers.
+				return UnitOfWorkEnd{Outcome: UnitStopped, Attempts: attempt, Err: err}
 			}
 			continue
 		case errors.Is(err, transport.ErrLeaseLost):
+			e.countLeaseLost(items)
 			e.log.WarnContext(ctx, "lease lost before commit; another consumer owns the messages", "messages", len(items), "error", err)
-			return
+			return UnitOfWorkEnd{Outcome: UnitLeaseLost, Attempts: attempt, Err: err}
 		}
 		var uc *uncertainCommit
 		if errors.As(err, &uc) && e.landed(ctx, uc) {
 			e.committed(ctx, items, uc.res, began, attempt)
-			return
+			return UnitOfWorkEnd{Outcome: UnitCommitted, Attempts: attempt}
 		}
-		e.storeFailed(ctx, items, err)
-		return
+		if e.storeFailed(ctx, items, err) {
+			return UnitOfWorkEnd{Outcome: UnitSplit, Attempts: attempt, Err: err}
+		}
+		return UnitOfWorkEnd{Outcome: UnitFailed, Attempts: attempt, Err: err}
 	}
 }
 
 func (e *Engine) committed(ctx context.Context, items []*item, res *laneResult, began time.Time, attempt int) {
 	if e.cfg.Observe != nil {
-		e.cfg.Observe(Observation{Messages: len(items), Applied: int(res.counts.applied), Duration: time.Since(began), Conflicts: attempt - 1})
+		e.cfg.Observe(Observation{Messages: len(items), Applied: int(res.counts.applied), Duration: time.Since(began), Conflicts: attempt - 1, SagaTypes: sagaTypes(items)})
 	}
 	e.settle(ctx, res)
 }
@@ -220,7 +226,9 @@ func (e *Engine) committed(ctx context.Context, items []*item, res *laneResult, 
 //     dead-lettered (ReasonRetriesExhausted). The dead letter's own commit
 //     tells a broken database apart from a broken message: when the
 //     database cannot commit that either, the message goes back again.
-func (e *Engine) storeFailed(ctx context.Context, items []*item, err error) {
+//
+// It reports whether it handed the messages to new units of work.
+func (e *Engine) storeFailed(ctx context.Context, items []*item, err error) bool {
 	var be *beginError
 	rejected := errors.Is(err, store.ErrRejected)
 	exhausted := slices.ContainsFunc(items, func(it *item) bool { return it.d.Attempt >= e.cfg.MaxAttempts })
@@ -232,7 +240,7 @@ func (e *Engine) storeFailed(ctx context.Context, items []*item, err error) {
 		for _, it := range items {
 			e.runLane(ctx, []*item{it})
 		}
-		return
+		return true
 	case rejected || exhausted:
 		it := items[0]
 		it.reason, it.badErr = ReasonRetriesExhausted, fmt.Errorf("the store failed this message's unit of work on %d attempts: %w", it.d.Attempt, err)
@@ -244,7 +252,7 @@ func (e *Engine) storeFailed(ctx context.Context, items []*item, err error) {
 			it.reason, it.badErr = ReasonUnstorable, err
 		}
 		e.runLane(ctx, items)
-		return
+		return true
 	}
 	// A transient store error, or a commit whose outcome stayed unknown:
 	// the redelivery finds the inbox records if the commit happened.
@@ -252,6 +260,7 @@ func (e *Engine) storeFailed(ctx context.Context, items []*item, err error) {
 	for _, it := range items {
 		e.nack(ctx, it.d, e.retry.Delay(it.d.Attempt))
 	}
+	return false
 }
 
 // beginError marks a unit of work that could not begin: the store is
@@ -359,6 +368,7 @@ type laneResult struct {
 	outbox []Envelope
 	logs   []logLine
 	counts struct{ applied, ignored, dup, notFound, dead, stale, emitted int64 }
+	byType map[string]*typeDelta // counts by saga type
 }
 
 // working is an instance as the lane's unit of work changes it.
@@ -381,6 +391,7 @@ type lane struct {
 	timers  map[store.TimerKey]*store.Timer // nil value: cancel
 	inBatch map[store.InboxKey]bool
 	blocked map[store.Key]time.Duration // keys with a message to retry
+	spans   []openSpan                  // message spans awaiting the commit
 }
 
 func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
@@ -398,10 +409,14 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 		return nil, err
 	}
 	for _, it := range items {
-		l.apply(it)
+		l.applyObserved(it)
 	}
 	l.collect()
-	return l.commit(uow, len(items))
+	res, err := l.commit(uow, len(items))
+	if l.spans != nil {
+		l.endSpans(err)
+	}
+	return res, err
 }
 
 // load reads, in one call, every saga and inbox record the items touch.
@@ -676,7 +691,11 @@ func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, i
 			transport.HeaderSagaKey:  it.key,
 		},
 	}
-	if tp := it.d.Envelope.Headers[transport.HeaderTraceParent]; tp != "" && len(tp) <= maxTraceParent {
+	tp := it.tp // the current span's, when a Tracer is set
+	if tp == "" {
+		tp = it.d.Envelope.Headers[transport.HeaderTraceParent]
+	}
+	if tp != "" && len(tp) <= maxTraceParent {
 		env.Headers[transport.HeaderTraceParent] = tp
 	}
 	if timer != "" {
@@ -745,7 +764,7 @@ func (l *lane) fail(it *item, err error) (time.Duration, bool) {
 	if !ok {
 		delay = e.retry.Delay(it.d.Attempt)
 	}
-	e.log.Warn("message failed; will retry", logSagaType, it.typ, logSagaKey, it.key, logMessageID, it.msgID,
+	e.log.WarnContext(ctx, "message failed; will retry", logSagaType, it.typ, logSagaKey, it.key, logMessageID, it.msgID,
 		logAttempt, it.d.Attempt, "retry_in", delay, "error", err)
 	res.nacks = append(res.nacks, nackReq{d: it.d, delay: delay})
 	return delay, true
@@ -812,6 +831,7 @@ func (e *Engine) settle(ctx context.Context, res *laneResult) {
 	s.deadLettered.Add(c.dead)
 	s.staleTimers.Add(c.stale)
 	s.emitted.Add(c.emitted)
+	e.addTypeCounts(res.byType)
 }
 
 func (e *Engine) nack(ctx context.Context, d transport.Delivery, delay time.Duration) {

@@ -16,6 +16,12 @@ type Config struct {
 	// what it did, for metrics (a transition latency histogram, say). It
 	// runs on the engine's goroutines and must not block.
 	Observe func(Observation)
+	// Tracer, when set, is told of every unit of work, message and
+	// background pass, and gives the trace context that emitted messages
+	// carry (see Tracer; otelidem implements it with OpenTelemetry). Nil
+	// means no tracing: emitted messages copy the incoming message's
+	// traceparent header.
+	Tracer Tracer
 	// Clock returns the current time. Nil means time.Now.
 	Clock func() time.Time
 

@@ -70,7 +70,8 @@ type Engine struct {
 	done    chan struct{}
 	runErr  error
 
-	stats stats
+	stats  stats
+	byType sync.Map // saga type → *typeCounters
 }
 
 // NewEngine returns an engine that keeps state in st and exchanges messages
@@ -230,7 +231,9 @@ func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
 // again. (Deleting first means a replay that fails again records a new dead
 // letter that stays.) The error wraps store.ErrNotFound when there is no
 // such dead letter.
-func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) error {
+func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) (err error) {
+	ctx, end := e.background(ctx, TaskReplay)
+	defer func() { end(btoi(err == nil), err) }()
 	dl, err := e.store.GetDeadLetter(ctx, id)
 	if err != nil {
 		return fmt.Errorf("idem: replay dead letter %s: %w", id, err)
@@ -450,8 +453,9 @@ func (e *Engine) every(ctx context.Context, d time.Duration, fn func(context.Con
 
 // RunTimers fires every due timer once; the background poller calls it
 // every Config.TimerInterval. It returns how many fired.
-func (e *Engine) RunTimers(ctx context.Context) (int, error) {
-	total := 0
+func (e *Engine) RunTimers(ctx context.Context) (total int, err error) {
+	ctx, end := e.background(ctx, TaskTimers)
+	defer func() { end(total, err) }()
 	for {
 		ts, err := e.store.ClaimTimers(ctx, &store.ClaimParams{Now: e.cfg.Clock(), Limit: e.cfg.BatchSize, Lease: e.cfg.ClaimLease})
 		if err != nil || len(ts) == 0 {
@@ -484,8 +488,9 @@ func (e *Engine) fireTimers(ctx context.Context) {
 // RelayOutbox sends outbox messages that stayed unsent longer than
 // Config.RelayAge (their engine crashed after committing) and returns how
 // many it sent. The background relay calls it every Config.RelayInterval.
-func (e *Engine) RelayOutbox(ctx context.Context, age time.Duration) (int, error) {
-	total := 0
+func (e *Engine) RelayOutbox(ctx context.Context, age time.Duration) (total int, err error) {
+	ctx, end := e.background(ctx, TaskRelay)
+	defer func() { end(total, err) }()
 	for {
 		now := e.cfg.Clock()
 		before := now.Add(-age)
@@ -567,7 +572,7 @@ func (e *Engine) recordUndeliverable(ctx context.Context, dead []store.DeadLette
 		return fmt.Errorf("record %d undeliverable messages: %w", len(dead), err)
 	}
 	for _, d := range dead {
-		e.log.Error("outbox message undeliverable: dead-lettered", "id", d.ID, "type", d.Envelope.Type, "error", d.Error)
+		e.log.Error("outbox message undeliverable: dead-lettered", logMessageID, d.ID, "message_type", d.Envelope.Type, "error", d.Error)
 	}
 	e.stats.deadLettered.Add(int64(len(dead)))
 	return nil
@@ -584,8 +589,9 @@ func (e *Engine) relay(ctx context.Context) {
 // Config.Retention, and sent outbox rows older than Config.OutboxRetention, in batches of Config.SweepBatch,
 // until nothing is left to delete. The background sweeper calls it every
 // Config.SweepInterval.
-func (e *Engine) Sweep(ctx context.Context) (store.SweepResult, error) {
-	var total store.SweepResult
+func (e *Engine) Sweep(ctx context.Context) (total store.SweepResult, err error) {
+	ctx, end := e.background(ctx, TaskSweep)
+	defer func() { end(total.Instances+total.Inbox+total.Outbox, err) }()
 	for {
 		now := e.cfg.Clock()
 		r, err := e.store.Sweep(ctx, &store.SweepParams{
@@ -634,6 +640,10 @@ type Observation struct {
 	Duration time.Duration
 	// Conflicts is how many times the unit of work was re-applied first.
 	Conflicts int
+	// SagaTypes lists the distinct saga types of its messages
+	// ("idem.handler" for plain handlers, "" for messages refused before
+	// their saga was known).
+	SagaTypes []string
 }
 
 // Stats are cumulative counters of one engine since it was created.

@@ -98,7 +98,7 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 		e: e, st: st, log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
 		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout, csrf: http.NewCrossOriginProtection(),
 	}
-	for _, col := range []prometheus.Collector{newCollector(e, st, s.log, c.StoreTimeout), c.Observer.uow, c.Observer.messages} {
+	for _, col := range []prometheus.Collector{newCollector(e, st, s.log, c.StoreTimeout), c.Observer} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
 		}

@@ -76,6 +76,10 @@ type Options struct {
 	// Brokers each add a run with a separate transport beside each
 	// PostgreSQL-queue run.
 	Brokers []Broker
+	// Tracer, when set, adds a run with it as the engine's Config.Tracer
+	// beside each run, to measure the cost of tracing. Traced runs are not
+	// candidates for the report's target.
+	Tracer idem.Tracer
 }
 
 // Broker is a transport the benchmark runs the engine on, with PostgreSQL
@@ -181,9 +185,11 @@ type EngineRun struct {
 	// Transport is empty for pgstore as store and queue, and names the
 	// broker of a run with a separate transport (Options.Transport).
 	Transport string `json:"transport,omitempty"`
-	Batch     int    `json:"batch"`
-	Lanes     int    `json:"lanes"`
-	MaxConns  int    `json:"max_conns"`
+	// Traced is set on runs with Options.Tracer.
+	Traced   bool `json:"traced,omitempty"`
+	Batch    int  `json:"batch"`
+	Lanes    int  `json:"lanes"`
+	MaxConns int  `json:"max_conns"`
 
 	Seconds           float64 `json:"seconds"`
 	TransitionsPerSec float64 `json:"transitions_per_sec"`
@@ -282,19 +288,25 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, b := range o.Brokers {
 		transports = append(transports, b.Name)
 	}
+	traced := []bool{false}
+	if o.Tracer != nil {
+		traced = append(traced, true)
+	}
 	for _, batch := range o.Batches {
 		for _, lanes := range o.Lanes {
 			for _, tr := range transports {
-				run, err := r.idem(ctx, batch, lanes, tr)
-				if err != nil {
-					return nil, fmt.Errorf("idem%s batch %d lanes %d: %w", via(tr), batch, lanes, err)
+				for _, trace := range traced {
+					run, err := r.idem(ctx, batch, lanes, tr, trace)
+					if err != nil {
+						return nil, fmt.Errorf("idem%s batch %d lanes %d: %w", via(tr, trace), batch, lanes, err)
+					}
+					run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
+					run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
+					rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
+					rep.Runs = append(rep.Runs, *run)
+					r.progress("idem%s batch %d lanes %d: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
+						via(tr, trace), batch, lanes, run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 				}
-				run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
-				run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
-				rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
-				rep.Runs = append(rep.Runs, *run)
-				r.progress("idem%s batch %d lanes %d: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
-					via(tr), batch, lanes, run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 			}
 		}
 	}
@@ -302,12 +314,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// via names the transport of a run in progress lines.
-func via(tr string) string {
-	if tr == "" {
-		return ""
+// via names the transport of a run, and its tracing, in progress lines.
+func via(tr string, traced bool) string {
+	s := ""
+	if tr != "" {
+		s = " via " + tr
 	}
-	return " via " + tr
+	if traced {
+		s += " traced"
+	}
+	return s
 }
 
 func ratio(a, b float64) float64 {
@@ -321,7 +337,7 @@ func target(runs []EngineRun) Target {
 	t := Target{Batch: TargetBatch}
 	score := -1
 	for _, r := range runs {
-		if r.Batch != TargetBatch || r.Transport != "" {
+		if r.Batch != TargetBatch || r.Transport != "" || r.Traced {
 			continue
 		}
 		c := Target{Batch: r.Batch, Lanes: r.Lanes, RatioA: r.RatioA, RatioB: r.RatioB, RoundTripsPerMsg: r.RoundTripsPerMsg,
@@ -472,8 +488,8 @@ func verify(ctx context.Context, pool *pgxpool.Pool, w *Workload, perMsgTables .
 
 // idem runs one engine configuration: the throughput phase, then the
 // latency phase.
-func (r *runner) idem(ctx context.Context, batch, lanes int, tr string) (*EngineRun, error) {
-	run := &EngineRun{Transport: tr, Batch: batch, Lanes: lanes, MaxConns: lanes*max(1, r.o.Consumers) + 4}
+func (r *runner) idem(ctx context.Context, batch, lanes int, tr string, traced bool) (*EngineRun, error) {
+	run := &EngineRun{Transport: tr, Traced: traced, Batch: batch, Lanes: lanes, MaxConns: lanes*max(1, r.o.Consumers) + 4}
 	if err := r.throughput(ctx, run); err != nil {
 		return nil, err
 	}
@@ -546,7 +562,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 		closeFn = func() { _ = bt.Close(); prev() }
 	}
 	e, err := idem.NewEngine(t, tr, &idem.Config{
-		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: r.o.Consumers,
+		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: r.o.Consumers, Tracer: r.tracer(run),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err == nil {
@@ -772,4 +788,12 @@ func loadAverage() float64 {
 		return -1
 	}
 	return l
+}
+
+// tracer is the engine's Config.Tracer for run.
+func (r *runner) tracer(run *EngineRun) idem.Tracer {
+	if run.Traced {
+		return r.o.Tracer
+	}
+	return nil
 }

@@ -80,12 +80,16 @@ func (rep *Report) WriteText(w io.Writer) error {
 }
 
 // transportName names a run's transport: "pg queue" for pgstore as store
-// and queue.
+// and queue; "+trace" marks a traced run.
 func transportName(r EngineRun) string {
-	if r.Transport == "" {
-		return "pg queue"
+	name := r.Transport
+	if name == "" {
+		name = "pg queue"
 	}
-	return r.Transport
+	if r.Traced {
+		name += " +trace"
+	}
+	return name
 }
 
 func latText(r EngineRun, v float64) string {

@@ -20,6 +20,7 @@ func newBench() *cobra.Command {
 		o              bench.Options
 		batches, lanes string
 		asJSON, quiet  bool
+		traced         bool
 		transportSpecs []string
 	)
 	cmd := &cobra.Command{
@@ -52,6 +53,11 @@ broker, with PostgreSQL as the store only and the broker as the transport
 re-published IDs; RabbitMQ has none, so the inbox skips them. The events
 the saga emits stay in JetStream for another consumer; RabbitMQ routes them
 to the same queues, and the benchmark acknowledges and drops them there.
+
+With --trace, every configuration runs again with OpenTelemetry tracing
+(package otelidem): every span is sampled, batched and handed to an
+exporter that discards it, which measures what tracing costs the engine
+without the network. Traced runs are marked "+trace".
 
 Exit code 1 if exactly-once is violated in any run, 2 for bad flags or when
 the database cannot be used.`,
@@ -91,6 +97,11 @@ the database cannot be used.`,
 				defer stop()
 				o.Brokers = append(o.Brokers, bench.Broker{Name: transportName(spec), New: open})
 			}
+			if traced {
+				tracer, stop := benchTracer()
+				defer stop()
+				o.Tracer = tracer
+			}
 			rep, err := bench.Run(cmd.Context(), o)
 			if err != nil {
 				return &exitError{code: 2, err: err}
@@ -127,6 +138,7 @@ the database cannot be used.`,
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a phase that has not finished by then")
 	f.BoolVar(&o.KeepSchemas, "keep-schemas", false, "keep the benchmark's schemas for inspection instead of dropping them")
 	f.StringArrayVar(&transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222, nats-embedded or amqp://user:pass@host:5672/vhost (repeat the flag for several)")
+	f.BoolVar(&traced, "trace", false, "also run each configuration with OpenTelemetry tracing (otelidem, every span sampled, exported to a discarding exporter) to measure its cost")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
 	return cmd

@@ -182,9 +182,20 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		tr = t
 	}
 
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	tracer, logHandler, stopTracing, err := setupTracing(ctx, slog.NewTextHandler(stderr, nil))
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	logger := slog.New(logHandler)
+	defer func() { // flushes the spans of the last batch, after the engine stopped
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serveStopTimeout)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			logger.Warn("idem serve: flush traces", "error", err)
+		}
+	}()
 	obs := admin.NewObserver()
-	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: logger, Observe: obs.Observe})
+	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: logger, Observe: obs.Observe, Tracer: tracer})
 	if err != nil {
 		return err
 	}

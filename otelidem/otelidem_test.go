@@ -1,0 +1,544 @@
+package otelidem_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/otelidem"
+	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/memtransport"
+)
+
+// Placed starts an order saga, which sends Ship.
+type Placed struct {
+	Order string `json:"order"`
+}
+
+// Ship is the command the order saga sends; a plain handler consumes it.
+type Ship struct {
+	Order string `json:"order"`
+}
+
+type orderData struct {
+	Placed int `json:"placed"`
+}
+
+func orderMachine() *saga.Machine[orderData] {
+	m := saga.New[orderData]("order")
+	placedState := m.State("Placed")
+	placed := saga.NewEvent[Placed](m, func(p Placed) string { return p.Order })
+	m.Initially(saga.When(placed).Then(func(c *saga.Context[orderData], p Placed) error {
+		c.Data.Placed++
+		c.Send(Ship(p))
+		return nil
+	}).TransitionTo(placedState))
+	m.During(placedState, saga.Ignore(placed))
+	return m
+}
+
+var shipType = saga.MessageType(Ship{})
+
+type setup struct {
+	rec    *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+	tracer *otelidem.Tracer
+}
+
+func newSetup(t *testing.T) *setup {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return &setup{rec: rec, tp: tp, tracer: otelidem.NewTracer(otelidem.WithTracerProvider(tp))}
+}
+
+// producer returns a span standing for the application that publishes, and
+// the traceparent it puts on its envelope.
+func (s *setup) producer(t *testing.T) (trace.SpanContext, string) {
+	t.Helper()
+	_, span := s.tp.Tracer("test").Start(context.Background(), "publish")
+	span.End()
+	sc := span.SpanContext()
+	return sc, fmt.Sprintf("00-%s-%s-01", sc.TraceID(), sc.SpanID())
+}
+
+func attr(s sdktrace.ReadOnlySpan, k attribute.Key) attribute.Value {
+	for _, a := range s.Attributes() {
+		if a.Key == k {
+			return a.Value
+		}
+	}
+	return attribute.Value{}
+}
+
+// spans returns the ended spans whose name starts with prefix and whose
+// attributes match every pair of kv.
+func (s *setup) spans(prefix string, kv ...attribute.KeyValue) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+next:
+	for _, sp := range s.rec.Ended() {
+		if !strings.HasPrefix(sp.Name(), prefix) {
+			continue
+		}
+		for _, want := range kv {
+			if attr(sp, want.Key) != want.Value {
+				continue next
+			}
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or ten seconds pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func startEngine(t *testing.T, st store.Store, tr transport.Transport, cfg *idem.Config, register func(*idem.Engine)) *idem.Engine {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	e, err := idem.NewEngine(st, tr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(e)
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return e
+}
+
+func envelope(t *testing.T, e *idem.Engine, id string, msg any, traceparent string) idem.Envelope {
+	t.Helper()
+	env, err := e.NewEnvelope(id, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if traceparent != "" {
+		env.Headers = map[string]string{transport.HeaderTraceParent: traceparent}
+	}
+	return env
+}
+
+// The span tree of one message: its unit of work, the message span as its
+// child linked to the producer, and the emitted command's span linked to
+// the message span; a duplicate adds a duplicate span and no second
+// applied one.
+func TestSpanTree(t *testing.T) {
+	s := newSetup(t)
+	st := memstore.New(nil)
+	t.Cleanup(func() { st.Close() })
+	tr := memtransport.New(nil)
+	t.Cleanup(func() { tr.Close() })
+	var shipped atomic.Int32
+	var shipCtx trace.SpanContext
+	var mu sync.Mutex
+	e := startEngine(t, st, tr, &idem.Config{Tracer: s.tracer}, func(e *idem.Engine) {
+		if err := e.Register(orderMachine()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Handle(shipType, func(ctx context.Context, env idem.Envelope) error {
+			mu.Lock()
+			shipCtx = trace.SpanContextFromContext(ctx)
+			mu.Unlock()
+			shipped.Add(1)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	prod, tp := s.producer(t)
+	env := envelope(t, e, "placed-1", Placed{Order: "o-1"}, tp)
+	ctx := context.Background()
+	if err := e.Publish(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the shipment", func() bool { return shipped.Load() == 1 })
+	if err := e.Publish(ctx, env); err != nil { // the producer retries
+		t.Fatal(err)
+	}
+	waitFor(t, "the duplicate", func() bool { return e.Stats().Duplicates == 1 })
+	if err := e.Stop(ctx); err != nil { // every span has ended
+		t.Fatal(err)
+	}
+
+	placedType := saga.MessageType(Placed{})
+	applied := s.spans("idem.message "+placedType, otelidem.AttrOutcome.String(idem.OutcomeApplied))
+	if len(applied) != 1 {
+		t.Fatalf("got %d applied spans for %s, want 1", len(applied), placedType)
+	}
+	msg := applied[0]
+	if got := msg.SpanKind(); got != trace.SpanKindConsumer {
+		t.Errorf("message span kind: got %v, want consumer", got)
+	}
+	for k, want := range map[attribute.Key]string{
+		otelidem.AttrSagaType: "order", otelidem.AttrSagaKey: "o-1", otelidem.AttrDedupID: "placed-1",
+		otelidem.AttrFrom: string(saga.Initial), otelidem.AttrTo: "Placed",
+	} {
+		if got := attr(msg, k).AsString(); got != want {
+			t.Errorf("message span %s: got %q, want %q", k, got, want)
+		}
+	}
+	if links := msg.Links(); len(links) != 1 || links[0].SpanContext.SpanID() != prod.SpanID() || links[0].SpanContext.TraceID() != prod.TraceID() {
+		t.Errorf("message span links: got %+v, want one link to the producer %s", links, prod.SpanID())
+	}
+
+	// Its parent is a unit of work holding it.
+	var uow sdktrace.ReadOnlySpan
+	for _, sp := range s.spans("idem.unit_of_work") {
+		if sp.SpanContext().SpanID() == msg.Parent().SpanID() {
+			uow = sp
+		}
+	}
+	if uow == nil {
+		t.Fatalf("the message span's parent %s is no unit-of-work span", msg.Parent().SpanID())
+	}
+	if got := attr(uow, otelidem.AttrUoWOutcome).AsString(); got != idem.UnitCommitted {
+		t.Errorf("unit of work outcome: got %q, want %q", got, idem.UnitCommitted)
+	}
+	if got := attr(uow, otelidem.AttrUoWAttempts).AsInt64(); got != 1 {
+		t.Errorf("unit of work attempts: got %d, want 1", got)
+	}
+
+	// The duplicate: a span of its own, with outcome duplicate.
+	if dups := s.spans("idem.message "+placedType, otelidem.AttrOutcome.String(idem.OutcomeDuplicate)); len(dups) != 1 {
+		t.Errorf("got %d duplicate spans, want 1", len(dups))
+	}
+
+	// The command the transition sent carries the message span's context:
+	// its own span links there, and the handler ran inside its span.
+	ship := s.spans("idem.message "+shipType, otelidem.AttrOutcome.String(idem.OutcomeApplied))
+	if len(ship) != 1 {
+		t.Fatalf("got %d applied spans for %s, want 1", len(ship), shipType)
+	}
+	if links := ship[0].Links(); len(links) != 1 || links[0].SpanContext.SpanID() != msg.SpanContext().SpanID() {
+		t.Errorf("%s span links: got %+v, want one link to the %s span %s", shipType, links, placedType, msg.SpanContext().SpanID())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if shipCtx.SpanID() != ship[0].SpanContext().SpanID() {
+		t.Errorf("the handler's context holds span %s, want its message span %s", shipCtx.SpanID(), ship[0].SpanContext().SpanID())
+	}
+}
+
+// conflictOnce is a store whose first commit loses an optimistic-
+// concurrency race.
+type conflictOnce struct {
+	store.Store
+	done atomic.Bool
+}
+
+func (c *conflictOnce) Begin(ctx context.Context) (store.UnitOfWork, error) {
+	u, err := c.Store.Begin(ctx)
+	return &conflictUoW{UnitOfWork: u, c: c}, err
+}
+
+type conflictUoW struct {
+	store.UnitOfWork
+	c *conflictOnce
+}
+
+func (u *conflictUoW) Commit(ctx context.Context, ch *store.Changes) error {
+	if u.c.done.CompareAndSwap(false, true) {
+		return fmt.Errorf("test: %w", store.ErrConflict)
+	}
+	return u.UnitOfWork.Commit(ctx, ch)
+}
+
+// An attempt rolled back by a conflict ends its message span with outcome
+// conflict: the message has one applied span, from the attempt that
+// committed, and the unit of work counts two attempts.
+func TestConflictLeavesNoAppliedSpan(t *testing.T) {
+	s := newSetup(t)
+	mem := memstore.New(nil)
+	t.Cleanup(func() { mem.Close() })
+	st := &conflictOnce{Store: mem}
+	tr := memtransport.New(nil)
+	t.Cleanup(func() { tr.Close() })
+	e := startEngine(t, st, tr, &idem.Config{Tracer: s.tracer}, func(e *idem.Engine) {
+		if err := e.Register(orderMachine()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Handle(shipType, func(context.Context, idem.Envelope) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	if err := e.Publish(ctx, envelope(t, e, "placed-1", Placed{Order: "o-1"}, "")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two applied messages", func() bool { return e.Stats().Applied == 2 })
+	if err := e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	placedType := saga.MessageType(Placed{})
+	all := s.spans("idem.message " + placedType)
+	var outcomes []string
+	for _, sp := range all {
+		outcomes = append(outcomes, attr(sp, otelidem.AttrOutcome).AsString())
+	}
+	if len(all) != 2 || outcomes[0] != idem.OutcomeConflict || outcomes[1] != idem.OutcomeApplied {
+		t.Fatalf("message span outcomes: got %v, want [conflict applied]", outcomes)
+	}
+	uows := s.spans("idem.unit_of_work", otelidem.AttrSagaType.String("order"))
+	if len(uows) != 1 {
+		t.Fatalf("got %d unit-of-work spans of the order saga, want 1", len(uows))
+	}
+	if got := attr(uows[0], otelidem.AttrUoWAttempts).AsInt64(); got != 2 {
+		t.Errorf("attempts: got %d, want 2", got)
+	}
+	if got := attr(uows[0], otelidem.AttrUoWConflicts).AsInt64(); got != 1 {
+		t.Errorf("conflicts: got %d, want 1", got)
+	}
+	if got := e.TypeStats()["order"].Conflicts; got != 1 {
+		t.Errorf("TypeStats conflicts of order: got %d, want 1", got)
+	}
+	for _, sp := range all {
+		if sp.Parent().SpanID() != uows[0].SpanContext().SpanID() {
+			t.Errorf("message span %s: parent %s, want the unit of work %s", sp.SpanContext().SpanID(), sp.Parent().SpanID(), uows[0].SpanContext().SpanID())
+		}
+	}
+}
+
+// splitTransport receives from one transport and publishes to another: it
+// links engine A, which consumes from memory, to engine B, which consumes
+// from a SQLite queue, so that the emitted message crosses a real queue's
+// serialisation.
+type splitTransport struct {
+	transport.Consumer
+	pub transport.Publisher
+}
+
+func (s splitTransport) Publish(ctx context.Context, msgs []transport.Envelope) error {
+	return s.pub.Publish(ctx, msgs)
+}
+
+func (s splitTransport) Close() error { return nil }
+
+// Across two engines linked by a SQLite queue, the downstream message span
+// links to the upstream message span, in the upstream trace.
+func TestPropagationAcrossEngines(t *testing.T) {
+	s := newSetup(t)
+	ctx := context.Background()
+	queue, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "b.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { queue.Close() })
+	in := memtransport.New(nil)
+	t.Cleanup(func() { in.Close() })
+	memA := memstore.New(nil)
+	t.Cleanup(func() { memA.Close() })
+
+	a := startEngine(t, memA, splitTransport{Consumer: in, pub: queue}, &idem.Config{Tracer: s.tracer}, func(e *idem.Engine) {
+		if err := e.Register(orderMachine()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var shipped atomic.Int32
+	startEngine(t, queue, queue, &idem.Config{Tracer: s.tracer}, func(e *idem.Engine) {
+		if err := e.Handle(shipType, func(context.Context, idem.Envelope) error { shipped.Add(1); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	prod, tp := s.producer(t)
+	if err := in.Publish(ctx, []transport.Envelope{envelope(t, a, "placed-1", Placed{Order: "o-1"}, tp)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the shipment in engine B", func() bool { return shipped.Load() == 1 })
+	waitFor(t, "engine B's message span", func() bool { return len(s.spans("idem.message "+shipType)) == 1 })
+
+	up := s.spans("idem.message "+saga.MessageType(Placed{}), otelidem.AttrOutcome.String(idem.OutcomeApplied))
+	if len(up) != 1 {
+		t.Fatalf("got %d upstream applied spans, want 1", len(up))
+	}
+	if l := up[0].Links(); len(l) != 1 || l[0].SpanContext.TraceID() != prod.TraceID() {
+		t.Errorf("upstream links: got %+v, want the producer's trace %s", l, prod.TraceID())
+	}
+	down := s.spans("idem.message " + shipType)[0]
+	links := down.Links()
+	if len(links) != 1 {
+		t.Fatalf("downstream span has %d links, want 1", len(links))
+	}
+	if got, want := links[0].SpanContext.TraceID(), up[0].SpanContext().TraceID(); got != want {
+		t.Errorf("downstream link trace: got %s, want the upstream trace %s", got, want)
+	}
+	if got, want := links[0].SpanContext.SpanID(), up[0].SpanContext().SpanID(); got != want {
+		t.Errorf("downstream link span: got %s, want the upstream message span %s", got, want)
+	}
+	if !links[0].SpanContext.IsRemote() {
+		t.Error("downstream link: want a remote span context, parsed from the envelope")
+	}
+}
+
+// While a message is traced, the engine's log lines about it carry the
+// message span's trace_id and span_id.
+func TestLogLinesCarryTheSpan(t *testing.T) {
+	s := newSetup(t)
+	var buf syncBuffer
+	logger := slog.New(otelidem.NewLogHandler(slog.NewJSONHandler(&buf, nil)))
+	st := memstore.New(nil)
+	t.Cleanup(func() { st.Close() })
+	tr := memtransport.New(nil)
+	t.Cleanup(func() { tr.Close() })
+	var calls atomic.Int32
+	e := startEngine(t, st, tr, &idem.Config{Tracer: s.tracer, Logger: logger, RetryBase: time.Millisecond, RetryMax: time.Millisecond}, func(e *idem.Engine) {
+		if err := e.Handle(shipType, func(context.Context, idem.Envelope) error {
+			if calls.Add(1) == 1 {
+				return errors.New("service unavailable")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	if err := e.Publish(ctx, envelope(t, e, "ship-1", Ship{Order: "o-1"}, "")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the retried handler", func() bool { return e.Stats().Applied == 1 })
+	if err := e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	retried := s.spans("idem.message "+shipType, otelidem.AttrOutcome.String(idem.OutcomeRetried))
+	if len(retried) != 1 {
+		t.Fatalf("got %d retried spans, want 1", len(retried))
+	}
+	var line map[string]any
+	for _, l := range bytes.Split(buf.Bytes(), []byte("\n")) {
+		if bytes.Contains(l, []byte("will retry")) {
+			if err := json.Unmarshal(l, &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if line == nil {
+		t.Fatalf("no retry line in the log:\n%s", buf.Bytes())
+	}
+	sc := retried[0].SpanContext()
+	if line[otelidem.LogTraceID] != sc.TraceID().String() || line[otelidem.LogSpanID] != sc.SpanID().String() {
+		t.Errorf("retry line: got trace_id %v span_id %v, want %s %s", line[otelidem.LogTraceID], line[otelidem.LogSpanID], sc.TraceID(), sc.SpanID())
+	}
+}
+
+func TestLogHandlerOutsideASpan(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(otelidem.NewLogHandler(slog.NewJSONHandler(&buf, nil))).With("component", "x")
+	logger.InfoContext(context.Background(), "hello")
+	if bytes.Contains(buf.Bytes(), []byte(otelidem.LogTraceID)) {
+		t.Errorf("a line outside a span got a trace_id: %s", buf.Bytes())
+	}
+	if !bytes.Contains(buf.Bytes(), []byte(`"component":"x"`)) {
+		t.Errorf("WithAttrs lost its attributes: %s", buf.Bytes())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the engine's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}
+
+// Background passes that did something are traced; idle ones are not.
+func TestBackgroundSpans(t *testing.T) {
+	s := newSetup(t)
+	st := memstore.New(nil)
+	t.Cleanup(func() { st.Close() })
+	tr := memtransport.New(nil)
+	t.Cleanup(func() { tr.Close() })
+	e, err := idem.NewEngine(st, tr, &idem.Config{Tracer: s.tracer, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := e.RelayOutbox(ctx, 0); err != nil { // nothing to relay
+		t.Fatal(err)
+	}
+	if n := len(s.spans("idem.background")); n != 0 {
+		t.Fatalf("an idle relay pass recorded %d spans, want 0", n)
+	}
+	uow, err := st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := uow.Commit(ctx, &store.Changes{Outbox: []store.OutboxMessage{
+		{Envelope: idem.Envelope{ID: "m-1", Type: shipType, Body: []byte(`{}`)}, CreatedAt: now},
+		{Envelope: idem.Envelope{ID: "m-2", Type: shipType, Body: []byte(`{}`)}, CreatedAt: now},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.RelayOutbox(ctx, 0); err != nil || n != 2 {
+		t.Fatalf("relay: got %d, %v; want 2, nil", n, err)
+	}
+	got := s.spans("idem.background relay", otelidem.AttrTask.String(string(idem.TaskRelay)))
+	if len(got) != 1 || attr(got[0], otelidem.AttrItems).AsInt64() != 2 {
+		t.Fatalf("relay spans: got %d (items %v), want 1 with 2 items", len(got), got)
+	}
+}
+
+// TestTraceParentFormat checks the traceparent that emissions carry against
+// the SDK's own propagator.
+func TestTraceParentFormat(t *testing.T) {
+	s := newSetup(t)
+	_, span := s.tracer.StartMessage(context.Background(), idem.MessageStart{Envelope: &idem.Envelope{ID: "x", Type: "t"}})
+	tp := span.TraceParent()
+	span.End(idem.MessageEnd{Outcome: idem.OutcomeApplied})
+	ended := s.rec.Ended()
+	sc := ended[len(ended)-1].SpanContext()
+	want := fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	if tp != want {
+		t.Errorf("traceparent: got %q, want %q", tp, want)
+	}
+}
