@@ -11,7 +11,7 @@ import (
 var _ store.InstanceQuerier = (*Store)(nil)
 
 // The filters shared by both orders: ?1 saga type, ?2 state, ?3 status,
-// ?4 key prefix (” means any).
+// ?4 key prefix (an empty value means any).
 const queryFilters = `(?1 = '' OR saga_type = ?1) AND (?2 = '' OR state = ?2)
   AND (?3 = '' OR (?3 = 'active') = (finished_at IS NULL))
   AND (?4 = '' OR (key >= ?4 AND substr(key, 1, length(?4)) = ?4))`
