@@ -35,7 +35,7 @@ type dedge struct {
 
 const (
 	nodeH    = 46
-	colGap   = 110
+	colGap   = 170
 	rowGap   = 58
 	marginX  = 24
 	loopRoom = 34 // above every node, for self-loops

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/examples/orders"
 	"github.com/idemhq/idem/store"
@@ -45,10 +46,16 @@ func seed(t *testing.T, b *bundle) {
 		t.Fatal(err)
 	}
 	defer func() { _ = uow.Rollback(ctx) }()
-	if err := uow.Commit(ctx, &store.Changes{DeadLetters: []store.DeadLetter{{
+	dls := []store.DeadLetter{{
 		ID: env.ID, Envelope: env, Reason: "store_unavailable", Error: "apply: store: connection refused",
 		SagaType: "order", Key: "o-dead", Attempts: 5, FirstFailedAt: now.Add(-time.Minute), LastFailedAt: now,
-	}}}); err != nil {
+	}}
+	for _, id := range []string{"inv-1", "inv-2"} {
+		e := idem.Envelope{ID: id, Type: "billing.InvoiceSent", Body: []byte(`{"invoice":"` + id + `"}`)}
+		dls = append(dls, store.DeadLetter{ID: id, Envelope: e, Reason: "unknown_type", Error: "no saga or handler consumes billing.InvoiceSent",
+			Attempts: 1, FirstFailedAt: now.Add(-time.Hour), LastFailedAt: now.Add(-time.Hour)})
+	}
+	if err := uow.Commit(ctx, &store.Changes{DeadLetters: dls}); err != nil {
 		t.Fatal(err)
 	}
 }
