@@ -3,6 +3,7 @@ package inspect
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -95,7 +96,7 @@ type ReasonCount struct {
 // first. exact is false when more than MaxScan were read.
 func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (counts []ReasonCount, total int, exact bool, err error) {
 	m := map[string]int{}
-	errStop := fmt.Errorf("stop")
+	errStop := errors.New("stop")
 	err = EachDeadLetter(ctx, st, f, func(ds []store.DeadLetter) error {
 		for i := range ds {
 			m[ds[i].Reason]++
@@ -107,12 +108,14 @@ func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (co
 		return nil
 	})
 	exact = err == nil
-	if err != nil && err != errStop {
+	if err != nil && !errors.Is(err, errStop) {
 		return nil, 0, false, err
 	}
 	for r, n := range m {
 		counts = append(counts, ReasonCount{Reason: r, Count: n})
 	}
-	slices.SortFunc(counts, func(a, b ReasonCount) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason)) })
+	slices.SortFunc(counts, func(a, b ReasonCount) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason))
+	})
 	return counts, total, exact, nil
 }
