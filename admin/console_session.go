@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -112,8 +113,8 @@ func basePath(r *http.Request) string {
 	if i := strings.IndexAny(full, "?#"); i >= 0 {
 		full = full[:i]
 	}
-	if strings.HasPrefix(full, "http://") || strings.HasPrefix(full, "https://") {
-		return "" // absolute-form request URI: served at the root
+	if u, err := url.Parse(full); err == nil && u.IsAbs() {
+		full = u.EscapedPath() // absolute-form request URI (a proxy's, or httptest's)
 	}
 	return strings.TrimSuffix(strings.TrimSuffix(full, r.URL.EscapedPath()), "/")
 }
