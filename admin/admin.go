@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
 )
 
 // DefaultMaxBodyBytes is the default limit of a request body: 1 MiB.
@@ -47,6 +48,16 @@ type Config struct {
 	StoreTimeout time.Duration
 	// Logger receives server-side errors. Nil means slog.Default().
 	Logger *slog.Logger
+	// ReadOnly hides every mutating control of the console and refuses
+	// every mutating request of the console and the API with 403: replay,
+	// purge, timer changes and message submission. Default false.
+	ReadOnly bool
+	// Transport, when it implements transport.PendingCounter, gives the
+	// console's overview the queue depth. Nil means the store is asked
+	// instead, when it is also the queue.
+	Transport transport.Transport
+	// SessionTTL is how long a console login lasts. Default 12h.
+	SessionTTL time.Duration
 }
 
 // Server is the HTTP face of one engine. It implements http.Handler and is
@@ -61,6 +72,11 @@ type Server struct {
 	maxBody int64
 	timeout time.Duration
 	csrf    *http.CrossOriginProtection
+	// The console's state: see console.go.
+	readOnly bool
+	pending  transport.PendingCounter
+	sessions *sessions
+	rates    *rateSampler
 }
 
 // New returns a Server for engine e, whose store is st. It fails when cfg
@@ -74,8 +90,8 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.MaxBodyBytes < 0 || c.StoreTimeout < 0 {
-		return nil, errors.New("admin: Config.MaxBodyBytes and Config.StoreTimeout must not be negative: use 0 for the default")
+	if c.MaxBodyBytes < 0 || c.StoreTimeout < 0 || c.SessionTTL < 0 {
+		return nil, errors.New("admin: Config.MaxBodyBytes, Config.StoreTimeout and Config.SessionTTL must not be negative: use 0 for the default")
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
@@ -97,6 +113,7 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 	s := &Server{
 		e: e, st: st, log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
 		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout, csrf: http.NewCrossOriginProtection(),
+		readOnly: c.ReadOnly, pending: pendingCounter(c.Transport, st), sessions: newSessions(c.SessionTTL), rates: newRateSampler(e),
 	}
 	for _, col := range []prometheus.Collector{newCollector(e, st, s.log, c.StoreTimeout), c.Observer} {
 		if err := reg.Register(col); err != nil {
@@ -108,13 +125,15 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", s.authorize(metrics))
-	s.mux.Handle("GET /api/sagas", s.authorize(http.HandlerFunc(s.listSagas)))
+	s.mux.Handle("GET /api/sagas", s.authorize(http.HandlerFunc(s.querySagas)))
 	s.mux.Handle("GET /api/sagas/{type}/{key}", s.authorize(http.HandlerFunc(s.getSaga)))
-	s.mux.Handle("GET /api/dead-letters", s.authorize(http.HandlerFunc(s.listDeadLetters)))
+	s.mux.Handle("GET /api/dead-letters", s.authorize(http.HandlerFunc(s.queryDeadLetters)))
 	s.mux.Handle("GET /api/dead-letters/{id}", s.authorize(http.HandlerFunc(s.getDeadLetter)))
-	s.mux.Handle("POST /api/dead-letters/{id}/replay", s.authorize(http.HandlerFunc(s.replayDeadLetter)))
-	s.mux.Handle("DELETE /api/dead-letters/{id}", s.authorize(http.HandlerFunc(s.deleteDeadLetter)))
-	s.mux.Handle("POST /api/messages", s.authorize(http.HandlerFunc(s.submit)))
+	s.mux.Handle("POST /api/dead-letters/{id}/replay", s.authorize(s.writable(http.HandlerFunc(s.replayDeadLetter))))
+	s.mux.Handle("DELETE /api/dead-letters/{id}", s.authorize(s.writable(http.HandlerFunc(s.deleteDeadLetter))))
+	s.mux.Handle("POST /api/messages", s.authorize(s.writable(http.HandlerFunc(s.submit))))
+	s.routeAPI()
+	s.routeConsole()
 	s.mux.Handle("/api/", s.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no API route %s %s: see the routes in the documentation of package admin", r.Method, r.URL.Path)
 	})))

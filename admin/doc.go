@@ -1,17 +1,28 @@
-// Package admin serves an Idem engine over HTTP: health and readiness
-// probes, Prometheus metrics and a JSON admin API.
+// Package admin serves an Idem engine over HTTP: a web console, health and
+// readiness probes, Prometheus metrics and a JSON admin API.
 //
 // Routes:
 //
+//	GET    /                                 the web console (see Console below and docs/console.md)
 //	GET    /healthz                          200 while the process serves HTTP
 //	GET    /readyz                           200 when the store answers and the engine runs, 503 otherwise
 //	GET    /metrics                          Prometheus text format
+//	GET    /api/overview                     rates, outbox backlog, timer lag, queue depth, instance counts
+//	GET    /api/saga-types                   each machine's states (with counts), transitions and Validate problems
 //	GET    /api/sagas?type=&state=&after=&limit=
+//	GET    /api/sagas?status=&prefix=&stuck=true&type=&state=&after=&limit=   filtered; next is opaque
 //	GET    /api/sagas/{type}/{key}           one instance with its journal
 //	GET    /api/dead-letters?type=&after=&limit=
+//	GET    /api/dead-letters?reason=&message_type=&key=&type=&after=&limit=
+//	GET    /api/dead-letters/counts?reason=&message_type=&key=&type=   counts by reason
 //	GET    /api/dead-letters/{id}
 //	POST   /api/dead-letters/{id}/replay     publish the message again (202)
+//	POST   /api/dead-letters/replay?reason=&message_type=&key=&type=&dry_run=true   replay all matching
+//	POST   /api/dead-letters/purge?reason=&message_type=&key=&type=&dry_run=true    purge all matching
 //	DELETE /api/dead-letters/{id}            purge one dead letter
+//	GET    /api/timers?type=&key=&overdue=true&after=&limit=   soonest due first
+//	DELETE /api/timers/{type}/{key}/{name}   cancel a timer
+//	POST   /api/timers/{type}/{key}/{name}/reschedule   {"in": "10m"} or {"due_at": "..."}
 //	POST   /api/messages                     submit a message (202)
 //
 // Path values ({key}, {id}) are path-escaped by the client: a key with a
@@ -28,6 +39,25 @@
 // it). Neither the token nor the store's connection string appears in a
 // response or a log line. Listening beyond the loopback interface without a
 // token is the caller's decision; idem serve refuses it.
+//
+// # Console
+//
+// The console is server-rendered HTML (html/template, every asset
+// embedded, htmx for polling and navigation) served by the same Server at
+// /: overview, saga types drawn as SVG, instances with filters and a
+// stuck view, each instance's journal, timers and dead letters, dead
+// letters with single and bulk replay and purge, and timers with cancel
+// and reschedule. Mount the Server at a prefix with http.StripPrefix: the
+// console finds its prefix from the request.
+//
+// The console follows the API's rules (loopback Host without a token).
+// With Config.Token set, a browser signs in once with the token and gets
+// an HttpOnly, SameSite=Strict session cookie; the cookie is not accepted
+// by /api/. Every console POST needs the session's CSRF token (a hidden
+// form field or the X-CSRF-Token header) and passes the cross-origin
+// check. Config.ReadOnly hides every mutating control and refuses every
+// mutating request of the console and the API with 403. Pages carry a
+// Content-Security-Policy that allows no inline script or style.
 //
 // # Submitting messages
 //

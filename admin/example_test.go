@@ -48,3 +48,35 @@ func Example() {
 	// 202 {"id":"m-1","dedup_id":"m-1","type":"orders.OrderPlaced","saga":"order","key":"o-1"}
 	// 400 {"error":"message has no id and body: id, type and body are required, like {\"id\": \"order-1-placed\", \"type\": \"orders.OrderPlaced\", \"body\": {\"OrderID\": \"order-1\", \"Items\": 2}}"}
 }
+
+// The console and the API mounted under /idem/ in an application's own
+// mux, read-only: every mutating control is hidden and refused.
+func Example_mount() {
+	st := memstore.New(nil)
+	e, err := idem.NewEngine(st, memtransport.New(nil), nil)
+	if err != nil {
+		panic(err)
+	}
+	if err := e.Register(orders.OrderMachine()); err != nil {
+		panic(err)
+	}
+	srv, err := admin.New(e, st, &admin.Config{ReadOnly: true})
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/idem/", http.StripPrefix("/idem", srv))
+	// In a program: http.ListenAndServe("127.0.0.1:8080", mux).
+
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "http://127.0.0.1/idem/sagas", nil))
+	body := rec.Body.String()
+	fmt.Println(rec.Code, strings.Contains(body, `href="/idem/instances"`), strings.Contains(body, "read-only"))
+
+	rec = httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodPost, "http://127.0.0.1/idem/api/dead-letters/replay", nil))
+	fmt.Println(rec.Code)
+	// Output:
+	// 200 true true
+	// 403
+}

@@ -205,7 +205,7 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	err = finishReport(r, o, stdout)
 	if o.serve {
-		fmt.Fprintf(stderr, "idem demo: serving the demo's database at http://%s (interrupt to stop)\n", o.addr)
+		fmt.Fprintf(stderr, "idem demo: serving the demo's database; open the console at http://%s/ (API under /api/, interrupt to stop)\n", o.addr)
 		st.Close()
 		if serr := runServe(ctx, &serveOptions{store: storeFlags{url: "sqlite://" + path}, addr: o.addr, maxBody: 1 << 20}, stderr); serr != nil {
 			return serr

@@ -440,6 +440,7 @@ type selection struct {
 	all       bool
 	sagaType  string
 	reason    string
+	msgType   string // the envelope's type
 	olderThan string // parsed by parseAge
 }
 
@@ -448,11 +449,13 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 	switch {
 	case s.all && len(ids) > 0:
 		return usageErrorf("give dead-letter IDs or --all, not both")
+	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != ""):
+		s.all = true // replay --reason R --type T selects in bulk
 	case !s.all && len(ids) == 0:
 		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
 	}
 	if !s.all {
-		for _, f := range []string{"saga-type", "reason", "older-than"} {
+		for _, f := range []string{"saga-type", "reason", "type", "older-than"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
 			}
@@ -478,7 +481,7 @@ func (s *selection) each(ctx context.Context, st store.Queue, cutoff time.Time, 
 		after = page[len(page)-1].ID
 		match := page[:0]
 		for _, d := range page {
-			if (s.reason == "" || d.Reason == s.reason) && (cutoff.IsZero() || d.LastFailedAt.Before(cutoff)) {
+			if (s.reason == "" || d.Reason == s.reason) && (s.msgType == "" || d.Envelope.Type == s.msgType) && (cutoff.IsZero() || d.LastFailedAt.Before(cutoff)) {
 				match = append(match, d)
 			}
 		}
@@ -540,9 +543,10 @@ func newDLQReplay() *cobra.Command {
 		trSpec       string
 		trNamespace  string
 		trPartitions int
+		dryRun       bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replay ID... | --all [--reason R] [--saga-type T]",
+		Use:   "replay ID... | --all | --reason R | --type T [--saga-type S] [--dry-run]",
 		Short: "Publish dead letters onto the queue again, with their original IDs",
 		Long: `Replay dead letters: each is deleted and its envelope published again, with its
 original ID and body, onto the store's own queue (the same PostgreSQL schema
@@ -559,10 +563,12 @@ Use it once the cause is fixed (a handler bug deployed, a missing saga type
 registered). An engine on an embedded NATS server (` + transportEmbedded + `) is
 reached through its admin API instead: POST /api/dead-letters/{id}/replay.
 
-Name the dead letters by ID, or pass --all to replay every one; with --all,
---reason keeps those with one reason (for example malformed_body,
-unknown_type, saga_not_found, permanent_error, retries_exhausted) and
---saga-type those of one saga type.
+Name the dead letters by ID, or pass --all to replay every one; --reason
+keeps those with one reason (for example malformed_body, unknown_type,
+saga_not_found, permanent_error, retries_exhausted), --type those of one
+message type and --saga-type those of one saga type. A filter without IDs
+selects in bulk, as --all does. --dry-run prints what would be replayed and
+the count, and changes nothing.
 
 Prints one line per dead letter and a count. Exits 1 if any replay failed or
 a named ID does not exist (the others are still replayed).
@@ -598,6 +604,11 @@ a named ID does not exist (the others are still replayed).
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			var done, bad int
 			replay := func(id, typ string) {
+				if dryRun {
+					done++
+					fmt.Fprintf(out, "would replay %s (%s)\n", clean(id), clean(typ))
+					return
+				}
 				err := eng.ReplayDeadLetter(ctx, id)
 				switch {
 				case errors.Is(err, store.ErrNotFound):
@@ -643,6 +654,8 @@ a named ID does not exist (the others are still replayed).
 				return failed(fmt.Errorf("replayed %d of %s; %d failed", done, deadLetters(done+bad), bad))
 			case done == 0:
 				fmt.Fprintln(out, "no dead letters match")
+			case dryRun:
+				fmt.Fprintf(out, "would replay %s (dry run: nothing changed)\n", deadLetters(done))
 			default:
 				fmt.Fprintf(out, "replayed %s\n", deadLetters(done))
 			}
@@ -650,11 +663,13 @@ a named ID does not exist (the others are still replayed).
 		},
 	}
 	cmd.Flags().BoolVar(&sel.all, "all", false, "replay every dead letter the filters select")
+	cmd.Flags().StringVar(&sel.msgType, "type", "", "only dead letters of this message type (selects in bulk without IDs)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the dead letters that would be replayed and their count; change nothing")
 	cmd.Flags().StringVar(&trSpec, "transport", os.Getenv("IDEM_TRANSPORT"), "publish onto this broker instead of the store's queue: nats://host:4222 or amqp://user:pass@host:5672/vhost (default from IDEM_TRANSPORT)")
 	cmd.Flags().StringVar(&trNamespace, "namespace", "", "with --transport: the engines' JetStream stream (default IDEM) or RabbitMQ namespace (default idem)")
 	cmd.Flags().IntVar(&trPartitions, "partitions", 0, "with a RabbitMQ --transport: the engines' partition count (default 16); a different count is refused")
-	cmd.Flags().StringVar(&sel.reason, "reason", "", "with --all: only dead letters with this reason")
-	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "with --all: only dead letters of this saga type")
+	cmd.Flags().StringVar(&sel.reason, "reason", "", "only dead letters with this reason (selects in bulk without IDs)")
+	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type (selects in bulk without IDs)")
 	sf.register(cmd)
 	return cmd
 }

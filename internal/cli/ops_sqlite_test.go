@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestOpsOnSQLite(t *testing.T) {
 		t.Fatalf("dlq ls before migrate: exit %d, stderr %q; want 2 and a hint to run idem migrate", code, errOut)
 	}
 	code, out, errOut := run(t, "migrate", "--store", url)
-	if code != 0 || !strings.Contains(out, "schema version 1") {
+	if code != 0 || !strings.Contains(out, "schema version "+strconv.Itoa(sqlitestore.SchemaVersion())) {
 		t.Fatalf("migrate: exit %d, out %q, err %q", code, out, errOut)
 	}
 

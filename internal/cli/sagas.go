@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -32,6 +33,7 @@ func newSagasLs() *cobra.Command {
 	var sf storeFlags
 	var p store.ListParams
 	var asJSON bool
+	var q store.InstanceQuery
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List saga instances, one page at a time",
@@ -39,7 +41,12 @@ func newSagasLs() *cobra.Command {
 --state one state of its machine; --limit sets the page size (default 100) and
 --after the cursor: the key of the last instance of the previous page (with
 --type) or its type and key separated by a NUL byte. The next cursor is
-printed on stderr when the page is full.`,
+printed on stderr when the page is full.
+
+--status active|finished, --prefix P (keys starting with P) and --stuck
+(active instances, least recently updated first: the ones to look at) need
+a store that implements store.InstanceQuerier, as every bundled store does;
+their cursor is printed the same way.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -51,8 +58,17 @@ printed on stderr when the page is full.`,
 			if p.Limit < 1 {
 				p.Limit = 100
 			}
-			list, err := st.ListInstances(ctx, &p)
+			filtered := q.Status != "" || q.KeyPrefix != "" || q.Stuck
+			var list []*store.Instance
+			if filtered {
+				list, err = queryInstances(ctx, st, &p, &q)
+			} else {
+				list, err = st.ListInstances(ctx, &p)
+			}
 			if err != nil {
+				if _, ok := errors.AsType[*exitError](err); ok {
+					return err
+				}
 				return &exitError{code: 1, err: err}
 			}
 			if asJSON {
@@ -73,7 +89,9 @@ printed on stderr when the page is full.`,
 			if len(list) == p.Limit {
 				last := list[len(list)-1]
 				next := last.Key
-				if p.SagaType == "" {
+				if filtered {
+					next = queryCursor(last, q.Stuck)
+				} else if p.SagaType == "" {
 					next = last.SagaType + "\x00" + last.Key
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "more: --after %q\n", next)
@@ -84,6 +102,9 @@ printed on stderr when the page is full.`,
 	sf.register(cmd)
 	cmd.Flags().StringVar(&p.SagaType, "type", "", "only instances of this saga type")
 	cmd.Flags().StringVar(&p.State, "state", "", "only instances in this state")
+	cmd.Flags().StringVar(&q.Status, "status", "", "only active or finished instances")
+	cmd.Flags().StringVar(&q.KeyPrefix, "prefix", "", "only instances whose key starts with this")
+	cmd.Flags().BoolVar(&q.Stuck, "stuck", false, "only active instances, least recently updated first")
 	cmd.Flags().StringVar(&p.After, "after", "", "cursor: list instances after this one")
 	cmd.Flags().IntVar(&p.Limit, "limit", 100, "page size")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")

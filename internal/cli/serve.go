@@ -41,6 +41,7 @@ type serveOptions struct {
 	addr         string
 	tokenFile    string
 	maxBody      int64
+	readOnly     bool
 }
 
 func newServe() *cobra.Command {
@@ -56,6 +57,7 @@ IDEM_TRANSPORT) names a broker: nats://host:4222 for NATS JetStream,
 under --data-dir, or amqp://user:pass@host:5672/vhost for RabbitMQ
 (comma-separate the URLs of a cluster). It serves over HTTP:
 
+  GET /  the web console (see docs/console.md); a login form when a token is set
   GET /healthz, GET /readyz, GET /metrics (Prometheus)
   GET /api/sagas?type=&state=&after=&limit=, GET /api/sagas/{type}/{key}
   GET /api/dead-letters, GET /api/dead-letters/{id}
@@ -69,7 +71,9 @@ stand-in handler.
 Security: --addr defaults to 127.0.0.1:8080. Any other address than a
 loopback one needs an admin token, read from IDEM_ADMIN_TOKEN or from
 --token-file (never from a flag value, which ps would show); /metrics and
-/api/ then need "Authorization: Bearer <token>".
+/api/ then need "Authorization: Bearer <token>", and the console asks for the
+token once and keeps an HttpOnly session cookie. --read-only hides and refuses
+every mutating control.
 
 A SQLite store is created or upgraded at start-up; a PostgreSQL schema only
 with --migrate (or run idem migrate first). SIGTERM or an interrupt stops
@@ -90,6 +94,7 @@ the HTTP server, then lets the engine finish the batch in flight.`,
 	cmd.Flags().StringVar(&o.addr, "addr", defaultServeAddr, "host:port to listen on; a non-loopback address needs IDEM_ADMIN_TOKEN or --token-file")
 	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "file holding the admin token (instead of IDEM_ADMIN_TOKEN)")
 	cmd.Flags().Int64Var(&o.maxBody, "max-body", admin.DefaultMaxBodyBytes, "largest admin API request body, in bytes")
+	cmd.Flags().BoolVar(&o.readOnly, "read-only", false, "hide and refuse every mutating control of the console and the API (replay, purge, timers, message submission)")
 	return cmd
 }
 
@@ -202,7 +207,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err := registerServe(e, logger); err != nil {
 		return err
 	}
-	h, err := admin.New(e, st, &admin.Config{Token: token, MaxBodyBytes: o.maxBody, Observer: obs, Logger: logger})
+	h, err := admin.New(e, st, &admin.Config{Token: token, MaxBodyBytes: o.maxBody, Observer: obs, Logger: logger, ReadOnly: o.readOnly, Transport: tr})
 	if err != nil {
 		return err
 	}
@@ -222,7 +227,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("idem serve: listening", "url", "http://"+ln.Addr().String(), "store", storeLabel(o.store.url), "transport", transportLabel(o.transport), "auth", token != "")
+	logger.Info("idem serve: listening", "console", "http://"+ln.Addr().String()+"/", "read_only", o.readOnly, "store", storeLabel(o.store.url), "transport", transportLabel(o.transport), "auth", token != "")
 
 	var runErr error
 	select {

@@ -9,6 +9,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -37,4 +38,25 @@ func PostgresURL(t testing.TB) string {
 func AMQPURL(t testing.TB) string {
 	t.Helper()
 	return Server(t, "IDEM_TEST_AMQP_URL", "RabbitMQ tests", "amqp://guest:guest@127.0.0.1:5672/")
+}
+
+// Chromium returns the path of a Chromium (or Chrome) binary for browser
+// tests: IDEM_CHROMIUM when set, else chromium, chromium-browser or
+// google-chrome on PATH. Without one, t is skipped, or failed under
+// IDEM_REQUIRE_SERVERS (scripts/test installs Debian's chromium).
+func Chromium(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("IDEM_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
+		t.Fatal("no chromium on PATH and IDEM_CHROMIUM is not set, but IDEM_REQUIRE_SERVERS is: scripts/test should have installed it")
+	}
+	t.Skip("browser tests need Chromium: apt-get install chromium, or set IDEM_CHROMIUM=/path/to/chrome (scripts/test installs it)")
+	return ""
 }

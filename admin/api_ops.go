@@ -1,0 +1,386 @@
+package admin
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// routeAPI adds the routes that the console's actions share with scripts.
+func (s *Server) routeAPI() {
+	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.authorize(h)) }
+	write := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.authorize(s.writable(h))) }
+	api("GET /api/overview", s.apiOverview)
+	api("GET /api/saga-types", s.apiSagaTypes)
+	api("GET /api/dead-letters/counts", s.apiDeadLetterCounts)
+	write("POST /api/dead-letters/replay", s.apiBulkDeadLetters(true))
+	write("POST /api/dead-letters/purge", s.apiBulkDeadLetters(false))
+	api("GET /api/timers", s.apiTimers)
+	write("DELETE /api/timers/{type}/{key}/{name}", s.apiCancelTimer)
+	write("POST /api/timers/{type}/{key}/{name}/reschedule", s.apiRescheduleTimer)
+}
+
+// writable refuses h in read-only mode.
+func (s *Server) writable(h http.Handler) http.Handler {
+	if !s.readOnly {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusForbidden, "this admin server is read-only (admin.Config.ReadOnly, idem serve --read-only): change nothing here, or restart it without read-only")
+	})
+}
+
+// pendingCounter returns the queue depth source: the transport, else the
+// store when it is also the queue.
+func pendingCounter(tr transport.Transport, st store.Store) transport.PendingCounter {
+	if pc, ok := tr.(transport.PendingCounter); ok {
+		return pc
+	}
+	pc, _ := st.(transport.PendingCounter)
+	return pc
+}
+
+// instanceQuery reads the console's and the API's instance filters.
+func instanceQuery(q url.Values) (*store.InstanceQuery, error) {
+	p := &store.InstanceQuery{SagaType: q.Get("type"), State: q.Get("state"), Status: q.Get("status"), KeyPrefix: q.Get("prefix")}
+	p.Stuck = q.Get("stuck") == "true" || q.Get("stuck") == "1" || q.Get("stuck") == "on"
+	if p.Status != "" && p.Status != store.StatusActive && p.Status != store.StatusFinished {
+		return nil, fmt.Errorf("status %q is neither active nor finished", p.Status)
+	}
+	if a := q.Get("after"); a != "" {
+		c, err := decodeCursor(a)
+		if err != nil {
+			return nil, err
+		}
+		p.After = c
+	}
+	return p, nil
+}
+
+type cursorJSON struct {
+	T string    `json:"t"`
+	K string    `json:"k"`
+	U time.Time `json:"u,omitzero"`
+}
+
+// encodeCursor makes the opaque "next" of an instance page.
+func encodeCursor(in *store.Instance) string {
+	b, _ := json.Marshal(cursorJSON{T: in.SagaType, K: in.Key, U: in.UpdatedAt})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (*store.InstanceCursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	var c cursorJSON
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cursor %q is not one this server returned: pass the next value of the previous page", s)
+	}
+	return &store.InstanceCursor{SagaType: c.T, Key: c.K, UpdatedAt: c.U}, nil
+}
+
+// querySagas serves GET /api/sagas: the plain listing, or with status,
+// prefix or stuck the filtered query whose cursor is opaque.
+func (s *Server) querySagas(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("status") == "" && q.Get("prefix") == "" && q.Get("stuck") == "" {
+		s.listSagas(w, r)
+		return
+	}
+	limit, ok := parseLimit(w, r)
+	if !ok {
+		return
+	}
+	p, err := instanceQuery(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	p.Limit = limit
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	ins, err := inspect.Instances(ctx, s.st, p)
+	if errors.Is(err, inspect.ErrUnsupported) {
+		writeError(w, http.StatusNotImplemented, "%v: drop stuck=, or use a store that implements it", err)
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "query sagas", err)
+		return
+	}
+	out := SagaList{Sagas: make([]Instance, 0, len(ins))}
+	for _, in := range ins {
+		out.Sagas = append(out.Sagas, toInstance(in))
+	}
+	if len(ins) == limit {
+		out.Next = encodeCursor(ins[len(ins)-1])
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// deadLetterFilter reads type (saga type), reason, message_type and key.
+func deadLetterFilter(q url.Values) *inspect.DeadLetterFilter {
+	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: q.Get("key")}
+}
+
+// queryDeadLetters serves GET /api/dead-letters, with the reason,
+// message_type and key filters when given.
+func (s *Server) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("reason") == "" && q.Get("message_type") == "" && q.Get("key") == "" {
+		s.listDeadLetters(w, r)
+		return
+	}
+	limit, ok := parseLimit(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	dls, next, err := inspect.DeadLetters(ctx, s.st, deadLetterFilter(q), q.Get("after"), limit)
+	if err != nil {
+		s.internalError(w, r, "list dead letters", err)
+		return
+	}
+	out := DeadLetterList{DeadLetters: make([]DeadLetter, 0, len(dls)), Next: next}
+	for i := range dls {
+		out.DeadLetters = append(out.DeadLetters, toDeadLetter(&dls[i]))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// DeadLetterCounts is the answer of GET /api/dead-letters/counts.
+type DeadLetterCounts struct {
+	Total    int                   `json:"total"`
+	ByReason []inspect.ReasonCount `json:"by_reason"`
+	// Exact is false when more dead letters exist than were counted.
+	Exact bool `json:"exact"`
+}
+
+func (s *Server) apiDeadLetterCounts(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	c, err := s.deadLetterCounts(ctx, deadLetterFilter(r.URL.Query()))
+	if err != nil {
+		s.internalError(w, r, "count dead letters", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (s *Server) deadLetterCounts(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
+	by, total, exact, err := inspect.CountByReason(ctx, s.st, f)
+	if err != nil {
+		return nil, err
+	}
+	if by == nil {
+		by = []inspect.ReasonCount{}
+	}
+	return &DeadLetterCounts{Total: total, ByReason: by, Exact: exact}, nil
+}
+
+// BulkResult is the answer of POST /api/dead-letters/replay and /purge.
+type BulkResult struct {
+	// Matched is how many dead letters the filters selected.
+	Matched int `json:"matched"`
+	// Done is how many were replayed or purged: 0 with dry_run.
+	Done   int  `json:"done"`
+	DryRun bool `json:"dry_run"`
+}
+
+func (s *Server) apiBulkDeadLetters(replay bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		dry := q.Get("dry_run") == "true" || q.Get("dry_run") == "1"
+		ctx, cancel := context.WithTimeout(r.Context(), 10*s.timeout)
+		defer cancel()
+		res, err := s.bulkDeadLetters(ctx, deadLetterFilter(q), replay, dry)
+		if err != nil {
+			s.internalError(w, r, "bulk dead letters", err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// bulkDeadLetters replays (or purges) every dead letter f selects.
+func (s *Server) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilter, replay, dry bool) (*BulkResult, error) {
+	res := &BulkResult{DryRun: dry}
+	err := inspect.EachDeadLetter(ctx, s.st, f, func(ds []store.DeadLetter) error {
+		res.Matched += len(ds)
+		if dry {
+			return nil
+		}
+		if !replay {
+			ids := make([]string, len(ds))
+			for i := range ds {
+				ids[i] = ds[i].ID
+			}
+			n, err := s.st.DeleteDeadLetters(ctx, ids)
+			res.Done += n
+			return err
+		}
+		for i := range ds {
+			if err := s.e.ReplayDeadLetter(ctx, ds[i].ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("replay dead letter %s: %w", ds[i].ID, err)
+			}
+			res.Done++
+		}
+		return nil
+	})
+	return res, err
+}
+
+// Timer is a timer as the API returns it.
+type Timer struct {
+	SagaType string    `json:"saga_type"`
+	Key      string    `json:"key"`
+	Name     string    `json:"name"`
+	DueAt    time.Time `json:"due_at"`
+	Overdue  bool      `json:"overdue"`
+	Envelope Envelope  `json:"envelope"`
+}
+
+// TimerList is the answer of GET /api/timers.
+type TimerList struct {
+	Timers []Timer `json:"timers"`
+	Next   string  `json:"next,omitempty"`
+}
+
+func toTimer(t *store.Timer, now time.Time) Timer {
+	return Timer{SagaType: t.SagaType, Key: t.Key, Name: t.Name, DueAt: t.DueAt.UTC(), Overdue: t.DueAt.Before(now), Envelope: toEnvelope(&t.Envelope)}
+}
+
+func timerFilter(q url.Values, now time.Time) *inspect.TimerFilter {
+	f := &inspect.TimerFilter{SagaType: q.Get("type"), Key: q.Get("key"), After: q.Get("after")}
+	if q.Get("overdue") == "true" || q.Get("overdue") == "1" || q.Get("overdue") == "on" {
+		f.DueBefore = now
+	}
+	return f
+}
+
+func (s *Server) apiTimers(w http.ResponseWriter, r *http.Request) {
+	limit, ok := parseLimit(w, r)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	f := timerFilter(r.URL.Query(), now)
+	f.Limit = limit
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	ts, next, err := inspect.Timers(ctx, s.st, f)
+	if err != nil {
+		s.internalError(w, r, "list timers", err)
+		return
+	}
+	out := TimerList{Timers: make([]Timer, 0, len(ts)), Next: next}
+	for i := range ts {
+		out.Timers = append(out.Timers, toTimer(&ts[i], now))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// timerKey reads {type}/{key}/{name}; it answers 400 itself when the key
+// is not valid.
+func timerKey(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
+	key, err := canon.Key(r.PathValue("key"), maxFieldLen)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as GET /api/timers returns it", r.PathValue("key"), err)
+		return store.TimerKey{}, false
+	}
+	return store.TimerKey{SagaType: r.PathValue("type"), Key: key, Name: r.PathValue("name")}, true
+}
+
+func (s *Server) apiCancelTimer(w http.ResponseWriter, r *http.Request) {
+	k, ok := timerKey(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	if err := inspect.CancelTimer(ctx, s.st, k); errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "no timer %s of saga %s/%q: list them with GET /api/timers?type=%s", k.Name, k.SagaType, k.Key, k.SagaType)
+		return
+	} else if err != nil {
+		s.internalError(w, r, "cancel timer", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"cancelled": k.Name})
+}
+
+// Reschedule is the body of POST /api/timers/{type}/{key}/{name}/reschedule:
+// DueAt, or In from now (a Go duration, "0s" for at once).
+type Reschedule struct {
+	DueAt time.Time `json:"due_at,omitzero"`
+	In    string    `json:"in,omitempty"`
+}
+
+func (s *Server) apiRescheduleTimer(w http.ResponseWriter, r *http.Request) {
+	k, ok := timerKey(w, r)
+	if !ok {
+		return
+	}
+	var body Reschedule
+	if err := json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, `request body is not {"due_at": "2026-01-02T15:04:05Z"} or {"in": "10m"}: %v`, err)
+		return
+	}
+	due, err := dueTime(body, time.Now())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	t, err := inspect.RescheduleTimer(ctx, s.st, k, due)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "no timer %s of saga %s/%q: list them with GET /api/timers?type=%s", k.Name, k.SagaType, k.Key, k.SagaType)
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "reschedule timer", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toTimer(t, time.Now()))
+}
+
+// dueTime resolves a Reschedule against now.
+func dueTime(b Reschedule, now time.Time) (time.Time, error) {
+	switch {
+	case !b.DueAt.IsZero() && b.In != "":
+		return time.Time{}, errors.New("give due_at or in, not both")
+	case !b.DueAt.IsZero():
+		return b.DueAt, nil
+	case b.In != "":
+		d, err := time.ParseDuration(b.In)
+		if err != nil || d < 0 {
+			return time.Time{}, fmt.Errorf("in %q is not a duration like 10m or 0s", b.In)
+		}
+		return now.Add(d), nil
+	}
+	return time.Time{}, errors.New(`give due_at (RFC 3339) or in (a duration like 10m)`)
+}
+
+// atoi parses a non-negative count; 0 when absent or malformed.
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}

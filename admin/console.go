@@ -1,0 +1,199 @@
+package admin
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed assets
+var assetFiles embed.FS
+
+// pages holds one template set per page: the layout plus the page.
+var pages = mustParsePages()
+
+var funcs = template.FuncMap{
+	"ago":      ago,
+	"when":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
+	"pathesc":  url.PathEscape,
+	"short":    shorten,
+	"rate":     func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"seconds":  seconds,
+	"json":     prettyJSON,
+	"diagram":  layout,
+	"query":    query,
+	"add":      func(a, b int) int { return a + b },
+	"deref":    func(p *int) int { return *p },
+	"contains": strings.Contains,
+	"sub":      sub,
+}
+
+// subView is what the shared tables of parts.html receive.
+type subView struct {
+	Root   view
+	Rows   any
+	Timers any
+	Back   string
+	Now    time.Time
+}
+
+func sub(root view, rows any, back string, now time.Time) subView {
+	return subView{Root: root, Rows: rows, Timers: rows, Back: back, Now: now}
+}
+
+func mustParsePages() map[string]*template.Template {
+	layout := template.Must(template.New("layout").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/parts.html"))
+	names, err := fs.Glob(templateFiles, "templates/*.html")
+	if err != nil {
+		panic(err)
+	}
+	out := map[string]*template.Template{}
+	for _, n := range names {
+		name := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if name == "layout" || name == "parts" {
+			continue
+		}
+		out[name] = template.Must(template.Must(layout.Clone()).ParseFS(templateFiles, n))
+	}
+	return out
+}
+
+// view is what every page template receives.
+type view struct {
+	Title    string
+	Nav      string
+	Base     string
+	CSRF     string
+	ReadOnly bool
+	Auth     bool
+	Data     any
+}
+
+// render executes page into a buffer first, so a template error never
+// sends half a page.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
+	v := view{Title: title, Nav: page, Base: basePath(r), ReadOnly: s.readOnly, Auth: s.auth, Data: data}
+	if sess := sessionOf(r); sess != nil {
+		v.CSRF = sess.csrf
+	}
+	tmpl := "layout"
+	if r.Header.Get("HX-Request") == "true" && r.Header.Get("HX-Boosted") != "true" {
+		tmpl = "content" // a fragment for htmx polling
+	}
+	var buf bytes.Buffer
+	if err := pages[page].ExecuteTemplate(&buf, tmpl, v); err != nil {
+		s.log.ErrorContext(r.Context(), "admin: render console page", "page", page, "error", err)
+		http.Error(w, "the page could not be rendered: see the server log", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// consoleError renders an error page with a fixed message (never the
+// error's text, which may name hosts or paths).
+func (s *Server) consoleError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	s.render(w, r, status, "error", http.StatusText(status), msg)
+}
+
+// storeFailed logs err and renders a 500 or 503 page.
+func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
+	s.log.ErrorContext(r.Context(), "admin console: "+op, "error", err, "path", r.URL.Path)
+	s.consoleError(w, r, http.StatusServiceUnavailable, "The store did not answer ("+op+"). See the server log, then reload.")
+}
+
+// routeConsole adds the console's pages and actions.
+func (s *Server) routeConsole() {
+	page := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.consolePage(h)) }
+	page("GET /{$}", s.pageOverview)
+	page("GET /sagas", s.pageSagaTypes)
+	page("GET /instances", s.pageInstances)
+	page("GET /instances/{type}/{key}", s.pageInstance)
+	page("GET /dead-letters", s.pageDeadLetters)
+	page("GET /dead-letters/{id}", s.pageDeadLetter)
+	page("POST /dead-letters/{id}/replay", s.actReplay)
+	page("POST /dead-letters/{id}/purge", s.actPurge)
+	page("POST /dead-letters/bulk", s.actBulk)
+	page("GET /timers", s.pageTimers)
+	page("POST /timers/cancel", s.actCancelTimer)
+	page("POST /timers/reschedule", s.actRescheduleTimer)
+	page("POST /logout", s.logout)
+	s.mux.HandleFunc("GET /login", s.loginForm)
+	s.mux.HandleFunc("POST /login", s.login)
+	assets, _ := fs.Sub(assetFiles, "assets")
+	files := http.FileServerFS(assets)
+	s.mux.Handle("GET /assets/", http.StripPrefix("/assets", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		files.ServeHTTP(w, r)
+	})))
+	page("/", func(w http.ResponseWriter, r *http.Request) {
+		s.consoleError(w, r, http.StatusNotFound, "There is no console page at this address.")
+	})
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	d := time.Since(t)
+	suffix := " ago"
+	if d < 0 {
+		d, suffix = -d, " from now"
+	}
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds%s", int(d.Seconds()), suffix)
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%s", int(d.Minutes()), suffix)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%s", int(d.Hours()), suffix)
+	}
+	return fmt.Sprintf("%dd%s", int(d.Hours()/24), suffix)
+}
+
+func seconds(f float64) string {
+	if f <= 0 {
+		return "0s"
+	}
+	return time.Duration(f * float64(time.Second)).Round(time.Second).String()
+}
+
+func prettyJSON(b []byte) string {
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return string(b)
+	}
+	return out.String()
+}
+
+// query builds "?k=v&..." from pairs, leaving out empty values.
+func query(kv ...string) string {
+	q := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			q.Set(kv[i], kv[i+1])
+		}
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }

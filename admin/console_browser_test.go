@@ -1,0 +1,196 @@
+package admin_test
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/internal/testenv"
+	"github.com/idemhq/idem/store"
+)
+
+// chrome starts a headless Chromium with a 1280x800 window and returns its
+// context, and a flag that is set when any JavaScript dialog opens.
+func chrome(t *testing.T) (context.Context, *atomic.Bool) {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(testenv.Chromium(t)), chromedp.NoSandbox, chromedp.WindowSize(1280, 800),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
+	dialog := &atomic.Bool{}
+	chromedp.ListenTarget(ctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			dialog.Store(true)
+			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(false)) }()
+		}
+	})
+	if err := chromedp.Run(ctx); err != nil { // starts the browser
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx, dialog
+}
+
+// screenshot saves the viewport as name.png under IDEM_SCREENSHOTS, or in
+// the test's temporary directory.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("IDEM_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	var png []byte
+	if err := chromedp.Run(ctx, chromedp.CaptureScreenshot(&png)); err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action) {
+	t.Helper()
+	if err := chromedp.Run(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func TestBrowserConsole(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	ctx, dialog := chrome(t)
+	base := b.srv.URL
+
+	var text string
+	run(t, ctx, "overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible("#rate-applied"), chromedp.Text("#overview", &text))
+	if !strings.Contains(text, "AwaitingPayment") || !strings.Contains(strings.ToLower(text), "outbox backlog") {
+		t.Errorf("overview text lacks the order states or the backlog:\n%s", text)
+	}
+	screenshot(t, ctx, "overview")
+
+	run(t, ctx, "saga types", chromedp.Navigate(base+"/sagas"), chromedp.WaitVisible(".diagram svg .node"), chromedp.Text(".saga-type", &text))
+	if !strings.Contains(text, "AwaitingPayment") || !strings.Contains(text, "Shipped") {
+		t.Errorf("saga type card lacks its states:\n%s", text)
+	}
+	screenshot(t, ctx, "saga-types")
+
+	// Filter the instances: type order, key prefix o-: x-9 goes away.
+	run(t, ctx, "filter instances", chromedp.Navigate(base+"/instances"), chromedp.WaitVisible("#instances"),
+		chromedp.SetValue(`select[name="type"]`, "order"), chromedp.SendKeys(`input[name="prefix"]`, "o-"),
+		chromedp.Click(`form.filters button.primary`),
+		chromedp.Poll(`!document.querySelector("#instances").innerText.includes("x-9")`, nil),
+		chromedp.Text("#instances", &text))
+	if !strings.Contains(text, "o-1") || !strings.Contains(text, "o-3") || strings.Contains(text, "x-9") {
+		t.Errorf("instances filtered by prefix o-: got\n%s", text)
+	}
+	screenshot(t, ctx, "instances")
+
+	// A saga's timeline.
+	run(t, ctx, "timeline", chromedp.Navigate(base+"/instances/order/o-1"), chromedp.WaitVisible("#journal li"), chromedp.Text("#journal", &text))
+	if !strings.Contains(text, "OrderPlaced") || !strings.Contains(text, "Initial → AwaitingPayment") {
+		t.Errorf("journal of o-1: got\n%s", text)
+	}
+	screenshot(t, ctx, "instance")
+
+	// Cancel a timer from the saga's page.
+	run(t, ctx, "cancel timer", chromedp.Navigate(base+"/instances/order/o-2"), chromedp.WaitVisible(`button[data-action="cancel-timer"]`),
+		chromedp.Click(`button[data-action="cancel-timer"]`), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+	if !strings.Contains(text, "timer cancelled") {
+		t.Errorf("after cancel: flash %q", text)
+	}
+	if n := timerCount(t, b, "o-2"); n != 0 {
+		t.Errorf("after cancel in the browser: %d timers of o-2, want 0", n)
+	}
+
+	run(t, ctx, "timers", chromedp.Navigate(base+"/timers"), chromedp.WaitVisible("table.timers"))
+	screenshot(t, ctx, "timers")
+
+	run(t, ctx, "dead letter", chromedp.Navigate(base+"/dead-letters/placed-o-dead"), chromedp.WaitVisible(".error-chain"))
+	screenshot(t, ctx, "dead-letter")
+
+	// Bulk replay shows the count first.
+	run(t, ctx, "bulk confirm", chromedp.Navigate(base+"/dead-letters?reason=unknown_type"), chromedp.WaitVisible(".row.bulk"),
+		chromedp.Click(`.row.bulk button`), chromedp.WaitVisible("#confirm-bulk"), chromedp.Text("#confirm-title", &text))
+	if !strings.Contains(text, "Replay 2 dead letter") {
+		t.Errorf("bulk replay confirmation: %q, want the count 2", text)
+	}
+	screenshot(t, ctx, "dead-letters-confirm")
+
+	// Replay one dead letter and see it applied.
+	run(t, ctx, "replay", chromedp.Navigate(base+"/dead-letters?reason=store_unavailable"), chromedp.WaitVisible(`button[data-action="replay"]`))
+	screenshot(t, ctx, "dead-letters")
+	run(t, ctx, "replay click", chromedp.Click(`button[data-action="replay"]`), chromedp.WaitVisible(".flash"))
+	eventually(t, "the replayed order o-dead to be applied", func() bool {
+		in, err := loadInstance(b, "o-dead")
+		return err == nil && in != nil && in.State == "AwaitingPayment"
+	})
+	run(t, ctx, "replayed saga", chromedp.Navigate(base+"/instances/order/o-dead"), chromedp.WaitVisible("#journal li"), chromedp.Text("#journal", &text))
+	if !strings.Contains(text, "AwaitingPayment") {
+		t.Errorf("journal of the replayed o-dead: %q", text)
+	}
+
+	// A hostile key renders as text and runs nothing.
+	run(t, ctx, "hostile key", chromedp.Navigate(base+"/instances/order/"+url.PathEscape(hostileKey)), chromedp.WaitVisible("#saga-key"), chromedp.Text("#saga-key", &text))
+	if text != hostileKey {
+		t.Errorf("hostile key shown as %q, want the text %q", text, hostileKey)
+	}
+	run(t, ctx, "hostile list", chromedp.Navigate(base+"/instances?prefix=%3C"), chromedp.WaitVisible("#instances"), chromedp.Text("#instances", &text))
+	if !strings.Contains(text, hostileKey) {
+		t.Errorf("instances list lacks the hostile key as text: %q", text)
+	}
+	if dialog.Load() {
+		t.Error("a JavaScript dialog opened: a hostile key ran as script")
+	}
+
+	// Dark mode.
+	run(t, ctx, "dark", emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}),
+		chromedp.Navigate(base+"/sagas"), chromedp.WaitVisible(".diagram svg .node"))
+	screenshot(t, ctx, "saga-types-dark")
+}
+
+func TestBrowserLogin(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &admin.Config{Token: "browser-token"})
+	ctx, _ := chrome(t)
+	var text string
+	run(t, ctx, "login form", chromedp.Navigate(b.srv.URL+"/sagas"), chromedp.WaitVisible(`input[name="token"]`))
+	screenshot(t, ctx, "login")
+	run(t, ctx, "sign in", chromedp.SendKeys(`input[name="token"]`, "browser-token"), chromedp.Submit(`input[name="token"]`),
+		chromedp.WaitVisible(".saga-type"), chromedp.Text("h1", &text))
+	if text != "Saga types" {
+		t.Errorf("after sign-in: heading %q, want the page asked for first (Saga types)", text)
+	}
+	var cookies string
+	run(t, ctx, "cookie", chromedp.Evaluate(`document.cookie`, &cookies))
+	if strings.Contains(cookies, "idem_session") {
+		t.Error("the session cookie is readable from script: want HttpOnly")
+	}
+}
+
+func loadInstance(b *bundle, key string) (*store.Instance, error) {
+	ctx := context.Background()
+	uow, err := b.st.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	k := store.Key{SagaType: "order", Key: key}
+	res, err := uow.Load(ctx, &store.LoadParams{Keys: []store.Key{k}})
+	if err != nil {
+		return nil, err
+	}
+	return res.Instances[k], nil
+}

@@ -1,0 +1,255 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
+)
+
+// Rates are per-second rates of the engine's counters over Window seconds
+// (0 until two samples exist).
+type Rates struct {
+	Applied      float64 `json:"applied"`
+	Duplicates   float64 `json:"duplicates"`
+	Conflicts    float64 `json:"conflicts"`
+	Retries      float64 `json:"retries"`
+	DeadLettered float64 `json:"dead_lettered"`
+	Window       float64 `json:"window_seconds"`
+}
+
+type sample struct {
+	at time.Time
+	s  idem.Stats
+}
+
+// rateSampler turns Engine.Stats snapshots, taken when someone asks, into
+// rates over the last rateWindow. It runs no goroutine.
+type rateSampler struct {
+	e       *idem.Engine
+	mu      sync.Mutex
+	samples []sample
+}
+
+const rateWindow = 10 * time.Second
+
+func newRateSampler(e *idem.Engine) *rateSampler { return &rateSampler{e: e} }
+
+// rates records a sample at now and returns the rates since the oldest
+// sample in the window.
+func (r *rateSampler) rates(now time.Time) (Rates, idem.Stats) {
+	cur := r.e.Stats()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := 0
+	for i < len(r.samples)-1 && now.Sub(r.samples[i+1].at) >= rateWindow {
+		i++ // keep the newest sample older than the window as the base
+	}
+	r.samples = append(r.samples[i:], sample{at: now, s: cur})
+	if len(r.samples) > 64 {
+		r.samples = slices.Delete(r.samples, 1, 2)
+	}
+	base := r.samples[0]
+	dt := now.Sub(base.at).Seconds()
+	if dt < 0.5 {
+		return Rates{}, cur
+	}
+	per := func(a, b int64) float64 { return float64(a-b) / dt }
+	return Rates{
+		Applied: per(cur.Applied, base.s.Applied), Duplicates: per(cur.Duplicates, base.s.Duplicates),
+		Conflicts: per(cur.Conflicts, base.s.Conflicts), Retries: per(cur.Retries, base.s.Retries),
+		DeadLettered: per(cur.DeadLettered, base.s.DeadLettered), Window: dt,
+	}, cur
+}
+
+// Overview is the answer of GET /api/overview and the console's first page.
+type Overview struct {
+	Rates  Rates      `json:"rates"`
+	Totals idem.Stats `json:"totals"`
+	// OutboxBacklog counts unsent outbox messages; OutboxOldestSeconds is
+	// the age of the oldest.
+	OutboxBacklog       int     `json:"outbox_backlog"`
+	OutboxOldestSeconds float64 `json:"outbox_oldest_seconds"`
+	// TimerLagSeconds is how long the most overdue timer is past due (0
+	// when none is).
+	TimerLagSeconds float64 `json:"timer_lag_seconds"`
+	// QueueReady and QueueUnacked are the transport's depth, absent when it
+	// cannot count.
+	QueueReady   *int         `json:"queue_ready,omitempty"`
+	QueueUnacked *int         `json:"queue_unacked,omitempty"`
+	Sagas        []SagaCounts `json:"sagas"`
+	// CountsExact is false when the store could only be sampled.
+	CountsExact bool `json:"counts_exact"`
+}
+
+// SagaCounts are the instance counts of one saga type.
+type SagaCounts struct {
+	Type     string             `json:"type"`
+	Active   int                `json:"active"`
+	Finished int                `json:"finished"`
+	States   []store.StateCount `json:"states"`
+}
+
+func (s *Server) overview(ctx context.Context) (*Overview, error) {
+	now := time.Now()
+	o := &Overview{}
+	o.Rates, o.Totals = s.rates.rates(now)
+	n, oldest, err := s.st.OutboxBacklog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	o.OutboxBacklog = n
+	if !oldest.IsZero() {
+		o.OutboxOldestSeconds = max(0, now.Sub(oldest).Seconds())
+	}
+	ts, err := s.st.ListTimers(ctx, &store.ListParams{Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(ts) == 1 && ts[0].DueAt.Before(now) {
+		o.TimerLagSeconds = now.Sub(ts[0].DueAt).Seconds()
+	}
+	if s.pending != nil {
+		if ready, unacked, err := s.pending.Pending(ctx); err == nil {
+			o.QueueReady, o.QueueUnacked = &ready, &unacked
+		} else {
+			s.log.WarnContext(ctx, "admin: queue depth", "error", err)
+		}
+	}
+	o.Sagas, o.CountsExact, err = s.sagaCounts(ctx)
+	return o, err
+}
+
+// sagaCounts groups the store's counts by saga type, with a row for every
+// registered type even when it has no instance.
+func (s *Server) sagaCounts(ctx context.Context) ([]SagaCounts, bool, error) {
+	counts, exact, err := inspect.Counts(ctx, s.st)
+	if err != nil {
+		return nil, false, err
+	}
+	by := map[string]*SagaCounts{}
+	for name := range s.e.Sagas() {
+		by[name] = &SagaCounts{Type: name}
+	}
+	for _, c := range counts {
+		sc := by[c.SagaType]
+		if sc == nil {
+			sc = &SagaCounts{Type: c.SagaType}
+			by[c.SagaType] = sc
+		}
+		sc.States = append(sc.States, c)
+		if c.Status == store.StatusFinished {
+			sc.Finished += c.Count
+		} else {
+			sc.Active += c.Count
+		}
+	}
+	out := make([]SagaCounts, 0, len(by))
+	for _, sc := range by {
+		if sc.States == nil {
+			sc.States = []store.StateCount{}
+		}
+		out = append(out, *sc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out, exact, nil
+}
+
+// SagaType describes one registered machine: GET /api/saga-types.
+type SagaType struct {
+	Name     string           `json:"name"`
+	States   []SagaTypeState  `json:"states"`
+	Edges    []saga.GraphEdge `json:"transitions"`
+	Problems []string         `json:"problems"`
+	Mermaid  string           `json:"mermaid"`
+	Active   int              `json:"active"`
+	Finished int              `json:"finished"`
+}
+
+// SagaTypeState is one state of a SagaType with its live instance count.
+type SagaTypeState struct {
+	Name  string `json:"name"`
+	Final bool   `json:"final"`
+	Count int    `json:"count"`
+}
+
+// grapher is implemented by *saga.Machine[S].
+type grapher interface{ Graph() saga.Graph }
+
+func (s *Server) sagaTypes(ctx context.Context) ([]SagaType, error) {
+	counts, _, err := s.sagaCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byType := map[string]SagaCounts{}
+	for _, c := range counts {
+		byType[c.Type] = c
+	}
+	machines := s.e.Sagas()
+	names := make([]string, 0, len(machines))
+	for n := range machines {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	out := make([]SagaType, 0, len(names))
+	for _, n := range names {
+		out = append(out, describe(machines[n], byType[n]))
+	}
+	return out, nil
+}
+
+func describe(m idem.Machine, c SagaCounts) SagaType {
+	st := SagaType{Name: m.Name(), Mermaid: m.Mermaid(), Active: c.Active, Finished: c.Finished, Problems: []string{}, Edges: []saga.GraphEdge{}}
+	inState := map[string]int{}
+	for _, sc := range c.States {
+		inState[sc.State] += sc.Count
+	}
+	if g, ok := m.(grapher); ok {
+		gr := g.Graph()
+		st.Edges = append(st.Edges, gr.Edges...)
+		for _, gs := range gr.States {
+			st.States = append(st.States, SagaTypeState{Name: string(gs.Name), Final: gs.Final, Count: inState[string(gs.Name)]})
+		}
+	}
+	if err := m.Validate(); err != nil {
+		var j interface{ Unwrap() []error }
+		if errors.As(err, &j) {
+			for _, e := range j.Unwrap() {
+				st.Problems = append(st.Problems, e.Error())
+			}
+		} else {
+			st.Problems = append(st.Problems, err.Error())
+		}
+	}
+	return st
+}
+
+func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	o, err := s.overview(ctx)
+	if err != nil {
+		s.internalError(w, r, "overview", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+func (s *Server) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	ts, err := s.sagaTypes(ctx)
+	if err != nil {
+		s.internalError(w, r, "saga types", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ts)
+}

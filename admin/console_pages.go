@@ -1,0 +1,354 @@
+package admin
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/store"
+)
+
+const consolePage = 50
+
+// flash turns ?done=&n= into a fixed sentence: the query cannot inject
+// text of its own.
+func flash(r *http.Request) string {
+	n := atoi(r.URL.Query().Get("n"))
+	what := map[string]string{
+		"replayed": "dead letter(s) replayed: the engine will apply them again.",
+		"purged":   "dead letter(s) purged.", "cancelled": "timer cancelled.", "rescheduled": "timer rescheduled.",
+	}[r.URL.Query().Get("done")]
+	if what == "" {
+		return ""
+	}
+	return strconv.Itoa(n) + " " + what
+}
+
+func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	o, err := s.overview(ctx)
+	if err != nil {
+		s.storeFailed(w, r, "overview", err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "overview", "Overview", o)
+}
+
+func (s *Server) pageSagaTypes(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	ts, err := s.sagaTypes(ctx)
+	if err != nil {
+		s.storeFailed(w, r, "saga types", err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "sagas", "Saga types", ts)
+}
+
+type instancesView struct {
+	Q       *store.InstanceQuery
+	Filter  map[string]string
+	Types   []string
+	States  []string
+	Rows    []*store.Instance
+	Next    string
+	Problem string
+}
+
+func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	v := &instancesView{Filter: map[string]string{}}
+	for _, k := range []string{"type", "state", "status", "prefix", "stuck"} {
+		v.Filter[k] = q.Get(k)
+	}
+	for name, m := range s.e.Sagas() {
+		v.Types = append(v.Types, name)
+		if g, ok := m.(grapher); ok && (v.Filter["type"] == "" || v.Filter["type"] == name) {
+			for _, st := range g.Graph().States {
+				if !slices.Contains(v.States, string(st.Name)) {
+					v.States = append(v.States, string(st.Name))
+				}
+			}
+		}
+	}
+	slices.Sort(v.Types)
+	p, err := instanceQuery(q)
+	if err != nil {
+		v.Problem = err.Error()
+		s.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
+		return
+	}
+	p.Limit, v.Q = consolePage, p
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	v.Rows, err = inspect.Instances(ctx, s.st, p)
+	if errors.Is(err, inspect.ErrUnsupported) {
+		v.Problem = "This store cannot list stuck instances."
+	} else if err != nil {
+		s.storeFailed(w, r, "list instances", err)
+		return
+	}
+	if len(v.Rows) == consolePage {
+		v.Next = encodeCursor(v.Rows[len(v.Rows)-1])
+	}
+	s.render(w, r, http.StatusOK, "instances", "Instances", v)
+}
+
+type instanceView struct {
+	In          *store.Instance
+	Journal     []store.JournalEntry
+	Timers      []store.Timer
+	DeadLetters []store.DeadLetter
+	Back        string
+	Flash       string
+	Now         time.Time
+}
+
+func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
+	typ := r.PathValue("type")
+	key, err := canon.Key(r.PathValue("key"), maxFieldLen)
+	if err != nil {
+		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	k := store.Key{SagaType: typ, Key: key}
+	in, err := s.load(ctx, k)
+	if err != nil {
+		s.storeFailed(w, r, "load saga", err)
+		return
+	}
+	if in == nil {
+		s.consoleError(w, r, http.StatusNotFound, "There is no saga "+typ+" with that key (it may have been swept).")
+		return
+	}
+	v := &instanceView{In: in, Back: r.URL.RequestURI(), Flash: flash(r), Now: time.Now()}
+	if v.Journal, err = s.st.Journal(ctx, k); err == nil {
+		v.Timers, _, err = inspect.Timers(ctx, s.st, &inspect.TimerFilter{SagaType: typ, Key: key})
+	}
+	if err == nil {
+		v.DeadLetters, _, err = inspect.DeadLetters(ctx, s.st, &inspect.DeadLetterFilter{SagaType: typ, Key: key}, "", consolePage)
+	}
+	if err != nil {
+		s.storeFailed(w, r, "read saga details", err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "instance", typ+" "+shorten(key, 40), v)
+}
+
+type deadLettersView struct {
+	Filter  map[string]string
+	Counts  *DeadLetterCounts
+	Rows    []store.DeadLetter
+	Next    string
+	Confirm string
+	Flash   string
+	Now     time.Time
+}
+
+func (s *Server) pageDeadLetters(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	v := &deadLettersView{Filter: map[string]string{}, Flash: flash(r), Now: time.Now()}
+	for _, k := range []string{"type", "reason", "message_type", "key"} {
+		v.Filter[k] = q.Get(k)
+	}
+	if c := q.Get("confirm"); c == "replay" || c == "purge" {
+		v.Confirm = c
+	}
+	f := deadLetterFilter(q)
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	var err error
+	if v.Counts, err = s.deadLetterCounts(ctx, f); err == nil {
+		v.Rows, v.Next, err = inspect.DeadLetters(ctx, s.st, f, q.Get("after"), consolePage)
+	}
+	if err != nil {
+		s.storeFailed(w, r, "list dead letters", err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "deadletters", "Dead letters", v)
+}
+
+type deadLetterView struct {
+	D       DeadLetter
+	Body    string
+	Confirm bool
+}
+
+func (s *Server) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	d, err := s.st.GetDeadLetter(ctx, r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		s.consoleError(w, r, http.StatusNotFound, "There is no such dead letter: it may have been replayed or purged.")
+		return
+	}
+	if err != nil {
+		s.storeFailed(w, r, "get dead letter", err)
+		return
+	}
+	dl := toDeadLetter(d)
+	body := string(dl.Envelope.Body)
+	if dl.Envelope.BodyEncoding == "json" {
+		body = prettyJSON(dl.Envelope.Body)
+	}
+	s.render(w, r, http.StatusOK, "deadletter", "Dead letter", &deadLetterView{D: dl, Body: body, Confirm: r.URL.Query().Get("confirm") == "purge"})
+}
+
+func (s *Server) actReplay(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	err := s.e.ReplayDeadLetter(ctx, r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		s.consoleError(w, r, http.StatusNotFound, "There is no such dead letter: it may have been replayed or purged already.")
+		return
+	}
+	if err != nil {
+		s.storeFailed(w, r, "replay dead letter", err)
+		return
+	}
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done=replayed&n=1", http.StatusSeeOther)
+}
+
+func (s *Server) actPurge(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if r.PostFormValue("confirm") != "yes" {
+		http.Redirect(w, r, basePath(r)+"/dead-letters/"+url.PathEscape(id)+"?confirm=purge", http.StatusSeeOther)
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	n, err := s.st.DeleteDeadLetters(ctx, []string{id})
+	if err != nil {
+		s.storeFailed(w, r, "purge dead letter", err)
+		return
+	}
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done=purged&n="+strconv.Itoa(n), http.StatusSeeOther)
+}
+
+// actBulk replays or purges every dead letter the form's filters select,
+// once the form says confirm=yes; before that it shows the count.
+func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
+	action := r.PostFormValue("action")
+	if action != "replay" && action != "purge" {
+		s.consoleError(w, r, http.StatusBadRequest, "Unknown bulk action.")
+		return
+	}
+	_ = r.ParseForm()
+	f := deadLetterFilter(r.PostForm)
+	filters := query("type", f.SagaType, "reason", f.Reason, "message_type", f.MessageType, "key", f.Key)
+	if r.PostFormValue("confirm") != "yes" {
+		sep := "?"
+		if filters != "" {
+			sep = "&"
+		}
+		http.Redirect(w, r, basePath(r)+"/dead-letters"+filters+sep+"confirm="+action, http.StatusSeeOther)
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	res, err := s.bulkDeadLetters(ctx, f, action == "replay", false)
+	if err != nil {
+		s.storeFailed(w, r, action+" dead letters", err)
+		return
+	}
+	done := map[string]string{"replay": "replayed", "purge": "purged"}[action]
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done="+done+"&n="+strconv.Itoa(res.Done), http.StatusSeeOther)
+}
+
+type timersView struct {
+	Filter map[string]string
+	Rows   []store.Timer
+	Next   string
+	Now    time.Time
+	Back   string
+	Flash  string
+}
+
+func (s *Server) pageTimers(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	now := time.Now()
+	v := &timersView{Filter: map[string]string{"type": q.Get("type"), "key": q.Get("key"), "overdue": q.Get("overdue")}, Now: now, Back: r.URL.RequestURI(), Flash: flash(r)}
+	f := timerFilter(q, now)
+	f.Limit = consolePage
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	var err error
+	if v.Rows, v.Next, err = inspect.Timers(ctx, s.st, f); err != nil {
+		s.storeFailed(w, r, "list timers", err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "timers", "Timers", v)
+}
+
+// formTimer reads the timer a form names; false when the key is invalid
+// (the error page is sent).
+func (s *Server) formTimer(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
+	key, err := canon.Key(r.PostFormValue("key"), maxFieldLen)
+	if err != nil {
+		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		return store.TimerKey{}, false
+	}
+	return store.TimerKey{SagaType: r.PostFormValue("type"), Key: key, Name: r.PostFormValue("name")}, true
+}
+
+// back returns to the page the form came from, with a flash code.
+func back(w http.ResponseWriter, r *http.Request, done string) {
+	target, sep := safeNext(r.PostFormValue("back")), "?"
+	if u, err := url.Parse(target); err == nil {
+		q := u.Query()
+		q.Del("done")
+		q.Del("n")
+		u.RawQuery = q.Encode()
+		if target = u.String(); u.RawQuery != "" {
+			sep = "&"
+		}
+	}
+	http.Redirect(w, r, basePath(r)+target+sep+"done="+done+"&n=1", http.StatusSeeOther)
+}
+
+func (s *Server) actCancelTimer(w http.ResponseWriter, r *http.Request) {
+	k, ok := s.formTimer(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	if err := inspect.CancelTimer(ctx, s.st, k); errors.Is(err, store.ErrNotFound) {
+		s.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
+		return
+	} else if err != nil {
+		s.storeFailed(w, r, "cancel timer", err)
+		return
+	}
+	back(w, r, "cancelled")
+}
+
+func (s *Server) actRescheduleTimer(w http.ResponseWriter, r *http.Request) {
+	k, ok := s.formTimer(w, r)
+	if !ok {
+		return
+	}
+	due, err := dueTime(Reschedule{In: r.PostFormValue("in")}, time.Now())
+	if err != nil {
+		s.consoleError(w, r, http.StatusBadRequest, "Give the delay as a duration like 10m, 2h or 0s.")
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	if _, err := inspect.RescheduleTimer(ctx, s.st, k, due); errors.Is(err, store.ErrNotFound) {
+		s.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
+		return
+	} else if err != nil {
+		s.storeFailed(w, r, "reschedule timer", err)
+		return
+	}
+	back(w, r, "rescheduled")
+}

@@ -1,0 +1,222 @@
+package admin
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	sessionCookie = "idem_session"
+	csrfField     = "csrf"
+	csrfHeader    = "X-CSRF-Token"
+	maxSessions   = 10_000
+)
+
+// session is one browser's login: its CSRF token guards every mutating
+// console request.
+type session struct {
+	id      string
+	csrf    string
+	expires time.Time
+}
+
+// sessions is the server's session table, in memory: a restart logs
+// every browser out.
+type sessions struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[string]*session
+}
+
+func newSessions(ttl time.Duration) *sessions {
+	if ttl == 0 {
+		ttl = 12 * time.Hour
+	}
+	return &sessions{ttl: ttl, m: map[string]*session{}}
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// create starts a session; nil when the table is full of live sessions.
+func (ss *sessions) create(now time.Time) *session {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.m) >= maxSessions {
+		for id, s := range ss.m {
+			if now.After(s.expires) {
+				delete(ss.m, id)
+			}
+		}
+		if len(ss.m) >= maxSessions {
+			return nil
+		}
+	}
+	s := &session{id: randomToken(), csrf: randomToken(), expires: now.Add(ss.ttl)}
+	ss.m[s.id] = s
+	return s
+}
+
+// get returns the live session of r's cookie, or nil.
+func (ss *sessions) get(r *http.Request, now time.Time) *session {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.m[c.Value]
+	if s == nil || now.After(s.expires) {
+		delete(ss.m, c.Value)
+		return nil
+	}
+	return s
+}
+
+func (ss *sessions) delete(id string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.m, id)
+}
+
+type sessionCtxKey struct{}
+
+func sessionOf(r *http.Request) *session {
+	s, _ := r.Context().Value(sessionCtxKey{}).(*session)
+	return s
+}
+
+// setCookie sends the session cookie: HttpOnly, SameSite=Strict, limited to
+// the console's path, Secure over TLS.
+func setCookie(w http.ResponseWriter, r *http.Request, s *session, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name: sessionCookie, Value: s.id, Path: basePath(r) + "/", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+}
+
+// basePath is the prefix under which the server is mounted: "" at the
+// root, "/idem" under http.StripPrefix("/idem", srv).
+func basePath(r *http.Request) string {
+	full := r.RequestURI
+	if i := strings.IndexAny(full, "?#"); i >= 0 {
+		full = full[:i]
+	}
+	if u, err := url.Parse(full); err == nil && u.IsAbs() {
+		full = u.EscapedPath() // absolute-form request URI (a proxy's, or httptest's)
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(full, r.URL.EscapedPath()), "/")
+}
+
+// consolePage wraps a console handler: it finds (or, without a token,
+// starts) the browser's session, sends browsers without one to the login
+// form, and checks the CSRF token and read-only mode of every POST.
+func (s *Server) consolePage(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		sess := s.sessions.get(r, now)
+		if sess == nil && !s.auth {
+			if sess = s.sessions.create(now); sess == nil {
+				http.Error(w, "too many console sessions: retry later", http.StatusServiceUnavailable)
+				return
+			}
+			setCookie(w, r, sess, 0)
+		}
+		if sess == nil {
+			s.toLogin(w, r)
+			return
+		}
+		if r.Method == http.MethodPost {
+			if s.readOnly {
+				s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+				return
+			}
+			if !validCSRF(r, sess) {
+				s.consoleError(w, r, http.StatusForbidden, "The form's security token is missing or stale: reload the page and try again.")
+				return
+			}
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), sessionCtxKey{}, sess)))
+	})
+}
+
+// validCSRF compares the request's token (form field or header) with the
+// session's, in constant time.
+func validCSRF(r *http.Request, sess *session) bool {
+	got := r.Header.Get(csrfHeader)
+	if got == "" {
+		got = r.PostFormValue(csrfField)
+	}
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(sess.csrf))
+	return got != "" && subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+func (s *Server) toLogin(w http.ResponseWriter, r *http.Request) {
+	target := basePath(r) + "/login"
+	if r.Method == http.MethodGet {
+		target += "?next=" + urlQueryEscape(r.URL.RequestURI())
+	}
+	if r.Header.Get("HX-Request") == "true" {
+		w.Header().Set("HX-Redirect", target)
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
+	if !s.auth {
+		http.Redirect(w, r, basePath(r)+"/", http.StatusSeeOther)
+		return
+	}
+	s.render(w, r, http.StatusOK, "login", "Sign in", map[string]string{"Next": safeNext(r.URL.Query().Get("next"))})
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if !s.auth {
+		http.Redirect(w, r, basePath(r)+"/", http.StatusSeeOther)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	got := sha256.Sum256([]byte(r.PostFormValue("token")))
+	next := safeNext(r.PostFormValue("next"))
+	if subtle.ConstantTimeCompare(got[:], s.token[:]) != 1 {
+		s.render(w, r, http.StatusUnauthorized, "login", "Sign in", map[string]string{"Next": next, "Error": "That token is not the admin token."})
+		return
+	}
+	sess := s.sessions.create(time.Now())
+	if sess == nil {
+		http.Error(w, "too many console sessions: retry later", http.StatusServiceUnavailable)
+		return
+	}
+	setCookie(w, r, sess, int(s.sessions.ttl.Seconds()))
+	http.Redirect(w, r, basePath(r)+next, http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if sess := sessionOf(r); sess != nil {
+		s.sessions.delete(sess.id)
+		setCookie(w, r, sess, -1)
+	}
+	http.Redirect(w, r, basePath(r)+"/login", http.StatusSeeOther)
+}
+
+// safeNext keeps a post-login target inside the console: a path relative
+// to the base, never another host.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return "/"
+	}
+	return next
+}

@@ -1,0 +1,297 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/examples/orders"
+	"github.com/idemhq/idem/store"
+)
+
+const hostileKey = `<script>alert(1)</script>`
+
+// seed places orders (one with a hostile key), waits until the engine
+// applied them, and records a dead letter holding a valid OrderPlaced for
+// order o-dead, which a replay applies.
+func seed(t *testing.T, b *bundle) {
+	t.Helper()
+	ctx := context.Background()
+	keys := []string{"o-1", "o-2", "o-3", "x-9", hostileKey}
+	for _, k := range keys {
+		env, err := b.e.NewEnvelope("placed-"+k, orders.OrderPlaced{OrderID: k, Items: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.e.Publish(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the orders to be applied", func() bool { return b.e.Stats().Applied >= int64(len(keys)) })
+	env, err := b.e.NewEnvelope("placed-o-dead", orders.OrderPlaced{OrderID: "o-dead", Items: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	uow, err := b.st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	dls := []store.DeadLetter{{
+		ID: env.ID, Envelope: env, Reason: "store_unavailable", Error: "apply: store: connection refused",
+		SagaType: "order", Key: "o-dead", Attempts: 5, FirstFailedAt: now.Add(-time.Minute), LastFailedAt: now,
+	}}
+	for _, id := range []string{"inv-1", "inv-2"} {
+		e := idem.Envelope{ID: id, Type: "billing.InvoiceSent", Body: []byte(`{"invoice":"` + id + `"}`)}
+		dls = append(dls, store.DeadLetter{ID: id, Envelope: e, Reason: "unknown_type", Error: "no saga or handler consumes billing.InvoiceSent",
+			Attempts: 1, FirstFailedAt: now.Add(-time.Hour), LastFailedAt: now.Add(-time.Hour)})
+	}
+	if err := uow.Commit(ctx, &store.Changes{DeadLetters: dls}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// browser is an HTTP client with a cookie jar that reads the CSRF token of
+// the pages it gets.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+	csrf string
+}
+
+func newBrowser(t *testing.T, b *bundle) *browser {
+	jar, _ := cookiejar.New(nil)
+	c := *b.srv.Client()
+	c.Jar = jar
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &browser{t: t, base: b.srv.URL, c: &c}
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func (br *browser) get(path string) (int, string) {
+	br.t.Helper()
+	resp, err := br.c.Get(br.base + path)
+	if err != nil {
+		br.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb bytes.Buffer
+	if _, err := sb.ReadFrom(resp.Body); err != nil {
+		br.t.Fatal(err)
+	}
+	if m := csrfRE.FindStringSubmatch(sb.String()); m != nil {
+		br.csrf = m[1]
+	}
+	return resp.StatusCode, sb.String()
+}
+
+// post sends a same-origin form POST, as a browser would.
+func (br *browser) post(path string, form url.Values, header ...string) (*http.Response, string) {
+	br.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, br.base+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		br.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", br.base)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := br.c.Do(req)
+	if err != nil {
+		br.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb bytes.Buffer
+	_, _ = sb.ReadFrom(resp.Body)
+	return resp, sb.String()
+}
+
+func TestConsolePagesRender(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	br := newBrowser(t, b)
+	for path, want := range map[string]string{
+		"/":                           "Outbox backlog",
+		"/sagas":                      "AwaitingPayment",
+		"/instances":                  "o-2",
+		"/instances/order/o-1":        "OrderPlaced",
+		"/dead-letters":               "store_unavailable",
+		"/dead-letters/placed-o-dead": "connection refused",
+		"/timers":                     "overdue",
+	} {
+		code, body := br.get(path)
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s: status %d, want 200 and a page containing %q", path, code, want)
+		}
+	}
+	if code, _ := br.get("/nope"); code != http.StatusNotFound {
+		t.Errorf("GET /nope: status %d, want 404", code)
+	}
+}
+
+func TestConsoleEscapesHostileKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	br := newBrowser(t, b)
+	for _, path := range []string{"/instances", "/instances/order/" + url.PathEscape(hostileKey), "/timers"} {
+		code, body := br.get(path)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: status %d, want 200", path, code)
+		}
+		if strings.Contains(body, hostileKey) {
+			t.Errorf("GET %s: the key appears unescaped in the HTML", path)
+		}
+		if !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
+			t.Errorf("GET %s: the escaped key is missing", path)
+		}
+	}
+}
+
+func TestConsoleRefusesPostWithoutCSRFToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	br := newBrowser(t, b)
+	br.get("/timers")
+	if br.csrf == "" {
+		t.Fatal("the timers page holds no CSRF token")
+	}
+	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "back": {"/timers"}}
+	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cancel without a CSRF token: status %d, want 403", resp.StatusCode)
+	}
+	form.Set("csrf", "forged")
+	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cancel with a wrong CSRF token: status %d, want 403", resp.StatusCode)
+	}
+	form.Set("csrf", br.csrf)
+	if resp, _ := br.post("/timers/cancel", form, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-site cancel with the right token: status %d, want 403", resp.StatusCode)
+	}
+	if n := timerCount(t, b, "o-1"); n != 1 {
+		t.Fatalf("after refused requests: %d timers of o-1, want 1", n)
+	}
+	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("cancel with the token: status %d, want 303", resp.StatusCode)
+	}
+	if n := timerCount(t, b, "o-1"); n != 0 {
+		t.Errorf("after cancel: %d timers of o-1, want 0", n)
+	}
+}
+
+func timerCount(t *testing.T, b *bundle, key string) int {
+	t.Helper()
+	ts, err := b.st.ListTimers(context.Background(), &store.ListParams{SagaType: "order", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, tm := range ts {
+		if tm.Key == key {
+			n++
+		}
+	}
+	return n
+}
+
+func TestConsoleReadOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &admin.Config{ReadOnly: true})
+	seed(t, b)
+	br := newBrowser(t, b)
+	for _, path := range []string{"/dead-letters", "/timers", "/instances/order/o-1"} {
+		code, body := br.get(path)
+		if code != http.StatusOK || !strings.Contains(body, "read-only") {
+			t.Errorf("GET %s in read-only mode: status %d, want 200 and the read-only badge", path, code)
+		}
+		if strings.Contains(body, `method="post"`) {
+			t.Errorf("GET %s in read-only mode shows a mutating form", path)
+		}
+	}
+	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "csrf": {br.csrf}}
+	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("console cancel in read-only mode: status %d, want 403", resp.StatusCode)
+	}
+	if code, _ := b.do(t, http.MethodDelete, "/api/timers/order/o-1/overdue", ""); code != http.StatusForbidden {
+		t.Errorf("API cancel in read-only mode: status %d, want 403", code)
+	}
+	if code, _ := b.do(t, http.MethodPost, "/api/dead-letters/replay", ""); code != http.StatusForbidden {
+		t.Errorf("API bulk replay in read-only mode: status %d, want 403", code)
+	}
+	if n := timerCount(t, b, "o-1"); n != 1 {
+		t.Errorf("read-only: %d timers of o-1, want 1", n)
+	}
+}
+
+func TestConsoleLogin(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &admin.Config{Token: "s3cret-token"})
+	br := newBrowser(t, b)
+	resp, err := br.c.Get(br.base + "/instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/login") {
+		t.Fatalf("GET /instances without a session: %d to %q, want 303 to /login", resp.StatusCode, loc)
+	}
+	if resp, _ := br.post("/login", url.Values{"token": {"wrong"}, "next": {"/instances"}}); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("login with a wrong token: status %d, want 401", resp.StatusCode)
+	}
+	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}, "next": {"//evil.example/"}})
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
+		t.Errorf("login: %d to %q, want 303 to / (an off-site next is dropped)", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	cookie := resp.Header.Get("Set-Cookie")
+	for _, want := range []string{"idem_session=", "HttpOnly", "SameSite=Strict", "Path=/"} {
+		if !strings.Contains(cookie, want) {
+			t.Errorf("session cookie %q lacks %s", cookie, want)
+		}
+	}
+	code, body := br.get("/instances")
+	if code != http.StatusOK {
+		t.Fatalf("GET /instances after login: status %d, want 200", code)
+	}
+	if strings.Contains(body, "s3cret-token") {
+		t.Error("a page shows the admin token")
+	}
+	if code, _ := b.do(t, http.MethodGet, "/api/sagas", ""); code != http.StatusUnauthorized {
+		t.Errorf("API without the bearer token: status %d, want 401 (the session cookie is for the console only)", code)
+	}
+}
+
+func TestConsoleMountedUnderPrefix(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	mux := http.NewServeMux()
+	mux.Handle("/idem/", http.StripPrefix("/idem", b.srv.Config.Handler))
+	b.srv.Config.Handler = mux
+	br := newBrowser(t, b)
+	code, body := br.get("/idem/sagas")
+	if code != http.StatusOK {
+		t.Fatalf("GET /idem/sagas: status %d, want 200", code)
+	}
+	for _, want := range []string{`href="/idem/assets/console.css"`, `href="/idem/instances"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page under /idem lacks %s", want)
+		}
+	}
+	if code, _ := br.get("/idem/assets/htmx.min.js"); code != http.StatusOK {
+		t.Errorf("GET /idem/assets/htmx.min.js: status %d, want 200", code)
+	}
+}

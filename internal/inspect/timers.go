@@ -1,0 +1,110 @@
+package inspect
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// TimerFilter selects timers. Empty fields select everything.
+type TimerFilter struct {
+	SagaType string
+	Key      string
+	// DueBefore, when set, selects timers due before it (overdue ones when
+	// it is now).
+	DueBefore time.Time
+	// After is the cursor of ListTimers: TimerCursor of the last timer.
+	After string
+	// Limit bounds the page; 0 means 100.
+	Limit int
+}
+
+// Timers returns one page of the timers f selects, in due order, and the
+// cursor of the next page ("" when there is none). It reads at most
+// MaxScan timers to fill the page.
+func Timers(ctx context.Context, st store.Store, f *TimerFilter) ([]store.Timer, string, error) {
+	limit := cmp.Or(f.Limit, 100)
+	p := &store.ListParams{SagaType: f.SagaType, After: f.After, Limit: page}
+	var out []store.Timer
+	for read := 0; read < MaxScan; read += page {
+		ts, err := st.ListTimers(ctx, p)
+		if err != nil {
+			return nil, "", fmt.Errorf("list timers: %w", err)
+		}
+		for i := range ts {
+			t := &ts[i]
+			if !f.DueBefore.IsZero() && !t.DueAt.Before(f.DueBefore) {
+				return out, "", nil // due order: none later matches
+			}
+			if f.Key == "" || t.Key == f.Key {
+				out = append(out, *t)
+				if len(out) == limit {
+					return out, TimerCursor(t), nil
+				}
+			}
+		}
+		if len(ts) < page {
+			return out, "", nil
+		}
+		p.After = TimerCursor(&ts[len(ts)-1])
+	}
+	if len(out) > 0 {
+		return out, TimerCursor(&out[len(out)-1]), nil
+	}
+	return out, "", nil
+}
+
+// FindTimer returns the timer k, or an error wrapping store.ErrNotFound.
+func FindTimer(ctx context.Context, st store.Store, k store.TimerKey) (*store.Timer, error) {
+	f := &TimerFilter{SagaType: k.SagaType, Key: k.Key, Limit: MaxScan}
+	ts, _, err := Timers(ctx, st, f)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ts {
+		if ts[i].Name == k.Name {
+			return &ts[i], nil
+		}
+	}
+	return nil, fmt.Errorf("timer %s/%s/%s: %w", k.SagaType, k.Key, k.Name, store.ErrNotFound)
+}
+
+// CancelTimer deletes timer k so that it never fires. The saga's state is
+// left as it is: the saga sees no timeout. A missing timer is an error
+// wrapping store.ErrNotFound.
+func CancelTimer(ctx context.Context, st store.Store, k store.TimerKey) error {
+	if _, err := FindTimer(ctx, st, k); err != nil {
+		return err
+	}
+	return commit(ctx, st, &store.Changes{CancelTimers: []store.TimerKey{k}}, "cancel timer "+k.SagaType+"/"+k.Key+"/"+k.Name)
+}
+
+// RescheduleTimer moves timer k to due, keeping its envelope, so that the
+// saga still recognises it when it fires. A missing timer is an error
+// wrapping store.ErrNotFound.
+func RescheduleTimer(ctx context.Context, st store.Store, k store.TimerKey, due time.Time) (*store.Timer, error) {
+	t, err := FindTimer(ctx, st, k)
+	if err != nil {
+		return nil, err
+	}
+	t.DueAt = due.UTC().Truncate(time.Microsecond)
+	if err := commit(ctx, st, &store.Changes{Timers: []store.Timer{*t}}, "reschedule timer "+k.SagaType+"/"+k.Key+"/"+k.Name); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func commit(ctx context.Context, st store.Store, c *store.Changes, op string) error {
+	uow, err := st.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	if err := uow.Commit(ctx, c); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}

@@ -1,0 +1,42 @@
+package saga
+
+// Graph is a machine's states and transitions, the model that Mermaid and
+// DOT draw and that the admin console renders as SVG.
+type Graph struct {
+	// Name is the saga type.
+	Name string
+	// States are the declared states in declaration order, without Initial.
+	States []GraphState
+	// Edges are the transitions in a stable order: by source state in
+	// declaration order (Initial first), then by event declaration order. A
+	// handler without a transition is a self-loop; an ignored event is no
+	// edge.
+	Edges []GraphEdge
+}
+
+// GraphState is one state of a Graph.
+type GraphState struct {
+	Name  State
+	Final bool
+}
+
+// GraphEdge is one transition of a Graph. From is Initial for an event that
+// starts a saga.
+type GraphEdge struct {
+	From, To State
+	// Event is the message type; Label is its short form without package
+	// qualifiers.
+	Event, Label string
+}
+
+// Graph returns the machine's states and transitions.
+func (m *Machine[S]) Graph() Graph {
+	g := Graph{Name: m.name}
+	for _, s := range m.states {
+		g.States = append(g.States, GraphState{Name: s, Final: m.final[s]})
+	}
+	for _, e := range m.edges() {
+		g.Edges = append(g.Edges, GraphEdge{From: e.from, To: e.to, Event: e.event, Label: shortEvent(e.event)})
+	}
+	return g
+}

@@ -1,0 +1,88 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.InstanceQuerier = (*Store)(nil)
+
+// QueryInstances returns one page of the instances p selects; see
+// store.InstanceQuerier.
+func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*store.Instance, error) {
+	if p == nil {
+		p = &store.InstanceQuery{}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx, "query instances"); err != nil {
+		return nil, err
+	}
+	order := func(a, b *store.Instance) int {
+		return cmp.Or(cmp.Compare(a.SagaType, b.SagaType), cmp.Compare(a.Key, b.Key))
+	}
+	if p.Stuck {
+		order = func(a, b *store.Instance) int {
+			return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), cmp.Compare(a.SagaType, b.SagaType), cmp.Compare(a.Key, b.Key))
+		}
+	}
+	var after *store.Instance
+	if p.After != nil {
+		after = &store.Instance{SagaType: p.After.SagaType, Key: p.After.Key, UpdatedAt: p.After.UpdatedAt}
+	}
+	var list []*store.Instance
+	for _, in := range s.instances {
+		if matches(p, in) && (after == nil || order(in, after) > 0) {
+			list = append(list, in)
+		}
+	}
+	slices.SortFunc(list, order)
+	list = list[:min(len(list), limit(p.Limit))]
+	out := make([]*store.Instance, len(list))
+	for i, in := range list {
+		out[i] = in.Clone()
+	}
+	return out, nil
+}
+
+func matches(p *store.InstanceQuery, in *store.Instance) bool {
+	status := p.Status
+	if p.Stuck {
+		status = store.StatusActive
+	}
+	return (p.SagaType == "" || in.SagaType == p.SagaType) &&
+		(p.State == "" || in.State == p.State) &&
+		(status == "" || in.Status() == status) &&
+		strings.HasPrefix(in.Key, p.KeyPrefix)
+}
+
+// CountInstances counts instances by saga type, state and status; see
+// store.InstanceQuerier.
+func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]store.StateCount, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx, "count instances"); err != nil {
+		return nil, err
+	}
+	counts := map[store.StateCount]int{}
+	for k, in := range s.instances {
+		if sagaType == "" || k.SagaType == sagaType {
+			counts[store.StateCount{SagaType: k.SagaType, State: in.State, Status: in.Status()}]++
+		}
+	}
+	out := make([]store.StateCount, 0, len(counts))
+	for c, n := range counts {
+		c.Count = n
+		out = append(out, c)
+	}
+	slices.SortFunc(out, compareCounts)
+	return out, nil
+}
+
+func compareCounts(a, b store.StateCount) int {
+	return cmp.Or(cmp.Compare(a.SagaType, b.SagaType), cmp.Compare(a.State, b.State), cmp.Compare(a.Status, b.Status))
+}

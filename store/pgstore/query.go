@@ -1,0 +1,99 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/internal/sqlq"
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.InstanceQuerier = (*Store)(nil)
+
+// The filters shared by both orders: $1 saga type, $2 state, $3 status,
+// $4 key prefix (an empty value means any).
+const queryFilters = `($1 = '' OR saga_type = $1) AND ($2 = '' OR state = $2)
+  AND ($3 = '' OR ($3 = 'active') = (finished_at IS NULL))
+  AND ($4 = '' OR starts_with(key, $4))`
+
+// $5 has a cursor, $6 saga type, $7 key, $8 limit.
+const queryInstancesSQL = `
+SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at
+FROM idem_instances
+WHERE ` + queryFilters + `
+  AND (NOT $5 OR (saga_type COLLATE "C", key COLLATE "C") > ($6 COLLATE "C", $7 COLLATE "C"))
+ORDER BY saga_type COLLATE "C", key COLLATE "C"
+LIMIT $8`
+
+// $5 has a cursor, $6 saga type, $7 key, $8 limit, $9 updated at.
+const queryStuckSQL = `
+SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at
+FROM idem_instances
+WHERE finished_at IS NULL AND ` + queryFilters + `
+  AND (NOT $5 OR (updated_at, saga_type COLLATE "C", key COLLATE "C") > ($9, $6 COLLATE "C", $7 COLLATE "C"))
+ORDER BY updated_at, saga_type COLLATE "C", key COLLATE "C"
+LIMIT $8`
+
+// QueryInstances returns one page of the instances p selects; see
+// store.InstanceQuerier.
+func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*store.Instance, error) {
+	if err := s.check("query instances"); err != nil {
+		return nil, err
+	}
+	if p == nil {
+		p = &store.InstanceQuery{}
+	}
+	var c store.InstanceCursor
+	if p.After != nil {
+		c = *p.After
+	}
+	q, args := queryInstancesSQL, []any{p.SagaType, p.State, p.Status, p.KeyPrefix, p.After != nil, c.SagaType, c.Key, sqlq.Limit(p.Limit)}
+	if p.Stuck {
+		q, args = queryStuckSQL, append(args, c.UpdatedAt)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: query instances: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []*store.Instance
+	for rows.Next() {
+		in, err := scanInstance(rows)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: query instances: %w", err)
+		}
+		out = append(out, in)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: query instances: %w", translate(err))
+	}
+	return out, nil
+}
+
+const countInstancesSQL = `
+SELECT saga_type, state, CASE WHEN finished_at IS NULL THEN 'active' ELSE 'finished' END AS status, count(*)
+FROM idem_instances WHERE $1 = '' OR saga_type = $1
+GROUP BY 1, 2, 3 ORDER BY saga_type COLLATE "C", state COLLATE "C", status`
+
+// CountInstances counts instances by saga type, state and status; see
+// store.InstanceQuerier.
+func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]store.StateCount, error) {
+	if err := s.check("count instances"); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, countInstancesSQL, sagaType)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: count instances: %w", translate(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.StateCount, error) {
+		var c store.StateCount
+		err := r.Scan(&c.SagaType, &c.State, &c.Status, &c.Count)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: count instances: %w", translate(err))
+	}
+	return out, nil
+}
