@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -373,7 +372,7 @@ func queueEnqueue(b *pgx.Batch, msgs []transport.Envelope) error {
 		if err != nil {
 			return err
 		}
-		ids[i], envs[i], bodies[i], pkeys[i] = m.ID, meta, body, canon.PartitionKey(m.CorrelationID, m.ID)
+		ids[i], envs[i], bodies[i], pkeys[i] = m.ID, meta, body, partitionKey(&m)
 	}
 	b.Queue(enqueueSQL, ids, envs, bodies, pkeys)
 	return nil

@@ -263,8 +263,8 @@ func (s *Store) open(ctx context.Context) error {
 	if s.wconn, err = s.wdb.Conn(ctx); err != nil {
 		return s.openErr(err)
 	}
-	var mode string
-	if err := s.wconn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
+	mode, err := s.setWAL(ctx)
+	if err != nil {
 		return s.openErr(err)
 	}
 	if !strings.EqualFold(mode, "wal") {
@@ -292,6 +292,29 @@ func (s *Store) open(ctx context.Context) error {
 		return s.openErr(err)
 	}
 	return nil
+}
+
+// setWAL switches the file to WAL mode and returns the mode it is in.
+// When several processes open a new file at once, SQLite answers the
+// switch with SQLITE_BUSY at once, without waiting in its busy handler:
+// setWAL tries again until Config.BusyTimeout has passed.
+func (s *Store) setWAL(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(s.cfg.BusyTimeout)
+	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
+		var mode string
+		err := s.wconn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return mode, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // openErr explains the errors SQLite gives for a file it cannot use.
