@@ -136,16 +136,12 @@ func (t *Transport) receive(ctx context.Context, max, part, parts int) ([]transp
 		max = 1
 	}
 	t.mu.Lock()
-	start := !t.consuming && !t.closed
-	t.consuming = true
-	s := t.sess
-	t.mu.Unlock()
-	if start && s != nil {
-		if err := t.consume(s); err != nil {
-			// The session is killed; the reconnection consumes again.
-			t.log.Warn("rabbitmq: starting consumers failed; reconnecting", "err", err)
-		}
+	if !t.consuming {
+		// run starts the consumers, on this session and the next ones.
+		t.consuming = true
+		close(t.startConsuming)
 	}
+	t.mu.Unlock()
 	for {
 		t.mu.Lock()
 		if t.closed {

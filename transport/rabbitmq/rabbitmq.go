@@ -117,10 +117,18 @@ type Transport struct {
 	pending map[string]*inbound
 	lost    map[string]time.Time
 	closed  bool
-	// consuming is set by the first Receive; sessions then consume.
-	consuming bool
-	done      chan struct{}
-	wg        sync.WaitGroup
+	// consuming is set by the first Receive, which also closes
+	// startConsuming; sessions then consume. Only run starts consumers,
+	// so that every goroutine of the transport is started by one that
+	// Close waits for.
+	consuming      bool
+	startConsuming chan struct{}
+	done           chan struct{}
+	wg             sync.WaitGroup
+
+	// consumeHook, set by tests before the first Receive, runs before the
+	// consumer of each partition queue is started.
+	consumeHook func(part int)
 }
 
 // inbound is one delivery from the broker.
@@ -167,6 +175,8 @@ func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
 		pending: map[string]*inbound{},
 		lost:    map[string]time.Time{},
 		done:    make(chan struct{}),
+
+		startConsuming: make(chan struct{}),
 	}
 	if err := t.checkPartitions(ctx); err != nil {
 		return nil, err
@@ -508,6 +518,9 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 // once. Consumers start with the first Receive, not at Open: under single
 // active consumer, a process that only publishes must not hold the
 // partitions (and prefetch their messages) without ever receiving them.
+// Only run calls it (directly or through connect): the forwarding
+// goroutines it starts are then added to t.wg while run is counted in it,
+// never concurrently with Close's t.wg.Wait.
 func (t *Transport) consume(s *session) error {
 	s.consumeOnce.Do(func() {
 		for i := range t.cfg.Partitions {
@@ -524,6 +537,9 @@ func (t *Transport) consume(s *session) error {
 				s.consumeErr = t.explain("a consumer on "+t.queue(i), err)
 				s.kill()
 				return
+			}
+			if t.consumeHook != nil {
+				t.consumeHook(i)
 			}
 			t.wg.Add(1)
 			go t.forward(s, i, ch, dl)
@@ -574,7 +590,8 @@ func (t *Transport) drop(s *session) {
 	}
 }
 
-// run re-establishes the session whenever it dies, until Close.
+// run starts the consumers when the first Receive asks for them, and
+// re-establishes the session whenever it dies, until Close.
 func (t *Transport) run(s *session) {
 	defer t.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -583,8 +600,17 @@ func (t *Transport) run(s *session) {
 		<-t.done
 		cancel()
 	}()
+	start := t.startConsuming
 	for {
 		select {
+		case <-start:
+			// A session connected after the first Receive consumes
+			// already; consume does nothing then.
+			start = nil
+			if err := t.consume(s); err != nil {
+				t.log.Warn("rabbitmq: starting consumers failed; reconnecting", "err", err)
+			}
+			continue
 		case <-s.dead:
 		case <-t.done:
 			return
