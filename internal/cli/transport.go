@@ -224,8 +224,8 @@ type natsRun struct{ *natsjs.Transport }
 func (t *natsRun) DeleteNamespace(ctx context.Context) error { return t.DeleteStream(ctx) }
 
 var (
-	_ torture.Backlogger       = (*amqpRun)(nil)
-	_ torture.Backlogger       = (*natsRun)(nil)
+	_ transport.PendingCounter = (*amqpRun)(nil)
+	_ transport.PendingCounter = (*natsRun)(nil)
 	_ torture.NamespaceDeleter = (*amqpRun)(nil)
 	_ torture.NamespaceDeleter = (*natsRun)(nil)
 )

@@ -63,12 +63,12 @@ func TestTortureTransport(t *testing.T) {
 	if err := tr.Publish(ctx, []transport.Envelope{{ID: "t-1", Type: "Ping", SentAt: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	b, ok := tr.(torture.Backlogger)
+	b, ok := tr.(transport.PendingCounter)
 	if !ok {
 		t.Fatalf("%T cannot count its backlog", tr)
 	}
-	if waiting, unacked, err := b.Pending(ctx); err != nil || waiting+unacked != 1 {
-		t.Fatalf("Pending = %d, %d, %v; want the one message", waiting, unacked, err)
+	if ready, unacked, err := b.Pending(ctx); err != nil || ready+unacked != 1 {
+		t.Fatalf("Pending = %d, %d, %v; want the one message", ready, unacked, err)
 	}
 	d, ok := tr.(torture.NamespaceDeleter)
 	if !ok {

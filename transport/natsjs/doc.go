@@ -8,8 +8,10 @@
 //
 //	<Stream>.<partition>.<type>
 //
-// where partition is a hash of the envelope's CorrelationID (its ID when it
-// has none) modulo Config.Partitions, and type is the envelope's Type with
+// where partition is PostgreSQL's hashtext of the envelope's canonical
+// CorrelationID (Unicode NFC, trimmed; its ID when it has none) modulo
+// Config.Partitions, the hash pgstore and rabbitmq partition by, so the NFC
+// and NFD forms of a saga key share a subject; type is the envelope's Type with
 // every character outside [A-Za-z0-9_-] replaced by '_'. The stream uses
 // work-queue retention, so a message leaves the stream once acknowledged,
 // and file storage. One durable pull consumer (Config.Consumer, default

@@ -43,7 +43,7 @@ func settled(tr *natsjs.Transport, q enginetest.QueryRow) func() (bool, error) {
 	return func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		waiting, unacked, err := tr.Pending(ctx)
+		ready, unacked, err := tr.Pending(ctx)
 		if err != nil {
 			return false, nil // the broker may be restarting; poll again
 		}
@@ -51,7 +51,7 @@ func settled(tr *natsjs.Transport, q enginetest.QueryRow) func() (bool, error) {
 		if err := q(`SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL), (SELECT count(*) FROM idem_timers)`, &unsent, &timers); err != nil {
 			return false, err
 		}
-		return waiting == 0 && unacked == 0 && unsent == 0 && timers == 0, nil
+		return ready == 0 && unacked == 0 && unsent == 0 && timers == 0, nil
 	}
 }
 

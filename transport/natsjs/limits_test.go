@@ -100,8 +100,8 @@ func TestPublishRefusesBodyAboveMaxMessageBytes(t *testing.T) {
 	if err := tr.Publish(ctx, []transport.Envelope{small, big}); !errors.Is(err, natsjs.ErrTooLarge) {
 		t.Fatalf("Publish of a batch with an oversize envelope: got %v, want ErrTooLarge", err)
 	}
-	if waiting, unacked, err := tr.Pending(ctx); err != nil || waiting+unacked != 0 {
-		t.Fatalf("after refused batches: %d waiting, %d unacknowledged (err %v), want nothing published", waiting, unacked, err)
+	if ready, unacked, err := tr.Pending(ctx); err != nil || ready+unacked != 0 {
+		t.Fatalf("after refused batches: %d ready, %d unacknowledged (err %v), want nothing published", ready, unacked, err)
 	}
 }
 

@@ -6,8 +6,10 @@
 // For a Config.Namespace ns and Config.Partitions n, Open declares:
 //
 //   - exchange ns (topic): Publish routes every envelope to partition
-//     PostgreSQL-hashtext(CorrelationID, or ID without one) mod n, the hash
-//     pgstore partitions its queue by, with routing key p<i>;
+//     PostgreSQL-hashtext(key) mod n, with routing key p<i>, where key is
+//     the canonical CorrelationID (Unicode NFC, trimmed; the ID without
+//     one), the hash pgstore partitions its queue by: the NFC and NFD forms
+//     of a saga key share a partition queue, and so an order;
 //   - queues ns.p0 … ns.p<n-1>: durable quorum queues with single active
 //     consumer (x-single-active-consumer), so one process consumes a
 //     partition at a time and the messages of one key stay in order, and

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -73,7 +74,7 @@ func (t *Transport) message(env *transport.Envelope, headers amqp.Table) (amqp.P
 		Type:          env.Type,
 		Timestamp:     env.SentAt,
 		Body:          body,
-	}, partitionHash(keyOf(env.CorrelationID, env.ID)), nil
+	}, partition.Of(env.CorrelationID, env.ID), nil
 }
 
 // partKey is the routing key of a partition queue.

@@ -96,8 +96,8 @@ func (c *Config) withDefaults() (Config, error) {
 	return out, nil
 }
 
-// Transport is a transport.Transport and transport.PartitionedConsumer on
-// RabbitMQ. It is safe for concurrent use.
+// Transport is a transport.Transport, transport.PartitionedConsumer and
+// transport.PendingCounter on RabbitMQ. It is safe for concurrent use.
 type Transport struct {
 	urls  []string // as given, with passwords: never logged
 	safes []string // redacted, for messages
@@ -144,6 +144,7 @@ type inbound struct {
 var (
 	_ transport.Transport           = (*Transport)(nil)
 	_ transport.PartitionedConsumer = (*Transport)(nil)
+	_ transport.PendingCounter      = (*Transport)(nil)
 )
 
 // Open connects to the broker at url (amqp:// or amqps://; several URLs of
