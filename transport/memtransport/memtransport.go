@@ -708,7 +708,7 @@ func parseToken(s string) (seq uint64, gen int32, ok bool) {
 type readyQueue struct {
 	group string
 	hash  uint32 // the partition hash of the group's entries
-	pos   int // index in Transport.keys
+	pos   int    // index in Transport.keys
 	h     entryHeap
 }
 
