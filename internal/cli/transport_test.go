@@ -7,7 +7,7 @@ import (
 
 	"github.com/idemhq/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
-	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 )
 
 func TestOpenTransport(t *testing.T) {
@@ -49,7 +49,7 @@ func TestTortureTransport(t *testing.T) {
 	if _, _, err := tortureTransport(ctx, transportEmbedded, torture.BrokerOptions{}); err == nil {
 		t.Error("tortureTransport(nats-embedded) accepted: the driver runs that server itself")
 	}
-	srv, err := natsjs.Embedded(ctx, t.TempDir(), nil)
+	srv, err := natsembed.Start(ctx, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

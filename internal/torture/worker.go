@@ -16,7 +16,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/examples/searchimport"
-	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/internal/countersaga"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -189,14 +189,14 @@ func retryOpen(ctx context.Context, open func() (store.Store, transport.Transpor
 // registerAll registers the torture's sagas and the handlers that stand in
 // for downstream services on e.
 func registerAll(e *idem.Engine) error {
-	if err := e.Register(enginetest.Machine()); err != nil {
+	if err := e.Register(countersaga.Machine()); err != nil {
 		return err
 	}
 	if err := e.Register(searchimport.New(searchimport.Config{UploadTimeout: uploadTimeout}).Machine); err != nil {
 		return err
 	}
 	// The consumer of the counter's events: its inbox records each one.
-	if err := e.Handle(saga.MessageType(enginetest.Added{}), func(context.Context, idem.Envelope) error { return nil }); err != nil {
+	if err := e.Handle(saga.MessageType(countersaga.Added{}), func(context.Context, idem.Envelope) error { return nil }); err != nil {
 		return err
 	}
 	return e.Handle(saga.MessageType(searchimport.StartParsingReferenceFile{}), parser(e))

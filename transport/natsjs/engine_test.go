@@ -10,6 +10,7 @@ import (
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 )
 
 // The engine on PostgreSQL with JetStream as its transport: consumption
@@ -97,7 +98,7 @@ func TestWorkerProcessesSurviveSIGKILLAndBrokerRestart(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	st, q := openPG(t)
 	dir := t.TempDir()
-	srv, err := natsjs.Embedded(context.Background(), dir, nil)
+	srv, err := natsembed.Start(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestWorkerProcessesSurviveSIGKILLAndBrokerRestart(t *testing.T) {
 			})
 			srv.Shutdown()
 			t.Log("nats-server shut down; starting it again on the same port and storage")
-			srv, err = natsjs.Embedded(context.Background(), dir, &natsjs.EmbeddedConfig{Port: port})
+			srv, err = natsembed.Start(context.Background(), dir, &natsembed.Config{Port: port})
 			if err != nil {
 				t.Fatal(err)
 			}

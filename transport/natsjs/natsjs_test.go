@@ -19,6 +19,7 @@ import (
 	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 	"github.com/idemhq/idem/transport/transporttest"
 )
 
@@ -27,20 +28,20 @@ import (
 var shared struct {
 	once sync.Once
 	dir  string
-	srv  *natsjs.Server
+	srv  *natsembed.Server
 	err  error
 }
 
 // sharedServer returns the package's embedded server, starting it on first
 // use; TestMain shuts it down.
-func sharedServer(t testing.TB) *natsjs.Server {
+func sharedServer(t testing.TB) *natsembed.Server {
 	t.Helper()
 	shared.once.Do(func() {
 		shared.dir, shared.err = os.MkdirTemp("", "natsjs-test-")
 		if shared.err != nil {
 			return
 		}
-		shared.srv, shared.err = natsjs.Embedded(context.Background(), shared.dir, nil)
+		shared.srv, shared.err = natsembed.Start(context.Background(), shared.dir, nil)
 	})
 	if shared.err != nil {
 		t.Fatalf("embedded nats-server: %v", shared.err)
@@ -216,7 +217,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-nats-example-")
 	defer os.RemoveAll(dir)
-	srv, err := natsjs.Embedded(ctx, dir, nil) // single binary: the broker runs in-process
+	srv, err := natsembed.Start(ctx, dir, nil) // single binary: the broker runs in-process
 	if err != nil {
 		fmt.Println(err)
 		return
