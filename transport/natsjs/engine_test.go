@@ -39,20 +39,37 @@ func openPG(t testing.TB) (*pgstore.Store, enginetest.QueryRow) {
 }
 
 // settled reports whether nothing is in flight: no message waiting in or
-// held from the consumer, no unsent outbox row, no timer.
+// held from the consumer, no unsent outbox row, no timer. A message moves
+// between the stream and the outbox (consumed, its effects committed with
+// the outbox rows they emit, then those published) while they are read
+// one after the other, so one empty reading proves nothing: settled
+// reports true only once every reading for a second or more found
+// everything empty.
 func settled(tr *natsjs.Transport, q enginetest.QueryRow) func() (bool, error) {
+	var emptySince time.Time
 	return func() (bool, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ready, unacked, err := tr.Pending(ctx)
-		if err != nil {
-			return false, nil // the broker may be restarting; poll again
-		}
-		var unsent, timers int
-		if err := q(`SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL), (SELECT count(*) FROM idem_timers)`, &unsent, &timers); err != nil {
+		empty, err := func() (bool, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			ready, unacked, err := tr.Pending(ctx)
+			if err != nil {
+				return false, nil // the broker may be restarting; poll again
+			}
+			var unsent, timers int
+			if err := q(`SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL), (SELECT count(*) FROM idem_timers)`, &unsent, &timers); err != nil {
+				return false, err
+			}
+			return ready == 0 && unacked == 0 && unsent == 0 && timers == 0, nil
+		}()
+		switch {
+		case err != nil || !empty:
+			emptySince = time.Time{}
 			return false, err
+		case emptySince.IsZero():
+			emptySince = time.Now()
+			return false, nil
 		}
-		return ready == 0 && unacked == 0 && unsent == 0 && timers == 0, nil
+		return time.Since(emptySince) >= time.Second, nil
 	}
 }
 
