@@ -32,6 +32,18 @@
 // only when the broker has confirmed every message, and an error when one
 // was nacked or could not be routed.
 //
+// # Message size
+//
+// RabbitMQ closes the channel of a message over its max_message_size,
+// which a client cannot read; Config.MaxMessageSize (default 16 MiB,
+// RabbitMQ 4's default) tells the transport. Publish refuses, before
+// sending anything of the batch, an envelope whose Body exceeds
+// MaxMessageBytes (the base64 JSON encoding of a Body takes 4/3 of its
+// size, and EnvelopeReserve is kept for the other fields) or whose
+// encoding exceeds Config.MaxMessageSize, with an error wrapping
+// transport.ErrTooLarge, so that the engine's outbox relay sets it aside
+// instead of losing the connection on it again and again.
+//
 // # Settling, leases and fencing
 //
 // Acks are manual; the engine acks after its unit of work commits. A

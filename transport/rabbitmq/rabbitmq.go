@@ -48,6 +48,15 @@ type Config struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// Heartbeat is the AMQP heartbeat interval. Default 10s.
 	Heartbeat time.Duration
+	// MaxMessageSize is the broker's max_message_size in bytes: the
+	// largest AMQP message body it accepts. A client cannot read it, so
+	// set it to the broker's value. RabbitMQ closes the channel of a
+	// publish above it, which would fence every delivery of the
+	// connection; Publish therefore refuses such a message itself, with
+	// an error wrapping transport.ErrTooLarge (see MaxMessageBytes).
+	// Default DefaultMaxMessageSize (16 MiB, RabbitMQ 4's default; 3.x's
+	// is 128 MiB); at most 512 MiB, above EnvelopeReserve.
+	MaxMessageSize int
 	// Logger receives connection losses and reconnections. Nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -79,6 +88,9 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.ReconnectMin, 100*time.Millisecond)
 	def(&out.ReconnectMax, 15*time.Second)
 	def(&out.Heartbeat, 10*time.Second)
+	if out.MaxMessageSize == 0 {
+		out.MaxMessageSize = DefaultMaxMessageSize
+	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -92,12 +104,15 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("rabbitmq: Config.Prefetch is %d: use 1 to 65535", out.Prefetch)
 	case out.Lease < 0 || out.ReconnectMin < 0 || out.ReconnectMax < out.ReconnectMin || out.Heartbeat < 0:
 		return out, errors.New("rabbitmq: Config durations must be positive, with ReconnectMax at least ReconnectMin")
+	case out.MaxMessageSize <= EnvelopeReserve || out.MaxMessageSize > 512<<20:
+		return out, fmt.Errorf("rabbitmq: Config.MaxMessageSize is %d: use the broker's max_message_size, above %d (EnvelopeReserve) and at most 512 MiB", out.MaxMessageSize, EnvelopeReserve)
 	}
 	return out, nil
 }
 
-// Transport is a transport.Transport, transport.PartitionedConsumer and
-// transport.PendingCounter on RabbitMQ. It is safe for concurrent use.
+// Transport is a transport.Transport, transport.PartitionedConsumer,
+// transport.PendingCounter and transport.SizeLimiter on RabbitMQ. It is
+// safe for concurrent use.
 type Transport struct {
 	urls  []string // as given, with passwords: never logged
 	safes []string // redacted, for messages
@@ -145,6 +160,7 @@ var (
 	_ transport.Transport           = (*Transport)(nil)
 	_ transport.PartitionedConsumer = (*Transport)(nil)
 	_ transport.PendingCounter      = (*Transport)(nil)
+	_ transport.SizeLimiter         = (*Transport)(nil)
 )
 
 // Open connects to the broker at url (amqp:// or amqps://; several URLs of
