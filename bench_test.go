@@ -80,7 +80,7 @@ func benchEngine(b *testing.B, batch int) {
 	if err := e.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	for mt.Pending() > 0 {
+	for mt.Unsettled() > 0 {
 		time.Sleep(50 * time.Microsecond) // polling a condition
 	}
 	elapsed := time.Since(start)

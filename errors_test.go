@@ -175,12 +175,12 @@ func TestRetryAfterHonoursDelay(t *testing.T) {
 	}
 	// A later message for another key goes all the way through…
 	b.send("inc-other", Inc{Key: "other", N: 1})
-	eventually(t, func() bool { return b.instance("other") != nil && b.mem.Pending() == 1 })
+	eventually(t, func() bool { return b.instance("other") != nil && b.mem.Unsettled() == 1 })
 	// …while the rate-limited one waits.
 	if got := calls.Load(); got != 1 {
 		t.Errorf("handler ran %d times, want 1", got)
 	}
-	if p, st := b.mem.Pending(), b.mem.Stats(); p != 1 || st.Delayed != 1 {
+	if p, st := b.mem.Unsettled(), b.mem.Stats(); p != 1 || st.Delayed != 1 {
 		t.Errorf("pending %d, delayed %d: want 1, 1", p, st.Delayed)
 	}
 	if dls := b.deadLetters(); len(dls) != 0 {

@@ -41,8 +41,8 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 		}
 	}
 	b.publish(envs...)
-	eventuallyf(t, 90*time.Second, func() bool { return b.mem.Pending() == 0 },
-		func() string { return fmt.Sprintf("%d pending; transport %+v", b.mem.Pending(), b.mem.Stats()) })
+	eventuallyf(t, 90*time.Second, func() bool { return b.mem.Unsettled() == 0 },
+		func() string { return fmt.Sprintf("%d pending; transport %+v", b.mem.Unsettled(), b.mem.Stats()) })
 	b.stop()
 
 	if dls := b.deadLetters(); len(dls) != 0 {

@@ -79,7 +79,7 @@ func ExampleNewEngine() {
 	deadline := time.Now().Add(10 * time.Second)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for tr.Pending() > 0 && time.Now().Before(deadline) {
+	for tr.Unsettled() > 0 && time.Now().Before(deadline) {
 		<-tick.C
 	}
 	if err := e.Stop(ctx); err != nil {

@@ -591,9 +591,9 @@ func (b *bundle) send(id string, msg any) {
 // settle waits until the transport holds no unacknowledged entry.
 func (b *bundle) settle() {
 	b.t.Helper()
-	eventuallyf(b.t, 30*time.Second, func() bool { return b.mem.Pending() == 0 },
+	eventuallyf(b.t, 30*time.Second, func() bool { return b.mem.Unsettled() == 0 },
 		func() string {
-			return fmt.Sprintf("%d messages pending; transport %+v", b.mem.Pending(), b.mem.Stats())
+			return fmt.Sprintf("%d messages pending; transport %+v", b.mem.Unsettled(), b.mem.Stats())
 		})
 }
 

@@ -128,7 +128,7 @@ func TestStopWaitsForInFlightBatch(t *testing.T) {
 		if err := <-stopped; err != nil {
 			t.Fatalf("Stop = %v, want nil", err)
 		}
-		if p := b.mem.Pending(); p != 0 {
+		if p := b.mem.Unsettled(); p != 0 {
 			t.Errorf("pending %d after Stop, want 0: the in-flight message must be acknowledged", p)
 		}
 		if got := calls.Load(); got != 1 {
@@ -161,7 +161,7 @@ func TestStopWithDoneContextRedelivers(t *testing.T) {
 		if err := b.engine().Stop(ctx); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Stop(cancelled ctx) = %v, want context.Canceled", err)
 		}
-		if p := b.mem.Pending(); p != 1 {
+		if p := b.mem.Unsettled(); p != 1 {
 			t.Fatalf("pending %d after an aborted Stop, want 1", p)
 		}
 
@@ -308,7 +308,7 @@ func TestPublishValidates(t *testing.T) {
 			t.Errorf("%s: Publish = %v, want ErrInvalidEnvelope", tc.name, err)
 		}
 	}
-	if p := b.mem.Pending(); p != 0 {
+	if p := b.mem.Unsettled(); p != 0 {
 		t.Fatalf("an invalid batch published %d messages, want none", p)
 	}
 	sentAt := epoch.Add(-time.Minute)

@@ -33,7 +33,7 @@ func (c *countingTransport) Pending(context.Context) (int, int, error) {
 	if c.fail {
 		return 0, 0, errors.New("broker unreachable")
 	}
-	return c.Transport.Pending(), 0, nil
+	return c.Transport.Pending(context.Background())
 }
 
 var _ transport.PendingCounter = (*countingTransport)(nil)

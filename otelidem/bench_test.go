@@ -69,7 +69,11 @@ func BenchmarkTracing(b *testing.B) {
 			if err := e.Start(ctx); err != nil {
 				b.Fatal(err)
 			}
-			for mt.Pending() > 0 {
+			for {
+				ready, unacked, _ := mt.Pending(ctx)
+				if ready+unacked == 0 {
+					break
+				}
 				time.Sleep(50 * time.Microsecond) // polling a condition
 			}
 			b.StopTimer()

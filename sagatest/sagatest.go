@@ -237,9 +237,9 @@ func (h *Harness[S]) Sweep() store.SweepResult {
 func (h *Harness[S]) Settle() {
 	h.t.Helper()
 	deadline := time.Now().Add(h.opts.Timeout)
-	for h.Mem.Pending() > 0 {
+	for h.Mem.Unsettled() > 0 {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("sagatest: %d messages still pending after %s; stats %+v", h.Mem.Pending(), h.opts.Timeout, h.Mem.Stats())
+			h.t.Fatalf("sagatest: %d messages still pending after %s; stats %+v", h.Mem.Unsettled(), h.opts.Timeout, h.Mem.Stats())
 		}
 		time.Sleep(time.Millisecond) // polling a condition with a deadline
 	}

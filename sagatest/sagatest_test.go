@@ -603,7 +603,7 @@ func TestReplayDeadLetterKeepsTheNewDeadLetter(t *testing.T) {
 	h.Settle()
 	h.AssertDeadLetters(idem.ReasonMalformed)
 
-	ops, err := idem.NewEngine(h.Store, &slowAck{Transport: h.Mem, pending: h.Mem.Pending}, nil)
+	ops, err := idem.NewEngine(h.Store, &slowAck{Transport: h.Mem, pending: h.Mem.Unsettled}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

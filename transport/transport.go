@@ -142,25 +142,37 @@ type Consumer interface {
 }
 
 // PartitionedConsumer is implemented by transports that can hand out only
-// the messages of one partition: those whose CorrelationID (or, without one,
-// ID) hashes to part modulo parts. An engine with several consumers gives
-// each its own partitions, so that concurrent batches do not contend for the
-// same saga keys. The same contract as Receive applies otherwise.
+// the messages of one partition: those whose partition key hashes to part
+// modulo parts. The partition key is the canonical form of the
+// CorrelationID (Unicode NFC, surrounding white space trimmed), or the ID
+// without one, so that the NFC and NFD forms of one saga key share a
+// partition and so an order; the hash is PostgreSQL's hashtext, which
+// pgstore computes in SQL. An engine with several consumers gives each its
+// own partitions, so that concurrent batches do not contend for the same
+// saga keys. The same contract as Receive applies otherwise; ReceivePartition
+// returns an error unless 0 <= part < parts. transporttest checks it with
+// Features.Partitioned.
 type PartitionedConsumer interface {
 	ReceivePartition(ctx context.Context, max, part, parts int) ([]Delivery, error)
 }
 
 // SizeLimiter is implemented by transports that carry envelope bodies only
 // up to a size. The engine keeps Config.MaxBodyBytes within the limit, so
-// that no saga can emit a message the transport would refuse.
+// that no saga can emit a message the transport would refuse. transporttest
+// checks it with Features.SizeLimit.
 type SizeLimiter interface {
-	// MaxMessageBytes is the largest Envelope.Body Publish accepts.
+	// MaxMessageBytes is the largest Envelope.Body Publish accepts; 0 or
+	// less means no limit. Publish refuses a longer Body, before handing
+	// out any of it, with an error wrapping ErrTooLarge.
 	MaxMessageBytes() int
 }
 
 // PendingCounter is implemented by transports that can count the messages
 // they hold: ready ones waiting to be handed out, and unacked ones handed
-// out but not yet settled. Operators read it as the queue depth.
+// out but not yet settled. Operators read it as the queue depth. Each
+// implementation documents what it can see (a broker client may not see
+// other connections' deliveries). Pending returns ErrClosed after Close.
+// transporttest checks it with Features.Pending.
 type PendingCounter interface {
 	Pending(ctx context.Context) (ready, unacked int, err error)
 }

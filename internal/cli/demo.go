@@ -258,11 +258,11 @@ func runMemoryDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 		if bar != nil {
 			_ = bar.Set(finished)
 		}
-		if finished == o.searches && mt.Pending() == 0 {
+		if finished == o.searches && mt.Unsettled() == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(stderr, "\nidem demo: not settled after %s: %d/%d sagas finished, %d messages pending\n", o.timeout, finished, o.searches, mt.Pending())
+			fmt.Fprintf(stderr, "\nidem demo: not settled after %s: %d/%d sagas finished, %d messages pending\n", o.timeout, finished, o.searches, mt.Unsettled())
 			break
 		}
 		select {

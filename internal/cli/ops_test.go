@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 )
 
 // pgBundle is one test's PostgreSQL schema, dropped at cleanup.
@@ -511,7 +512,7 @@ func TestDLQReplayOntoABroker(t *testing.T) {
 	b := setupPG(t)
 	st := b.open()
 	seed(t, st, deadLetter("n1", "permanent_error", time.Hour))
-	srv, err := natsjs.Embedded(t.Context(), t.TempDir(), nil)
+	srv, err := natsembed.Start(t.Context(), t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

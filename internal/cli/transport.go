@@ -14,6 +14,7 @@ import (
 	"github.com/idemhq/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 	"github.com/idemhq/idem/transport/rabbitmq"
 )
 
@@ -43,7 +44,7 @@ func natsServer(ctx context.Context, spec, dataDir string) (url string, stop fun
 		if dataDir == "" {
 			return "", nil, usageErrorf("--transport %s needs a data directory for the JetStream files", transportEmbedded)
 		}
-		srv, err := natsjs.Embedded(ctx, filepath.Join(dataDir, "nats"), nil)
+		srv, err := natsembed.Start(ctx, filepath.Join(dataDir, "nats"), nil)
 		if err != nil {
 			return "", nil, err
 		}
@@ -224,8 +225,8 @@ type natsRun struct{ *natsjs.Transport }
 func (t *natsRun) DeleteNamespace(ctx context.Context) error { return t.DeleteStream(ctx) }
 
 var (
-	_ torture.Backlogger       = (*amqpRun)(nil)
-	_ torture.Backlogger       = (*natsRun)(nil)
+	_ transport.PendingCounter = (*amqpRun)(nil)
+	_ transport.PendingCounter = (*natsRun)(nil)
 	_ torture.NamespaceDeleter = (*amqpRun)(nil)
 	_ torture.NamespaceDeleter = (*natsRun)(nil)
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/idemhq/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
-	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 )
 
 func TestOpenTransport(t *testing.T) {
@@ -49,7 +49,7 @@ func TestTortureTransport(t *testing.T) {
 	if _, _, err := tortureTransport(ctx, transportEmbedded, torture.BrokerOptions{}); err == nil {
 		t.Error("tortureTransport(nats-embedded) accepted: the driver runs that server itself")
 	}
-	srv, err := natsjs.Embedded(ctx, t.TempDir(), nil)
+	srv, err := natsembed.Start(ctx, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,12 +63,12 @@ func TestTortureTransport(t *testing.T) {
 	if err := tr.Publish(ctx, []transport.Envelope{{ID: "t-1", Type: "Ping", SentAt: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	b, ok := tr.(torture.Backlogger)
+	b, ok := tr.(transport.PendingCounter)
 	if !ok {
 		t.Fatalf("%T cannot count its backlog", tr)
 	}
-	if waiting, unacked, err := b.Pending(ctx); err != nil || waiting+unacked != 1 {
-		t.Fatalf("Pending = %d, %d, %v; want the one message", waiting, unacked, err)
+	if ready, unacked, err := b.Pending(ctx); err != nil || ready+unacked != 1 {
+		t.Fatalf("Pending = %d, %d, %v; want the one message", ready, unacked, err)
 	}
 	d, ok := tr.(torture.NamespaceDeleter)
 	if !ok {

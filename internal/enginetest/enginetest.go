@@ -14,58 +14,32 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/countersaga"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 	"github.com/jackc/pgx/v5"
 )
 
-// Counter is the saga's state document.
-type Counter struct {
-	Total int `json:"total"`
-}
-
-// Inc adds N to the saga Key.
-type Inc struct {
-	Key string `json:"key"`
-	N   int    `json:"n"`
-}
-
-// Added is published by every increment.
-type Added struct {
-	Key   string `json:"key"`
-	Total int    `json:"total"`
-}
-
-// Tick is the timer the first increment schedules; it adds 1000.
-type Tick struct {
-	Key string `json:"key"`
-}
+// The counter saga lives in internal/countersaga, which the idem binary
+// (idem torture) uses without linking package testing; these names keep
+// the tests that use it through this package unchanged.
+type (
+	// Counter is the saga's state document.
+	Counter = countersaga.Counter
+	// Inc adds N to the saga Key.
+	Inc = countersaga.Inc
+	// Added is published by every increment.
+	Added = countersaga.Added
+	// Tick is the timer the first increment schedules; it adds 1000.
+	Tick = countersaga.Tick
+)
 
 // SagaType is the counter saga's type.
-const SagaType = "counter"
+const SagaType = countersaga.SagaType
 
 // Machine builds the counter saga.
-func Machine() *saga.Machine[Counter] {
-	m := saga.New[Counter](SagaType)
-	open := m.State("Open")
-	inc := saga.NewEvent[Inc](m, func(e Inc) string { return e.Key })
-	tick := saga.NewEvent[Tick](m, func(e Tick) string { return e.Key })
-	apply := func(c *saga.Context[Counter], e Inc) error {
-		c.Data.Total += e.N
-		c.Publish(Added{Key: e.Key, Total: c.Data.Total})
-		return nil
-	}
-	m.Initially(saga.When(inc).Then(apply).Then(func(c *saga.Context[Counter], e Inc) error {
-		c.Schedule("tick", time.Millisecond, Tick{Key: e.Key})
-		return nil
-	}).TransitionTo(open))
-	m.During(open, saga.When(inc).Then(apply), saga.When(tick).Then(func(c *saga.Context[Counter], _ Tick) error {
-		c.Data.Total += 1000
-		return nil
-	}))
-	return m
-}
+func Machine() *saga.Machine[Counter] { return countersaga.Machine() }
 
 // NewEngine runs the counter saga and a no-op consumer of its events on st
 // and tr (usually the same store, as its own queue).

@@ -52,7 +52,7 @@ func runWorker(open func(ctx context.Context) (store.Store, transport.Transport,
 	if !sameQueue(st, tr) {
 		defer tr.Close()
 	}
-	e := NewEngine(workerTB{}, st, tr, &idem.Config{BatchSize: 16})
+	e := NewEngine(workerTB{}, st, tr, &idem.Config{BatchSize: 16, Lanes: 2})
 	if err := e.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2

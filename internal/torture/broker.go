@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 )
 
 // embeddedNATS is the one nats-server a run with TransportEmbedded starts
@@ -18,11 +18,11 @@ type embeddedNATS struct {
 	url  string
 
 	mu  sync.Mutex
-	srv *natsjs.Server
+	srv *natsembed.Server
 }
 
 func startNATS(ctx context.Context, dir string) (*embeddedNATS, error) {
-	srv, err := natsjs.Embedded(ctx, dir, nil)
+	srv, err := natsembed.Start(ctx, dir, nil)
 	if err != nil {
 		return nil, fmt.Errorf("start the embedded NATS server: %w", err)
 	}
@@ -47,7 +47,7 @@ func (n *embeddedNATS) restart(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	srv, err := natsjs.Embedded(ctx, n.dir, &natsjs.EmbeddedConfig{Port: n.port})
+	srv, err := natsembed.Start(ctx, n.dir, &natsembed.Config{Port: n.port})
 	if err != nil {
 		return fmt.Errorf("restart the embedded NATS server on port %d: %w", n.port, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/idemhq/idem/examples/searchimport"
-	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/internal/countersaga"
 	"github.com/idemhq/idem/internal/ids"
 	"github.com/idemhq/idem/store"
 )
@@ -103,7 +103,7 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 		return nil, err
 	}
 	instances := map[store.Key]*store.Instance{}
-	for _, typ := range []string{enginetest.SagaType, searchimport.SagaType} {
+	for _, typ := range []string{countersaga.SagaType, searchimport.SagaType} {
 		for after := ""; ; {
 			page, err := st.ListInstances(ctx, &store.ListParams{SagaType: typ, After: after, Limit: 1000})
 			if err != nil {
@@ -182,20 +182,20 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 
 	// Final states.
 	for key, c := range counters {
-		in := instances[store.Key{SagaType: enginetest.SagaType, Key: key}]
+		in := instances[store.Key{SagaType: countersaga.SagaType, Key: key}]
 		if in == nil {
-			add(InvFinalState, enginetest.SagaType, key, c.incs, "no saga: all its messages lost")
+			add(InvFinalState, countersaga.SagaType, key, c.incs, "no saga: all its messages lost")
 			continue
 		}
-		var d enginetest.Counter
+		var d countersaga.Counter
 		if err := json.Unmarshal(in.Data, &d); err != nil {
 			return nil, fmt.Errorf("decode counter %s: %w", key, err)
 		}
 		if d.Total != c.total || in.State != "Open" {
-			add(InvFinalState, enginetest.SagaType, key, c.incs, "state %s total %d, model predicts Open total %d", in.State, d.Total, c.total)
+			add(InvFinalState, countersaga.SagaType, key, c.incs, "state %s total %d, model predicts Open total %d", in.State, d.Total, c.total)
 		}
 		if len(in.Timers) > 0 {
-			add(InvStuck, enginetest.SagaType, key, nil, "timer %v still scheduled after the run settled", in.Timers)
+			add(InvStuck, countersaga.SagaType, key, nil, "timer %v still scheduled after the run settled", in.Timers)
 		}
 	}
 	for key, s := range searches {
@@ -213,7 +213,7 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 	for k, in := range instances {
 		_, isCounter := counters[k.Key]
 		_, isSearch := searches[k.Key]
-		if (k.SagaType == enginetest.SagaType && !isCounter) || (k.SagaType == searchimport.SagaType && !isSearch) {
+		if (k.SagaType == countersaga.SagaType && !isCounter) || (k.SagaType == searchimport.SagaType && !isSearch) {
 			add(InvFinalState, k.SagaType, k.Key, nil, "a saga the model does not know (state %s): a key was not canonicalized, or a message was invented", in.State)
 		}
 	}
@@ -222,7 +222,7 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 	emitted := map[inboxKey]bool{}
 	for _, j := range journal {
 		switch {
-		case j.sagaType == enginetest.SagaType && j.event == incType:
+		case j.sagaType == countersaga.SagaType && j.event == incType:
 			k := inboxKey{handlerSagaType, addedType, ids.Derive("emit", j.msgID, j.sagaType, j.key, "0", "")}
 			emitted[k] = true
 			if !inbox[k] {

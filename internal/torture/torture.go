@@ -295,10 +295,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		pubs = append(pubs, tr)
 	}
-	var broker Backlogger
+	// natsjs counts the backlog across every process; rabbitmq counts the
+	// ready messages of every queue, and only its own unacknowledged
+	// deliveries (AMQP 0-9-1 cannot see other connections'). The settle
+	// rule (docs/reliability.md) is sound with either.
+	var broker transport.PendingCounter
 	if o.Transport != "" {
 		var ok bool
-		if broker, ok = pubs[0].(Backlogger); !ok {
+		if broker, ok = pubs[0].(transport.PendingCounter); !ok {
 			return nil, fmt.Errorf("--transport %s: the transport (%T) cannot count its backlog (no Pending method), so the run could not tell when it settled", o.Transport, pubs[0])
 		}
 	}
@@ -580,11 +584,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err != nil || broker == nil {
 			return n, err
 		}
-		waiting, unacked, err := broker.Pending(ctx)
+		ready, unacked, err := broker.Pending(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("count the broker's backlog: %w", err)
 		}
-		return n + waiting + unacked, nil
+		return n + ready + unacked, nil
 	}
 	// quietFor polls backlog until it has been 0 for d; it returns the
 	// last count, which is not 0 when the settle deadline passed first or,

@@ -16,7 +16,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/examples/searchimport"
-	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/internal/countersaga"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -34,10 +34,10 @@ const WorkerEnv = "IDEM_TORTURE_WORKER"
 // which broker transports plug in: the CLI sets it when it has one, and
 // while it is nil a run with a transport spec is refused.
 //
-// The driver counts the broker's backlog through the transport it opens
-// when that transport has a Pending method (see Backlogger), and deletes
-// the run's namespace after a passing run when it has a DeleteNamespace
-// method (see NamespaceDeleter).
+// The driver counts the broker's backlog through the transport it opens,
+// which must be a transport.PendingCounter, and deletes the run's
+// namespace after a passing run when it has a DeleteNamespace method (see
+// NamespaceDeleter).
 var OpenTransport func(ctx context.Context, spec string, o BrokerOptions) (transport.Transport, func(), error)
 
 // BrokerOptions are what a run asks of OpenTransport.
@@ -53,16 +53,6 @@ type BrokerOptions struct {
 	Lease time.Duration
 	// Logger receives the transport's logs (the run discards them).
 	Logger *slog.Logger
-}
-
-// Backlogger is a broker transport that counts what it has not delivered
-// (waiting) and what is delivered but not acknowledged (unacked). natsjs
-// counts both across every process; rabbitmq counts the ready messages of
-// every queue, and only its own unacknowledged deliveries (AMQP 0-9-1
-// cannot see other connections'). The settle rule (docs/reliability.md)
-// is sound with either.
-type Backlogger interface {
-	Pending(ctx context.Context) (waiting, unacked int, err error)
 }
 
 // NamespaceDeleter is a broker transport that can delete its namespace
@@ -199,14 +189,14 @@ func retryOpen(ctx context.Context, open func() (store.Store, transport.Transpor
 // registerAll registers the torture's sagas and the handlers that stand in
 // for downstream services on e.
 func registerAll(e *idem.Engine) error {
-	if err := e.Register(enginetest.Machine()); err != nil {
+	if err := e.Register(countersaga.Machine()); err != nil {
 		return err
 	}
 	if err := e.Register(searchimport.New(searchimport.Config{UploadTimeout: uploadTimeout}).Machine); err != nil {
 		return err
 	}
 	// The consumer of the counter's events: its inbox records each one.
-	if err := e.Handle(saga.MessageType(enginetest.Added{}), func(context.Context, idem.Envelope) error { return nil }); err != nil {
+	if err := e.Handle(saga.MessageType(countersaga.Added{}), func(context.Context, idem.Envelope) error { return nil }); err != nil {
 		return err
 	}
 	return e.Handle(saga.MessageType(searchimport.StartParsingReferenceFile{}), parser(e))

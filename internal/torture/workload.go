@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/examples/searchimport"
-	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/internal/countersaga"
 	"github.com/idemhq/idem/saga"
 )
 
@@ -129,9 +129,9 @@ type send struct {
 }
 
 var (
-	incType   = saga.MessageType(enginetest.Inc{})
-	tickType  = saga.MessageType(enginetest.Tick{})
-	addedType = saga.MessageType(enginetest.Added{})
+	incType   = saga.MessageType(countersaga.Inc{})
+	tickType  = saga.MessageType(countersaga.Tick{})
+	addedType = saga.MessageType(countersaga.Added{})
 	savedType = saga.MessageType(searchimport.SearchUploadSaved{})
 	parseType = saga.MessageType(searchimport.StartParsingReferenceFile{})
 )
@@ -172,8 +172,8 @@ func (g *generator) next() []send {
 	for k := range 4 {
 		key := fmt.Sprintf("c%05d-%d", w, k)
 		for i := range 3 {
-			add(mustEnvelope(fmt.Sprintf("inc-%s-%d", key, i), enginetest.Inc{Key: key, N: i + 1}),
-				&Record{Kind: kindInc, Saga: enginetest.SagaType, Key: key, N: i + 1})
+			add(mustEnvelope(fmt.Sprintf("inc-%s-%d", key, i), countersaga.Inc{Key: key, N: i + 1}),
+				&Record{Kind: kindInc, Saga: countersaga.SagaType, Key: key, N: i + 1})
 		}
 	}
 	for range 2 {
@@ -208,11 +208,11 @@ func (g *generator) next() []send {
 		// One saga under two spellings of one key.
 		nfc := fmt.Sprintf("café-%05d", w)
 		nfd := norm.NFD.String(nfc)
-		add(mustEnvelope("inc-nfc-"+fmt.Sprint(w), enginetest.Inc{Key: nfc, N: 5}), &Record{Kind: kindInc, Saga: enginetest.SagaType, Key: nfc, N: 5})
-		add(mustEnvelope("inc-nfd-"+fmt.Sprint(w), enginetest.Inc{Key: nfd, N: 7}), &Record{Kind: kindInc, Saga: enginetest.SagaType, Key: nfc, N: 7})
+		add(mustEnvelope("inc-nfc-"+fmt.Sprint(w), countersaga.Inc{Key: nfc, N: 5}), &Record{Kind: kindInc, Saga: countersaga.SagaType, Key: nfc, N: 5})
+		add(mustEnvelope("inc-nfd-"+fmt.Sprint(w), countersaga.Inc{Key: nfd, N: 7}), &Record{Kind: kindInc, Saga: countersaga.SagaType, Key: nfc, N: 7})
 		// A tick cannot start a counter: ignored by the not-found policy.
 		ghost := fmt.Sprintf("ghost-%05d", w)
-		add(mustEnvelope("ghost-"+fmt.Sprint(w), enginetest.Tick{Key: ghost}), &Record{Kind: kindNotFound, Saga: enginetest.SagaType, Key: ghost})
+		add(mustEnvelope("ghost-"+fmt.Sprint(w), countersaga.Tick{Key: ghost}), &Record{Kind: kindNotFound, Saga: countersaga.SagaType, Key: ghost})
 		for _, b := range badInputs(w) {
 			add(b.env, &Record{Kind: kindBad, Reason: b.reason})
 		}

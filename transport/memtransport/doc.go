@@ -14,8 +14,11 @@
 // comes back after its lease (LoseAckRate). The random decisions come from a
 // math/rand/v2 source seeded with Config.Seed.
 //
-// Stats and Pending expose counters and queue sizes for assertions and
-// progress reports.
+// Stats, Pending and Unsettled expose counters and queue sizes for
+// assertions and progress reports. Besides transport.Transport, a Transport
+// is a transport.PartitionedConsumer (partitioned as pgstore and the
+// brokers are, by the canonical correlation key), a transport.SizeLimiter
+// (Config.MaxMessageBytes) and a transport.PendingCounter.
 //
 // Timing uses the standard library clock and timers (time.Now and
 // time.AfterFunc), so a Transport created inside a testing/synctest bubble
@@ -23,6 +26,7 @@
 // instantly and deterministically. Such a Transport must be used only from
 // inside that bubble.
 //
-// The package passes the transporttest conformance suite with
-// transporttest.Features{Fencing: true, NativeDelay: true}.
+// The package passes the transporttest conformance suite with every
+// feature: Fencing, NativeDelay, Partitioned, SizeLimit (with
+// Config.MaxMessageBytes set) and Pending.
 package memtransport

@@ -36,7 +36,7 @@ func Example() {
 
 	s := tr.Stats()
 	fmt.Printf("published %d, duplicates injected %d, delivered %d, pending %d\n",
-		s.Published, s.DuplicatesInjected, s.Delivered, tr.Pending())
+		s.Published, s.DuplicatesInjected, s.Delivered, tr.Unsettled())
 	// Output:
 	// order-1 attempt 1: {"total":42}
 	// order-1 attempt 1: {"total":42}

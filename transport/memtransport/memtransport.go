@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -41,6 +43,8 @@ type Config struct {
 	// the correlation ids that have ready entries, instead of handing out
 	// entries in publication order. Entries of one correlation id still
 	// come out in publication order (a redelivered entry keeps its place);
+	// correlation ids are compared in canonical form (Unicode NFC,
+	// trimmed), so the NFC and NFD forms of a key are one group;
 	// envelopes without a correlation id are each their own group.
 	// Default false (FIFO).
 	Reorder bool
@@ -49,6 +53,11 @@ type Config struct {
 	// success but are silently dropped, so the delivery stays in flight
 	// and the message is handed out again after its lease. Default 0.
 	LoseAckRate float64
+
+	// MaxMessageBytes is the largest Envelope.Body Publish accepts; Publish
+	// refuses a longer one with an error wrapping transport.ErrTooLarge.
+	// Default 0: no limit. Must not be negative.
+	MaxMessageBytes int
 
 	// Seed seeds the math/rand/v2 source behind DuplicateRandom, Reorder
 	// and LoseAckRate. Default 0, which is an ordinary fixed seed: runs
@@ -68,6 +77,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config Lease %v: must not be negative", c.Lease)
 	case c.Duplicate < 0:
 		return fmt.Errorf("config Duplicate %d: must not be negative", c.Duplicate)
+	case c.MaxMessageBytes < 0:
+		return fmt.Errorf("config MaxMessageBytes %d: must not be negative", c.MaxMessageBytes)
 	case !(c.LoseAckRate >= 0 && c.LoseAckRate <= 1): // also rejects NaN
 		return fmt.Errorf("config LoseAckRate %v: must be between 0 and 1", c.LoseAckRate)
 	}
@@ -141,7 +152,12 @@ type Transport struct {
 	nDelayed int
 }
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport           = (*Transport)(nil)
+	_ transport.PartitionedConsumer = (*Transport)(nil)
+	_ transport.SizeLimiter         = (*Transport)(nil)
+	_ transport.PendingCounter      = (*Transport)(nil)
+)
 
 type state uint8
 
@@ -156,6 +172,7 @@ type entry struct {
 	seq      uint64
 	env      transport.Envelope
 	group    string // ordering group for Reorder
+	hash     uint32 // partition hash, for ReceivePartition
 	gen      int32  // deliveries so far; the current delivery's Attempt
 	open     bool   // delivery gen is not settled yet
 	nacked   uint64 // bit g-1 set: delivery g (≤ 64) was settled by Nack
@@ -166,8 +183,8 @@ type entry struct {
 }
 
 // New returns a Transport configured by cfg; nil means all defaults. New
-// panics if a field of cfg is invalid (a negative Lease or Duplicate, or a
-// LoseAckRate outside [0, 1]).
+// panics if a field of cfg is invalid (a negative Lease, Duplicate or
+// MaxMessageBytes, or a LoseAckRate outside [0, 1]).
 func New(cfg *Config) *Transport {
 	var c Config
 	if cfg != nil {
@@ -200,9 +217,11 @@ func New(cfg *Config) *Transport {
 
 // Publish enqueues a deep copy of every envelope in msgs, plus the copies
 // Config.Duplicate asks for, and wakes blocked Receivers. It is all or
-// nothing: an envelope without ID or Type makes Publish return an error
-// before anything is enqueued. Publish returns an error wrapping ctx.Err()
-// if ctx is already done, and transport.ErrClosed after Close.
+// nothing: an envelope without ID or Type, or with a Body over
+// Config.MaxMessageBytes (an error wrapping transport.ErrTooLarge), makes
+// Publish return an error before anything is enqueued. Publish returns an
+// error wrapping ctx.Err() if ctx is already done, and transport.ErrClosed
+// after Close.
 func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("publish: %w", err)
@@ -213,6 +232,8 @@ func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) erro
 			return fmt.Errorf("publish envelope %d of %d: missing id", i, len(msgs))
 		case msgs[i].Type == "":
 			return fmt.Errorf("publish message %s: missing type", msgs[i].ID)
+		case t.cfg.MaxMessageBytes > 0 && len(msgs[i].Body) > t.cfg.MaxMessageBytes:
+			return fmt.Errorf("publish message %s: body of %d bytes, limit %d: %w", msgs[i].ID, len(msgs[i].Body), t.cfg.MaxMessageBytes, transport.ErrTooLarge)
 		}
 	}
 	t.mu.Lock()
@@ -225,14 +246,15 @@ func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) erro
 		if t.cfg.DuplicateRandom && copies > 0 {
 			copies = t.rng.IntN(copies + 1)
 		}
-		group := msgs[i].CorrelationID
+		group := canon.PartitionKey(msgs[i].CorrelationID, "")
 		if group == "" {
 			// Each uncorrelated envelope (with its copies) is its own group.
 			group = "\x00" + msgs[i].ID
 		}
+		hash := partition.Of(msgs[i].CorrelationID, msgs[i].ID)
 		for c := 0; c <= copies; c++ {
 			t.nextSeq++
-			e := &entry{seq: t.nextSeq, env: msgs[i].Clone(), group: group}
+			e := &entry{seq: t.nextSeq, env: msgs[i].Clone(), group: group, hash: hash}
 			t.entries[e.seq] = e
 			t.pushReadyLocked(e)
 		}
@@ -251,6 +273,21 @@ func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) erro
 // wrapping ctx.Err() when ctx is done and transport.ErrClosed after Close;
 // it never returns an empty slice with a nil error.
 func (t *Transport) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	return t.receive(ctx, max, 0, 1)
+}
+
+// ReceivePartition is Receive restricted to the entries whose partition
+// key (the canonical CorrelationID, or the ID without one) hashes to part
+// modulo parts, with PostgreSQL's hashtext as pgstore does. It returns an
+// error unless 0 <= part < parts.
+func (t *Transport) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
+	if parts < 1 || part < 0 || part >= parts {
+		return nil, fmt.Errorf("receive partition %d of %d: want 0 <= part < parts", part, parts)
+	}
+	return t.receive(ctx, max, part, parts)
+}
+
+func (t *Transport) receive(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
 	if max < 1 {
 		max = 1
 	}
@@ -271,8 +308,7 @@ func (t *Transport) Receive(ctx context.Context, max int) ([]transport.Delivery,
 		}
 		now := time.Now()
 		t.promoteLocked(now)
-		if t.nReady > 0 {
-			ds := t.takeLocked(now, max)
+		if ds := t.takeLocked(now, max, part, parts); len(ds) > 0 {
 			t.mu.Unlock()
 			return ds, nil
 		}
@@ -408,7 +444,8 @@ func (t *Transport) lookupLocked(op string, d *transport.Delivery) (*entry, int3
 
 // Close marks the Transport closed, wakes blocked Receivers and stops its
 // timer. Afterwards every method of transport.Transport, Close included,
-// returns transport.ErrClosed; Stats and Pending keep working.
+// and Pending return transport.ErrClosed; Stats and Unsettled keep
+// working.
 func (t *Transport) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -437,21 +474,43 @@ func (t *Transport) Stats() Stats {
 	return s
 }
 
-// Pending returns the number of entries, copies included, that were
-// published and not yet acked (ready, in flight or delayed).
-func (t *Transport) Pending() int {
+// Pending counts the entries, copies included, that were published and
+// not yet acked: ready ones waiting to be handed out (nacked ones waiting
+// for their delay included) and unacked ones handed out and neither
+// settled nor past their lease. It returns transport.ErrClosed after
+// Close; ctx is not used.
+func (t *Transport) Pending(ctx context.Context) (ready, unacked int, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0, 0, fmt.Errorf("pending: %w", transport.ErrClosed)
+	}
+	t.promoteLocked(time.Now())
+	return t.nReady + t.nDelayed, t.nInFly, nil
+}
+
+// Unsettled returns the number of entries, copies included, that were
+// published and not yet acked (ready, in flight or delayed): the sum of
+// Pending's counts. It keeps working after Close.
+func (t *Transport) Unsettled() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.entries)
 }
 
-// takeLocked hands out up to max ready entries.
-func (t *Transport) takeLocked(now time.Time, max int) []transport.Delivery {
-	n := min(max, t.nReady)
-	ds := make([]transport.Delivery, 0, n)
+// MaxMessageBytes returns Config.MaxMessageBytes, the largest Body Publish
+// accepts; 0 means no limit.
+func (t *Transport) MaxMessageBytes() int { return t.cfg.MaxMessageBytes }
+
+// takeLocked hands out up to max ready entries of the partition.
+func (t *Transport) takeLocked(now time.Time, max, part, parts int) []transport.Delivery {
+	var ds []transport.Delivery
 	deadline := now.Add(t.lease)
-	for range n {
-		e := t.popReadyLocked()
+	for len(ds) < max {
+		e := t.popReadyLocked(part, parts)
+		if e == nil {
+			break
+		}
 		e.gen++
 		e.open = true
 		e.state = stateInFlight
@@ -514,7 +573,7 @@ func (t *Transport) pushReadyLocked(e *entry) {
 	if t.cfg.Reorder {
 		q = t.byKey[e.group]
 		if q == nil {
-			q = &readyQueue{group: e.group}
+			q = &readyQueue{group: e.group, hash: e.hash}
 			t.byKey[e.group] = q
 		}
 		if q.h.Len() == 0 {
@@ -528,13 +587,44 @@ func (t *Transport) pushReadyLocked(e *entry) {
 	t.nReady++
 }
 
-// popReadyLocked removes and returns the next ready entry; nReady must be > 0.
-func (t *Transport) popReadyLocked() *entry {
+// popReadyLocked removes and returns the next ready entry of the
+// partition, or nil if there is none.
+func (t *Transport) popReadyLocked(part, parts int) *entry {
+	if t.nReady == 0 {
+		return nil
+	}
+	mine := func(hash uint32) bool { return parts < 2 || int(hash%uint32(parts)) == part }
 	q := t.fifo
 	if t.cfg.Reorder {
-		q = t.keys[t.rng.IntN(len(t.keys))]
+		if parts < 2 {
+			q = t.keys[t.rng.IntN(len(t.keys))]
+		} else {
+			// Every entry of a group has the group's partition.
+			var own []*readyQueue
+			for _, k := range t.keys {
+				if mine(k.hash) {
+					own = append(own, k)
+				}
+			}
+			if len(own) == 0 {
+				return nil
+			}
+			q = own[t.rng.IntN(len(own))]
+		}
 	}
-	e := heap.Pop(&q.h).(*entry)
+	i := 0 // the heap's first entry is the oldest
+	if parts >= 2 && !t.cfg.Reorder {
+		i = -1
+		for j, e := range q.h.items {
+			if mine(e.hash) && (i < 0 || e.seq < q.h.items[i].seq) {
+				i = j
+			}
+		}
+		if i < 0 {
+			return nil
+		}
+	}
+	e := heap.Remove(&q.h, i).(*entry)
 	e.queue = nil
 	t.nReady--
 	if q.h.Len() == 0 && t.cfg.Reorder {
@@ -617,7 +707,8 @@ func parseToken(s string) (seq uint64, gen int32, ok bool) {
 // reordering) in publication order.
 type readyQueue struct {
 	group string
-	pos   int // index in Transport.keys
+	hash  uint32 // the partition hash of the group's entries
+	pos   int    // index in Transport.keys
 	h     entryHeap
 }
 

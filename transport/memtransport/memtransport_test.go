@@ -25,13 +25,14 @@ func TestMain(m *testing.M) {
 
 func TestConformance(t *testing.T) {
 	const lease = 50 * time.Millisecond
-	features := transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}
+	features := transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true}
+	const limit = 1 << 20
 	for _, tc := range []struct {
 		name string
 		cfg  memtransport.Config
 	}{
-		{"FIFO", memtransport.Config{Lease: lease}},
-		{"Reorder", memtransport.Config{Lease: lease, Reorder: true, Seed: 7}},
+		{"FIFO", memtransport.Config{Lease: lease, MaxMessageBytes: limit}},
+		{"Reorder", memtransport.Config{Lease: lease, Reorder: true, Seed: 7, MaxMessageBytes: limit}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			transporttest.Run(t, features, func(t *testing.T) transport.Transport {
@@ -154,7 +155,7 @@ func TestDuplicateDeliversEachMessageThreeTimes(t *testing.T) {
 		if st != want {
 			t.Errorf("Stats: got %+v, want %+v", st, want)
 		}
-		if p := b.tr.Pending(); p != 0 {
+		if p := b.tr.Unsettled(); p != 0 {
 			t.Errorf("Pending: got %d, want 0", p)
 		}
 	})
@@ -207,7 +208,7 @@ func TestLoseAckRedeliversAfterLease(t *testing.T) {
 		if d2.Envelope.ID != d1.Envelope.ID || d2.Attempt != 2 {
 			t.Errorf("got %s attempt %d, want %s attempt 2", d2.Envelope.ID, d2.Attempt, d1.Envelope.ID)
 		}
-		if p := b.tr.Pending(); p != 1 {
+		if p := b.tr.Unsettled(); p != 1 {
 			t.Errorf("Pending: got %d, want 1", p)
 		}
 	})
@@ -247,7 +248,7 @@ func TestReorderAcrossKeysKeepsOrderWithinKey(t *testing.T) {
 		}
 		last[k] = i
 	}
-	if p := b.tr.Pending(); p != 0 {
+	if p := b.tr.Unsettled(); p != 0 {
 		t.Errorf("Pending: got %d, want 0", p)
 	}
 }
@@ -314,7 +315,7 @@ func TestAckAfterLeaseExpiryBeforeRedelivery(t *testing.T) {
 		}
 		// Nobody else holds the message, so the late ack still counts.
 		b.ack(t, d)
-		if p := b.tr.Pending(); p != 0 {
+		if p := b.tr.Unsettled(); p != 0 {
 			t.Fatalf("Pending after late ack: got %d, want 0", p)
 		}
 		b.expectNothing(t, time.Hour)
@@ -343,7 +344,7 @@ func TestNackDelayWithSynctest(t *testing.T) {
 			t.Errorf("got Attempt %d, want 2", d2.Attempt)
 		}
 		b.ack(t, d2)
-		if p := b.tr.Pending(); p != 0 {
+		if p := b.tr.Unsettled(); p != 0 {
 			t.Errorf("Pending: got %d, want 0", p)
 		}
 	})
@@ -378,7 +379,7 @@ func TestInvalidTokensAndEnvelopes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "missing type") {
 		t.Errorf("Publish without Type: got %v, want a missing type error", err)
 	}
-	if p := b.tr.Pending(); p != 0 {
+	if p := b.tr.Unsettled(); p != 0 {
 		t.Errorf("Pending after a rejected Publish: got %d, want 0 (all or nothing)", p)
 	}
 }
@@ -427,7 +428,7 @@ func TestFaultsUnderConcurrency(t *testing.T) {
 	)
 	for c := range consumers {
 		wg.Go(func() {
-			for b.tr.Pending() > 0 && ctx.Err() == nil {
+			for b.tr.Unsettled() > 0 && ctx.Err() == nil {
 				rctx, rcancel := context.WithTimeout(ctx, 2*lease)
 				ds, err := b.tr.Receive(rctx, 1+c)
 				rcancel()
@@ -455,7 +456,7 @@ func TestFaultsUnderConcurrency(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if p := b.tr.Pending(); p != 0 {
+	if p := b.tr.Unsettled(); p != 0 {
 		t.Fatalf("Pending: got %d, want 0 within the deadline", p)
 	}
 	if len(seen) != n {
@@ -524,7 +525,7 @@ func TestSettleNackedDeliveryAfterRedelivery(t *testing.T) {
 		}
 		b.ack(t, d2)
 		b.ack(t, d1)
-		if p := b.tr.Pending(); p != 0 {
+		if p := b.tr.Unsettled(); p != 0 {
 			t.Errorf("Pending: got %d, want 0", p)
 		}
 	})
@@ -548,7 +549,7 @@ func BenchmarkPublishReceiveAck(b *testing.B) {
 			var wg sync.WaitGroup
 			for range 4 {
 				wg.Go(func() {
-					for tr.Pending() > 0 {
+					for tr.Unsettled() > 0 {
 						rctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 						ds, err := tr.Receive(rctx, 64)
 						cancel()

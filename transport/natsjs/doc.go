@@ -8,8 +8,10 @@
 //
 //	<Stream>.<partition>.<type>
 //
-// where partition is a hash of the envelope's CorrelationID (its ID when it
-// has none) modulo Config.Partitions, and type is the envelope's Type with
+// where partition is PostgreSQL's hashtext of the envelope's canonical
+// CorrelationID (Unicode NFC, trimmed; its ID when it has none) modulo
+// Config.Partitions, the hash pgstore and rabbitmq partition by, so the NFC
+// and NFD forms of a saga key share a subject; type is the envelope's Type with
 // every character outside [A-Za-z0-9_-] replaced by '_'. The stream uses
 // work-queue retention, so a message leaves the stream once acknowledged,
 // and file storage. One durable pull consumer (Config.Consumer, default
@@ -64,7 +66,7 @@
 // envelope whose Body is longer or whose metadata does not fit beside its
 // Body, with an error wrapping ErrTooLarge. The engine's
 // Config.MaxBodyBytes must not exceed MaxMessageBytes. The embedded
-// server's max_payload is 8 MiB (EmbeddedConfig.MaxPayload).
+// server's max_payload is 8 MiB (natsembed.Config.MaxPayload).
 //
 // # Close
 //
@@ -76,9 +78,10 @@
 //
 // # Running the server
 //
-// Embedded starts nats-server in-process with JetStream file storage under
-// a directory and fsync before every acknowledgement (SyncAlways), for a
-// single binary. Open connects to any server or cluster by URL
+// Package natsembed (a package of its own, so that a program connecting
+// to an external server does not compile nats-server) starts nats-server
+// in-process with JetStream file storage under a directory and fsync
+// before every acknowledgement (SyncAlways), for a single binary. Open connects to any server or cluster by URL
 // ("nats://a:4222,nats://b:4222"). Open refuses a stream whose settings
 // would lose messages: memory storage (unless Config.AllowMemoryStorage) or
 // fewer replicas than Config.Replicas. The fsync setting of an external

@@ -10,6 +10,7 @@ import (
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 )
 
 // The engine on PostgreSQL with JetStream as its transport: consumption
@@ -38,20 +39,37 @@ func openPG(t testing.TB) (*pgstore.Store, enginetest.QueryRow) {
 }
 
 // settled reports whether nothing is in flight: no message waiting in or
-// held from the consumer, no unsent outbox row, no timer.
+// held from the consumer, no unsent outbox row, no timer. A message moves
+// between the stream and the outbox (consumed, its effects committed with
+// the outbox rows they emit, then those published) while they are read
+// one after the other, so one empty reading proves nothing: settled
+// reports true only once every reading for a second or more found
+// everything empty.
 func settled(tr *natsjs.Transport, q enginetest.QueryRow) func() (bool, error) {
+	var emptySince time.Time
 	return func() (bool, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		waiting, unacked, err := tr.Pending(ctx)
-		if err != nil {
-			return false, nil // the broker may be restarting; poll again
-		}
-		var unsent, timers int
-		if err := q(`SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL), (SELECT count(*) FROM idem_timers)`, &unsent, &timers); err != nil {
+		empty, err := func() (bool, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			ready, unacked, err := tr.Pending(ctx)
+			if err != nil {
+				return false, nil // the broker may be restarting; poll again
+			}
+			var unsent, timers int
+			if err := q(`SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL), (SELECT count(*) FROM idem_timers)`, &unsent, &timers); err != nil {
+				return false, err
+			}
+			return ready == 0 && unacked == 0 && unsent == 0 && timers == 0, nil
+		}()
+		switch {
+		case err != nil || !empty:
+			emptySince = time.Time{}
 			return false, err
+		case emptySince.IsZero():
+			emptySince = time.Now()
+			return false, nil
 		}
-		return waiting == 0 && unacked == 0 && unsent == 0 && timers == 0, nil
+		return time.Since(emptySince) >= time.Second, nil
 	}
 }
 
@@ -67,7 +85,7 @@ func TestEngineExactlyOnceOnPostgres(t *testing.T) {
 		if i == 0 {
 			first = tr
 		}
-		engines = append(engines, enginetest.NewEngine(t, st, tr, &idem.Config{BatchSize: 16, RelayInterval: 50 * time.Millisecond, RelayAge: time.Second}))
+		engines = append(engines, enginetest.NewEngine(t, st, tr, &idem.Config{BatchSize: 16, Lanes: 2, RelayInterval: 50 * time.Millisecond, RelayAge: time.Second}))
 	}
 	const keys, perKey = 40, 5
 	want := enginetest.Workload(t, engines, keys, perKey, 3)
@@ -97,7 +115,7 @@ func TestWorkerProcessesSurviveSIGKILLAndBrokerRestart(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	st, q := openPG(t)
 	dir := t.TempDir()
-	srv, err := natsjs.Embedded(context.Background(), dir, nil)
+	srv, err := natsembed.Start(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +153,7 @@ func TestWorkerProcessesSurviveSIGKILLAndBrokerRestart(t *testing.T) {
 			})
 			srv.Shutdown()
 			t.Log("nats-server shut down; starting it again on the same port and storage")
-			srv, err = natsjs.Embedded(context.Background(), dir, &natsjs.EmbeddedConfig{Port: port})
+			srv, err = natsembed.Start(context.Background(), dir, &natsembed.Config{Port: port})
 			if err != nil {
 				t.Fatal(err)
 			}

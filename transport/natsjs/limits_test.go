@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 )
 
 // An envelope with the metadata the engine gives an emitted message.
@@ -36,7 +37,7 @@ func engineLike(id string, body []byte) transport.Envelope {
 // and MaxMessageBytes must tell the largest body it accepts.
 func TestPublishRefusesBodyAboveMaxMessageBytes(t *testing.T) {
 	const maxPayload = 64 << 10
-	srv, err := natsjs.Embedded(t.Context(), t.TempDir(), &natsjs.EmbeddedConfig{MaxPayload: maxPayload})
+	srv, err := natsembed.Start(t.Context(), t.TempDir(), &natsembed.Config{MaxPayload: maxPayload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +101,8 @@ func TestPublishRefusesBodyAboveMaxMessageBytes(t *testing.T) {
 	if err := tr.Publish(ctx, []transport.Envelope{small, big}); !errors.Is(err, natsjs.ErrTooLarge) {
 		t.Fatalf("Publish of a batch with an oversize envelope: got %v, want ErrTooLarge", err)
 	}
-	if waiting, unacked, err := tr.Pending(ctx); err != nil || waiting+unacked != 0 {
-		t.Fatalf("after refused batches: %d waiting, %d unacknowledged (err %v), want nothing published", waiting, unacked, err)
+	if ready, unacked, err := tr.Pending(ctx); err != nil || ready+unacked != 0 {
+		t.Fatalf("after refused batches: %d ready, %d unacknowledged (err %v), want nothing published", ready, unacked, err)
 	}
 }
 

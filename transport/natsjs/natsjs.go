@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net/url"
 	"regexp"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -152,8 +152,9 @@ type Transport struct {
 }
 
 var (
-	_ transport.Transport   = (*Transport)(nil)
-	_ transport.SizeLimiter = (*Transport)(nil)
+	_ transport.Transport      = (*Transport)(nil)
+	_ transport.SizeLimiter    = (*Transport)(nil)
+	_ transport.PendingCounter = (*Transport)(nil)
 )
 
 // ErrTooLarge is wrapped by the error Publish returns for an envelope that
@@ -367,16 +368,14 @@ type meta struct {
 	SentAt         time.Time         `json:"sent_at"`
 }
 
-// Subject returns the subject an envelope is published on.
+// Subject returns the subject an envelope is published on. Its partition
+// token is the PostgreSQL hashtext of the envelope's canonical
+// CorrelationID (Unicode NFC, trimmed; its ID without one) modulo
+// Config.Partitions, as pgstore and rabbitmq partition: the NFC and NFD
+// forms of a saga key share a subject.
 func (t *Transport) Subject(env *transport.Envelope) string {
-	key := env.CorrelationID
-	if key == "" {
-		key = env.ID
-	}
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	part := h.Sum32() % uint32(t.cfg.Partitions)
-	return t.cfg.Stream + "." + strconv.FormatUint(uint64(part), 10) + "." + subjectToken(env.Type)
+	part := partition.Index(env.CorrelationID, env.ID, t.cfg.Partitions)
+	return t.cfg.Stream + "." + strconv.Itoa(part) + "." + subjectToken(env.Type)
 }
 
 func subjectToken(s string) string {
@@ -772,9 +771,13 @@ func (t *Transport) flush(ctx context.Context) error {
 	return t.nc.FlushWithContext(ctx)
 }
 
-// Pending reports the consumer's messages not yet delivered and delivered
-// but not acknowledged, across every process of the namespace.
-func (t *Transport) Pending(ctx context.Context) (waiting, unacked int, err error) {
+// Pending reports the consumer's messages not yet delivered (ready) and
+// delivered but not acknowledged (unacked), across every process of the
+// namespace (transport.PendingCounter). JetStream counts a message whose
+// AckWait expired, or that was nacked, as unacked until it is delivered
+// again. It returns transport.ErrClosed after Close and ErrPublishOnly on a
+// publish-only Transport.
+func (t *Transport) Pending(ctx context.Context) (ready, unacked int, err error) {
 	if t.cfg.PublishOnly {
 		return 0, 0, ErrPublishOnly
 	}

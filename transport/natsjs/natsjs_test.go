@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,8 +16,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 	"github.com/idemhq/idem/transport/transporttest"
 )
 
@@ -25,20 +28,20 @@ import (
 var shared struct {
 	once sync.Once
 	dir  string
-	srv  *natsjs.Server
+	srv  *natsembed.Server
 	err  error
 }
 
 // sharedServer returns the package's embedded server, starting it on first
 // use; TestMain shuts it down.
-func sharedServer(t testing.TB) *natsjs.Server {
+func sharedServer(t testing.TB) *natsembed.Server {
 	t.Helper()
 	shared.once.Do(func() {
 		shared.dir, shared.err = os.MkdirTemp("", "natsjs-test-")
 		if shared.err != nil {
 			return
 		}
-		shared.srv, shared.err = natsjs.Embedded(context.Background(), shared.dir, nil)
+		shared.srv, shared.err = natsembed.Start(context.Background(), shared.dir, nil)
 	})
 	if shared.err != nil {
 		t.Fatalf("embedded nats-server: %v", shared.err)
@@ -95,7 +98,7 @@ func deleteStream(t testing.TB, url, stream string) {
 
 func TestConformance(t *testing.T) {
 	const lease = time.Second
-	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, SizeLimit: true, Pending: true}, func(t *testing.T) transport.Transport {
 		return open(t, natsjs.Config{AckWait: lease})
 	})
 }
@@ -178,12 +181,35 @@ func TestPublishSetsMsgIDAndSubject(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waiting, _, err := tr.Pending(t.Context())
+	ready, _, err := tr.Pending(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if waiting != 1 {
-		t.Errorf("published one ID three times: %d messages in the stream, want 1 (Nats-Msg-Id dedup)", waiting)
+	if ready != 1 {
+		t.Errorf("published one ID three times: %d messages in the stream, want 1 (Nats-Msg-Id dedup)", ready)
+	}
+}
+
+// The partition token of a subject comes from the canonical key: the NFC,
+// NFD and space-padded forms of one saga key share a subject, so that
+// their messages keep one order; the raw forms would hash apart.
+func TestSubjectPartitionsByCanonicalKey(t *testing.T) {
+	tr := open(t, natsjs.Config{Partitions: 16})
+	nfc, nfd := "caf\u00e9", "cafe\u0301"
+	if partition.Hash(nfc)%16 == partition.Hash(nfd)%16 {
+		t.Fatal("the raw forms hash alike modulo 16; the test needs forms that do not")
+	}
+	want := tr.Subject(&transport.Envelope{ID: "a", Type: "T", CorrelationID: nfc})
+	if got := strings.Split(want, ".")[1]; got != strconv.Itoa(int(partition.Hash(nfc)%16)) {
+		t.Fatalf("subject %q: partition %s, want hashtext(%q) mod 16 = %d", want, got, nfc, partition.Hash(nfc)%16)
+	}
+	for _, key := range []string{nfd, " " + nfd + " ", "\t" + nfc} {
+		if got := tr.Subject(&transport.Envelope{ID: "b", Type: "T", CorrelationID: key}); got != want {
+			t.Errorf("Subject with correlation ID %q = %q, want %q, the subject of %q", key, got, want, nfc)
+		}
+	}
+	if got, want := strings.Split(tr.Subject(&transport.Envelope{ID: "msg-9", Type: "T"}), ".")[1], strconv.Itoa(int(partition.Hash("msg-9")%16)); got != want {
+		t.Errorf("subject partition without a correlation ID: %s, want hashtext(ID) mod 16 = %s", got, want)
 	}
 }
 
@@ -191,7 +217,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "idem-nats-example-")
 	defer os.RemoveAll(dir)
-	srv, err := natsjs.Embedded(ctx, dir, nil) // single binary: the broker runs in-process
+	srv, err := natsembed.Start(ctx, dir, nil) // single binary: the broker runs in-process
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -248,8 +274,8 @@ func TestLateAckFromAnotherTransportIsFenced(t *testing.T) {
 	if err := second.Ack(ctx, d2); err != nil {
 		t.Fatalf("Ack of the redelivery: %v", err)
 	}
-	if waiting, unacked, err := second.Pending(ctx); err != nil || waiting+unacked != 0 {
-		t.Fatalf("after the ack: %d waiting, %d unacknowledged (err %v), want none", waiting, unacked, err)
+	if ready, unacked, err := second.Pending(ctx); err != nil || ready+unacked != 0 {
+		t.Fatalf("after the ack: %d ready, %d unacknowledged (err %v), want none", ready, unacked, err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -43,7 +44,7 @@ func (t *Transport) forward(s *session, part int, ch *amqp.Channel, dl <-chan am
 				Attempt:  attempt,
 				Token:    strconv.FormatUint(s.gen, 10) + "." + strconv.Itoa(part) + "." + strconv.FormatUint(d.DeliveryTag, 10),
 			},
-			hash: partitionHash(keyOf(env.CorrelationID, env.ID)),
+			hash: partition.Of(env.CorrelationID, env.ID),
 			sess: s,
 			ch:   ch,
 			tag:  d.DeliveryTag,
@@ -122,8 +123,9 @@ func (t *Transport) Receive(ctx context.Context, max int) ([]transport.Delivery,
 	return t.receive(ctx, max, 0, 1)
 }
 
-// ReceivePartition is Receive restricted to the messages whose
-// CorrelationID (or ID) hashes to part modulo parts, with pgstore's hash.
+// ReceivePartition is Receive restricted to the messages whose canonical
+// CorrelationID (or ID without one) hashes to part modulo parts, with
+// pgstore's hash (PostgreSQL's hashtext).
 func (t *Transport) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
 	if parts < 1 || part < 0 || part >= parts {
 		return nil, fmt.Errorf("rabbitmq: ReceivePartition(part %d, parts %d): want 0 <= part < parts", part, parts)
@@ -136,16 +138,12 @@ func (t *Transport) receive(ctx context.Context, max, part, parts int) ([]transp
 		max = 1
 	}
 	t.mu.Lock()
-	start := !t.consuming && !t.closed
-	t.consuming = true
-	s := t.sess
-	t.mu.Unlock()
-	if start && s != nil {
-		if err := t.consume(s); err != nil {
-			// The session is killed; the reconnection consumes again.
-			t.log.Warn("rabbitmq: starting consumers failed; reconnecting", "err", err)
-		}
+	if !t.consuming {
+		// run starts the consumers, on this session and the next ones.
+		t.consuming = true
+		close(t.startConsuming)
 	}
+	t.mu.Unlock()
 	for {
 		t.mu.Lock()
 		if t.closed {

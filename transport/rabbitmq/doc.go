@@ -6,8 +6,10 @@
 // For a Config.Namespace ns and Config.Partitions n, Open declares:
 //
 //   - exchange ns (topic): Publish routes every envelope to partition
-//     PostgreSQL-hashtext(CorrelationID, or ID without one) mod n, the hash
-//     pgstore partitions its queue by, with routing key p<i>;
+//     PostgreSQL-hashtext(key) mod n, with routing key p<i>, where key is
+//     the canonical CorrelationID (Unicode NFC, trimmed; the ID without
+//     one), the hash pgstore partitions its queue by: the NFC and NFD forms
+//     of a saga key share a partition queue, and so an order;
 //   - queues ns.p0 … ns.p<n-1>: durable quorum queues with single active
 //     consumer (x-single-active-consumer), so one process consumes a
 //     partition at a time and the messages of one key stay in order, and
@@ -29,6 +31,18 @@
 // published with the mandatory flag and publisher confirms: Publish returns
 // only when the broker has confirmed every message, and an error when one
 // was nacked or could not be routed.
+//
+// # Message size
+//
+// RabbitMQ closes the channel of a message over its max_message_size,
+// which a client cannot read; Config.MaxMessageSize (default 16 MiB,
+// RabbitMQ 4's default) tells the transport. Publish refuses, before
+// sending anything of the batch, an envelope whose Body exceeds
+// MaxMessageBytes (the base64 JSON encoding of a Body takes 4/3 of its
+// size, and EnvelopeReserve is kept for the other fields) or whose
+// encoding exceeds Config.MaxMessageSize, with an error wrapping
+// transport.ErrTooLarge, so that the engine's outbox relay sets it aside
+// instead of losing the connection on it again and again.
 //
 // # Settling, leases and fencing
 //

@@ -58,40 +58,75 @@ func query(t testing.TB, schema string) enginetest.QueryRow {
 }
 
 // brokerMessages counts the messages (ready and unacknowledged) in the
-// namespace's queues, from rabbitmqctl.
-func brokerMessages(t testing.TB, ns string) (int, error) {
+// namespace's queues, from rabbitmqctl. complete is false when the output
+// lacks one of the namespace's partition queues (of which there are
+// partitions), or has a line it cannot read: under load, rabbitmqctl may
+// leave out a queue that did not answer in time, and such a count must not
+// pass for an empty broker.
+func brokerMessages(t testing.TB, ns string, partitions int) (n int, complete bool, err error) {
 	out, err := exec.Command(hook(t, "IDEM_TEST_AMQP_CTL"), "list_queues", "-q", "--no-table-headers", "name", "messages").CombinedOutput()
 	if err != nil {
-		return 0, fmt.Errorf("rabbitmqctl list_queues: %v: %s", err, out)
+		return 0, false, fmt.Errorf("rabbitmqctl list_queues: %v: %s", err, out)
 	}
-	n := 0
+	seen := map[string]bool{}
+	complete = true
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 2 || !strings.HasPrefix(f[0], ns+".") || f[0] == ns+".dead" {
+		switch {
+		case len(f) == 0:
+			continue
+		case len(f) != 2:
+			complete = false
+			continue
+		case !strings.HasPrefix(f[0], ns+".") || f[0] == ns+".dead":
 			continue
 		}
 		c, err := strconv.Atoi(f[1])
 		if err != nil {
-			return 0, fmt.Errorf("rabbitmqctl list_queues: %q: %v", line, err)
+			complete = false
+			continue
 		}
+		seen[f[0]] = true
 		n += c
 	}
-	return n, nil
+	for i := range partitions {
+		if !seen[fmt.Sprintf("%s.p%d", ns, i)] {
+			complete = false
+		}
+	}
+	return n, complete, nil
 }
 
 // settled reports whether the broker's queues, the outbox and the timers
-// are empty: nothing is left in flight anywhere.
-func settled(t testing.TB, q enginetest.QueryRow, ns string) func() (bool, error) {
+// are empty: nothing is left in flight anywhere. A message moves between
+// the broker and the outbox (consumed, its effects committed with the
+// outbox rows they emit, then those published) while the three are read
+// one after the other, so one empty reading proves nothing: settled
+// reports true only once every reading for a second or more found
+// everything empty.
+func settled(t testing.TB, q enginetest.QueryRow, ns string, partitions int) func() (bool, error) {
+	var emptySince time.Time
 	return func() (bool, error) {
-		var outbox, timers int
-		if err := q(`SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL), (SELECT count(*) FROM idem_timers)`, &outbox, &timers); err != nil {
+		empty, err := func() (bool, error) {
+			var outbox, timers int
+			if err := q(`SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL), (SELECT count(*) FROM idem_timers)`, &outbox, &timers); err != nil {
+				return false, err
+			}
+			if outbox > 0 || timers > 0 {
+				return false, nil
+			}
+			n, complete, err := brokerMessages(t, ns, partitions)
+			return n == 0 && complete, err
+		}()
+		switch {
+		case err != nil || !empty:
+			emptySince = time.Time{}
 			return false, err
-		}
-		if outbox > 0 || timers > 0 {
+		case emptySince.IsZero():
+			emptySince = time.Now()
 			return false, nil
 		}
-		n, err := brokerMessages(t, ns)
-		return n == 0, err
+		return time.Since(emptySince) >= time.Second, nil
 	}
 }
 
@@ -109,7 +144,7 @@ func TestEngineOnPostgresExactlyOnce(t *testing.T) {
 		if i == 0 {
 			consumers = 3
 		}
-		engines = append(engines, enginetest.NewEngine(t, st, tr, &idem.Config{BatchSize: 16, Consumers: consumers, RelayInterval: 100 * time.Millisecond, RelayAge: time.Second}))
+		engines = append(engines, enginetest.NewEngine(t, st, tr, &idem.Config{BatchSize: 16, Consumers: consumers, Lanes: 2, RelayInterval: 100 * time.Millisecond, RelayAge: time.Second}))
 	}
 	const keys, perKey = 40, 5
 	want := enginetest.Workload(t, engines[:1], keys, perKey, 3)
@@ -119,7 +154,7 @@ func TestEngineOnPostgresExactlyOnce(t *testing.T) {
 		}
 	}
 	q := query(t, st.Schema())
-	enginetest.WaitFor(t, 60*time.Second, "broker queues, outbox and timers drained", settled(t, q, ns))
+	enginetest.WaitFor(t, 60*time.Second, "broker queues, outbox and timers drained", settled(t, q, ns, 4))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, e := range engines {
@@ -173,7 +208,7 @@ func TestWorkerProcessesSurviveSIGKILLAndBrokerRestart(t *testing.T) {
 		Producer: producer,
 		Query:    q,
 		Env:      []string{"IDEM_RMQ_WORKER_NS=" + ns, "IDEM_RMQ_WORKER_SCHEMA=" + st.Schema()},
-		Settled:  settled(t, q, ns),
+		Settled:  settled(t, q, ns, 4),
 		Disrupt: func(t *testing.T) {
 			start := time.Now()
 			if out, err := exec.Command(restart).CombinedOutput(); err != nil {

@@ -8,21 +8,26 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Pending counts the namespace's messages waiting in the broker and the
-// deliveries this Transport holds unsettled.
+// Pending counts the namespace's messages waiting to be handed out and the
+// deliveries this Transport has handed out and not settled
+// (transport.PendingCounter).
 //
 // ready is the number of messages ready for delivery in the partition
 // queues and the delay queues (a delayed message is ready in its delay
 // queue until its TTL sends it back), as a passive queue.declare reports
-// them; the dead-letter queue is not counted. unacked is the number of
-// deliveries this Transport has received and not yet acknowledged, whether
-// handed out by Receive or still buffered.
+// them, plus the messages this Transport has prefetched from the broker
+// and not yet handed out (the broker counts those as unacknowledged); the
+// dead-letter queue is not counted. unacked is the number of deliveries
+// Receive has handed out and that are not yet settled nor past their
+// lease.
 //
 // AMQP 0-9-1 does not tell a client how many messages other connections
-// hold unacknowledged, so unacked never includes them. Those return to
-// ready when their channel closes (the process stopped or died) or their
-// holder's lease expires; a count of everything left in the namespace is
-// therefore ready once every other consumer has stopped.
+// hold unacknowledged, so neither count includes the deliveries other
+// connections hold or prefetched. Those return to ready when their channel
+// closes (the process stopped or died) or their holder's lease expires; a
+// count of everything left in the namespace is therefore ready once every
+// other consumer has stopped. After Close, Pending returns
+// transport.ErrClosed.
 func (t *Transport) Pending(ctx context.Context) (ready, unacked int, err error) {
 	s, err := t.current(ctx)
 	if err != nil {
@@ -63,7 +68,7 @@ func (t *Transport) Pending(ctx context.Context) (ready, unacked int, err error)
 	t.mu.Lock()
 	unacked = len(t.pending)
 	for _, p := range t.parts {
-		unacked += len(p)
+		ready += len(p)
 	}
 	t.mu.Unlock()
 	return ready, unacked, nil

@@ -30,10 +30,10 @@ func waitPending(t *testing.T, tr *rabbitmq.Transport, wantReady, wantUnacked in
 	t.Fatalf("Pending = %d ready, %d unacked, %v; want %d, %d", ready, unacked, err, wantReady, wantUnacked)
 }
 
-// Pending counts what waits in the partition and delay queues, and what
-// this transport holds unacknowledged; another connection's unacknowledged
-// deliveries are not visible, and count as ready once that connection is
-// gone.
+// Pending counts what waits in the partition and delay queues or in this
+// transport's prefetch buffer, and what it handed out unacknowledged;
+// another connection's deliveries are not visible, and count as ready once
+// that connection is gone.
 func TestPending(t *testing.T) {
 	ns := namespace(t, 4)
 	cfg := rabbitmq.Config{Namespace: ns, Partitions: 4, Lease: time.Minute}

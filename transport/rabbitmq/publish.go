@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -73,7 +74,29 @@ func (t *Transport) message(env *transport.Envelope, headers amqp.Table) (amqp.P
 		Type:          env.Type,
 		Timestamp:     env.SentAt,
 		Body:          body,
-	}, partitionHash(keyOf(env.CorrelationID, env.ID)), nil
+	}, partition.Of(env.CorrelationID, env.ID), nil
+}
+
+// DefaultMaxMessageSize is the default Config.MaxMessageSize: RabbitMQ 4's
+// default max_message_size.
+const DefaultMaxMessageSize = 16 << 20
+
+// EnvelopeReserve is the part of Config.MaxMessageSize that
+// MaxMessageBytes keeps for an envelope's fields besides its Body (ID,
+// type, keys, headers, sent-at, as JSON). Metadata of up to about 60 KiB
+// of plain text fits beside a Body of MaxMessageBytes.
+const EnvelopeReserve = 64 << 10
+
+// MaxMessageBytes returns the largest Envelope.Body, in bytes, that
+// Publish accepts (transport.SizeLimiter): the AMQP body is the envelope as
+// JSON, with Body in base64 (4 bytes for every 3), so it is
+// (Config.MaxMessageSize - EnvelopeReserve) × 3/4. Publish refuses every
+// envelope with a longer Body, and one whose metadata is so large that its
+// encoding exceeds Config.MaxMessageSize; both errors wrap
+// transport.ErrTooLarge. Set the engine's Config.MaxBodyBytes to at most
+// this (the engine lowers it itself).
+func (t *Transport) MaxMessageBytes() int {
+	return (t.cfg.MaxMessageSize - EnvelopeReserve) / 4 * 3
 }
 
 // partKey is the routing key of a partition queue.
@@ -86,7 +109,9 @@ func (t *Transport) partKey(hash uint32) string {
 // message (for quorum queues, once a majority of replicas wrote it), and
 // an error if any was nacked or could not be routed. A connection lost
 // meanwhile is waited out (until ctx ends) and the whole batch is sent
-// again with the same ids.
+// again with the same ids. Before sending anything it refuses msgs if one
+// of them is too large (see MaxMessageBytes), with an error wrapping
+// transport.ErrTooLarge.
 func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) error {
 	out := make([]outgoing, len(msgs))
 	for i := range msgs {
@@ -94,9 +119,17 @@ func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) erro
 		if env.ID == "" || env.Type == "" {
 			return fmt.Errorf("rabbitmq: publish: envelope %d has no ID or Type", i)
 		}
+		if len(env.Body) > t.MaxMessageBytes() {
+			return fmt.Errorf("rabbitmq: message %s: body of %d bytes exceeds the %d bytes this transport carries (Config.MaxMessageSize %d, the broker's max_message_size, as base64 JSON less %d for the other fields): raise max_message_size on the broker and Config.MaxMessageSize, or set the engine's Config.MaxBodyBytes to at most %d: %w",
+				env.ID, len(env.Body), t.MaxMessageBytes(), t.cfg.MaxMessageSize, EnvelopeReserve, t.MaxMessageBytes(), transport.ErrTooLarge)
+		}
 		msg, h, err := t.message(env, nil)
 		if err != nil {
 			return err
+		}
+		if len(msg.Body) > t.cfg.MaxMessageSize {
+			return fmt.Errorf("rabbitmq: message %s: encoded as %d bytes, over Config.MaxMessageSize %d (the broker's max_message_size): its ID, type, keys and headers take more than the %d bytes EnvelopeReserve keeps for them: shorten them or raise max_message_size: %w",
+				env.ID, len(msg.Body), t.cfg.MaxMessageSize, EnvelopeReserve, transport.ErrTooLarge)
 		}
 		out[i] = outgoing{exchange: t.exchange(), key: t.partKey(h), id: env.ID, msg: msg}
 	}

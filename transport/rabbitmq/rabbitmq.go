@@ -48,6 +48,15 @@ type Config struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// Heartbeat is the AMQP heartbeat interval. Default 10s.
 	Heartbeat time.Duration
+	// MaxMessageSize is the broker's max_message_size in bytes: the
+	// largest AMQP message body it accepts. A client cannot read it, so
+	// set it to the broker's value. RabbitMQ closes the channel of a
+	// publish above it, which would fence every delivery of the
+	// connection; Publish therefore refuses such a message itself, with
+	// an error wrapping transport.ErrTooLarge (see MaxMessageBytes).
+	// Default DefaultMaxMessageSize (16 MiB, RabbitMQ 4's default; 3.x's
+	// is 128 MiB); at most 512 MiB, above EnvelopeReserve.
+	MaxMessageSize int
 	// Logger receives connection losses and reconnections. Nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -79,6 +88,9 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.ReconnectMin, 100*time.Millisecond)
 	def(&out.ReconnectMax, 15*time.Second)
 	def(&out.Heartbeat, 10*time.Second)
+	if out.MaxMessageSize == 0 {
+		out.MaxMessageSize = DefaultMaxMessageSize
+	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -92,12 +104,15 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("rabbitmq: Config.Prefetch is %d: use 1 to 65535", out.Prefetch)
 	case out.Lease < 0 || out.ReconnectMin < 0 || out.ReconnectMax < out.ReconnectMin || out.Heartbeat < 0:
 		return out, errors.New("rabbitmq: Config durations must be positive, with ReconnectMax at least ReconnectMin")
+	case out.MaxMessageSize <= EnvelopeReserve || out.MaxMessageSize > 512<<20:
+		return out, fmt.Errorf("rabbitmq: Config.MaxMessageSize is %d: use the broker's max_message_size, above %d (EnvelopeReserve) and at most 512 MiB", out.MaxMessageSize, EnvelopeReserve)
 	}
 	return out, nil
 }
 
-// Transport is a transport.Transport and transport.PartitionedConsumer on
-// RabbitMQ. It is safe for concurrent use.
+// Transport is a transport.Transport, transport.PartitionedConsumer,
+// transport.PendingCounter and transport.SizeLimiter on RabbitMQ. It is
+// safe for concurrent use.
 type Transport struct {
 	urls  []string // as given, with passwords: never logged
 	safes []string // redacted, for messages
@@ -117,10 +132,18 @@ type Transport struct {
 	pending map[string]*inbound
 	lost    map[string]time.Time
 	closed  bool
-	// consuming is set by the first Receive; sessions then consume.
-	consuming bool
-	done      chan struct{}
-	wg        sync.WaitGroup
+	// consuming is set by the first Receive, which also closes
+	// startConsuming; sessions then consume. Only run starts consumers,
+	// so that every goroutine of the transport is started by one that
+	// Close waits for.
+	consuming      bool
+	startConsuming chan struct{}
+	done           chan struct{}
+	wg             sync.WaitGroup
+
+	// consumeHook, set by tests before the first Receive, runs before the
+	// consumer of each partition queue is started.
+	consumeHook func(part int)
 }
 
 // inbound is one delivery from the broker.
@@ -136,6 +159,8 @@ type inbound struct {
 var (
 	_ transport.Transport           = (*Transport)(nil)
 	_ transport.PartitionedConsumer = (*Transport)(nil)
+	_ transport.PendingCounter      = (*Transport)(nil)
+	_ transport.SizeLimiter         = (*Transport)(nil)
 )
 
 // Open connects to the broker at url (amqp:// or amqps://; several URLs of
@@ -167,6 +192,8 @@ func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
 		pending: map[string]*inbound{},
 		lost:    map[string]time.Time{},
 		done:    make(chan struct{}),
+
+		startConsuming: make(chan struct{}),
 	}
 	if err := t.checkPartitions(ctx); err != nil {
 		return nil, err
@@ -508,6 +535,9 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 // once. Consumers start with the first Receive, not at Open: under single
 // active consumer, a process that only publishes must not hold the
 // partitions (and prefetch their messages) without ever receiving them.
+// Only run calls it (directly or through connect): the forwarding
+// goroutines it starts are then added to t.wg while run is counted in it,
+// never concurrently with Close's t.wg.Wait.
 func (t *Transport) consume(s *session) error {
 	s.consumeOnce.Do(func() {
 		for i := range t.cfg.Partitions {
@@ -524,6 +554,9 @@ func (t *Transport) consume(s *session) error {
 				s.consumeErr = t.explain("a consumer on "+t.queue(i), err)
 				s.kill()
 				return
+			}
+			if t.consumeHook != nil {
+				t.consumeHook(i)
 			}
 			t.wg.Add(1)
 			go t.forward(s, i, ch, dl)
@@ -574,7 +607,8 @@ func (t *Transport) drop(s *session) {
 	}
 }
 
-// run re-establishes the session whenever it dies, until Close.
+// run starts the consumers when the first Receive asks for them, and
+// re-establishes the session whenever it dies, until Close.
 func (t *Transport) run(s *session) {
 	defer t.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -583,8 +617,17 @@ func (t *Transport) run(s *session) {
 		<-t.done
 		cancel()
 	}()
+	start := t.startConsuming
 	for {
 		select {
+		case <-start:
+			// A session connected after the first Receive consumes
+			// already; consume does nothing then.
+			start = nil
+			if err := t.consume(s); err != nil {
+				t.log.Warn("rabbitmq: starting consumers failed; reconnecting", "err", err)
+			}
+			continue
 		case <-s.dead:
 		case <-t.done:
 			return

@@ -71,7 +71,8 @@ func open(t testing.TB, cfg rabbitmq.Config, url ...string) *rabbitmq.Transport 
 func TestConformance(t *testing.T) {
 	testenv.AMQPURL(t)
 	const lease = time.Second
-	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
-		return open(t, rabbitmq.Config{Namespace: namespace(t, 2), Partitions: 2, Lease: lease})
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true}, func(t *testing.T) transport.Transport {
+		// A small MaxMessageSize keeps the size limit case's message small.
+		return open(t, rabbitmq.Config{Namespace: namespace(t, 2), Partitions: 2, Lease: lease, MaxMessageSize: 1 << 20})
 	})
 }

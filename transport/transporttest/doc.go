@@ -11,8 +11,11 @@
 //			Lease:       50 * time.Millisecond,
 //			Fencing:     true,
 //			NativeDelay: true,
+//			Partitioned: true, // transport.PartitionedConsumer
+//			SizeLimit:   true, // transport.SizeLimiter
+//			Pending:     true, // transport.PendingCounter
 //		}, func(t *testing.T) transport.Transport {
-//			return memtransport.New(&memtransport.Config{Lease: 50 * time.Millisecond})
+//			return memtransport.New(&memtransport.Config{Lease: 50 * time.Millisecond, MaxMessageBytes: 1 << 20})
 //		})
 //	}
 //
@@ -20,7 +23,8 @@
 // when it ends; the constructor may register further cleanup with t.Cleanup.
 // Subtests that need a capability the Features value does not claim are
 // skipped with a message that says why, so a report shows what a backend does
-// not do instead of pretending it does.
+// not do instead of pretending it does; one whose capability is claimed but
+// whose interface the transport does not implement fails.
 //
 // Keep Features.Lease short (tens of milliseconds for in-process transports,
 // about a second for a broker): the suite waits up to 20 leases for a

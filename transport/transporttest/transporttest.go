@@ -32,6 +32,31 @@ type Features struct {
 	// NativeDelay is true when Nack honours its delay: the message is not
 	// handed out again before the delay has passed.
 	NativeDelay bool
+
+	// Partitioned is true when the transport implements
+	// transport.PartitionedConsumer: ReceivePartition(ctx, max, part,
+	// parts) hands out only the messages whose partition key, the
+	// canonical form of the CorrelationID (Unicode NFC, trimmed) or the ID
+	// without one, hashes to part modulo parts with PostgreSQL's hashtext
+	// (what pgstore and every Idem transport use), so that the NFC and NFD
+	// forms of one saga key always share a partition.
+	Partitioned bool
+
+	// SizeLimit is true when the transport implements transport.SizeLimiter
+	// with a positive MaxMessageBytes: Publish accepts a Body of exactly
+	// that many bytes, and refuses one byte more, before delivering any of
+	// it, with an error wrapping transport.ErrTooLarge. The suite publishes
+	// a message of that size, so keep the limit in the megabytes.
+	SizeLimit bool
+
+	// Pending is true when the transport implements
+	// transport.PendingCounter and, used alone, counts exactly: ready is
+	// every message published and neither handed out nor acked, unacked
+	// every delivery handed out and not settled while its lease lasts.
+	// The suite polls the counts, for brokers whose counts trail their
+	// confirms, and checks an unacked count only within a lease of the
+	// Receive (retrying on a fresh transport when it ran out).
+	Pending bool
 }
 
 // promptWait bounds the wait for things that should happen at once
@@ -78,6 +103,23 @@ func (f Features) quietWait() time.Duration { return 3 * f.Lease }
 //     transport.ErrClosed.
 //   - CloseUnblocksReceive: Close makes a blocked Receive return
 //     transport.ErrClosed.
+//   - PartitionedReceive (Partitioned): ReceivePartition hands out, from
+//     each of 3 partitions, exactly the messages whose partition key hashes
+//     to it, with and without a CorrelationID.
+//   - PartitionedKeyForms (Partitioned): messages whose CorrelationIDs are
+//     the NFC, NFD and space-padded forms of one key come out of one
+//     partition, the canonical key's, for a partition count under which
+//     the raw forms hash apart.
+//   - SizeLimit (SizeLimit): a Body of MaxMessageBytes is delivered
+//     intact; one byte more is refused with transport.ErrTooLarge and
+//     never delivered.
+//   - PendingCounts (Pending): Pending counts ready and unacked messages
+//     through publishing, receiving and acking, and returns
+//     transport.ErrClosed after Close.
+//
+// A capability case is skipped, with a reason, when its Features field is
+// false, and fails when the field is true but the transport does not
+// implement the interface.
 func Run(t *testing.T, f Features, newTransport func(t *testing.T) transport.Transport) {
 	t.Helper()
 	if f.Lease <= 0 {
@@ -101,6 +143,10 @@ func Run(t *testing.T, f Features, newTransport func(t *testing.T) transport.Tra
 		{"PublishSameIDTwice", s.publishSameIDTwice},
 		{"CloseReturnsErrClosed", s.closeReturnsErrClosed},
 		{"CloseUnblocksReceive", s.closeUnblocksReceive},
+		{"PartitionedReceive", s.partitionedReceive},
+		{"PartitionedKeyForms", s.partitionedKeyForms},
+		{"SizeLimit", s.sizeLimit},
+		{"PendingCounts", s.pendingCounts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

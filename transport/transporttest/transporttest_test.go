@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/memtransport"
 	"github.com/idemhq/idem/transport/transporttest"
@@ -15,18 +16,29 @@ import (
 
 const lease = 50 * time.Millisecond
 
-var features = transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}
+// maxBytes is the size limit of the transports under test.
+const maxBytes = 4 << 10
+
+var features = transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true}
 
 // mutantEnv names the broken transport a child process runs the suite on.
 const mutantEnv = "TRANSPORTTEST_MUTANT"
 
 // TestSuiteCatchesBrokenTransports runs the suite, in a child process, on
 // transports with one deliberate bug each, and checks that the subtest meant
-// to catch the bug fails.
+// to catch the bug fails. The bug "none" is the control: the same wrapper
+// without a bug passes the whole suite, every capability case included.
 func TestSuiteCatchesBrokenTransports(t *testing.T) {
 	if bug := os.Getenv(mutantEnv); bug != "" {
 		transporttest.Run(t, features, func(t *testing.T) transport.Transport {
-			return &mutant{Transport: memtransport.New(&memtransport.Config{Lease: lease}), bug: bug}
+			limit := maxBytes
+			switch bug {
+			case "size-limit-unenforced":
+				limit = 0 // MaxMessageBytes still reports maxBytes
+			case "size-limit-off-by-one":
+				limit = maxBytes - 1
+			}
+			return &mutant{Transport: memtransport.New(&memtransport.Config{Lease: lease, MaxMessageBytes: limit}), bug: bug}
 		})
 		return
 	}
@@ -34,6 +46,7 @@ func TestSuiteCatchesBrokenTransports(t *testing.T) {
 		bug     string
 		subtest string
 	}{
+		{"none", ""},
 		{"ack-swallows-lease-lost", "LateAckAfterLeaseLostIsFenced"},
 		{"receive-ignores-max", "ReceiveBatchRespectsMax"},
 		{"ack-does-nothing", "AckedNotRedelivered"},
@@ -41,9 +54,19 @@ func TestSuiteCatchesBrokenTransports(t *testing.T) {
 		{"attempt-always-one", "UnackedRedeliveredAfterLease"},
 		{"drops-headers", "PublishThenReceive"},
 		{"close-is-noop", "CloseReturnsErrClosed"},
+		{"partition-ignored", "PartitionedReceive"},
+		{"partition-by-raw-key", "PartitionedKeyForms"},
+		{"size-limit-unenforced", "SizeLimit"},
+		{"size-limit-off-by-one", "SizeLimit"},
+		{"pending-counts-unacked-as-ready", "PendingCounts"},
+		{"pending-counts-acked", "PendingCounts"},
 	} {
 		t.Run(tc.bug, func(t *testing.T) {
 			t.Parallel()
+			if tc.subtest == "" {
+				control(t)
+				return
+			}
 			pattern := "^" + t.Name()[:strings.IndexByte(t.Name(), '/')] + "$"
 			for _, part := range strings.Split(tc.subtest, "/") {
 				pattern += "/^" + part + "$"
@@ -58,6 +81,21 @@ func TestSuiteCatchesBrokenTransports(t *testing.T) {
 				t.Fatalf("output lacks %q; output:\n%s", want, out)
 			}
 		})
+	}
+}
+
+// control runs the whole suite in a child process on the mutant wrapper
+// without a bug, and fails unless every subtest passes and none skips.
+func control(t *testing.T) {
+	pattern := "^" + t.Name()[:strings.IndexByte(t.Name(), '/')] + "$"
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), mutantEnv+"=none")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the suite failed the wrapper without a bug: %v; output:\n%s", err, out)
+	}
+	if strings.Contains(string(out), "--- SKIP") {
+		t.Fatalf("the suite skipped cases on a transport that claims every feature; output:\n%s", out)
 	}
 }
 
@@ -99,6 +137,57 @@ func (m *mutant) Nack(ctx context.Context, d transport.Delivery, delay time.Dura
 		delay = 0
 	}
 	return m.Transport.Nack(ctx, d, delay)
+}
+
+func (m *mutant) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
+	switch m.bug {
+	case "partition-ignored":
+		return m.Transport.Receive(ctx, max)
+	case "partition-by-raw-key":
+		// Partitions by a hash of the raw CorrelationID: takes whatever
+		// is ready and gives back what is not its own by that hash.
+		for {
+			ds, err := m.Transport.Receive(ctx, max)
+			if err != nil {
+				return nil, err
+			}
+			var own []transport.Delivery
+			for _, d := range ds {
+				key := d.Envelope.CorrelationID
+				if key == "" {
+					key = d.Envelope.ID
+				}
+				if parts < 2 || int(partition.Hash(key)%uint32(parts)) == part {
+					own = append(own, d)
+				} else if err := m.Transport.Nack(ctx, d, lease/5); err != nil {
+					return nil, err
+				}
+			}
+			if len(own) > 0 {
+				return own, nil
+			}
+		}
+	}
+	return m.Transport.ReceivePartition(ctx, max, part, parts)
+}
+
+func (m *mutant) MaxMessageBytes() int {
+	if strings.HasPrefix(m.bug, "size-limit-") {
+		return maxBytes
+	}
+	return m.Transport.MaxMessageBytes()
+}
+
+func (m *mutant) Pending(ctx context.Context) (ready, unacked int, err error) {
+	ready, unacked, err = m.Transport.Pending(ctx)
+	switch m.bug {
+	case "pending-counts-unacked-as-ready":
+		return ready + unacked, 0, err
+	case "pending-counts-acked":
+		// Counts what was ever published, acked or not, as ready.
+		return int(m.Transport.Stats().Published) - unacked, unacked, err
+	}
+	return ready, unacked, err
 }
 
 func (m *mutant) Close() error {

@@ -1,13 +1,37 @@
-package rabbitmq
+// Package partition chooses an envelope's partition the way every Idem
+// transport and the PostgreSQL queue do: PostgreSQL's hashtext of the
+// envelope's canonical partition key (canon.PartitionKey: the correlation
+// ID in Unicode NFC, trimmed, or the ID without one), modulo the number of
+// partitions. A saga key therefore lands in one partition whatever Unicode
+// form it arrives in, and in the same partition number on every transport
+// with the same partition count.
+package partition
 
-import "math/bits"
+import (
+	"math/bits"
 
-// partitionHash is PostgreSQL's hashtext(key) & 2147483647, the hash pgstore
-// partitions its queue by, so that a key falls in the same partition number
-// with either transport (for the same partition count). It is a port of
+	"github.com/idemhq/idem/internal/canon"
+)
+
+// Of returns the partition hash of an envelope with the given correlation
+// ID and ID: Hash(canon.PartitionKey(correlationID, id)).
+func Of(correlationID, id string) uint32 {
+	return Hash(canon.PartitionKey(correlationID, id))
+}
+
+// Index returns the partition, from 0 to parts-1, of an envelope with the
+// given correlation ID and ID. parts < 2 means one partition, 0.
+func Index(correlationID, id string, parts int) int {
+	if parts < 2 {
+		return 0
+	}
+	return int(Of(correlationID, id) % uint32(parts))
+}
+
+// Hash is PostgreSQL's hashtext(key) & 2147483647. It is a port of
 // PostgreSQL's hash_bytes (Bob Jenkins' lookup3 hash) for little-endian
 // machines, which is what hashtext returns on amd64 and arm64.
-func partitionHash(key string) uint32 {
+func Hash(key string) uint32 {
 	k := []byte(key)
 	n := uint32(len(k))
 	a := 0x9e3779b9 + n + 3923095
@@ -92,13 +116,4 @@ func partitionHash(key string) uint32 {
 	c ^= b
 	c -= rot(b, 24)
 	return c & 0x7fffffff
-}
-
-// keyOf is what an envelope is partitioned by: its correlation id, or its
-// id without one (as pgstore does).
-func keyOf(correlationID, id string) string {
-	if correlationID != "" {
-		return correlationID
-	}
-	return id
 }
