@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -309,16 +308,7 @@ func runDemoWorker(ctx context.Context, path string, searches int) error {
 	if err := e.Handle(saga.MessageType(searchimport.StartParsingReferenceFile{}), p.handler(e, demoKinds(searches))); err != nil {
 		return err
 	}
-	if err := e.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return e.Run(ctx)
 }
 
 var _ store.Store = (*sqlitestore.Store)(nil)

@@ -200,7 +200,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		}
 	}()
 	obs := admin.NewObserver()
-	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: logger, Observe: obs.Observe, Tracer: tracer})
+	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: logger, Observe: obs.Observe, Tracer: tracer, StopTimeout: serveStopTimeout})
 	if err != nil {
 		return err
 	}
@@ -211,11 +211,12 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// The engine runs until Stop below, not until ctx ends: the HTTP server
-	// must stop first, so that no message is accepted after the engine.
-	if err := e.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("start the engine: %w", err)
-	}
+	// The engine runs until engineCtx ends, not ctx: the HTTP server must
+	// stop first, so that no message is accepted after the engine.
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngine()
+	ran := make(chan error, 1)
+	go func() { ran <- e.Run(engineCtx) }()
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -235,8 +236,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		logger.Info("idem serve: stopping")
 	case err := <-served:
 		runErr = &exitError{code: 1, err: fmt.Errorf("http server: %w", err)}
-	case <-e.Done():
-		runErr = &exitError{code: 1, err: errors.New("the engine stopped: see the log above")}
+	case err := <-ran:
+		ran <- err // read again below
+		runErr = &exitError{code: 1, err: fmt.Errorf("the engine stopped: %v", err)}
 	}
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serveStopTimeout)
@@ -244,7 +246,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		logger.Warn("idem serve: http shutdown", "error", err)
 	}
-	if err := e.Stop(sctx); err != nil && runErr == nil {
+	stopEngine()
+	if err := <-ran; err != nil && runErr == nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			// The batch in flight was cancelled: its deliveries are handed out again.
 			logger.Warn("idem serve: the engine did not stop in time; unfinished deliveries will be redelivered", "timeout", serveStopTimeout)

@@ -53,15 +53,8 @@ func runWorker(open func(ctx context.Context) (store.Store, transport.Transport,
 		defer tr.Close()
 	}
 	e := NewEngine(workerTB{}, st, tr, &idem.Config{BatchSize: 16, Lanes: 2})
-	if err := e.Start(ctx); err != nil {
+	if err := e.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 2
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.Stop(sctx); err != nil {
-		fmt.Fprintln(os.Stderr, "worker stop:", err)
 		return 1
 	}
 	return 0

@@ -3,7 +3,6 @@ package torture
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -148,16 +147,7 @@ func runWorker(ctx context.Context, c workerConfig) error {
 	if err := registerAll(e); err != nil {
 		return err
 	}
-	if err := e.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.Stop(sctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return e.Run(ctx)
 }
 
 // openRetry opens a worker's store and transport, with retryOpen.
