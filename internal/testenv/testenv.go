@@ -38,3 +38,10 @@ func AMQPURL(t testing.TB) string {
 	t.Helper()
 	return Server(t, "IDEM_TEST_AMQP_URL", "RabbitMQ tests", "amqp://guest:guest@127.0.0.1:5672/")
 }
+
+// RedisURL returns IDEM_TEST_REDIS_URL, the Redis server of the tests
+// (scripts/redis.sh starts one with appendonly yes and appendfsync always).
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	return Server(t, "IDEM_TEST_REDIS_URL", "Redis tests", "redis://127.0.0.1:6379/0")
+}
