@@ -593,9 +593,12 @@ func (t *Transport) Close() error {
 	if consuming {
 		_ = forgetScript.Run(ctx, t.rdb, t.streams, group, t.consumer, 0, "self").Err()
 	}
+	// Closing the client closes every connection, also those a blocked
+	// XREAD waits on, so the goroutines end at once.
 	t.cancel()
+	err := t.rdb.Close()
 	t.wg.Wait()
-	return t.rdb.Close()
+	return err
 }
 
 // redisClient is the go-redis client of a Transport.
