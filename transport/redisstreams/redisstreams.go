@@ -453,25 +453,48 @@ func (t *Transport) declare(ctx context.Context) error {
 	return nil
 }
 
-// transient reports whether err means the server could not be reached or
-// is not ready yet (a restart, a failover), so that the same command may
-// succeed later.
+// transient reports whether err, or any error it wraps or joins, means
+// the server could not be reached or is not ready yet (a restart, a
+// failover), so that the same command may succeed later.
 func transient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return true
-	}
-	msg := err.Error()
-	for _, p := range []string{"LOADING", "BUSY ", "MASTERDOWN", "TRYAGAIN", "READONLY", "CLUSTERDOWN"} {
-		if strings.HasPrefix(msg, p) {
+	return anyError(err, func(err error) bool {
+		var ne net.Error
+		if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrPoolTimeout) ||
+			errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
 			return true
 		}
+		msg := err.Error()
+		for _, p := range []string{"LOADING", "BUSY ", "MASTERDOWN", "TRYAGAIN", "READONLY", "CLUSTERDOWN"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset")
+	})
+}
+
+// anyError reports whether f holds for err or any error in its tree.
+func anyError(err error, f func(error) bool) bool {
+	if err == nil {
+		return false
 	}
-	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset")
+	if f(err) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return anyError(u.Unwrap(), f)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if anyError(e, f) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // noGroup reports whether err says a stream or its consumer group is
