@@ -344,7 +344,7 @@ func (t *Transport) explain(what string, err error) error {
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"), strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password"):
 		return fmt.Errorf("redisstreams: the Redis server at %s refused the user name or password: check the credentials in the URL: %w", t.safe, err)
 	case strings.HasPrefix(msg, "NOPERM"):
-		return fmt.Errorf("redisstreams: %s: the Redis user lacks a permission: grant it the stream, sorted-set, scripting and connection commands and INFO and CONFIG GET on the keys '{%s}:*' (ACL SETUSER <user> ~{%s}:* +@stream +@sortedset +@hash +@scripting +@connection +info +config|get): %w",
+		return fmt.Errorf("redisstreams: %s: the Redis user lacks a permission: grant it the stream, sorted-set, hash, scripting and connection commands, INFO, CONFIG GET and TIME on the keys '{%s}:*' (ACL SETUSER <user> ~{%s}:* +@stream +@sortedset +@hash +@scripting +@connection +info +config|get +time): %w",
 			what, t.cfg.Namespace, t.cfg.Namespace, err)
 	case transient(err):
 		return fmt.Errorf("redisstreams: cannot reach the Redis server at %s: check the host and port in the URL and that Redis is running and listening there: %w", t.safe, err)

@@ -181,3 +181,38 @@ func TestMaxMessageBytes(t *testing.T) {
 		t.Fatalf("Receive: %d deliveries, %v; want the %d-byte body", len(ds), err, want)
 	}
 }
+
+// The ACL the documentation gives (docs/transport-redis.md and Open's
+// NOPERM advice) is enough for everything the transport does, and a user
+// without it is told what to grant.
+func TestDocumentedACLSuffices(t *testing.T) {
+	s := startServer(t)
+	c := s.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	acl := []any{"ACL", "SETUSER", "idem", "on", ">secret-pw", "~{idem}:*", "+@stream", "+@sortedset", "+@hash", "+@scripting", "+@connection", "+info", "+config|get", "+time"}
+	if err := c.Do(ctx, acl...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := redisstreams.Open(ctx, "unix://idem:secret-pw@"+s.sock, &redisstreams.Config{Partitions: 2, Lease: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open with the documented ACL: %v", err)
+	}
+	defer tr.Close()
+	publish(t, tr, env("a", "k1"), env("b", "k2"))
+	ds := receive(t, tr, 2, 5*time.Second)
+	if err := tr.Nack(ctx, ds[0], time.Millisecond); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	again := receive(t, tr, 2, 5*time.Second) // the nacked one and the expired one
+	if err := tr.Ack(ctx, again); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
+	wantPending(t, tr, 0, 0)
+
+	if err := c.Do(ctx, "ACL", "SETUSER", "nostream", "on", ">secret-pw", "~*", "+@connection", "+info", "+config|get").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = openErr(t, "unix://nostream:secret-pw@"+s.sock, redisstreams.Config{Partitions: 2})
+	wantAdvice(t, err, "lacks a permission", "ACL SETUSER")
+}
