@@ -80,7 +80,6 @@ func (t *Transport) receive(ctx context.Context, max, part, parts int) ([]transp
 	}
 	t.startJanitor()
 	ps, filter := t.partitionsOf(part, parts)
-	var rr int
 	for {
 		if t.isClosed() {
 			return nil, transport.ErrClosed
@@ -88,14 +87,14 @@ func (t *Transport) receive(ctx context.Context, max, part, parts int) ([]transp
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		out, arrived := t.takeHeld(max, part, parts, filter)
+		out, arrived := t.takeHeld(max, part, parts)
 		if len(out) >= max {
 			return out, nil
 		}
 		// Start at another partition each time, so that a busy one does
 		// not starve the others.
-		order := append(append([]int(nil), ps[rr%len(ps):]...), ps[:rr%len(ps)]...)
-		rr++
+		rr := int(t.rr.Add(1) % uint64(len(ps)))
+		order := append(append([]int(nil), ps[rr:]...), ps[:rr]...)
 		var res *received
 		err := t.do(ctx, "receive", 0, func(ctx context.Context) error {
 			var err error
@@ -328,7 +327,7 @@ func (t *Transport) putBack(ds []transport.Delivery) {
 // the channel closed when more are held. Those held longer than the lease
 // are dropped: another consumer may have reclaimed them, and if not, one
 // will.
-func (t *Transport) takeHeld(max, part, parts int, filter bool) ([]transport.Delivery, <-chan struct{}) {
+func (t *Transport) takeHeld(max, part, parts int) ([]transport.Delivery, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []transport.Delivery
@@ -338,7 +337,7 @@ func (t *Transport) takeHeld(max, part, parts int, filter bool) ([]transport.Del
 		for _, h := range t.buf {
 			switch {
 			case now.Sub(h.at) >= t.cfg.Lease:
-			case len(out) < max && (!filter || int(h.hash%uint32(parts)) == part):
+			case len(out) < max && (parts <= 1 || int(h.hash%uint32(parts)) == part):
 				out = append(out, h.d)
 			default:
 				kept = append(kept, h)

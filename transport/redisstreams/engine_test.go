@@ -141,7 +141,7 @@ func TestEngineDeadLettersForeignEntries(t *testing.T) {
 			return false, err
 		}
 		ready, unacked, err := tr.Pending(ctx)
-		return len(dead) == 2 && ready == 0 && unacked == 0, err
+		return len(dead) == 2 && ready == 0 && unacked == 0 && e.Stats().DeadLettered >= 2, err
 	})
 	for _, d := range dead {
 		if !strings.HasPrefix(d.Envelope.ID, "redis:{"+ns+"}:p") || d.Reason != idem.ReasonUnknownType || !strings.Contains(string(d.Envelope.Body), `"junk"`) {

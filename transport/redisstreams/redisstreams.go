@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -179,7 +180,8 @@ type Transport struct {
 	reclaimed []time.Time // last XAUTOCLAIM per partition
 	buf       []held      // read for another partition of ReceivePartition
 	arrived   chan struct{}
-	down      bool // a lost connection was logged and not yet its recovery
+	down      bool          // a lost connection was logged and not yet its recovery
+	rr        atomic.Uint64 // rotates the partition Receive starts at
 }
 
 // held is a delivery read for another consumer of ReceivePartition.
@@ -354,7 +356,7 @@ func (t *Transport) explain(what string, err error) error {
 
 // check refuses a server that cannot hold the transport's promises.
 func (t *Transport) check(ctx context.Context) error {
-	raw, err := t.rdb.Info(ctx, "server", "persistence", "memory", "replication", "cluster").Result()
+	raw, err := t.rdb.Info(ctx).Result() // the default sections, on any version
 	if err != nil {
 		return t.explain("reading INFO", err)
 	}

@@ -194,18 +194,23 @@ func TestDocumentedACLSuffices(t *testing.T) {
 	if err := c.Do(ctx, acl...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := redisstreams.Open(ctx, "unix://idem:secret-pw@"+s.sock, &redisstreams.Config{Partitions: 2, Lease: 200 * time.Millisecond})
+	// Every script runs: receive (with its XAUTOCLAIM pass and its
+	// XREAD wait), settle as a nack and as an ack, pending.
+	tr, err := redisstreams.Open(ctx, "unix://idem:secret-pw@"+s.sock, &redisstreams.Config{Partitions: 2, Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("Open with the documented ACL: %v", err)
 	}
 	defer tr.Close()
 	publish(t, tr, env("a", "k1"), env("b", "k2"))
 	ds := receive(t, tr, 2, 5*time.Second)
-	if err := tr.Nack(ctx, ds[0], time.Millisecond); err != nil {
+	if err := tr.Nack(ctx, ds[0], 100*time.Millisecond); err != nil {
 		t.Fatalf("Nack: %v", err)
 	}
-	again := receive(t, tr, 2, 5*time.Second) // the nacked one and the expired one
-	if err := tr.Ack(ctx, again); err != nil {
+	again := receive(t, tr, 1, 5*time.Second)
+	if again[0].Envelope.ID != ds[0].Envelope.ID || again[0].Attempt != 2 {
+		t.Fatalf("after the Nack: got %s attempt %d, want %s attempt 2", again[0].Envelope.ID, again[0].Attempt, ds[0].Envelope.ID)
+	}
+	if err := tr.Ack(ctx, append(again, ds[1])); err != nil {
 		t.Fatalf("Ack: %v", err)
 	}
 	wantPending(t, tr, 0, 0)
