@@ -419,3 +419,37 @@ func TestIdleConsumersAreForgotten(t *testing.T) {
 		t.Fatalf("after Close: consumers %v, want only %s", cs, holding.Consumer())
 	}
 }
+
+// A busy partition does not starve the others: consecutive Receives start
+// at different partitions.
+func TestReceiveRotatesPartitions(t *testing.T) {
+	ns := namespace(t)
+	tr := open(t, redisstreams.Config{Namespace: ns, Partitions: 2, Lease: time.Minute})
+	var busy []transport.Envelope
+	var quiet transport.Envelope
+	for i := 0; len(busy) < 20 || quiet.ID == ""; i++ {
+		key := fmt.Sprintf("key-%d", i)
+		switch p, _ := tr.PartitionOf(key, ""); {
+		case p == 0 && len(busy) < 20:
+			busy = append(busy, env(fmt.Sprintf("busy-%d", i), key))
+		case p == 1 && quiet.ID == "":
+			quiet = env("quiet", key)
+		}
+	}
+	publish(t, tr, busy...)
+	publish(t, tr, quiet)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 {
+		ds, err := tr.Receive(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Envelope.ID == "quiet" {
+				return
+			}
+		}
+	}
+	t.Fatal("two Receive(5) calls returned only the busy partition's messages: the quiet one waits behind 20")
+}
