@@ -4,14 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/redisstreams"
 )
+
+// go-redis prints its connection pool's dial failures with the standard
+// log package; in the idem command they go to slog at debug level, since
+// the transport itself logs an outage once, and its end.
+func init() { redis.SetLogger(redisLog{}) }
+
+type redisLog struct{}
+
+func (redisLog) Printf(ctx context.Context, format string, v ...any) {
+	slog.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+}
 
 // isRedis reports whether spec names a Redis server (redis://, or
 // rediss:// for TLS).
