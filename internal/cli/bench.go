@@ -137,7 +137,7 @@ the database cannot be used.`,
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the workload")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a phase that has not finished by then")
 	f.BoolVar(&o.KeepSchemas, "keep-schemas", false, "keep the benchmark's schemas for inspection instead of dropping them")
-	f.StringArrayVar(&transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222, nats-embedded or amqp://user:pass@host:5672/vhost (repeat the flag for several)")
+	f.StringArrayVar(&transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222, nats-embedded, amqp://user:pass@host:5672/vhost or redis://host:6379/0 (repeat the flag for several)")
 	f.BoolVar(&traced, "trace", false, "also run each configuration with OpenTelemetry tracing (otelidem, every span sampled, exported to a discarding exporter) to measure its cost")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")

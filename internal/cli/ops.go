@@ -551,11 +551,11 @@ func newDLQReplay() *cobra.Command {
 		Long: `Replay dead letters: each is deleted and its envelope published again, with its
 original ID and body, onto the store's own queue (the same PostgreSQL schema
 or SQLite file), or onto the broker --transport names (default
-IDEM_TRANSPORT: nats://host:4222 or amqp://user:pass@host:5672/vhost), where
-the engine consumes it as a new delivery. Give the transport, --namespace
-and --partitions the engines use: replay refuses a JetStream stream that
-does not exist and a RabbitMQ partition count that differs from the
-namespace's, and leaves the engines' JetStream consumer as it is. If the
+IDEM_TRANSPORT: nats://host:4222, amqp://user:pass@host:5672/vhost or
+redis://user:pass@host:6379/0), where the engine consumes it as a new
+delivery. Give the transport, --namespace and --partitions the engines use:
+replay refuses a JetStream stream that does not exist and a RabbitMQ or
+Redis partition count that differs from the namespace's, and leaves the engines' JetStream consumer as it is. If the
 publish fails, the dead letter is recorded again. A message that fails again
 becomes a new dead letter.
 
@@ -665,9 +665,9 @@ a named ID does not exist (the others are still replayed).
 	cmd.Flags().BoolVar(&sel.all, "all", false, "replay every dead letter the filters select")
 	cmd.Flags().StringVar(&sel.msgType, "type", "", "only dead letters of this message type (selects in bulk without IDs)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the dead letters that would be replayed and their count; change nothing")
-	cmd.Flags().StringVar(&trSpec, "transport", os.Getenv("IDEM_TRANSPORT"), "publish onto this broker instead of the store's queue: nats://host:4222 or amqp://user:pass@host:5672/vhost (default from IDEM_TRANSPORT)")
+	cmd.Flags().StringVar(&trSpec, "transport", os.Getenv("IDEM_TRANSPORT"), "publish onto this broker instead of the store's queue: nats://host:4222, amqp://user:pass@host:5672/vhost or redis://user:pass@host:6379/0 (default from IDEM_TRANSPORT)")
 	cmd.Flags().StringVar(&trNamespace, "namespace", "", "with --transport: the engines' JetStream stream (default IDEM) or RabbitMQ namespace (default idem)")
-	cmd.Flags().IntVar(&trPartitions, "partitions", 0, "with a RabbitMQ --transport: the engines' partition count (default 16); a different count is refused")
+	cmd.Flags().IntVar(&trPartitions, "partitions", 0, "with a RabbitMQ or Redis --transport: the engines' partition count (default 16); a different count is refused")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only dead letters with this reason (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type (selects in bulk without IDs)")
 	sf.register(cmd)

@@ -54,8 +54,9 @@ on the store given by --store or IDEM_STORE (default ` + defaultServeStore + `, 
 the working directory), which is also the queue unless --transport (or
 IDEM_TRANSPORT) names a broker: nats://host:4222 for NATS JetStream,
 ` + transportEmbedded + ` for a JetStream server inside this process with its files
-under --data-dir, or amqp://user:pass@host:5672/vhost for RabbitMQ
-(comma-separate the URLs of a cluster). It serves over HTTP:
+under --data-dir, amqp://user:pass@host:5672/vhost for RabbitMQ
+(comma-separate the URLs of a cluster), or redis://user:pass@host:6379/0 for
+Redis Streams. It serves over HTTP:
 
   GET /  the web console (see docs/console.md); a login form when a token is set
   GET /healthz, GET /readyz, GET /metrics (Prometheus)
@@ -87,7 +88,7 @@ the HTTP server, then lets the engine finish the batch in flight.`,
 	}
 	o.store.register(cmd)
 	cmd.Flags().StringVar(&o.transport, "transport", os.Getenv("IDEM_TRANSPORT"),
-		"message transport: empty for the store's own queue, nats://host:4222, "+transportEmbedded+" or amqp://user:pass@host:5672/vhost (comma-separate a cluster's URLs; default from IDEM_TRANSPORT)")
+		"message transport: empty for the store's own queue, nats://host:4222, "+transportEmbedded+", amqp://user:pass@host:5672/vhost (comma-separate a cluster's URLs) or redis://user:pass@host:6379/0 (default from IDEM_TRANSPORT)")
 	cmd.Flags().IntVar(&o.natsReplicas, "nats-replicas", envInt("IDEM_NATS_REPLICAS", 1),
 		"NATS only: replicas of the JetStream stream (3 on a three-node cluster): created so, and start-up is refused when the stream has fewer (default from IDEM_NATS_REPLICAS)")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", "idem-data", "directory for an embedded broker's files (--transport "+transportEmbedded+")")

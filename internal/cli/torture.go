@@ -46,9 +46,10 @@ Faults (--faults, comma-separated; default all):
 
 Transports (--transport): empty (the store is the queue), nats-embedded
 (one nats-server in the driver's process, JetStream files in the run's
-directory), nats://host:4222 or amqp://user:pass@host:5672/vhost. A broker
-run uses its own stream or namespace (deleted after a pass), and the
-workers' lease (2s) as the broker's AckWait (NATS) or lease (RabbitMQ).
+directory), nats://host:4222, amqp://user:pass@host:5672/vhost or
+redis://user:pass@host:6379/0. A broker run uses its own stream or
+namespace (deleted after a pass), and the workers' lease (2s) as the
+broker's AckWait (NATS) or lease (RabbitMQ, Redis).
 
 The checker verifies: each message applied at most once; each message sent
 applied (or consumed) exactly once; every saga in the state the model
@@ -82,7 +83,7 @@ IDs; the exit code is 1 if any invariant fails.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Store, "store", "sqlite", "sqlite or a postgres:// URL")
-	f.StringVar(&o.Transport, "transport", "", "a broker: nats-embedded, nats://host:4222 or amqp://user:pass@host:5672/vhost (empty: the store's own queue)")
+	f.StringVar(&o.Transport, "transport", "", "a broker: nats-embedded, nats://host:4222, amqp://user:pass@host:5672/vhost or redis://user:pass@host:6379/0 (empty: the store's own queue)")
 	f.DurationVar(&o.Duration, "duration", 60*time.Second, "how long to send work and inject faults")
 	f.DurationVar(&o.Settle, "settle", 3*time.Minute, "how long to wait, afterwards, for everything in flight to finish")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the workload and the fault schedule (process scheduling still varies)")
@@ -90,7 +91,7 @@ IDs; the exit code is 1 if any invariant fails.`,
 	f.StringVar(&faults, "faults", "all", "fault mix: all, or a comma-separated list of "+strings.Join(torture.AllFaults, ","))
 	f.IntVar(&o.MinKills, "kills", 10, "fail unless at least this many worker kills happened")
 	f.StringVar(&o.PGRestartCmd, "pg-restart-cmd", "", "shell command that restarts the PostgreSQL server (for the pg-restart fault)")
-	f.StringVar(&o.BrokerRestartCmd, "broker-restart-cmd", "", "shell command that restarts the broker of --transport nats://… or amqp://… (for the broker-restart fault)")
+	f.StringVar(&o.BrokerRestartCmd, "broker-restart-cmd", "", "shell command that restarts the broker of --transport nats://…, amqp://… or redis://… (for the broker-restart fault)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the history, fault log and SQLite file (default: a temporary one, removed after a pass)")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	f.StringVar(&o.Break, "break", "", "break the engine on purpose (skip-inbox, ack-before-commit) to see the checker fail")

@@ -28,6 +28,8 @@ import (
 //	"amqp://user:pass@host:5672/vhost"
 //	                   RabbitMQ (amqps:// for TLS); comma-separate the URLs
 //	                   of a cluster's nodes
+//	"redis://user:pass@host:6379/0"
+//	                   Redis Streams (rediss:// for TLS)
 const transportEmbedded = "nats-embedded"
 
 // isAMQP reports whether spec names RabbitMQ.
@@ -52,7 +54,7 @@ func natsServer(ctx context.Context, spec, dataDir string) (url string, stop fun
 	case strings.HasPrefix(spec, "nats://") || strings.HasPrefix(spec, "tls://"):
 		return spec, func() {}, nil
 	default:
-		return "", nil, usageErrorf("unsupported transport %q: use nats://host:4222 (comma-separated for a cluster), %s or amqp://user:pass@host:5672/vhost", redactURL(spec), transportEmbedded)
+		return "", nil, usageErrorf("unsupported transport %q: use nats://host:4222 (comma-separated for a cluster), %s, amqp://user:pass@host:5672/vhost or redis://user:pass@host:6379/0", redactURL(spec), transportEmbedded)
 	}
 }
 
@@ -76,7 +78,8 @@ type transportOptions struct {
 	// Replicas is the JetStream stream's replica count: created with it, or
 	// refused when an existing stream has fewer. Zero means 1.
 	Replicas int
-	// Partitions is RabbitMQ's partition count; zero means its default.
+	// Partitions is the RabbitMQ or Redis partition count; zero means
+	// its default.
 	Partitions int
 	// PublishOnly opens JetStream for publishing only: the stream must
 	// exist and the engines' consumer is left alone.
@@ -87,6 +90,9 @@ type transportOptions struct {
 func openTransportWith(ctx context.Context, spec, dataDir string, o transportOptions) (transport.Transport, func(), error) {
 	if spec == "" {
 		return nil, func() {}, nil
+	}
+	if isRedis(spec) {
+		return openRedis(ctx, spec, o)
 	}
 	if isAMQP(spec) {
 		tr, err := rabbitmq.Open(ctx, spec, &rabbitmq.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger, Partitions: o.Partitions})
@@ -119,7 +125,7 @@ func transportLabel(spec string) string {
 // scheme, or nats-embedded.
 func transportName(spec string) string {
 	if scheme, _, ok := strings.Cut(spec, "://"); ok {
-		return map[string]string{"nats": "nats", "tls": "nats", "amqp": "rabbitmq", "amqps": "rabbitmq"}[scheme]
+		return map[string]string{"nats": "nats", "tls": "nats", "amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "rediss": "redis"}[scheme]
 	}
 	return spec
 }
@@ -128,6 +134,9 @@ func transportName(spec string) string {
 // throwaway JetStream namespaces (deleted on Close) and a function that
 // stops an embedded server and removes its files.
 func benchTransport(ctx context.Context, spec string) (func(ctx context.Context, ns string, types []string) (transport.Transport, error), func(), error) {
+	if isRedis(spec) {
+		return redisBench(spec), func() {}, nil
+	}
 	if isAMQP(spec) {
 		open := func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
 			cfg := &rabbitmq.Config{Namespace: ns}
@@ -185,8 +194,8 @@ func (t *throwaway) Close() error {
 // serve does, in the run's own namespace and with the workers' lease.
 func init() { torture.OpenTransport = tortureTransport }
 
-// tortureTransport is torture.OpenTransport: spec is a nats:// or amqp://
-// URL (the torture driver runs nats-embedded itself). The transport it
+// tortureTransport is torture.OpenTransport: spec is a nats://, amqp:// or
+// redis:// URL (the torture driver runs nats-embedded itself). The transport it
 // returns counts its backlog (Pending) and deletes the run's namespace
 // (DeleteNamespace).
 func tortureTransport(ctx context.Context, spec string, o torture.BrokerOptions) (transport.Transport, func(), error) {

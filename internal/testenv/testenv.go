@@ -60,3 +60,10 @@ func Chromium(t testing.TB) string {
 	t.Skip("browser tests need Chromium: apt-get install chromium, or set IDEM_CHROMIUM=/path/to/chrome (scripts/test installs it)")
 	return ""
 }
+
+// RedisURL returns IDEM_TEST_REDIS_URL, the Redis server of the tests
+// (scripts/redis.sh starts one with appendonly yes and appendfsync always).
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	return Server(t, "IDEM_TEST_REDIS_URL", "Redis tests", "redis://127.0.0.1:6379/0")
+}

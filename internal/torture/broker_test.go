@@ -12,6 +12,7 @@ import (
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
 	"github.com/idemhq/idem/transport/rabbitmq"
+	"github.com/idemhq/idem/transport/redisstreams"
 )
 
 // The test binary's own OpenTransport (the CLI's is not linked here): the
@@ -20,6 +21,13 @@ import (
 func init() { OpenTransport = openTestBroker }
 
 func openTestBroker(ctx context.Context, spec string, o BrokerOptions) (transport.Transport, func(), error) {
+	if strings.HasPrefix(spec, "redis") {
+		tr, err := redisstreams.Open(ctx, spec, &redisstreams.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger})
+		if err != nil {
+			return nil, nil, err
+		}
+		return tr, func() {}, nil
+	}
 	if strings.HasPrefix(spec, "amqp") {
 		cfg := &rabbitmq.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger}
 		tr, err := rabbitmq.Open(ctx, spec, cfg)
@@ -96,6 +104,20 @@ func TestTortureRabbitMQ(t *testing.T) {
 	if strings.Contains(r.Transport, "guest:guest") {
 		t.Errorf("the report shows the broker's password: %s", r.Transport)
 	}
+}
+
+// Workers on Redis Streams with a PostgreSQL store. The server is
+// restarted by scripts/test's idem torture run (its restart would disturb
+// the other packages' tests that share it); here the faults are the
+// workers'.
+func TestTortureRedis(t *testing.T) {
+	redisURL := server(t, "IDEM_TEST_REDIS_URL", "Redis")
+	pg := server(t, "IDEM_TEST_PG_URL", "PostgreSQL")
+	if testing.Short() {
+		t.Skip("multi-process run of several seconds")
+	}
+	r := run(t, Options{Store: pg, Transport: redisURL, Duration: 10 * time.Second, Seed: 19, MinKills: 3})
+	mustPass(t, r, "SIGKILL by the driver", "duplicate copies published")
 }
 
 // The settle rule counts the broker's backlog: with workers that never

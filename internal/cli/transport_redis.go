@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhq/idem/internal/torture"
+	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/redisstreams"
+)
+
+// go-redis prints its connection pool's dial failures with the standard
+// log package; in the idem command they go to slog at debug level, since
+// the transport itself logs an outage once, and its end.
+func init() { redis.SetLogger(redisLog{}) }
+
+type redisLog struct{}
+
+func (redisLog) Printf(ctx context.Context, format string, v ...any) {
+	slog.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+}
+
+// isRedis reports whether spec names a Redis server (redis://, or
+// rediss:// for TLS).
+func isRedis(spec string) bool {
+	return strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://")
+}
+
+// openRedis opens the Redis Streams transport that spec names.
+func openRedis(ctx context.Context, spec string, o transportOptions) (transport.Transport, func(), error) {
+	tr, err := redisstreams.Open(ctx, spec, &redisstreams.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger, Partitions: o.Partitions})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tr, func() { _ = tr.Close() }, nil
+}
+
+// The Redis transport counts its backlog and deletes its namespace itself,
+// as idem torture asks.
+var (
+	_ transport.PendingCounter = (*redisstreams.Transport)(nil)
+	_ torture.NamespaceDeleter = (*redisstreams.Transport)(nil)
+)
+
+// redisBench returns, for idem bench --transport redis://…, a constructor
+// of throwaway namespaces (deleted on Close).
+func redisBench(spec string) func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
+	return func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
+		tr, err := redisstreams.Open(ctx, spec, &redisstreams.Config{Namespace: ns})
+		if err != nil {
+			return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
+		}
+		return &redisThrowaway{Transport: tr, types: types}, nil
+	}
+}
+
+// redisThrowaway is a Redis transport on a namespace deleted on Close,
+// whose Receive hands out only the given message types. Every type shares
+// the partition streams, so the others (the events the benchmark's saga
+// emits, which another service would consume) are acknowledged and
+// dropped here, without touching the database.
+type redisThrowaway struct {
+	*redisstreams.Transport
+	types []string
+}
+
+func (t *redisThrowaway) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	return t.keep(ctx, func() ([]transport.Delivery, error) { return t.Transport.Receive(ctx, max) })
+}
+
+func (t *redisThrowaway) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
+	return t.keep(ctx, func() ([]transport.Delivery, error) { return t.Transport.ReceivePartition(ctx, max, part, parts) })
+}
+
+// keep receives until some deliveries are of the wanted types, acking and
+// dropping the others.
+func (t *redisThrowaway) keep(ctx context.Context, receive func() ([]transport.Delivery, error)) ([]transport.Delivery, error) {
+	for {
+		ds, err := receive()
+		if err != nil {
+			return nil, err
+		}
+		var keep, drop []transport.Delivery
+		for _, d := range ds {
+			if slices.Contains(t.types, d.Envelope.Type) {
+				keep = append(keep, d)
+			} else {
+				drop = append(drop, d)
+			}
+		}
+		if len(drop) > 0 {
+			if err := t.Transport.Ack(ctx, drop); err != nil {
+				return nil, err
+			}
+		}
+		if len(keep) > 0 {
+			return keep, nil
+		}
+	}
+}
+
+func (t *redisThrowaway) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := t.DeleteNamespace(ctx)
+	return errors.Join(err, t.Transport.Close())
+}
