@@ -23,7 +23,7 @@ func (t *Transport) forward(s *session, part int, ch *amqp.Channel, dl <-chan am
 		if err != nil {
 			// Not an Idem envelope: the dead-letter queue keeps it for
 			// an operator; retrying cannot help.
-			t.log.Error("rabbitmq: dead-lettering an undecodable message", "queue", t.queue(part), "message_id", d.MessageId, "err", err)
+			t.log.Error("rabbitmq: dead-lettering an undecodable message", "queue", t.queue(part), "message_id", d.MessageId, "error", err)
 			_ = d.Reject(false)
 			continue
 		}
@@ -31,7 +31,7 @@ func (t *Transport) forward(s *session, part int, ch *amqp.Channel, dl <-chan am
 			// Back from a delay queue early (a delay longer than the
 			// largest bucket, or clock skew between replicas): wait again.
 			if err := t.redelay(s, &env, attempt-1, notBefore); err != nil {
-				t.log.Warn("rabbitmq: re-delaying a message failed; requeueing it", "message_id", env.ID, "err", err)
+				t.log.Warn("rabbitmq: re-delaying a message failed; requeueing it", "message_id", env.ID, "error", err)
 				_ = d.Nack(false, true)
 				continue
 			}

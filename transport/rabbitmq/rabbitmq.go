@@ -185,7 +185,7 @@ func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
 		safes:   safes,
 		safe:    strings.Join(safes, ","),
 		cfg:     c,
-		log:     c.Logger.With("transport", "rabbitmq", "namespace", c.Namespace),
+		log:     c.Logger.With("component", "idem.rabbitmq", "transport", "rabbitmq", "namespace", c.Namespace),
 		changed: make(chan struct{}),
 		parts:   make([][]*inbound, c.Partitions),
 		arrived: make(chan struct{}),
@@ -625,7 +625,7 @@ func (t *Transport) run(s *session) {
 			// already; consume does nothing then.
 			start = nil
 			if err := t.consume(s); err != nil {
-				t.log.Warn("rabbitmq: starting consumers failed; reconnecting", "err", err)
+				t.log.Warn("rabbitmq: starting consumers failed; reconnecting", "error", err)
 			}
 			continue
 		case <-s.dead:
@@ -652,7 +652,7 @@ func (t *Transport) run(s *session) {
 				return
 			}
 			backoff = min(2*backoff, t.cfg.ReconnectMax)
-			t.log.Warn("rabbitmq reconnection failed", "err", err, "attempt", attempt, "retry_within", backoff)
+			t.log.Warn("rabbitmq reconnection failed", "error", err, "attempt", attempt, "retry_within", backoff)
 		}
 	}
 }

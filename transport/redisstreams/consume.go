@@ -268,7 +268,7 @@ func (t *Transport) delivery(p int, entryID string, fields []any, count int) tra
 			id = "redis:" + t.streams[p] + ":" + entryID
 		}
 		body, _ := json.Marshal(vals)
-		t.log.Warn("redisstreams: an entry is not an Idem envelope; handing it out without a type, for the engine to dead-letter", "stream", t.streams[p], "entry", entryID, "message_id", id, "err", err)
+		t.log.Warn("redisstreams: an entry is not an Idem envelope; handing it out without a type, for the engine to dead-letter", "stream", t.streams[p], "entry", entryID, "message_id", id, "error", err)
 		env = transport.Envelope{ID: id, Body: body}
 	}
 	return transport.Delivery{Envelope: env, Attempt: count, Token: token}
@@ -505,7 +505,7 @@ func (t *Transport) janitor() {
 		n, err := forgetScript.Run(ctx, t.rdb, t.streams, group, t.consumer, idle.Milliseconds(), "others").Int()
 		cancel()
 		if err != nil {
-			t.log.Debug("redisstreams: deleting idle consumers failed", "err", err)
+			t.log.Debug("redisstreams: deleting idle consumers failed", "error", err)
 		} else if n > 0 {
 			t.log.Info("redisstreams: deleted idle consumers that held nothing", "consumers", n)
 		}

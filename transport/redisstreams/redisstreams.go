@@ -245,7 +245,7 @@ func newTransport(rdb *redis.Client, c Config, safe string) *Transport {
 	t := &Transport{
 		rdb:       rdb,
 		cfg:       c,
-		log:       c.Logger.With("transport", "redisstreams", "namespace", ns),
+		log:       c.Logger.With("component", "idem.redisstreams", "transport", "redisstreams", "namespace", ns),
 		safe:      safe,
 		consumer:  consumerName(),
 		maxBytes:  c.MaxMessageBytes,
@@ -525,7 +525,7 @@ func (t *Transport) do(ctx context.Context, what string, budget time.Duration, o
 		}
 		if noGroup(err) && !redeclared {
 			redeclared = true
-			t.log.Warn("redisstreams: a stream or its consumer group is missing; creating them again", "op", what, "err", err)
+			t.log.Warn("redisstreams: a stream or its consumer group is missing; creating them again", "op", what, "error", err)
 			if derr := t.declare(ctx); derr == nil {
 				continue
 			}
@@ -557,7 +557,7 @@ func (t *Transport) lost(what string, err error) {
 	t.down = true
 	t.mu.Unlock()
 	if first {
-		t.log.Warn("redisstreams: the Redis server cannot be reached; retrying", "server", t.safe, "op", what, "err", err)
+		t.log.Warn("redisstreams: the Redis server cannot be reached; retrying", "server", t.safe, "op", what, "error", err)
 	}
 }
 
@@ -612,7 +612,7 @@ func (t *Transport) Close() error {
 			ds[i] = h.d
 		}
 		if _, err := t.settle(ctx, ds, 0); err != nil {
-			t.log.Debug("redisstreams: returning unhanded deliveries at close failed; their lease will expire", "err", err)
+			t.log.Debug("redisstreams: returning unhanded deliveries at close failed; their lease will expire", "error", err)
 		}
 	}
 	if consuming {
