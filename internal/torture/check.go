@@ -86,6 +86,11 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 		if err := r.Scan(&k.sagaType, &k.key, &k.msgID); err != nil {
 			return err
 		}
+		// A saga's inbox record names the message type, then U+001F,
+		// then the dedup ID; the history knows messages by ID.
+		if _, id, ok := strings.Cut(k.msgID, "\x1f"); ok {
+			k.msgID = id
+		}
 		inbox[k] = true
 		return nil
 	}); err != nil {
