@@ -61,7 +61,7 @@ func (e *Engine) Apply(ctx context.Context, env Envelope) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	probe := applyProbe{e: e, sk: store.Key{SagaType: m.Name(), Key: key}}
+	probe := applyProbe{e: e, sk: store.Key{SagaType: m.Name(), Key: key}, typ: env.Type}
 	it := &item{d: transport.Delivery{Envelope: env}, typ: m.Name(), key: key, msgID: env.DedupID()}
 	probe.ik = it.inboxKey()
 	if r, done, err := probe.read(ctx); err != nil || done {
@@ -93,6 +93,10 @@ func (e *Engine) applyTarget(env *Envelope) (Machine, string, error) {
 	if err := transport.ValidateEnvelope(env); err != nil {
 		return nil, "", fmt.Errorf("idem: apply: %w: %w", ErrInvalidEnvelope, err)
 	}
+	if len(env.ID) > MaxIDBytes || len(env.IdempotencyKey) > MaxIDBytes || len(env.Body) > e.cfg.MaxBodyBytes {
+		return nil, "", fmt.Errorf("idem: apply: %w: ID or idempotency key over %d bytes, or body over Config.MaxBodyBytes (%d): the consumer would dead-letter it",
+			ErrInvalidEnvelope, MaxIDBytes, e.cfg.MaxBodyBytes)
+	}
 	e.mu.Lock()
 	m, ok := e.machines[env.Type]
 	e.mu.Unlock()
@@ -112,9 +116,10 @@ func (e *Engine) applyTarget(env *Envelope) (Machine, string, error) {
 
 // applyProbe reads what the store knows of one message.
 type applyProbe struct {
-	e  *Engine
-	sk store.Key
-	ik store.InboxKey
+	e   *Engine
+	sk  store.Key
+	ik  store.InboxKey
+	typ string // the message type: a dead letter of another type is another message
 }
 
 // read reports done when the inbox holds the message, with the saga; it
@@ -142,6 +147,8 @@ func (p *applyProbe) read(ctx context.Context) (Result, bool, error) {
 		return r, false, nil
 	case err != nil:
 		return r, false, err
+	case dl.Envelope.Type != p.typ:
+		return r, false, nil
 	}
 	return r, false, fmt.Errorf("idem: apply %s: %w: %s: %s", dl.Envelope.ID, ErrDeadLettered, dl.Reason, dl.Error)
 }

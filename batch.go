@@ -39,7 +39,11 @@ type item struct {
 	typ    string // saga type, or handlerSagaType
 	reason string // dead-letter reason when the delivery is bad input
 	badErr error
-	tp     string // the message span's traceparent, when a Tracer is set
+	// late marks an item the engine decided to dead-letter after a failed
+	// unit of work (storeFailed): it went through decode, so its inbox is
+	// read first, and a message committed meanwhile is not dead-lettered.
+	late bool
+	tp   string // the message span's traceparent, when a Tracer is set
 }
 
 func (it *item) sagaKey() store.Key { return store.Key{SagaType: it.typ, Key: it.key} }
@@ -109,8 +113,13 @@ func (e *Engine) decode(d transport.Delivery) *item {
 	it := &item{d: d, msgID: env.DedupID()}
 	bad := func(reason string, err error) *item {
 		it.reason, it.badErr = reason, err
-		if it.msgID == "" {
+		switch {
+		case it.msgID == "":
 			it.msgID = ids.Derive("anonymous", env.Type, string(env.Body))
+		case len(it.msgID) > MaxIDBytes || transport.ValidateEnvelope(&transport.Envelope{ID: it.msgID}) != nil:
+			// The dead letter's ID is a store key: never an over-long or
+			// hostile value (an empty ID with a hostile idempotency key).
+			it.msgID = ids.Derive("invalid", env.ID, env.IdempotencyKey, env.Type)
 		}
 		return it
 	}
@@ -233,16 +242,17 @@ func (e *Engine) storeFailed(ctx context.Context, items []*item, err error) bool
 	rejected := errors.Is(err, store.ErrRejected)
 	exhausted := slices.ContainsFunc(items, func(it *item) bool { return it.d.Attempt >= e.cfg.MaxAttempts })
 	switch {
-	case ctx.Err() != nil, errors.As(err, &be), items[0].reason != "" && len(items) == 1:
-		// Stopping, the store is unreachable, or even a dead letter failed.
+	case ctx.Err() != nil, errors.As(err, &be), errors.Is(err, store.ErrConflict), items[0].reason != "" && len(items) == 1:
+		// Stopping, the store is unreachable, a key too contended for
+		// Config.ConflictRetries (nothing is wrong with its messages), or
+		// even a dead letter failed.
 	case len(items) > 1 && (rejected || exhausted):
 		e.log.WarnContext(ctx, "unit of work failed; retrying its messages one by one", "messages", len(items), "error", err)
-		for _, it := range items {
-			e.runLane(ctx, []*item{it})
-		}
+		e.oneByOne(ctx, items)
 		return true
 	case rejected || exhausted:
 		it := items[0]
+		it.late = true
 		it.reason, it.badErr = ReasonRetriesExhausted, fmt.Errorf("the store failed this message's unit of work on %d attempts: %w", it.d.Attempt, err)
 		var re *store.RejectedError
 		switch {
@@ -261,6 +271,22 @@ func (e *Engine) storeFailed(ctx context.Context, items []*item, err error) bool
 		e.nack(ctx, it.d, e.retry.Delay(it.d.Attempt))
 	}
 	return false
+}
+
+// oneByOne runs each item in a unit of work of its own, in order. Once a
+// message of a saga key was not committed, the later messages of that key
+// go back to the transport unapplied, so arrival order holds.
+func (e *Engine) oneByOne(ctx context.Context, items []*item) {
+	held := map[store.Key]bool{}
+	for _, it := range items {
+		if it.reason == "" && it.h == nil && held[it.sagaKey()] {
+			e.nack(ctx, it.d, e.retry.Delay(it.d.Attempt))
+			continue
+		}
+		if end := e.runLane(ctx, []*item{it}); end.Outcome != UnitCommitted && it.reason == "" && it.h == nil {
+			held[it.sagaKey()] = true
+		}
+	}
 }
 
 // beginError marks a unit of work that could not begin: the store is
@@ -424,7 +450,7 @@ func (l *lane) load(uow store.UnitOfWork, items []*item) error {
 	p := &store.LoadParams{}
 	seenKey := map[store.Key]bool{}
 	for _, it := range items {
-		if it.reason != "" {
+		if it.reason != "" && !it.late {
 			continue
 		}
 		if it.h == nil && !seenKey[it.sagaKey()] {
@@ -447,7 +473,7 @@ func (l *lane) load(uow store.UnitOfWork, items []*item) error {
 // apply takes one item through dedup, then its handler or saga.
 func (l *lane) apply(it *item) {
 	res := l.res
-	if it.reason != "" {
+	if it.reason != "" && !it.late {
 		l.deadLetter(it, it.reason, it.badErr)
 		return
 	}
@@ -455,6 +481,10 @@ func (l *lane) apply(it *item) {
 	if l.loaded.Seen[ik] || l.inBatch[ik] {
 		res.counts.dup++
 		res.acks = append(res.acks, it.d)
+		return
+	}
+	if it.reason != "" {
+		l.deadLetter(it, it.reason, it.badErr)
 		return
 	}
 	if it.h != nil {

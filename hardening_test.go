@@ -312,3 +312,55 @@ func TestRun(t *testing.T) {
 	b2.stopOnce.Do(func() {}) // Run stopped it, with the error expected
 
 }
+
+// A message that used up MaxAttempts on a commit whose outcome stayed
+// unknown, but which did land, is not dead-lettered: the dead letter's
+// unit of work reads the inbox first.
+func TestExhaustedButCommittedIsNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	var lied atomic.Bool
+	var down atomic.Int64
+	hooks := &hookStore{afterCommit: func(c *store.Changes, err error) error {
+		if err == nil && writesState(c) && lied.CompareAndSwap(false, true) {
+			down.Store(5) // every read-back fails
+			return errors.New("read tcp: connection reset by peer during COMMIT")
+		}
+		return err
+	}, beforeBegin: func() error {
+		if down.Add(-1) >= 0 {
+			return errors.New("dial tcp: connection refused")
+		}
+		return nil
+	}}
+	b := setup(t, &options{hooks: hooks, cfg: idem.Config{MaxAttempts: 1}})
+	b.send("inc-1", Inc{Key: "k", N: 3})
+	b.settle()
+	if dls := b.deadLetters(); len(dls) != 0 {
+		t.Fatalf("dead letters %+v for a message that was committed, want none", dls)
+	}
+	if c, _ := b.counter("k"); c.Total != 3 {
+		t.Errorf("total %d, want 3", c.Total)
+	}
+}
+
+// Conflicts that use up ConflictRetries never dead-letter a message,
+// however many attempts it has: nothing is wrong with it.
+func TestExhaustedConflictsAreNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	var conflicts atomic.Int64
+	hooks := &hookStore{beforeCommit: func(c *store.Changes) error {
+		if writesState(c) && conflicts.Add(1) <= 6 {
+			return store.ErrConflict
+		}
+		return nil
+	}}
+	b := setup(t, &options{hooks: hooks, cfg: idem.Config{MaxAttempts: 1, ConflictRetries: 1}})
+	b.send("inc-1", Inc{Key: "k", N: 3})
+	b.settle()
+	if dls := b.deadLetters(); len(dls) != 0 {
+		t.Fatalf("dead letters %+v after conflicts, want none", dls)
+	}
+	if c, _ := b.counter("k"); c.Total != 3 {
+		t.Errorf("total %d, want 3", c.Total)
+	}
+}

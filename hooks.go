@@ -179,14 +179,15 @@ type BackgroundEnd struct {
 
 // runLane runs one unit of work (see runUnit) inside a unit-of-work span
 // when a Tracer is set.
-func (e *Engine) runLane(ctx context.Context, items []*item) {
+func (e *Engine) runLane(ctx context.Context, items []*item) UnitOfWorkEnd {
 	t := e.cfg.Tracer
 	if t == nil {
-		e.runUnit(ctx, items)
-		return
+		return e.runUnit(ctx, items)
 	}
 	ctx, span := t.StartUnitOfWork(ctx, UnitOfWorkStart{SagaType: commonType(items), Messages: len(items)})
-	span.End(e.runUnit(ctx, items))
+	end := e.runUnit(ctx, items)
+	span.End(end)
+	return end
 }
 
 func commonType(items []*item) string {

@@ -59,8 +59,17 @@ func (ss *sessions) create(now time.Time) *session {
 				delete(ss.m, id)
 			}
 		}
-		if len(ss.m) >= maxSessions {
-			return nil
+		// Still full: evict the session closest to expiry, so that a page
+		// that fires thousands of requests at a token-less console cannot
+		// lock the operator out.
+		var oldest *session
+		for _, s := range ss.m {
+			if oldest == nil || s.expires.Before(oldest.expires) {
+				oldest = s
+			}
+		}
+		if oldest != nil && len(ss.m) >= maxSessions {
+			delete(ss.m, oldest.id)
 		}
 	}
 	s := &session{id: randomToken(), csrf: randomToken(), expires: now.Add(ss.ttl)}
@@ -138,7 +147,7 @@ func (s *Server) consolePage(h http.HandlerFunc) http.Handler {
 			return
 		}
 		if r.Method == http.MethodPost {
-			if s.readOnly {
+			if s.readOnly && r.URL.Path != "/logout" {
 				s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 				return
 			}

@@ -55,8 +55,9 @@ var ErrRejected = errors.New("data rejected by the store")
 // refused. It wraps ErrRejected and the database's own error.
 type RejectedError struct {
 	// Field names what was refused: "state" for a saga instance's state
-	// document, otherwise the record kind ("journal", "outbox", "timer",
-	// "dead_letter", "inbox", "queue").
+	// document; "data" when the store cannot tell which record of the
+	// unit of work it refused (pgstore maps SQLSTATE classes 22 and 54
+	// there).
 	Field string
 	// Err is the database's error.
 	Err error

@@ -88,6 +88,9 @@ type featureCase struct {
 }
 
 var testCases = []testCase{
+	// Hostile input.
+	{"DeadLetterKeepsHostileEnvelope", testDeadLetterKeepsHostileEnvelope},
+	{"StateWithNULIsKeptOrRejected", testStateWithNULIsKeptOrRejected},
 	// Instances and units of work.
 	{"InstanceRoundTrip", testInstanceRoundTrip},
 	{"VersionAfterInsertAndUpdate", testVersionAfterInsertAndUpdate},
