@@ -37,17 +37,25 @@ pg_start() {
 		chown idem-pg "$PG_DIR"
 		runas=(runuser -u idem-pg --)
 	fi
-	local port
-	for port in $(seq 55432 55532); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
-	done
 	PG_RUNAS=("${runas[@]}")
 	PG_BINDIR=$bindir
 	"${runas[@]}" "$bindir/initdb" -D "$PG_DIR/data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >"$PG_DIR/initdb.log" 2>&1 ||
 		{ cat "$PG_DIR/initdb.log"; return 1; }
-	"${runas[@]}" "$bindir/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
-		-o "-c listen_addresses=127.0.0.1 -p $port -k $PG_DIR -c max_connections=300 -c shared_buffers=256MB -c fsync=on -c synchronous_commit=on" \
-		start >/dev/null || { cat "$PG_DIR/server.log"; return 1; }
+	# A port free when probed can be taken before the server binds it (two
+	# runs of scripts/test side by side): on a bind failure, try the next.
+	local port started=
+	for port in $(seq 55432 55532); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+		rm -f "$PG_DIR/server.log"
+		if "${runas[@]}" "$bindir/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
+			-o "-c listen_addresses=127.0.0.1 -p $port -k $PG_DIR -c max_connections=300 -c shared_buffers=256MB -c fsync=on -c synchronous_commit=on" \
+			start >/dev/null; then
+			started=1
+			break
+		fi
+		grep -q "Address already in use" "$PG_DIR/server.log" || { cat "$PG_DIR/server.log"; return 1; }
+	done
+	[ -n "$started" ] || { echo "no free port for PostgreSQL in 55432-55532" >&2; return 1; }
 	export IDEM_TEST_PG_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 	echo "PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data in $PG_DIR, removed on exit)"
 }
