@@ -57,7 +57,9 @@ func PartitionKey(correlationID, id string) string {
 	if correlationID == "" {
 		return id
 	}
-	if k, err := Key(correlationID, len(correlationID)+1); err == nil {
+	// No length limit here (NFC can make a key up to three times longer
+	// than its raw form): the limit is the engine's to enforce.
+	if k, err := Key(correlationID, 3*len(correlationID)+4); err == nil {
 		return k
 	}
 	return correlationID
