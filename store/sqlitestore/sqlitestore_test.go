@@ -65,7 +65,7 @@ func tamperJournal(t *testing.T, s store.Store, k store.Key) []error {
 
 func TestQueueConformance(t *testing.T) {
 	const lease = 200 * time.Millisecond
-	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Pending: true}, func(t *testing.T) transport.Transport {
 		return openStore(t, sqlitestore.Config{Lease: lease, PollInterval: 50 * time.Millisecond})
 	})
 }

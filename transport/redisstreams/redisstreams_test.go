@@ -51,7 +51,7 @@ func open(t testing.TB, cfg redisstreams.Config, url ...string) *redisstreams.Tr
 func TestConformance(t *testing.T) {
 	testenv.RedisURL(t)
 	const lease = time.Second
-	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true}, func(t *testing.T) transport.Transport {
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true}, func(t *testing.T) transport.Transport {
 		return open(t, redisstreams.Config{Namespace: namespace(t), Partitions: 4, Lease: lease})
 	})
 }
