@@ -421,21 +421,36 @@ type lane struct {
 }
 
 func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
-	uow, err := e.store.Begin(ctx)
-	if err != nil {
-		return nil, &beginError{err}
-	}
-	defer func() { _ = uow.Rollback(ctx) }()
 	l := &lane{
 		e: e, ctx: ctx, now: e.cfg.Clock(), loaded: &store.LoadResult{}, res: &laneResult{}, ch: &store.Changes{},
 		work: map[store.Key]*working{}, timers: map[store.TimerKey]*store.Timer{},
 		inBatch: map[store.InboxKey]bool{}, blocked: map[store.Key]time.Duration{},
 	}
-	if err := l.load(uow, items); err != nil {
-		return nil, err
+	handlers := handlersOnly(items)
+	if handlers {
+		// Plain handlers do their own I/O: run them with no unit of work
+		// open, so that no pooled connection sits idle in a transaction
+		// while they call other services. Their inbox records commit
+		// afterwards; a crash in between runs them again (at least once).
+		if err := l.readInbox(items); err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			l.applyObserved(it)
+		}
 	}
-	for _, it := range items {
-		l.applyObserved(it)
+	uow, err := e.store.Begin(ctx)
+	if err != nil {
+		return nil, &beginError{err}
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	if !handlers {
+		if err := l.load(uow, items); err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			l.applyObserved(it)
+		}
 	}
 	l.collect()
 	res, err := l.commit(uow, len(items))
@@ -443,6 +458,28 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 		l.endSpans(err)
 	}
 	return res, err
+}
+
+// handlersOnly reports whether every item goes to a plain handler (process
+// gives handlers lanes of their own).
+func handlersOnly(items []*item) bool {
+	for _, it := range items {
+		if it.h == nil || it.reason != "" {
+			return false
+		}
+	}
+	return len(items) > 0
+}
+
+// readInbox loads the items' inbox records in a unit of work of its own,
+// rolled back at once.
+func (l *lane) readInbox(items []*item) error {
+	uow, err := l.e.store.Begin(l.ctx)
+	if err != nil {
+		return &beginError{err}
+	}
+	defer func() { _ = uow.Rollback(l.ctx) }()
+	return l.load(uow, items)
 }
 
 // load reads, in one call, every saga and inbox record the items touch.

@@ -99,6 +99,8 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 	if err := fitBodyLimit(&e.cfg, cfg, tr); err != nil {
 		return nil, err
 	}
+	_, partitioned := tr.(transport.PartitionedConsumer)
+	e.cfg.parallelism(cfg, partitioned)
 	if q, ok := st.(store.Queue); ok && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr) {
 		e.queue = true
 	}
@@ -716,6 +718,10 @@ func SumStats(es ...*Engine) Stats {
 	}
 	return s
 }
+
+// Config returns the configuration the engine runs with: the one given to
+// NewEngine with every default filled in.
+func (e *Engine) Config() Config { return e.cfg }
 
 // Sagas returns the registered machines by saga type.
 func (e *Engine) Sagas() map[string]Machine {

@@ -359,6 +359,9 @@ type hookStore struct {
 	// sweeps records the params and results of Sweep calls.
 	mu     sync.Mutex
 	sweeps []sweepCall
+	// open counts the units of work begun and not yet committed or rolled
+	// back.
+	open atomic.Int32
 }
 
 func (s *hookStore) DeleteTimers(ctx context.Context, ts []store.Timer) error {
@@ -389,6 +392,7 @@ func (s *hookStore) Begin(ctx context.Context) (store.UnitOfWork, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.open.Add(1)
 	return &hookUOW{UnitOfWork: u, s: s}, nil
 }
 
@@ -404,7 +408,20 @@ func (s *hookStore) Sweep(ctx context.Context, p *store.SweepParams) (*store.Swe
 
 type hookUOW struct {
 	store.UnitOfWork
-	s *hookStore
+	s     *hookStore
+	ended atomic.Bool
+}
+
+// end counts the unit of work as ended, once.
+func (u *hookUOW) end() {
+	if u.ended.CompareAndSwap(false, true) {
+		u.s.open.Add(-1)
+	}
+}
+
+func (u *hookUOW) Rollback(ctx context.Context) error {
+	u.end()
+	return u.UnitOfWork.Rollback(ctx)
 }
 
 func (u *hookUOW) Load(ctx context.Context, p *store.LoadParams) (*store.LoadResult, error) {
@@ -416,6 +433,7 @@ func (u *hookUOW) Load(ctx context.Context, p *store.LoadParams) (*store.LoadRes
 }
 
 func (u *hookUOW) Commit(ctx context.Context, c *store.Changes) error {
+	defer u.end()
 	if u.s.beforeCommit != nil {
 		if err := u.s.beforeCommit(c); err != nil {
 			_ = u.UnitOfWork.Rollback(ctx)

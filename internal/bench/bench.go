@@ -55,6 +55,10 @@ type Options struct {
 	Batches, Lanes []int
 	// Consumers is the engine's Config.Consumers in every run (default 1).
 	Consumers int
+	// Defaults adds, before the others, a run of the engine with the zero
+	// Config (every default) and pgstore's default pool, for each
+	// transport: what a user who sets nothing gets.
+	Defaults bool
 	// BaselineClients is the number of concurrent clients of the baselines.
 	BaselineClients int
 	// BaselineBatch is how many messages baseline (b) writes per
@@ -186,10 +190,15 @@ type EngineRun struct {
 	// broker of a run with a separate transport (Options.Transport).
 	Transport string `json:"transport,omitempty"`
 	// Traced is set on runs with Options.Tracer.
-	Traced   bool `json:"traced,omitempty"`
-	Batch    int  `json:"batch"`
-	Lanes    int  `json:"lanes"`
-	MaxConns int  `json:"max_conns"`
+	Traced bool `json:"traced,omitempty"`
+	// Defaults is set on the run of the zero Config (Options.Defaults);
+	// Batch, Lanes, Consumers and MaxConns then report what the defaults
+	// came to on this machine.
+	Defaults  bool `json:"defaults"`
+	Batch     int  `json:"batch"`
+	Lanes     int  `json:"lanes"`
+	Consumers int  `json:"consumers"`
+	MaxConns  int  `json:"max_conns"`
 
 	Seconds           float64 `json:"seconds"`
 	TransitionsPerSec float64 `json:"transitions_per_sec"`
@@ -292,26 +301,43 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Tracer != nil {
 		traced = append(traced, true)
 	}
+	var configs []EngineRun
+	if o.Defaults {
+		configs = append(configs, EngineRun{Defaults: true})
+	}
 	for _, batch := range o.Batches {
 		for _, lanes := range o.Lanes {
-			for _, tr := range transports {
-				for _, trace := range traced {
-					run, err := r.idem(ctx, batch, lanes, tr, trace)
-					if err != nil {
-						return nil, fmt.Errorf("idem%s batch %d lanes %d: %w", via(tr, trace), batch, lanes, err)
-					}
-					run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
-					run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
-					rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
-					rep.Runs = append(rep.Runs, *run)
-					r.progress("idem%s batch %d lanes %d: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
-						via(tr, trace), batch, lanes, run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
+			configs = append(configs, EngineRun{Batch: batch, Lanes: lanes, Consumers: max(1, o.Consumers), MaxConns: lanes*max(1, o.Consumers) + 4})
+		}
+	}
+	for _, c := range configs {
+		for _, tr := range transports {
+			for _, trace := range traced {
+				run := c
+				run.Transport, run.Traced = tr, trace
+				if err := r.idem(ctx, &run); err != nil {
+					return nil, fmt.Errorf("idem%s %s: %w", via(tr, trace), configName(run), err)
 				}
+				run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
+				run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
+				rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
+				rep.Runs = append(rep.Runs, run)
+				r.progress("idem%s %s: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
+					via(tr, trace), configName(run), run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 			}
 		}
 	}
 	rep.Target = target(rep.Runs)
 	return rep, nil
+}
+
+// configName names a run's engine configuration in progress lines and
+// reports: "defaults (batch 64, lanes 1, consumers 4)" or "batch 100 lanes 1".
+func configName(r EngineRun) string {
+	if r.Defaults {
+		return fmt.Sprintf("defaults (batch %d, lanes %d, consumers %d)", r.Batch, r.Lanes, r.Consumers)
+	}
+	return fmt.Sprintf("batch %d lanes %d", r.Batch, r.Lanes)
 }
 
 // via names the transport of a run, and its tracing, in progress lines.
@@ -337,7 +363,7 @@ func target(runs []EngineRun) Target {
 	t := Target{Batch: TargetBatch}
 	score := -1
 	for _, r := range runs {
-		if r.Batch != TargetBatch || r.Transport != "" || r.Traced {
+		if r.Batch != TargetBatch || r.Transport != "" || r.Traced || r.Defaults {
 			continue
 		}
 		c := Target{Batch: r.Batch, Lanes: r.Lanes, RatioA: r.RatioA, RatioB: r.RatioB, RoundTripsPerMsg: r.RoundTripsPerMsg,
@@ -488,18 +514,25 @@ func verify(ctx context.Context, pool *pgxpool.Pool, w *Workload, perMsgTables .
 
 // idem runs one engine configuration: the throughput phase, then the
 // latency phase.
-func (r *runner) idem(ctx context.Context, batch, lanes int, tr string, traced bool) (*EngineRun, error) {
-	run := &EngineRun{Transport: tr, Traced: traced, Batch: batch, Lanes: lanes, MaxConns: lanes*max(1, r.o.Consumers) + 4}
+func (r *runner) idem(ctx context.Context, run *EngineRun) error {
 	if err := r.throughput(ctx, run); err != nil {
-		return nil, err
+		return err
 	}
 	if r.o.LatencyLoad > 0 {
 		if err := r.latency(ctx, run); err != nil {
-			return nil, fmt.Errorf("latency phase: %w", err)
+			return fmt.Errorf("latency phase: %w", err)
 		}
 	}
 	run.ExactlyOnce = len(run.Problems) == 0
-	return run, nil
+	return nil
+}
+
+// label names a run's schemas.
+func (run *EngineRun) label() string {
+	if run.Defaults {
+		return "_def"
+	}
+	return fmt.Sprintf("_b%dl%d", run.Batch, run.Lanes)
 }
 
 // divertEmittedSQL keeps the messages the counter saga emits out of the
@@ -561,16 +594,21 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 		prev := closeFn
 		closeFn = func() { _ = bt.Close(); prev() }
 	}
-	e, err := idem.NewEngine(t, tr, &idem.Config{
-		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: r.o.Consumers, Tracer: r.tracer(run),
+	cfg := &idem.Config{
+		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, Tracer: r.tracer(run),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	}
+	e, err := idem.NewEngine(t, tr, cfg)
 	if err == nil {
 		err = e.Register(Machine())
 	}
 	if err != nil {
 		closeFn()
 		return nil, err
+	}
+	if run.Defaults {
+		got := e.Config()
+		run.Batch, run.Lanes, run.Consumers, run.MaxConns = got.BatchSize, got.Lanes, got.Consumers, st.PoolSize()
 	}
 	s.e, s.close = e, closeFn
 	return s, nil
@@ -608,7 +646,7 @@ func (s *session) wait(ctx context.Context, timeout time.Duration) error {
 }
 
 func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
-	s, err := r.session(ctx, fmt.Sprintf("_b%dl%d", run.Batch, run.Lanes), run, r.w)
+	s, err := r.session(ctx, run.label(), run, r.w)
 	if err != nil {
 		return err
 	}
@@ -671,7 +709,7 @@ func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 	run.LatencyRate = r.o.LatencyLoad * run.DeliveriesPerSec
 	n := max(100, int(run.LatencyRate*r.o.LatencyDuration.Seconds()))
 	w := NewWorkload(n, r.o.Keys, r.o.Dup, r.o.Seed+1, "l-")
-	s, err := r.session(ctx, fmt.Sprintf("_b%dl%d_lat", run.Batch, run.Lanes), run, w)
+	s, err := r.session(ctx, run.label()+"_lat", run, w)
 	if err != nil {
 		return err
 	}
