@@ -156,6 +156,7 @@ func BenchmarkConsolePages(b *testing.B) {
 		{"instance", "/instances/order/" + url.PathEscape("cust-10/order-10")},
 		{"dead_letters", "/dead-letters"},
 		{"dead_letters_by_reason", "/dead-letters?reason=malformed_body"},
+		{"dead_letters_by_message_type", "/dead-letters?message_type=orders.Shipped"},
 		{"dead_letters_by_key", "/dead-letters?type=order&key=" + url.QueryEscape("cust-70/order-700")},
 		{"dead_letter", "/dead-letters/msg-" + md5hex(b, st, "dl70")},
 		{"timers", "/timers"},

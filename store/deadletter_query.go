@@ -18,15 +18,15 @@ type DeadLetterQuerier interface {
 
 // DeadLetterQuery selects dead letters for DeadLetterQuerier. Every
 // non-empty filter must match; the zero value selects every dead letter,
-// first page of the default size.
+// first page of the default size. There is no message-type filter: the
+// envelope is kept exactly as it arrived, possibly unreadable by the
+// database (a U+0000 in its type), so callers match the type themselves.
 type DeadLetterQuery struct {
 	// SagaType and Key are the saga the dead letter was recorded for.
 	SagaType string
 	Key      string
 	// Reason is the machine-readable reason ("malformed_body", ...).
 	Reason string
-	// MessageType is the envelope's type.
-	MessageType string
 	// After is the ID of the last dead letter of the previous page.
 	After string
 	// Limit bounds the page; 0 means the store's default.

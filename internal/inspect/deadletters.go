@@ -3,7 +3,6 @@ package inspect
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -61,25 +60,20 @@ func EachDeadLetter(ctx context.Context, st store.Store, f *DeadLetterFilter, fn
 
 // DeadLetters returns one page of the dead letters f selects after the ID
 // after, and the cursor of the next page ("" when none). A store that
-// filters (store.DeadLetterQuerier) answers in one query; otherwise at
-// most MaxScan dead letters are read to fill the page.
+// filters (store.DeadLetterQuerier) answers in one query unless f names a
+// message type (matched here, from the envelope); otherwise at most
+// MaxScan dead letters are read to fill the page.
 func DeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, after string, limit int) ([]store.DeadLetter, string, error) {
 	limit = cmp.Or(limit, 100)
-	if dq, ok := st.(store.DeadLetterQuerier); ok {
-		ds, err := dq.QueryDeadLetters(ctx, f.query(after, limit))
-		if err != nil {
-			return nil, "", fmt.Errorf("query dead letters: %w", err)
-		}
-		if len(ds) == limit {
-			return ds, ds[len(ds)-1].ID, nil
-		}
-		return ds, "", nil
+	n := page
+	if _, ok := st.(store.DeadLetterQuerier); ok && f.MessageType == "" {
+		n = limit // every row the store returns matches
 	}
 	var out []store.DeadLetter
-	for read := 0; read < MaxScan; read += page {
-		ds, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: f.SagaType, After: after, Limit: page})
+	for read := 0; read < MaxScan; read += n {
+		ds, err := listDeadLetters(ctx, st, f, after, n)
 		if err != nil {
-			return nil, "", fmt.Errorf("list dead letters: %w", err)
+			return nil, "", err
 		}
 		for i := range ds {
 			if f.Match(&ds[i]) {
@@ -89,7 +83,7 @@ func DeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, after
 				}
 			}
 		}
-		if len(ds) < page {
+		if len(ds) < n {
 			return out, "", nil
 		}
 		after = ds[len(ds)-1].ID
@@ -104,11 +98,11 @@ type ReasonCount struct {
 }
 
 // CountByReason counts the dead letters f selects by reason, most frequent
-// first: in one query when the store filters (store.DeadLetterQuerier),
-// otherwise by reading them, and exact is false when more than MaxScan
-// were read.
+// first: in one query when the store filters (store.DeadLetterQuerier)
+// and f names no message type, otherwise by reading at most MaxScan dead
+// letters; exact is then false when there were more.
 func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (counts []ReasonCount, total int, exact bool, err error) {
-	if dq, ok := st.(store.DeadLetterQuerier); ok {
+	if dq, ok := st.(store.DeadLetterQuerier); ok && f.MessageType == "" {
 		m, err := dq.CountDeadLetters(ctx, f.query("", 0))
 		if err != nil {
 			return nil, 0, false, fmt.Errorf("count dead letters: %w", err)
@@ -117,22 +111,27 @@ func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (co
 		return counts, total, true, nil
 	}
 	m := map[string]int{}
-	errStop := errors.New("stop")
-	err = EachDeadLetter(ctx, st, f, func(ds []store.DeadLetter) error {
+	after := ""
+	for read := 0; ; read += page {
+		if read >= MaxScan {
+			break
+		}
+		ds, err := listDeadLetters(ctx, st, f, after, page)
+		if err != nil {
+			return nil, 0, false, err
+		}
 		for i := range ds {
-			m[ds[i].Reason]++
-			total++
+			if f.Match(&ds[i]) {
+				m[ds[i].Reason]++
+			}
 		}
-		if total >= MaxScan {
-			return errStop
+		if len(ds) < page {
+			exact = true
+			break
 		}
-		return nil
-	})
-	exact = err == nil
-	if err != nil && !errors.Is(err, errStop) {
-		return nil, 0, false, err
+		after = ds[len(ds)-1].ID
 	}
-	counts, _ = sortCounts(m)
+	counts, total = sortCounts(m)
 	return counts, total, exact, nil
 }
 
@@ -150,12 +149,13 @@ func sortCounts(m map[string]int) (counts []ReasonCount, total int) {
 
 // query is f as a store.DeadLetterQuery.
 func (f *DeadLetterFilter) query(after string, limit int) *store.DeadLetterQuery {
-	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, MessageType: f.MessageType, After: after, Limit: limit}
+	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, After: after, Limit: limit}
 }
 
-// listDeadLetters reads one page of dead letters after the ID after: only
-// those f selects when the store filters (store.DeadLetterQuerier), else
-// those of f's saga type, for the caller to filter with f.Match.
+// listDeadLetters reads one page of dead letters after the ID after: those
+// of f's saga type, key and reason when the store filters
+// (store.DeadLetterQuerier), else those of f's saga type; the caller
+// filters the rest with f.Match.
 func listDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, after string, limit int) ([]store.DeadLetter, error) {
 	if dq, ok := st.(store.DeadLetterQuerier); ok {
 		ds, err := dq.QueryDeadLetters(ctx, f.query(after, limit))

@@ -13,16 +13,15 @@ import (
 var _ store.DeadLetterQuerier = (*Store)(nil)
 
 // The dead-letter filters, compared in COLLATE "C" so that the indexes of
-// migration 011 serve them: $1 saga type, $2 key, $3 reason, $4 message
-// type, $5 after (an empty value means any).
+// migration 011 serve them: $1 saga type, $2 key, $3 reason, $4 after (an
+// empty value means any).
 const deadLetterFilters = `($1 = '' OR saga_type COLLATE "C" = $1) AND ($2 = '' OR key COLLATE "C" = $2)
-  AND ($3 = '' OR reason COLLATE "C" = $3) AND ($4 = '' OR envelope->>'type' = $4)
-  AND ($5 = '' OR id COLLATE "C" > $5 COLLATE "C")`
+  AND ($3 = '' OR reason COLLATE "C" = $3) AND ($4 = '' OR id COLLATE "C" > $4 COLLATE "C")`
 
 func deadLetterArgs(q *store.DeadLetterQuery) []any {
 	// An unnamed statement is planned with its values: the empty filters
 	// drop out and the rest become index conditions.
-	return []any{pgx.QueryExecModeExec, q.SagaType, q.Key, q.Reason, q.MessageType, q.After}
+	return []any{pgx.QueryExecModeExec, q.SagaType, q.Key, q.Reason, q.After}
 }
 
 // QueryDeadLetters returns one page of the dead letters q selects; see
@@ -35,7 +34,7 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 		q = &store.DeadLetterQuery{}
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+`
-ORDER BY id COLLATE "C" LIMIT $6`, append(deadLetterArgs(q), sqlq.Limit(q.Limit))...)
+ORDER BY id COLLATE "C" LIMIT $5`, append(deadLetterArgs(q), sqlq.Limit(q.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query dead letters: %w", translate(err))
 	}
