@@ -6,8 +6,9 @@
 //	ingestor worker  [flags]   the worker only
 //
 // With no flags it keeps its state in ./ingestor-data/ingestor.db (SQLite,
-// no server needed); --db postgres://... uses PostgreSQL instead. See
-// README.md for curl commands.
+// no server needed); --db postgres://... uses PostgreSQL instead. Idem's
+// web console is served beside the API, under /console/. See README.md
+// for curl commands.
 package main
 
 import (
@@ -17,13 +18,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/examples/ingestor/ingest"
 )
 
@@ -48,6 +52,8 @@ func run(args []string, stderr io.Writer) int {
 	chunk := fs.Int("chunk-size", 500, "lines per chunk")
 	depots := fs.String("depots", strings.Join(ingest.DefaultDepots, ","), "onboarded depot codes, comma-separated")
 	maxFile := fs.Int("max-file-bytes", 16<<20, "largest file accepted")
+	console := fs.Bool("console", true, "serve Idem's web console under /console/ beside the API")
+	consoleToken := fs.String("console-token", os.Getenv("INGESTOR_CONSOLE_TOKEN"), "token the console and its API require (default $INGESTOR_CONSOLE_TOKEN); needed beyond loopback")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -85,7 +91,12 @@ func run(args []string, stderr io.Writer) int {
 		<-ctx.Done()
 		return 0
 	}
-	srv := &http.Server{Addr: *addr, Handler: app.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	handler, err := serveMux(app, *addr, *console, *consoleToken)
+	if err != nil {
+		fmt.Fprintln(stderr, "ingestor:", err)
+		return 2
+	}
+	srv := &http.Server{Addr: *addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -93,9 +104,37 @@ func run(args []string, stderr io.Writer) int {
 		_ = srv.Shutdown(sctx)
 	}()
 	log.Info("API listening", "addr", "http://"+*addr, "role", role)
+	if *console {
+		log.Info("console", "url", "http://"+*addr+ingest.ConsolePrefix+"/")
+	}
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		fmt.Fprintln(stderr, "ingestor:", err)
 		return 1
 	}
 	return 0
+}
+
+// serveMux is the API, with the console under /console/ unless disabled.
+// A console that replays and purges needs a token beyond the loopback
+// interface.
+func serveMux(app *ingest.App, addr string, console bool, token string) (http.Handler, error) {
+	if !console {
+		return app.Handler(), nil
+	}
+	if token == "" && !loopback(addr) {
+		return nil, fmt.Errorf("--addr %s is beyond the loopback interface: set --console-token (or INGESTOR_CONSOLE_TOKEN), or --console=false", addr)
+	}
+	return app.ServeMux(&admin.Config{Token: token})
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

@@ -3,7 +3,6 @@ package inspect
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -34,9 +33,9 @@ func (f *DeadLetterFilter) Match(d *store.DeadLetter) bool {
 func EachDeadLetter(ctx context.Context, st store.Store, f *DeadLetterFilter, fn func([]store.DeadLetter) error) error {
 	after := ""
 	for {
-		ds, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: f.SagaType, After: after, Limit: page})
+		ds, err := listDeadLetters(ctx, st, f, after, page)
 		if err != nil {
-			return fmt.Errorf("list dead letters: %w", err)
+			return err
 		}
 		if len(ds) == 0 {
 			return nil
@@ -60,15 +59,21 @@ func EachDeadLetter(ctx context.Context, st store.Store, f *DeadLetterFilter, fn
 }
 
 // DeadLetters returns one page of the dead letters f selects after the ID
-// after, and the cursor of the next page ("" when none). It reads at most
-// MaxScan dead letters to fill the page.
+// after, and the cursor of the next page ("" when none). A store that
+// filters (store.DeadLetterQuerier) answers in one query unless f names a
+// message type (matched here, from the envelope); otherwise at most
+// MaxScan dead letters are read to fill the page.
 func DeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, after string, limit int) ([]store.DeadLetter, string, error) {
 	limit = cmp.Or(limit, 100)
+	n := page
+	if _, ok := st.(store.DeadLetterQuerier); ok && f.MessageType == "" {
+		n = limit // every row the store returns matches
+	}
 	var out []store.DeadLetter
-	for read := 0; read < MaxScan; read += page {
-		ds, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: f.SagaType, After: after, Limit: page})
+	for read := 0; read < MaxScan; read += n {
+		ds, err := listDeadLetters(ctx, st, f, after, n)
 		if err != nil {
-			return nil, "", fmt.Errorf("list dead letters: %w", err)
+			return nil, "", err
 		}
 		for i := range ds {
 			if f.Match(&ds[i]) {
@@ -78,7 +83,7 @@ func DeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, after
 				}
 			}
 		}
-		if len(ds) < page {
+		if len(ds) < n {
 			return out, "", nil
 		}
 		after = ds[len(ds)-1].ID
@@ -93,29 +98,75 @@ type ReasonCount struct {
 }
 
 // CountByReason counts the dead letters f selects by reason, most frequent
-// first. exact is false when more than MaxScan were read.
+// first: in one query when the store filters (store.DeadLetterQuerier)
+// and f names no message type, otherwise by reading at most MaxScan dead
+// letters; exact is then false when there were more.
 func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (counts []ReasonCount, total int, exact bool, err error) {
-	m := map[string]int{}
-	errStop := errors.New("stop")
-	err = EachDeadLetter(ctx, st, f, func(ds []store.DeadLetter) error {
-		for i := range ds {
-			m[ds[i].Reason]++
-			total++
+	if dq, ok := st.(store.DeadLetterQuerier); ok && f.MessageType == "" {
+		m, err := dq.CountDeadLetters(ctx, f.query("", 0))
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("count dead letters: %w", err)
 		}
-		if total >= MaxScan {
-			return errStop
-		}
-		return nil
-	})
-	exact = err == nil
-	if err != nil && !errors.Is(err, errStop) {
-		return nil, 0, false, err
+		counts, total = sortCounts(m)
+		return counts, total, true, nil
 	}
+	m := map[string]int{}
+	after := ""
+	for read := 0; ; read += page {
+		if read >= MaxScan {
+			break
+		}
+		ds, err := listDeadLetters(ctx, st, f, after, page)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		for i := range ds {
+			if f.Match(&ds[i]) {
+				m[ds[i].Reason]++
+			}
+		}
+		if len(ds) < page {
+			exact = true
+			break
+		}
+		after = ds[len(ds)-1].ID
+	}
+	counts, total = sortCounts(m)
+	return counts, total, exact, nil
+}
+
+// sortCounts lists m most frequent first, and sums it.
+func sortCounts(m map[string]int) (counts []ReasonCount, total int) {
 	for r, n := range m {
 		counts = append(counts, ReasonCount{Reason: r, Count: n})
+		total += n
 	}
 	slices.SortFunc(counts, func(a, b ReasonCount) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason))
 	})
-	return counts, total, exact, nil
+	return counts, total
+}
+
+// query is f as a store.DeadLetterQuery.
+func (f *DeadLetterFilter) query(after string, limit int) *store.DeadLetterQuery {
+	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, After: after, Limit: limit}
+}
+
+// listDeadLetters reads one page of dead letters after the ID after: those
+// of f's saga type, key and reason when the store filters
+// (store.DeadLetterQuerier), else those of f's saga type; the caller
+// filters the rest with f.Match.
+func listDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, after string, limit int) ([]store.DeadLetter, error) {
+	if dq, ok := st.(store.DeadLetterQuerier); ok {
+		ds, err := dq.QueryDeadLetters(ctx, f.query(after, limit))
+		if err != nil {
+			return nil, fmt.Errorf("query dead letters: %w", err)
+		}
+		return ds, nil
+	}
+	ds, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: f.SagaType, After: after, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return ds, nil
 }

@@ -65,10 +65,25 @@ func Instances(ctx context.Context, st store.Store, q *store.InstanceQuery) ([]*
 	return out, nil
 }
 
+// countEstimator is a store whose exact counts would read too many rows
+// (pgstore): it answers with estimates, and says so.
+type countEstimator interface {
+	EstimateInstanceCounts(ctx context.Context) ([]store.StateCount, bool, error)
+}
+
 // Counts returns instance counts by saga type, state and status. exact is
 // false when the store has no InstanceQuerier and more than MaxScan
-// instances exist: the counts then cover the first MaxScan.
+// instances exist: the counts then cover the first MaxScan. A store that
+// estimates large counts (pgstore above pgstore.ExactCountBelow
+// instances) is asked for its estimates; exact is then false.
 func Counts(ctx context.Context, st store.Store) (counts []store.StateCount, exact bool, err error) {
+	if es, ok := st.(countEstimator); ok {
+		cs, exact, err := es.EstimateInstanceCounts(ctx)
+		if err != nil {
+			return nil, false, fmt.Errorf("count instances: %w", err)
+		}
+		return cs, exact, nil
+	}
 	if iq, ok := st.(store.InstanceQuerier); ok {
 		cs, err := iq.CountInstances(ctx, "")
 		if err != nil {

@@ -27,6 +27,9 @@ type TimerFilter struct {
 // MaxScan timers to fill the page.
 func Timers(ctx context.Context, st store.Store, f *TimerFilter) ([]store.Timer, string, error) {
 	limit := cmp.Or(f.Limit, 100)
+	if to, ok := st.(timersOf); ok && f.SagaType != "" && f.Key != "" && f.After == "" {
+		return sagaTimers(ctx, to, f, limit)
+	}
 	p := &store.ListParams{SagaType: f.SagaType, After: f.After, Limit: page}
 	var out []store.Timer
 	for read := 0; read < MaxScan; read += page {
@@ -107,4 +110,28 @@ func commit(ctx context.Context, st store.Store, c *store.Changes, op string) er
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
+}
+
+// timersOf is a store that reads the timers of one saga by its key
+// (pgstore) instead of scanning every timer of its type.
+type timersOf interface {
+	TimersOf(ctx context.Context, k store.Key) ([]store.Timer, error)
+}
+
+// sagaTimers is Timers for the first page of one saga's timers.
+func sagaTimers(ctx context.Context, st timersOf, f *TimerFilter, limit int) ([]store.Timer, string, error) {
+	ts, err := st.TimersOf(ctx, store.Key{SagaType: f.SagaType, Key: f.Key})
+	if err != nil {
+		return nil, "", fmt.Errorf("list timers: %w", err)
+	}
+	out := ts[:0]
+	for _, t := range ts {
+		if f.DueBefore.IsZero() || t.DueAt.Before(f.DueBefore) {
+			out = append(out, t)
+		}
+	}
+	if len(out) > limit {
+		return out[:limit], TimerCursor(&out[limit-1]), nil
+	}
+	return out, "", nil
 }

@@ -14,9 +14,12 @@ var _ store.InstanceQuerier = (*Store)(nil)
 
 // The filters shared by both orders: $1 saga type, $2 state, $3 status,
 // $4 key prefix (an empty value means any).
-const queryFilters = `($1 = '' OR saga_type = $1) AND ($2 = '' OR state = $2)
+// Each filter compares in COLLATE "C" (equality is the same in every
+// deterministic collation) so that the "C" indexes of migration 011 serve
+// it, the key prefix as a range of idem_instances_keyset.
+const queryFilters = `($1 = '' OR saga_type COLLATE "C" = $1) AND ($2 = '' OR state COLLATE "C" = $2)
   AND ($3 = '' OR ($3 = 'active') = (finished_at IS NULL))
-  AND ($4 = '' OR starts_with(key, $4))`
+  AND ($4 = '' OR starts_with(key COLLATE "C", $4))`
 
 // $5 has a cursor, $6 saga type, $7 key, $8 limit.
 const queryInstancesSQL = `
@@ -53,7 +56,10 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	if p.Stuck {
 		q, args = queryStuckSQL, append(args, c.UpdatedAt)
 	}
-	rows, err := s.pool.Query(ctx, q, args...)
+	// An unnamed statement is planned with its values, so an empty filter
+	// drops out and a prefix becomes an index range; a cached generic plan
+	// would keep every "$n = '' OR" and scan (see docs/benchmarks.md).
+	rows, err := s.pool.Query(ctx, q, append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query instances: %w", translate(err))
 	}

@@ -1,0 +1,5 @@
+package pgstore
+
+// StatsCounts exposes the statistics path of EstimateInstanceCounts, which
+// runs only above ExactCountBelow instances.
+var StatsCounts = (*Store).statsCounts
