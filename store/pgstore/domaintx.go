@@ -53,9 +53,10 @@ func (u *unitOfWork) MessageTx(context.Context) store.MessageTx { return &msgTx{
 // msgTx is one message's statements, inside a savepoint of the unit of
 // work's transaction.
 type msgTx struct {
-	u     *unitOfWork
-	open  bool // the savepoint exists
-	ended bool
+	u      *unitOfWork
+	open   bool  // the savepoint exists
+	failed error // the savepoint could not be opened
+	ended  bool
 }
 
 func (t *msgTx) Handle() any { return t }
@@ -64,10 +65,14 @@ const savepoint = `idem_message`
 
 // begin opens the savepoint before the first statement.
 func (t *msgTx) begin(ctx context.Context) (*pgx.Conn, error) {
-	if t.ended {
+	switch {
+	case t.ended:
 		return nil, ErrTxEnded
+	case t.failed != nil:
+		return nil, t.failed
 	}
 	if err := t.u.live("domain statement"); err != nil {
+		t.failed = err
 		return nil, err
 	}
 	c := t.u.conn.Conn()
@@ -79,7 +84,8 @@ func (t *msgTx) begin(ctx context.Context) (*pgx.Conn, error) {
 		q = beginSQL + `; ` + q
 	}
 	if _, err := c.Exec(ctx, q); err != nil {
-		return nil, fmt.Errorf("pgstore: open savepoint for the handler's statements: %w", translate(err))
+		t.failed = fmt.Errorf("pgstore: open savepoint for the handler's statements: %w", translate(err))
+		return nil, t.failed
 	}
 	t.u.begun, t.open = true, true
 	return c, nil
@@ -93,6 +99,9 @@ func (t *msgTx) End(ctx context.Context, keep bool) error {
 		return nil
 	}
 	t.ended = true
+	if t.failed != nil {
+		return t.failed
+	}
 	if !t.open {
 		return nil
 	}
