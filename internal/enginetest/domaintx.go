@@ -169,3 +169,52 @@ func DomainTx(t *testing.T, c DomainTxCase) {
 		}
 	}
 }
+
+// DomainTxThroughput applies n deposits over 64 accounts through an
+// engine on st (its own queue) and returns how long they took; with exec
+// set, each handler inserts a ledger row through it.
+func DomainTxThroughput(b testing.TB, st store.Queue, n int, exec func(c *saga.Context[Account], sql string, args ...any) (bool, error)) time.Duration {
+	b.Helper()
+	m := saga.New[Account]("account")
+	open := m.State("Open")
+	dep := saga.NewEvent[Deposit](m, func(d Deposit) string { return d.Acct })
+	apply := func(sc *saga.Context[Account], d Deposit) error {
+		if exec != nil {
+			if _, err := exec(sc, `INSERT INTO ledger (message_id, acct, amount) VALUES ($1, $2, $3)`, sc.MessageID(), d.Acct, d.Amount); err != nil {
+				return err
+			}
+		}
+		sc.Data.Balance += d.Amount
+		return nil
+	}
+	m.Initially(saga.When(dep).Then(apply).TransitionTo(open))
+	m.During(open, saga.When(dep).Then(apply))
+	e := NewEngine(b, st, st, nil)
+	if err := e.Register(m); err != nil {
+		b.Fatal(err)
+	}
+	envs := make([]idem.Envelope, n)
+	for i := range envs {
+		env, err := e.NewEnvelope(fmt.Sprint("dep-", i), Deposit{Acct: fmt.Sprint("a-", i%64), Amount: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		envs[i] = env
+	}
+	ctx := context.Background()
+	for start := 0; start < n; start += 500 {
+		if err := e.Publish(ctx, envs[start:min(start+500, n)]...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	began := time.Now()
+	if err := e.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	WaitFor(b, 5*time.Minute, "every deposit applied", func() (bool, error) { return e.Stats().Applied >= int64(n), nil })
+	took := time.Since(began)
+	if err := e.Stop(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return took
+}
