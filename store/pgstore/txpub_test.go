@@ -16,7 +16,9 @@ import (
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/storetest"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/memtransport"
 )
@@ -259,4 +261,32 @@ func TestDomainTxIgnoredErrorFailsTheMessage(t *testing.T) {
 	if fmt.Sprint(ids) != "[n1 n3]" {
 		t.Errorf("notes %v, want [n1 n3]: the failed message's insert must not commit", ids)
 	}
+}
+
+// handleOf presents a store.MessageTx's handle as a saga context does.
+type handleOf struct{ h any }
+
+func (c handleOf) Tx() any { return c.h }
+
+var domainTxFeature = &storetest.DomainTx{
+	Setup: func(t *testing.T, s store.Store) {
+		if _, err := schemaConn(t, s.(*pgstore.Store).Schema()).Exec(t.Context(), `CREATE TABLE domain_rows (v text NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+	},
+	Insert: func(ctx context.Context, handle any, v string) error {
+		tx, ok := pgstore.TxFrom(handleOf{handle})
+		if !ok {
+			return fmt.Errorf("TxFrom(%T): false", handle)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO domain_rows (v) VALUES ($1)`, v)
+		return err
+	},
+	Count: func(t *testing.T, s store.Store, v string) int {
+		var n int
+		if err := schemaConn(t, s.(*pgstore.Store).Schema()).QueryRow(t.Context(), `SELECT count(*) FROM domain_rows WHERE v = $1`, v).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	},
 }

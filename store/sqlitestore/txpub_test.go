@@ -13,8 +13,10 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/store/storetest"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/memtransport"
 )
@@ -283,4 +285,32 @@ func TestDomainTxOnMemstore(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler did not run")
 	}
+}
+
+// handleOf presents a store.MessageTx's handle as a saga context does.
+type handleOf struct{ h any }
+
+func (c handleOf) Tx() any { return c.h }
+
+var domainTxFeature = &storetest.DomainTx{
+	Setup: func(t *testing.T, s store.Store) {
+		if _, err := appDB(t, s.(*sqlitestore.Store)).Exec(`CREATE TABLE domain_rows (v TEXT NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+	},
+	Insert: func(ctx context.Context, handle any, v string) error {
+		tx, ok := sqlitestore.TxFrom(handleOf{handle})
+		if !ok {
+			return fmt.Errorf("TxFrom(%T): false", handle)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO domain_rows (v) VALUES (?)`, v)
+		return err
+	},
+	Count: func(t *testing.T, s store.Store, v string) int {
+		var n int
+		if err := appDB(t, s.(*sqlitestore.Store)).QueryRow(`SELECT count(*) FROM domain_rows WHERE v = ?`, v).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	},
 }
