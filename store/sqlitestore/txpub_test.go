@@ -314,3 +314,91 @@ var domainTxFeature = &storetest.DomainTx{
 		return n
 	},
 }
+
+// The application's transactions and units of work that hold the writer
+// for their handlers' statements compete for the file's write lock: with
+// a busy timeout and immediate transactions, nothing fails, and every
+// deposit published in an application transaction lands in the ledger once.
+func TestPublishTxWhileHandlersHoldTheWriter(t *testing.T) {
+	st := openStore(t, sqlitestore.Config{PollInterval: 10 * time.Millisecond})
+	db := appDB(t, st)
+	if _, err := db.Exec(enginetest.LedgerTable); err != nil {
+		t.Fatal(err)
+	}
+	m := saga.New[enginetest.Account]("account")
+	open := m.State("Open")
+	dep := saga.NewEvent[enginetest.Deposit](m, func(d enginetest.Deposit) string { return d.Acct })
+	apply := func(c *saga.Context[enginetest.Account], d enginetest.Deposit) error {
+		tx, ok := sqlitestore.TxFrom(c)
+		if !ok {
+			return idem.Permanent(errors.New("no transaction"))
+		}
+		if _, err := tx.ExecContext(c.Context(), `INSERT INTO ledger (message_id, acct, amount) VALUES (?, ?, ?)`, c.MessageID(), d.Acct, d.Amount); err != nil {
+			return err
+		}
+		c.Data.Balance += d.Amount
+		return nil
+	}
+	m.Initially(saga.When(dep).Then(apply).TransitionTo(open))
+	m.During(open, saga.When(dep).Then(apply))
+	e := enginetest.NewEngine(t, st, st, &idem.Config{MaxAttempts: 1})
+	if err := e.Register(m); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Stop(ctx) }()
+	const writers, each = 4, 30
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := fmt.Sprintf("d-%d-%d", w, i)
+				env, err := e.NewEnvelope(id, enginetest.Deposit{Acct: fmt.Sprint("a-", i%5), Amount: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (?)`, id); err != nil {
+					t.Error(err)
+				}
+				if err := sqlitestore.PublishTx(ctx, tx, env, env); err != nil { // and a duplicate
+					t.Error(err)
+				}
+				if err := tx.Commit(); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	enginetest.WaitFor(t, 60*time.Second, "every deposit applied", func() (bool, error) { return e.Stats().Applied >= writers*each, nil })
+	rows, sums, err := ledger(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for id, n := range rows {
+		if n != 1 {
+			t.Errorf("ledger rows of %s: %d, want 1", id, n)
+		}
+	}
+	for _, s := range sums {
+		total += s
+	}
+	if len(rows) != writers*each || total != writers*each {
+		t.Errorf("ledger: %d messages, sum %d; want %d and %d", len(rows), total, writers*each, writers*each)
+	}
+	if s := e.Stats(); s.DeadLettered != 0 {
+		t.Errorf("stats %+v: want nothing dead-lettered", s)
+	}
+}
