@@ -418,13 +418,14 @@ type lane struct {
 	inBatch map[store.InboxKey]bool
 	blocked map[store.Key]time.Duration // keys with a message to retry
 	spans   []openSpan                  // message spans awaiting the commit
+	uow     store.UnitOfWork
 }
 
 func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
 	l := &lane{
 		e: e, ctx: ctx, now: e.cfg.Clock(), loaded: &store.LoadResult{}, res: &laneResult{}, ch: &store.Changes{},
 		work: map[store.Key]*working{}, timers: map[store.TimerKey]*store.Timer{},
-		inBatch: map[store.InboxKey]bool{}, blocked: map[store.Key]time.Duration{},
+		inBatch: map[store.InboxKey]bool{}, blocked: map[store.Key]time.Duration{}, uow: uow,
 	}
 	handlers := handlersOnly(items)
 	if handlers {
@@ -639,6 +640,8 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 	if w.inst != nil {
 		in.Exists, in.State, in.Data, in.SchemaVersion = true, saga.State(w.inst.State), w.inst.Data, w.inst.SchemaVersion
 	}
+	mt := l.messageTx(&in) // the handler's SQL: kept below when applied
+	defer mt.undo(l.ctx)
 	r, err := it.m.Apply(in)
 	if err != nil {
 		return l.fail(it, err)
@@ -681,6 +684,9 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		sched = append(sched, store.Timer{SagaType: it.typ, Key: it.key, Name: s.Name, DueAt: s.DueAt, Envelope: envOut})
 	}
 
+	if err := mt.keep(l.ctx); err != nil {
+		return l.fail(it, err)
+	}
 	if w.inst == nil {
 		w.inst = &store.Instance{SagaType: it.typ, Key: it.key, Version: 1, CreatedAt: now}
 		w.isNew = true

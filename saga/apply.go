@@ -2,6 +2,7 @@ package saga
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,10 @@ type Input struct {
 	Key, MessageID string
 	// Now is the engine's clock reading.
 	Now time.Time
+	// Tx is the handle Context.Tx returns (nil when the store lets handlers
+	// run no statements) and Ctx the context Context.Context returns.
+	Tx  any
+	Ctx context.Context
 }
 
 // Result is what Apply computed. Nothing has been persisted.
@@ -104,7 +109,7 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 		return Result{Outcome: Ignored, From: from, To: from}, nil
 	}
 
-	c := &Context[S]{Data: &data, key: in.Key, messageID: in.MessageID, now: in.Now, current: from, next: from}
+	c := &Context[S]{Data: &data, key: in.Key, messageID: in.MessageID, now: in.Now, current: from, next: from, tx: in.Tx, ctx: in.Ctx}
 	if err := h.run(c, in.Msg); errors.Is(err, errIgnore) {
 		return Result{Outcome: Ignored, From: from, To: from}, nil
 	} else if err != nil {

@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"context"
 	"log/slog"
 	"time"
 )
@@ -64,6 +65,8 @@ type Context[S any] struct {
 	scheduled      []Scheduled
 	unscheduled    []string
 	logs           []LogRecord
+	tx             any             // see Tx
+	ctx            context.Context // see Context
 }
 
 // Key returns the canonical saga key.

@@ -22,6 +22,8 @@ type unitOfWork struct {
 	done    bool
 	consume []transport.Delivery
 	enqueue []transport.Envelope
+	held    *held // the writer, kept for the handlers' statements
+	broken  error // SQLite ended the held transaction
 }
 
 // Begin starts a unit of work. It never waits.
@@ -208,6 +210,12 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if err != nil {
 		return err
 	}
+	if u.held != nil && u.held.w != nil {
+		if err := u.finishHeld(heldEnd{ops: ops, err: u.broken}); err != nil {
+			return fmt.Errorf("sqlitestore: commit: %w", err)
+		}
+		return nil
+	}
 	if len(ops) == 0 {
 		return nil
 	}
@@ -215,18 +223,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if len(u.enqueue) > 0 {
 		opts = wakeConsumers
 	}
-	err = u.s.write(ctx, "commit", opts, func(w *writer) error {
-		for _, o := range ops {
-			n, err := w.exec(o.sql, o.args...)
-			if o.check != nil {
-				err = o.check(n, err)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err = u.s.write(ctx, "commit", opts, func(w *writer) error { return runOps(w, ops) })
 	if err != nil {
 		return fmt.Errorf("sqlitestore: commit: %w", err)
 	}
@@ -336,5 +333,6 @@ func instanceArgs(in *store.Instance) ([]any, error) {
 // Rollback discards the unit of work; after Commit it does nothing.
 func (u *unitOfWork) Rollback(context.Context) error {
 	u.done = true
+	_ = u.finishHeld(heldEnd{err: errRolledBack})
 	return nil
 }

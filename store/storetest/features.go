@@ -45,6 +45,11 @@ type Features struct {
 	// store whose journal no other program can reach (memstore) is
 	// append-only by its API alone.
 	TamperJournal func(t *testing.T, s store.Store, k store.Key) []error
+
+	// DomainTx, when set, declares that the store's units of work implement
+	// store.DomainTxUnitOfWork, and says how to run statements through a
+	// MessageTx's handle. Nil when they do not (memstore).
+	DomainTx *DomainTx
 }
 
 // validate reports an inconsistent f.

@@ -150,6 +150,7 @@ var featureCases = []featureCase{
 	{"QueueConsumeOfLostLeaseFails", needQueue, testQueueConsumeOfLostLeaseFails},
 	{"QueuePartitionsByCanonicalKey", needPartitioned, testQueuePartitionsByCanonicalKey},
 	{"QueuePending", needPending, testQueuePending},
+	{"DomainTxCommitsWithTheUnitOfWork", always, testDomainTx},
 }
 
 // Run runs the conformance suite against the stores newStore returns, one

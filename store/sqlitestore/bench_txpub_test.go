@@ -1,0 +1,43 @@
+package sqlitestore_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store/sqlitestore"
+)
+
+// BenchmarkDomainTx compares the ledger saga with and without its ledger
+// insert in the unit of work (the unit of work then holds the writer from
+// its first statement). Reported as messages per second.
+func BenchmarkDomainTx(b *testing.B) {
+	for _, withSQL := range []bool{false, true} {
+		name := map[bool]string{false: "pure", true: "ledger-insert"}[withSQL]
+		b.Run(name, func(b *testing.B) {
+			const n = 5000
+			var total float64
+			for range b.N {
+				st := openStore(b, sqlitestore.Config{})
+				db := appDB(b, st)
+				if _, err := db.Exec(enginetest.LedgerTable); err != nil {
+					b.Fatal(err)
+				}
+				var exec func(c *saga.Context[enginetest.Account], q string, args ...any) (bool, error)
+				if withSQL {
+					exec = func(c *saga.Context[enginetest.Account], q string, args ...any) (bool, error) {
+						tx, ok := sqlitestore.TxFrom(c)
+						if !ok {
+							return false, nil
+						}
+						_, err := tx.ExecContext(c.Context(), strings.ReplaceAll(q, "$", "?"), args...)
+						return true, err
+					}
+				}
+				total += float64(n) / enginetest.DomainTxThroughput(b, st, n, exec).Seconds()
+			}
+			b.ReportMetric(total/float64(b.N), "msgs/s")
+		})
+	}
+}
