@@ -108,3 +108,11 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	conn := schemaConn(t, st.Schema())
 	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), enginetest.Rows(conn), "IDEM_PG_WORKER_SCHEMA="+st.Schema(), "IDEM_TEST_PG_URL="+url)
 }
+
+// Schedules on PostgreSQL: each tick published once by concurrent pollers
+// (FOR UPDATE SKIP LOCKED and the guarded advance), in the unit of work
+// that advances the schedule.
+func TestEngineSchedulesFireOnce(t *testing.T) {
+	st := openStore(t, pgstore.Config{})
+	enginetest.SchedulesFireOnce(t, st, st)
+}
