@@ -90,6 +90,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("IDEM_PG_WORKER_SCHEMA") != "" {
 		os.Exit(runWorker())
 	}
+	if os.Getenv(scheduleWorkerEnv) != "" {
+		os.Exit(runScheduleWorker())
+	}
 	os.Exit(m.Run())
 }
 
