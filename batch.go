@@ -425,7 +425,7 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 	l := &lane{
 		e: e, ctx: ctx, now: e.cfg.Clock(), loaded: &store.LoadResult{}, res: &laneResult{}, ch: &store.Changes{},
 		work: map[store.Key]*working{}, timers: map[store.TimerKey]*store.Timer{},
-		inBatch: map[store.InboxKey]bool{}, blocked: map[store.Key]time.Duration{}, uow: uow,
+		inBatch: map[store.InboxKey]bool{}, blocked: map[store.Key]time.Duration{},
 	}
 	handlers := handlersOnly(items)
 	if handlers {
@@ -445,6 +445,7 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 		return nil, &beginError{err}
 	}
 	defer func() { _ = uow.Rollback(ctx) }()
+	l.uow = uow
 	if !handlers {
 		if err := l.load(uow, items); err != nil {
 			return nil, err

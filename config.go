@@ -77,7 +77,8 @@ type Config struct {
 	// SweepBatch bounds the rows one sweep statement deletes. Default 1000.
 	SweepBatch int
 
-	// TimerInterval is the pause between polls for due timers. Default 1s.
+	// TimerInterval is the pause between polls for due timers and, on an
+	// engine that registered schedules, for due schedule ticks. Default 1s.
 	TimerInterval time.Duration
 	// RelayInterval is the pause between outbox relay passes; RelayAge is
 	// how old an unsent outbox row must be before the relay sends it (the

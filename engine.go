@@ -60,6 +60,8 @@ type Engine struct {
 	machines map[string]Machine // by message type
 	sagas    map[string]Machine // by saga type
 	handlers map[string]HandlerFunc
+	// schedules registered with Every and Cron, saved at Start (see schedule.go)
+	schedules []*scheduleDef
 
 	mu      sync.Mutex
 	started bool
@@ -272,7 +274,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.started {
 		return ErrRunning
 	}
-	if len(e.machines) == 0 && len(e.handlers) == 0 {
+	if len(e.machines) == 0 && len(e.handlers) == 0 && len(e.schedules) == 0 {
 		return errors.New("idem: start: nothing registered: call Register or Handle first")
 	}
 	if err := checkPool(e.store, e.cfg, e.queue); err != nil {
@@ -290,6 +292,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("idem: start: store %T is a store.Queue but its units of work are not store.QueueUnitOfWork", e.store)
 		}
+	}
+	if err := e.saveSchedules(ctx); err != nil {
+		return err
 	}
 	e.started = true
 	workCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
@@ -311,7 +316,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	for i := range e.cfg.Consumers {
 		g.Go(func() error { return e.consume(loopCtx, workCtx, receive(i)) })
 	}
-	g.Go(func() error { e.every(loopCtx, e.cfg.TimerInterval, e.fireTimers); return nil })
+	g.Go(func() error { e.every(loopCtx, e.cfg.TimerInterval, e.fireDue); return nil })
 	g.Go(func() error { e.every(loopCtx, e.cfg.SweepInterval, e.sweep); return nil })
 	if !e.queue {
 		g.Go(func() error { e.every(loopCtx, e.cfg.RelayInterval, e.relay); return nil })

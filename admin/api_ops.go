@@ -30,6 +30,7 @@ func (s *Server) routeAPI() {
 	api("GET /api/timers", s.apiTimers)
 	write("DELETE /api/timers/{type}/{key}/{name}", s.apiCancelTimer)
 	write("POST /api/timers/{type}/{key}/{name}/reschedule", s.apiRescheduleTimer)
+	s.routeSchedules()
 }
 
 // writable refuses h in read-only mode.

@@ -57,7 +57,7 @@ carry deterministic IDs.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newTimers(), newBench())
+	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newTimers(), newSchedules(), newBench())
 	root.AddCommand(newServe(), newTorture(), newTortureWorker())
 	return root
 }

@@ -41,6 +41,7 @@ type Store struct {
 	timers    map[store.Key]map[string]*timerRow // by timer name
 	journal   map[store.Key][]store.JournalEntry
 	dead      map[string]*store.DeadLetter
+	schedules map[string]*store.Schedule // by name; see schedule.go
 }
 
 type outboxRow struct {
@@ -93,8 +94,9 @@ func (s *Store) Begin(ctx context.Context) (store.UnitOfWork, error) {
 
 // unitOfWork is a store.UnitOfWork. It holds no lock between calls.
 type unitOfWork struct {
-	s    *Store
-	done bool
+	s       *Store
+	done    bool
+	advance []store.ScheduleAdvance
 }
 
 // Load returns copies of the committed instances and the inbox keys that
@@ -144,12 +146,16 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 		return err
 	}
 	if c == nil {
-		return nil
+		c = &store.Changes{}
 	}
 	if err := s.validate(c); err != nil {
 		return err
 	}
+	if err := s.checkAdvances(u.advance); err != nil {
+		return err
+	}
 	s.apply(c)
+	s.applyAdvances(u.advance)
 	return nil
 }
 

@@ -90,6 +90,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("IDEM_PG_WORKER_SCHEMA") != "" {
 		os.Exit(runWorker())
 	}
+	if os.Getenv(scheduleWorkerEnv) != "" {
+		os.Exit(runScheduleWorker())
+	}
 	os.Exit(m.Run())
 }
 
@@ -107,4 +110,12 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	st := openStore(t, pgstore.Config{})
 	conn := schemaConn(t, st.Schema())
 	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), enginetest.Rows(conn), "IDEM_PG_WORKER_SCHEMA="+st.Schema(), "IDEM_TEST_PG_URL="+url)
+}
+
+// Schedules on PostgreSQL: each tick published once by concurrent pollers
+// (FOR UPDATE SKIP LOCKED and the guarded advance), in the unit of work
+// that advances the schedule.
+func TestEngineSchedulesFireOnce(t *testing.T) {
+	st := openStore(t, pgstore.Config{})
+	enginetest.SchedulesFireOnce(t, st, st)
 }

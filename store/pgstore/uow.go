@@ -27,6 +27,7 @@ type unitOfWork struct {
 	done    bool
 	consume []transport.Delivery
 	enqueue []transport.Envelope
+	advance []store.ScheduleAdvance // see schedule.go
 }
 
 // Begin acquires a connection; the transaction starts with the first Load or
@@ -352,6 +353,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 			return err
 		}
 	}
+	u.queueAdvances(b)
 	b.Queue(`COMMIT`)
 	err := u.conn.SendBatch(ctx, b).Close()
 	u.finish(ctx, err != nil)

@@ -170,3 +170,10 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	st := openStore(t, sqlitestore.Config{})
 	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), rows(rawDB(t, st.Path())), "IDEM_SQLITE_WORKER_DB="+st.Path())
 }
+
+// Schedules on SQLite: each tick published once by concurrent pollers, in
+// the unit of work that advances the schedule.
+func TestEngineSchedulesFireOnce(t *testing.T) {
+	st := openStore(t, sqlitestore.Config{})
+	enginetest.SchedulesFireOnce(t, st, st)
+}

@@ -22,8 +22,9 @@ type unitOfWork struct {
 	done    bool
 	consume []transport.Delivery
 	enqueue []transport.Envelope
-	held    *held // the writer, kept for the handlers' statements
-	broken  error // SQLite ended the held transaction
+	held    *held                   // the writer, kept for the handlers' statements
+	broken  error                   // SQLite ended the held transaction
+	advance []store.ScheduleAdvance // see schedule.go
 }
 
 // Begin starts a unit of work. It never waits.
@@ -313,7 +314,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 			ops = append(ops, op{sql: enqueueSQL, args: []any{m.ID, meta, body, now}})
 		}
 	}
-	return ops, nil
+	return append(ops, u.planAdvances()...), nil
 }
 
 // instanceArgs returns ?1 to ?9 of insertInstanceSQL and updateInstanceSQL.

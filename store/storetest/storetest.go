@@ -175,7 +175,7 @@ func Run(t *testing.T, f Features, newStore func(t *testing.T) store.Store) {
 		})
 		return s
 	}
-	for _, tc := range testCases {
+	for _, tc := range append(testCases, scheduleCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, open(t))

@@ -1,0 +1,140 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
+)
+
+// Schedule is a recurring schedule as the API shows it.
+type Schedule struct {
+	Name     string    `json:"name"`
+	Spec     string    `json:"spec"`
+	Missed   string    `json:"missed"`
+	Grace    string    `json:"grace,omitempty"`
+	Paused   bool      `json:"paused"`
+	NextDue  time.Time `json:"next_due"`
+	LastTick time.Time `json:"last_tick,omitzero"`
+	Message  string    `json:"message_type"`
+}
+
+// ScheduleList is a page of GET /api/schedules.
+type ScheduleList struct {
+	Schedules []Schedule `json:"schedules"`
+	// Next is the after= value of the next page; empty on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+// routeSchedules adds the schedule routes: list, pause, resume, delete.
+// Mutations follow the API's rules (token or session, CSRF, read-only).
+func (s *Server) routeSchedules() {
+	s.mux.Handle("GET /api/schedules", s.authorize(http.HandlerFunc(s.apiSchedules)))
+	s.mux.Handle("POST /api/schedules/{name}/pause", s.authorize(s.writable(s.apiPauseSchedule(true))))
+	s.mux.Handle("POST /api/schedules/{name}/resume", s.authorize(s.writable(s.apiPauseSchedule(false))))
+	s.mux.Handle("DELETE /api/schedules/{name}", s.authorize(s.writable(http.HandlerFunc(s.apiDeleteSchedule))))
+}
+
+// scheduler returns the store's schedules, or answers 501 itself.
+func (s *Server) scheduler(w http.ResponseWriter) (store.Scheduler, bool) {
+	sc, ok := s.st.(store.Scheduler)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
+	}
+	return sc, ok
+}
+
+func (s *Server) apiSchedules(w http.ResponseWriter, r *http.Request) {
+	limit, ok := parseLimit(w, r)
+	if !ok {
+		return
+	}
+	sc, ok := s.scheduler(w)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	list, err := sc.ListSchedules(ctx, &store.ListParams{After: r.URL.Query().Get("after"), Limit: limit})
+	if err != nil {
+		s.internalError(w, r, "list schedules", err)
+		return
+	}
+	out := ScheduleList{Schedules: make([]Schedule, 0, len(list))}
+	for _, x := range list {
+		out.Schedules = append(out.Schedules, toSchedule(&x))
+	}
+	if len(list) == limit {
+		out.Next = list[len(list)-1].Name
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func toSchedule(x *store.Schedule) Schedule {
+	out := Schedule{Name: x.Name, Spec: x.Spec, Missed: x.Missed, Paused: x.Paused, NextDue: x.NextDue.UTC(), LastTick: x.LastTick.UTC(), Message: x.Envelope.Type}
+	if x.Missed == store.MissedSkip {
+		out.Grace = x.Grace.String()
+	}
+	return out
+}
+
+// scheduleName reads {name}; it answers 400 itself when it cannot name a
+// schedule.
+func scheduleName(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name := r.PathValue("name")
+	if err := idem.ValidateScheduleName(name); err != nil {
+		writeError(w, http.StatusBadRequest, "%v: path-escape the name as GET /api/schedules returns it", err)
+		return "", false
+	}
+	return name, true
+}
+
+func (s *Server) apiPauseSchedule(paused bool) http.HandlerFunc {
+	verb := map[bool]string{true: "paused", false: "resumed"}[paused]
+	return func(w http.ResponseWriter, r *http.Request) {
+		name, ok := scheduleName(w, r)
+		if !ok {
+			return
+		}
+		sc, ok := s.scheduler(w)
+		if !ok {
+			return
+		}
+		ctx, cancel := s.storeCtx(r)
+		defer cancel()
+		if err := sc.PauseSchedule(ctx, name, paused, time.Now()); err != nil {
+			s.scheduleError(w, r, name, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{verb: name})
+	}
+}
+
+func (s *Server) apiDeleteSchedule(w http.ResponseWriter, r *http.Request) {
+	name, ok := scheduleName(w, r)
+	if !ok {
+		return
+	}
+	sc, ok := s.scheduler(w)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	if err := sc.DeleteSchedule(ctx, name); err != nil {
+		s.scheduleError(w, r, name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": name})
+}
+
+func (s *Server) scheduleError(w http.ResponseWriter, r *http.Request, name string, err error) {
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "no schedule %q: list them with GET /api/schedules", name)
+		return
+	}
+	s.internalError(w, r, fmt.Sprintf("change schedule %q", name), err)
+}

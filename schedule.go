@@ -1,0 +1,377 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/idemhq/idem/internal/ids"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// Headers of a scheduled message.
+const (
+	// HeaderSchedule carries the name of the schedule that sent the message.
+	HeaderSchedule = "idem-schedule"
+	// HeaderScheduleTick carries the tick time the message stands for, in
+	// RFC 3339 with nanoseconds, UTC.
+	HeaderScheduleTick = "idem-schedule-tick"
+)
+
+// TaskSchedules names the background pass that fires due schedules.
+const TaskSchedules BackgroundTask = "schedules"
+
+// maxScheduleName bounds a schedule's name, in bytes.
+const maxScheduleName = 200
+
+// defaultGrace is how late a tick of a SkipMissed schedule may fire when
+// SkipMissed was given no grace.
+const defaultGrace = time.Minute
+
+// everyPrefix marks an Every schedule's spec: "@every 1m0s".
+const everyPrefix = "@every "
+
+// ScheduleOption changes a schedule registered with Engine.Every or
+// Engine.Cron.
+type ScheduleOption func(*scheduleDef)
+
+// SkipMissed makes the schedule send nothing for ticks it missed: a tick
+// found due more than grace after its time (every replica was down, or
+// the schedule was paused) is skipped, and the schedule resumes at its
+// next tick in the future. Zero grace means one minute. Without this
+// option a schedule catches up with one message, for the latest missed
+// tick (store.MissedFireOnce).
+func SkipMissed(grace time.Duration) ScheduleOption {
+	return func(d *scheduleDef) {
+		d.missed, d.grace = store.MissedSkip, grace
+		if grace <= 0 {
+			d.grace = defaultGrace
+		}
+	}
+}
+
+// scheduleDef is a schedule registered on this engine, saved at Start.
+type scheduleDef struct {
+	name, spec string
+	msg        any
+	missed     string
+	grace      time.Duration
+}
+
+// Every registers a schedule that publishes msg every interval, on the
+// multiples of interval since the Unix epoch (Every(time.Hour) ticks on
+// the hour), so that every replica computes the same ticks. See Cron for
+// what a tick publishes and how replicas share a schedule. interval must
+// be at least a millisecond; it is rounded down to microseconds.
+func (e *Engine) Every(name string, interval time.Duration, msg any, opts ...ScheduleOption) error {
+	if interval < time.Millisecond {
+		return fmt.Errorf("idem: every %q: interval %s is below 1ms", name, interval)
+	}
+	return e.addSchedule(name, everyPrefix+interval.Truncate(time.Microsecond).String(), msg, opts)
+}
+
+// Cron registers a schedule that publishes msg at the times of spec, a
+// standard five-field cron expression ("30 2 * * *": 02:30 every day) or a
+// descriptor (@hourly, @daily, @weekly, @monthly, @yearly, @every 90s), in
+// UTC unless spec starts with CRON_TZ=Area/City.
+//
+// Schedules are saved in the store at Start: registering the same name on
+// every replica is idempotent (a changed spec moves the next tick; a
+// schedule paused by an operator stays paused). Each tick publishes one
+// copy of msg whose ID is derived from (name, tick time), with the
+// headers HeaderSchedule and HeaderScheduleTick. The replica that claims a
+// tick advances the schedule and publishes (into the store's queue, or its
+// outbox) in one transaction, so a tick fires once across replicas and a
+// crash neither loses nor repeats it; were it sent twice anyway, its ID is
+// the same, and consumers deduplicate it. Ticks are checked every
+// Config.TimerInterval. The store must implement store.Scheduler
+// (memstore, sqlitestore and pgstore do).
+func (e *Engine) Cron(name, spec string, msg any, opts ...ScheduleOption) error {
+	if _, err := parseSpec(spec); err != nil {
+		return fmt.Errorf("idem: cron %q: %w", name, err)
+	}
+	return e.addSchedule(name, spec, msg, opts)
+}
+
+func (e *Engine) addSchedule(name, spec string, msg any, opts []ScheduleOption) error {
+	if err := ValidateScheduleName(name); err != nil {
+		return fmt.Errorf("idem: schedule: %w", err)
+	}
+	if _, err := NewEnvelope("probe", msg); err != nil {
+		return fmt.Errorf("idem: schedule %q: %w", name, err)
+	}
+	if _, ok := e.store.(store.Scheduler); !ok {
+		return fmt.Errorf("idem: schedule %q: store %T does not keep schedules (store.Scheduler)", name, e.store)
+	}
+	d := &scheduleDef{name: name, spec: spec, msg: msg, missed: store.MissedFireOnce}
+	for _, o := range opts {
+		o(d)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return ErrRunning
+	}
+	for _, o := range e.schedules {
+		if o.name == name {
+			return fmt.Errorf("idem: schedule %q: already registered", name)
+		}
+	}
+	e.schedules = append(e.schedules, d)
+	return nil
+}
+
+// ValidateScheduleName reports why name cannot name a schedule: empty,
+// longer than 200 bytes, not UTF-8, or holding control characters.
+func ValidateScheduleName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty schedule name")
+	case len(name) > maxScheduleName:
+		return fmt.Errorf("schedule name of %d bytes: the limit is %d", len(name), maxScheduleName)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("schedule name %q is not valid UTF-8", name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("schedule name %q holds a control character", name)
+	}
+	return nil
+}
+
+// saveSchedules stores the registered schedules; Start calls it.
+func (e *Engine) saveSchedules(ctx context.Context) error {
+	if len(e.schedules) == 0 {
+		return nil
+	}
+	sc := e.store.(store.Scheduler) // checked by addSchedule
+	now := e.cfg.Clock()
+	for _, d := range e.schedules {
+		r, _ := parseSpec(d.spec) // checked by Every and Cron
+		env, err := e.newEnvelopeLocked(d.msg)
+		if err != nil {
+			return fmt.Errorf("idem: start: schedule %q: %w", d.name, err)
+		}
+		s := &store.Schedule{Name: d.name, Spec: d.spec, Missed: d.missed, Grace: d.grace, Envelope: env, NextDue: r.next(now), UpdatedAt: now}
+		if err := sc.SaveSchedule(ctx, s); err != nil {
+			return fmt.Errorf("idem: start: save schedule %q: %w", d.name, err)
+		}
+	}
+	return nil
+}
+
+// newEnvelopeLocked is NewEnvelope without an ID, with the correlation ID
+// of the machine that consumes msg. The caller holds e.mu.
+func (e *Engine) newEnvelopeLocked(msg any) (Envelope, error) {
+	env, err := NewEnvelope("template", msg)
+	if err != nil {
+		return env, err
+	}
+	env.ID = ""
+	if m, ok := e.machines[env.Type]; ok {
+		env.CorrelationID = e.correlationID(m, msg)
+	}
+	return env, nil
+}
+
+// recurrence is a parsed spec. Tick times have microsecond precision
+// (what every store keeps).
+type recurrence interface {
+	// next returns the first tick strictly after t.
+	next(t time.Time) time.Time
+	// latest returns the last tick at or before now, given from, a tick at
+	// or before now.
+	latest(from, now time.Time) time.Time
+}
+
+// every ticks on the multiples of a period since the Unix epoch.
+type every struct{ us int64 }
+
+func (e every) next(t time.Time) time.Time {
+	u := t.UnixMicro()
+	return time.UnixMicro((u/e.us + 1) * e.us).UTC()
+}
+
+func (e every) latest(from, now time.Time) time.Time {
+	l := time.UnixMicro(now.UnixMicro() / e.us * e.us).UTC()
+	if l.Before(from) {
+		return from
+	}
+	return l
+}
+
+// cronSpec ticks at the times of a cron expression.
+type cronSpec struct{ s cron.Schedule }
+
+func (c cronSpec) next(t time.Time) time.Time {
+	return c.s.Next(t.UTC()).UTC().Truncate(time.Microsecond)
+}
+
+// latest walks the ticks from from: its cost grows with the ticks missed
+// (a cron expression ticks at most once a minute).
+func (c cronSpec) latest(from, now time.Time) time.Time {
+	last := from
+	for n := c.next(from); !n.After(now) && !n.IsZero(); n = c.next(n) {
+		last = n
+	}
+	return last
+}
+
+// parseSpec parses "@every <duration>" (at least 1ms, rounded down to
+// microseconds) or a cron expression.
+func parseSpec(spec string) (recurrence, error) {
+	if rest, ok := strings.CutPrefix(spec, everyPrefix); ok {
+		d, err := time.ParseDuration(rest)
+		if err != nil || d < time.Millisecond {
+			return nil, fmt.Errorf("spec %q: want @every and a duration of at least 1ms", spec)
+		}
+		return every{us: d.Microseconds()}, nil
+	}
+	if !utf8.ValidString(spec) || strings.IndexFunc(spec, unicode.IsControl) >= 0 {
+		return nil, fmt.Errorf("spec %q: not printable UTF-8", spec)
+	}
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return nil, fmt.Errorf("spec %q: %w", spec, err)
+	}
+	return cronSpec{s}, nil
+}
+
+// TickID is the message ID of schedule name's tick at tick: every replica
+// derives the same one.
+func TickID(name string, tick time.Time) string {
+	return ids.Derive("schedule", name, tick.UTC().Format(time.RFC3339Nano))
+}
+
+// RunSchedules fires every due schedule once, by the rules of Cron and
+// SkipMissed, and returns how many messages it published. The timer
+// poller calls it every Config.TimerInterval on engines that registered a
+// schedule. A tick another replica claimed first is left to it.
+func (e *Engine) RunSchedules(ctx context.Context) (total int, err error) {
+	ctx, end := e.background(ctx, TaskSchedules)
+	defer func() { end(total, err) }()
+	for {
+		n, claimed, err := e.fireScheduleBatch(ctx)
+		total += n
+		if err != nil || claimed < e.cfg.BatchSize {
+			return total, err
+		}
+	}
+}
+
+// fireScheduleBatch claims up to BatchSize due schedules in one unit of
+// work. It returns how many messages it published and how many schedules
+// it advanced.
+func (e *Engine) fireScheduleBatch(ctx context.Context) (fired, claimed int, err error) {
+	uow, err := e.store.Begin(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("fire schedules: %w", err)
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	su, ok := uow.(store.ScheduleUnitOfWork)
+	if !ok {
+		return 0, 0, fmt.Errorf("fire schedules: the units of work of %T are not store.ScheduleUnitOfWork", e.store)
+	}
+	now := e.cfg.Clock()
+	due, err := su.DueSchedules(ctx, now, e.cfg.BatchSize)
+	if err != nil || len(due) == 0 {
+		return 0, 0, err
+	}
+	var advs []store.ScheduleAdvance
+	var envs []Envelope
+	for _, s := range due {
+		adv, env, err := planTick(&s, now)
+		if err != nil {
+			e.log.ErrorContext(ctx, "schedule not fired: its spec does not parse", "schedule", s.Name, "error", err)
+			continue
+		}
+		advs = append(advs, adv)
+		if env != nil {
+			envs = append(envs, *env)
+		}
+	}
+	if err := su.AdvanceSchedules(ctx, advs); err != nil {
+		return 0, 0, fmt.Errorf("fire schedules: %w", err)
+	}
+	c := &store.Changes{}
+	if e.queue {
+		if err := uow.(store.QueueUnitOfWork).Enqueue(ctx, envs); err != nil {
+			return 0, 0, fmt.Errorf("fire schedules: %w", err)
+		}
+	} else {
+		for _, env := range envs {
+			c.Outbox = append(c.Outbox, store.OutboxMessage{Envelope: env, CreatedAt: now})
+		}
+	}
+	if err := uow.Commit(ctx, c); errors.Is(err, store.ErrConflict) {
+		e.log.DebugContext(ctx, "schedule tick claimed by another replica", "error", err)
+		return 0, len(due), nil
+	} else if err != nil {
+		return 0, 0, fmt.Errorf("fire %d schedules: %w", len(advs), err)
+	}
+	e.publishTicks(ctx, c.Outbox)
+	return len(envs), len(due), nil
+}
+
+// publishTicks hands committed outbox rows to the transport at once; the
+// outbox relay sends them later if this fails.
+func (e *Engine) publishTicks(ctx context.Context, rows []store.OutboxMessage) {
+	if len(rows) == 0 {
+		return
+	}
+	envs, ids := make([]Envelope, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		envs[i], ids[i] = r.Envelope, r.Envelope.ID
+	}
+	if err := e.tr.Publish(ctx, envs); err != nil {
+		e.log.WarnContext(ctx, "publish of schedule ticks failed; the outbox relay will send", "messages", len(envs), "error", err)
+		return
+	}
+	if err := e.store.MarkSent(ctx, ids, e.cfg.Clock()); err != nil {
+		e.log.WarnContext(ctx, "mark schedule ticks sent", "messages", len(ids), "error", err)
+	}
+}
+
+// planTick decides what a due schedule does at now: which tick it fires
+// (the latest due one; none when MissedSkip finds it later than its grace)
+// and its next due time, the first tick after now.
+func planTick(s *store.Schedule, now time.Time) (store.ScheduleAdvance, *Envelope, error) {
+	r, err := parseSpec(s.Spec)
+	if err != nil {
+		return store.ScheduleAdvance{}, nil, err
+	}
+	last := r.latest(s.NextDue, now)
+	adv := store.ScheduleAdvance{Name: s.Name, From: s.NextDue, To: r.next(last)}
+	if s.Missed == store.MissedSkip && now.Sub(last) > s.Grace {
+		return adv, nil, nil
+	}
+	adv.Fired = last
+	env := s.Envelope.Clone()
+	env.ID = TickID(s.Name, last)
+	env.SentAt = now
+	if env.Headers == nil {
+		env.Headers = map[string]string{}
+	}
+	env.Headers[HeaderSchedule] = s.Name
+	env.Headers[HeaderScheduleTick] = last.UTC().Format(time.RFC3339Nano)
+	if err := transport.ValidateEnvelope(&env); err != nil {
+		return store.ScheduleAdvance{}, nil, err
+	}
+	return adv, &env, nil
+}
+
+// fireDue is the timer poller's pass: due timers, then due schedules.
+func (e *Engine) fireDue(ctx context.Context) {
+	e.fireTimers(ctx)
+	if len(e.schedules) == 0 {
+		return
+	}
+	if _, err := e.RunSchedules(ctx); err != nil && ctx.Err() == nil {
+		e.log.Error("fire schedules", "error", err)
+	}
+}
