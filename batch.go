@@ -598,9 +598,10 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		return 0, false
 	}
 
-	in := saga.Input{Msg: it.msg, MsgType: env.Type, Key: it.key, MessageID: it.msgID, Now: now}
+	in := saga.Input{Msg: it.msg, MsgType: env.Type, Key: it.key, MessageID: it.msgID, Now: now, CausationID: env.CausationID}
 	if w.inst != nil {
 		in.Exists, in.State, in.Data, in.SchemaVersion = true, saga.State(w.inst.State), w.inst.Data, w.inst.SchemaVersion
+		in.Timers = w.inst.Timers
 	}
 	r, err := it.m.Apply(in)
 	if err != nil {
@@ -616,6 +617,9 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		res.acks = append(res.acks, it.d)
 		return 0, false
 	case saga.Ignored:
+		if r.Stale {
+			res.counts.stale++ // a request's late or superseded outcome
+		}
 		if timerName != "" {
 			delete(w.inst.Timers, timerName)
 			w.changed = true
@@ -627,14 +631,6 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 	}
 
 	// Applied: encode everything first, so an encoding failure leaves no trace.
-	out := make([]Envelope, 0, len(r.Emitted))
-	for _, em := range r.Emitted {
-		envOut, err := e.emission(it, em.Type, em.Msg, string(em.Intent), "", em.Index, now)
-		if err != nil {
-			return l.fail(it, Permanent(err))
-		}
-		out = append(out, envOut)
-	}
 	sched := make([]store.Timer, 0, len(r.Scheduled))
 	for _, s := range r.Scheduled {
 		envOut, err := e.emission(it, s.Type, s.Msg, "timer", s.Name, s.Index, now)
@@ -642,6 +638,17 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 			return l.fail(it, Permanent(err))
 		}
 		sched = append(sched, store.Timer{SagaType: it.typ, Key: it.key, Name: s.Name, DueAt: s.DueAt, Envelope: envOut})
+	}
+	out := make([]Envelope, 0, len(r.Emitted))
+	for _, em := range r.Emitted {
+		envOut, err := e.emission(it, em.Type, em.Msg, string(em.Intent), "", em.Index, now)
+		if err != nil {
+			return l.fail(it, Permanent(err))
+		}
+		if em.RequestTimer != "" {
+			envOut.ID = requestID(sched, em.RequestTimer, envOut.ID)
+		}
+		out = append(out, envOut)
 	}
 
 	if w.inst == nil {
@@ -730,6 +737,8 @@ func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, i
 	}
 	if timer != "" {
 		env.Headers[transport.HeaderTimer] = timer
+	} else if ft := faultFor(it.m, typ); ft != "" {
+		env.Headers[transport.HeaderFault] = ft
 	}
 	if m, ok := e.machines[typ]; ok {
 		env.CorrelationID = e.correlationID(m, msg)
@@ -818,6 +827,7 @@ func (l *lane) deadLetter(it *item, reason string, err error) {
 	})
 	res.counts.dead++
 	res.acks = append(res.acks, it.d)
+	l.fault(it, reason, err)
 	res.logs = append(res.logs, logLine{it: it, rec: saga.LogRecord{Level: slog.LevelWarn, Msg: "message dead-lettered", Args: []any{logReason, reason, "error", err.Error()}}})
 }
 

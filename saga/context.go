@@ -27,6 +27,10 @@ type Emission struct {
 	// Index is the emission's position among everything the message emitted
 	// (sends, publishes and schedules), which makes its ID deterministic.
 	Index int
+	// RequestTimer, for a request sent with Request.Send, names the
+	// request's timeout timer: the engine gives the emission the ID
+	// RequestID(that timer's envelope ID) instead of one derived from Index.
+	RequestTimer string
 }
 
 // Scheduled is a timer a handler scheduled: Msg is delivered to the
@@ -64,6 +68,7 @@ type Context[S any] struct {
 	scheduled      []Scheduled
 	unscheduled    []string
 	logs           []LogRecord
+	timers         map[string]string
 }
 
 // Key returns the canonical saga key.

@@ -1,0 +1,143 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
+)
+
+// Requests runs the request and fault scenarios on fresh stores from
+// newStore: each store is shared by two engines, one running the orders
+// saga and one the bank saga.
+func Requests(t *testing.T, newStore func(t *testing.T) store.Store) {
+	authorize, authorized := saga.MessageType(Authorize{}), saga.MessageType(Authorized{})
+	faultType := saga.FaultType(OrdersType, authorize)
+	cases := []struct {
+		name string
+		run  func(t *testing.T, b *RequestBundle)
+	}{
+		{"ResponseApplied", func(t *testing.T, b *RequestBundle) {
+			b.Publish("place-1", "", Place{OrderID: "o1", Amount: 5})
+			b.WaitOrder("o1", "Done", `{"result":"authorized"}`)
+			req := b.ToOrders.Sent(authorize)[0]
+			resp := b.ToBank.Sent(authorized)[0]
+			if resp.CausationID != req.ID {
+				t.Errorf("response caused by %s, want the request %s", resp.CausationID, req.ID)
+			}
+			if in := b.Order("o1"); len(in.Timers) != 0 {
+				t.Errorf("timers %v left after the response: the timeout was not cancelled", in.Timers)
+			}
+			ts, err := b.St.ListTimers(context.Background(), &store.ListParams{Limit: 10})
+			if err != nil || len(ts) != 0 {
+				t.Errorf("stored timers %v (%v): want none", ts, err)
+			}
+		}},
+		{"TimeoutFiresAndLateResponseIgnored", func(t *testing.T, b *RequestBundle) {
+			b.Publish("place-2", "", Place{OrderID: "o2", Amount: 100})
+			req := b.WaitSent(b.ToOrders, authorize, 1)[0]
+			b.WaitOrder("o2", "Waiting", `{}`)
+			b.Advance(time.Minute)
+			if n, err := b.Orders.RunTimers(context.Background()); err != nil || n != 1 {
+				t.Fatalf("RunTimers: %d, %v; want 1 timer fired", n, err)
+			}
+			b.WaitOrder("o2", "TimedOut", `{"result":"timeout"}`)
+			stale := b.Orders.Stats().StaleTimers
+			late := b.Publish("late-2", req.ID, Authorized{OrderID: "o2"})
+			Eventually(t, func() string {
+				if !b.Seen("o2", late) {
+					return "late response not consumed"
+				}
+				return ""
+			})
+			b.WaitOrder("o2", "TimedOut", `{"result":"timeout"}`)
+			if got := b.Orders.Stats().StaleTimers; got != stale+1 {
+				t.Errorf("StaleTimers %d, want %d: the late response was not counted as stale", got, stale+1)
+			}
+		}},
+		{"SupersededResponseIgnored", func(t *testing.T, b *RequestBundle) {
+			b.Publish("place-3", "", Place{OrderID: "o3", Amount: 100})
+			first := b.WaitSent(b.ToOrders, authorize, 1)[0]
+			b.Publish("retry-3", "", Retry{OrderID: "o3", Amount: 200})
+			second := b.WaitSent(b.ToOrders, authorize, 2)[1]
+			old := b.Publish("resp-3a", first.ID, Authorized{OrderID: "o3"})
+			Eventually(t, func() string {
+				if !b.Seen("o3", old) {
+					return "superseded response not consumed"
+				}
+				return ""
+			})
+			b.WaitOrder("o3", "Waiting", `{}`)
+			b.Publish("resp-3b", second.ID, Authorized{OrderID: "o3"})
+			b.WaitOrder("o3", "Done", `{"result":"authorized"}`)
+			// The first request's timeout was replaced; the second's
+			// cancelled with the response: nothing fires.
+			b.Advance(time.Hour)
+			if n, err := b.Orders.RunTimers(context.Background()); err != nil || n != 0 {
+				t.Errorf("RunTimers: %d, %v; want no timer", n, err)
+			}
+		}},
+		{"MalformedRequestFaultsOnce", func(t *testing.T, b *RequestBundle) {
+			b.Publish("place-4", "", Place{OrderID: "o4", Amount: -1})
+			b.WaitOrder("o4", "Failed", fmt.Sprintf(`{"result":"fault:%s"}`, idem.ReasonMalformed))
+			req := b.ToOrders.Sent(authorize)[0]
+			// The bank receives the request again and dead-letters it again:
+			// the same fault, skipped by the orders saga's inbox.
+			dups := b.Orders.Stats().Duplicates
+			if err := b.ToBank.Transport.Publish(context.Background(), []idem.Envelope{req}); err != nil {
+				t.Fatal(err)
+			}
+			Eventually(t, func() string {
+				if s := b.Bank.Stats(); s.DeadLettered != 2 {
+					return fmt.Sprintf("bank dead-lettered %d, want 2", s.DeadLettered)
+				}
+				if got := b.Orders.Stats().Duplicates; got != dups+1 {
+					return fmt.Sprintf("orders duplicates %d, want %d", got, dups+1)
+				}
+				return ""
+			})
+			faults := b.ToBank.Sent(faultType)
+			if len(faults) != 1 {
+				t.Errorf("%d distinct faults published, want 1", len(faults))
+			}
+			if n := countJournal(t, b.St, "o4", faultType); n != 1 {
+				t.Errorf("orders journal holds %d faults, want 1", n)
+			}
+		}},
+		{"FailingRequestFaults", func(t *testing.T, b *RequestBundle) {
+			b.Publish("place-5", "", Place{OrderID: "o5", Amount: 0})
+			b.WaitOrder("o5", "Failed", fmt.Sprintf(`{"result":"fault:%s"}`, idem.ReasonPermanent))
+			dls, err := b.St.ListDeadLetters(context.Background(), &store.ListParams{Limit: 10})
+			if err != nil || len(dls) != 1 || dls[0].SagaType != BankType {
+				t.Errorf("dead letters %+v (%v): want the bank's one", dls, err)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, NewRequestBundle(t, newStore(t)))
+		})
+	}
+}
+
+// countJournal counts the journal entries of sagaType orders, key, with
+// event type typ.
+func countJournal(t *testing.T, st store.Store, key, typ string) int {
+	t.Helper()
+	js, err := st.Journal(context.Background(), store.Key{SagaType: OrdersType, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, j := range js {
+		if j.EventType == typ {
+			n++
+		}
+	}
+	return n
+}
