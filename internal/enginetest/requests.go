@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -291,16 +292,20 @@ func (b *RequestBundle) load(k store.Key, inbox []store.InboxKey) *store.LoadRes
 	return r
 }
 
-// WaitOrder waits until the order key is in state with data.
-func (b *RequestBundle) WaitOrder(key, state, data string) {
+// WaitOrder waits until the order key is in state with the result.
+func (b *RequestBundle) WaitOrder(key, state, result string) {
 	b.t.Helper()
 	Eventually(b.t, func() string {
 		in := b.Order(key)
 		if in == nil {
 			return "no saga"
 		}
-		if in.State != state || string(in.Data) != data {
-			return fmt.Sprintf("state %s, data %s; want %s, %s", in.State, in.Data, state, data)
+		var o Order
+		if err := json.Unmarshal(in.Data, &o); err != nil {
+			return fmt.Sprintf("decode %s: %v", in.Data, err)
+		}
+		if in.State != state || o.Result != result {
+			return fmt.Sprintf("state %s, result %q; want %s, %q", in.State, o.Result, state, result)
 		}
 		return ""
 	})
