@@ -3,6 +3,8 @@ package enginetest
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -140,4 +142,68 @@ func countJournal(t *testing.T, st store.Store, key, typ string) int {
 		}
 	}
 	return n
+}
+
+// RequestsOnQueue runs a request and its fault with q as the store and
+// the transport of two engines that both run the orders and bank sagas:
+// the fault is enqueued in the transaction that records the dead letter
+// and consumes the request, and a second dead-lettering of the request
+// yields the same fault, which the orders saga skips.
+func RequestsOnQueue(t *testing.T, q store.Queue) {
+	authorize := saga.MessageType(Authorize{})
+	b := &RequestBundle{t: t, St: q, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var engines []*idem.Engine
+	for range 2 {
+		e, err := idem.NewEngine(q, q, &idem.Config{
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: b.clock,
+			RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
+			TimerInterval: time.Hour, SweepInterval: time.Hour, RelayInterval: time.Hour,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders, _ := OrdersMachine()
+		for _, m := range []idem.Machine{orders, BankMachine()} {
+			if err := e.Register(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, e)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, e := range engines {
+			if err := e.Stop(ctx); err != nil {
+				t.Errorf("Stop: %v", err)
+			}
+		}
+	})
+	b.Orders = engines[0]
+	b.Publish("place-ok", "", Place{OrderID: "ok", Amount: 5})
+	b.Publish("place-bad", "", Place{OrderID: "bad", Amount: -1})
+	b.WaitOrder("ok", "Done", "authorized")
+	b.WaitOrder("bad", "Failed", "fault:"+idem.ReasonMalformed)
+
+	dls, err := q.ListDeadLetters(context.Background(), &store.ListParams{Limit: 10})
+	if err != nil || len(dls) != 1 || dls[0].Envelope.Type != authorize {
+		t.Fatalf("dead letters %+v (%v): want the malformed request", dls, err)
+	}
+	dups := idem.SumStats(engines...).Duplicates
+	if err := b.Orders.Publish(context.Background(), dls[0].Envelope); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, func() string {
+		s := idem.SumStats(engines...)
+		if s.DeadLettered != 2 || s.Duplicates != dups+1 {
+			return fmt.Sprintf("dead-lettered %d, duplicates %d; want 2, %d", s.DeadLettered, s.Duplicates, dups+1)
+		}
+		return ""
+	})
+	if n := countJournal(t, q, "bad", saga.FaultType(OrdersType, authorize)); n != 1 {
+		t.Errorf("orders journal holds %d faults, want 1", n)
+	}
 }

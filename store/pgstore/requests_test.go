@@ -13,3 +13,9 @@ func TestRequestsAndFaults(t *testing.T) {
 	t.Parallel()
 	enginetest.Requests(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
 }
+
+// A request's fault, with the store as the queue of two engines.
+func TestRequestsOnQueue(t *testing.T) {
+	t.Parallel()
+	enginetest.RequestsOnQueue(t, openStore(t, pgstore.Config{}))
+}
