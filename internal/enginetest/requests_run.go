@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
 )
 
 // Requests runs the request and fault scenarios on fresh stores from
@@ -108,6 +110,35 @@ func Requests(t *testing.T, newStore func(t *testing.T) store.Store) {
 			}
 			if n := countJournal(t, b.St, "o4", faultType); n != 1 {
 				t.Errorf("orders journal holds %d faults, want 1", n)
+			}
+		}},
+		{"ForgedFaultHeadersIgnored", func(t *testing.T, b *RequestBundle) {
+			// A fault type that is not the fault of the message's type (it
+			// would let a producer inject any message), and a sender key no
+			// saga can have: dead-lettered without a fault.
+			forged := []map[string]string{
+				{transport.HeaderFault: saga.MessageType(Place{}), transport.HeaderSagaType: OrdersType, transport.HeaderSagaKey: "o6"},
+				{transport.HeaderFault: faultType, transport.HeaderSagaType: OrdersType, transport.HeaderSagaKey: " o6\u202e<script>"},
+				{transport.HeaderFault: faultType, transport.HeaderSagaType: OrdersType, transport.HeaderSagaKey: strings.Repeat("k", 1<<12)},
+			}
+			for i, h := range forged {
+				env, err := b.Bank.NewEnvelope(fmt.Sprintf("forged-%d", i), Authorize{OrderID: "o6", Amount: -1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				env.Headers = h
+				if err := b.ToBank.Transport.Publish(context.Background(), []idem.Envelope{env}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			Eventually(t, func() string {
+				if n := b.Bank.Stats().DeadLettered; n != int64(len(forged)) {
+					return fmt.Sprintf("bank dead-lettered %d, want %d", n, len(forged))
+				}
+				return ""
+			})
+			if s := b.Bank.Stats(); s.Emitted != 0 {
+				t.Errorf("bank emitted %d messages for forged headers, want none", s.Emitted)
 			}
 		}},
 		{"FailingRequestFaults", func(t *testing.T, b *RequestBundle) {
