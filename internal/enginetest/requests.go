@@ -174,14 +174,13 @@ func (r *Router) Close() error { return nil }
 
 // RequestBundle is the scenario's running pair of engines on one store.
 type RequestBundle struct {
-	t              *testing.T
-	St             store.Store
-	Orders, Bank   *idem.Engine
-	ToOrders       *Router
-	ToBank         *Router
-	mu             sync.Mutex
-	now            time.Time
-	requestTimeout string
+	t            *testing.T
+	St           store.Store
+	Orders, Bank *idem.Engine
+	ToOrders     *Router
+	ToBank       *Router
+	mu           sync.Mutex
+	now          time.Time
 }
 
 // NewRequestBundle starts the orders engine and the bank engine on st,
