@@ -2,7 +2,10 @@ package saga
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idemhq/idem/internal/ids"
 )
@@ -59,17 +62,18 @@ const RequestTimerPrefix = "idem.request/"
 
 // NewRequest declares a request named name on m: commands of type Cmd,
 // answered by responses of type Resp that correlate to the saga with
-// correlate. The name must be unique in the machine; each of Cmd and Resp
+// correlate. The name must be unique in the machine, valid UTF-8 without
+// control characters (it is part of a message type name); each of Cmd and Resp
 // belongs to at most one request (or event) of the machine. Handle the
 // request's Completed, TimeoutExpired and Faulted events with When or
-// Ignore like any other event: Machine.Validate reports the states that
-// handle none of them. The type parameter S is inferred:
+// Ignore like any other event: Machine.Validate reports each state that
+// neither handles nor ignores one of them. The type parameter S is inferred:
 //
 //	auth := saga.NewRequest[Authorize, Authorized](m, "authorize", func(a Authorized) string { return a.OrderID })
 func NewRequest[Cmd, Resp, S any](m *Machine[S], name string, correlate func(Resp) string) *Request[S, Cmd, Resp] {
 	timer := RequestTimerPrefix + name
-	if name == "" {
-		panic(fmt.Sprintf("saga %s: empty request name", m.name))
+	if name == "" || !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsControl) >= 0 {
+		panic(fmt.Sprintf("saga %s: request name %q is empty, not UTF-8 or has control characters", m.name, name))
 	}
 	for _, r := range m.requests {
 		if r.timer == timer {

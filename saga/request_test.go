@@ -211,6 +211,9 @@ func TestRequestDeclarationPanics(t *testing.T) {
 		"empty name": func() {
 			saga.NewRequest[Quote](saga.New[Shop]("shop"), "", func(q Quoted) string { return q.Item })
 		},
+		"hostile name": func() {
+			saga.NewRequest[Quote](saga.New[Shop]("shop"), "q\x00\xff<script>", func(q Quoted) string { return q.Item })
+		},
 		"faults declared twice": func() {
 			m := saga.New[Shop]("shop")
 			saga.NewFault[Quote](m)
