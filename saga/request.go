@@ -154,7 +154,8 @@ func (m *Machine[S]) requestCheck(in Input) (stale bool, timer string) {
 		f, ok := in.Msg.(interface{ faultOf() string })
 		return !ok || f.faultOf() != RequestID(timerID), rq.timer
 	}
-	// The timeout itself: the engine drops a timer that is no longer the
-	// saga's, and removes the one that fires.
-	return false, ""
+	// The timeout itself, delivered with the timer's envelope ID (the
+	// engine removes the timer that fires): a copy published by anyone
+	// else is not the saga's timeout.
+	return in.MessageID != timerID, ""
 }

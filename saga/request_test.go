@@ -113,6 +113,7 @@ func TestRequestOutcomes(t *testing.T) {
 		{"superseded fault", fault("other"), r.Faulted.Name(), "", true, ""},
 		{"timeout", saga.Timeout[Quote]{SagaKey: "tea"}, r.TimeoutExpired.Name(), "", true, "timeout"},
 		{"timeout no longer pending", saga.Timeout[Quote]{SagaKey: "tea"}, r.TimeoutExpired.Name(), "", false, ""},
+		{"timeout not from the timer", saga.Timeout[Quote]{SagaKey: "tea"}, r.TimeoutExpired.Name(), "forged", true, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -121,6 +122,14 @@ func TestRequestOutcomes(t *testing.T) {
 				in.Timers = nil
 			}
 			in.Msg, in.MsgType, in.CausationID, in.MessageID = c.msg, c.msgType, c.causation, "in-1"
+			if c.msgType == r.TimeoutExpired.Name() {
+				// A timer is delivered with its envelope ID; the case's
+				// causation stands for another message's ID.
+				in.MessageID, in.CausationID = "timer-1", ""
+				if c.causation != "" {
+					in.MessageID = c.causation
+				}
+			}
 			res, err := m.Apply(in)
 			if err != nil {
 				t.Fatal(err)
