@@ -631,6 +631,14 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 	}
 
 	// Applied: encode everything first, so an encoding failure leaves no trace.
+	out := make([]Envelope, 0, len(r.Emitted))
+	for _, em := range r.Emitted {
+		envOut, err := e.emission(it, em.Type, em.Msg, string(em.Intent), "", em.Index, now)
+		if err != nil {
+			return l.fail(it, Permanent(err))
+		}
+		out = append(out, envOut)
+	}
 	sched := make([]store.Timer, 0, len(r.Scheduled))
 	for _, s := range r.Scheduled {
 		envOut, err := e.emission(it, s.Type, s.Msg, "timer", s.Name, s.Index, now)
@@ -639,17 +647,7 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		}
 		sched = append(sched, store.Timer{SagaType: it.typ, Key: it.key, Name: s.Name, DueAt: s.DueAt, Envelope: envOut})
 	}
-	out := make([]Envelope, 0, len(r.Emitted))
-	for _, em := range r.Emitted {
-		envOut, err := e.emission(it, em.Type, em.Msg, string(em.Intent), "", em.Index, now)
-		if err != nil {
-			return l.fail(it, Permanent(err))
-		}
-		if em.RequestTimer != "" {
-			envOut.ID = requestID(sched, em.RequestTimer, envOut.ID)
-		}
-		out = append(out, envOut)
-	}
+	requestIDs(&r, out, sched)
 
 	if w.inst == nil {
 		w.inst = &store.Instance{SagaType: it.typ, Key: it.key, Version: 1, CreatedAt: now}

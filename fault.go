@@ -26,17 +26,23 @@ func faultFor(m Machine, typ string) string {
 	return ""
 }
 
-// requestID returns the ID of a request sent with saga.Request.Send: one
-// derived from its timeout timer's envelope ID (sched), so that the saga
-// recognises the request's response by that timer alone. A request whose
-// timer was unscheduled in the same handler keeps its own ID.
-func requestID(sched []store.Timer, timer, id string) string {
-	for i := len(sched) - 1; i >= 0; i-- {
-		if sched[i].Name == timer {
-			return saga.RequestID(sched[i].Envelope.ID)
+// requestIDs gives each request sent with saga.Request.Send (in r.Emitted,
+// encoded as out) an ID derived from the envelope ID of its own timeout
+// timer (sched, encoded from r.Scheduled; Send schedules the timer just
+// before the command), so that the saga recognises the request's response
+// by that timer alone. A request whose timer was unscheduled in the same
+// handler keeps its own ID.
+func requestIDs(r *saga.Result, out []Envelope, sched []store.Timer) {
+	for i, em := range r.Emitted {
+		if em.RequestTimer == "" {
+			continue
+		}
+		for j, s := range r.Scheduled {
+			if s.Name == em.RequestTimer && s.Index == em.Index-1 {
+				out[i].ID = saga.RequestID(sched[j].Envelope.ID)
+			}
 		}
 	}
-	return id
 }
 
 // fault adds to the lane's commit the fault event of a dead-lettered

@@ -28,8 +28,9 @@ type Emission struct {
 	// (sends, publishes and schedules), which makes its ID deterministic.
 	Index int
 	// RequestTimer, for a request sent with Request.Send, names the
-	// request's timeout timer: the engine gives the emission the ID
-	// RequestID(that timer's envelope ID) instead of one derived from Index.
+	// request's timeout timer, scheduled with Index-1: the engine gives the
+	// emission the ID RequestID(that timer's envelope ID) instead of one
+	// derived from Index.
 	RequestTimer string
 }
 

@@ -114,6 +114,8 @@ func (r *Request[S, Cmd, Resp]) Send(c *Context[S], cmd Cmd, timeout time.Durati
 		Msg: Timeout[Cmd]{SagaKey: c.key, Request: cmd}, Index: c.index,
 	})
 	c.index++
+	// The engine finds the timer by this order: the command's Index is
+	// one more than its timer's.
 	c.emitted = append(c.emitted, Emission{Intent: IntentSend, Type: MessageType(cmd), Msg: cmd, Index: c.index, RequestTimer: r.timer})
 	c.index++
 }

@@ -80,6 +80,9 @@ func TestRequestSend(t *testing.T) {
 	if to, ok := s.Msg.(saga.Timeout[Quote]); !ok || to.SagaKey != "tea" || to.Request.Item != "tea" {
 		t.Errorf("timeout message %#v: want the saga key and the request", s.Msg)
 	}
+	if em.Index != s.Index+1 {
+		t.Errorf("command index %d, timer index %d: the engine finds a request's timer at the index before it", em.Index, s.Index)
+	}
 	if em.RequestTimer != r.TimerName() || em.Intent != saga.IntentSend || em.Type != saga.MessageType(Quote{}) {
 		t.Errorf("command %+v: want a send of Quote tied to timer %s", em, r.TimerName())
 	}
