@@ -637,9 +637,10 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		return 0, false
 	}
 
-	in := saga.Input{Msg: it.msg, MsgType: env.Type, Key: it.key, MessageID: it.msgID, Now: now}
+	in := saga.Input{Msg: it.msg, MsgType: env.Type, Key: it.key, MessageID: it.msgID, Now: now, CausationID: env.CausationID}
 	if w.inst != nil {
 		in.Exists, in.State, in.Data, in.SchemaVersion = true, saga.State(w.inst.State), w.inst.Data, w.inst.SchemaVersion
+		in.Timers = w.inst.Timers
 	}
 	mt := l.messageTx(&in) // the handler's SQL: kept below when applied
 	defer mt.undo(l.ctx)
@@ -657,6 +658,9 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		res.acks = append(res.acks, it.d)
 		return 0, false
 	case saga.Ignored:
+		if r.Stale {
+			res.counts.stale++ // a request's late or superseded outcome
+		}
 		if timerName != "" {
 			delete(w.inst.Timers, timerName)
 			w.changed = true
@@ -684,6 +688,7 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		}
 		sched = append(sched, store.Timer{SagaType: it.typ, Key: it.key, Name: s.Name, DueAt: s.DueAt, Envelope: envOut})
 	}
+	requestIDs(&r, out, sched)
 
 	if err := mt.keep(l.ctx); err != nil {
 		return l.fail(it, err)
@@ -774,6 +779,8 @@ func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, i
 	}
 	if timer != "" {
 		env.Headers[transport.HeaderTimer] = timer
+	} else if ft := faultFor(it.m, typ); ft != "" {
+		env.Headers[transport.HeaderFault] = ft
 	}
 	if m, ok := e.machines[typ]; ok {
 		env.CorrelationID = e.correlationID(m, msg)
@@ -862,6 +869,7 @@ func (l *lane) deadLetter(it *item, reason string, err error) {
 	})
 	res.counts.dead++
 	res.acks = append(res.acks, it.d)
+	l.fault(it, reason, err)
 	res.logs = append(res.logs, logLine{it: it, rec: saga.LogRecord{Level: slog.LevelWarn, Msg: "message dead-lettered", Args: []any{logReason, reason, "error", err.Error()}}})
 }
 

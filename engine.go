@@ -673,7 +673,8 @@ type Stats struct {
 	// Retries counts deliveries returned to the transport for another try.
 	Retries int64
 	// StaleTimers counts timer messages dropped because the saga had
-	// unscheduled or rescheduled them.
+	// unscheduled or rescheduled them, and the responses, timeouts and
+	// faults of requests that were no longer pending (saga.Request).
 	StaleTimers int64
 	// Emitted counts messages written to the outbox (or queue).
 	Emitted int64

@@ -54,6 +54,13 @@ type Input struct {
 	// run no statements) and Ctx the context Context.Context returns.
 	Tx  any
 	Ctx context.Context
+	// CausationID is the causation ID of the message's envelope: for a
+	// request's response, the ID of the request it answers.
+	CausationID string
+	// Timers are the saga's pending timers, by name, with their envelope
+	// IDs (store.Instance.Timers): a request is pending while its timeout
+	// timer is.
+	Timers map[string]string
 }
 
 // Result is what Apply computed. Nothing has been persisted.
@@ -63,6 +70,9 @@ type Result struct {
 	From, To State
 	// Finished reports that To is a final state.
 	Finished bool
+	// Stale reports an Ignored response, timeout or fault of a request
+	// that is not the saga's pending one.
+	Stale bool
 	// Data is the new state document at SchemaVersion.
 	Data          []byte
 	SchemaVersion int
@@ -97,6 +107,10 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 			return Result{}, err
 		}
 	}
+	stale, cancel := m.requestCheck(in)
+	if stale {
+		return Result{Outcome: Ignored, From: from, To: from, Stale: true}, nil
+	}
 	h := m.behaviors[from][in.MsgType]
 	switch {
 	case h == nil && !in.Exists:
@@ -109,7 +123,10 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 		return Result{Outcome: Ignored, From: from, To: from}, nil
 	}
 
-	c := &Context[S]{Data: &data, key: in.Key, messageID: in.MessageID, now: in.Now, current: from, next: from, tx: in.Tx, ctx: in.Ctx}
+	c := &Context[S]{Data: &data, key: in.Key, messageID: in.MessageID, now: in.Now, current: from, next: from, timers: in.Timers, tx: in.Tx, ctx: in.Ctx}
+	if cancel != "" {
+		c.Unschedule(cancel) // the request is answered
+	}
 	if err := h.run(c, in.Msg); errors.Is(err, errIgnore) {
 		return Result{Outcome: Ignored, From: from, To: from}, nil
 	} else if err != nil {

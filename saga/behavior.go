@@ -21,7 +21,11 @@ type Event[S, M any] struct {
 //
 // The type parameter S is inferred: saga.NewEvent[OrderPlaced](m, fn).
 func NewEvent[M, S any](m *Machine[S], correlate func(M) string) *Event[S, M] {
-	t := messageTypeFor[M]()
+	return bindEvent(m, messageTypeFor[M](), correlate)
+}
+
+// bindEvent binds message type name t, decoded as M, to m.
+func bindEvent[M, S any](m *Machine[S], t string, correlate func(M) string) *Event[S, M] {
 	if _, dup := m.events[t]; dup {
 		panic(fmt.Sprintf("saga %s: message type %q bound twice", m.name, t))
 	}

@@ -28,6 +28,11 @@ type Emission struct {
 	// Index is the emission's position among everything the message emitted
 	// (sends, publishes and schedules), which makes its ID deterministic.
 	Index int
+	// RequestTimer, for a request sent with Request.Send, names the
+	// request's timeout timer, scheduled with Index-1: the engine gives the
+	// emission the ID RequestID(that timer's envelope ID) instead of one
+	// derived from Index.
+	RequestTimer string
 }
 
 // Scheduled is a timer a handler scheduled: Msg is delivered to the
@@ -67,6 +72,7 @@ type Context[S any] struct {
 	logs           []LogRecord
 	tx             any             // see Tx
 	ctx            context.Context // see Context
+	timers         map[string]string
 }
 
 // Key returns the canonical saga key.

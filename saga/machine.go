@@ -118,6 +118,8 @@ type Machine[S any] struct {
 	notFound   NotFoundPolicy
 	upgrades   map[int]func(json.RawMessage) (json.RawMessage, error)
 	version    int
+	faults     map[string]string       // message type -> its fault's type
+	requests   map[string]requestEvent // request event type -> its request
 }
 
 type eventDef[S any] struct {

@@ -27,6 +27,11 @@ const (
 	HeaderSagaType = "idem-saga-type"
 	// HeaderSagaKey is the canonical key of the emitting saga.
 	HeaderSagaKey = "idem-saga-key"
+	// HeaderFault, on a message a saga emitted, is the message type of the
+	// fault event to send back to that saga (HeaderSagaType, HeaderSagaKey)
+	// when the message is dead-lettered. Set when the saga declared that it
+	// handles faults of the message's type (saga.NewFault, saga.NewRequest).
+	HeaderFault = "idem-fault"
 )
 
 // ErrClosed is returned by a Transport that has been closed.
