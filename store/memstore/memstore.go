@@ -41,6 +41,7 @@ type Store struct {
 	timers    map[store.Key]map[string]*timerRow // by timer name
 	journal   map[store.Key][]store.JournalEntry
 	dead      map[string]*store.DeadLetter
+	tokens    map[string]time.Time // token inbox: ID → minted at
 }
 
 type outboxRow struct {
@@ -126,6 +127,7 @@ func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.Load
 			res.Seen[ik] = true
 		}
 	}
+	res.Tokens = s.loadTokens(p.Tokens)
 	return res, nil
 }
 
@@ -149,7 +151,11 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if err := s.validate(c); err != nil {
 		return err
 	}
+	if err := s.validateTokens(c); err != nil {
+		return err
+	}
 	s.apply(c)
+	s.applyTokens(c)
 	return nil
 }
 

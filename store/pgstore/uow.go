@@ -113,6 +113,7 @@ func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.Load
 			return rows.Err()
 		})
 	}
+	queueLoadTokens(b, p.Tokens, res)
 	if b.Len() == 0 {
 		return res, nil
 	}
@@ -352,6 +353,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 			return err
 		}
 	}
+	queueTokenWrites(b, c)
 	b.Queue(`COMMIT`)
 	err := u.conn.SendBatch(ctx, b).Close()
 	u.finish(ctx, err != nil)
