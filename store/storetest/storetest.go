@@ -150,6 +150,10 @@ var featureCases = []featureCase{
 	{"QueueConsumeOfLostLeaseFails", needQueue, testQueueConsumeOfLostLeaseFails},
 	{"QueuePartitionsByCanonicalKey", needPartitioned, testQueuePartitionsByCanonicalKey},
 	{"QueuePending", needPending, testQueuePending},
+	{"TokensMintLoadClaim", needTokens, testTokensMintLoadClaim},
+	{"TokensClaimOfClaimedConflicts", needTokens, testTokensClaimOfClaimedConflicts},
+	{"TokensMintOutsideUnitOfWork", needTokens, testTokensMintOutsideUnitOfWork},
+	{"TokensSurviveSweep", needTokens, testTokensSurviveSweep},
 }
 
 // Run runs the conformance suite against the stores newStore returns, one
