@@ -40,7 +40,7 @@ func orderMachine() *saga.Machine[struct{}] {
 // fakeClock is a clock the test moves forward.
 type fakeClock struct{ ns atomic.Int64 }
 
-func (c *fakeClock) now() time.Time           { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // LateDuplicate checks the token inbox against the retention inbox: a saga
