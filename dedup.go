@@ -72,9 +72,11 @@ func checkDedup(c *Config, st store.Store) error {
 	return fmt.Errorf("idem: Config.Dedup is %d: use DedupRetention or DedupToken", int(c.Dedup))
 }
 
-// tokenID is the token of env: its type and dedup identity, as in a saga's
-// inbox record.
-func tokenID(env *Envelope) string { return env.Type + inboxTypeSep + env.DedupID() }
+// TokenID returns the ID of env's dedup token: its type, U+001F and its
+// DedupID, as in a saga's inbox record. A program that mints tokens itself
+// (store.TokenStore.MintTokens) and marks envelopes with
+// transport.HeaderToken must use it; PublishWithTokens does both.
+func TokenID(env *Envelope) string { return env.Type + inboxTypeSep + env.DedupID() }
 
 // tokened reports whether env says its sender minted a token.
 func tokened(env *Envelope) bool { return env.Headers[transport.HeaderToken] == "1" }
@@ -86,7 +88,7 @@ func (e *Engine) itemToken(it *item) string {
 	if _, ok := e.store.(store.TokenStore); !ok || !tokened(&it.d.Envelope) {
 		return ""
 	}
-	return tokenID(&it.d.Envelope)
+	return TokenID(&it.d.Envelope)
 }
 
 // tokenGone reports whether the item is tokened and its token was claimed
@@ -118,7 +120,7 @@ func (l *lane) mint(out []Envelope) {
 	}
 	for i := range out {
 		out[i].Headers[transport.HeaderToken] = "1"
-		l.ch.MintTokens = append(l.ch.MintTokens, store.Token{ID: tokenID(&out[i]), MintedAt: l.now})
+		l.ch.MintTokens = append(l.ch.MintTokens, store.Token{ID: TokenID(&out[i]), MintedAt: l.now})
 	}
 }
 
@@ -147,7 +149,7 @@ func (e *Engine) PublishWithTokens(ctx context.Context, envs ...Envelope) error 
 		}
 		h[transport.HeaderToken] = "1"
 		envs[i].Headers = h
-		tokens[i] = store.Token{ID: tokenID(&envs[i]), MintedAt: now}
+		tokens[i] = store.Token{ID: TokenID(&envs[i]), MintedAt: now}
 	}
 	if err := ts.MintTokens(ctx, tokens); err != nil {
 		return fmt.Errorf("idem: publish with tokens: mint %d tokens: %w", len(tokens), err)

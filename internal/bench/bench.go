@@ -76,6 +76,12 @@ type Options struct {
 	// Brokers each add a run with a separate transport beside each
 	// PostgreSQL-queue run.
 	Brokers []Broker
+	// Dedups are the engine's Config.Dedup modes to run (each
+	// configuration once per mode). Empty means DedupRetention only. In a
+	// DedupToken run the workload's sender mints a token per distinct
+	// message before the measured phase, and the engine mints one per
+	// emitted message inside its units of work.
+	Dedups []idem.Dedup
 	// Tracer, when set, adds a run with it as the engine's Config.Tracer
 	// beside each run, to measure the cost of tracing. Traced runs are not
 	// candidates for the report's target.
@@ -186,10 +192,12 @@ type EngineRun struct {
 	// broker of a run with a separate transport (Options.Transport).
 	Transport string `json:"transport,omitempty"`
 	// Traced is set on runs with Options.Tracer.
-	Traced   bool `json:"traced,omitempty"`
-	Batch    int  `json:"batch"`
-	Lanes    int  `json:"lanes"`
-	MaxConns int  `json:"max_conns"`
+	Traced bool `json:"traced,omitempty"`
+	// Dedup is the engine's Config.Dedup: "retention" or "token".
+	Dedup    string `json:"dedup"`
+	Batch    int    `json:"batch"`
+	Lanes    int    `json:"lanes"`
+	MaxConns int    `json:"max_conns"`
 
 	Seconds           float64 `json:"seconds"`
 	TransitionsPerSec float64 `json:"transitions_per_sec"`
@@ -296,16 +304,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		for _, lanes := range o.Lanes {
 			for _, tr := range transports {
 				for _, trace := range traced {
-					run, err := r.idem(ctx, batch, lanes, tr, trace)
-					if err != nil {
-						return nil, fmt.Errorf("idem%s batch %d lanes %d: %w", via(tr, trace), batch, lanes, err)
+					for _, dedup := range r.dedups() {
+						run, err := r.idem(ctx, batch, lanes, tr, trace, dedup)
+						if err != nil {
+							return nil, fmt.Errorf("idem%s batch %d lanes %d: %w", via(tr, trace), batch, lanes, err)
+						}
+						run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
+						run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
+						rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
+						rep.Runs = append(rep.Runs, *run)
+						r.progress("idem%s dedup %s batch %d lanes %d: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
+							via(tr, trace), dedup, batch, lanes, run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 					}
-					run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
-					run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
-					rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
-					rep.Runs = append(rep.Runs, *run)
-					r.progress("idem%s batch %d lanes %d: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
-						via(tr, trace), batch, lanes, run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 				}
 			}
 		}
@@ -337,7 +347,7 @@ func target(runs []EngineRun) Target {
 	t := Target{Batch: TargetBatch}
 	score := -1
 	for _, r := range runs {
-		if r.Batch != TargetBatch || r.Transport != "" || r.Traced {
+		if r.Batch != TargetBatch || r.Transport != "" || r.Traced || r.token() {
 			continue
 		}
 		c := Target{Batch: r.Batch, Lanes: r.Lanes, RatioA: r.RatioA, RatioB: r.RatioB, RoundTripsPerMsg: r.RoundTripsPerMsg,
@@ -488,8 +498,8 @@ func verify(ctx context.Context, pool *pgxpool.Pool, w *Workload, perMsgTables .
 
 // idem runs one engine configuration: the throughput phase, then the
 // latency phase.
-func (r *runner) idem(ctx context.Context, batch, lanes int, tr string, traced bool) (*EngineRun, error) {
-	run := &EngineRun{Transport: tr, Traced: traced, Batch: batch, Lanes: lanes, MaxConns: lanes*max(1, r.o.Consumers) + 4}
+func (r *runner) idem(ctx context.Context, batch, lanes int, tr string, traced bool, dedup idem.Dedup) (*EngineRun, error) {
+	run := &EngineRun{Transport: tr, Traced: traced, Dedup: dedup.String(), Batch: batch, Lanes: lanes, MaxConns: lanes*max(1, r.o.Consumers) + 4}
 	if err := r.throughput(ctx, run); err != nil {
 		return nil, err
 	}
@@ -562,7 +572,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 		closeFn = func() { _ = bt.Close(); prev() }
 	}
 	e, err := idem.NewEngine(t, tr, &idem.Config{
-		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: r.o.Consumers, Tracer: r.tracer(run),
+		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: r.o.Consumers, Tracer: r.tracer(run), Dedup: dedupOf(run),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err == nil {
@@ -614,7 +624,13 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	}
 	defer s.close()
 	run.Schema = s.schema
-	for chunk := range slices.Chunk(r.w.Envelopes(time.Now()), 1000) {
+	envs := r.w.Envelopes(time.Now())
+	if run.token() {
+		if err := mintTokens(ctx, s.st, envs); err != nil {
+			return err
+		}
+	}
+	for chunk := range slices.Chunk(envs, 1000) {
 		if err := s.pub.Publish(ctx, chunk); err != nil {
 			return fmt.Errorf("pre-enqueue: %w", err)
 		}
@@ -647,7 +663,7 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	s.tap.mu.Unlock()
 	claim := s.tap.latencies(s.tap.claimed)
 	run.ClaimP50Ms, run.ClaimP99Ms = ms(percentile(claim, 0.50)), ms(percentile(claim, 0.99))
-	problems, err := verify(ctx, s.st.Pool(), r.w, "idem_journal", s.emitted)
+	problems, err := s.verify(ctx, run, r.w)
 	if err != nil {
 		return err
 	}
@@ -678,6 +694,11 @@ func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 	defer s.close()
 	run.LatencySchema, run.LatencyMessages = s.schema, n
 	envs := w.Envelopes(time.Time{})
+	if run.token() {
+		if err := mintTokens(ctx, s.st, envs); err != nil {
+			return err
+		}
+	}
 	published := make([]time.Time, n)
 	stop, err := s.start(ctx)
 	if err != nil {
@@ -731,7 +752,7 @@ func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 	run.P50Ms, run.P99Ms = ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99))
 	stats := s.e.Stats()
 	run.LatencyConflicts = stats.Conflicts
-	problems, err := verify(ctx, s.st.Pool(), w, "idem_journal", s.emitted)
+	problems, err := s.verify(ctx, run, w)
 	if err != nil {
 		return err
 	}
