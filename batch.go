@@ -419,6 +419,8 @@ type lane struct {
 	blocked map[store.Key]time.Duration // keys with a message to retry
 	spans   []openSpan                  // message spans awaiting the commit
 	uow     store.UnitOfWork
+	tokens  map[store.InboxKey]string // token of each tokened message
+	claimed map[string]bool           // tokens this unit of work claims
 }
 
 func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
@@ -497,6 +499,13 @@ func (l *lane) load(uow store.UnitOfWork, items []*item) error {
 			p.Keys = append(p.Keys, it.sagaKey())
 		}
 		p.Inbox = append(p.Inbox, it.inboxKey())
+		if tok := l.e.itemToken(it); tok != "" {
+			if l.tokens == nil {
+				l.tokens = map[store.InboxKey]string{}
+			}
+			l.tokens[it.inboxKey()] = tok
+			p.Tokens = append(p.Tokens, tok)
+		}
 	}
 	if len(p.Inbox) == 0 {
 		return nil
@@ -517,7 +526,7 @@ func (l *lane) apply(it *item) {
 		return
 	}
 	ik := it.inboxKey()
-	if l.loaded.Seen[ik] || l.inBatch[ik] {
+	if l.loaded.Seen[ik] || l.inBatch[ik] || l.tokenGone(ik) {
 		res.counts.dup++
 		res.acks = append(res.acks, it.d)
 		return
@@ -553,6 +562,7 @@ func (l *lane) apply(it *item) {
 }
 
 func (l *lane) markSeen(ik store.InboxKey) {
+	l.claimToken(ik)
 	l.inBatch[ik] = true
 	l.ch.Inbox = append(l.ch.Inbox, store.InboxEntry{InboxKey: ik, ProcessedAt: l.now})
 }
@@ -733,6 +743,7 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		FromState: from, ToState: inst.State, Version: version, At: now,
 	})
 	markSeen()
+	l.mint(out)
 	for _, o := range out {
 		ch.Outbox = append(ch.Outbox, store.OutboxMessage{Envelope: o, CreatedAt: now})
 	}

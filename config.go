@@ -67,6 +67,14 @@ type Config struct {
 	// transport carries is refused.
 	MaxBodyBytes int
 
+	// Dedup chooses whether the messages this engine's sagas emit carry a
+	// dedup token (DedupToken, which needs a store.TokenStore) or rely on
+	// their consumers' retention inbox alone (DedupRetention, the
+	// default). Whatever it says, the engine claims the token of every
+	// message it receives marked with transport.HeaderToken when its
+	// store keeps tokens.
+	Dedup Dedup
+
 	// Retention is how long finished sagas (and their inbox records) are
 	// kept so that late duplicates are still recognised. Default 7 days.
 	Retention time.Duration

@@ -103,6 +103,9 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 	}
 	_, partitioned := tr.(transport.PartitionedConsumer)
 	e.cfg.parallelism(cfg, partitioned)
+	if err := checkDedup(&e.cfg, st); err != nil {
+		return nil, err
+	}
 	if q, ok := st.(store.Queue); ok && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr) {
 		e.queue = true
 	}
@@ -209,17 +212,36 @@ func (e *Engine) NewEnvelope(id string, msg any) (Envelope, error) {
 
 // Publish hands envelopes to the transport. Each needs an ID and a type;
 // SentAt is set when zero (on a copy: the caller's envelopes are not
-// modified).
+// modified). An envelope with the header transport.HeaderToken is refused:
+// use PublishWithTokens, which mints the token the header promises.
 func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
-	now := e.cfg.Clock()
 	envs = slices.Clone(envs)
 	for i := range envs {
-		if envs[i].ID == "" || envs[i].Type == "" {
-			return fmt.Errorf("idem: publish envelope %d (id %q, type %q): %w: ID and type are required", i, envs[i].ID, envs[i].Type, ErrInvalidEnvelope)
+		if err := checkPublish(i, &envs[i]); err != nil {
+			return err
 		}
-		if err := transport.ValidateEnvelope(&envs[i]); err != nil {
-			return fmt.Errorf("idem: publish envelope %d: %w: %w", i, ErrInvalidEnvelope, err)
+		if _, ok := envs[i].Headers[transport.HeaderToken]; ok {
+			return fmt.Errorf("idem: publish envelope %d: %w: header %s is only set by PublishWithTokens (without a minted token the consumer would drop the message as a duplicate)", i, ErrInvalidEnvelope, transport.HeaderToken)
 		}
+	}
+	return e.publish(ctx, envs)
+}
+
+func checkPublish(i int, env *Envelope) error {
+	if env.ID == "" || env.Type == "" {
+		return fmt.Errorf("idem: publish envelope %d (id %q, type %q): %w: ID and type are required", i, env.ID, env.Type, ErrInvalidEnvelope)
+	}
+	if err := transport.ValidateEnvelope(env); err != nil {
+		return fmt.Errorf("idem: publish envelope %d: %w: %w", i, ErrInvalidEnvelope, err)
+	}
+	return nil
+}
+
+// publish sets SentAt where zero on envs (the caller's copies) and hands
+// them to the transport.
+func (e *Engine) publish(ctx context.Context, envs []Envelope) error {
+	now := e.cfg.Clock()
+	for i := range envs {
 		if envs[i].SentAt.IsZero() {
 			envs[i].SentAt = now
 		}

@@ -108,6 +108,12 @@ type Message struct {
 	// IdempotencyKey, when set, is the deduplication identity instead of ID.
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	Headers        map[string]string `json:"headers,omitempty"`
+	// Token, when true, mints a dedup token for the message before
+	// publishing it (Engine.PublishWithTokens): a copy submitted or
+	// delivered after the message was applied is a duplicate however
+	// late, not only within the retention. Needs a store that keeps
+	// tokens (memory, SQLite, PostgreSQL).
+	Token bool `json:"token,omitempty"`
 }
 
 // Accepted is the answer of POST /api/messages (202).
@@ -358,7 +364,15 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	if err := s.e.Publish(ctx, env); err != nil {
+	publish := s.e.Publish
+	if m.Token {
+		publish = s.e.PublishWithTokens
+	}
+	if err := publish(ctx, env); err != nil {
+		if errors.Is(err, idem.ErrInvalidEnvelope) || errors.Is(err, idem.ErrNoTokens) {
+			writeError(w, http.StatusBadRequest, "message %q was not stored: %v", env.ID, err)
+			return
+		}
 		s.log.ErrorContext(ctx, "admin: publish a submitted message", "message_id", env.ID, "error", err)
 		writeError(w, http.StatusServiceUnavailable, "message %q was not stored: the queue refused it (see the server log): submit it again with the same id, which is safe", env.ID)
 		return

@@ -72,7 +72,11 @@
 // letter with reason unknown_type, visible under /api/dead-letters. So
 // nothing a client submitted is lost: it is refused with a reason, or
 // stored. Submitting the same id (or idempotency_key) twice is accepted
-// twice and applied once: the engine's inbox skips the duplicate.
+// twice and applied once: the engine's inbox skips the duplicate, within
+// the engine's retention. With "token": true the server first mints a dedup
+// token for the message (idem.Engine.PublishWithTokens), and a copy that
+// arrives after the message was applied is skipped however late; the
+// header idem-token is refused otherwise (400).
 //
 // # Metrics
 //

@@ -217,14 +217,19 @@ type LoadParams struct {
 	Keys []Key
 	// Inbox are the inbox records to check.
 	Inbox []InboxKey
+	// Tokens are the dedup tokens to look up (see TokenStore); a store
+	// that does not implement TokenStore ignores them.
+	Tokens []string
 }
 
 // LoadResult is what Load found. Instances holds a fresh copy of each
 // existing instance, keyed by its Key; absent keys are simply missing. Seen
-// holds the inbox keys that have a record.
+// holds the inbox keys that have a record; Tokens the requested tokens that
+// exist, unclaimed (nil when none were requested).
 type LoadResult struct {
 	Instances map[Key]*Instance
 	Seen      map[InboxKey]bool
+	Tokens    map[string]bool
 }
 
 // Changes are the writes of one unit of work, committed together.
@@ -251,12 +256,16 @@ type Changes struct {
 	Journal []JournalEntry
 	// DeadLetters to record.
 	DeadLetters []DeadLetter
+	// MintTokens and ClaimTokens are the token inbox's writes (see
+	// TokenStore); the engine sets them only for a TokenStore.
+	MintTokens  []Token
+	ClaimTokens []string
 }
 
 // Empty reports whether c holds no writes.
 func (c *Changes) Empty() bool {
 	return len(c.Inserts)+len(c.Updates)+len(c.Inbox)+len(c.Outbox)+len(c.Timers)+
-		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters) == 0
+		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens) == 0
 }
 
 // UnitOfWork is one transaction. It is used by one goroutine at a time. After

@@ -80,6 +80,12 @@ type Options struct {
 	// Brokers each add a run with a separate transport beside each
 	// PostgreSQL-queue run.
 	Brokers []Broker
+	// Dedups are the engine's Config.Dedup modes to run (each
+	// configuration once per mode). Empty means DedupRetention only. In a
+	// DedupToken run the workload's sender mints a token per distinct
+	// message before the measured phase, and the engine mints one per
+	// emitted message inside its units of work.
+	Dedups []idem.Dedup
 	// Tracer, when set, adds a run with it as the engine's Config.Tracer
 	// beside each run, to measure the cost of tracing. Traced runs are not
 	// candidates for the report's target.
@@ -191,6 +197,8 @@ type EngineRun struct {
 	Transport string `json:"transport,omitempty"`
 	// Traced is set on runs with Options.Tracer.
 	Traced bool `json:"traced,omitempty"`
+	// Dedup is the engine's Config.Dedup: "retention" or "token".
+	Dedup string `json:"dedup"`
 	// Defaults is set on the run of the zero Config (Options.Defaults);
 	// Batch, Lanes, Consumers and MaxConns then report what the defaults
 	// came to on this machine.
@@ -313,17 +321,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, c := range configs {
 		for _, tr := range transports {
 			for _, trace := range traced {
-				run := c
-				run.Transport, run.Traced = tr, trace
-				if err := r.idem(ctx, &run); err != nil {
-					return nil, fmt.Errorf("idem%s %s: %w", via(tr, trace), configName(run), err)
+				for _, dedup := range r.dedups() {
+					run := c
+					run.Transport, run.Traced, run.Dedup = tr, trace, dedup.String()
+					if err := r.idem(ctx, &run); err != nil {
+						return nil, fmt.Errorf("idem%s %s: %w", via(tr, trace), configName(run), err)
+					}
+					run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
+					run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
+					rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
+					rep.Runs = append(rep.Runs, run)
+					r.progress("idem%s %s: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
+						via(tr, trace), configName(run), run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 				}
-				run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
-				run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
-				rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
-				rep.Runs = append(rep.Runs, run)
-				r.progress("idem%s %s: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
-					via(tr, trace), configName(run), run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 			}
 		}
 	}
@@ -334,10 +344,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // configName names a run's engine configuration in progress lines and
 // reports: "defaults (batch 64, lanes 1, consumers 4)" or "batch 100 lanes 1".
 func configName(r EngineRun) string {
+	name := fmt.Sprintf("batch %d lanes %d", r.Batch, r.Lanes)
 	if r.Defaults {
-		return fmt.Sprintf("defaults (batch %d, lanes %d, consumers %d)", r.Batch, r.Lanes, r.Consumers)
+		name = fmt.Sprintf("defaults (batch %d, lanes %d, consumers %d)", r.Batch, r.Lanes, r.Consumers)
 	}
-	return fmt.Sprintf("batch %d lanes %d", r.Batch, r.Lanes)
+	if r.token() {
+		name += " dedup token"
+	}
+	return name
 }
 
 // via names the transport of a run, and its tracing, in progress lines.
@@ -363,7 +377,7 @@ func target(runs []EngineRun) Target {
 	t := Target{Batch: TargetBatch}
 	score := -1
 	for _, r := range runs {
-		if r.Batch != TargetBatch || r.Transport != "" || r.Traced || r.Defaults {
+		if r.Batch != TargetBatch || r.Transport != "" || r.Traced || r.Defaults || r.token() {
 			continue
 		}
 		c := Target{Batch: r.Batch, Lanes: r.Lanes, RatioA: r.RatioA, RatioB: r.RatioB, RoundTripsPerMsg: r.RoundTripsPerMsg,
@@ -595,7 +609,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 		closeFn = func() { _ = bt.Close(); prev() }
 	}
 	cfg := &idem.Config{
-		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, Tracer: r.tracer(run),
+		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, Tracer: r.tracer(run), Dedup: dedupOf(run),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	e, err := idem.NewEngine(t, tr, cfg)
@@ -652,7 +666,13 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	}
 	defer s.close()
 	run.Schema = s.schema
-	for chunk := range slices.Chunk(r.w.Envelopes(time.Now()), 1000) {
+	envs := r.w.Envelopes(time.Now())
+	if run.token() {
+		if err := mintTokens(ctx, s.st, envs); err != nil {
+			return err
+		}
+	}
+	for chunk := range slices.Chunk(envs, 1000) {
 		if err := s.pub.Publish(ctx, chunk); err != nil {
 			return fmt.Errorf("pre-enqueue: %w", err)
 		}
@@ -685,7 +705,7 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	s.tap.mu.Unlock()
 	claim := s.tap.latencies(s.tap.claimed)
 	run.ClaimP50Ms, run.ClaimP99Ms = ms(percentile(claim, 0.50)), ms(percentile(claim, 0.99))
-	problems, err := verify(ctx, s.st.Pool(), r.w, "idem_journal", s.emitted)
+	problems, err := s.verify(ctx, run, r.w)
 	if err != nil {
 		return err
 	}
@@ -716,6 +736,11 @@ func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 	defer s.close()
 	run.LatencySchema, run.LatencyMessages = s.schema, n
 	envs := w.Envelopes(time.Time{})
+	if run.token() {
+		if err := mintTokens(ctx, s.st, envs); err != nil {
+			return err
+		}
+	}
 	published := make([]time.Time, n)
 	stop, err := s.start(ctx)
 	if err != nil {
@@ -769,7 +794,7 @@ func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 	run.P50Ms, run.P99Ms = ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99))
 	stats := s.e.Stats()
 	run.LatencyConflicts = stats.Conflicts
-	problems, err := verify(ctx, s.st.Pool(), w, "idem_journal", s.emitted)
+	problems, err := s.verify(ctx, run, w)
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,8 @@ func (rep *Report) WriteText(w io.Writer) error {
 }
 
 // transportName names a run's transport: "pg queue" for pgstore as store
-// and queue; "+trace" marks a traced run.
+// and queue; "+trace" marks a traced run, "+token" a run of the token
+// inbox (Config.Dedup = DedupToken).
 func transportName(r EngineRun) string {
 	name := r.Transport
 	if name == "" {
@@ -88,6 +89,9 @@ func transportName(r EngineRun) string {
 	}
 	if r.Traced {
 		name += " +trace"
+	}
+	if r.token() {
+		name += " +token"
 	}
 	return name
 }

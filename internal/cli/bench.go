@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/bench"
 )
 
@@ -19,6 +20,7 @@ func newBench() *cobra.Command {
 		sf             storeFlags
 		o              bench.Options
 		batches, lanes string
+		dedups         string
 		asJSON, quiet  bool
 		traced         bool
 		transportSpecs []string
@@ -59,11 +61,20 @@ With --trace, every configuration runs again with OpenTelemetry tracing
 exporter that discards it, which measures what tracing costs the engine
 without the network. Traced runs are marked "+trace".
 
+With --dedup retention,token every configuration runs once per mode:
+"+token" runs set Config.Dedup to DedupToken. The workload's sender mints
+one token per distinct message before the measured phase, every copy
+carries the token header, and the engine claims a token per applied
+message and mints one per emitted message inside its units of work; the
+exactly-once check then also expects every incoming token claimed and one
+token per emitted message left. docs/benchmarks.md compares the modes.
+
 Exit code 1 if exactly-once is violated in any run, 2 for bad flags or when
 the database cannot be used.`,
 		Example: `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
   idem bench --store "$IDEM_STORE" --transport nats-embedded --transport amqp://guest:guest@127.0.0.1:5672/ --batch 100 --lanes 4
-  idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 1,4 --json`,
+  idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 1,4 --json
+  idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 4 --dedup retention,token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -71,6 +82,9 @@ the database cannot be used.`,
 				return usageErrorf("%v", err)
 			}
 			if o.Lanes, err = intList("--lanes", lanes); err != nil {
+				return usageErrorf("%v", err)
+			}
+			if o.Dedups, err = dedupList(dedups); err != nil {
 				return usageErrorf("%v", err)
 			}
 			if o.URL, err = sf.benchURL(); err != nil {
@@ -139,6 +153,7 @@ the database cannot be used.`,
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a phase that has not finished by then")
 	f.BoolVar(&o.KeepSchemas, "keep-schemas", false, "keep the benchmark's schemas for inspection instead of dropping them")
 	f.StringArrayVar(&transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222, nats-embedded, amqp://user:pass@host:5672/vhost or redis://host:6379/0 (repeat the flag for several)")
+	f.StringVar(&dedups, "dedup", "retention", "dedup modes to run, comma-separated: retention (the inbox with its retention window), token (the token inbox, Config.Dedup = DedupToken)")
 	f.BoolVar(&traced, "trace", false, "also run each configuration with OpenTelemetry tracing (otelidem, every span sampled, exported to a discarding exporter) to measure its cost")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
@@ -174,6 +189,23 @@ func intList(flag, s string) ([]int, error) {
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s needs at least one value", flag)
+	}
+	return out, nil
+}
+
+// dedupList parses --dedup: comma-separated modes, each once.
+func dedupList(s string) ([]idem.Dedup, error) {
+	var out []idem.Dedup
+	seen := map[idem.Dedup]bool{}
+	for _, part := range strings.Split(s, ",") {
+		d, err := idem.ParseDedup(strings.TrimSpace(part))
+		if err != nil || strings.TrimSpace(part) == "" {
+			return nil, fmt.Errorf("--dedup: %q is not a mode: use retention, token or retention,token", part)
+		}
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
 	}
 	return out, nil
 }

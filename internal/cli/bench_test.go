@@ -24,7 +24,7 @@ func TestBenchSmallRun(t *testing.T) {
 	const messages, keys, seed = 300, 20, 5
 	code, out, errOut := run(t, "bench", "--store", url, "--schema", prefix, "--messages", "300", "--keys", "20", "--seed", "5",
 		"--batch", "10", "--lanes", "2", "--baseline-clients", "3", "--baseline-batch", "25",
-		"--latency-duration", "200ms", "--keep-schemas", "--json", "--quiet")
+		"--latency-duration", "200ms", "--dedup", "retention,token", "--keep-schemas", "--json", "--quiet")
 	var rep bench.Report
 	jerr := json.Unmarshal([]byte(out), &rep)
 
@@ -63,17 +63,39 @@ func TestBenchSmallRun(t *testing.T) {
 	if !rep.ExactlyOnce {
 		t.Errorf("report says exactly-once was violated: %+v", rep)
 	}
-	if len(rep.Baselines) != 2 || len(rep.Runs) != 1 {
-		t.Fatalf("got %d baselines and %d runs, want 2 and 1", len(rep.Baselines), len(rep.Runs))
+	if len(rep.Baselines) != 2 || len(rep.Runs) != 4 {
+		t.Fatalf("got %d baselines and %d runs, want 2 and 4 (the defaults, then batch 10 lanes 2, each with retention and token)", len(rep.Baselines), len(rep.Runs))
 	}
+	for _, r := range rep.Runs[:2] {
+		// The zero Config on the partitioned queue: four consumers of one lane.
+		if !r.Defaults || r.Batch != 64 || r.Lanes != 1 || r.Consumers != 4 || !r.ExactlyOnce {
+			t.Errorf("defaults run %+v: want defaults, batch 64, lanes 1, consumers 4, exactly once", r)
+		}
+	}
+	rep.Runs = rep.Runs[2:]
 	for _, b := range rep.Baselines {
 		if b.TransitionsPerSec <= 0 || b.RoundTripsPerMsg <= 0 || b.Applied != int64(w.Distinct) || b.Duplicates != int64(w.Duplicates()) || !b.ExactlyOnce {
 			t.Errorf("baseline (%s) = %+v: want positive rates, %d applied, %d duplicates skipped, exactly once", b.Name, b, w.Distinct, w.Duplicates())
 		}
 		checkCounters(t, conn, b.Schema, w, "idem_outbox")
 	}
-	r := rep.Runs[0]
-	if r.Batch != 10 || r.Lanes != 2 {
+	for i, dedup := range []string{"retention", "token"} {
+		checkRun(t, conn, rep.Runs[i], w, dedup, keys, seed)
+	}
+}
+
+// checkRun checks one engine run of TestBenchSmallRun; a token run also
+// leaves one token per emitted message (every incoming one claimed).
+func checkRun(t *testing.T, conn *pgx.Conn, r bench.EngineRun, w *bench.Workload, dedup string, keys int, seed uint64) {
+	t.Helper()
+	if r.Dedup != dedup {
+		t.Errorf("run has dedup %q, want %q", r.Dedup, dedup)
+	}
+	perMsg := []string{"idem_journal", "bench_emitted"}
+	if dedup == "token" {
+		perMsg = append(perMsg, "idem_tokens")
+	}
+	if r.Defaults || r.Batch != 10 || r.Lanes != 2 {
 		t.Errorf("run has batch %d lanes %d, want 10 and 2", r.Batch, r.Lanes)
 	}
 	if r.TransitionsPerSec <= 0 || r.RoundTripsPerMsg <= 0 || r.RatioA <= 0 || r.RatioB <= 0 {
@@ -86,8 +108,8 @@ func TestBenchSmallRun(t *testing.T) {
 	if r.LatencyMessages < 100 || r.P50Ms <= 0 || r.P99Ms < r.P50Ms {
 		t.Errorf("latency phase: %d messages, p50 %v ms, p99 %v ms; want at least 100 messages and 0 < p50 <= p99", r.LatencyMessages, r.P50Ms, r.P99Ms)
 	}
-	checkCounters(t, conn, r.Schema, w, "idem_journal", "bench_emitted")
-	checkCounters(t, conn, r.LatencySchema, bench.NewWorkload(r.LatencyMessages, keys, 0.2, seed+1, "l-"), "idem_journal", "bench_emitted")
+	checkCounters(t, conn, r.Schema, w, perMsg...)
+	checkCounters(t, conn, r.LatencySchema, bench.NewWorkload(r.LatencyMessages, keys, 0.2, seed+1, "l-"), perMsg...)
 }
 
 // checkCounters checks, independently of the report, that every key's
@@ -144,6 +166,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "--store", "postgres://u@h/db", "--lanes", "0"}, "--lanes"},
 		{[]string{"bench", "--store", "postgres://u@h/db", "--dup", "1"}, "--dup"},
 		{[]string{"bench", "--store", "postgres://u@h/db", "--messages", "0"}, "--messages"},
+		{[]string{"bench", "--store", "postgres://u@h/db", "--dedup", "retention,forever"}, "--dedup"},
 		{[]string{"bench", "--store", "postgres://u@h/db", "--transport", "amqp://a:secret@h1/", "--transport", "amqp://a:secret@h2/"}, "given twice"},
 	} {
 		code, _, errOut := run(t, tc.args...)

@@ -42,6 +42,7 @@ type Store struct {
 	journal   map[store.Key][]store.JournalEntry
 	dead      map[string]*store.DeadLetter
 	schedules map[string]*store.Schedule // by name; see schedule.go
+	tokens    map[string]time.Time       // token inbox: ID → minted at
 }
 
 type outboxRow struct {
@@ -128,6 +129,7 @@ func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.Load
 			res.Seen[ik] = true
 		}
 	}
+	res.Tokens = s.loadTokens(p.Tokens)
 	return res, nil
 }
 
@@ -154,8 +156,12 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if err := s.checkAdvances(u.advance); err != nil {
 		return err
 	}
+	if err := s.validateTokens(c); err != nil {
+		return err
+	}
 	s.apply(c)
 	s.applyAdvances(u.advance)
+	s.applyTokens(c)
 	return nil
 }
 

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Features{}, func(t *testing.T) store.Store {
+	storetest.Run(t, storetest.Features{Tokens: true}, func(t *testing.T) store.Store {
 		return memstore.New(nil)
 	})
 }

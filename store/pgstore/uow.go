@@ -114,6 +114,7 @@ func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.Load
 			return rows.Err()
 		})
 	}
+	queueLoadTokens(b, p.Tokens, res)
 	if b.Len() == 0 {
 		return res, nil
 	}
@@ -354,6 +355,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 		}
 	}
 	u.queueAdvances(b)
+	queueTokenWrites(b, c)
 	b.Queue(`COMMIT`)
 	err := u.conn.SendBatch(ctx, b).Close()
 	u.finish(ctx, err != nil)

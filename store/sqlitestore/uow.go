@@ -56,7 +56,7 @@ func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.Load
 		return nil, err
 	}
 	res := &store.LoadResult{Instances: map[store.Key]*store.Instance{}, Seen: map[store.InboxKey]bool{}}
-	if p == nil || len(p.Keys)+len(p.Inbox) == 0 {
+	if p == nil || len(p.Keys)+len(p.Inbox)+len(p.Tokens) == 0 {
 		return res, nil
 	}
 	tx, err := u.s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -96,6 +96,9 @@ func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.Load
 			}
 			res.Seen[k] = true
 		}
+	}
+	if res.Tokens, err = loadTokens(ctx, tx, p.Tokens); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -304,6 +307,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 			return err
 		}})
 	}
+	ops = append(ops, tokenOps(c)...)
 	if len(u.enqueue) > 0 {
 		now := micros(time.Now())
 		for _, m := range u.enqueue {

@@ -35,6 +35,10 @@ type Features struct {
 	// Pending is true when the queue implements transport.PendingCounter.
 	Pending bool
 
+	// Tokens is true when the store implements store.TokenStore (the
+	// token inbox).
+	Tokens bool
+
 	// TamperJournal, when set, declares that the store keeps its journal
 	// append-only even against other writers (a database trigger). It must
 	// try, behind the store's back as another program with the database's
@@ -112,6 +116,7 @@ func testFeaturesMatchStore(t *testing.T, s store.Store, f Features) {
 	_, isQueue := s.(store.Queue)
 	_, partitioned := s.(transport.PartitionedConsumer)
 	_, pending := s.(transport.PendingCounter)
+	_, tokens := s.(store.TokenStore)
 	for _, c := range []struct {
 		name             string
 		declared, actual bool
@@ -120,6 +125,7 @@ func testFeaturesMatchStore(t *testing.T, s store.Store, f Features) {
 		{"Queue", f.Queue, isQueue, "store.Queue"},
 		{"Partitioned", f.Partitioned, partitioned, "transport.PartitionedConsumer"},
 		{"Pending", f.Pending, pending, "transport.PendingCounter"},
+		{"Tokens", f.Tokens, tokens, "store.TokenStore"},
 	} {
 		switch {
 		case c.declared && !c.actual:

@@ -151,6 +151,10 @@ var featureCases = []featureCase{
 	{"QueuePartitionsByCanonicalKey", needPartitioned, testQueuePartitionsByCanonicalKey},
 	{"QueuePending", needPending, testQueuePending},
 	{"DomainTxCommitsWithTheUnitOfWork", always, testDomainTx},
+	{"TokensMintLoadClaim", needTokens, testTokensMintLoadClaim},
+	{"TokensClaimOfClaimedConflicts", needTokens, testTokensClaimOfClaimedConflicts},
+	{"TokensMintOutsideUnitOfWork", needTokens, testTokensMintOutsideUnitOfWork},
+	{"TokensSurviveSweep", needTokens, testTokensSurviveSweep},
 }
 
 // Run runs the conformance suite against the stores newStore returns, one

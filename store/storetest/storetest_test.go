@@ -113,7 +113,7 @@ func runMutant(t *testing.T, bug string) {
 	switch k {
 	case "memstore":
 		proto := &mutant{bug: bug}
-		f := storetest.Features{}
+		f := storetest.Features{Tokens: true}
 		if bug == "journal-tamperable" || control {
 			// The control tampers too, and is refused, like a SQL store.
 			f.TamperJournal = func(t *testing.T, s store.Store, k store.Key) []error {
@@ -131,7 +131,7 @@ func runMutant(t *testing.T, bug string) {
 				lease = time.Second // the exact counts need leases that hold
 			}
 		}
-		f := storetest.Features{Queue: true, Lease: lease, Pending: true, Partitioned: k == "partitioned"}
+		f := storetest.Features{Queue: true, Lease: lease, Pending: true, Partitioned: k == "partitioned", Tokens: true}
 		storetest.Run(t, f, func(t *testing.T) store.Store {
 			s, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"),
 				&sqlitestore.Config{Lease: lease, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})

@@ -1,0 +1,158 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// Dedup chooses how the messages an engine emits are deduplicated by
+// their consumers. The zero value is DedupRetention.
+type Dedup int
+
+const (
+	// DedupRetention relies on the consumers' inbox records alone, which
+	// the sweeper deletes after Config.Retention: a duplicate that arrives
+	// later than that is applied again. No extra writes.
+	DedupRetention Dedup = iota
+	// DedupToken also mints a dedup token for every message a saga emits,
+	// in the commit that stores the message, and marks the envelope with
+	// transport.HeaderToken. The consumer claims (deletes) the token in the
+	// unit of work that applies the message; a copy that arrives after
+	// the claim is a duplicate, however late. It needs a store that
+	// implements store.TokenStore shared by senders and consumers, and a
+	// consumer of each message type in an engine on that store: a token
+	// nobody claims stays until an operator deletes it. Costs one more row
+	// written per emitted message and one more row read and deleted per
+	// consumed one, in the unit of work's existing round trips.
+	DedupToken
+)
+
+// String returns "retention" or "token".
+func (d Dedup) String() string {
+	switch d {
+	case DedupRetention:
+		return "retention"
+	case DedupToken:
+		return "token"
+	}
+	return fmt.Sprintf("Dedup(%d)", int(d))
+}
+
+// ParseDedup parses "retention" or "token" (as String writes them).
+func ParseDedup(s string) (Dedup, error) {
+	switch s {
+	case "retention", "":
+		return DedupRetention, nil
+	case "token":
+		return DedupToken, nil
+	}
+	return 0, fmt.Errorf("idem: unknown dedup mode %q: use retention or token", s)
+}
+
+// ErrNoTokens is returned by NewEngine with Config.Dedup set to DedupToken,
+// and by PublishWithTokens, when the store does not implement
+// store.TokenStore.
+var ErrNoTokens = fmt.Errorf("the store keeps no dedup tokens (store.TokenStore)")
+
+// checkDedup refuses a Dedup the store cannot serve.
+func checkDedup(c *Config, st store.Store) error {
+	switch c.Dedup {
+	case DedupRetention:
+		return nil
+	case DedupToken:
+		if _, ok := st.(store.TokenStore); !ok {
+			return fmt.Errorf("idem: Config.Dedup is token but %w: use memstore, sqlitestore or pgstore, or DedupRetention", ErrNoTokens)
+		}
+		return nil
+	}
+	return fmt.Errorf("idem: Config.Dedup is %d: use DedupRetention or DedupToken", int(c.Dedup))
+}
+
+// TokenID returns the ID of env's dedup token: its type, U+001F and its
+// DedupID, as in a saga's inbox record. A program that mints tokens itself
+// (store.TokenStore.MintTokens) and marks envelopes with
+// transport.HeaderToken must use it; PublishWithTokens does both.
+func TokenID(env *Envelope) string { return env.Type + inboxTypeSep + env.DedupID() }
+
+// tokened reports whether env says its sender minted a token.
+func tokened(env *Envelope) bool { return env.Headers[transport.HeaderToken] == "1" }
+
+// itemToken is the token the lane must claim to apply it, or "" when it is
+// deduplicated by the retention inbox alone: the message carries no token
+// header, or the store keeps no tokens.
+func (e *Engine) itemToken(it *item) string {
+	if _, ok := e.store.(store.TokenStore); !ok || !tokened(&it.d.Envelope) {
+		return ""
+	}
+	return TokenID(&it.d.Envelope)
+}
+
+// tokenGone reports whether the item is tokened and its token was claimed
+// (before this unit of work's load, or by an earlier message of the lane).
+func (l *lane) tokenGone(ik store.InboxKey) bool {
+	tok, ok := l.tokens[ik]
+	return ok && (!l.loaded.Tokens[tok] || l.claimed[tok])
+}
+
+// claimToken claims the token of the message with inbox key ik, if it has
+// one, in the lane's commit.
+func (l *lane) claimToken(ik store.InboxKey) {
+	tok, ok := l.tokens[ik]
+	if !ok || l.claimed[tok] {
+		return
+	}
+	if l.claimed == nil {
+		l.claimed = map[string]bool{}
+	}
+	l.claimed[tok] = true
+	l.ch.ClaimTokens = append(l.ch.ClaimTokens, tok)
+}
+
+// mint gives each emitted envelope a token, in the lane's commit, when
+// Config.Dedup is DedupToken.
+func (l *lane) mint(out []Envelope) {
+	if l.e.cfg.Dedup != DedupToken {
+		return
+	}
+	for i := range out {
+		out[i].Headers[transport.HeaderToken] = "1"
+		l.ch.MintTokens = append(l.ch.MintTokens, store.Token{ID: TokenID(&out[i]), MintedAt: l.now})
+	}
+}
+
+// PublishWithTokens is Publish for messages from outside Idem that want the
+// token inbox's guarantee: it mints a dedup token for each envelope in the
+// store, then publishes them marked with transport.HeaderToken. The engine
+// that applies one claims its token, and every later copy of it (same type
+// and DedupID) is a duplicate, however late. It fails with ErrNoTokens when
+// the store keeps no tokens. If the publish fails the tokens stay; calling
+// again with the same envelopes is safe.
+func (e *Engine) PublishWithTokens(ctx context.Context, envs ...Envelope) error {
+	ts, ok := e.store.(store.TokenStore)
+	if !ok {
+		return fmt.Errorf("idem: publish with tokens: %w", ErrNoTokens)
+	}
+	envs = slices.Clone(envs)
+	now := e.cfg.Clock()
+	tokens := make([]store.Token, len(envs))
+	for i := range envs {
+		if err := checkPublish(i, &envs[i]); err != nil {
+			return err
+		}
+		h := make(map[string]string, len(envs[i].Headers)+1)
+		for k, v := range envs[i].Headers {
+			h[k] = v
+		}
+		h[transport.HeaderToken] = "1"
+		envs[i].Headers = h
+		tokens[i] = store.Token{ID: TokenID(&envs[i]), MintedAt: now}
+	}
+	if err := ts.MintTokens(ctx, tokens); err != nil {
+		return fmt.Errorf("idem: publish with tokens: mint %d tokens: %w", len(tokens), err)
+	}
+	return e.publish(ctx, envs)
+}

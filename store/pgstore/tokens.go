@@ -1,0 +1,93 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.TokenStore = (*Store)(nil)
+
+const loadTokensSQL = `
+SELECT t.id FROM unnest($1::text[]) AS u(id)
+CROSS JOIN LATERAL (SELECT id FROM idem_tokens t WHERE t.id = u.id LIMIT 1) t`
+
+const mintTokensSQL = `
+INSERT INTO idem_tokens (id, minted_at)
+SELECT * FROM unnest($1::text[], $2::timestamptz[])
+ON CONFLICT (id) DO NOTHING`
+
+// claimTokensSQL deletes the claimed tokens and fails with ID001 (a
+// conflict) unless every one of them was still there: another unit of
+// work claimed one since the load.
+const claimTokensSQL = `
+WITH gone AS (
+  DELETE FROM idem_tokens t USING unnest($1::text[]) AS u(id) WHERE t.id = u.id
+  RETURNING 1
+)
+SELECT idem_expect((SELECT count(*) FROM gone), $2, 'token claim')`
+
+// queueLoadTokens adds the token lookup to a load's batch.
+func queueLoadTokens(b *pgx.Batch, ids []string, res *store.LoadResult) {
+	if len(ids) == 0 {
+		return
+	}
+	res.Tokens = make(map[string]bool, len(ids))
+	b.Queue(loadTokensSQL, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			res.Tokens[id] = true
+		}
+		return rows.Err()
+	})
+}
+
+// queueTokenWrites adds a commit's mints and claims to its batch.
+func queueTokenWrites(b *pgx.Batch, c *store.Changes) {
+	if n := len(c.MintTokens); n > 0 {
+		ids, at := make([]string, n), make([]time.Time, n)
+		for i, t := range c.MintTokens {
+			ids[i], at[i] = t.ID, t.MintedAt
+		}
+		b.Queue(mintTokensSQL, ids, at)
+	}
+	if n := len(c.ClaimTokens); n > 0 {
+		b.Queue(claimTokensSQL, c.ClaimTokens, int64(n))
+	}
+}
+
+// MintTokens stores tokens outside any unit of work; existing tokens are
+// left as they are.
+func (s *Store) MintTokens(ctx context.Context, ts []store.Token) error {
+	if err := s.check("mint tokens"); err != nil {
+		return err
+	}
+	if len(ts) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	queueTokenWrites(b, &store.Changes{MintTokens: ts})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("pgstore: mint %d tokens: %w", len(ts), translate(err))
+	}
+	return nil
+}
+
+// CountTokens counts the tokens not yet claimed.
+func (s *Store) CountTokens(ctx context.Context) (int, error) {
+	if err := s.check("count tokens"); err != nil {
+		return 0, err
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM idem_tokens`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: count tokens: %w", translate(err))
+	}
+	return n, nil
+}

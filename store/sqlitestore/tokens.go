@@ -1,0 +1,89 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.TokenStore = (*Store)(nil)
+
+const loadTokenSQL = `SELECT 1 FROM idem_tokens WHERE id = ?1`
+
+const mintTokenSQL = `INSERT INTO idem_tokens (id, minted_at) VALUES (?1, ?2) ON CONFLICT (id) DO NOTHING`
+
+const claimTokenSQL = `DELETE FROM idem_tokens WHERE id = ?1`
+
+// loadTokens reports which of ids exist, in the load's read transaction.
+func loadTokens(ctx context.Context, tx *sql.Tx, ids []string) (map[string]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		var one int
+		err := tx.QueryRowContext(ctx, loadTokenSQL, id).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: load token %q: %w", id, err)
+		}
+		out[id] = true
+	}
+	return out, nil
+}
+
+// tokenOps are a commit's statements for the token inbox: a claim that
+// deletes no row lost a race to another unit of work.
+func tokenOps(c *store.Changes) []op {
+	var ops []op
+	for _, t := range c.MintTokens {
+		ops = append(ops, op{sql: mintTokenSQL, args: []any{t.ID, micros(t.MintedAt)}})
+	}
+	for _, id := range c.ClaimTokens {
+		ops = append(ops, op{sql: claimTokenSQL, args: []any{id}, check: func(n int64, err error) error {
+			if err == nil && n != 1 {
+				return fmt.Errorf("%w: claim token %q: already claimed", store.ErrConflict, id)
+			}
+			return err
+		}})
+	}
+	return ops
+}
+
+// MintTokens stores tokens outside any unit of work; existing tokens are
+// left as they are.
+func (s *Store) MintTokens(ctx context.Context, ts []store.Token) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	ops := tokenOps(&store.Changes{MintTokens: ts})
+	err := s.write(ctx, "mint tokens", 0, func(w *writer) error {
+		for _, o := range ops {
+			if _, err := w.exec(o.sql, o.args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: mint %d tokens: %w", len(ts), err)
+	}
+	return nil
+}
+
+// CountTokens counts the tokens not yet claimed.
+func (s *Store) CountTokens(ctx context.Context) (int, error) {
+	if err := s.check("count tokens"); err != nil {
+		return 0, err
+	}
+	var n int
+	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM idem_tokens`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlitestore: count tokens: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,119 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+func needTokens(f Features) string {
+	if !f.Tokens {
+		return "Features.Tokens is false: the store keeps no dedup tokens"
+	}
+	return ""
+}
+
+// Token IDs as the engine forms them: a message type, U+001F, a dedup ID
+// (here with a non-ASCII character).
+const (
+	tokenA = "orders.Placed\x1fm-1"
+	tokenB = "orders.Placed\x1fm-2-é"
+	tokenC = "orders.Placed\x1fm-3"
+)
+
+func loadTokens(t *testing.T, s store.Store, ids ...string) map[string]bool {
+	t.Helper()
+	return load(t, s, &store.LoadParams{Tokens: ids}).Tokens
+}
+
+func countTokens(t *testing.T, s store.Store) int {
+	t.Helper()
+	n, err := s.(store.TokenStore).CountTokens(t.Context())
+	if err != nil {
+		t.Fatalf("count tokens: got error %v, want nil", err)
+	}
+	return n
+}
+
+// Tokens minted in a commit are loaded; a token claimed in a commit is gone,
+// and the inbox record of the same commit is there; minting an existing
+// token again is not an error.
+func testTokensMintLoadClaim(t *testing.T, s store.Store, _ Features) {
+	at := now()
+	commit(t, s, &store.Changes{MintTokens: []store.Token{{ID: tokenA, MintedAt: at}, {ID: tokenB, MintedAt: at}}})
+	got := loadTokens(t, s, tokenA, tokenB, tokenC)
+	if !got[tokenA] || !got[tokenB] || got[tokenC] {
+		t.Fatalf("after minting A and B: loaded tokens %v, want A and B only", got)
+	}
+	ik := store.InboxKey{SagaType: "order", Key: "k1", MessageID: tokenA}
+	commit(t, s, &store.Changes{
+		ClaimTokens: []string{tokenA},
+		Inbox:       []store.InboxEntry{{InboxKey: ik, ProcessedAt: at}},
+		MintTokens:  []store.Token{{ID: tokenB, MintedAt: at.Add(time.Hour)}},
+	})
+	res := load(t, s, &store.LoadParams{Tokens: []string{tokenA, tokenB}, Inbox: []store.InboxKey{ik}})
+	if res.Tokens[tokenA] || !res.Tokens[tokenB] || !res.Seen[ik] {
+		t.Fatalf("after claiming A with an inbox record: tokens %v, inbox seen %v; want only B, and the record", res.Tokens, res.Seen[ik])
+	}
+	if n := countTokens(t, s); n != 1 {
+		t.Fatalf("CountTokens: got %d, want 1 (B)", n)
+	}
+}
+
+// Two units of work load the same token; the second claim fails with
+// ErrConflict and none of its writes land.
+func testTokensClaimOfClaimedConflicts(t *testing.T, s store.Store, _ Features) {
+	at := now()
+	commit(t, s, &store.Changes{MintTokens: []store.Token{{ID: tokenA, MintedAt: at}}})
+	first, second := begin(t, s), begin(t, s)
+	defer first.Rollback(t.Context())
+	defer second.Rollback(t.Context())
+	for i, u := range []store.UnitOfWork{first, second} {
+		if r := loadIn(t, u, &store.LoadParams{Tokens: []string{tokenA}}); !r.Tokens[tokenA] {
+			t.Fatalf("unit of work %d: token not loaded, want it", i+1)
+		}
+	}
+	if err := first.Commit(t.Context(), &store.Changes{ClaimTokens: []string{tokenA}}); err != nil {
+		t.Fatalf("first claim: got error %v, want nil", err)
+	}
+	lost := store.InboxKey{SagaType: "order", Key: "k1", MessageID: "lost"}
+	err := second.Commit(t.Context(), &store.Changes{ClaimTokens: []string{tokenA}, Inbox: []store.InboxEntry{{InboxKey: lost, ProcessedAt: at}}})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second claim of one token: got error %v, want one wrapping store.ErrConflict", err)
+	}
+	if load(t, s, &store.LoadParams{Inbox: []store.InboxKey{lost}}).Seen[lost] {
+		t.Fatal("the failed claim's inbox record was committed, want nothing of that unit of work")
+	}
+}
+
+// MintTokens stores tokens outside a unit of work, idempotently.
+func testTokensMintOutsideUnitOfWork(t *testing.T, s store.Store, _ Features) {
+	ts := s.(store.TokenStore)
+	at := now()
+	for range 2 {
+		if err := ts.MintTokens(t.Context(), []store.Token{{ID: tokenA, MintedAt: at}, {ID: tokenC, MintedAt: at}}); err != nil {
+			t.Fatalf("MintTokens: got error %v, want nil", err)
+		}
+	}
+	if got := loadTokens(t, s, tokenA, tokenB, tokenC); !got[tokenA] || got[tokenB] || !got[tokenC] {
+		t.Fatalf("loaded tokens %v, want A and C", got)
+	}
+	if n := countTokens(t, s); n != 2 {
+		t.Fatalf("CountTokens: got %d, want 2", n)
+	}
+}
+
+// Sweep never deletes tokens by age, whatever its parameters.
+func testTokensSurviveSweep(t *testing.T, s store.Store, _ Features) {
+	old := now().Add(-365 * 24 * time.Hour)
+	commit(t, s, &store.Changes{MintTokens: []store.Token{{ID: tokenA, MintedAt: old}}})
+	future := now().Add(365 * 24 * time.Hour)
+	if _, err := s.Sweep(t.Context(), &store.SweepParams{FinishedBefore: future, InboxBefore: future, SentBefore: future, Limit: 1000}); err != nil {
+		t.Fatalf("sweep: got error %v, want nil", err)
+	}
+	if !loadTokens(t, s, tokenA)[tokenA] {
+		t.Fatal("a year-old token is gone after a sweep, want it kept: tokens have no retention window")
+	}
+}
