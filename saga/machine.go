@@ -118,6 +118,7 @@ type Machine[S any] struct {
 	notFound   NotFoundPolicy
 	upgrades   map[int]func(json.RawMessage) (json.RawMessage, error)
 	version    int
+	attributes []attribute[S]
 }
 
 type eventDef[S any] struct {
