@@ -108,3 +108,10 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	conn := schemaConn(t, st.Schema())
 	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), enginetest.Rows(conn), "IDEM_PG_WORKER_SCHEMA="+st.Schema(), "IDEM_TEST_PG_URL="+url)
 }
+
+// A saga is searchable by its attribute once a message is applied, in the
+// same commit, and a value PostgreSQL cannot keep is dead-lettered.
+func TestEngineAttributesSearchable(t *testing.T) {
+	t.Parallel()
+	enginetest.Attributes(t, openStore(t, pgstore.Config{Lease: 5 * time.Second}))
+}

@@ -170,3 +170,11 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	st := openStore(t, sqlitestore.Config{})
 	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), rows(rawDB(t, st.Path())), "IDEM_SQLITE_WORKER_DB="+st.Path())
 }
+
+// A saga is searchable by its attribute once a message is applied, in the
+// same commit; a value SQLite could keep but PostgreSQL could not is
+// dead-lettered all the same.
+func TestEngineAttributesSearchable(t *testing.T) {
+	t.Parallel()
+	enginetest.Attributes(t, openStore(t, sqlitestore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
+}
