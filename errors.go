@@ -44,7 +44,8 @@ const (
 	ReasonUnstorable = "unstorable"
 	// ReasonInvalidAttribute marks a message whose transition produced an
 	// attribute value that cannot be stored (saga.ErrAttribute): invalid
-	// UTF-8, U+0000, or over 256 bytes. The error names the attribute.
+	// UTF-8, a control character (U+0000 included), or over 256 bytes. The
+	// error names the attribute.
 	ReasonInvalidAttribute = "invalid_attribute"
 )
 

@@ -8,8 +8,8 @@ import (
 )
 
 // ErrAttribute is wrapped by Apply when an attribute function returns a
-// value that cannot be stored: invalid UTF-8, U+0000, or longer than 256
-// bytes once canonical. Trying again computes the same value, so the
+// value that cannot be stored: invalid UTF-8, a control character (U+0000
+// included), or longer than 256 bytes once canonical. Trying again computes the same value, so the
 // engine dead-letters the message (reason "invalid_attribute").
 var ErrAttribute = errors.New("invalid attribute")
 

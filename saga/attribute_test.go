@@ -55,6 +55,8 @@ func TestAttributeValuesThatCannotBeStoredFail(t *testing.T) {
 	for name, v := range map[string]string{
 		"NUL":           "acme\x00",
 		"invalid UTF-8": "acme\xff",
+		"newline":       "acme\nHEADER: x",
+		"escape":        "\x1b[31macme",
 		"too long":      strings.Repeat("é", 200),
 	} {
 		_, err := applyPlaced(m, poPlaced{ID: "po-1", Supplier: v})

@@ -37,7 +37,8 @@ type InstanceQuery struct {
 	// attributes (name to value) with exactly that value. Values are
 	// compared in Unicode NFC form: the store canonicalises them, so the
 	// NFC and NFD spellings of a value select the same instances. A value
-	// no attribute can hold (invalid UTF-8, U+0000, empty) selects nothing.
+	// no attribute can hold (invalid UTF-8, a control character, empty)
+	// selects nothing.
 	Attributes map[string]string
 	// Stuck selects active instances only and orders them by UpdatedAt,
 	// oldest first, then by (SagaType, Key).

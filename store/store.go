@@ -112,7 +112,7 @@ type Instance struct {
 	// Attributes are the saga's searchable attributes (saga.Machine's
 	// Attribute), name to value, computed by the engine from the new state
 	// at each commit: values are non-empty, valid UTF-8 in NFC form without
-	// U+0000, at most 256 bytes. A store keeps them with the instance in
+	// control characters, at most 256 bytes. A store keeps them with the instance in
 	// the same commit, replacing the previous set, and returns them on
 	// every load; nil when there are none.
 	Attributes map[string]string `json:"attributes,omitempty"`

@@ -79,16 +79,19 @@ var (
 )
 
 // AttributeValue returns the canonical (NFC) form of an attribute value, or
-// an error wrapping ErrAttributeValue when v is not valid UTF-8, holds
-// U+0000 (PostgreSQL cannot store it) or is longer than
-// MaxAttributeBytes once canonical. The empty value is valid: it means the
+// an error wrapping ErrAttributeValue when v is not valid UTF-8, holds a
+// control character (U+0000, which PostgreSQL cannot store, a newline or
+// a terminal escape, which would garble what the CLI prints) or is longer
+// than MaxAttributeBytes once canonical. The empty value is valid: it means the
 // attribute is absent.
 func AttributeValue(v string) (string, error) {
 	if !utf8.ValidString(v) {
 		return "", fmt.Errorf("%w: %q is not valid UTF-8", ErrAttributeValue, v)
 	}
-	if strings.IndexByte(v, 0) >= 0 {
-		return "", fmt.Errorf("%w: %q holds U+0000", ErrAttributeValue, v)
+	for i, r := range v {
+		if unicode.IsControl(r) {
+			return "", fmt.Errorf("%w: %q holds the control character %U at byte %d", ErrAttributeValue, v, r, i)
+		}
 	}
 	c := norm.NFC.String(v)
 	if len(c) > MaxAttributeBytes {
