@@ -710,6 +710,7 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 	inst := w.inst
 	from := inst.State
 	inst.State, inst.Data, inst.SchemaVersion, inst.UpdatedAt = string(r.To), r.Data, r.SchemaVersion, now
+	inst.Attributes = r.Attributes
 	switch {
 	case r.Finished && inst.FinishedAt.IsZero():
 		inst.FinishedAt = now
@@ -841,6 +842,8 @@ func (l *lane) fail(it *item, err error) (time.Duration, bool) {
 		reason = ReasonUnhandled
 	case errors.Is(err, saga.ErrSchema):
 		reason = ReasonSchema
+	case errors.Is(err, saga.ErrAttribute):
+		reason = ReasonInvalidAttribute
 	case errors.Is(err, saga.ErrMalformed):
 		reason = ReasonMalformed
 	case errors.Is(err, saga.ErrPanic), IsPermanent(err):

@@ -30,8 +30,8 @@ type Config struct {
 	BatchSize int
 	// Lanes is how many units of work of one batch run in parallel; the
 	// messages of one saga key always share a lane. Default 1 when the
-	// transport hands out partitions (several consumers then run in
-	// parallel instead, see Consumers), 2×GOMAXPROCS otherwise.
+	// transport hands out partitions and Consumers is zero too (several
+	// consumers then run in parallel instead), 2×GOMAXPROCS otherwise.
 	Lanes int
 	// Consumers is how many batches are received and processed at once.
 	// More than one overlaps one batch's commit with the next one's
@@ -42,7 +42,7 @@ type Config struct {
 	// store's optimistic concurrency orders them (a conflict and a
 	// re-apply). Default DefaultPartitionedConsumers with a
 	// transport.PartitionedConsumer (pgstore's queue, RabbitMQ, Redis
-	// Streams), 1 otherwise.
+	// Streams) when Lanes is zero too, 1 otherwise.
 	Consumers int
 
 	// MaxAttempts is how many deliveries a message gets when it fails with
@@ -165,21 +165,19 @@ func (c *Config) withDefaults() (Config, error) {
 // ("The default configuration").
 const DefaultPartitionedConsumers = 4
 
-// parallelism sets Lanes and Consumers when the caller left them zero: with
-// a partitioned transport, several consumers of one lane each; otherwise
-// one consumer whose batches are split into lanes.
+// parallelism sets Lanes and Consumers when the caller left both zero:
+// with a partitioned transport, several consumers of one lane each;
+// otherwise (or when the caller set either) one consumer, unless set,
+// whose batches are split into lanes.
 func (c *Config) parallelism(given *Config, partitioned bool) {
 	var g Config
 	if given != nil {
 		g = *given
 	}
-	if !partitioned || g.Consumers != 0 {
+	if !partitioned || g.Consumers != 0 || g.Lanes != 0 {
 		return
 	}
-	c.Consumers = DefaultPartitionedConsumers
-	if g.Lanes == 0 {
-		c.Lanes = 1
-	}
+	c.Consumers, c.Lanes = DefaultPartitionedConsumers, 1
 }
 
 // defaultMaxKeyLen is Config.MaxKeyLen's default.

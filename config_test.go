@@ -28,7 +28,7 @@ func TestDefaultParallelism(t *testing.T) {
 		wantLanes, wantConsumers int
 	}{
 		{"partitioned, zero Config", mem, nil, 1, idem.DefaultPartitionedConsumers},
-		{"partitioned, Lanes set", mem, &idem.Config{Lanes: 3}, 3, idem.DefaultPartitionedConsumers},
+		{"partitioned, Lanes set", mem, &idem.Config{Lanes: 3}, 3, 1},
 		{"partitioned, Consumers set", mem, &idem.Config{Consumers: 2}, lanes, 2},
 		{"not partitioned, zero Config", unpartitioned{mem}, nil, lanes, 1},
 		{"not partitioned, Consumers set", unpartitioned{mem}, &idem.Config{Consumers: 3, Lanes: 2}, 2, 3},

@@ -42,6 +42,11 @@ const (
 	// ReasonUnstorable marks a message whose unit of work the store
 	// refused (store.ErrRejected) for a field other than the state.
 	ReasonUnstorable = "unstorable"
+	// ReasonInvalidAttribute marks a message whose transition produced an
+	// attribute value that cannot be stored (saga.ErrAttribute): invalid
+	// UTF-8, a control character (U+0000 included), or over 256 bytes. The
+	// error names the attribute.
+	ReasonInvalidAttribute = "invalid_attribute"
 )
 
 // invalidReason is the dead-letter reason for a transport.FieldError field.

@@ -34,8 +34,9 @@ func setup(t *testing.T, cfg *admin.Config) *bundle {
 	return setupWith(t, cfg, 0)
 }
 
-// setupWith is setup with the engine's Config.MaxKeyLen (0: the default).
-func setupWith(t *testing.T, cfg *admin.Config, maxKeyLen int) *bundle {
+// setupWith is setup with the engine's Config.MaxKeyLen (0: the default),
+// and extra machines registered beside the order saga.
+func setupWith(t *testing.T, cfg *admin.Config, maxKeyLen int, extra ...idem.Machine) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -51,6 +52,11 @@ func setupWith(t *testing.T, cfg *admin.Config, maxKeyLen int) *bundle {
 	}
 	if err := e.Register(orders.OrderMachine()); err != nil {
 		t.Fatal(err)
+	}
+	for _, m := range extra {
+		if err := e.Register(m); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)

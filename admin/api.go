@@ -43,6 +43,8 @@ type Instance struct {
 	CreatedAt     time.Time         `json:"created_at"`
 	UpdatedAt     time.Time         `json:"updated_at"`
 	FinishedAt    time.Time         `json:"finished_at,omitzero"`
+	// Attributes are the saga's business attributes, name to value.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // SagaList is the answer of GET /api/sagas. Next, when set, is the after
@@ -132,7 +134,7 @@ type Accepted struct {
 func toInstance(in *store.Instance) Instance {
 	out := Instance{
 		SagaType: in.SagaType, Key: in.Key, State: in.State, Status: in.Status(), Data: in.Data,
-		SchemaVersion: in.SchemaVersion, Version: in.Version, Timers: in.Timers,
+		SchemaVersion: in.SchemaVersion, Version: in.Version, Timers: in.Timers, Attributes: in.Attributes,
 		CreatedAt: in.CreatedAt.UTC(), UpdatedAt: in.UpdatedAt.UTC(), FinishedAt: in.FinishedAt.UTC(),
 	}
 	if in.FinishedAt.IsZero() {

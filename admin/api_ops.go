@@ -60,6 +60,11 @@ func instanceQuery(q url.Values) (*store.InstanceQuery, error) {
 	if p.Status != "" && p.Status != store.StatusActive && p.Status != store.StatusFinished {
 		return nil, fmt.Errorf("status %q is neither active nor finished", p.Status)
 	}
+	attrs, err := inspect.ParseAttributes(attrFilters(q))
+	if err != nil {
+		return nil, err
+	}
+	p.Attributes = attrs
 	if a := q.Get("after"); a != "" {
 		c, err := decodeCursor(a)
 		if err != nil {
@@ -68,6 +73,18 @@ func instanceQuery(q url.Values) (*store.InstanceQuery, error) {
 		p.After = c
 	}
 	return p, nil
+}
+
+// attrFilters returns the non-empty attr parameters (name=value each; the
+// console's form sends an empty one for its blank field).
+func attrFilters(q url.Values) []string {
+	var out []string
+	for _, a := range q["attr"] {
+		if a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 type cursorJSON struct {
@@ -95,10 +112,10 @@ func decodeCursor(s string) (*store.InstanceCursor, error) {
 }
 
 // querySagas serves GET /api/sagas: the plain listing, or with status,
-// prefix or stuck the filtered query whose cursor is opaque.
+// prefix, stuck or attr the filtered query whose cursor is opaque.
 func (s *Server) querySagas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("status") == "" && q.Get("prefix") == "" && q.Get("stuck") == "" {
+	if q.Get("status") == "" && q.Get("prefix") == "" && q.Get("stuck") == "" && len(attrFilters(q)) == 0 {
 		s.listSagas(w, r)
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 )
@@ -69,8 +70,9 @@ func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Act
 
 func TestBrowserConsole(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupWith(t, nil, 0, enginetest.POMachine())
 	seed(t, b)
+	seedPO(t, b)
 	ctx, dialog := chrome(t)
 	base := b.srv.URL
 
@@ -97,6 +99,21 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("instances filtered by prefix o-: got\n%s", text)
 	}
 	screenshot(t, ctx, "instances")
+
+	// Filter by a business attribute, typed in NFD: only po-1 (Müller).
+	run(t, ctx, "filter by attribute", chromedp.Navigate(base+"/instances"), chromedp.WaitVisible("#instances"),
+		chromedp.SetValue("#attr-filter", "supplier=Mu\u0308ller"), chromedp.Click(`form.filters button.primary`),
+		chromedp.Poll(`!document.querySelector("#instances").innerText.includes("x-9")`, nil),
+		chromedp.Text("#instances", &text))
+	if !strings.Contains(text, "po-1") || strings.Contains(text, "po-2") || !strings.Contains(text, "supplier=M\u00fcller") {
+		t.Errorf("instances filtered by supplier=Müller: got\n%s", text)
+	}
+	screenshot(t, ctx, "instances-attribute")
+	run(t, ctx, "attributes of po-3", chromedp.Navigate(base+"/instances/purchase-order/po-3"), chromedp.WaitVisible("#attributes"),
+		chromedp.Text("#attributes", &text))
+	if !strings.Contains(text, "supplier="+hostileSupplier) {
+		t.Errorf("attributes of po-3: got %q, want the hostile supplier as text", text)
+	}
 
 	// A saga's timeline.
 	run(t, ctx, "timeline", chromedp.Navigate(base+"/instances/order/o-1"), chromedp.WaitVisible("#journal li"), chromedp.Text("#journal", &text))

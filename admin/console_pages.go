@@ -59,11 +59,15 @@ type instancesView struct {
 	Rows    []*store.Instance
 	Next    string
 	Problem string
+	// Attrs are the attribute filters (name=value) as given; NextQuery
+	// is the query string of the next page, every filter kept.
+	Attrs     []string
+	NextQuery string
 }
 
 func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	v := &instancesView{Filter: map[string]string{}}
+	v := &instancesView{Filter: map[string]string{}, Attrs: attrFilters(q)}
 	for _, k := range []string{"type", "state", "status", "prefix", "stuck"} {
 		v.Filter[k] = q.Get(k)
 	}
@@ -96,6 +100,13 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(v.Rows) == consolePage {
 		v.Next = encodeCursor(v.Rows[len(v.Rows)-1])
+		next := url.Values{"attr": v.Attrs, "after": {v.Next}}
+		for k, f := range v.Filter {
+			if f != "" {
+				next.Set(k, f)
+			}
+		}
+		v.NextQuery = "?" + next.Encode()
 	}
 	s.render(w, r, http.StatusOK, "instances", "Instances", v)
 }

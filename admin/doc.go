@@ -11,6 +11,7 @@
 //	GET    /api/saga-types                   each machine's states (with counts), transitions and Validate problems
 //	GET    /api/sagas?type=&state=&after=&limit=
 //	GET    /api/sagas?status=&prefix=&stuck=true&type=&state=&after=&limit=   filtered; next is opaque
+//	GET    /api/sagas?attr=name%3Dvalue&attr=...   by business attribute (repeatable, ANDed, NFC); combines with the filters above
 //	GET    /api/sagas/{type}/{key}           one instance with its journal
 //	GET    /api/dead-letters?type=&after=&limit=
 //	GET    /api/dead-letters?reason=&message_type=&key=&type=&after=&limit=

@@ -80,6 +80,9 @@ type Result struct {
 	Scheduled     []Scheduled
 	Unscheduled   []string
 	Logs          []LogRecord
+	// Attributes are the values of the machine's attributes computed from
+	// the new state, in NFC form; nil when none has a value.
+	Attributes map[string]string
 }
 
 // Apply runs the event carried by in against the saga it describes. It is
@@ -136,6 +139,10 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("saga %s: encode state: %w", m.name, err)
 	}
+	attrs, err := m.attributeValues(&data)
+	if err != nil {
+		return Result{}, err
+	}
 	return Result{
 		Outcome:       Applied,
 		From:          from,
@@ -147,6 +154,7 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 		Scheduled:     c.scheduled,
 		Unscheduled:   c.unscheduled,
 		Logs:          c.logs,
+		Attributes:    attrs,
 	}, nil
 }
 

@@ -135,3 +135,33 @@ func ExampleMachine_Validate() {
 	// first: kind=unhandled state=AwaitingPayment event=saga_test.OrderPlaced
 	// <nil>
 }
+
+// A machine declares searchable attributes of its state; the engine stores
+// their values with each instance, and operations tools search them
+// (idem sagas ls --attr supplier=Müller).
+func ExampleMachine_Attribute() {
+	type PurchaseOrder struct {
+		Supplier string `json:"supplier"`
+	}
+	type OrderPlaced struct{ ID, Supplier string }
+
+	m := saga.New[PurchaseOrder]("purchase-order")
+	open := m.State("Open")
+	placed := saga.NewEvent[OrderPlaced](m, func(e OrderPlaced) string { return e.ID })
+	m.Initially(saga.When(placed).Then(func(c *saga.Context[PurchaseOrder], e OrderPlaced) error {
+		c.Data.Supplier = e.Supplier
+		return nil
+	}).TransitionTo(open))
+	m.Attribute("supplier", func(po PurchaseOrder) string { return po.Supplier })
+
+	res, err := m.Apply(saga.Input{
+		Msg: OrderPlaced{ID: "po-1", Supplier: "Mu\u0308ller"}, MsgType: "saga_test.OrderPlaced",
+		Key: "po-1", MessageID: "m-1", Now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%q NFC: %v\n", res.Attributes["supplier"], res.Attributes["supplier"] == "M\u00fcller")
+	// Output: "Müller" NFC: true
+}

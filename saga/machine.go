@@ -120,6 +120,7 @@ type Machine[S any] struct {
 	version    int
 	faults     map[string]string       // message type -> its fault's type
 	requests   map[string]requestEvent // request event type -> its request
+	attributes []attribute[S]
 }
 
 type eventDef[S any] struct {

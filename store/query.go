@@ -33,6 +33,13 @@ type InstanceQuery struct {
 	Status string
 	// KeyPrefix, when set, selects keys that start with it, byte for byte.
 	KeyPrefix string
+	// Attributes, when set, selects instances that have every one of these
+	// attributes (name to value) with exactly that value. Values are
+	// compared in Unicode NFC form: the store canonicalises them, so the
+	// NFC and NFD spellings of a value select the same instances. A value
+	// no attribute can hold (invalid UTF-8, a control character, empty)
+	// selects nothing.
+	Attributes map[string]string
 	// Stuck selects active instances only and orders them by UpdatedAt,
 	// oldest first, then by (SagaType, Key).
 	Stuck bool

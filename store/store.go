@@ -109,6 +109,13 @@ type Instance struct {
 	// FinishedAt is set when the instance entered a final state; zero
 	// otherwise. Finished instances are kept until the sweeper removes them.
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Attributes are the saga's searchable attributes (saga.Machine's
+	// Attribute), name to value, computed by the engine from the new state
+	// at each commit: values are non-empty, valid UTF-8 in NFC form without
+	// control characters, at most 256 bytes. A store keeps them with the instance in
+	// the same commit, replacing the previous set, and returns them on
+	// every load; nil when there are none.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // Status reports StatusFinished when FinishedAt is set, StatusActive
@@ -131,6 +138,12 @@ func (in *Instance) Clone() *Instance {
 		c.Timers = make(map[string]string, len(in.Timers))
 		for k, v := range in.Timers {
 			c.Timers[k] = v
+		}
+	}
+	if in.Attributes != nil {
+		c.Attributes = make(map[string]string, len(in.Attributes))
+		for k, v := range in.Attributes {
+			c.Attributes[k] = v
 		}
 	}
 	return &c

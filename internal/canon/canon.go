@@ -64,3 +64,74 @@ func PartitionKey(correlationID, id string) string {
 	}
 	return correlationID
 }
+
+// MaxAttributeBytes bounds the canonical form of an attribute value, and
+// MaxAttributeName an attribute's name, in bytes: both are indexed.
+const (
+	MaxAttributeBytes = 256
+	MaxAttributeName  = 64
+)
+
+// Errors wrapped by AttributeValue and AttributeName.
+var (
+	ErrAttributeValue = errors.New("invalid attribute value")
+	ErrAttributeName  = errors.New("invalid attribute name")
+)
+
+// AttributeValue returns the canonical (NFC) form of an attribute value, or
+// an error wrapping ErrAttributeValue when v is not valid UTF-8, holds a
+// control character (U+0000, which PostgreSQL cannot store, a newline or
+// a terminal escape, which would garble what the CLI prints) or is longer
+// than MaxAttributeBytes once canonical. The empty value is valid: it means the
+// attribute is absent.
+func AttributeValue(v string) (string, error) {
+	if !utf8.ValidString(v) {
+		return "", fmt.Errorf("%w: %q is not valid UTF-8", ErrAttributeValue, v)
+	}
+	for i, r := range v {
+		if unicode.IsControl(r) {
+			return "", fmt.Errorf("%w: %q holds the control character %U at byte %d", ErrAttributeValue, v, r, i)
+		}
+	}
+	c := norm.NFC.String(v)
+	if len(c) > MaxAttributeBytes {
+		return "", fmt.Errorf("%w: %d bytes, limit %d", ErrAttributeValue, len(c), MaxAttributeBytes)
+	}
+	return c, nil
+}
+
+// AttributeName reports whether name is a valid attribute name: 1 to
+// MaxAttributeName bytes of ASCII letters, digits, '_', '-' and '.',
+// starting with a letter. The error wraps ErrAttributeName.
+func AttributeName(name string) error {
+	if name == "" || len(name) > MaxAttributeName {
+		return fmt.Errorf("%w: %q must have 1 to %d bytes", ErrAttributeName, name, MaxAttributeName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if letter || i > 0 && (c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			continue
+		}
+		return fmt.Errorf("%w: %q: only ASCII letters, digits, '_', '-' and '.', starting with a letter", ErrAttributeName, name)
+	}
+	return nil
+}
+
+// AttributeFilter returns the canonical form of a query's attribute
+// filters (name to value), and false when one of them can match no stored
+// attribute: an invalid name, or an empty or invalid value.
+func AttributeFilter(attrs map[string]string) (map[string]string, bool) {
+	if len(attrs) == 0 {
+		return nil, true
+	}
+	out := make(map[string]string, len(attrs))
+	for name, v := range attrs {
+		c, err := AttributeValue(v)
+		if err != nil || c == "" || AttributeName(name) != nil {
+			return nil, false
+		}
+		out[name] = c
+	}
+	return out, true
+}

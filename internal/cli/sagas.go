@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
 
@@ -34,6 +36,7 @@ func newSagasLs() *cobra.Command {
 	var p store.ListParams
 	var asJSON bool
 	var q store.InstanceQuery
+	var attrs []string
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List saga instances, one page at a time",
@@ -46,7 +49,12 @@ printed on stderr when the page is full.
 --status active|finished, --prefix P (keys starting with P) and --stuck
 (active instances, least recently updated first: the ones to look at) need
 a store that implements store.InstanceQuerier, as every bundled store does;
-their cursor is printed the same way.`,
+their cursor is printed the same way.
+
+--attr name=value keeps the instances whose business attribute (declared with
+saga.Machine.Attribute) has that value; repeat it to require several (they
+are ANDed). Values are compared in Unicode NFC form, so any spelling of
+"Müller" finds it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -58,7 +66,10 @@ their cursor is printed the same way.`,
 			if p.Limit < 1 {
 				p.Limit = 100
 			}
-			filtered := q.Status != "" || q.KeyPrefix != "" || q.Stuck
+			if q.Attributes, err = inspect.ParseAttributes(attrs); err != nil {
+				return usageErrorf("--attr: %v", err)
+			}
+			filtered := q.Status != "" || q.KeyPrefix != "" || q.Stuck || len(q.Attributes) > 0
 			var list []*store.Instance
 			if filtered {
 				list, err = queryInstances(ctx, st, &p, &q)
@@ -79,9 +90,9 @@ their cursor is printed the same way.`,
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TYPE\tKEY\tSTATE\tVERSION\tUPDATED\tFINISHED")
+			fmt.Fprintln(tw, "TYPE\tKEY\tSTATE\tVERSION\tUPDATED\tFINISHED\tATTRIBUTES")
 			for _, in := range list {
-				fmt.Fprintf(tw, "%s\t%q\t%s\t%d\t%s\t%s\n", in.SagaType, in.Key, in.State, in.Version, in.UpdatedAt.Format(time.RFC3339), timeOrDash(in.FinishedAt))
+				fmt.Fprintf(tw, "%s\t%q\t%s\t%d\t%s\t%s\t%s\n", in.SagaType, in.Key, in.State, in.Version, in.UpdatedAt.Format(time.RFC3339), timeOrDash(in.FinishedAt), attributesOrDash(in.Attributes))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -105,6 +116,7 @@ their cursor is printed the same way.`,
 	cmd.Flags().StringVar(&q.Status, "status", "", "only active or finished instances")
 	cmd.Flags().StringVar(&q.KeyPrefix, "prefix", "", "only instances whose key starts with this")
 	cmd.Flags().BoolVar(&q.Stuck, "stuck", false, "only active instances, least recently updated first")
+	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "only instances with this business attribute, name=value (repeatable, ANDed)")
 	cmd.Flags().StringVar(&p.After, "after", "", "cursor: list instances after this one")
 	cmd.Flags().IntVar(&p.Limit, "limit", 100, "page size")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
@@ -154,8 +166,8 @@ instance.`,
 				return writeJSON(cmd.OutOrStdout(), v)
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "saga      %s/%q\nstate     %s\nversion   %d\ncreated   %s\nupdated   %s\nfinished  %s\ntimers    %v\n\ndata\n%s\n\njournal\n",
-				in.SagaType, in.Key, in.State, in.Version, in.CreatedAt.Format(time.RFC3339Nano), in.UpdatedAt.Format(time.RFC3339Nano), timeOrDash(in.FinishedAt), in.Timers, indentJSON(in.Data))
+			fmt.Fprintf(w, "saga      %s/%q\nstate     %s\nversion   %d\ncreated   %s\nupdated   %s\nfinished  %s\ntimers    %v\nattrs     %s\n\ndata\n%s\n\njournal\n",
+				in.SagaType, in.Key, in.State, in.Version, in.CreatedAt.Format(time.RFC3339Nano), in.UpdatedAt.Format(time.RFC3339Nano), timeOrDash(in.FinishedAt), in.Timers, attributesOrDash(in.Attributes), indentJSON(in.Data))
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "  AT\tMESSAGE\tEVENT\tFROM\tTO\tVERSION")
 			for _, j := range journal {
@@ -180,11 +192,12 @@ type instanceJSON struct {
 	CreatedAt     time.Time         `json:"created_at"`
 	UpdatedAt     time.Time         `json:"updated_at"`
 	FinishedAt    *time.Time        `json:"finished_at,omitempty"`
+	Attributes    map[string]string `json:"attributes,omitempty"`
 }
 
 func toInstanceJSON(in *store.Instance) instanceJSON {
 	out := instanceJSON{SagaType: in.SagaType, Key: in.Key, State: in.State, Version: in.Version, SchemaVersion: in.SchemaVersion,
-		Data: json.RawMessage(in.Data), Timers: in.Timers, CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt}
+		Data: json.RawMessage(in.Data), Timers: in.Timers, CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt, Attributes: in.Attributes}
 	if !json.Valid(in.Data) {
 		out.Data, _ = json.Marshal(string(in.Data))
 	}
@@ -193,6 +206,19 @@ func toInstanceJSON(in *store.Instance) instanceJSON {
 		out.FinishedAt = &f
 	}
 	return out
+}
+
+// attributesOrDash prints attributes as name="value" pairs (values quoted,
+// as keys are), or "-" when there are none.
+func attributesOrDash(attrs map[string]string) string {
+	if len(attrs) == 0 {
+		return "-"
+	}
+	quoted := make(map[string]string, len(attrs))
+	for n, v := range attrs {
+		quoted[n] = strconv.Quote(v)
+	}
+	return inspect.FormatAttributes(quoted, " ")
 }
 
 func timeOrDash(t time.Time) string {

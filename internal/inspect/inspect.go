@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/store"
 )
 
@@ -40,6 +41,10 @@ func Instances(ctx context.Context, st store.Store, q *store.InstanceQuery) ([]*
 	if q.Stuck {
 		return nil, fmt.Errorf("list stuck instances: %w (the store does not implement store.InstanceQuerier)", ErrUnsupported)
 	}
+	attrs, ok := canon.AttributeFilter(q.Attributes)
+	if !ok {
+		return nil, nil
+	}
 	limit := cmp.Or(q.Limit, 100)
 	p := &store.ListParams{SagaType: q.SagaType, State: q.State, Limit: page}
 	if q.After != nil {
@@ -52,7 +57,7 @@ func Instances(ctx context.Context, st store.Store, q *store.InstanceQuery) ([]*
 			return nil, fmt.Errorf("list instances: %w", err)
 		}
 		for _, in := range ins {
-			if (q.Status == "" || in.Status() == q.Status) && strings.HasPrefix(in.Key, q.KeyPrefix) && len(out) < limit {
+			if (q.Status == "" || in.Status() == q.Status) && strings.HasPrefix(in.Key, q.KeyPrefix) && hasAttributes(in, attrs) && len(out) < limit {
 				out = append(out, in)
 			}
 		}

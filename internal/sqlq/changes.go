@@ -1,6 +1,7 @@
 package sqlq
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -39,4 +40,35 @@ func CheckWrites(c *store.Changes) error {
 		seen[k] = true
 	}
 	return nil
+}
+
+// AttributesJSON encodes an instance's attributes as the JSON object the
+// SQL stores keep in idem_instances.attributes (keys sorted, so that equal
+// sets encode equally), or nil when there are none.
+func AttributesJSON(attrs map[string]string) (*string, error) {
+	if len(attrs) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(attrs)
+	if err != nil {
+		return nil, fmt.Errorf("encode attributes: %w", err)
+	}
+	s := string(b)
+	return &s, nil
+}
+
+// DecodeAttributes decodes what AttributesJSON encoded; nil or "null" is no
+// attributes.
+func DecodeAttributes(b []byte) (map[string]string, error) {
+	if len(b) == 0 || string(b) == "null" {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode attributes: %w", err)
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
 }

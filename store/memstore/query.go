@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/store"
 )
 
@@ -30,13 +31,17 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 			return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), cmp.Compare(a.SagaType, b.SagaType), cmp.Compare(a.Key, b.Key))
 		}
 	}
+	attrs, ok := canon.AttributeFilter(p.Attributes)
+	if !ok {
+		return nil, nil
+	}
 	var after *store.Instance
 	if p.After != nil {
 		after = &store.Instance{SagaType: p.After.SagaType, Key: p.After.Key, UpdatedAt: p.After.UpdatedAt}
 	}
 	var list []*store.Instance
 	for _, in := range s.instances {
-		if matches(p, in) && (after == nil || order(in, after) > 0) {
+		if matches(p, in) && hasAttributes(in, attrs) && (after == nil || order(in, after) > 0) {
 			list = append(list, in)
 		}
 	}
@@ -58,6 +63,15 @@ func matches(p *store.InstanceQuery, in *store.Instance) bool {
 		(p.State == "" || in.State == p.State) &&
 		(status == "" || in.Status() == status) &&
 		strings.HasPrefix(in.Key, p.KeyPrefix)
+}
+
+func hasAttributes(in *store.Instance, attrs map[string]string) bool {
+	for name, v := range attrs {
+		if got, ok := in.Attributes[name]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // CountInstances counts instances by saga type, state and status; see

@@ -119,3 +119,10 @@ func TestEngineSchedulesFireOnce(t *testing.T) {
 	st := openStore(t, pgstore.Config{})
 	enginetest.SchedulesFireOnce(t, st, st)
 }
+
+// A saga is searchable by its attribute once a message is applied, in the
+// same commit, and a value PostgreSQL cannot keep is dead-lettered.
+func TestEngineAttributesSearchable(t *testing.T) {
+	t.Parallel()
+	enginetest.Attributes(t, openStore(t, pgstore.Config{Lease: 5 * time.Second}))
+}

@@ -236,7 +236,7 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListParams) ([]*stor
 		return nil, fmt.Errorf("pgstore: list instances: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at
+SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes
 FROM idem_instances
 WHERE ($1 = '' OR saga_type = $1) AND ($2 = '' OR state = $2)
   AND (NOT $3 OR (saga_type COLLATE "C", key COLLATE "C") > ($4 COLLATE "C", $5 COLLATE "C"))

@@ -3,9 +3,13 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
@@ -21,20 +25,21 @@ const queryFilters = `($1 = '' OR saga_type COLLATE "C" = $1) AND ($2 = '' OR st
   AND ($3 = '' OR ($3 = 'active') = (finished_at IS NULL))
   AND ($4 = '' OR starts_with(key COLLATE "C", $4))`
 
-// $5 has a cursor, $6 saga type, $7 key, $8 limit.
+// $5 has a cursor, $6 saga type, $7 key, $8 limit; %s stands for the
+// attribute filters.
 const queryInstancesSQL = `
-SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at
+SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes
 FROM idem_instances
-WHERE ` + queryFilters + `
+WHERE ` + queryFilters + `%s
   AND (NOT $5 OR (saga_type COLLATE "C", key COLLATE "C") > ($6 COLLATE "C", $7 COLLATE "C"))
 ORDER BY saga_type COLLATE "C", key COLLATE "C"
 LIMIT $8`
 
 // $5 has a cursor, $6 saga type, $7 key, $8 limit, $9 updated at.
 const queryStuckSQL = `
-SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at
+SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes
 FROM idem_instances
-WHERE finished_at IS NULL AND ` + queryFilters + `
+WHERE finished_at IS NULL AND ` + queryFilters + `%s
   AND (NOT $5 OR (updated_at, saga_type COLLATE "C", key COLLATE "C") > ($9, $6 COLLATE "C", $7 COLLATE "C"))
 ORDER BY updated_at, saga_type COLLATE "C", key COLLATE "C"
 LIMIT $8`
@@ -56,10 +61,21 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	if p.Stuck {
 		q, args = queryStuckSQL, append(args, c.UpdatedAt)
 	}
+	attrs, ok := canon.AttributeFilter(p.Attributes)
+	if !ok {
+		return nil, nil
+	}
+	var filters strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(attrs)) {
+		fmt.Fprintf(&filters, `
+  AND EXISTS (SELECT 1 FROM idem_saga_attributes a WHERE a.name = $%d AND a.value = $%d
+    AND a.saga_type = idem_instances.saga_type AND a.key = idem_instances.key)`, len(args)+1, len(args)+2)
+		args = append(args, name, attrs[name])
+	}
 	// An unnamed statement is planned with its values, so an empty filter
 	// drops out and a prefix becomes an index range; a cached generic plan
 	// would keep every "$n = '' OR" and scan (see docs/benchmarks.md).
-	rows, err := s.pool.Query(ctx, q, append([]any{pgx.QueryExecModeExec}, args...)...)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(q, filters.String()), append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query instances: %w", translate(err))
 	}

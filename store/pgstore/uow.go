@@ -49,7 +49,7 @@ const beginSQL = `BEGIN ISOLATION LEVEL READ COMMITTED`
 // LIMIT 1): a plain join lets the planner choose a hash join that scans the
 // whole inbox once it has grown, which was ten times slower per batch.
 const loadInstancesSQL = `
-SELECT i.saga_type, i.key, i.state, i.data, i.schema_version, i.version, i.timers, i.created_at, i.updated_at, i.finished_at
+SELECT i.saga_type, i.key, i.state, i.data, i.schema_version, i.version, i.timers, i.created_at, i.updated_at, i.finished_at, i.attributes
 FROM unnest($1::text[], $2::text[]) AS u(saga_type, key)
 CROSS JOIN LATERAL (
   SELECT * FROM idem_instances i WHERE i.saga_type = u.saga_type AND i.key = u.key LIMIT 1
@@ -128,8 +128,13 @@ func scanInstance(rows pgx.Rows) (*store.Instance, error) {
 	var in store.Instance
 	var timers []byte
 	var finished pgtype.Timestamptz
-	if err := rows.Scan(&in.SagaType, &in.Key, &in.State, &in.Data, &in.SchemaVersion, &in.Version, &timers, &in.CreatedAt, &in.UpdatedAt, &finished); err != nil {
+	var attrs []byte
+	if err := rows.Scan(&in.SagaType, &in.Key, &in.State, &in.Data, &in.SchemaVersion, &in.Version, &timers, &in.CreatedAt, &in.UpdatedAt, &finished, &attrs); err != nil {
 		return nil, err
+	}
+	var err error
+	if in.Attributes, err = sqlq.DecodeAttributes(attrs); err != nil {
+		return nil, fmt.Errorf("%s/%s: %w", in.SagaType, in.Key, err)
 	}
 	if len(timers) > 0 && string(timers) != "null" {
 		if err := json.Unmarshal(timers, &in.Timers); err != nil {
@@ -152,22 +157,22 @@ func normalizeTimes(ts ...*time.Time) {
 }
 
 const insertInstancesSQL = `
-INSERT INTO idem_instances (saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at)
-SELECT u.saga_type, u.key, u.state, u.data::jsonb, u.schema_version, u.version, u.timers::jsonb, u.created_at, u.updated_at, u.finished_at
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[])
-  AS u(saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at)`
+INSERT INTO idem_instances (saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes)
+SELECT u.saga_type, u.key, u.state, u.data::jsonb, u.schema_version, u.version, u.timers::jsonb, u.created_at, u.updated_at, u.finished_at, u.attributes::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[])
+  AS u(saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes)`
 
 const updateInstancesSQL = `
 WITH changed AS (
   UPDATE idem_instances i
   SET state = u.state, data = u.data::jsonb, schema_version = u.schema_version, version = i.version + 1,
-      timers = u.timers::jsonb, updated_at = u.updated_at, finished_at = u.finished_at
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[])
-    AS u(saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at)
+      timers = u.timers::jsonb, updated_at = u.updated_at, finished_at = u.finished_at, attributes = u.attributes::jsonb
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[])
+    AS u(saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes)
   WHERE i.saga_type = u.saga_type AND i.key = u.key AND i.version = u.version
   RETURNING 1
 )
-SELECT idem_expect((SELECT count(*) FROM changed), $11, 'update')`
+SELECT idem_expect((SELECT count(*) FROM changed), $12, 'update')`
 
 const insertInboxSQL = `
 INSERT INTO idem_inbox (saga_type, key, message_id, processed_at)
@@ -390,7 +395,13 @@ func queueInstances(b *pgx.Batch, sql string, ins []*store.Instance, guarded boo
 	types, keys, states, data, timers := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	schema, versions := make([]int32, n), make([]int64, n)
 	created, updated, finished := make([]time.Time, n), make([]time.Time, n), make([]pgtype.Timestamptz, n)
+	attrs := make([]*string, n)
 	for i, in := range ins {
+		a, err := sqlq.AttributesJSON(in.Attributes)
+		if err != nil {
+			return fmt.Errorf("pgstore: %s/%s: %w", in.SagaType, in.Key, err)
+		}
+		attrs[i] = a
 		types[i], keys[i], states[i], schema[i], versions[i] = in.SagaType, in.Key, in.State, int32(in.SchemaVersion), in.Version
 		data[i] = string(in.Data)
 		if len(in.Data) == 0 {
@@ -405,9 +416,9 @@ func queueInstances(b *pgx.Batch, sql string, ins []*store.Instance, guarded boo
 		finished[i] = pgtype.Timestamptz{Time: in.FinishedAt, Valid: !in.FinishedAt.IsZero()}
 	}
 	if guarded {
-		b.Queue(sql, types, keys, states, data, schema, versions, timers, created, updated, finished, int64(n))
+		b.Queue(sql, types, keys, states, data, schema, versions, timers, created, updated, finished, attrs, int64(n))
 	} else {
-		b.Queue(sql, types, keys, states, data, schema, versions, timers, created, updated, finished)
+		b.Queue(sql, types, keys, states, data, schema, versions, timers, created, updated, finished, attrs)
 	}
 	return nil
 }

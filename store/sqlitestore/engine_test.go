@@ -177,3 +177,11 @@ func TestEngineSchedulesFireOnce(t *testing.T) {
 	st := openStore(t, sqlitestore.Config{})
 	enginetest.SchedulesFireOnce(t, st, st)
 }
+
+// A saga is searchable by its attribute once a message is applied, in the
+// same commit; a value SQLite could keep but PostgreSQL could not is
+// dead-lettered all the same.
+func TestEngineAttributesSearchable(t *testing.T) {
+	t.Parallel()
+	enginetest.Attributes(t, openStore(t, sqlitestore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
+}

@@ -3,7 +3,11 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
+	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
@@ -16,10 +20,11 @@ const queryFilters = `(?1 = '' OR saga_type = ?1) AND (?2 = '' OR state = ?2)
   AND (?3 = '' OR (?3 = 'active') = (finished_at IS NULL))
   AND (?4 = '' OR (key >= ?4 AND substr(key, 1, length(?4)) = ?4))`
 
-// ?5 has a cursor, ?6 saga type, ?7 key, ?8 limit.
+// ?5 has a cursor, ?6 saga type, ?7 key, ?8 limit; %s stands for the
+// attribute filters.
 const queryInstancesSQL = `
 SELECT ` + instanceCols + ` FROM idem_instances
-WHERE ` + queryFilters + `
+WHERE ` + queryFilters + `%s
   AND (NOT ?5 OR (saga_type, key) > (?6, ?7))
 ORDER BY saga_type, key
 LIMIT ?8`
@@ -27,7 +32,7 @@ LIMIT ?8`
 // ?5 has a cursor, ?6 saga type, ?7 key, ?8 limit, ?9 updated at.
 const queryStuckSQL = `
 SELECT ` + instanceCols + ` FROM idem_instances
-WHERE finished_at IS NULL AND ` + queryFilters + `
+WHERE finished_at IS NULL AND ` + queryFilters + `%s
   AND (NOT ?5 OR (updated_at, saga_type, key) > (?9, ?6, ?7))
 ORDER BY updated_at, saga_type, key
 LIMIT ?8`
@@ -45,12 +50,24 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	if p.After != nil {
 		c = *p.After
 	}
+	attrs, ok := canon.AttributeFilter(p.Attributes)
+	if !ok {
+		return nil, nil
+	}
 	q := queryInstancesSQL
 	if p.Stuck {
 		q = queryStuckSQL
 	}
-	rows, err := s.rdb.QueryContext(ctx, q, p.SagaType, p.State, p.Status, p.KeyPrefix,
-		p.After != nil, c.SagaType, c.Key, sqlq.Limit(p.Limit), micros(c.UpdatedAt))
+	args := []any{p.SagaType, p.State, p.Status, p.KeyPrefix,
+		p.After != nil, c.SagaType, c.Key, sqlq.Limit(p.Limit), micros(c.UpdatedAt)}
+	var filters strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(attrs)) {
+		fmt.Fprintf(&filters, `
+  AND EXISTS (SELECT 1 FROM idem_saga_attributes a WHERE a.name = ?%d AND a.value = ?%d
+    AND a.saga_type = idem_instances.saga_type AND a.key = idem_instances.key)`, len(args)+1, len(args)+2)
+		args = append(args, name, attrs[name])
+	}
+	rows, err := s.rdb.QueryContext(ctx, fmt.Sprintf(q, filters.String()), args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: query instances: %w", err)
 	}

@@ -42,7 +42,7 @@ func (u *unitOfWork) live(op string) error {
 	return u.s.check(op)
 }
 
-const instanceCols = `saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at`
+const instanceCols = `saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes`
 
 const loadInstanceSQL = `SELECT ` + instanceCols + ` FROM idem_instances WHERE saga_type = ?1 AND key = ?2`
 
@@ -110,8 +110,13 @@ func scanInstance(row scanner) (*store.Instance, error) {
 	var timers sql.NullString
 	var created, updated int64
 	var finished sql.NullInt64
-	if err := row.Scan(&in.SagaType, &in.Key, &in.State, &in.Data, &in.SchemaVersion, &in.Version, &timers, &created, &updated, &finished); err != nil {
+	var attrs []byte
+	if err := row.Scan(&in.SagaType, &in.Key, &in.State, &in.Data, &in.SchemaVersion, &in.Version, &timers, &created, &updated, &finished, &attrs); err != nil {
 		return nil, err
+	}
+	var err error
+	if in.Attributes, err = sqlq.DecodeAttributes(attrs); err != nil {
+		return nil, fmt.Errorf("%s/%s: %w", in.SagaType, in.Key, err)
 	}
 	if timers.Valid && timers.String != "null" {
 		if err := json.Unmarshal([]byte(timers.String), &in.Timers); err != nil {
@@ -147,12 +152,12 @@ func (u *unitOfWork) Enqueue(_ context.Context, msgs []transport.Envelope) error
 
 const insertInstanceSQL = `
 INSERT INTO idem_instances (` + instanceCols + `)
-VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9)`
+VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10)`
 
 const updateInstanceSQL = `
 UPDATE idem_instances
-SET state = ?3, data = ?4, schema_version = ?5, version = version + 1, timers = ?6, updated_at = ?8, finished_at = ?9
-WHERE saga_type = ?1 AND key = ?2 AND version = ?10`
+SET state = ?3, data = ?4, schema_version = ?5, version = version + 1, timers = ?6, updated_at = ?8, finished_at = ?9, attributes = ?10
+WHERE saga_type = ?1 AND key = ?2 AND version = ?11`
 
 const insertInboxSQL = `
 INSERT INTO idem_inbox (saga_type, key, message_id, processed_at) VALUES (?1, ?2, ?3, ?4)
@@ -321,7 +326,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 	return append(ops, u.planAdvances()...), nil
 }
 
-// instanceArgs returns ?1 to ?9 of insertInstanceSQL and updateInstanceSQL.
+// instanceArgs returns ?1 to ?10 of insertInstanceSQL and updateInstanceSQL.
 func instanceArgs(in *store.Instance) ([]any, error) {
 	var timers sql.NullString
 	if in.Timers != nil {
@@ -331,8 +336,12 @@ func instanceArgs(in *store.Instance) ([]any, error) {
 		}
 		timers = sql.NullString{String: string(b), Valid: true}
 	}
+	attrs, err := sqlq.AttributesJSON(in.Attributes)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %s/%s: %w", in.SagaType, in.Key, err)
+	}
 	return []any{in.SagaType, in.Key, in.State, string(in.Data), in.SchemaVersion, timers,
-		micros(in.CreatedAt), micros(in.UpdatedAt), nullMicros(in.FinishedAt)}, nil
+		micros(in.CreatedAt), micros(in.UpdatedAt), nullMicros(in.FinishedAt), attrs}, nil
 }
 
 // Rollback discards the unit of work; after Commit it does nothing.

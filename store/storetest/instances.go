@@ -23,6 +23,7 @@ func testInstanceRoundTrip(t *testing.T, s store.Store) {
 		SchemaVersion: 3,
 		Version:       1,
 		Timers:        map[string]string{"expire": "t-1", "remind": "t-2"},
+		Attributes:    map[string]string{"supplier": "Müller & Söhne <script>", "region": "eu"},
 		CreatedAt:     base.Add(-time.Hour),
 		UpdatedAt:     base.Add(-time.Minute),
 		FinishedAt:    base,

@@ -14,6 +14,12 @@ var querierCases = []testCase{
 	{"QueryInstancesKeysetPaging", testQueryInstancesKeysetPaging},
 	{"QueryInstancesStuckOrder", testQueryInstancesStuckOrder},
 	{"CountInstancesByState", testCountInstancesByState},
+	{"AttributesStoredInTheSameCommit", testAttributesStoredInTheSameCommit},
+	{"AttributesReplacedOnUpdate", testAttributesReplacedOnUpdate},
+	{"AttributesFilterAndPaging", testAttributesFilterAndPaging},
+	{"AttributesCompareInNFC", testAttributesCompareInNFC},
+	{"AttributesHostileQueryMatchesNothing", testAttributesHostileQueryMatchesNothing},
+	{"AttributesGoWithSweptInstances", testAttributesGoWithSweptInstances},
 }
 
 // RunInstanceQuerier runs the cases of the optional store.InstanceQuerier

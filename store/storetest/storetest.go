@@ -442,6 +442,9 @@ func checkInstance(t *testing.T, what string, got, want *store.Instance) {
 	if !equalMaps(got.Timers, want.Timers) {
 		t.Errorf("%s: Timers: got %v, want %v", what, got.Timers, want.Timers)
 	}
+	if !equalMaps(got.Attributes, want.Attributes) {
+		t.Errorf("%s: Attributes: got %v, want %v", what, got.Attributes, want.Attributes)
+	}
 	if !got.CreatedAt.Equal(want.CreatedAt) {
 		t.Errorf("%s: CreatedAt: got %v, want %v", what, got.CreatedAt, want.CreatedAt)
 	}
