@@ -13,7 +13,7 @@ import (
 var _ store.DeadLetterQuerier = (*Store)(nil)
 
 // The dead-letter filters, compared in COLLATE "C" so that the indexes of
-// migration 011 serve them: $1 saga type, $2 key, $3 reason, $4 after (an
+// migration 009 serve them: $1 saga type, $2 key, $3 reason, $4 after (an
 // empty value means any).
 const deadLetterFilters = `($1 = '' OR saga_type COLLATE "C" = $1) AND ($2 = '' OR key COLLATE "C" = $2)
   AND ($3 = '' OR reason COLLATE "C" = $3) AND ($4 = '' OR id COLLATE "C" > $4 COLLATE "C")`

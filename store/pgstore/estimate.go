@@ -31,7 +31,7 @@ GROUP BY 1, 2, 3 ORDER BY saga_type COLLATE "C", state COLLATE "C", status`
 // like CountInstances when the table holds fewer than ExactCountBelow rows
 // (exact is then true). Above that the counts are estimates and exact is
 // false (the console shows them as sampled): the frequencies that the last
-// ANALYZE recorded in the statistics idem_instances_counts (migration 011)
+// ANALYZE recorded in the statistics idem_instances_counts (migration 009)
 // times pg_class.reltuples, or, before the first ANALYZE and on
 // PostgreSQL 13, a count of a random sample of the table's pages (about
 // 10,000 rows) scaled to the table's size. A state with few instances may

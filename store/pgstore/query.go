@@ -19,7 +19,7 @@ var _ store.InstanceQuerier = (*Store)(nil)
 // The filters shared by both orders: $1 saga type, $2 state, $3 status,
 // $4 key prefix (an empty value means any).
 // Each filter compares in COLLATE "C" (equality is the same in every
-// deterministic collation) so that the "C" indexes of migration 011 serve
+// deterministic collation) so that the "C" indexes of migration 009 serve
 // it, the key prefix as a range of idem_instances_keyset.
 const queryFilters = `($1 = '' OR saga_type COLLATE "C" = $1) AND ($2 = '' OR state COLLATE "C" = $2)
   AND ($3 = '' OR ($3 = 'active') = (finished_at IS NULL))
