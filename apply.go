@@ -126,12 +126,7 @@ type applyProbe struct {
 // returns an error wrapping ErrDeadLettered when a dead letter holds it.
 func (p *applyProbe) read(ctx context.Context) (Result, bool, error) {
 	r := Result{SagaType: p.sk.SagaType, Key: p.sk.Key}
-	uow, err := p.e.store.Begin(ctx)
-	if err != nil {
-		return r, false, err
-	}
-	defer func() { _ = uow.Rollback(ctx) }()
-	lr, err := uow.Load(ctx, &store.LoadParams{Keys: []store.Key{p.sk}, Inbox: []store.InboxKey{p.ik}})
+	lr, err := p.load(ctx)
 	if err != nil {
 		return r, false, err
 	}
@@ -151,6 +146,19 @@ func (p *applyProbe) read(ctx context.Context) (Result, bool, error) {
 		return r, false, nil
 	}
 	return r, false, fmt.Errorf("idem: apply %s: %w: %s: %s", dl.Envelope.ID, ErrDeadLettered, dl.Reason, dl.Error)
+}
+
+// load reads the saga and its inbox record in a unit of work that it
+// rolls back before returning, so that a waiter holds no connection while
+// it reads the dead letters (on a pool of n connections, n waiters each
+// holding one would wait forever for a second).
+func (p *applyProbe) load(ctx context.Context) (*store.LoadResult, error) {
+	uow, err := p.e.store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	return uow.Load(ctx, &store.LoadParams{Keys: []store.Key{p.sk}, Inbox: []store.InboxKey{p.ik}})
 }
 
 // inboxMessageID is the dedup ID inside a saga's inbox message ID (which

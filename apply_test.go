@@ -3,10 +3,12 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
 )
 
 // Apply returns once the message is committed, with the saga as stored,
@@ -88,5 +90,58 @@ func TestApplyRefusesWhatItCannotWaitFor(t *testing.T) {
 	}
 	if n := b.mem.Stats(); n.Published != 0 {
 		t.Errorf("%d messages published, want none", n.Published)
+	}
+}
+
+// deadLetterSpy records how many units of work were open whenever the
+// engine read a dead letter.
+type deadLetterSpy struct {
+	*hookStore
+	mu   sync.Mutex
+	open []int32
+}
+
+func (s *deadLetterSpy) GetDeadLetter(ctx context.Context, id string) (*store.DeadLetter, error) {
+	s.mu.Lock()
+	s.open = append(s.open, s.hookStore.open.Load())
+	s.mu.Unlock()
+	return s.hookStore.GetDeadLetter(ctx, id)
+}
+
+// Apply's wait holds no unit of work while it reads the dead letters: on
+// PostgreSQL each waiter would otherwise hold one pooled connection and
+// wait for a second, and as many waiters as connections hang the pool.
+func TestApplyHoldsNoUnitOfWorkWhileReadingDeadLetters(t *testing.T) {
+	t.Parallel()
+	hooks := &hookStore{}
+	b := setup(t, &options{hooks: hooks, replicas: 2, noStart: true})
+	spy := &deadLetterSpy{hookStore: hooks}
+	waiter, err := idem.NewEngine(spy, b.mem, &idem.Config{Logger: discard, Clock: b.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.Register(b.machine); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.engines[1].Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.engines[1].Stop(context.Background()) })
+	b.stopOnce.Do(func() {})
+	if _, err := waiter.Apply(b.ctx, b.env("inc-1", Inc{Key: "k", N: 1})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.Apply(b.ctx, b.env("poke-1", Poke{Key: "k"})); !errors.Is(err, idem.ErrDeadLettered) {
+		t.Fatalf("Apply of an unhandled event: %v, want ErrDeadLettered", err)
+	}
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	if len(spy.open) == 0 {
+		t.Fatal("Apply never read the dead letters")
+	}
+	for i, n := range spy.open {
+		if n != 0 {
+			t.Errorf("dead-letter read %d: %d units of work open, want 0", i, n)
+		}
 	}
 }
