@@ -194,7 +194,9 @@ func (b *Batch) addRaw(raw string) {
 }
 
 // fenced is a message that names a worker and an attempt.
-type fenced interface{ fence() (worker string, attempt int) }
+type fenced interface {
+	fence() (worker string, attempt int)
+}
 
 func (e Start) fence() (string, int)    { return e.Worker, e.Attempt }
 func (e Complete) fence() (string, int) { return e.Worker, e.Attempt }
