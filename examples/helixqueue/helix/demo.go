@@ -14,7 +14,7 @@ import (
 )
 
 // DemoSubmissions are run-demo's submissions: two IDs in their NFC and NFD
-// spellings, one ID submitted twice, and two more: nine submissions, five
+// spellings, one ID submitted twice, and three more: nine submissions, six
 // batches.
 var DemoSubmissions = []string{
 	"Sämple-Ω-001", norm.NFD.String("Sämple-Ω-001"),
