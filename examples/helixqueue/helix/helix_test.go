@@ -154,16 +154,20 @@ func TestKilledWorkerReclaimedOnce(t *testing.T) {
 			p, err := a.DB.PendingBatches(ctx, 1)
 			return err == nil && len(p) == 1
 		})
-		wb := &helix.Worker{ID: "gpu-b", App: a, Work: func(_ context.Context, s string, at int) (string, error) {
-			return "reads:" + s, nil
+		// While B runs the batch, A comes back and reports its attempt:
+		// fenced off, the batch stays RUNNING under B.
+		var lateState string
+		wb := &helix.Worker{ID: "gpu-b", App: a, Work: func(ctx context.Context, s string, at int) (string, error) {
+			r, err := a.Apply(ctx, mustEnv(t, "late-a", helix.Complete{SampleID: nfc, Worker: "gpu-a", Attempt: 1, Result: "stale"}))
+			lateState = r.State
+			return "reads:" + s, err
 		}}
 		out, err := wb.RunOne(ctx)
 		if err != nil || !out.Ran || out.Attempt != 2 {
 			t.Fatalf("worker B: %+v, %v; want it to run attempt 2", out, err)
 		}
-		// A comes back and reports its attempt: fenced off.
-		if _, err := a.Apply(ctx, mustEnv(t, "late-a", helix.Complete{SampleID: nfc, Worker: "gpu-a", Attempt: 1, Result: "stale"})); err != nil {
-			t.Fatal(err)
+		if lateState != helix.Running {
+			t.Errorf("after gpu-a's late report the batch is %q, want RUNNING (gpu-b's)", lateState)
 		}
 		res, err := a.DB.Results(ctx)
 		if err != nil {
