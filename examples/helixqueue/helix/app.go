@@ -190,18 +190,15 @@ func (a *App) send(ctx context.Context, prefix string, msg any) (idem.Result, er
 	return r, nil
 }
 
-// apply publishes env at once, then waits for its outcome with
-// Engine.Apply, at most cap(a.waits) waits at a time. Engine.Apply's probe
-// holds a store transaction while it reads the dead letters on another
-// connection: with pgstore, more concurrent Applies than half the pool
-// starve each other (and the engine) of connections until their contexts
-// end. Publishing first keeps the messages as concurrent as the callers;
-// the second publish inside Apply is the same envelope, which the inbox
-// applies once.
+// apply is Engine.Apply with at most cap(a.waits) calls at a time.
+// Engine.Apply's probe holds a store transaction while it reads the dead
+// letters on another connection: with pgstore, more concurrent Applies
+// than about half the pool starve each other (and the engine) of
+// connections until their contexts end. (Publishing first and then
+// waiting would keep the callers concurrent, but Apply publishes again
+// when the message is not applied yet, and two copies of one message
+// applied by two processes at once race in the domain tables.)
 func (a *App) apply(ctx context.Context, env idem.Envelope) (idem.Result, error) {
-	if err := a.Engine.Publish(ctx, env); err != nil {
-		return idem.Result{}, err
-	}
 	select {
 	case a.waits <- struct{}{}:
 	case <-ctx.Done():

@@ -64,12 +64,17 @@ func TestTwinsAreOneBatch(t *testing.T) {
 	})
 }
 
-// 50 concurrent assigners on one batch: exactly one wins, one ASSIGNED
-// audit row, one assignment row.
+// 50 concurrent assigners on one batch, in five worker processes (each
+// its own engine and Redis consumer): exactly one wins, one ASSIGNED audit
+// row, one assignment row.
 func TestConcurrentAssignersOneActive(t *testing.T) {
 	eachStore(t, func(t *testing.T, o helix.Options) {
 		ctx := testCtx(t)
-		a := start(t, o)
+		procs := make([]*helix.App, 5)
+		for i := range procs {
+			procs[i] = start(t, o)
+		}
+		a := procs[0]
 		if _, err := a.Submit(ctx, nfc); err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +87,7 @@ func TestConcurrentAssignersOneActive(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				w := "gpu-" + itoa(i)
-				r, err := a.TryAssign(ctx, nfc, w)
+				r, err := procs[i%len(procs)].TryAssign(ctx, nfc, w)
 				if err != nil {
 					errs <- err
 				} else if r.Won {
