@@ -47,9 +47,12 @@ type Options struct {
 
 // App is one HelixQueue process: its store, transport, engine and tables.
 type App struct {
+	// Engine runs the batch saga; Open does not start it.
 	Engine *idem.Engine
-	Store  store.Store
-	DB     *DB
+	// Store is the engine's store (sagas, inbox, timers, journal).
+	Store store.Store
+	// DB reads the example's tables on the same database.
+	DB *DB
 	tr     *redisstreams.Transport
 	closed bool
 	// waits gates Engine.Apply: see apply.
@@ -153,9 +156,12 @@ func (a *App) Submit(ctx context.Context, raw string) (canonical string, err err
 
 // AssignResult is what one assignment request got.
 type AssignResult struct {
-	Won     bool
+	// Won is true when this call got the assignment.
+	Won bool
+	// Attempt is the batch's current attempt (this call's when Won).
 	Attempt int
-	State   string
+	// State is the batch's state once the request was applied.
+	State string
 }
 
 // TryAssign asks for the batch for worker and reports whether this call won

@@ -23,7 +23,8 @@ var DemoSubmissions = []string{
 	"Probe-004", "Probe-005", "Probe-006",
 }
 
-// Summary is what run-demo prints.
+// Summary is what run-demo prints: counts, the killed worker's batch with
+// its audit trail, a twin's journal, and the metrics at the end.
 type Summary struct {
 	Submissions int                `json:"submissions"`
 	Batches     int                `json:"batches"`
