@@ -52,7 +52,7 @@ type App struct {
 	// Store is the engine's store (sagas, inbox, timers, journal).
 	Store store.Store
 	// DB reads the example's tables on the same database.
-	DB *DB
+	DB     *DB
 	tr     *redisstreams.Transport
 	closed bool
 	// waits gates Engine.Apply: see apply.
