@@ -145,16 +145,24 @@ type transition struct {
 }
 
 // writer writes a transition's rows.
-type writer struct{ fault string }
+type writer struct {
+	fault  string
+	before func(ctx context.Context, to string) error
+}
 
 // transition writes the audit row of c's transition to t.to, then the
 // assignment table, in the unit of work's transaction.
 func (w writer) transition(c *saga.Context[Batch], t transition) error {
+	ctx := c.Context()
+	if w.before != nil {
+		if err := w.before(ctx, t.to); err != nil {
+			return err
+		}
+	}
 	exec, err := domainExec(c)
 	if err != nil {
 		return err
 	}
-	ctx := c.Context()
 	from := string(c.Current())
 	if c.Current() == saga.Initial {
 		from = ""

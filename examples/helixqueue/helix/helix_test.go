@@ -252,3 +252,56 @@ func mustEnv(t *testing.T, id string, msg any) idem.Envelope {
 	}
 	return env
 }
+
+// A worker process that hangs after it received an Assign and before it
+// committed: Redis hands the delivery to another process once its lease
+// expires, which applies it; when the stuck process resumes, its writes
+// do not land (the audit row's message ID is taken, the saga moved on),
+// so the transition is audited exactly once.
+func TestStoppedBeforeCommitReclaimed(t *testing.T) {
+	eachStore(t, func(t *testing.T, o helix.Options) {
+		ctx := testCtx(t)
+		o.DeliveryLease = time.Second
+		entered, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		ho := o
+		ho.Machine.BeforeWrite = func(_ context.Context, to string) error {
+			if to == helix.Assigned {
+				once.Do(func() { close(entered) })
+				<-release // stuck: neither crashed nor committing
+			}
+			return nil
+		}
+		pa := start(t, ho)
+		if _, err := pa.Submit(ctx, nfc); err != nil {
+			t.Fatal(err)
+		}
+		if err := pa.Engine.Publish(ctx, mustEnv(t, "assign-stuck", helix.Assign{SampleID: nfc, Worker: "gpu-a", Request: "r-a"})); err != nil {
+			t.Fatal(err)
+		}
+		<-entered // process A hangs here: to Redis it is as good as dead
+
+		pb := start(t, o)
+		waitFor(t, "another process to apply the reclaimed Assign", 30*time.Second, func() bool {
+			rows, err := pb.DB.Audit(ctx, nfc)
+			return err == nil && len(rows) == 2
+		})
+		close(release) // the stuck process resumes, and stops
+		stop(t, pa)
+		rows, err := pb.DB.Audit(ctx, nfc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"→PENDING//0", "PENDING→ASSIGNED/gpu-a/1"}
+		if got := transitions(rows); !slices.Equal(got, want) {
+			t.Errorf("audit %q, want %q", got, want)
+		}
+		if rows[1].MessageID != "assign-stuck" {
+			t.Errorf("ASSIGNED row's message %q, want assign-stuck", rows[1].MessageID)
+		}
+		n, err := pb.DB.Count(ctx, `SELECT COUNT(*) FROM helix_assignments`)
+		if err != nil || n != 1 {
+			t.Errorf("assignment rows %d (%v), want 1", n, err)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package helix
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -109,6 +110,11 @@ type MachineConfig struct {
 	// insert, in the same transaction, and fails the message permanently.
 	// Neither the state change nor the audit row may then land.
 	FaultAfterAudit string
+	// BeforeWrite, for tests, is called before a transition's rows are
+	// written, with the target state; an error fails the message. A test
+	// blocks in it to stop a process after it received a message and
+	// before it committed.
+	BeforeWrite func(ctx context.Context, to string) error
 }
 
 // ErrFault is wrapped by the error of a transition FaultAfterAudit broke.
@@ -142,7 +148,7 @@ func NewMachine(cfg MachineConfig) *saga.Machine[Batch] {
 	fail := saga.NewEvent[Fail](m, func(e Fail) string { return e.SampleID })
 	expired := saga.NewEvent[LeaseExpired](m, func(e LeaseExpired) string { return e.SampleID })
 
-	w := writer{fault: cfg.FaultAfterAudit}
+	w := writer{fault: cfg.FaultAfterAudit, before: cfg.BeforeWrite}
 	twin := saga.When(submitted).Then(func(c *saga.Context[Batch], e Submitted) error {
 		c.Data.addRaw(e.SampleID)
 		return nil
