@@ -4,9 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/idemhq/idem/examples/helixqueue/helix"
 )
@@ -72,6 +78,36 @@ func TestOneActiveAssignmentIndex(t *testing.T) {
 		q := `INSERT INTO helix_assignments (sample_key, attempt, worker, state) VALUES ('` + nfc + `', 9, 'rogue', 'ASSIGNED')`
 		if _, err := a.DB.ExecContext(ctx, q); err == nil {
 			t.Fatal("a second active assignment was accepted")
+		}
+	})
+}
+
+// /metrics serves the incident's metric names with their values.
+func TestMetricsEndpoint(t *testing.T) {
+	eachStore(t, func(t *testing.T, o helix.Options) {
+		ctx := testCtx(t)
+		a := start(t, o)
+		if _, err := a.Submit(ctx, norm.NFD.String(nfc)); err != nil {
+			t.Fatal(err)
+		}
+		m := helix.NewMetrics(a)
+		srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+		defer srv.Close()
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range []string{"helix_assign_conflict_total 0", "helix_duplicate_active_assignments 0",
+			"helix_audit_missing_total 0", "helix_lease_reaped_total 0", "helix_id_normalization_changed_total 1"} {
+			if !strings.Contains(string(body), "\n"+line+"\n") {
+				t.Errorf("/metrics lacks %q:\n%s", line, body)
+			}
+		}
+		// Its value depends on whether the engine acknowledged yet.
+		if !strings.Contains(string(body), "\nhelix_stream_pending ") {
+			t.Errorf("/metrics lacks helix_stream_pending:\n%s", body)
 		}
 	})
 }
