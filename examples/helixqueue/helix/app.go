@@ -1,0 +1,237 @@
+// Package helix is HelixQueue rebuilt on Idem: sequencing batches assigned
+// to GPU workers, one saga per batch (keyed by its canonical sample ID),
+// Redis Streams as the transport, SQLite or PostgreSQL as the store, and an
+// audit row written in the same transaction as every state change. See
+// examples/helixqueue/README.md.
+package helix
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/transport/redisstreams"
+)
+
+// Options configures Open.
+type Options struct {
+	// Store is a SQLite path or a postgres:// URL.
+	Store string
+	// Schema is the PostgreSQL schema of the engine's and the example's
+	// tables. Default "helixqueue".
+	Schema string
+	// Redis is the redis:// URL of the transport.
+	Redis string
+	// Namespace names the Redis streams. Default "helixqueue".
+	Namespace string
+	// Machine configures the batch saga (lease, fault injection).
+	Machine MachineConfig
+	// TimerInterval is how often the engine looks for due timers (the
+	// lease reaper). Default 200ms.
+	TimerInterval time.Duration
+	// DeliveryLease is the Redis lease of a delivery: a consumer that dies
+	// holding one loses it after this long, and another takes it over.
+	// Default 30s.
+	DeliveryLease time.Duration
+	// AllowLossOnCrash accepts a Redis server without appendfsync always
+	// (see redisstreams.Config).
+	AllowLossOnCrash bool
+}
+
+// App is one HelixQueue process: its store, transport, engine and tables.
+type App struct {
+	// Engine runs the batch saga; Open does not start it.
+	Engine *idem.Engine
+	// Store is the engine's store (sagas, inbox, timers, journal).
+	Store store.Store
+	// DB reads the example's tables on the same database.
+	DB     *DB
+	tr     *redisstreams.Transport
+	closed bool
+	// waits gates Engine.Apply: see apply.
+	waits chan struct{}
+}
+
+// Open opens the store (migrating it), the example's tables, the Redis
+// transport, and an engine with the batch saga registered. The engine is
+// not started.
+func Open(ctx context.Context, o Options) (a *App, err error) {
+	if o.Store == "" || o.Redis == "" {
+		return nil, errors.New("helixqueue: --store and --redis are required")
+	}
+	if o.Schema == "" {
+		o.Schema = "helixqueue"
+	}
+	if o.Namespace == "" {
+		o.Namespace = "helixqueue"
+	}
+	if o.TimerInterval <= 0 {
+		o.TimerInterval = 200 * time.Millisecond
+	}
+	if o.DeliveryLease <= 0 {
+		o.DeliveryLease = 30 * time.Second
+	}
+	a = &App{waits: make(chan struct{}, 2)}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	if isPostgres(o.Store) {
+		a.Store, err = pgstore.Open(ctx, o.Store, &pgstore.Config{Schema: o.Schema, Migrate: true})
+	} else {
+		a.Store, err = sqlitestore.Open(ctx, o.Store, nil)
+	}
+	if err != nil {
+		return a, fmt.Errorf("helixqueue: open store: %w", err)
+	}
+	if a.DB, err = openDB(ctx, o.Store, o.Schema); err != nil {
+		return a, err
+	}
+	a.tr, err = redisstreams.Open(ctx, o.Redis, &redisstreams.Config{
+		Namespace: o.Namespace, Lease: o.DeliveryLease, PollInterval: 100 * time.Millisecond,
+		AllowLossOnCrash: o.AllowLossOnCrash,
+	})
+	if err != nil {
+		return a, fmt.Errorf("helixqueue: open redis: %w", err)
+	}
+	a.Engine, err = idem.NewEngine(a.Store, a.tr, &idem.Config{TimerInterval: o.TimerInterval, Lanes: 4})
+	if err != nil {
+		return a, err
+	}
+	if err := a.Engine.Register(NewMachine(o.Machine)); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+// Pending returns the Redis messages handed out but not acknowledged.
+func (a *App) Pending(ctx context.Context) (int, error) {
+	_, unacked, err := a.tr.Pending(ctx)
+	return unacked, err
+}
+
+// Close closes what Open opened (stop the engine first).
+func (a *App) Close() {
+	if a == nil || a.closed {
+		return
+	}
+	a.closed = true
+	if a.tr != nil {
+		a.tr.Close()
+	}
+	if a.DB != nil {
+		a.DB.Close()
+	}
+	if a.Store != nil {
+		a.Store.Close()
+	}
+}
+
+// Submit publishes a batch for the raw sample ID. Its envelope ID derives
+// from the raw bytes, so a resubmission of the same bytes is one message;
+// a twin (another spelling of the same canonical ID) is another message to
+// the same saga, which records its spelling and changes nothing else.
+func (a *App) Submit(ctx context.Context, raw string) (canonical string, err error) {
+	canonical, err = CanonicalID(raw)
+	if err != nil {
+		return "", err
+	}
+	env, err := idem.NewEnvelope("submit-"+hashHex(raw), Submitted{SampleID: raw})
+	if err != nil {
+		return "", err
+	}
+	if _, err := a.apply(ctx, env); err != nil {
+		return "", fmt.Errorf("helixqueue: submit %q: %w", raw, err)
+	}
+	return canonical, nil
+}
+
+// AssignResult is what one assignment request got.
+type AssignResult struct {
+	// Won is true when this call got the assignment.
+	Won bool
+	// Attempt is the batch's current attempt (this call's when Won).
+	Attempt int
+	// State is the batch's state once the request was applied.
+	State string
+}
+
+// TryAssign asks for the batch for worker and reports whether this call won
+// the assignment.
+func (a *App) TryAssign(ctx context.Context, sample, worker string) (AssignResult, error) {
+	req := newID()
+	env, err := idem.NewEnvelope("assign-"+req, Assign{SampleID: sample, Worker: worker, Request: req})
+	if err != nil {
+		return AssignResult{}, err
+	}
+	r, err := a.apply(ctx, env)
+	if err != nil {
+		return AssignResult{}, fmt.Errorf("helixqueue: assign %q: %w", sample, err)
+	}
+	b, err := decodeBatch(r.Data)
+	if err != nil {
+		return AssignResult{}, err
+	}
+	return AssignResult{Won: b.Request == req, Attempt: b.Attempt, State: r.State}, nil
+}
+
+// send applies msg under a fresh envelope ID and returns the saga's state.
+func (a *App) send(ctx context.Context, prefix string, msg any) (idem.Result, error) {
+	env, err := idem.NewEnvelope(prefix+"-"+newID(), msg)
+	if err != nil {
+		return idem.Result{}, err
+	}
+	r, err := a.apply(ctx, env)
+	if err != nil {
+		return r, fmt.Errorf("helixqueue: %s: %w", prefix, err)
+	}
+	return r, nil
+}
+
+// apply is Engine.Apply with at most cap(a.waits) calls at a time.
+// Engine.Apply's probe holds a store transaction while it reads the dead
+// letters on another connection: with pgstore, more concurrent Applies
+// than about half the pool starve each other (and the engine) of
+// connections until their contexts end. (Publishing first and then
+// waiting would keep the callers concurrent, but Apply publishes again
+// when the message is not applied yet, and two copies of one message
+// applied by two processes at once race in the domain tables.)
+func (a *App) apply(ctx context.Context, env idem.Envelope) (idem.Result, error) {
+	select {
+	case a.waits <- struct{}{}:
+	case <-ctx.Done():
+		return idem.Result{}, ctx.Err()
+	}
+	defer func() { <-a.waits }()
+	return a.Engine.Apply(ctx, env)
+}
+
+// Apply is Engine.Apply for the example's own messages (a late report,
+// say), within the same limit of concurrent waits.
+func (a *App) Apply(ctx context.Context, env idem.Envelope) (idem.Result, error) {
+	return a.apply(ctx, env)
+}
+
+// Journal returns the engine's journal of the batch: each applied message
+// with its raw sample ID (RawKey) and the canonical key.
+func (a *App) Journal(ctx context.Context, sample string) ([]store.JournalEntry, error) {
+	k, err := CanonicalID(sample)
+	if err != nil {
+		return nil, err
+	}
+	return a.Store.Journal(ctx, store.Key{SagaType: SagaType, Key: k})
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
