@@ -29,9 +29,7 @@ type Config struct {
 	// processed as one batch. Default 64.
 	BatchSize int
 	// Lanes is how many units of work of one batch run in parallel; the
-	// messages of one saga key always share a lane. Default 1 when the
-	// transport hands out partitions and Consumers is zero too (several
-	// consumers then run in parallel instead), 2×GOMAXPROCS otherwise.
+	// messages of one saga key always share a lane. Default 2×GOMAXPROCS.
 	Lanes int
 	// Consumers is how many batches are received and processed at once.
 	// More than one overlaps one batch's commit with the next one's
@@ -40,9 +38,11 @@ type Config struct {
 	// consumer takes its own partitions of the keys; with another
 	// transport, messages of one key may be in two batches at once and the
 	// store's optimistic concurrency orders them (a conflict and a
-	// re-apply). Default DefaultPartitionedConsumers with a
-	// transport.PartitionedConsumer (pgstore's queue, RabbitMQ, Redis
-	// Streams) when Lanes is zero too, 1 otherwise.
+	// re-apply). Partitions follow the envelope's CorrelationID (its ID
+	// without one), so give every message of a saga its key as
+	// CorrelationID (Engine.NewEnvelope does) before raising this: two
+	// messages of one saga in different partitions are applied in no
+	// particular order. Default 1.
 	Consumers int
 
 	// MaxAttempts is how many deliveries a message gets when it fails with
@@ -155,29 +155,6 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("idem: Config.RetryMax (%s) is below Config.RetryBase (%s): raise RetryMax", out.RetryMax, out.RetryBase)
 	}
 	return out, nil
-}
-
-// DefaultPartitionedConsumers is Config.Consumers's default when the
-// transport is a transport.PartitionedConsumer: that many batches, each of
-// its own partitions of the keys, are received, loaded and committed at
-// once, so that one batch's receive and load overlap another's commit and
-// the database groups their commits. Measured in docs/benchmarks.md
-// ("The default configuration").
-const DefaultPartitionedConsumers = 4
-
-// parallelism sets Lanes and Consumers when the caller left both zero:
-// with a partitioned transport, several consumers of one lane each;
-// otherwise (or when the caller set either) one consumer, unless set,
-// whose batches are split into lanes.
-func (c *Config) parallelism(given *Config, partitioned bool) {
-	var g Config
-	if given != nil {
-		g = *given
-	}
-	if !partitioned || g.Consumers != 0 || g.Lanes != 0 {
-		return
-	}
-	c.Consumers, c.Lanes = DefaultPartitionedConsumers, 1
 }
 
 // defaultMaxKeyLen is Config.MaxKeyLen's default.

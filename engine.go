@@ -101,8 +101,6 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 	if err := fitBodyLimit(&e.cfg, cfg, tr); err != nil {
 		return nil, err
 	}
-	_, partitioned := tr.(transport.PartitionedConsumer)
-	e.cfg.parallelism(cfg, partitioned)
 	if err := checkDedup(&e.cfg, st); err != nil {
 		return nil, err
 	}

@@ -342,7 +342,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 // configName names a run's engine configuration in progress lines and
-// reports: "defaults (batch 64, lanes 1, consumers 4)" or "batch 100 lanes 1".
+// reports: "defaults (batch 64, lanes 4, consumers 1)" or "batch 100 lanes 1".
 func configName(r EngineRun) string {
 	name := fmt.Sprintf("batch %d lanes %d", r.Batch, r.Lanes)
 	if r.Defaults {

@@ -87,12 +87,10 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 const minConns = 2
 
 // DefaultMaxConns returns Config.MaxConns's default: 2×GOMAXPROCS + 4, at
-// least 16. An engine with the default idem.Config needs at most
-// max(2×GOMAXPROCS, 4) + 3 connections (on the store's own queue, four
-// consumers of one lane each; beside a transport that is not partitioned,
-// one consumer of 2×GOMAXPROCS lanes; plus the queue listener or outbox
-// relay, the timer poller and the sweeper); the rest are for the
-// application's own calls (Publish, the admin API).
+// least 16. An engine with the default idem.Config needs 2×GOMAXPROCS + 3
+// connections (its Lanes default to 2×GOMAXPROCS, one Consumer, and the
+// queue listener or outbox relay, the timer poller and the sweeper); the
+// rest are for the application's own calls (Publish, the admin API).
 func DefaultMaxConns() int32 {
 	return int32(max(16, 2*runtime.GOMAXPROCS(0)+4))
 }
