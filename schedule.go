@@ -94,8 +94,14 @@ func (e *Engine) Every(name string, interval time.Duration, msg any, opts ...Sch
 // Config.TimerInterval. The store must implement store.Scheduler
 // (memstore, sqlitestore and pgstore do).
 func (e *Engine) Cron(name, spec string, msg any, opts ...ScheduleOption) error {
-	if _, err := parseSpec(spec); err != nil {
+	r, err := parseSpec(spec)
+	if err != nil {
 		return fmt.Errorf("idem: cron %q: %w", name, err)
+	}
+	if r.next(e.cfg.Clock()).IsZero() {
+		// robfig/cron gives up after five years: "0 0 30 2 *" (30 February)
+		// would otherwise be due at the zero time on every poll.
+		return fmt.Errorf("idem: cron %q: spec %q never matches a date", name, spec)
 	}
 	return e.addSchedule(name, spec, msg, opts)
 }
@@ -347,6 +353,11 @@ func planTick(s *store.Schedule, now time.Time) (store.ScheduleAdvance, *Envelop
 	}
 	last := r.latest(s.NextDue, now)
 	adv := store.ScheduleAdvance{Name: s.Name, From: s.NextDue, To: r.next(last)}
+	if s.NextDue.IsZero() || adv.To.IsZero() {
+		// A spec that never matches (saved by an older version, say):
+		// nothing to fire, ever.
+		return store.ScheduleAdvance{}, nil, fmt.Errorf("schedule %q: spec %q has no next tick", s.Name, s.Spec)
+	}
 	if s.Missed == store.MissedSkip && now.Sub(last) > s.Grace {
 		return adv, nil, nil
 	}

@@ -33,6 +33,7 @@ func TestScheduleRegistrationRefusesBadInput(t *testing.T) {
 		"bad cron":       e.Cron("bad", "61 * * * *", enginetest.Beat{}),
 		"script in cron": e.Cron("script", "<script>alert(1)</script>", enginetest.Beat{}),
 		"NUL in cron":    e.Cron("nul", "* * * * *\x00", enginetest.Beat{}),
+		"30 February":    e.Cron("feb30", "0 0 30 2 *", enginetest.Beat{}),
 		"unencodable":    e.Every("chan", time.Second, make(chan int)),
 	} {
 		if err == nil {

@@ -31,23 +31,10 @@ rabbit_free_port() {
 	return 1
 }
 
-rabbit_start() {
-	local bindir started=$SECONDS
-	if ! bindir=$(rabbit_bindir); then
-		echo "RabbitMQ not found: installing Debian's rabbitmq-server package"
-		type as_root >/dev/null 2>&1 || as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
-		as_root apt-get update -qq
-		# policy-rc.d exit 101: the package must not start its system
-		# service (it would take port 5672 and outlive the tests).
-		local policy=/usr/sbin/policy-rc.d restore=""
-		if [ ! -e "$policy" ]; then
-			as_root sh -c "printf '#!/bin/sh\nexit 101\n' >$policy && chmod +x $policy"
-			restore=1
-		fi
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
-		[ -z "$restore" ] || as_root rm -f "$policy"
-		bindir=$(rabbit_bindir) || { echo "rabbitmq-server installed but its scripts not found under /usr/lib/rabbitmq" >&2; return 1; }
-	fi
+# rabbit_try_start writes a node's files in a new RABBIT_DIR and starts it
+# on the first free ports from the bases plus $1, setting port, dist and
+# epmd; it fails when the node does not boot.
+rabbit_try_start() {
 	RABBIT_DIR=$(mktemp -d /tmp/idem-rabbit.XXXXXX)
 	local runas=()
 	if [ "$(id -u)" -eq 0 ]; then
@@ -55,10 +42,9 @@ rabbit_start() {
 		id -u rabbitmq >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin rabbitmq
 		runas=(runuser -u rabbitmq --)
 	fi
-	local port dist epmd
-	port=$(rabbit_free_port 55672) || { echo "no free port for RabbitMQ near 55672" >&2; return 1; }
-	dist=$(rabbit_free_port 55772) || return 1
-	epmd=$(rabbit_free_port 55872) || return 1
+	port=$(rabbit_free_port $((55672 + $1))) || { echo "no free port for RabbitMQ near 55672" >&2; return 1; }
+	dist=$(rabbit_free_port $((55772 + $1))) || return 1
+	epmd=$(rabbit_free_port $((55872 + $1))) || return 1
 	mkdir -p "$RABBIT_DIR/home" "$RABBIT_DIR/mnesia" "$RABBIT_DIR/log"
 	# The Erlang cookie lives in HOME and must be private to its owner.
 	head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$RABBIT_DIR/home/.erlang.cookie"
@@ -126,10 +112,38 @@ rabbit_start() {
 	chmod 755 "$RABBIT_DIR"
 	[ ${#runas[@]} -eq 0 ] || chown -R rabbitmq "$RABBIT_DIR/home" "$RABBIT_DIR/mnesia" "$RABBIT_DIR/log"
 	RABBIT_EPMD_PORT=$epmd
-	if ! "$RABBIT_DIR/start"; then
-		cat "$RABBIT_DIR"/log/*.log >&2
-		return 1
+	"$RABBIT_DIR/start"
+}
+
+rabbit_start() {
+	local bindir started=$SECONDS
+	if ! bindir=$(rabbit_bindir); then
+		echo "RabbitMQ not found: installing Debian's rabbitmq-server package"
+		type as_root >/dev/null 2>&1 || as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+		as_root apt-get update -qq
+		# policy-rc.d exit 101: the package must not start its system
+		# service (it would take port 5672 and outlive the tests).
+		local policy=/usr/sbin/policy-rc.d restore=""
+		if [ ! -e "$policy" ]; then
+			as_root sh -c "printf '#!/bin/sh\nexit 101\n' >$policy && chmod +x $policy"
+			restore=1
+		fi
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
+		[ -z "$restore" ] || as_root rm -f "$policy"
+		bindir=$(rabbit_bindir) || { echo "rabbitmq-server installed but its scripts not found under /usr/lib/rabbitmq" >&2; return 1; }
 	fi
+	local port dist epmd attempt
+	# A port free when probed can be taken before the node binds it (two
+	# runs of scripts/test side by side): on a port clash, move on.
+	for attempt in 0 1 2 3 4; do
+		rabbit_try_start $((attempt * 7)) && break
+		if ! grep -qsE "already used|in use|eaddrinuse" "$RABBIT_DIR"/log/*.log "$RABBIT_DIR"/log/stdout.log || [ "$attempt" -eq 4 ]; then
+			cat "$RABBIT_DIR"/log/*.log >&2
+			return 1
+		fi
+		ERL_EPMD_PORT=$epmd epmd -kill >/dev/null 2>&1 || true
+		rm -rf "$RABBIT_DIR"
+	done
 	export IDEM_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/"
 	export IDEM_TEST_AMQP_RESTART="$RABBIT_DIR/restart"
 	export IDEM_TEST_AMQP_CTL="$RABBIT_DIR/ctl"

@@ -23,6 +23,11 @@ func PrepareTx(pkg string, envs []transport.Envelope, now time.Time) ([]transpor
 		if err := transport.ValidateEnvelope(&envs[i]); err != nil {
 			return nil, fmt.Errorf("%s: publish envelope %d: %w", pkg, i, err)
 		}
+		if _, ok := envs[i].Headers[transport.HeaderToken]; ok {
+			// No token is minted here: a consumer would take the message
+			// for a duplicate whose token was claimed, and drop it.
+			return nil, fmt.Errorf("%s: publish envelope %d: %w", pkg, i, &transport.FieldError{Field: transport.FieldHeader, Problem: "header " + transport.HeaderToken + " is set by Engine.PublishWithTokens only"})
+		}
 		if envs[i].SentAt.IsZero() {
 			envs[i].SentAt = now
 		}

@@ -88,3 +88,26 @@ func TestWait(t *testing.T) {
 		t.Errorf("cancelled: %v, want context.Canceled", err)
 	}
 }
+
+// PrepareTx refuses what a store's Publish refuses, and the token header:
+// nothing mints a token in the application's transaction, so a consumer
+// would drop the message as a duplicate whose token was claimed.
+func TestPrepareTxRefuses(t *testing.T) {
+	ok := transport.Envelope{ID: "m-1", Type: "t"}
+	for name, env := range map[string]transport.Envelope{
+		"no ID":        {Type: "t"},
+		"no type":      {ID: "m-1"},
+		"NUL in ID":    {ID: "m\x001", Type: "t"},
+		"token header": {ID: "m-1", Type: "t", Headers: map[string]string{transport.HeaderToken: "1"}},
+	} {
+		_, err := PrepareTx("test", []transport.Envelope{ok, env}, time.Now())
+		var fe *transport.FieldError
+		if !errors.As(err, &fe) {
+			t.Errorf("%s: %v, want a *transport.FieldError", name, err)
+		}
+	}
+	out, err := PrepareTx("test", []transport.Envelope{ok}, time.Now())
+	if err != nil || len(out) != 1 || out[0].SentAt.IsZero() {
+		t.Errorf("PrepareTx of a good envelope: %v, %v; want it back with SentAt set", out, err)
+	}
+}

@@ -67,6 +67,19 @@ func TestConsoleScaleQueries(t *testing.T) {
 		t.Fatalf("counts of key k-0 = %v, want %v", counts, want)
 	}
 
+	// Filters PostgreSQL cannot take as text match nothing, without an error.
+	for _, hostile := range []string{"k\x00", "k\xff"} {
+		if ds, err := s.QueryDeadLetters(ctx, &store.DeadLetterQuery{Key: hostile, Reason: hostile}); err != nil || len(ds) != 0 {
+			t.Errorf("QueryDeadLetters(key %q) = %d, %v; want none and no error", hostile, len(ds), err)
+		}
+		if c, err := s.CountDeadLetters(ctx, &store.DeadLetterQuery{SagaType: hostile}); err != nil || len(c) != 0 {
+			t.Errorf("CountDeadLetters(type %q) = %v, %v; want none and no error", hostile, c, err)
+		}
+		if ts, err := s.TimersOf(ctx, store.Key{SagaType: "order", Key: hostile}); err != nil || len(ts) != 0 {
+			t.Errorf("TimersOf(key %q) = %d, %v; want none and no error", hostile, len(ts), err)
+		}
+	}
+
 	ts, err := s.TimersOf(ctx, store.Key{SagaType: "order", Key: "k-1"})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,6 +35,9 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if q == nil {
 		q = &store.DeadLetterQuery{}
 	}
+	if !representable(q.SagaType, q.Key, q.Reason, q.After) {
+		return nil, nil // no stored dead letter holds such a value
+	}
 	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+`
 ORDER BY id COLLATE "C" LIMIT $5`, append(deadLetterArgs(q), sqlq.Limit(q.Limit))...)
 	if err != nil {
@@ -62,6 +67,9 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if q == nil {
 		q = &store.DeadLetterQuery{}
 	}
+	if !representable(q.SagaType, q.Key, q.Reason) {
+		return map[string]int{}, nil
+	}
 	c := *q
 	c.After = ""
 	rows, err := s.pool.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+` GROUP BY reason`, deadLetterArgs(&c)...)
@@ -90,6 +98,9 @@ func (s *Store) TimersOf(ctx context.Context, k store.Key) ([]store.Timer, error
 	if err := s.check("timers of saga"); err != nil {
 		return nil, err
 	}
+	if !representable(k.SagaType, k.Key) {
+		return nil, nil
+	}
 	rows, err := s.pool.Query(ctx, `SELECT saga_type, key, name, due_at, envelope, body FROM idem_timers
 WHERE saga_type = $1 AND key = $2 ORDER BY due_at, name COLLATE "C"`, k.SagaType, k.Key)
 	if err != nil {
@@ -100,4 +111,16 @@ WHERE saga_type = $1 AND key = $2 ORDER BY due_at, name COLLATE "C"`, k.SagaType
 		return nil, fmt.Errorf("pgstore: timers of %s/%s: %w", k.SagaType, k.Key, err)
 	}
 	return ts, nil
+}
+
+// representable reports whether PostgreSQL can take every value as text:
+// valid UTF-8 without U+0000. A filter that is not can match nothing
+// stored, and sending it would fail the query (SQLSTATE 22021).
+func representable(vals ...string) bool {
+	for _, v := range vals {
+		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return false
+		}
+	}
+	return true
 }
