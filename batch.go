@@ -13,8 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/idemhq/idem/internal/backoff"
 	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/internal/ids"
@@ -77,6 +75,12 @@ const minLaneItems = 16
 // process runs one batch: decode, partition into lanes by saga key, one unit
 // of work per lane in parallel, then settle.
 func (e *Engine) process(ctx context.Context, ds []transport.Delivery) {
+	e.runLanes(ctx, (*keyOrder)(nil).register(e.plan(ds)))
+}
+
+// plan decodes a batch and splits it into lanes: the messages of one saga
+// key share a lane, in the order received.
+func (e *Engine) plan(ds []transport.Delivery) [][]*item {
 	e.stats.received.Add(int64(len(ds)))
 	n := uint64(max(1, min(e.cfg.Lanes, len(ds)/minLaneItems)))
 	lanes := map[uint64][]*item{}
@@ -99,13 +103,11 @@ func (e *Engine) process(ctx context.Context, ds []transport.Delivery) {
 		}
 		lanes[lane] = append(lanes[lane], it)
 	}
-	g := errgroup.Group{}
-	g.SetLimit(e.cfg.Lanes)
-	for _, l := range order {
-		items := lanes[l]
-		g.Go(func() error { e.runLane(ctx, items); return nil })
+	out := make([][]*item, len(order))
+	for i, l := range order {
+		out[i] = lanes[l]
 	}
-	_ = g.Wait()
+	return out
 }
 
 func (e *Engine) decode(d transport.Delivery) *item {

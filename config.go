@@ -28,22 +28,35 @@ type Config struct {
 	// BatchSize is the most deliveries taken from the transport and
 	// processed as one batch. Default 64.
 	BatchSize int
-	// Lanes is how many units of work of one batch run in parallel; the
-	// messages of one saga key always share a lane. Default 2×GOMAXPROCS.
+	// Lanes is how many units of work run in parallel, across every
+	// consumer: a batch is split into lanes by saga key (the messages of
+	// one key always share a lane), and each lane holds one store
+	// connection while its unit of work is open. Default 2×GOMAXPROCS.
 	Lanes int
 	// Consumers is how many batches are received and processed at once.
 	// More than one overlaps one batch's commit with the next one's
 	// receive and load, which a database with group commit turns into
-	// throughput. With a transport.PartitionedConsumer (pgstore) each
-	// consumer takes its own partitions of the keys; with another
-	// transport, messages of one key may be in two batches at once and the
-	// store's optimistic concurrency orders them (a conflict and a
-	// re-apply). Partitions follow the envelope's CorrelationID (its ID
-	// without one), so give every message of a saga its key as
-	// CorrelationID (Engine.NewEnvelope does) before raising this: two
-	// messages of one saga in different partitions are applied in no
-	// particular order. Default 1.
+	// throughput. The consumers take turns to receive, and the messages of
+	// one saga key are applied in the order this engine received them: a
+	// batch's unit of work waits for an earlier batch's that holds one of
+	// its keys (see PartitionedReceive for order across replicas).
+	// Default 4.
 	Consumers int
+	// PartitionedReceive makes each consumer receive only its own
+	// partitions of the keys, when the transport is a
+	// transport.PartitionedConsumer (pgstore's queue; the brokers
+	// partition by their own Config.Partitions instead): the consumers
+	// then never take turns, and replicas with the same Consumers keep one
+	// key's messages in one consumer at a time. Partitions follow the
+	// envelope's CorrelationID (its ID without one), so every message of a
+	// saga must carry its key as CorrelationID: Engine.NewEnvelope,
+	// Engine.Publish and the messages sagas emit set it for the types this
+	// engine's sagas consume, but envelopes another engine publishes, or
+	// that pgstore.PublishTx takes, carry only what they were given. Two
+	// messages of one saga in different partitions are applied in no
+	// particular order, and one that overtakes the message starting its
+	// saga is dead-lettered as saga_not_found. Default false.
+	PartitionedReceive bool
 
 	// MaxAttempts is how many deliveries a message gets when it fails with
 	// a transient error before it is dead-lettered. Default 10.
@@ -135,7 +148,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	def(&out.BatchSize, 64)
 	def(&out.Lanes, 2*runtime.GOMAXPROCS(0))
-	def(&out.Consumers, 1)
+	def(&out.Consumers, 4)
 	def(&out.MaxAttempts, 10)
 	def(&out.ConflictRetries, 16)
 	def(&out.MaxKeyLen, defaultMaxKeyLen)

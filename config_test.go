@@ -19,8 +19,8 @@ func TestConfigReportsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.Config(); got.BatchSize != 64 || got.Lanes != 2*runtime.GOMAXPROCS(0) || got.Consumers != 1 || got.MaxAttempts != 10 {
-		t.Errorf("zero Config runs with BatchSize %d, Lanes %d, Consumers %d, MaxAttempts %d; want 64, %d, 1, 10",
+	if got := e.Config(); got.BatchSize != 64 || got.Lanes != 2*runtime.GOMAXPROCS(0) || got.Consumers != 4 || got.MaxAttempts != 10 {
+		t.Errorf("zero Config runs with BatchSize %d, Lanes %d, Consumers %d, MaxAttempts %d; want 64, %d, 4, 10",
 			got.BatchSize, got.Lanes, got.Consumers, got.MaxAttempts, 2*runtime.GOMAXPROCS(0))
 	}
 	e, err = idem.NewEngine(st, mem, &idem.Config{Consumers: 3, Lanes: 2})

@@ -149,6 +149,7 @@ func (e *Engine) PublishWithTokens(ctx context.Context, envs ...Envelope) error 
 		}
 		h[transport.HeaderToken] = "1"
 		envs[i].Headers = h
+		e.correlate(&envs[i])
 		tokens[i] = store.Token{ID: TokenID(&envs[i]), MintedAt: now}
 	}
 	if err := ts.MintTokens(ctx, tokens); err != nil {

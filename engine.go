@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/idemhq/idem/internal/backoff"
+	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
@@ -73,7 +74,9 @@ type Engine struct {
 	runErr  error
 
 	stats  stats
-	byType sync.Map // saga type → *typeCounters
+	byType sync.Map      // saga type → *typeCounters
+	order  *keyOrder     // set by Start when several consumers share one stream
+	slots  chan struct{} // one per unit of work open at once (Config.Lanes)
 }
 
 // NewEngine returns an engine that keeps state in st and exchanges messages
@@ -97,6 +100,7 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 		machines: map[string]Machine{},
 		sagas:    map[string]Machine{},
 		handlers: map[string]HandlerFunc{},
+		slots:    make(chan struct{}, c.Lanes),
 	}
 	if err := fitBodyLimit(&e.cfg, cfg, tr); err != nil {
 		return nil, err
@@ -209,7 +213,8 @@ func (e *Engine) NewEnvelope(id string, msg any) (Envelope, error) {
 }
 
 // Publish hands envelopes to the transport. Each needs an ID and a type;
-// SentAt is set when zero (on a copy: the caller's envelopes are not
+// SentAt is set when zero, and CorrelationID when empty and a saga of this
+// engine consumes the type (on copies: the caller's envelopes are not
 // modified). An envelope with the header transport.HeaderToken is refused:
 // use PublishWithTokens, which mints the token the header promises.
 func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
@@ -221,8 +226,32 @@ func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
 		if _, ok := envs[i].Headers[transport.HeaderToken]; ok {
 			return fmt.Errorf("idem: publish envelope %d: %w: header %s is only set by PublishWithTokens (without a minted token the consumer would drop the message as a duplicate)", i, ErrInvalidEnvelope, transport.HeaderToken)
 		}
+		e.correlate(&envs[i])
 	}
 	return e.publish(ctx, envs)
+}
+
+// correlate sets an envelope's empty CorrelationID to the canonical key a
+// saga of this engine correlates its body to, so that partitions follow
+// the key. A body that does not decode, or has no valid key, is left
+// alone: its consumer dead-letters it with the reason.
+func (e *Engine) correlate(env *Envelope) {
+	if env.CorrelationID != "" {
+		return
+	}
+	e.mu.Lock()
+	m, ok := e.machines[env.Type]
+	e.mu.Unlock()
+	if !ok {
+		return
+	}
+	_, raw, err := m.Decode(env.Type, env.Body)
+	if err != nil {
+		return
+	}
+	if key, err := canon.Key(raw, e.cfg.MaxKeyLen); err == nil {
+		env.CorrelationID = key
+	}
 }
 
 func checkPublish(i int, env *Envelope) error {
@@ -325,17 +354,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	// error reaches Stop, Done's readers (Err) and Ready.
 	g, loopCtx := errgroup.WithContext(loopCtx)
 	e.group = g
-	receive := func(int) func(context.Context, int) ([]transport.Delivery, error) { return e.tr.Receive }
-	if pc, ok := e.tr.(transport.PartitionedConsumer); ok && e.cfg.Consumers > 1 {
-		receive = func(part int) func(context.Context, int) ([]transport.Delivery, error) {
-			return func(ctx context.Context, max int) ([]transport.Delivery, error) {
-				return pc.ReceivePartition(ctx, max, part, e.cfg.Consumers)
-			}
-		}
-	}
-	for i := range e.cfg.Consumers {
-		g.Go(func() error { return e.consume(loopCtx, workCtx, receive(i)) })
-	}
+	e.startConsumers(g, loopCtx, workCtx)
 	g.Go(func() error { e.every(loopCtx, e.cfg.TimerInterval, e.fireDue); return nil })
 	g.Go(func() error { e.every(loopCtx, e.cfg.SweepInterval, e.sweep); return nil })
 	if !e.queue {
@@ -445,24 +464,54 @@ func (e *Engine) Done() <-chan struct{} {
 func (e *Engine) consume(loopCtx, workCtx context.Context, receive func(context.Context, int) ([]transport.Delivery, error)) error {
 	for {
 		ds, err := receive(loopCtx, e.cfg.BatchSize)
-		if loopCtx.Err() != nil {
-			if len(ds) > 0 {
-				e.process(workCtx, ds)
-			}
-			return nil
+		if len(ds) > 0 {
+			e.process(workCtx, ds)
 		}
-		if err != nil {
-			if errors.Is(err, transport.ErrClosed) {
-				return fmt.Errorf("idem: consume: %w", err)
-			}
-			e.log.Error("receive failed", "error", err)
-			if !sleepCtx(loopCtx, e.retry.Delay(1)) {
-				return nil
-			}
-			continue
+		if stop, ferr := e.received(loopCtx, err); stop {
+			return ferr
 		}
-		e.process(workCtx, ds)
 	}
+}
+
+// startConsumers starts Config.Consumers consumer loops in g: on
+// partitions of the keys with Config.PartitionedReceive, otherwise taking
+// turns on one stream under the engine's key order (one consumer needs
+// none).
+func (e *Engine) startConsumers(g *errgroup.Group, loopCtx, workCtx context.Context) {
+	n := e.cfg.Consumers
+	if pc, ok := e.tr.(transport.PartitionedConsumer); ok && e.cfg.PartitionedReceive && n > 1 {
+		for part := range n {
+			receive := func(ctx context.Context, max int) ([]transport.Delivery, error) {
+				return pc.ReceivePartition(ctx, max, part, n)
+			}
+			g.Go(func() error { return e.consume(loopCtx, workCtx, receive) })
+		}
+		return
+	}
+	if n == 1 {
+		g.Go(func() error { return e.consume(loopCtx, workCtx, e.tr.Receive) })
+		return
+	}
+	e.order = newKeyOrder()
+	for range n {
+		g.Go(func() error { return e.consumeOrdered(loopCtx, workCtx, e.tr.Receive) })
+	}
+}
+
+// received decides what a consumer does after a receive whose deliveries
+// (if any) it has processed: stop (with the error that ends the engine,
+// if any), or receive again, after a pause when the receive failed.
+func (e *Engine) received(loopCtx context.Context, err error) (stop bool, fatal error) {
+	switch {
+	case loopCtx.Err() != nil:
+		return true, nil
+	case err == nil:
+		return false, nil
+	case errors.Is(err, transport.ErrClosed):
+		return true, fmt.Errorf("idem: consume: %w", err)
+	}
+	e.log.Error("receive failed", "error", err)
+	return !sleepCtx(loopCtx, e.retry.Delay(1)), nil
 }
 
 func (e *Engine) every(ctx context.Context, d time.Duration, fn func(context.Context)) {

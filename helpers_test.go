@@ -360,8 +360,8 @@ type hookStore struct {
 	mu     sync.Mutex
 	sweeps []sweepCall
 	// open counts the units of work begun and not yet committed or rolled
-	// back.
-	open atomic.Int32
+	// back; maxOpen is the most open at once.
+	open, maxOpen atomic.Int32
 }
 
 func (s *hookStore) DeleteTimers(ctx context.Context, ts []store.Timer) error {
@@ -392,7 +392,9 @@ func (s *hookStore) Begin(ctx context.Context) (store.UnitOfWork, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.open.Add(1)
+	n := s.open.Add(1)
+	for m := s.maxOpen.Load(); n > m && !s.maxOpen.CompareAndSwap(m, n); m = s.maxOpen.Load() {
+	}
 	return &hookUOW{UnitOfWork: u, s: s}, nil
 }
 

@@ -20,7 +20,7 @@ type sizedStore struct {
 func (s sizedStore) PoolSize() int { return s.size }
 
 func TestCheckPool(t *testing.T) {
-	cfg := Config{Lanes: 4, Consumers: 2} // needs 4×2 + 3 = 11
+	cfg := Config{Lanes: 8, Consumers: 2} // needs 8 + 3 = 11: lanes are shared by the consumers
 	for _, tc := range []struct {
 		name  string
 		st    store.Store
@@ -32,7 +32,7 @@ func TestCheckPool(t *testing.T) {
 		{name: "pool that fits exactly", st: sizedStore{memstore.New(nil), 11}},
 		{name: "larger pool", st: sizedStore{memstore.New(nil), 64}, queue: true},
 		{name: "one short, store is the queue", st: sizedStore{memstore.New(nil), 10}, queue: true,
-			want: []string{"holds 10 connections", "needs 11", "Lanes 4 × Consumers 2", "queue listener", "at least 11", "MaxConns", "Config.Lanes"}},
+			want: []string{"holds 10 connections", "needs 11", "Lanes 8", "queue listener", "at least 11", "MaxConns", "Config.Lanes"}},
 		{name: "one short, with a relay", st: sizedStore{memstore.New(nil), 10},
 			want: []string{"needs 11", "outbox relay"}},
 	} {
@@ -63,9 +63,9 @@ func TestStartRefusesSmallPool(t *testing.T) {
 	for _, tc := range []struct {
 		size   int
 		starts bool
-	}{{size: 6, starts: false}, {size: 7, starts: true}} { // Lanes 2 × Consumers 2 + 3 = 7
+	}{{size: 6, starts: false}, {size: 7, starts: true}} { // Lanes 4 + 3 = 7, whatever Consumers
 		st := sizedStore{memstore.New(nil), tc.size}
-		e, err := NewEngine(st, memtransport.New(nil), &Config{Lanes: 2, Consumers: 2})
+		e, err := NewEngine(st, memtransport.New(nil), &Config{Lanes: 4, Consumers: 3})
 		if err != nil {
 			t.Fatal(err)
 		}

