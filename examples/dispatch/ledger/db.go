@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
 )
@@ -28,14 +27,6 @@ var (
 	Strict = Tables{Ledger: "dispatch_ledger", Notifications: "dispatch_notifications"}
 	Naive  = Tables{Ledger: "naive_ledger", Notifications: "naive_notifications"}
 )
-
-// ErrPredecessorMissing is returned by Append when the patient's previous
-// event (seq-1) is not in the ledger yet: appends happen in sequence order.
-var ErrPredecessorMissing = errors.New("previous event of the patient not in the ledger yet")
-
-// ErrSeqTaken is returned by Append when another event already holds the
-// patient's sequence number.
-var ErrSeqTaken = errors.New("sequence number already holds another event")
 
 // Event is one dispatch event about a pseudonymised patient.
 type Event struct {
@@ -88,9 +79,6 @@ type DB struct {
 	db     *sql.DB
 	pg     bool
 	schema string
-	// Stall, when set, runs inside Append's transaction between the reads
-	// and the writes: tests use it to hold one writer back.
-	Stall func(context.Context)
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -134,12 +122,7 @@ func (d *DB) Close() error { return d.db.Close() }
 
 // Table returns the name of a table as SQL must spell it (schema-qualified
 // on PostgreSQL).
-func (d *DB) Table(name string) string {
-	if d.pg {
-		return pgx.Identifier{d.schema}.Sanitize() + "." + name
-	}
-	return name
-}
+func (d *DB) Table(name string) string { return table(d.pg, d.schema, name) }
 
 // Migrate creates the ledger and notification tables (t = Strict) or the
 // naive ones (t = Naive) if they are missing. It is idempotent and safe to
@@ -185,14 +168,21 @@ func firstLine(s string) string {
 
 const kindCheck = "CHECK (kind IN ('REQUESTED', 'CONFIRMED', 'LAUNCHED', 'CANCELLED'))"
 
+// uniqueSeq is the ledger's invariant, one event per patient and sequence
+// number, as a constraint of t. The saga keeps it by itself (it appends
+// only the event after the patient's last, and copies stop before the
+// insert); the constraint guards it against any other writer of the
+// table. The event ID needs no constraint of its own: it is derived from
+// (patient, seq, kind).
+func uniqueSeq(t Tables) string {
+	return `,
+	CONSTRAINT ` + t.Ledger + `_patient_seq_key UNIQUE (patient, seq)`
+}
+
 func (d *DB) sqliteSchema(t Tables, strict bool) []string {
 	uniq := ""
 	if strict {
-		// The identity, and the old invariant of one event per patient
-		// and sequence number.
-		uniq = `,
-	CONSTRAINT ` + t.Ledger + `_event_id_key UNIQUE (event_id),
-	CONSTRAINT ` + t.Ledger + `_patient_seq_key UNIQUE (patient, seq)`
+		uniq = uniqueSeq(t)
 	}
 	stmts := []string{
 		`CREATE TABLE IF NOT EXISTS ` + t.Ledger + ` (
@@ -230,9 +220,7 @@ func (d *DB) pgSchema(t Tables, strict bool) []string {
 	s := pgx.Identifier{d.schema}.Sanitize() // quoted: as pgstore names it
 	uniq := ""
 	if strict {
-		uniq = `,
-	CONSTRAINT ` + t.Ledger + `_event_id_key UNIQUE (event_id),
-	CONSTRAINT ` + t.Ledger + `_patient_seq_key UNIQUE (patient, seq)`
+		uniq = uniqueSeq(t)
 	}
 	stmts := []string{
 		`CREATE SCHEMA IF NOT EXISTS ` + s,
@@ -279,83 +267,6 @@ func payloadText(p json.RawMessage) string {
 		return "{}"
 	}
 	return string(p)
-}
-
-// Append adds ev to the ledger and, when it was not there yet, records its
-// notification in the same transaction. It returns whether ev was added:
-// false means the ledger already held ev (same identity), which is not an
-// error. Appends for one patient happen in sequence order: when seq-1 is not
-// in the ledger yet, Append returns an error wrapping ErrPredecessorMissing;
-// when another event holds ev's sequence number, one wrapping ErrSeqTaken.
-func (d *DB) Append(ctx context.Context, ev Event, writer string) (added bool, err error) {
-	if err := ev.Check(); err != nil {
-		return false, fmt.Errorf("append %s/%d %s: %w", ev.Patient, ev.Seq, ev.Kind, err)
-	}
-	id := ev.ID()
-	tx, err := d.db.BeginTx(ctx, nil)
-	if err != nil {
-		return false, fmt.Errorf("append %s: begin: %w", id, err)
-	}
-	defer tx.Rollback()
-	L, N := d.Table(Strict.Ledger), d.Table(Strict.Notifications)
-
-	var held Kind
-	switch err := tx.QueryRowContext(ctx, `SELECT kind FROM `+L+` WHERE patient = $1 AND seq = $2`, ev.Patient, ev.Seq).Scan(&held); {
-	case err == nil && held == ev.Kind:
-		return false, nil // already appended: the effect happened once
-	case err == nil:
-		return false, fmt.Errorf("append %s: seq %d holds %s: %w", id, ev.Seq, held, ErrSeqTaken)
-	case !errors.Is(err, sql.ErrNoRows):
-		return false, fmt.Errorf("append %s: %w", id, err)
-	}
-	if ev.Seq > 1 {
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM `+L+` WHERE patient = $1 AND seq = $2`, ev.Patient, ev.Seq-1).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return false, fmt.Errorf("append %s: seq %d: %w", id, ev.Seq, ErrPredecessorMissing)
-		} else if err != nil {
-			return false, fmt.Errorf("append %s: %w", id, err)
-		}
-	}
-	if d.Stall != nil {
-		d.Stall(ctx)
-	}
-	cast := ""
-	if d.pg {
-		cast = "::jsonb"
-	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO `+L+` (event_id, patient, seq, kind, payload, writer)
-VALUES ($1, $2, $3, $4, $5`+cast+`, $6)
-ON CONFLICT (event_id) DO NOTHING`, id, ev.Patient, ev.Seq, string(ev.Kind), payloadText(ev.Payload), writer)
-	if err != nil {
-		if isUniqueViolation(err) {
-			return false, fmt.Errorf("append %s: %w: %w", id, ErrSeqTaken, err)
-		}
-		return false, fmt.Errorf("append %s: %w", id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("append %s: %w", id, err)
-	}
-	if n == 0 {
-		// A concurrent writer committed the same event while we looked.
-		return false, nil
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO `+N+` (event_id, writer) VALUES ($1, $2)`, id, writer); err != nil {
-		return false, fmt.Errorf("append %s: notify: %w", id, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("append %s: commit: %w", id, err)
-	}
-	return true, nil
-}
-
-func isUniqueViolation(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "23505"
-	}
-	return strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
 // NaiveAppend is the writer of the incident, kept to show what the validator
@@ -445,7 +356,8 @@ func (d *DB) Notifications(ctx context.Context, t Tables) ([]Notification, error
 	return out, nil
 }
 
-// Exec runs one statement; tests use it to try an UPDATE or a DELETE.
+// Exec runs one statement; tests use it to try statements the ledger
+// refuses (an UPDATE, a DELETE, a second event at a seq).
 func (d *DB) Exec(ctx context.Context, query string, args ...any) error {
 	_, err := d.db.ExecContext(ctx, query, args...)
 	return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/examples/dispatch/ledger"
 	"github.com/idemhq/idem/internal/testenv"
 )
@@ -191,4 +192,127 @@ func (c *child) finish(t *testing.T) ledger.WriteSummary {
 		t.Fatalf("writer summary %q: %v", rest, err)
 	}
 	return s
+}
+
+// startWriter opens a writer on b with cfg (the backoff of "dispatch write"
+// when cfg.Engine is nil), starts it, and closes it when the test ends.
+func startWriter(t *testing.T, b backend, cfg ledger.WriterConfig) *ledger.Writer {
+	t.Helper()
+	cfg.DSN, cfg.Schema = b.dsn, b.schema
+	if cfg.Engine == nil {
+		cfg.Engine = testEngine()
+	}
+	ctx := context.Background()
+	w, err := ledger.OpenWriter(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(context.Background()); err != nil {
+			t.Errorf("close writer: %v", err)
+		}
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// apply publishes env and waits until its saga committed it (or had), or
+// dead-lettered it (an error wrapping idem.ErrDeadLettered).
+func apply(t *testing.T, w *ledger.Writer, env idem.Envelope) (idem.Result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return w.Engine().Apply(ctx, env)
+}
+
+// envelope is the envelope of ev as a writer publishes it.
+func envelope(t *testing.T, ev ledger.Event) idem.Envelope {
+	t.Helper()
+	env, err := ledger.Envelope(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// mustApply applies ev and fails the test unless it was committed now.
+func mustApply(t *testing.T, w *ledger.Writer, ev ledger.Event) idem.Result {
+	t.Helper()
+	r, err := apply(t, w, envelope(t, ev))
+	if err != nil || r.Duplicate {
+		t.Fatalf("apply %s seq %d: %+v, %v; want it applied", ev.Kind, ev.Seq, r, err)
+	}
+	return r
+}
+
+// ledgerOf returns the ledger rows and notifications of the patient pn.
+func ledgerOf(t *testing.T, d *ledger.DB, pn string) (rows []ledger.Row, notes []ledger.Notification) {
+	t.Helper()
+	ctx := context.Background()
+	all, err := d.Rows(ctx, ledger.Strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, r := range all {
+		if r.Patient == pn {
+			rows = append(rows, r)
+			ids[r.EventID] = true
+		}
+	}
+	ns, err := d.Notifications(ctx, ledger.Strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		if ids[n.EventID] {
+			notes = append(notes, n)
+		}
+	}
+	return rows, notes
+}
+
+// kinds lists the kinds of rows in ledger order.
+func kinds(rows []ledger.Row) string {
+	var s []string
+	for _, r := range rows {
+		s = append(s, fmt.Sprintf("%d:%s", r.Seq, r.Kind))
+	}
+	return strings.Join(s, " ")
+}
+
+// countEvent returns how many ledger rows and notifications carry the
+// identity of ev.
+func countEvent(t *testing.T, d *ledger.DB, ev ledger.Event) (rows, notes int) {
+	t.Helper()
+	rows, notes, err := count(context.Background(), d, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, notes
+}
+
+// count is countEvent for goroutines other than the test's.
+func count(ctx context.Context, d *ledger.DB, ev ledger.Event) (rows, notes int, err error) {
+	all, err := d.Rows(ctx, ledger.Strict)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range all {
+		if r.EventID == ev.ID() {
+			rows++
+		}
+	}
+	ns, err := d.Notifications(ctx, ledger.Strict)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, n := range ns {
+		if n.EventID == ev.ID() {
+			notes++
+		}
+	}
+	return rows, notes, nil
 }

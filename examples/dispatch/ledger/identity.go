@@ -55,8 +55,8 @@ func Legal(prev, next Kind) bool {
 // RFC 9562) SHA-256 over a domain tag, the patient pseudonym, the sequence
 // number and the kind, each length-prefixed. It depends on nothing else — not
 // the clock, not the writer, not the payload — so every writer that sees the
-// same logical event computes the same ID, and the ledger's unique constraint
-// on it turns a second copy into a no-op.
+// same logical event publishes it under the same message ID, and Idem's inbox
+// turns a second copy into a no-op.
 func EventID(patient string, seq int64, kind Kind) string {
 	h := sha256.New()
 	var n [8]byte

@@ -70,35 +70,29 @@ func openDB(t *testing.T, b backend) *ledger.DB {
 	return d
 }
 
-func TestLedgerAppendIsIdempotentAndAppendOnly(t *testing.T) {
+// The ledger is append-only, and its one constraint, one event per patient
+// and sequence number, refuses a row that another writer than the saga
+// would add at a held seq. A raw patient id never gets as far as a message.
+func TestLedgerIsAppendOnlyWithOneEventPerSeq(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		d := openDB(t, b)
 		if err := d.Migrate(ctx, ledger.Strict); err != nil { // idempotent
 			t.Fatalf("second migrate: %v", err)
 		}
-		p := pseudonymizer(t)
-		pn, _ := p.Pseudonym(rawID(1))
-		req := ledger.Event{Patient: pn, Seq: 1, Kind: ledger.Requested}
-		conf := ledger.Event{Patient: pn, Seq: 2, Kind: ledger.Confirmed}
+		w := startWriter(t, b, ledger.WriterConfig{})
+		pn, _ := pseudonymizer(t).Pseudonym(rawID(1))
+		mustApply(t, w, ledger.Event{Patient: pn, Seq: 1, Kind: ledger.Requested})
+		mustApply(t, w, ledger.Event{Patient: pn, Seq: 2, Kind: ledger.Confirmed})
+		if err := w.Publish(ctx, []ledger.Event{{Patient: rawID(1), Seq: 3, Kind: ledger.Launched}}); err == nil {
+			t.Fatal("publish with a raw patient id succeeded")
+		}
 
-		if _, err := d.Append(ctx, conf, "w"); !errors.Is(err, ledger.ErrPredecessorMissing) {
-			t.Fatalf("append seq 2 before seq 1: %v, want ErrPredecessorMissing", err)
-		}
-		for i, want := range []bool{true, false, false} {
-			if added, err := d.Append(ctx, req, fmt.Sprintf("w%d", i)); err != nil || added != want {
-				t.Fatalf("append #%d: added %v, %v; want %v", i, added, err, want)
-			}
-		}
-		if added, err := d.Append(ctx, conf, "w"); err != nil || !added {
-			t.Fatalf("append confirmed: %v, %v", added, err)
-		}
 		cancel := ledger.Event{Patient: pn, Seq: 2, Kind: ledger.Cancelled}
-		if _, err := d.Append(ctx, cancel, "w"); !errors.Is(err, ledger.ErrSeqTaken) {
-			t.Fatalf("append another kind at seq 2: %v, want ErrSeqTaken", err)
-		}
-		if _, err := d.Append(ctx, ledger.Event{Patient: rawID(1), Seq: 3, Kind: ledger.Launched}, "w"); err == nil {
-			t.Fatal("append with a raw patient id succeeded")
+		err := d.Exec(ctx, `INSERT INTO `+d.Table(ledger.Strict.Ledger)+` (event_id, patient, seq, kind, payload, writer)
+VALUES ($1, $2, $3, $4, '{}', 'manual')`, cancel.ID(), cancel.Patient, cancel.Seq, string(cancel.Kind))
+		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "unique") {
+			t.Errorf("insert of a CANCELLED at the CONFIRMED's seq: %v, want refused by the unique constraint", err)
 		}
 
 		rows, err := d.Rows(ctx, ledger.Strict)
@@ -297,8 +291,9 @@ func dumpAllTables(t *testing.T, d *ledger.DB, b backend) []string {
 
 // The incident, replayed: two writer processes receive the same events
 // within milliseconds of each other, and one of them stalls 200–900 ms
-// between loading and committing every unit of work and every ledger append.
-// No confirmation and no launch is recorded or notified twice.
+// between loading and committing every unit of work, its ledger rows
+// written but not committed. No confirmation and no launch is recorded or
+// notified twice.
 func TestIncidentReplay(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const patients = 6
@@ -357,11 +352,13 @@ func TestIncidentReplay(t *testing.T) {
 				t.Errorf("event %s notified %d times", id, n)
 			}
 		}
-		// The race happened: both writers saw every event, and the second
-		// copy of each was recognised (inbox duplicate, stale event, or a
-		// lost optimistic-concurrency race).
-		if got := sums[0].Received + sums[1].Received; got < int64(2*len(evs)) {
-			t.Errorf("writers received %d messages, want at least %d (every event twice)", got, 2*len(evs))
+		// The race happened: both writers took events, and copies were
+		// recognised (inbox duplicate, stale event, or a lost
+		// optimistic-concurrency race). Not every copy need be: a writer
+		// stops once the ledger holds every event, and a copy still queued
+		// then is a duplicate for the next writer.
+		if sums[0].Received == 0 || sums[1].Received == 0 {
+			t.Errorf("writers received %d and %d messages: want both to take part", sums[0].Received, sums[1].Received)
 		}
 		if sums[0].Dups+sums[1].Dups+sums[0].Conflicts+sums[1].Conflicts+sums[0].Ignored+sums[1].Ignored == 0 {
 			t.Errorf("no duplicate, conflict or stale event recorded: the writers did not race")

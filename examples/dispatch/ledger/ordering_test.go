@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,9 +17,14 @@ import (
 )
 
 // dyingEnv marks a child process of this test binary that runs a writer
-// which kills itself (SIGKILL) inside its first ledger append, between the
-// claim of the append and its insert; the value is a JSON dyingWriter.
+// which kills itself (SIGKILL) in its first transition that appends to the
+// ledger, after the inserts and before the commit; the value is a JSON
+// dyingWriter.
 const dyingEnv = "DISPATCH_TEST_DYING_WRITER"
+
+// dyingMark starts the line the dying writer prints before it dies,
+// followed by the patient and seq of the event it was appending.
+const dyingMark = "dying in the append of "
 
 // dyingWriter is what a dying child writer is told.
 type dyingWriter struct {
@@ -37,13 +43,16 @@ func runDyingWriter(arg string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	die := func(_ context.Context, ev ledger.Event) error {
+		fmt.Fprintf(os.Stderr, "%s%s %d\n", dyingMark, ev.Patient, ev.Seq)
+		return syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
 	w, err := ledger.OpenWriter(ctx, ledger.WriterConfig{DSN: d.DSN, Schema: d.Schema, Name: "doomed", Lease: d.Lease,
-		Engine: &idem.Config{BatchSize: 1, RetryBase: 20 * time.Millisecond, RetryMax: time.Second}})
+		AfterAppend: die, Engine: &idem.Config{BatchSize: 1, RetryBase: 20 * time.Millisecond, RetryMax: time.Second}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	w.DB().Stall = func(context.Context) { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 	if err := w.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -62,14 +71,16 @@ func testEngine() *idem.Config {
 	return &idem.Config{RetryBase: 20 * time.Millisecond, RetryMax: time.Second}
 }
 
-// A writer is SIGKILLed after claiming a patient's first ledger append and
-// before inserting it: the append is invisible for the queue's lease. The
-// other writer applies the patient's later events meanwhile, and their
-// appends wait for the missing predecessor longer than a fixed short retry
-// budget allows (the lease here is 3s; ten retries 100ms apart gave up after
-// one). They must wait the lease out, not be dead-lettered: the ledger ends
-// complete.
-func TestAppendWaitsOutACrashedWritersLease(t *testing.T) {
+// A writer is SIGKILLed in the transition that accepts a patient's first
+// event, after inserting its ledger row and notification and before the
+// commit: neither the rows nor the state change are there afterwards, and
+// the event is invisible for the queue's lease. The other writer receives
+// the patient's later events meanwhile, which wait for the missing
+// predecessor longer than a fixed short retry budget allows (the lease here
+// is 3s; ten retries 100ms apart gave up after one). They must wait the
+// lease out, not be dead-lettered: the ledger ends complete, each event
+// once.
+func TestEventsWaitOutACrashedWritersLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const lease = 3 * time.Second
 		raw, _, _ := scenario(2)
@@ -91,6 +102,12 @@ func TestAppendWaitsOutACrashedWritersLease(t *testing.T) {
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("dying writer ended with %v, want SIGKILL; output:\n%s", err, out)
 		}
+		_, dead, ok := strings.Cut(string(out), dyingMark)
+		var pn string
+		var seq int64
+		if _, err := fmt.Sscan(dead, &pn, &seq); !ok || err != nil || seq != 1 {
+			t.Fatalf("the dying writer did not say what it was appending (%v); output:\n%s", err, out)
+		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -99,6 +116,10 @@ func TestAppendWaitsOutACrashedWritersLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close(context.Background())
+		rows, notes := ledgerOf(t, openDB(t, b), pn)
+		if snap, err := w.Patient(ctx, pn); err != nil || snap != nil || len(rows) != 0 || len(notes) != 0 {
+			t.Fatalf("after the crash: saga %+v (%v), %d ledger rows and %d notifications of the patient; want none", snap, err, len(rows), len(notes))
+		}
 		start := time.Now()
 		if err := w.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -112,7 +133,7 @@ func TestAppendWaitsOutACrashedWritersLease(t *testing.T) {
 			t.Errorf("%d messages dead-lettered, want none", st.DeadLettered)
 		}
 		if st.Retries == 0 {
-			t.Errorf("no retries: no append waited for the crashed writer's claim")
+			t.Errorf("no retries: no event waited for the crashed writer's claim")
 		}
 		code, rep := validate(t, b)
 		if code != 0 || !rep.OK() || rep.Rows != len(evs) || rep.Notifications != len(evs) {

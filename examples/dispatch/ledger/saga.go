@@ -1,8 +1,6 @@
 package ledger
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -15,11 +13,10 @@ const SagaType = "dispatch-patient"
 
 // Message type names (stable, they are stored in queues and dead letters).
 const (
-	TypeRequested    = "dispatch.requested"
-	TypeConfirmed    = "dispatch.confirmed"
-	TypeLaunched     = "dispatch.launched"
-	TypeCancelled    = "dispatch.cancelled"
-	TypeLedgerAppend = "dispatch.ledger-append"
+	TypeRequested = "dispatch.requested"
+	TypeConfirmed = "dispatch.confirmed"
+	TypeLaunched  = "dispatch.launched"
+	TypeCancelled = "dispatch.cancelled"
 )
 
 // The four inbound events. They carry the patient's pseudonym, never the raw
@@ -59,13 +56,6 @@ func (e MissionLaunched) Validate() error { return Event(e).Check() }
 
 // Validate refuses a malformed event when it is decoded.
 func (e MissionCancelled) Validate() error { return Event(e).Check() }
-
-// LedgerAppend is the event the saga publishes for each transition it
-// accepts; the ledger handler appends it.
-type LedgerAppend Event
-
-// MessageType implements saga.Typer.
-func (LedgerAppend) MessageType() string { return TypeLedgerAppend }
 
 // Envelope returns the envelope of ev as a writer publishes it. Its ID is the
 // event's identity, so two writers that receive the same event publish the
@@ -144,12 +134,13 @@ var errEarly = errors.New("event arrived before the patient's previous event")
 // cannot both be true, and the first one accepted stands.
 var ErrConflict = errors.New("sequence number already holds another event")
 
-// NewMachine builds the per-patient dispatch saga. Its key is the patient's
-// pseudonym, so one patient's events are applied one at a time, in sequence
-// order, under the store's optimistic concurrency:
+// NewMachine builds the per-patient dispatch saga, which appends each
+// event it accepts with a. Its key is the patient's pseudonym, so one
+// patient's events are applied one at a time, in sequence order, under the
+// store's optimistic concurrency:
 //
 //   - an event whose seq is at most the last accepted one is a late or
-//     concurrent duplicate, and is ignored (nothing published), when it is
+//     concurrent duplicate, and is ignored (nothing written), when it is
 //     the event accepted at that seq (same identity); another event at
 //     that seq (another kind) is refused with ErrConflict (dead-lettered);
 //   - one whose seq is further ahead waits for its predecessor: it fails
@@ -157,8 +148,10 @@ var ErrConflict = errors.New("sequence number already holds another event")
 //     exponential backoff (OpenWriter sizes the attempts to outlast a
 //     crashed writer's lease), then dead-letters;
 //   - the next event is applied when the transition is legal, and then
-//     publishes one LedgerAppend; an illegal one is dead-lettered.
-func NewMachine() *Machine {
+//     appended to the ledger with its notification in the transaction
+//     that commits the transition (see Appender); an illegal one is
+//     dead-lettered.
+func NewMachine(a Appender) *Machine {
 	m := saga.New[Patient](SagaType)
 	x := &Machine{
 		Machine:   m,
@@ -175,35 +168,35 @@ func NewMachine() *Machine {
 	// In the saga, the states carry the legality rules; the bodies only
 	// check the sequence and record the event.
 	m.Initially(
-		step(requested, x.Requested, true),
-		step(confirmed, x.Idle, false),
-		step(launched, x.Idle, false),
-		step(cancelled, x.Idle, false),
+		step(a, requested, x.Requested, true),
+		step(a, confirmed, x.Idle, false),
+		step(a, launched, x.Idle, false),
+		step(a, cancelled, x.Idle, false),
 	)
 	m.During(x.Requested,
-		step(requested, x.Requested, false),
-		step(confirmed, x.Confirmed, true),
-		step(launched, x.Requested, false),
-		step(cancelled, x.Idle, true),
+		step(a, requested, x.Requested, false),
+		step(a, confirmed, x.Confirmed, true),
+		step(a, launched, x.Requested, false),
+		step(a, cancelled, x.Idle, true),
 	)
 	m.During(x.Confirmed,
-		step(requested, x.Confirmed, false),
-		step(confirmed, x.Confirmed, false),
-		step(launched, x.Idle, true),
-		step(cancelled, x.Idle, true),
+		step(a, requested, x.Confirmed, false),
+		step(a, confirmed, x.Confirmed, false),
+		step(a, launched, x.Idle, true),
+		step(a, cancelled, x.Idle, true),
 	)
 	m.During(x.Idle,
-		step(requested, x.Requested, true),
-		step(confirmed, x.Idle, false),
-		step(launched, x.Idle, false),
-		step(cancelled, x.Idle, false),
+		step(a, requested, x.Requested, true),
+		step(a, confirmed, x.Idle, false),
+		step(a, launched, x.Idle, false),
+		step(a, cancelled, x.Idle, false),
 	)
 	return x
 }
 
 // step is what event M does in a state: ignored when stale, retried when
-// early, and otherwise applied (legal) or refused (illegal).
-func step[M MissionRequested | MissionConfirmed | MissionLaunched | MissionCancelled](ev *saga.Event[Patient, M], to saga.State, legal bool) saga.Behavior[Patient] {
+// early, and otherwise applied and appended (legal) or refused (illegal).
+func step[M MissionRequested | MissionConfirmed | MissionLaunched | MissionCancelled](a Appender, ev *saga.Event[Patient, M], to saga.State, legal bool) saga.Behavior[Patient] {
 	// A copy of the event accepted at its seq: the identity of the event
 	// accepted there (patient, seq and kind) is the copy's.
 	// A state stored before Kinds existed does not know the kind: such a
@@ -232,42 +225,15 @@ func step[M MissionRequested | MissionConfirmed | MissionLaunched | MissionCance
 			if !legal {
 				return idem.Permanent(fmt.Errorf("%s (seq %d) in state %s: %w", e.Kind, e.Seq, c.Current(), errIllegal))
 			}
+			if err := a.append(c, e); err != nil {
+				return err
+			}
 			c.Data.LastSeq = e.Seq
 			c.Data.Kinds += string(kindLetters[e.Kind])
 			if e.Kind == Requested {
 				c.Data.Mission = e.Seq
 			}
-			c.Publish(LedgerAppend(e))
 			return nil
 		}).
 		TransitionTo(to)
-}
-
-// Handler returns the idem.HandlerFunc that appends LedgerAppend events to
-// the ledger (with their notification), as writer. It is idempotent: the
-// engine may run it twice for one message (two replicas, or a crash before
-// the inbox record), and the second run finds the event and does nothing.
-func Handler(db *DB, writer string) idem.HandlerFunc {
-	return func(ctx context.Context, env idem.Envelope) error {
-		var ev Event
-		if err := json.Unmarshal(env.Body, &ev); err != nil {
-			return idem.Permanent(fmt.Errorf("decode ledger append %s: %w", env.ID, err))
-		}
-		if err := ev.Check(); err != nil {
-			return idem.Permanent(fmt.Errorf("ledger append %s: %w", env.ID, err))
-		}
-		_, err := db.Append(ctx, ev, writer)
-		switch {
-		case errors.Is(err, ErrPredecessorMissing):
-			// The previous event's append is still in flight, being
-			// retried, or held by a crashed writer until its lease
-			// expires: a transient error, retried with the engine's
-			// growing backoff for as many attempts as OpenWriter allows
-			// (see WriterConfig.Lease).
-			return err
-		case errors.Is(err, ErrSeqTaken):
-			return idem.Permanent(err)
-		}
-		return err
-	}
 }

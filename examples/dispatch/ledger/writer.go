@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,31 +27,36 @@ type WriterConfig struct {
 	Name string
 	// StallMin and StallMax, when StallMax > 0, hold this writer back for a
 	// random time in [StallMin, StallMax) between loading and committing
-	// every unit of work and every ledger append: the latency spikes of the
-	// incident, for tests.
+	// every unit of work, after its ledger rows are written: the latency
+	// spikes of the incident, for tests.
 	StallMin, StallMax time.Duration
+	// AfterAppend, when set, runs in the saga's transaction after each
+	// ledger row and its notification are inserted, before the state
+	// change commits (Appender.After): an error fails the message and
+	// undoes the rows. Tests inject faults with it.
+	AfterAppend func(ctx context.Context, ev Event) error
 	// Lease is the queue's visibility timeout: a message claimed by a
 	// writer that dies is delivered again after it. Default 30s.
 	Lease time.Duration
 	// Engine configures the Idem engine; nil means the defaults, except
 	// for MaxAttempts: left zero, it is set so that an ordering wait (an
-	// event or ledger append whose predecessor is not applied yet) is
-	// retried for at least OrderingWindow(Lease) before it is
-	// dead-lettered; set, it must allow that much (OpenWriter refuses
-	// less).
+	// event whose predecessor is not applied yet) is retried for at least
+	// OrderingWindow(Lease) before it is dead-lettered; set, it must allow
+	// that much (OpenWriter refuses less).
 	Engine *idem.Config
 	// Logger receives the store's logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
-// Writer is one dispatch writer: an Idem engine running the per-patient saga
-// and the ledger handler on a shared database. Several writers (processes)
-// may run on one database at once.
+// Writer is one dispatch writer: an Idem engine running the per-patient
+// saga, which appends to the ledger in its own transaction, on a shared
+// database. Several writers (processes) may run on one database at once.
 type Writer struct {
-	cfg    WriterConfig
-	q      store.Queue
-	db     *DB
-	engine *idem.Engine
+	cfg     WriterConfig
+	q       store.Queue
+	db      *DB
+	machine *Machine
+	engine  *idem.Engine
 }
 
 // OpenWriter opens Idem's store and the ledger on cfg.DSN, migrating both,
@@ -98,19 +102,14 @@ func OpenWriter(ctx context.Context, cfg WriterConfig) (*Writer, error) {
 	}
 	q := w.q
 	if cfg.StallMax > 0 {
-		stall := stallFunc(cfg.StallMin, cfg.StallMax)
-		w.db.Stall = stall
-		q = &stallQueue{Queue: w.q, stall: stall}
+		q = &stallQueue{Queue: w.q, stall: stallFunc(cfg.StallMin, cfg.StallMax)}
 	}
 	if w.engine, err = idem.NewEngine(q, q, ec); err != nil {
 		w.Close(ctx)
 		return nil, fmt.Errorf("open writer: %w", err)
 	}
-	if err := w.engine.Register(NewMachine().Machine); err != nil {
-		w.Close(ctx)
-		return nil, fmt.Errorf("open writer: %w", err)
-	}
-	if err := w.engine.Handle(TypeLedgerAppend, Handler(w.db, cfg.Name)); err != nil {
+	w.machine = NewMachine(Appender{Schema: cfg.Schema, Writer: cfg.Name, After: cfg.AfterAppend})
+	if err := w.engine.Register(w.machine.Machine); err != nil {
 		w.Close(ctx)
 		return nil, fmt.Errorf("open writer: %w", err)
 	}
@@ -124,12 +123,12 @@ const (
 	defaultRetryMax  = time.Minute
 )
 
-// OrderingWindow is the least time a writer keeps retrying an event or a
-// ledger append that waits for its predecessor before dead-lettering it,
-// for a queue lease: twice the lease. A predecessor claimed by a writer
-// that crashed is invisible for one lease, then delivered again, so a wait
-// behind it ends well within the window; only a predecessor that never
-// comes (a gap in the producer's sequence numbers, or one dead-lettered)
+// OrderingWindow is the least time a writer keeps retrying an event that
+// waits for its predecessor before dead-lettering it, for a queue lease:
+// twice the lease. A predecessor claimed by a writer that crashed is
+// invisible for one lease, then delivered again, so a wait behind it ends
+// well within the window; only a predecessor that never comes (a gap in
+// the producer's sequence numbers, or one dead-lettered)
 // dead-letters its successors, after the window.
 func OrderingWindow(lease time.Duration) time.Duration { return 2 * lease }
 
@@ -178,6 +177,12 @@ func (w *Writer) DB() *DB { return w.db }
 // Engine returns the writer's engine.
 func (w *Writer) Engine() *idem.Engine { return w.engine }
 
+// Patient returns the saga of the patient with pseudonym pn as the store
+// holds it, nil when there is none.
+func (w *Writer) Patient(ctx context.Context, pn string) (*idem.Snapshot[Patient], error) {
+	return idem.LoadInstance(ctx, w.q, w.machine.Machine, pn)
+}
+
 // Start starts the engine.
 func (w *Writer) Start(ctx context.Context) error { return w.engine.Start(ctx) }
 
@@ -200,8 +205,7 @@ func (w *Writer) Publish(ctx context.Context, evs []Event) error {
 
 // Unresolved returns how many of evs are not settled yet. An event is
 // settled when the ledger holds its patient's sequence number (this event,
-// or another that won the number) or when it or its ledger append was
-// dead-lettered.
+// or another that won the number) or when it was dead-lettered.
 func (w *Writer) Unresolved(ctx context.Context, evs []Event) (int, error) {
 	rows, err := w.db.Rows(ctx, Strict)
 	if err != nil {
@@ -223,11 +227,6 @@ func (w *Writer) Unresolved(ctx context.Context, evs []Event) (int, error) {
 		}
 		for _, d := range dls {
 			dead[d.Envelope.ID] = true
-			// A dead-lettered ledger append settles its event too.
-			var ev Event
-			if d.Envelope.Type == TypeLedgerAppend && json.Unmarshal(d.Envelope.Body, &ev) == nil {
-				dead[ev.ID()] = true
-			}
 		}
 		if len(dls) < 500 {
 			break
@@ -308,20 +307,27 @@ func (s *stallQueue) Begin(ctx context.Context) (store.UnitOfWork, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, ok := u.(store.QueueUnitOfWork)
+	q, ok := u.(domainQueueUoW)
 	if !ok {
 		u.Rollback(ctx)
-		return nil, fmt.Errorf("stall: unit of work %T is not a store.QueueUnitOfWork", u)
+		return nil, fmt.Errorf("stall: unit of work %T is not a store.QueueUnitOfWork and a store.DomainTxUnitOfWork", u)
 	}
-	return &stallUoW{QueueUnitOfWork: q, stall: s.stall}, nil
+	return &stallUoW{domainQueueUoW: q, stall: s.stall}, nil
+}
+
+// domainQueueUoW is what the engine needs of the units of work the stall
+// wraps: a queue's, in whose transaction the saga writes the ledger.
+type domainQueueUoW interface {
+	store.QueueUnitOfWork
+	store.DomainTxUnitOfWork
 }
 
 type stallUoW struct {
-	store.QueueUnitOfWork
+	domainQueueUoW
 	stall func(context.Context)
 }
 
 func (u *stallUoW) Commit(ctx context.Context, c *store.Changes) error {
 	u.stall(ctx)
-	return u.QueueUnitOfWork.Commit(ctx, c)
+	return u.domainQueueUoW.Commit(ctx, c)
 }
