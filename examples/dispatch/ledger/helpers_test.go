@@ -183,15 +183,25 @@ func (c *child) ready(t *testing.T) {
 // finish waits for the child and decodes its summary.
 func (c *child) finish(t *testing.T) ledger.WriteSummary {
 	t.Helper()
-	rest, _ := io.ReadAll(c.stdout)
-	if err := c.cmd.Wait(); err != nil {
-		t.Fatalf("writer failed: %v; stdout %q; stderr:\n%s", err, rest, c.stderr.String())
-	}
-	var s ledger.WriteSummary
-	if err := json.Unmarshal(rest, &s); err != nil {
-		t.Fatalf("writer summary %q: %v", rest, err)
+	s, err := c.result()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return s
+}
+
+// result waits for the child and decodes its summary; unlike finish it
+// may run on another goroutine than the test's.
+func (c *child) result() (ledger.WriteSummary, error) {
+	var s ledger.WriteSummary
+	rest, _ := io.ReadAll(c.stdout)
+	if err := c.cmd.Wait(); err != nil {
+		return s, fmt.Errorf("writer failed: %w; stdout %q; stderr:\n%s", err, rest, c.stderr.String())
+	}
+	if err := json.Unmarshal(rest, &s); err != nil {
+		return s, fmt.Errorf("writer summary %q: %w", rest, err)
+	}
+	return s, nil
 }
 
 // startWriter opens a writer on b with cfg (the backoff of "dispatch write"

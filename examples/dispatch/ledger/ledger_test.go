@@ -315,10 +315,16 @@ func TestIncidentReplay(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		var sums [2]ledger.WriteSummary
+		var errs [2]error
 		for i, c := range []*child{fast, slow} {
-			wg.Go(func() { sums[i] = c.finish(t) })
+			wg.Go(func() { sums[i], errs[i] = c.result() })
 		}
 		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		t.Logf("writers: %+v", sums)
 
 		code, rep := validate(t, b)
