@@ -410,6 +410,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	var sendErr error
 	sendDone := make(chan struct{})
+	// firstWave closes once a wave is published: the run lasts until then
+	// even past its Duration, because a run that sent nothing (its workers
+	// were slow to start on a loaded machine) proves nothing.
+	firstWave := make(chan struct{})
+	var firstOnce sync.Once
 	go func() {
 		defer close(sendDone)
 		srng := rand.New(rand.NewPCG(o.Seed, 0x5e4d))
@@ -471,6 +476,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				}
 			}
 			sendMu.Unlock()
+			firstOnce.Do(func() { close(firstWave) })
 		}
 	}()
 
@@ -554,6 +560,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		count("broker restarts", 1)
+	}
+	select {
+	case <-firstWave:
+	case <-sendDone: // the sender failed: its error is reported below
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	stopSending()
 	<-sendDone
