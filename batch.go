@@ -42,6 +42,12 @@ type item struct {
 	// read first, and a message committed meanwhile is not dead-lettered.
 	late bool
 	tp   string // the message span's traceparent, when a Tracer is set
+	// ran and handlerErr keep a plain handler's outcome: when its unit of
+	// work is re-applied (after a conflict, or one message at a time), the
+	// handler's side effects already happened outside it, so it does not
+	// run again.
+	ran        bool
+	handlerErr error
 }
 
 func (it *item) sagaKey() store.Key { return store.Key{SagaType: it.typ, Key: it.key} }
@@ -538,7 +544,10 @@ func (l *lane) apply(it *item) {
 		return
 	}
 	if it.h != nil {
-		if err := runHandler(l.ctx, it); err != nil {
+		if !it.ran {
+			it.ran, it.handlerErr = true, runHandler(l.ctx, it)
+		}
+		if err := it.handlerErr; err != nil {
 			l.fail(it, err)
 			return
 		}
