@@ -1,0 +1,151 @@
+package storetest
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/idemhq/idem/store"
+)
+
+var deadLetterQuerierCases = []testCase{
+	{"QueryDeadLettersFiltersAndPages", testQueryDeadLettersFiltersAndPages},
+	{"CountDeadLettersByReason", testCountDeadLettersByReason},
+	{"DeadLetterQueryHostileFilterMatchesNothing", testDeadLetterQueryHostile},
+}
+
+// RunDeadLetterQuerier runs the cases of the optional
+// store.DeadLetterQuerier capability against the stores newStore returns,
+// which must implement it. Each case is a parallel subtest with a fresh
+// store, as in Run.
+func RunDeadLetterQuerier(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Helper()
+	for _, tc := range deadLetterQuerierCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			if _, ok := s.(store.DeadLetterQuerier); !ok {
+				t.Fatalf("%T does not implement store.DeadLetterQuerier", s)
+			}
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("close: got error %v, want nil", err)
+				}
+			})
+			tc.fn(t, s)
+		})
+	}
+}
+
+// seedDeadLetters records 24 dead letters d-00 … d-23: saga type "a" for
+// even numbers and "b" for odd ones, key k-(i%4), reason malformed_body
+// when i%3 == 0 and retries_exhausted otherwise.
+func seedDeadLetters(t *testing.T, s store.Store) []store.DeadLetter {
+	t.Helper()
+	at := now()
+	var dls []store.DeadLetter
+	for i := range 24 {
+		id := fmt.Sprintf("d-%02d", i)
+		dl := store.DeadLetter{
+			ID: id, Envelope: envelope(id, at), Reason: "retries_exhausted", Error: "e",
+			SagaType: "b", Key: fmt.Sprintf("k-%d", i%4), Attempts: 1, FirstFailedAt: at, LastFailedAt: at,
+		}
+		if i%2 == 0 {
+			dl.SagaType = "a"
+		}
+		if i%3 == 0 {
+			dl.Reason = "malformed_body"
+		}
+		dls = append(dls, dl)
+	}
+	commit(t, s, &store.Changes{DeadLetters: dls})
+	return dls
+}
+
+// matching is what filtering every dead letter by q gives, in ID order.
+func matching(dls []store.DeadLetter, q store.DeadLetterQuery) []string {
+	var ids []string
+	for _, d := range dls {
+		if (q.SagaType == "" || d.SagaType == q.SagaType) && (q.Key == "" || d.Key == q.Key) && (q.Reason == "" || d.Reason == q.Reason) {
+			ids = append(ids, d.ID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// queryAll pages through q, Limit at a time.
+func queryAll(t *testing.T, s store.Store, q store.DeadLetterQuery) []string {
+	t.Helper()
+	var ids []string
+	for range 100 {
+		page, err := s.(store.DeadLetterQuerier).QueryDeadLetters(t.Context(), &q)
+		if err != nil {
+			t.Fatalf("query dead letters %+v: got error %v, want nil", q, err)
+		}
+		if len(page) == 0 {
+			return ids
+		}
+		if q.Limit > 0 && len(page) > q.Limit {
+			t.Fatalf("query dead letters %+v: page of %d, over the limit", q, len(page))
+		}
+		for _, d := range page {
+			ids = append(ids, d.ID)
+		}
+		q.After = page[len(page)-1].ID
+	}
+	t.Fatalf("query dead letters %+v: still paging after 100 pages", q)
+	return nil
+}
+
+func testQueryDeadLettersFiltersAndPages(t *testing.T, s store.Store) {
+	dls := seedDeadLetters(t, s)
+	for _, q := range []store.DeadLetterQuery{
+		{},
+		{Limit: 5},
+		{SagaType: "a", Limit: 3},
+		{Key: "k-2", Reason: "malformed_body", Limit: 1},
+		{SagaType: "b", Key: "k-1", Reason: "retries_exhausted", Limit: 2},
+		{Reason: "no_such_reason"},
+	} {
+		got, want := queryAll(t, s, q), matching(dls, q)
+		if !slices.Equal(got, want) {
+			t.Errorf("query %+v: got %v, want %v (every match, in ID order, each once)", q, got, want)
+		}
+	}
+}
+
+func testCountDeadLettersByReason(t *testing.T, s store.Store) {
+	dls := seedDeadLetters(t, s)
+	for _, q := range []store.DeadLetterQuery{{}, {Key: "k-0"}, {SagaType: "b", Limit: 1, After: "d-99"}} {
+		got, err := s.(store.DeadLetterQuerier).CountDeadLetters(t.Context(), &q)
+		if err != nil {
+			t.Fatalf("count dead letters %+v: got error %v, want nil", q, err)
+		}
+		want := map[string]int{}
+		f := q
+		f.After, f.Limit = "", 0 // ignored by CountDeadLetters
+		for _, d := range dls {
+			if slices.Contains(matching(dls, f), d.ID) {
+				want[d.Reason]++
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("count %+v: got %v, want %v (After and Limit ignored)", q, got, want)
+		}
+	}
+}
+
+func testDeadLetterQueryHostile(t *testing.T, s store.Store) {
+	seedDeadLetters(t, s)
+	dq := s.(store.DeadLetterQuerier)
+	for _, hostile := range []string{"k\x00", "k\xff", "<script>"} {
+		if ds, err := dq.QueryDeadLetters(t.Context(), &store.DeadLetterQuery{Key: hostile, Reason: hostile}); err != nil || len(ds) != 0 {
+			t.Errorf("query dead letters with key %q: got %d, %v; want none and no error", hostile, len(ds), err)
+		}
+		if c, err := dq.CountDeadLetters(t.Context(), &store.DeadLetterQuery{SagaType: hostile}); err != nil || len(c) != 0 {
+			t.Errorf("count dead letters of type %q: got %v, %v; want none and no error", hostile, c, err)
+		}
+	}
+}
