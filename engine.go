@@ -63,6 +63,7 @@ type Engine struct {
 	handlers map[string]HandlerFunc
 	// schedules registered with Every and Cron, saved at Start (see schedule.go)
 	schedules []*scheduleDef
+	unplanned unplanned // stored schedules the poller cannot plan (see schedule.go)
 
 	mu      sync.Mutex
 	started bool

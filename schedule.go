@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -45,9 +46,11 @@ type ScheduleOption func(*scheduleDef)
 // SkipMissed makes the schedule send nothing for ticks it missed: a tick
 // found due more than grace after its time (every replica was down, or
 // the schedule was paused) is skipped, and the schedule resumes at its
-// next tick in the future. Zero grace means one minute. Without this
-// option a schedule catches up with one message, for the latest missed
-// tick (store.MissedFireOnce).
+// next tick in the future. Zero grace means one minute; a grace shorter
+// than Config.TimerInterval is refused at registration (polls find most
+// ticks later than that, so most would be skipped). Without this option a
+// schedule catches up with one message, for the latest missed tick
+// (store.MissedFireOnce).
 func SkipMissed(grace time.Duration) ScheduleOption {
 	return func(d *scheduleDef) {
 		d.missed, d.grace = store.MissedSkip, grace
@@ -68,8 +71,14 @@ type scheduleDef struct {
 // Every registers a schedule that publishes msg every interval, on the
 // multiples of interval since the Unix epoch (Every(time.Hour) ticks on
 // the hour), so that every replica computes the same ticks. See Cron for
-// what a tick publishes and how replicas share a schedule. interval must
-// be at least a millisecond; it is rounded down to microseconds.
+// what a tick publishes and how replicas share a schedule. interval is
+// rounded down to microseconds and must be at least Config.TimerInterval
+// (and 1ms): ticks are fired by a poll every TimerInterval, and a poll
+// fires one tick per schedule, the latest due, so a shorter interval would
+// send one message per poll, not per interval. Even at TimerInterval, a
+// pass that runs late can miss a tick (it then follows the missed-tick
+// policy); an interval of twice TimerInterval leaves a poll in every
+// interval of a healthy replica.
 func (e *Engine) Every(name string, interval time.Duration, msg any, opts ...ScheduleOption) error {
 	if interval < time.Millisecond {
 		return fmt.Errorf("idem: every %q: interval %s is below 1ms", name, interval)
@@ -80,7 +89,10 @@ func (e *Engine) Every(name string, interval time.Duration, msg any, opts ...Sch
 // Cron registers a schedule that publishes msg at the times of spec, a
 // standard five-field cron expression ("30 2 * * *": 02:30 every day) or a
 // descriptor (@hourly, @daily, @weekly, @monthly, @yearly, @every 90s), in
-// UTC unless spec starts with CRON_TZ=Area/City.
+// UTC unless spec starts with CRON_TZ=Area/City. "@every d" is Every(d),
+// with its minimum; ticks of an expression closer together than
+// Config.TimerInterval (a minute apart, with a TimerInterval above a
+// minute) are fired like missed ticks: one per poll.
 //
 // Schedules are saved in the store at Start: registering the same name on
 // every replica is idempotent (a changed spec moves the next tick; a
@@ -120,6 +132,9 @@ func (e *Engine) addSchedule(name, spec string, msg any, opts []ScheduleOption) 
 	for _, o := range opts {
 		o(d)
 	}
+	if err := e.checkPollInterval(d); err != nil {
+		return fmt.Errorf("idem: schedule %q: %w", name, err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.started {
@@ -131,6 +146,25 @@ func (e *Engine) addSchedule(name, spec string, msg any, opts []ScheduleOption) 
 		}
 	}
 	e.schedules = append(e.schedules, d)
+	return nil
+}
+
+// checkPollInterval refuses an Every interval or a SkipMissed grace
+// shorter than the poll interval (see Every and SkipMissed).
+func (e *Engine) checkPollInterval(d *scheduleDef) error {
+	poll := e.cfg.TimerInterval
+	r, err := parseSpec(d.spec) // checked by Every and Cron
+	if err != nil {
+		return err
+	}
+	if ev, ok := r.(every); ok && time.Duration(ev.us)*time.Microsecond < poll {
+		return fmt.Errorf("interval %s is below Config.TimerInterval (%s), the minimum: each poll fires one tick per schedule, so ticks would coalesce; lower TimerInterval or lengthen the interval",
+			time.Duration(ev.us)*time.Microsecond, poll)
+	}
+	if d.missed == store.MissedSkip && d.grace < poll {
+		return fmt.Errorf("SkipMissed grace %s is below Config.TimerInterval (%s), the minimum: polls find ticks up to TimerInterval late, so most ticks would be skipped; lower TimerInterval or lengthen the grace",
+			d.grace, poll)
+	}
 	return nil
 }
 
@@ -255,59 +289,66 @@ func TickID(name string, tick time.Time) string {
 }
 
 // RunSchedules fires every due schedule once, by the rules of Cron and
-// SkipMissed, and returns how many messages it published. The timer
-// poller calls it every Config.TimerInterval on engines that registered a
-// schedule. A tick another replica claimed first is left to it.
+// SkipMissed, and returns how many ticks it fired (messages published; a
+// tick skipped by SkipMissed advances its schedule and is not counted).
+// The timer poller calls it every Config.TimerInterval on engines that
+// registered a schedule. It fires every due schedule of the store, also
+// those this engine did not register: a tick's message is built from the
+// stored row alone. A tick another replica claimed first is left to it; a
+// row this engine cannot plan is left as it is (see unplanned).
 func (e *Engine) RunSchedules(ctx context.Context) (total int, err error) {
 	ctx, end := e.background(ctx, TaskSchedules)
 	defer func() { end(total, err) }()
 	for {
-		n, claimed, err := e.fireScheduleBatch(ctx)
-		total += n
-		if err != nil || claimed < e.cfg.BatchSize {
+		b, err := e.fireScheduleBatch(ctx)
+		total += b.fired
+		if err != nil || !b.more {
 			return total, err
 		}
 	}
 }
 
-// fireScheduleBatch claims up to BatchSize due schedules in one unit of
-// work. It returns how many messages it published and how many schedules
-// it advanced.
-func (e *Engine) fireScheduleBatch(ctx context.Context) (fired, claimed int, err error) {
+// scheduleBatch is what one unit of work of RunSchedules did.
+type scheduleBatch struct {
+	fired    int  // tick messages committed
+	advanced int  // schedules advanced (fired or skipped) by the commit
+	more     bool // more schedules may be due: run another batch
+}
+
+// fireScheduleBatch advances up to BatchSize due schedules in one unit of
+// work. It asks the store for as many more rows as it knows it cannot
+// plan, so that rows it leaves due do not fill every batch; another batch
+// is worth running only when the store returned all it was asked for and
+// this one made progress (advanced a schedule or found a row it cannot
+// plan), so the loop ends.
+func (e *Engine) fireScheduleBatch(ctx context.Context) (scheduleBatch, error) {
 	uow, err := e.store.Begin(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("fire schedules: %w", err)
+		return scheduleBatch{}, fmt.Errorf("fire schedules: %w", err)
 	}
 	defer func() { _ = uow.Rollback(ctx) }()
 	su, ok := uow.(store.ScheduleUnitOfWork)
 	if !ok {
-		return 0, 0, fmt.Errorf("fire schedules: the units of work of %T are not store.ScheduleUnitOfWork", e.store)
+		return scheduleBatch{}, fmt.Errorf("fire schedules: the units of work of %T are not store.ScheduleUnitOfWork", e.store)
 	}
 	now := e.cfg.Clock()
-	due, err := su.DueSchedules(ctx, now, e.cfg.BatchSize)
+	limit := e.cfg.BatchSize + e.unplanned.count()
+	due, err := su.DueSchedules(ctx, now, limit)
 	if err != nil || len(due) == 0 {
-		return 0, 0, err
+		return scheduleBatch{}, err
 	}
-	var advs []store.ScheduleAdvance
-	var envs []Envelope
-	for _, s := range due {
-		adv, env, err := planTick(&s, now)
-		if err != nil {
-			e.log.ErrorContext(ctx, "schedule not fired: its spec does not parse", "schedule", s.Name, "error", err)
-			continue
-		}
-		advs = append(advs, adv)
-		if env != nil {
-			envs = append(envs, *env)
-		}
+	advs, envs, found := e.planTicks(ctx, due, now)
+	full := len(due) == limit
+	if len(advs) == 0 {
+		return scheduleBatch{more: full && found}, nil
 	}
 	if err := su.AdvanceSchedules(ctx, advs); err != nil {
-		return 0, 0, fmt.Errorf("fire schedules: %w", err)
+		return scheduleBatch{}, fmt.Errorf("fire schedules: %w", err)
 	}
 	c := &store.Changes{}
 	if e.queue {
 		if err := uow.(store.QueueUnitOfWork).Enqueue(ctx, envs); err != nil {
-			return 0, 0, fmt.Errorf("fire schedules: %w", err)
+			return scheduleBatch{}, fmt.Errorf("fire schedules: %w", err)
 		}
 	} else {
 		for _, env := range envs {
@@ -315,13 +356,78 @@ func (e *Engine) fireScheduleBatch(ctx context.Context) (fired, claimed int, err
 		}
 	}
 	if err := uow.Commit(ctx, c); errors.Is(err, store.ErrConflict) {
+		// Another replica advanced one of them: it runs the next batch.
 		e.log.DebugContext(ctx, "schedule tick claimed by another replica", "error", err)
-		return 0, len(due), nil
+		return scheduleBatch{}, nil
 	} else if err != nil {
-		return 0, 0, fmt.Errorf("fire %d schedules: %w", len(advs), err)
+		return scheduleBatch{}, fmt.Errorf("fire %d schedules: %w", len(advs), err)
 	}
 	e.publishTicks(ctx, c.Outbox)
-	return len(envs), len(due), nil
+	return scheduleBatch{fired: len(envs), advanced: len(advs), more: full}, nil
+}
+
+// planTicks plans the due schedules at now. Rows it cannot plan are left
+// out and noted; found reports whether one was new.
+func (e *Engine) planTicks(ctx context.Context, due []store.Schedule, now time.Time) (advs []store.ScheduleAdvance, envs []Envelope, found bool) {
+	for _, s := range due {
+		adv, env, err := planTick(&s, now)
+		if err != nil {
+			if e.unplanned.note(s.Name, err.Error()) {
+				found = true
+				e.log.ErrorContext(ctx, "schedule not fired: this engine cannot plan it, and leaves it as it is for a replica that can; fix it (register it again) or delete it (idem schedules delete)",
+					"schedule", s.Name, "error", err)
+			}
+			continue
+		}
+		e.unplanned.planned(s.Name)
+		advs = append(advs, adv)
+		if env != nil {
+			envs = append(envs, *env)
+		}
+	}
+	return advs, envs, found
+}
+
+// unplanned remembers the stored schedules the poller cannot plan: a spec
+// it cannot parse or that never matches, a missed-tick policy it does not
+// know (a newer build saved the row, say), a template that makes no valid
+// message. Such a row is neither fired, advanced nor paused: pausing it
+// would silence it for every replica, also those of a build that can fire
+// it, and outlive the cause. It stays due, so each poll reads it again;
+// it is logged once per engine and reason, and DueSchedules is asked for
+// that many more rows, so that such rows cannot fill every batch and hold
+// up the schedules behind them.
+type unplanned struct {
+	mu   sync.Mutex
+	rows map[string]string // schedule name → why it cannot be planned
+}
+
+func (u *unplanned) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.rows)
+}
+
+// note records why schedule name cannot be planned; it reports whether
+// that is news (a new row, or a new reason).
+func (u *unplanned) note(name, why string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if old, ok := u.rows[name]; ok && old == why {
+		return false
+	}
+	if u.rows == nil {
+		u.rows = map[string]string{}
+	}
+	u.rows[name] = why
+	return true
+}
+
+// planned forgets schedule name: it can be planned now (redefined).
+func (u *unplanned) planned(name string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.rows, name)
 }
 
 // publishTicks hands committed outbox rows to the transport at once; the
@@ -345,11 +451,18 @@ func (e *Engine) publishTicks(ctx context.Context, rows []store.OutboxMessage) {
 
 // planTick decides what a due schedule does at now: which tick it fires
 // (the latest due one; none when MissedSkip finds it later than its grace)
-// and its next due time, the first tick after now.
+// and its next due time, the first tick after now. It reads the stored
+// row alone, and refuses a row it cannot read exactly (unplanned).
 func planTick(s *store.Schedule, now time.Time) (store.ScheduleAdvance, *Envelope, error) {
 	r, err := parseSpec(s.Spec)
 	if err != nil {
 		return store.ScheduleAdvance{}, nil, err
+	}
+	if s.Missed != store.MissedFireOnce && s.Missed != store.MissedSkip {
+		return store.ScheduleAdvance{}, nil, fmt.Errorf("schedule %q: missed-tick policy %q unknown to this version", s.Name, s.Missed)
+	}
+	if s.Envelope.Type == "" {
+		return store.ScheduleAdvance{}, nil, fmt.Errorf("schedule %q: its message template has no type", s.Name)
 	}
 	last := r.latest(s.NextDue, now)
 	adv := store.ScheduleAdvance{Name: s.Name, From: s.NextDue, To: r.next(last)}

@@ -23,9 +23,11 @@ func newTorture() *cobra.Command {
 		Use:   "torture",
 		Short: "Run sagas through worker processes under injected faults and check exactly-once from the database",
 		Long: `Run a workload of many sagas (a counter whose every increment emits one
-event, and the search-import saga) through --workers worker processes of
-this binary sharing one store, inject faults on a schedule drawn from
---seed, then let the run settle and check the history against the database.
+event, and the search-import saga) and two recurring schedules (every 1s,
+missed ticks fired once; every 700ms, missed ticks skipped) through
+--workers worker processes of this binary sharing one store, inject faults
+on a schedule drawn from --seed, then let the run settle and check the
+history against the database.
 
 Stores: sqlite (a file in a temporary directory) or a postgres:// URL (a
 fresh schema); either is also the queue unless --transport names a broker. The in-memory store is
@@ -55,8 +57,10 @@ The checker verifies: each message applied at most once; each message sent
 applied (or consumed) exactly once; every saga in the state the model
 predicts; every emitted message consumed under its deterministic ID; no
 saga stuck non-terminal with nothing in flight; every bad input
-dead-lettered with its reason. Each violation names the saga and message
-IDs; the exit code is 1 if any invariant fails.`,
+dead-lettered with its reason; every schedule tick fired (as recorded by a
+database trigger on each advance) applied exactly once, and ticks passed
+over only as the schedule's missed-tick policy allows. Each violation
+names the saga and message IDs; the exit code is 1 if any invariant fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if faults != "all" {

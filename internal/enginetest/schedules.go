@@ -54,14 +54,18 @@ func (l *tickLog) snapshot() map[string]int {
 
 // SchedulesFireOnce drives two engines on st (with tr as their transport:
 // st itself when it is its own queue) with a fake clock, calling
-// RunSchedules by hand: each tick is published once although both engines
-// poll, its ID is idem.TickID(name, tick), missed ticks follow each
-// schedule's policy, a paused schedule stays silent, and registering again
-// at start-up keeps the schedule's state.
+// RunSchedules by hand (the schedules tick every 200 hours, so that a
+// TimerInterval of an hour keeps the engines' own pollers out): each tick
+// is published once although both engines poll, its ID is
+// idem.TickID(name, tick), missed ticks follow each schedule's policy, a
+// paused schedule stays silent, and registering again at start-up keeps
+// the schedule's state.
 func SchedulesFireOnce(t *testing.T, st store.Store, tr transport.Transport) {
 	t.Helper()
 	ctx := t.Context()
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// A multiple of 200h since the Unix epoch (in August 2015): ticks fall
+	// on t0 + 200h·k.
+	t0 := time.Unix(0, 0).UTC().Add(2000 * 200 * time.Hour)
 	clk := &FakeClock{}
 	clk.Set(t0)
 	log := &tickLog{byID: map[string]int{}, ticks: map[string]string{}}
@@ -73,10 +77,10 @@ func SchedulesFireOnce(t *testing.T, st store.Store, tr transport.Transport) {
 		if err := e.Handle(saga.MessageType(Beat{}), log.handle); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.Every("often", 200*time.Millisecond, Beat{Note: "often"}); err != nil {
+		if err := e.Every("often", 200*time.Hour, Beat{Note: "often"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.Every("strict", 200*time.Millisecond, Beat{Note: "strict"}, idem.SkipMissed(50*time.Millisecond)); err != nil {
+		if err := e.Every("strict", 200*time.Hour, Beat{Note: "strict"}, idem.SkipMissed(50*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.Start(ctx); err != nil {
@@ -116,35 +120,35 @@ func SchedulesFireOnce(t *testing.T, st store.Store, tr transport.Transport) {
 			return len(log.snapshot()) == len(want), nil
 		})
 	}
-	run(t0)                                                          // nothing due yet
-	run(t0.Add(200*time.Millisecond), "often@200ms", "strict@200ms") // on time
-	run(t0.Add(210 * time.Millisecond))                              // already fired
-	// Five ticks missed: "often" catches up with the latest (1.2s),
-	// "strict" finds it 100ms late, past its 50ms grace, and skips it.
-	run(t0.Add(1300*time.Millisecond), "often@1200ms")
-	run(t0.Add(1420*time.Millisecond), "often@1400ms", "strict@1400ms")
+	run(t0)                                                 // nothing due yet
+	run(t0.Add(200*time.Hour), "often@200h", "strict@200h") // on time
+	run(t0.Add(210 * time.Hour))                            // already fired
+	// Five ticks missed: "often" catches up with the latest (1200h),
+	// "strict" finds it 100h late, past its 50h grace, and skips it.
+	run(t0.Add(1300*time.Hour), "often@1200h")
+	run(t0.Add(1420*time.Hour), "often@1400h", "strict@1400h")
 
 	sc := st.(store.Scheduler)
 	if err := sc.PauseSchedule(ctx, "often", true, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	run(t0.Add(1610*time.Millisecond), "strict@1600ms")
+	run(t0.Add(1610*time.Hour), "strict@1600h")
 	// A replica restarting registers both again: "often" stays paused, and
 	// "strict" keeps its next tick.
 	c := newEngine()
 	_ = c
 	got, err := sc.GetSchedule(ctx, "often")
-	if err != nil || !got.Paused || !got.LastTick.Equal(t0.Add(1400*time.Millisecond)) {
-		t.Fatalf("often after re-registration: %+v (%v), want paused, last tick 1.4s", got, err)
+	if err != nil || !got.Paused || !got.LastTick.Equal(t0.Add(1400*time.Hour)) {
+		t.Fatalf("often after re-registration: %+v (%v), want paused, last tick 1400h", got, err)
 	}
-	if got, err := sc.GetSchedule(ctx, "strict"); err != nil || !got.NextDue.Equal(t0.Add(1800*time.Millisecond)) {
-		t.Fatalf("strict after re-registration: %+v (%v), want next due 1.8s", got, err)
+	if got, err := sc.GetSchedule(ctx, "strict"); err != nil || !got.NextDue.Equal(t0.Add(1800*time.Hour)) {
+		t.Fatalf("strict after re-registration: %+v (%v), want next due 1800h", got, err)
 	}
 	// Resumed, "often" catches up once for the ticks it missed paused.
 	if err := sc.PauseSchedule(ctx, "often", false, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	run(t0.Add(1810*time.Millisecond), "often@1800ms", "strict@1800ms")
+	run(t0.Add(1810*time.Hour), "often@1800h", "strict@1800h")
 
 	for id, n := range log.snapshot() {
 		if n != 1 || want[id] != 1 {

@@ -27,6 +27,7 @@ const (
 	InvStuck         = "not-stuck"        // a saga non-terminal with nothing in flight
 	InvDeadLetter    = "bad-input"        // bad input not dead-lettered with its reason
 	InvUnexpectedDLQ = "no-unexpected-dead-letter"
+	InvSchedule      = "schedule-tick" // a schedule tick lost, doubled, or fired against the schedule's policy
 )
 
 // Violation is one broken invariant, with the saga and messages it is
@@ -58,9 +59,17 @@ type journalRow struct {
 type inboxKey struct{ sagaType, key, msgID string }
 
 // Check verifies the history against what the database holds after the
-// run settled. st lists the saga instances; db reads the journal, inbox
-// and dead-letter tables (same names in both SQL stores).
+// run settled. st lists the saga instances and schedules; db reads the
+// journal, inbox and dead-letter tables (same names in both SQL stores),
+// and the schedule audit table when the history declares schedules (see
+// checkSchedules).
 func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Violation, error) {
+	vs, _, err := check(ctx, hist, st, db)
+	return vs, err
+}
+
+// check is Check, also returning the schedules' tick counts.
+func check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Violation, TickCounts, error) {
 	var vs []Violation
 	add := func(inv, sagaType, key string, msgs []string, format string, args ...any) {
 		vs = append(vs, Violation{Invariant: inv, SagaType: sagaType, Key: key, Messages: msgs, Detail: fmt.Sprintf(format, args...)})
@@ -78,7 +87,7 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 		applied[inboxKey{j.sagaType, j.key, j.msgID}]++
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, TickCounts{}, err
 	}
 	inbox := map[inboxKey]bool{}
 	if err := scanRows(ctx, db, `SELECT saga_type, key, message_id FROM idem_inbox`, func(r *sql.Rows) error {
@@ -94,7 +103,7 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 		inbox[k] = true
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, TickCounts{}, err
 	}
 	dead := map[string]string{}
 	if err := scanRows(ctx, db, `SELECT id, reason FROM idem_dead_letters`, func(r *sql.Rows) error {
@@ -105,14 +114,14 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 		dead[id] = reason
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, TickCounts{}, err
 	}
 	instances := map[store.Key]*store.Instance{}
 	for _, typ := range []string{countersaga.SagaType, searchimport.SagaType} {
 		for after := ""; ; {
 			page, err := st.ListInstances(ctx, &store.ListParams{SagaType: typ, After: after, Limit: 1000})
 			if err != nil {
-				return nil, fmt.Errorf("list %s sagas: %w", typ, err)
+				return nil, TickCounts{}, fmt.Errorf("list %s sagas: %w", typ, err)
 			}
 			for _, in := range page {
 				instances[store.Key{SagaType: in.SagaType, Key: in.Key}] = in
@@ -194,7 +203,7 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 		}
 		var d countersaga.Counter
 		if err := json.Unmarshal(in.Data, &d); err != nil {
-			return nil, fmt.Errorf("decode counter %s: %w", key, err)
+			return nil, TickCounts{}, fmt.Errorf("decode counter %s: %w", key, err)
 		}
 		if d.Total != c.total || in.State != "Open" {
 			add(InvFinalState, countersaga.SagaType, key, c.incs, "state %s total %d, model predicts Open total %d", in.State, d.Total, c.total)
@@ -275,8 +284,13 @@ func Check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 			add(InvUnexpectedDLQ, "", "", []string{id}, "dead-lettered with reason %s, but the workload sent it as valid", reason)
 		}
 	}
+	svs, ticks, err := checkSchedules(ctx, hist, st, db, journal)
+	if err != nil {
+		return nil, TickCounts{}, err
+	}
+	vs = append(vs, svs...)
 	slices.SortFunc(vs, func(a, b Violation) int { return strings.Compare(a.String(), b.String()) })
-	return vs, nil
+	return vs, ticks, nil
 }
 
 func scanRows(ctx context.Context, db *sql.DB, query string, each func(*sql.Rows) error) error {

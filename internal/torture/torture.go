@@ -111,7 +111,9 @@ type Report struct {
 	// UnexpectedExits counts workers that exited by themselves.
 	UnexpectedExits int
 	Journal         int
-	Violations      []Violation
+	// Ticks counts the schedules' ticks, from the audit of their advances.
+	Ticks      TickCounts
+	Violations []Violation
 	// Problems are failures of the run itself (not settled, too few kills).
 	Problems []string
 }
@@ -123,6 +125,7 @@ func (r *Report) Pass() bool { return len(r.Violations) == 0 && len(r.Problems) 
 func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "idem torture: store %s, transport %s, %d workers, seed %d, %s\n", r.Store, r.Transport, r.Workers, r.Seed, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "  messages sent: %d logical, %d published copies; journal entries: %d\n", r.Sent, r.Published, r.Journal)
+	fmt.Fprintf(w, "  schedule ticks: %d fired, %d coalesced (fire once), %d skipped (skip missed)\n", r.Ticks.Fired, r.Ticks.Coalesced, r.Ticks.Skipped)
 	fmt.Fprintln(w, "  faults injected:")
 	names := make([]string, 0, len(r.Faults))
 	for k := range r.Faults {
@@ -160,7 +163,7 @@ func (r *Report) Print(w io.Writer) {
 		}
 	}
 	if r.Pass() {
-		fmt.Fprintln(w, "PASS: every message applied exactly once, every saga in its predicted state")
+		fmt.Fprintln(w, "PASS: every message and schedule tick applied exactly once, every saga in its predicted state")
 	} else {
 		fmt.Fprintln(w, "FAIL")
 	}
@@ -315,6 +318,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The schedules: audited from their creation by the first worker.
+	if err := installScheduleAudit(ctx, storeSpec, schema); err != nil {
+		return nil, err
+	}
+	if err := hist.append(scheduleRecords(runSchedules)...); err != nil {
+		return nil, err
+	}
+	sched := st.(store.Scheduler) // both SQL stores are
+	copier := &tickCopier{st: sched, pub: pubs[1], db: db}
 	faultLog := filepath.Join(dir, "faults.log")
 
 	// Workers.
@@ -322,9 +334,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Break: o.Break, FaultLog: faultLog}
 	if o.has(FaultCommitKill) {
 		wc.KillAfterCommit = 0.01
+		wc.KillAfterScheduleFire = 0.05 // about 2.4 passes a second fire a tick
 	}
 	if o.has(FaultUoWKill) {
 		wc.KillInUoW = 0.002
+		wc.KillInSchedulePass = 0.05
 	}
 	if o.Break == BreakAckBeforeCommit {
 		wc.KillInUoW = 0.02 // the breakage shows only when a crash lands between receive and commit
@@ -501,6 +515,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	timers := map[string]store.Timer{}
 	replayed := map[string]bool{}
 	nextTimerScan := time.Now()
+	nextTickCopy := time.Now()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	logf("running %s on %s with %d workers (seed %d), work in %s", o.Duration, rep.Store, o.Workers, o.Seed, dir)
@@ -554,6 +569,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			count("stale timer deliveries", n)
 		}
+		if o.has(FaultDuplicates) && now.After(nextTickCopy) {
+			nextTickCopy = now.Add(300 * time.Millisecond)
+			n, err := copier.copyNew(ctx)
+			if err != nil {
+				logf("copy schedule ticks: %v", err) // the database may be restarting
+			}
+			count("duplicate schedule ticks", n)
+		}
 	}
 	if restarting {
 		if err := <-restarted; err != nil {
@@ -569,6 +592,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	stopSending()
 	<-sendDone
+	// The schedules are workload too: they stop with it.
+	if err := pauseSchedules(ctx, sched, runSchedules); err != nil {
+		return nil, err
+	}
 	sendMu.Lock()
 	err = sendErr
 	sendMu.Unlock()
@@ -716,6 +743,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				rep.Faults["SIGKILL before commit (self)"]++
 			case faultStall:
 				rep.Faults["lease expiry (stalled worker)"]++
+			case faultKillInSchedule:
+				rep.Faults["SIGKILL in schedule pass"]++
+			case faultKillAfterFire:
+				rep.Faults["SIGKILL after schedule fire"]++
 			}
 		}
 	}
@@ -727,7 +758,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rep.Violations, err = Check(ctx, records, st, db); err != nil {
+	if rep.Violations, rep.Ticks, err = check(ctx, records, st, db); err != nil {
 		return nil, err
 	}
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idem_journal`).Scan(&rep.Journal); err != nil {

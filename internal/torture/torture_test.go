@@ -48,7 +48,10 @@ func TestTortureSQLitePasses(t *testing.T) {
 	if !r.Pass() {
 		t.Fatalf("run failed: %v %v", r.Problems, r.Violations)
 	}
-	for _, f := range []string{"SIGKILL by the driver", "duplicate copies published", "bad inputs"} {
+	if r.Ticks.Fired == 0 {
+		t.Errorf("no schedule tick fired: %+v", r.Ticks)
+	}
+	for _, f := range []string{"SIGKILL by the driver", "duplicate copies published", "bad inputs", "duplicate schedule ticks"} {
 		if r.Faults[f] == 0 {
 			t.Errorf("fault %q never injected: %v", f, r.Faults)
 		}

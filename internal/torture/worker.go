@@ -71,6 +71,11 @@ type workerConfig struct {
 	KillAfterCommit float64 `json:"kill_after_commit"`
 	KillInUoW       float64 `json:"kill_in_uow"`
 	Stall           float64 `json:"stall"`
+	// Probabilities, per schedule pass that found a due schedule, of a
+	// kill after it read the schedules and before its commit, and right
+	// after its commit (before the ticks in the outbox are sent).
+	KillInSchedulePass    float64 `json:"kill_in_schedule_pass"`
+	KillAfterScheduleFire float64 `json:"kill_after_schedule_fire"`
 	// Break names a deliberate breakage (tests of the checker only).
 	Break    string `json:"break,omitempty"`
 	FaultLog string `json:"fault_log"`
@@ -83,6 +88,8 @@ const (
 	faultKillAfterCommit = "kill_after_commit"
 	faultKillInUoW       = "kill_before_commit"
 	faultStall           = "lease_expiry_stall"
+	faultKillInSchedule  = "kill_in_schedule_pass"
+	faultKillAfterFire   = "kill_after_schedule_fire"
 )
 
 // Deliberate breakages of the engine's guarantees, built as wrappers around
@@ -176,10 +183,13 @@ func retryOpen(ctx context.Context, open func() (store.Store, transport.Transpor
 	}
 }
 
-// registerAll registers the torture's sagas and the handlers that stand in
-// for downstream services on e.
+// registerAll registers the torture's sagas, the handlers that stand in
+// for downstream services, and the run's schedules on e.
 func registerAll(e *idem.Engine) error {
 	if err := e.Register(countersaga.Machine()); err != nil {
+		return err
+	}
+	if err := registerSchedules(e, runSchedules); err != nil {
 		return err
 	}
 	if err := e.Register(searchimport.New(searchimport.Config{UploadTimeout: uploadTimeout}).Machine); err != nil {
@@ -276,6 +286,26 @@ type faultStore struct {
 	f *faults
 }
 
+// The schedules of the wrapped store (a store.Scheduler: both SQL stores).
+
+func (s *faultStore) scheduler() store.Scheduler { return s.Store.(store.Scheduler) }
+
+func (s *faultStore) SaveSchedule(ctx context.Context, sc *store.Schedule) error {
+	return s.scheduler().SaveSchedule(ctx, sc)
+}
+func (s *faultStore) ListSchedules(ctx context.Context, p *store.ListParams) ([]store.Schedule, error) {
+	return s.scheduler().ListSchedules(ctx, p)
+}
+func (s *faultStore) GetSchedule(ctx context.Context, name string) (*store.Schedule, error) {
+	return s.scheduler().GetSchedule(ctx, name)
+}
+func (s *faultStore) PauseSchedule(ctx context.Context, name string, paused bool, at time.Time) error {
+	return s.scheduler().PauseSchedule(ctx, name, paused, at)
+}
+func (s *faultStore) DeleteSchedule(ctx context.Context, name string) error {
+	return s.scheduler().DeleteSchedule(ctx, name)
+}
+
 func (s *faultStore) Begin(ctx context.Context) (store.UnitOfWork, error) {
 	u, err := s.Store.Begin(ctx)
 	if err != nil {
@@ -289,7 +319,41 @@ func (s *faultStore) Begin(ctx context.Context) (store.UnitOfWork, error) {
 
 type faultUoW struct {
 	store.UnitOfWork
-	f *faults
+	f     *faults
+	fires bool // a schedule pass that advances schedules
+}
+
+// DueSchedules reads the due schedules, then may kill the process before
+// the pass commits.
+func (u *faultUoW) DueSchedules(ctx context.Context, now time.Time, limit int) ([]store.Schedule, error) {
+	su, ok := u.UnitOfWork.(store.ScheduleUnitOfWork)
+	if !ok {
+		return nil, fmt.Errorf("torture: %T keeps no schedules", u.UnitOfWork)
+	}
+	due, err := su.DueSchedules(ctx, now, limit)
+	if err == nil && len(due) > 0 && u.f.roll(u.f.cfg.KillInSchedulePass) {
+		u.f.die(faultKillInSchedule)
+	}
+	return due, err
+}
+
+func (u *faultUoW) AdvanceSchedules(ctx context.Context, as []store.ScheduleAdvance) error {
+	su, ok := u.UnitOfWork.(store.ScheduleUnitOfWork)
+	if !ok {
+		return fmt.Errorf("torture: %T keeps no schedules", u.UnitOfWork)
+	}
+	u.fires = len(as) > 0
+	return su.AdvanceSchedules(ctx, as)
+}
+
+// Commit commits, then may kill a schedule pass's process before it sends
+// the ticks it wrote to the outbox.
+func (u *faultUoW) Commit(ctx context.Context, c *store.Changes) error {
+	err := u.UnitOfWork.Commit(ctx, c)
+	if err == nil && u.fires && u.f.roll(u.f.cfg.KillAfterScheduleFire) {
+		u.f.die(faultKillAfterFire)
+	}
+	return err
 }
 
 func (u *faultUoW) Load(ctx context.Context, p *store.LoadParams) (*store.LoadResult, error) {

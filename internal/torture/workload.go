@@ -27,7 +27,8 @@ type Record struct {
 	ID   string    `json:"id"`
 	Type string    `json:"type"`
 	// Kind is what the message is to the model: inc, search_started,
-	// search_saved, search_renotified, not_found, bad_input or stale_timer.
+	// search_saved, search_renotified, not_found, bad_input or stale_timer;
+	// or schedule, a schedule the workers register (no message).
 	Kind string `json:"kind"`
 	// Saga and Key are the saga the message is for (Key canonical).
 	Saga string `json:"saga,omitempty"`
@@ -40,6 +41,11 @@ type Record struct {
 	Files int    `json:"files,omitempty"`
 	// Reason is the dead-letter reason a bad input must get.
 	Reason string `json:"reason,omitempty"`
+	// Every, Missed and Grace declare a schedule named Key (kind
+	// schedule): its interval, missed-tick policy and grace.
+	Every  time.Duration `json:"every,omitempty"`
+	Missed string        `json:"missed,omitempty"`
+	Grace  time.Duration `json:"grace,omitempty"`
 	// Copies is how many times it was published.
 	Copies int `json:"copies"`
 }
@@ -53,6 +59,7 @@ const (
 	kindNotFound   = "not_found"
 	kindBad        = "bad_input"
 	kindStaleTimer = "stale_timer"
+	kindSchedule   = "schedule"
 )
 
 // history appends records to the history file.
