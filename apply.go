@@ -126,12 +126,12 @@ type applyProbe struct {
 // returns an error wrapping ErrDeadLettered when a dead letter holds it.
 func (p *applyProbe) read(ctx context.Context) (Result, bool, error) {
 	r := Result{SagaType: p.sk.SagaType, Key: p.sk.Key}
-	lr, err := p.load(ctx)
+	in, seen, err := p.load(ctx)
 	if err != nil {
 		return r, false, err
 	}
-	if lr.Seen[p.ik] {
-		if in := lr.Instances[p.sk]; in != nil {
+	if seen {
+		if in != nil {
 			r.State, r.Data, r.Version, r.Finished = in.State, in.Data, in.Version, !in.FinishedAt.IsZero()
 		}
 		return r, true, nil
@@ -148,17 +148,29 @@ func (p *applyProbe) read(ctx context.Context) (Result, bool, error) {
 	return r, false, fmt.Errorf("idem: apply %s: %w: %s: %s", dl.Envelope.ID, ErrDeadLettered, dl.Reason, dl.Error)
 }
 
-// load reads the saga and its inbox record in a unit of work that it
-// rolls back before returning, so that a waiter holds no connection while
-// it reads the dead letters (on a pool of n connections, n waiters each
-// holding one would wait forever for a second).
-func (p *applyProbe) load(ctx context.Context) (*store.LoadResult, error) {
+// load reads the message's inbox record and, once it is there, the saga,
+// in a unit of work that it rolls back before returning, so that a waiter
+// holds no connection while it reads the dead letters (on a pool of n
+// connections, n waiters each holding one would wait forever for a
+// second). The saga is read by a Load of its own, after the one that saw
+// the record: one Load may read its instances before its inbox records
+// (pgstore does, in two statements at READ COMMITTED), and a commit
+// between the two would pair the message's record with the saga as it was
+// before the message.
+func (p *applyProbe) load(ctx context.Context) (*store.Instance, bool, error) {
 	uow, err := p.e.store.Begin(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer func() { _ = uow.Rollback(ctx) }()
-	return uow.Load(ctx, &store.LoadParams{Keys: []store.Key{p.sk}, Inbox: []store.InboxKey{p.ik}})
+	lr, err := uow.Load(ctx, &store.LoadParams{Inbox: []store.InboxKey{p.ik}})
+	if err != nil || !lr.Seen[p.ik] {
+		return nil, false, err
+	}
+	if lr, err = uow.Load(ctx, &store.LoadParams{Keys: []store.Key{p.sk}}); err != nil {
+		return nil, false, err
+	}
+	return lr.Instances[p.sk], true, nil
 }
 
 // inboxMessageID is the dedup ID inside a saga's inbox message ID (which

@@ -239,6 +239,15 @@ type LoadParams struct {
 // existing instance, keyed by its Key; absent keys are simply missing. Seen
 // holds the inbox keys that have a record; Tokens the requested tokens that
 // exist, unclaimed (nil when none were requested).
+//
+// Instances and Seen need not be read at one moment: a store may read the
+// inbox records after the instances (pgstore does, in two statements at
+// READ COMMITTED), so a commit that lands in between shows a message as
+// seen beside its saga as it was before that message. A store must not
+// read them in the other order, and a later Load of a unit of work must
+// not see less than an earlier one. The engine relies on both: a stale
+// instance fails its commit's version check, and Engine.Apply reads the
+// saga with a second Load once the first saw the message's record.
 type LoadResult struct {
 	Instances map[Key]*Instance
 	Seen      map[InboxKey]bool

@@ -72,6 +72,11 @@ func (u *unitOfWork) live(op string) error {
 }
 
 // Load reads instances and inbox records in one round trip (with BEGIN).
+// They are two statements, each with its own snapshot (READ COMMITTED),
+// and the instances go first: a commit in between can only make an inbox
+// record newer than its instance (which the commit's version check
+// catches), never an instance newer than its inbox record (which would
+// apply a message twice). See store.LoadResult.
 func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.LoadResult, error) {
 	if err := u.live("load"); err != nil {
 		return nil, err

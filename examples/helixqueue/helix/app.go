@@ -55,8 +55,6 @@ type App struct {
 	DB     *DB
 	tr     *redisstreams.Transport
 	closed bool
-	// waits gates Engine.Apply: see apply.
-	waits chan struct{}
 }
 
 // Open opens the store (migrating it), the example's tables, the Redis
@@ -78,7 +76,7 @@ func Open(ctx context.Context, o Options) (a *App, err error) {
 	if o.DeliveryLease <= 0 {
 		o.DeliveryLease = 30 * time.Second
 	}
-	a = &App{waits: make(chan struct{}, 2)}
+	a = &App{}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -148,7 +146,7 @@ func (a *App) Submit(ctx context.Context, raw string) (canonical string, err err
 	if err != nil {
 		return "", err
 	}
-	if _, err := a.apply(ctx, env); err != nil {
+	if _, err := a.Engine.Apply(ctx, env); err != nil {
 		return "", fmt.Errorf("helixqueue: submit %q: %w", raw, err)
 	}
 	return canonical, nil
@@ -172,7 +170,7 @@ func (a *App) TryAssign(ctx context.Context, sample, worker string) (AssignResul
 	if err != nil {
 		return AssignResult{}, err
 	}
-	r, err := a.apply(ctx, env)
+	r, err := a.Engine.Apply(ctx, env)
 	if err != nil {
 		return AssignResult{}, fmt.Errorf("helixqueue: assign %q: %w", sample, err)
 	}
@@ -189,35 +187,11 @@ func (a *App) send(ctx context.Context, prefix string, msg any) (idem.Result, er
 	if err != nil {
 		return idem.Result{}, err
 	}
-	r, err := a.apply(ctx, env)
+	r, err := a.Engine.Apply(ctx, env)
 	if err != nil {
 		return r, fmt.Errorf("helixqueue: %s: %w", prefix, err)
 	}
 	return r, nil
-}
-
-// apply is Engine.Apply with at most cap(a.waits) calls at a time.
-// Engine.Apply's probe holds a store transaction while it reads the dead
-// letters on another connection: with pgstore, more concurrent Applies
-// than about half the pool starve each other (and the engine) of
-// connections until their contexts end. (Publishing first and then
-// waiting would keep the callers concurrent, but Apply publishes again
-// when the message is not applied yet, and two copies of one message
-// applied by two processes at once race in the domain tables.)
-func (a *App) apply(ctx context.Context, env idem.Envelope) (idem.Result, error) {
-	select {
-	case a.waits <- struct{}{}:
-	case <-ctx.Done():
-		return idem.Result{}, ctx.Err()
-	}
-	defer func() { <-a.waits }()
-	return a.Engine.Apply(ctx, env)
-}
-
-// Apply is Engine.Apply for the example's own messages (a late report,
-// say), within the same limit of concurrent waits.
-func (a *App) Apply(ctx context.Context, env idem.Envelope) (idem.Result, error) {
-	return a.apply(ctx, env)
 }
 
 // Journal returns the engine's journal of the batch: each applied message
