@@ -84,11 +84,19 @@ func (e *Engine) process(ctx context.Context, ds []transport.Delivery) {
 	e.runLanes(ctx, (*keyOrder)(nil).register(e.plan(ds)))
 }
 
+// lanesPerBatch is the most lanes one batch is split into: its share of
+// Config.Lanes, which every consumer's batches share. With several
+// consumers the batches already overlap, and splitting each one further
+// only adds commits (each lane is its own transaction).
+func (e *Engine) lanesPerBatch() int {
+	return (e.cfg.Lanes + e.cfg.Consumers - 1) / e.cfg.Consumers
+}
+
 // plan decodes a batch and splits it into lanes: the messages of one saga
 // key share a lane, in the order received.
 func (e *Engine) plan(ds []transport.Delivery) [][]*item {
 	e.stats.received.Add(int64(len(ds)))
-	n := uint64(max(1, min(e.cfg.Lanes, len(ds)/minLaneItems)))
+	n := uint64(max(1, min(e.lanesPerBatch(), len(ds)/minLaneItems)))
 	lanes := map[uint64][]*item{}
 	var order []uint64
 	for _, d := range ds {

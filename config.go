@@ -30,7 +30,8 @@ type Config struct {
 	BatchSize int
 	// Lanes is how many units of work run in parallel, across every
 	// consumer: a batch is split into lanes by saga key (the messages of
-	// one key always share a lane), and each lane holds one store
+	// one key always share a lane), at most its share Lanes / Consumers
+	// (rounded up) and one per 16 messages, and each lane holds one store
 	// connection while its unit of work is open. Default 2×GOMAXPROCS.
 	Lanes int
 	// Consumers is how many batches are received and processed at once.
