@@ -21,21 +21,10 @@ var deadLetterQuerierCases = []testCase{
 // store, as in Run.
 func RunDeadLetterQuerier(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
-	for _, tc := range deadLetterQuerierCases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			s := newStore(t)
-			if _, ok := s.(store.DeadLetterQuerier); !ok {
-				t.Fatalf("%T does not implement store.DeadLetterQuerier", s)
-			}
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil {
-					t.Errorf("close: got error %v, want nil", err)
-				}
-			})
-			tc.fn(t, s)
-		})
-	}
+	runCapability(t, deadLetterQuerierCases, newStore, "store.DeadLetterQuerier", func(s store.Store) bool {
+		_, ok := s.(store.DeadLetterQuerier)
+		return ok
+	})
 }
 
 // seedDeadLetters records 24 dead letters d-00 … d-23: saga type "a" for

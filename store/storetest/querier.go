@@ -27,12 +27,22 @@ var querierCases = []testCase{
 // Each case is a parallel subtest with a fresh store, as in Run.
 func RunInstanceQuerier(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
-	for _, tc := range querierCases {
+	runCapability(t, querierCases, newStore, "store.InstanceQuerier", func(s store.Store) bool {
+		_, ok := s.(store.InstanceQuerier)
+		return ok
+	})
+}
+
+// runCapability runs cases of an optional capability, each as a parallel
+// subtest with a fresh store from newStore, which must implement it (has).
+func runCapability(t *testing.T, cases []testCase, newStore func(t *testing.T) store.Store, name string, has func(store.Store) bool) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
-			if _, ok := s.(store.InstanceQuerier); !ok {
-				t.Fatalf("%T does not implement store.InstanceQuerier", s)
+			if !has(s) {
+				t.Fatalf("%T does not implement %s", s, name)
 			}
 			t.Cleanup(func() {
 				if err := s.Close(); err != nil {
