@@ -41,7 +41,8 @@ type Config struct {
 	// one saga key are applied in the order this engine received them: a
 	// batch's unit of work waits for an earlier batch's that holds one of
 	// its keys (see PartitionedReceive for order across replicas).
-	// Default 4.
+	// Default 4, or 1 on a store with a single writer (store.SingleWriter:
+	// sqlitestore).
 	Consumers int
 	// PartitionedReceive makes each consumer receive only its own
 	// partitions of the keys, when the transport is a

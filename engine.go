@@ -92,6 +92,9 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := st.(store.SingleWriter); ok && (cfg == nil || cfg.Consumers == 0) {
+		c.Consumers = 1
+	}
 	e := &Engine{
 		cfg:      c,
 		log:      c.Logger.With("component", "idem.engine"),

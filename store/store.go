@@ -75,6 +75,15 @@ type PoolSizer interface {
 	PoolSize() int
 }
 
+// SingleWriter is implemented by stores that serialise every write through
+// one connection (sqlitestore). The engine's Config.Consumers defaults to
+// 1 on them: more consumers only queue at the writer, and keep it so busy
+// that another process waiting for the database's lock (a replica
+// restarting, say) can wait past its busy timeout.
+type SingleWriter interface {
+	SingleWriter()
+}
+
 // Status values of an instance.
 const (
 	StatusActive   = "active"

@@ -185,3 +185,16 @@ func TestEngineAttributesSearchable(t *testing.T) {
 	t.Parallel()
 	enginetest.Attributes(t, openStore(t, sqlitestore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
 }
+
+// The zero Config runs one consumer on SQLite's single writer, and keeps
+// what the caller set.
+func TestEngineDefaultsToOneConsumer(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, sqlitestore.Config{})
+	if got := newEngine(t, st, nil).Config().Consumers; got != 1 {
+		t.Errorf("zero Config on SQLite: Consumers %d, want 1", got)
+	}
+	if got := newEngine(t, st, &idem.Config{Consumers: 3}).Config().Consumers; got != 3 {
+		t.Errorf("Consumers 3 on SQLite: got %d, want the 3 given", got)
+	}
+}

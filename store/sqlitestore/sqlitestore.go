@@ -32,6 +32,7 @@ var migrationFiles embed.FS
 
 var (
 	_ store.Store           = (*Store)(nil)
+	_ store.SingleWriter    = (*Store)(nil)
 	_ store.Queue           = (*Store)(nil)
 	_ store.UnitOfWork      = (*unitOfWork)(nil)
 	_ store.QueueUnitOfWork = (*unitOfWork)(nil)
@@ -513,3 +514,7 @@ func fromNullMicros(n sql.NullInt64) time.Time {
 	}
 	return fromMicros(n.Int64)
 }
+
+// SingleWriter marks the store as writing through one connection
+// (store.SingleWriter): an engine on it defaults to one consumer.
+func (s *Store) SingleWriter() {}
