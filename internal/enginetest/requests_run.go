@@ -52,16 +52,18 @@ func Requests(t *testing.T, newStore func(t *testing.T) store.Store) {
 			b.WaitOrder("o2", "TimedOut", "timeout")
 			stale := b.Orders.Stats().StaleTimers
 			late := b.Publish("late-2", req.ID, Authorized{OrderID: "o2"})
+			// The stats are counted just after the commit that makes the
+			// inbox record visible: wait for both.
 			Eventually(t, func() string {
 				if !b.Seen("o2", late) {
 					return "late response not consumed"
 				}
+				if got := b.Orders.Stats().StaleTimers; got != stale+1 {
+					return fmt.Sprintf("StaleTimers %d, want %d: the late response was not counted as stale", got, stale+1)
+				}
 				return ""
 			})
 			b.WaitOrder("o2", "TimedOut", "timeout")
-			if got := b.Orders.Stats().StaleTimers; got != stale+1 {
-				t.Errorf("StaleTimers %d, want %d: the late response was not counted as stale", got, stale+1)
-			}
 		}},
 		{"SupersededResponseIgnored", func(t *testing.T, b *RequestBundle) {
 			b.Publish("place-3", "", Place{OrderID: "o3", Amount: 100})
