@@ -911,6 +911,18 @@ func (l *lane) deadLetter(it *item, reason string, err error) {
 // means a consumer never sees its queue empty while the consequences of a
 // message are still in this process.
 func (e *Engine) settle(ctx context.Context, res *laneResult) {
+	// Counted first, once the commit is known to have landed: a caller
+	// that sees the deliveries acknowledged then sees them counted.
+	c := &res.counts
+	s := &e.stats
+	s.applied.Add(c.applied)
+	s.ignored.Add(c.ignored)
+	s.duplicates.Add(c.dup)
+	s.notFound.Add(c.notFound)
+	s.deadLettered.Add(c.dead)
+	s.staleTimers.Add(c.stale)
+	s.emitted.Add(c.emitted)
+	e.addTypeCounts(res.byType)
 	if len(res.outbox) > 0 {
 		if err := e.tr.Publish(ctx, res.outbox); err != nil {
 			e.log.WarnContext(ctx, "publish after commit failed; the outbox relay will send", "messages", len(res.outbox), "error", err)
@@ -937,16 +949,6 @@ func (e *Engine) settle(ctx context.Context, res *laneResult) {
 		args := append([]any{logSagaType, l.it.typ, logSagaKey, l.it.key, logMessageID, l.it.msgID}, l.rec.Args...)
 		e.log.Log(ctx, l.rec.Level, l.rec.Msg, args...)
 	}
-	c := &res.counts
-	s := &e.stats
-	s.applied.Add(c.applied)
-	s.ignored.Add(c.ignored)
-	s.duplicates.Add(c.dup)
-	s.notFound.Add(c.notFound)
-	s.deadLettered.Add(c.dead)
-	s.staleTimers.Add(c.stale)
-	s.emitted.Add(c.emitted)
-	e.addTypeCounts(res.byType)
 }
 
 func (e *Engine) nack(ctx context.Context, d transport.Delivery, delay time.Duration) {

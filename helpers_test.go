@@ -238,6 +238,18 @@ type recorder struct {
 	failPublish func([]idem.Envelope) bool
 	// alter may change deliveries before the engine sees them.
 	alter func(*transport.Delivery)
+	// onAck, when set, sees every acknowledgement before the transport.
+	onAck func([]transport.Delivery)
+}
+
+func (r *recorder) Ack(ctx context.Context, ds []transport.Delivery) error {
+	r.mu.Lock()
+	f := r.onAck
+	r.mu.Unlock()
+	if f != nil {
+		f(ds)
+	}
+	return r.Transport.Ack(ctx, ds)
 }
 
 func newRecorder(tr transport.Transport) *recorder {

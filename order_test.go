@@ -158,3 +158,32 @@ func TestPublishSetsCorrelationID(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsCountedBeforeAck: a message's outcome is in Stats before its
+// delivery is acknowledged, so a caller that waits for the transport to
+// settle reads final counts.
+func TestStatsCountedBeforeAck(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &options{noStart: true, cfg: idem.Config{BatchSize: 1, Consumers: 1}})
+	var mu sync.Mutex
+	acked, short := 0, []string{}
+	b.rec.onAck = func(ds []transport.Delivery) {
+		mu.Lock()
+		defer mu.Unlock()
+		acked += len(ds)
+		if s := b.engine().Stats(); int(s.Applied) < acked {
+			short = append(short, fmt.Sprintf("%d acked, %d applied", acked, s.Applied))
+		}
+	}
+	for i := range 5 {
+		b.send(fmt.Sprintf("inc-%d", i), Inc{Key: fmt.Sprintf("k%d", i), N: 1})
+	}
+	b.start()
+	b.settle()
+	b.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if acked != 5 || len(short) != 0 {
+		t.Errorf("acked %d (want 5); acknowledged before counted: %v", acked, short)
+	}
+}
