@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -311,5 +312,45 @@ func TestHandleErrorClasses(t *testing.T) {
 				t.Errorf("stats %+v: want Applied %d, Retries %d", s, wantApplied, min(tc.wantCalls-1, 3))
 			}
 		})
+	}
+}
+
+// TestHandleRunsOnceAcrossConsumers: copies of one message received by
+// several consumers taking turns run its handler once. The first run
+// holds until every consumer has received a copy; a copy whose lane did
+// not wait for the first one would run the handler beside it.
+func TestHandleRunsOnceAcrossConsumers(t *testing.T) {
+	t.Parallel()
+	const copies = 8
+	var (
+		calls atomic.Int32
+		eng   atomic.Pointer[idem.Engine]
+	)
+	b := setup(t, &options{
+		cfg:     idem.Config{BatchSize: 1, Consumers: 4, Lanes: 4},
+		noStart: true,
+		handlers: map[string]idem.HandlerFunc{auditType: func(context.Context, idem.Envelope) error {
+			if calls.Add(1) == 1 {
+				deadline := time.Now().Add(5 * time.Second)
+				for eng.Load().Stats().Received < 4 && calls.Load() == 1 && time.Now().Before(deadline) {
+					runtime.Gosched()
+				}
+			}
+			return nil
+		}},
+	})
+	eng.Store(b.engine())
+	env := auditEnv("audit-once")
+	for range copies {
+		b.publish(env)
+	}
+	b.start()
+	b.settle()
+	b.stop()
+	if got := calls.Load(); got != 1 {
+		t.Errorf("handler ran %d times, want 1", got)
+	}
+	if s := b.stats(); s.Applied != 1 || s.Duplicates != copies-1 {
+		t.Errorf("stats %+v: want Applied 1, Duplicates %d", s, copies-1)
 	}
 }

@@ -40,6 +40,17 @@ type laneRun struct {
 	done  chan struct{}
 }
 
+// orderKey is what the key order serialises an item on: its saga key, or
+// for a plain handler its inbox identity, so that copies of one message
+// received by two consumers run the handler once (the later copy waits,
+// then finds the inbox record).
+func (it *item) orderKey() store.Key {
+	if it.h != nil {
+		return store.Key{SagaType: handlerSagaType, Key: it.key + inboxTypeSep + it.msgID}
+	}
+	return it.sagaKey()
+}
+
 // register makes laneRuns of a batch's lanes; with o set, it records them
 // as the latest holders of their saga keys and gives each the earlier
 // lanes it must wait for. Call it in the consumer's turn.
@@ -57,10 +68,10 @@ func (o *keyOrder) register(lanes [][]*item) []*laneRun {
 		lr.done = make(chan struct{})
 		seen := map[store.Key]bool{}
 		for _, it := range lr.items {
-			if it.m == nil || it.reason != "" { // handlers and bad input: no order to keep
+			if it.reason != "" || (it.m == nil && it.h == nil) { // bad input: no order to keep
 				continue
 			}
-			k := it.sagaKey()
+			k := it.orderKey()
 			if seen[k] {
 				continue
 			}
