@@ -78,6 +78,18 @@ var laneSeed = maphash.MakeSeed()
 // parallelism gains.
 const minLaneItems = 16
 
+// fetchSize is how many deliveries a consumer takes per receive. With a
+// BatchSize below minLaneItems (latency first) it is BatchSize for each
+// lane of the consumer's share (Lanes / Consumers), so that one receive
+// puts several small units of work in flight at once instead of one;
+// otherwise it is BatchSize.
+func (e *Engine) fetchSize() int {
+	if e.cfg.BatchSize >= minLaneItems {
+		return e.cfg.BatchSize
+	}
+	return e.cfg.BatchSize * e.lanesPerBatch()
+}
+
 // process runs one batch: decode, partition into lanes by saga key, one unit
 // of work per lane in parallel, then settle.
 func (e *Engine) process(ctx context.Context, ds []transport.Delivery) {
@@ -97,8 +109,12 @@ func (e *Engine) lanesPerBatch() int {
 func (e *Engine) plan(ds []transport.Delivery) [][]*item {
 	e.stats.received.Add(int64(len(ds)))
 	n := uint64(max(1, min(e.lanesPerBatch(), len(ds)/minLaneItems)))
+	if e.cfg.BatchSize < minLaneItems {
+		n = uint64(e.lanesPerBatch()) // latency first: see fetchSize
+	}
 	lanes := map[uint64][]*item{}
 	var order []uint64
+	keyLane := map[string]uint64{}
 	for _, d := range ds {
 		it := e.decode(d)
 		var lane uint64
@@ -110,7 +126,15 @@ func (e *Engine) plan(ds []transport.Delivery) [][]*item {
 			// conflict must not run a handler's side effect again.
 			lane = 1 + uint64(e.cfg.Lanes) + maphash.String(laneSeed, it.msgID)%n
 		default:
-			lane = 1 + maphash.String(laneSeed, it.typ+"\x00"+it.key)%n
+			// The keys take the lanes in turn, in the order they first
+			// appear, and a key's messages follow it into its lane.
+			k := it.typ + "\x00" + it.key
+			l, ok := keyLane[k]
+			if !ok {
+				l = 1 + uint64(len(keyLane))%n
+				keyLane[k] = l
+			}
+			lane = l
 		}
 		if _, ok := lanes[lane]; !ok {
 			order = append(order, lane)

@@ -467,7 +467,7 @@ func (e *Engine) Done() <-chan struct{} {
 
 func (e *Engine) consume(loopCtx, workCtx context.Context, receive func(context.Context, int) ([]transport.Delivery, error)) error {
 	for {
-		ds, err := receive(loopCtx, e.cfg.BatchSize)
+		ds, err := receive(loopCtx, e.fetchSize())
 		if len(ds) > 0 {
 			e.process(workCtx, ds)
 		}

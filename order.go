@@ -126,7 +126,7 @@ func (e *Engine) consumeOrdered(loopCtx, workCtx context.Context, receive func(c
 		case <-loopCtx.Done():
 			return nil
 		}
-		ds, err := receive(loopCtx, e.cfg.BatchSize)
+		ds, err := receive(loopCtx, e.fetchSize())
 		var lanes []*laneRun
 		if len(ds) > 0 {
 			lanes = e.order.register(e.plan(ds))

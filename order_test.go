@@ -187,3 +187,46 @@ func TestStatsCountedBeforeAck(t *testing.T) {
 		t.Errorf("acked %d (want 5); acknowledged before counted: %v", acked, short)
 	}
 }
+
+// TestSmallBatchesPutSeveralUnitsInFlight: with BatchSize 1 (latency
+// first) one consumer still has several units of work open at once: it
+// receives a message for each lane of its share, and each message commits
+// in its own unit of work. The first commit holds until a second unit of
+// work is open, which one message in flight at a time never gives.
+func TestSmallBatchesPutSeveralUnitsInFlight(t *testing.T) {
+	t.Parallel()
+	hooks := &hookStore{}
+	var first sync.Once
+	hooks.beforeCommit = func(*store.Changes) error {
+		first.Do(func() {
+			deadline := time.Now().Add(2 * time.Second)
+			for hooks.open.Load() < 2 && time.Now().Before(deadline) {
+				runtime.Gosched()
+			}
+		})
+		return nil
+	}
+	b := setup(t, &options{
+		hooks:   hooks,
+		cfg:     idem.Config{BatchSize: 1, Consumers: 1, Lanes: 4},
+		noStart: true,
+	})
+	const keys, perKey = 16, 3
+	for i := range perKey {
+		for k := range keys {
+			b.send(fmt.Sprintf("inc-%d-%d", k, i), Inc{Key: fmt.Sprintf("k%d", k), N: i + 1})
+		}
+	}
+	b.start()
+	b.settle()
+	b.stop()
+	if got := hooks.maxOpen.Load(); got < 2 || got > 4 {
+		t.Errorf("%d units of work open at once, want 2 to Lanes = 4", got)
+	}
+	for k := range keys {
+		c, _ := b.counter(fmt.Sprintf("k%d", k))
+		if c.Total != 6 {
+			t.Errorf("counter k%d: total %d, want 6", k, c.Total)
+		}
+	}
+}
