@@ -101,6 +101,14 @@ func newHarness(t *testing.T, q store.Queue, cfg *ingest.Config, start bool) *ha
 	if cfg.Engine == nil {
 		cfg.Engine = engineConfig()
 	}
+	if cfg.ConfirmWait == 0 {
+		// An upload answers 201 once a worker has created its job, or 202
+		// after ConfirmWait. The tests assert 201, which must not depend
+		// on how fast a loaded machine starts a worker process or applies
+		// a file of 256 KiB: a minute is the bound of a stuck worker, not
+		// of a slow one.
+		cfg.ConfirmWait = time.Minute
+	}
 	app, err := ingest.New(q, cfg)
 	if err != nil {
 		t.Fatal(err)
