@@ -622,7 +622,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 		closeFn = func() { _ = bt.Close(); prev() }
 	}
 	cfg := &idem.Config{
-		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, Tracer: r.tracer(run), Dedup: dedupOf(run),
+		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, Tracer: r.tracer(run), Dedup: dedupOf(run), SweepInterval: sweepInterval(run),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	e, err := idem.NewEngine(t, tr, cfg)
@@ -705,10 +705,10 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	}
 	sweep := startSweep(ctx, s, run.Scale)
 	werr := s.wait(ctx, r.o.Timeout)
-	if err := sweep.finish(ctx, run.Scale, s.tap.doneAt); werr == nil {
+	if err := stop(); werr == nil {
 		werr = err
 	}
-	if err := stop(); werr == nil {
+	if err := sweep.finish(ctx, run.Scale, s.tap.doneAt); werr == nil {
 		werr = err
 	}
 	if werr != nil {

@@ -280,6 +280,17 @@ WHERE i.indrelid = $1::regclass`, table)
 	return nil
 }
 
+// sweepInterval is the engine's Config.SweepInterval for run: a day when
+// the run measures a sweep, so that the background sweeper (every minute
+// by default) does not take batches from the measured Engine.Sweep, which
+// ends at its first short batch; the default otherwise.
+func sweepInterval(run *EngineRun) time.Duration {
+	if run.Scale != nil && run.Scale.Finished > 0 {
+		return 24 * time.Hour
+	}
+	return 0
+}
+
 // sweeper is the engine's sweep run beside the measured phase.
 type sweeper struct {
 	start time.Time

@@ -70,6 +70,14 @@ message and mints one per emitted message inside its units of work; the
 exactly-once check then also expects every incoming token claimed and one
 token per emitted message left. docs/benchmarks.md compares the modes.
 
+With --sagas N (comma-separated for several sizes), every engine run first
+preloads N live counter sagas and --inbox-rows inbox records (default 10 per
+saga) into the engine's tables with set-based SQL, and the workload's keys
+are drawn from those sagas instead of --keys; the exactly-once check leaves
+the preloaded rows out. --finished F runs each size again with F finished
+sagas past retention and the engine's sweeper deleting them during the
+measured phase. Every run reports the process's peak RSS.
+
 Exit code 1 if exactly-once is violated in any run, 2 for bad flags or when
 the database cannot be used.`,
 		Example: `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
