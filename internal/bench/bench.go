@@ -90,6 +90,10 @@ type Options struct {
 	// beside each run, to measure the cost of tracing. Traced runs are not
 	// candidates for the report's target.
 	Tracer idem.Tracer
+	// Sagas, InboxRows and Finished preload the store of every engine run
+	// (see Scale); each configuration runs once per Sagas value.
+	Sagas, InboxRows []int
+	Finished         int
 }
 
 // Broker is a transport the benchmark runs the engine on, with PostgreSQL
@@ -146,7 +150,7 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--lanes must be at least 1, got %d", l)
 		}
 	}
-	return nil
+	return o.validateScale()
 }
 
 // Report is the result of one benchmark run.
@@ -239,6 +243,11 @@ type EngineRun struct {
 
 	ExactlyOnce bool     `json:"exactly_once"`
 	Problems    []string `json:"problems,omitempty"`
+	// PeakRSSMiB is the benchmark process's peak resident set size over
+	// the throughput phase (VmHWM; 0 where unknown).
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// Scale is the preloaded store of the run (Options.Sagas).
+	Scale *Scale `json:"scale,omitempty"`
 }
 
 // Target is the issue's goal, at batch size TargetBatch: at least 5× baseline
@@ -318,12 +327,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			configs = append(configs, EngineRun{Batch: batch, Lanes: lanes, Consumers: max(1, o.Consumers), MaxConns: lanes*max(1, o.Consumers) + 4})
 		}
 	}
+	configs = o.scaled(configs)
 	for _, c := range configs {
 		for _, tr := range transports {
 			for _, trace := range traced {
 				for _, dedup := range r.dedups() {
 					run := c
 					run.Transport, run.Traced, run.Dedup = tr, trace, dedup.String()
+					r.w = r.workload(&run)
 					if err := r.idem(ctx, &run); err != nil {
 						return nil, fmt.Errorf("idem%s %s: %w", via(tr, trace), configName(run), err)
 					}
@@ -337,6 +348,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
+	scaleRatios(rep.Runs)
 	rep.Target = target(rep.Runs)
 	return rep, nil
 }
@@ -503,6 +515,7 @@ func verify(ctx context.Context, pool *pgxpool.Pool, w *Workload, perMsgTables .
 	}
 	wrong := 0
 	for k, want := range w.Expected {
+		want += w.base(k)
 		g, ok := got[keyName(k)]
 		if (want == 0 && ok) || (want > 0 && g != int64(want)) {
 			if wrong < 5 {
@@ -516,7 +529,7 @@ func verify(ctx context.Context, pool *pgxpool.Pool, w *Workload, perMsgTables .
 	}
 	for _, table := range append([]string{"idem_inbox"}, perMsgTables...) {
 		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+preloaded(table)).Scan(&n); err != nil {
 			return nil, fmt.Errorf("verify: count %s: %w", table, err)
 		}
 		if n != w.Distinct {
@@ -609,7 +622,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 		closeFn = func() { _ = bt.Close(); prev() }
 	}
 	cfg := &idem.Config{
-		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, Tracer: r.tracer(run), Dedup: dedupOf(run),
+		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, Tracer: r.tracer(run), Dedup: dedupOf(run), SweepInterval: sweepInterval(run),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	e, err := idem.NewEngine(t, tr, cfg)
@@ -666,6 +679,9 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	}
 	defer s.close()
 	run.Schema = s.schema
+	if err := r.preload(ctx, s.st.Pool(), run.Scale); err != nil {
+		return err
+	}
 	envs := r.w.Envelopes(time.Now())
 	if run.token() {
 		if err := mintTokens(ctx, s.st, envs); err != nil {
@@ -681,18 +697,24 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 		return err
 	}
 	trips0 := s.st.RoundTrips()
+	resetPeakRSS()
 	start := time.Now()
 	stop, err := s.start(ctx)
 	if err != nil {
 		return err
 	}
+	sweep := startSweep(ctx, s, run.Scale)
 	werr := s.wait(ctx, r.o.Timeout)
 	if err := stop(); werr == nil {
+		werr = err
+	}
+	if err := sweep.finish(ctx, run.Scale, s.tap.doneAt); werr == nil {
 		werr = err
 	}
 	if werr != nil {
 		return werr
 	}
+	run.PeakRSSMiB = peakRSS()
 	elapsed := s.tap.doneAt.Sub(start).Seconds()
 	stats := s.e.Stats()
 	run.Seconds = elapsed

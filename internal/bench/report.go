@@ -35,12 +35,13 @@ func (rep *Report) WriteText(w io.Writer) error {
 	p.printf("\nIdem: pgstore as store and queue (pg queue), or as store beside a broker (inbox + outbox relay; the broker drops\n")
 	p.printf("re-published IDs in its dedup window, and round trips count PostgreSQL only) (transitions/s: queue pre-filled with the whole stream; %s)\n\n", lat)
 	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "transport\tconfig\tbatch\tlanes\tconsumers\ttransitions/s\tp50 ms\tp99 ms\tround trips/msg\t× (a)\t× (b)\tclaim→commit p50/p99 ms\texactly-once\t")
+	fmt.Fprintln(tw, "transport\tconfig\tbatch\tlanes\tconsumers\ttransitions/s\tp50 ms\tp99 ms\tround trips/msg\t× (a)\t× (b)\tclaim→commit p50/p99 ms\tpeak RSS MiB\texactly-once\t")
 	for _, r := range rep.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%.3f\t%.2f\t%.2f\t%.1f / %.1f\t%s\t\n",
-			transportName(r), configLabel(r), r.Batch, r.Lanes, r.Consumers, r.TransitionsPerSec, latText(r, r.P50Ms), latText(r, r.P99Ms), r.RoundTripsPerMsg, r.RatioA, r.RatioB, r.ClaimP50Ms, r.ClaimP99Ms, okText(r.ExactlyOnce))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%.3f\t%.2f\t%.2f\t%.1f / %.1f\t%.0f\t%s\t\n",
+			transportName(r), configLabel(r), r.Batch, r.Lanes, r.Consumers, r.TransitionsPerSec, latText(r, r.P50Ms), latText(r, r.P99Ms), r.RoundTripsPerMsg, r.RatioA, r.RatioB, r.ClaimP50Ms, r.ClaimP99Ms, r.PeakRSSMiB, okText(r.ExactlyOnce))
 	}
 	_ = tw.Flush()
+	rep.writeScale(p)
 
 	p.printf("\nWhere the throughput phase's time went: mean ms per receive and per unit of work (one per lane per batch)\n\n")
 	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -71,8 +71,12 @@ type Workload struct {
 	Keys       int
 	Deliveries []Delivery
 	Distinct   int
-	// Expected is the final counter of each key (by key index).
+	// Expected is the final counter of each key (by key index), less the
+	// preloaded count (base).
 	Expected []int
+	// preInbox is the number of inbox records preloaded over the keys
+	// (Scale.InboxRows), which set their starting counters.
+	preInbox int
 }
 
 // recentWindow is how far back a "producer retry" duplicate reaches.

@@ -20,6 +20,7 @@ func newBench() *cobra.Command {
 		sf             storeFlags
 		o              bench.Options
 		batches, lanes string
+		sagas, inbox   string
 		dedups         string
 		asJSON, quiet  bool
 		traced         bool
@@ -69,6 +70,14 @@ message and mints one per emitted message inside its units of work; the
 exactly-once check then also expects every incoming token claimed and one
 token per emitted message left. docs/benchmarks.md compares the modes.
 
+With --sagas N (comma-separated for several sizes), every engine run first
+preloads N live counter sagas and --inbox-rows inbox records (default 10 per
+saga) into the engine's tables with set-based SQL, and the workload's keys
+are drawn from those sagas instead of --keys; the exactly-once check leaves
+the preloaded rows out. --finished F runs each size again with F finished
+sagas past retention and the engine's sweeper deleting them during the
+measured phase. Every run reports the process's peak RSS.
+
 Exit code 1 if exactly-once is violated in any run, 2 for bad flags or when
 the database cannot be used.`,
 		Example: `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
@@ -85,6 +94,9 @@ the database cannot be used.`,
 				return usageErrorf("%v", err)
 			}
 			if o.Dedups, err = dedupList(dedups); err != nil {
+				return usageErrorf("%v", err)
+			}
+			if o.Sagas, o.InboxRows, err = scaleLists(sagas, inbox); err != nil {
 				return usageErrorf("%v", err)
 			}
 			if o.URL, err = sf.benchURL(); err != nil {
@@ -155,6 +167,9 @@ the database cannot be used.`,
 	f.StringArrayVar(&transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222, nats-embedded, amqp://user:pass@host:5672/vhost or redis://host:6379/0 (repeat the flag for several)")
 	f.StringVar(&dedups, "dedup", "retention", "dedup modes to run, comma-separated: retention (the inbox with its retention window), token (the token inbox, Config.Dedup = DedupToken)")
 	f.BoolVar(&traced, "trace", false, "also run each configuration with OpenTelemetry tracing (otelidem, every span sampled, exported to a discarding exporter) to measure its cost")
+	f.StringVar(&sagas, "sagas", "", "preload the store of every engine run with this many live counter sagas, comma-separated for several sizes (each configuration runs once per size); the workload's keys are then drawn from them instead of --keys")
+	f.StringVar(&inbox, "inbox-rows", "", "inbox records preloaded over the --sagas sagas, one value per --sagas value (default 10 per saga)")
+	f.IntVar(&o.Finished, "finished", 0, "with --sagas, also run each size with this many finished sagas past retention preloaded, and the engine's sweeper deleting them during the measured phase")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
 	return cmd
@@ -191,6 +206,29 @@ func intList(flag, s string) ([]int, error) {
 		return nil, fmt.Errorf("%s needs at least one value", flag)
 	}
 	return out, nil
+}
+
+// scaleLists parses --sagas and --inbox-rows (both optional).
+func scaleLists(sagas, inbox string) (s, in []int, err error) {
+	if strings.TrimSpace(sagas) != "" {
+		if s, err = intList("--sagas", sagas); err != nil {
+			return nil, nil, err
+		}
+	}
+	if strings.TrimSpace(inbox) == "" {
+		return s, nil, nil
+	}
+	if len(s) == 0 {
+		return nil, nil, fmt.Errorf("--inbox-rows needs --sagas")
+	}
+	for part := range strings.SplitSeq(inbox, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 0 {
+			return nil, nil, fmt.Errorf("--inbox-rows: %q is not a non-negative integer", part)
+		}
+		in = append(in, n)
+	}
+	return s, in, nil
 }
 
 // dedupList parses --dedup: comma-separated modes, each once.

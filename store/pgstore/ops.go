@@ -187,6 +187,12 @@ DELETE FROM idem_outbox WHERE id IN (
 // Sweep deletes finished instances (with inbox, timers and journal),
 // orphan inbox records and sent outbox rows past retention, each bounded by
 // p.Limit, in one transaction. Only this path may delete journal rows.
+//
+// Orphan inbox records are looked for only once the finished instances are
+// caught up (this call deleted fewer than p.Limit): that search reads every
+// inbox record older than retention, those of finished instances not yet
+// swept included, so running it beside each batch of a large backlog made
+// sweeping quadratic. It costs a second round trip in that last call.
 func (s *Store) Sweep(ctx context.Context, p *store.SweepParams) (*store.SweepResult, error) {
 	if err := s.check("sweep"); err != nil {
 		return nil, err
@@ -202,19 +208,18 @@ func (s *Store) Sweep(ctx context.Context, p *store.SweepParams) (*store.SweepRe
 				return nil
 			})
 		}
-		if !p.InboxBefore.IsZero() {
-			b.Queue(sweepInboxSQL, p.InboxBefore, n).Exec(func(ct pgconn.CommandTag) error {
-				res.Inbox = int(ct.RowsAffected())
-				return nil
-			})
-		}
 		if !p.SentBefore.IsZero() {
 			b.Queue(sweepOutboxSQL, p.SentBefore, n).Exec(func(ct pgconn.CommandTag) error {
 				res.Outbox = int(ct.RowsAffected())
 				return nil
 			})
 		}
-		return tx.SendBatch(ctx, b).Close()
+		if err := tx.SendBatch(ctx, b).Close(); err != nil || p.InboxBefore.IsZero() || res.Instances >= n {
+			return err
+		}
+		ct, err := tx.Exec(ctx, sweepInboxSQL, p.InboxBefore, n)
+		res.Inbox = int(ct.RowsAffected())
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: sweep: %w", translate(err))
