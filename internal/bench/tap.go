@@ -189,6 +189,16 @@ func (u *tapClaimUnitOfWork) Claim(ctx context.Context, n, part, parts int) ([]t
 	return ds, err
 }
 
+// Return passes a claimed delivery back to the queue at commit.
+func (u *tapClaimUnitOfWork) Return(ctx context.Context, d transport.Delivery, delay time.Duration) error {
+	return u.c.Return(ctx, d, delay)
+}
+
+// Lease turns the claim into a lease and ends the unit of work.
+func (u *tapClaimUnitOfWork) Lease(ctx context.Context) ([]transport.Delivery, error) {
+	return u.c.Lease(ctx)
+}
+
 type tapUnitOfWork struct {
 	store.QueueUnitOfWork
 	t      *tap

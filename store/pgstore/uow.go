@@ -370,13 +370,19 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	}
 	u.queueAdvances(b)
 	queueTokenWrites(b, c)
+	if u.claim != nil {
+		u.claim.queueRequeue(b, u.claim.returns, u.claim.token)
+	}
 	b.Queue(`COMMIT`)
 	err := u.conn.SendBatch(ctx, b).Close()
+	if err != nil && u.claim.keeps(ctx, u, err) {
+		return fmt.Errorf("pgstore: commit: %w", translate(err))
+	}
 	u.finish(ctx, err != nil)
 	if err != nil {
 		return fmt.Errorf("pgstore: commit: %w", translate(err))
 	}
-	if len(u.enqueue) > 0 {
+	if len(u.enqueue) > 0 || (u.claim != nil && len(u.claim.returns) > 0) {
 		u.s.notifySoon()
 	}
 	return nil

@@ -361,3 +361,84 @@ func testClaimPartitionsAsReceive(t *testing.T, s store.Store, f Features) {
 		}
 	}
 }
+
+// A claimed delivery Returned inside the unit of work goes back to the
+// queue when it commits, as a Nack after a Receive would put it: its
+// attempt counted, visible after its delay. The consumed one is gone.
+func testClaimReturnKeepsAttempt(t *testing.T, s store.Store, f Features) {
+	q := queueOf(t, s)
+	ctx := t.Context()
+	publish(t, q, message("m-1", "k-1"), message("m-2", "k-2"), message("m-3", "k-3"))
+
+	u := claimUnit(t, s)
+	ds := claimIn(t, u, 10, 0, 1)
+	checkClaimed(t, "claim", ds, 1, "m-1", "m-2", "m-3")
+	if err := u.Consume(ctx, ds[:1]); err != nil {
+		t.Fatalf("consume m-1: got error %v, want nil", err)
+	}
+	if err := u.Return(ctx, ds[1], 0); err != nil {
+		t.Fatalf("return m-2: got error %v, want nil", err)
+	}
+	if err := u.Return(ctx, ds[2], time.Hour); err != nil {
+		t.Fatalf("return m-3 for an hour: got error %v, want nil", err)
+	}
+	if err := u.Return(ctx, ds[0], 0); err == nil {
+		t.Fatal("return of m-1, consumed already: got nil, want an error")
+	}
+	if err := u.Commit(ctx, &store.Changes{}); err != nil {
+		t.Fatalf("commit: got error %v, want nil", err)
+	}
+	// m-2 at once, its claim counted as an attempt; m-3 not within the
+	// wait (its hour), m-1 never.
+	got := receive(t, q, 1, promptWait)
+	checkClaimed(t, "receive after the commit", got, 2, "m-2")
+	ackAll(t, q, got)
+	expectNothing(t, q, "after acking m-2 (m-1 consumed, m-3 returned for an hour)", f.quietWait())
+	if f.Pending {
+		ready, unacked, err := q.(transport.PendingCounter).Pending(ctx)
+		if err != nil || ready != 0 || unacked != 1 {
+			t.Errorf("pending: got %d ready, %d unacked, error %v; want 0, 1 (m-3), nil", ready, unacked, err)
+		}
+	}
+}
+
+// After a Commit the store refused, Lease turns the claim into a lease:
+// the deliveries it returns are the claimed ones, at the claim's attempt,
+// hidden from others, and settled with the queue's Ack and Nack; the
+// failed commit's other writes are gone.
+func testClaimLeaseAfterFailedCommit(t *testing.T, s store.Store, f Features) {
+	q := queueOf(t, s)
+	ctx := t.Context()
+	base := now()
+	commit(t, s, &store.Changes{Inserts: []*store.Instance{newInstance("order", "taken", base)}})
+	publish(t, q, message("m-1", "k-1"), message("m-2", "k-2"))
+
+	u := claimUnit(t, s)
+	ds := claimIn(t, u, 10, 0, 1)
+	if err := u.Consume(ctx, ds); err != nil {
+		t.Fatalf("consume: got error %v, want nil", err)
+	}
+	if err := u.Enqueue(ctx, []transport.Envelope{message("e-1", "k-3")}); err != nil {
+		t.Fatalf("enqueue: got error %v, want nil", err)
+	}
+	err := u.Commit(ctx, &store.Changes{Inserts: []*store.Instance{newInstance("order", "taken", base), newInstance("order", "k-1", base)}})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("commit inserting an existing instance: got error %v, want one wrapping store.ErrConflict", err)
+	}
+	leased, err := u.Lease(ctx)
+	if err != nil {
+		t.Fatalf("lease after the refused commit: got error %v, want nil", err)
+	}
+	checkClaimed(t, "lease", leased, 1, "m-1", "m-2")
+	if in := loadOne(t, s, key("order", "k-1")); in != nil {
+		t.Errorf("after the refused commit: instance %+v, want none", in)
+	}
+	expectNothing(t, q, "receive while the lease holds m-1 and m-2 (e-1 was never committed)", f.Lease/4)
+	if err := q.Nack(ctx, leased[1], 0); err != nil {
+		t.Fatalf("nack the leased m-2: got error %v, want nil", err)
+	}
+	got := receive(t, q, 1, promptWait)
+	checkClaimed(t, "receive after nacking the leased m-2", got, 2, "m-2")
+	ackAll(t, q, append(got, leased[0]))
+	expectNothing(t, q, "after acking both", f.quietWait())
+}

@@ -156,6 +156,8 @@ var featureCases = []featureCase{
 	{"ClaimConcurrentDisjoint", needClaim, testClaimConcurrentDisjoint},
 	{"ClaimSkipsInvisible", needClaim, testClaimSkipsInvisible},
 	{"ClaimPartitionsAsReceive", needClaimPartitioned, testClaimPartitionsAsReceive},
+	{"ClaimReturnKeepsAttempt", needClaim, testClaimReturnKeepsAttempt},
+	{"ClaimLeaseAfterFailedCommit", needClaim, testClaimLeaseAfterFailedCommit},
 	{"DomainTxCommitsWithTheUnitOfWork", always, testDomainTx},
 	{"TokensMintLoadClaim", needTokens, testTokensMintLoadClaim},
 	{"TokensClaimOfClaimedConflicts", needTokens, testTokensClaimOfClaimedConflicts},
