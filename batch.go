@@ -463,12 +463,17 @@ type lane struct {
 	claimed map[string]bool           // tokens this unit of work claims
 }
 
-func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
-	l := &lane{
+// newLane starts a lane's unit of work in the making.
+func (e *Engine) newLane(ctx context.Context) *lane {
+	return &lane{
 		e: e, ctx: ctx, now: e.cfg.Clock(), loaded: &store.LoadResult{}, res: &laneResult{}, ch: &store.Changes{},
 		work: map[store.Key]*working{}, timers: map[store.TimerKey]*store.Timer{},
 		inBatch: map[store.InboxKey]bool{}, blocked: map[store.Key]time.Duration{},
 	}
+}
+
+func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
+	l := e.newLane(ctx)
 	handlers := handlersOnly(items)
 	if handlers {
 		// Plain handlers do their own I/O: run them with no unit of work

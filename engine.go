@@ -57,6 +57,7 @@ type Engine struct {
 	store    store.Store
 	tr       transport.Transport
 	queue    bool // the transport is the store's own queue
+	claimTx  bool // consumers may claim inside units of work (claimtx.go)
 	retry    backoff.Policy
 	machines map[string]Machine // by message type
 	sagas    map[string]Machine // by saga type
@@ -341,6 +342,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			return fmt.Errorf("idem: start: %w", err)
 		}
 		_, ok := uow.(store.QueueUnitOfWork)
+		e.claimTx = e.claimsInTx(uow)
 		_ = uow.Rollback(ctx)
 		if !ok {
 			return fmt.Errorf("idem: start: store %T is a store.Queue but its units of work are not store.QueueUnitOfWork", e.store)
@@ -465,9 +467,17 @@ func (e *Engine) Done() <-chan struct{} {
 	return e.done
 }
 
-func (e *Engine) consume(loopCtx, workCtx context.Context, receive func(context.Context, int) ([]transport.Delivery, error)) error {
+// consume receives and processes batches until loopCtx ends. With claim
+// (see claimtx.go), it claims inside units of work while batches come back
+// full, and receives otherwise.
+func (e *Engine) consume(loopCtx, workCtx context.Context, receive func(context.Context, int) ([]transport.Delivery, error), claim func(context.Context) int) error {
+	backlog := false
 	for {
+		if backlog && claim != nil && loopCtx.Err() == nil && claim(workCtx) == e.cfg.BatchSize {
+			continue
+		}
 		ds, err := receive(loopCtx, e.fetchSize())
+		backlog = len(ds) == e.fetchSize()
 		if len(ds) > 0 {
 			e.process(workCtx, ds)
 		}
@@ -488,12 +498,12 @@ func (e *Engine) startConsumers(g *errgroup.Group, loopCtx, workCtx context.Cont
 			receive := func(ctx context.Context, max int) ([]transport.Delivery, error) {
 				return pc.ReceivePartition(ctx, max, part, n)
 			}
-			g.Go(func() error { return e.consume(loopCtx, workCtx, receive) })
+			g.Go(func() error { return e.consume(loopCtx, workCtx, receive, e.claimer(part, n)) })
 		}
 		return
 	}
 	if n == 1 {
-		g.Go(func() error { return e.consume(loopCtx, workCtx, e.tr.Receive) })
+		g.Go(func() error { return e.consume(loopCtx, workCtx, e.tr.Receive, e.claimer(0, 1)) })
 		return
 	}
 	e.order = newKeyOrder()

@@ -118,15 +118,27 @@ func (lr *laneRun) wait(ctx context.Context) {
 // consumeOrdered is consume for one of several consumers sharing the
 // engine's key order: it receives and registers its batch in turn with
 // the others, then runs the batch's lanes, each after the earlier lanes
-// that hold its keys.
+// that hold its keys. While its batches come back full, it claims them
+// inside their units of work instead (claimtx.go), in its turn too.
 func (e *Engine) consumeOrdered(loopCtx, workCtx context.Context, receive func(context.Context, int) ([]transport.Delivery, error)) error {
+	backlog := false
 	for {
 		select {
 		case e.order.turn <- struct{}{}:
 		case <-loopCtx.Done():
 			return nil
 		}
+		if backlog && e.claimTx && loopCtx.Err() == nil {
+			if c := e.claim(workCtx, 0, 1); c != nil {
+				lr := e.order.register([][]*item{c.items})[0]
+				<-e.order.turn
+				e.runClaimed(workCtx, c, lr)
+				backlog = len(c.items) == e.cfg.BatchSize
+				continue
+			}
+		}
 		ds, err := receive(loopCtx, e.fetchSize())
+		backlog = len(ds) == e.fetchSize()
 		var lanes []*laneRun
 		if len(ds) > 0 {
 			lanes = e.order.register(e.plan(ds))

@@ -419,6 +419,52 @@ type QueueUnitOfWork interface {
 	Enqueue(ctx context.Context, msgs []transport.Envelope) error
 }
 
+// ClaimUnitOfWork is implemented by the units of work of a store.Queue
+// that can take messages from the queue inside the unit of work, instead
+// of leasing them with Receive beforehand. The engine then claims a batch,
+// loads and applies it and commits, all in one transaction: the claim
+// writes nothing to the queue that a rollback must undo, and a crash
+// before the commit returns the messages as they were.
+type ClaimUnitOfWork interface {
+	QueueUnitOfWork
+	// Claim takes up to max visible messages, oldest first (ordered as
+	// Receive orders them), restricted to partition part of parts as
+	// transport.PartitionedConsumer.ReceivePartition is (parts < 2 means
+	// every message), and returns them ordered by enqueue order. It may
+	// be called once per unit of work, before anything else, and does
+	// not wait: it returns no delivery when none is visible.
+	//
+	// The claimed messages are hidden from every other claim and Receive
+	// until the unit of work ends. A store may end a unit of work that
+	// sits idle between two calls for longer than its queue's lease, so
+	// that a claimer gone silent does not hold them longer than a lease
+	// would: Commit then fails. They leave the queue only when Commit
+	// succeeds, and Commit refuses (committing nothing) a unit of work
+	// that did not Consume or Return every delivery it claimed. Rollback,
+	// a failed Commit followed by Rollback, or a crash before the commit
+	// returns them untouched: same position, same visibility, and their
+	// Attempt not counted (each claimed delivery's Attempt is one more
+	// than the stored count, as Receive's would be).
+	Claim(ctx context.Context, max, part, parts int) ([]transport.Delivery, error)
+	// Return puts a claimed delivery back in the queue when the unit of
+	// work commits, as transport.Transport.Nack does after a Receive:
+	// visible after delay, its Attempt counted, its position among
+	// messages visible at the same time unchanged.
+	Return(ctx context.Context, d transport.Delivery, delay time.Duration) error
+	// Lease ends the unit of work, discarding everything it did after its
+	// claim except the claim itself, which it turns into a lease: the
+	// claimed messages go back to the queue as Receive would have handed
+	// them out (Attempt counted, invisible for the queue's lease), and
+	// Lease returns them, in claim order, as deliveries of the queue to
+	// settle with Ack, Nack or a unit of work's Consume. It may be called
+	// after any call that failed, Commit included, as long as the unit of
+	// work is still open: Commit keeps it open when the store refused the
+	// unit of work's writes (store.ErrConflict, store.ErrRejected) and the
+	// claim survived. When Lease fails, the unit of work is rolled back
+	// and the claimed messages are back untouched, as after a crash.
+	Lease(ctx context.Context) ([]transport.Delivery, error)
+}
+
 // Queue is a Store that is also a transport.Transport whose units of work
 // implement QueueUnitOfWork.
 type Queue interface {

@@ -53,8 +53,17 @@ type Options struct {
 	Dup float64
 	// Batches and Lanes are the engine configurations to run (every pair).
 	Batches, Lanes []int
-	// Consumers is the engine's Config.Consumers in every run (default 1).
-	Consumers int
+	// Consumers are the engine's Config.Consumers values to run (every
+	// batch × lanes × consumers triple runs); empty means 1.
+	Consumers []int
+	// Partitioned sets Config.PartitionedReceive in every run but the
+	// defaults': each consumer then receives its own partitions of the
+	// keys instead of taking turns on one stream.
+	Partitioned bool
+	// Claims are the ways the engine takes messages from the PostgreSQL
+	// queue to run (each configuration once per way, one after the other):
+	// ClaimLease and ClaimTx. Empty means ClaimTx only.
+	Claims []string
 	// Defaults adds, before the others, a run of the engine with the zero
 	// Config (every default) and pgstore's default pool, for each
 	// transport: what a user who sets nothing gets.
@@ -95,6 +104,18 @@ type Options struct {
 	Sagas, InboxRows []int
 	Finished         int
 }
+
+// Ways the engine takes messages from the PostgreSQL queue (Options.Claims).
+const (
+	// ClaimLease hides the store's store.ClaimUnitOfWork from the engine:
+	// every batch is leased by Receive (an UPDATE in a transaction of its
+	// own) and deleted by the unit of work that applies it.
+	ClaimLease = "lease"
+	// ClaimTx lets the engine claim batches inside the unit of work that
+	// applies them (DELETE … RETURNING) where it can: Config.Lanes 1 and
+	// a backlog (see claimtx.go in package idem).
+	ClaimTx = "tx"
+)
 
 // Broker is a transport the benchmark runs the engine on, with PostgreSQL
 // as the store only.
@@ -148,6 +169,16 @@ func (o *Options) Validate() error {
 	for _, l := range o.Lanes {
 		if l < 1 {
 			return fmt.Errorf("--lanes must be at least 1, got %d", l)
+		}
+	}
+	for _, c := range o.Consumers {
+		if c < 1 {
+			return fmt.Errorf("--consumers must be at least 1, got %d", c)
+		}
+	}
+	for _, c := range o.Claims {
+		if c != ClaimLease && c != ClaimTx {
+			return fmt.Errorf("--claim modes are %s and %s, got %q", ClaimLease, ClaimTx, c)
 		}
 	}
 	return o.validateScale()
@@ -211,6 +242,14 @@ type EngineRun struct {
 	Lanes     int  `json:"lanes"`
 	Consumers int  `json:"consumers"`
 	MaxConns  int  `json:"max_conns"`
+	// Partitioned is the run's Config.PartitionedReceive.
+	Partitioned bool `json:"partitioned_receive,omitempty"`
+	// Claim is how the engine was let take messages from the queue:
+	// ClaimLease or ClaimTx; empty for a run on a broker.
+	Claim string `json:"claim,omitempty"`
+	// ClaimedInTx counts the throughput phase's deliveries claimed inside
+	// units of work (the rest were leased by Receive).
+	ClaimedInTx int64 `json:"claimed_in_tx"`
 
 	Seconds           float64 `json:"seconds"`
 	TransitionsPerSec float64 `json:"transitions_per_sec"`
@@ -324,7 +363,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	for _, batch := range o.Batches {
 		for _, lanes := range o.Lanes {
-			configs = append(configs, EngineRun{Batch: batch, Lanes: lanes, Consumers: max(1, o.Consumers), MaxConns: lanes*max(1, o.Consumers) + 4})
+			for _, consumers := range r.consumers() {
+				configs = append(configs, EngineRun{Batch: batch, Lanes: lanes, Consumers: consumers, MaxConns: lanes*consumers + 4, Partitioned: o.Partitioned})
+			}
 		}
 	}
 	configs = o.scaled(configs)
@@ -332,18 +373,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		for _, tr := range transports {
 			for _, trace := range traced {
 				for _, dedup := range r.dedups() {
-					run := c
-					run.Transport, run.Traced, run.Dedup = tr, trace, dedup.String()
-					r.w = r.workload(&run)
-					if err := r.idem(ctx, &run); err != nil {
-						return nil, fmt.Errorf("idem%s %s: %w", via(tr, trace), configName(run), err)
+					for _, claim := range r.claims(tr) {
+						run := c
+						run.Transport, run.Traced, run.Dedup, run.Claim = tr, trace, dedup.String(), claim
+						r.w = r.workload(&run)
+						if err := r.idem(ctx, &run); err != nil {
+							return nil, fmt.Errorf("idem%s %s: %w", via(tr, trace), configName(run), err)
+						}
+						run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
+						run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
+						rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
+						rep.Runs = append(rep.Runs, run)
+						r.progress("idem%s %s: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, %d of %d claimed in units of work, p50 %.1f ms, p99 %.1f ms",
+							via(tr, trace), configName(run), run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.ClaimedInTx, o.Messages, run.P50Ms, run.P99Ms)
 					}
-					run.RatioA = ratio(run.TransitionsPerSec, rep.Baselines[0].TransitionsPerSec)
-					run.RatioB = ratio(run.TransitionsPerSec, rep.Baselines[1].TransitionsPerSec)
-					rep.ExactlyOnce = rep.ExactlyOnce && run.ExactlyOnce
-					rep.Runs = append(rep.Runs, run)
-					r.progress("idem%s %s: %.0f transitions/s (%.2f× a, %.2f× b), %.3f round trips/msg, p50 %.1f ms, p99 %.1f ms",
-						via(tr, trace), configName(run), run.TransitionsPerSec, run.RatioA, run.RatioB, run.RoundTripsPerMsg, run.P50Ms, run.P99Ms)
 				}
 			}
 		}
@@ -353,15 +396,42 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
+// consumers are the Config.Consumers values to run.
+func (r *runner) consumers() []int {
+	if len(r.o.Consumers) == 0 {
+		return []int{1}
+	}
+	return r.o.Consumers
+}
+
+// claims are the claim modes to run on transport tr: none on a broker,
+// whose messages are not in the store's queue.
+func (r *runner) claims(tr string) []string {
+	switch {
+	case tr != "":
+		return []string{""}
+	case len(r.o.Claims) == 0:
+		return []string{ClaimTx}
+	}
+	return r.o.Claims
+}
+
 // configName names a run's engine configuration in progress lines and
-// reports: "defaults (batch 64, lanes 4, consumers 1)" or "batch 100 lanes 1".
+// reports: "defaults (batch 64, lanes 4, consumers 1) claim tx" or
+// "batch 100 lanes 1 consumers 4 claim lease".
 func configName(r EngineRun) string {
-	name := fmt.Sprintf("batch %d lanes %d", r.Batch, r.Lanes)
+	name := fmt.Sprintf("batch %d lanes %d consumers %d", r.Batch, r.Lanes, r.Consumers)
 	if r.Defaults {
 		name = fmt.Sprintf("defaults (batch %d, lanes %d, consumers %d)", r.Batch, r.Lanes, r.Consumers)
 	}
+	if r.Partitioned {
+		name += " partitioned"
+	}
 	if r.token() {
 		name += " dedup token"
+	}
+	if r.Claim != "" {
+		name += " claim " + r.Claim
 	}
 	return name
 }
@@ -557,9 +627,9 @@ func (r *runner) idem(ctx context.Context, run *EngineRun) error {
 // label names a run's schemas.
 func (run *EngineRun) label() string {
 	if run.Defaults {
-		return "_def"
+		return "_def" + run.Claim
 	}
-	return fmt.Sprintf("_b%dl%d", run.Batch, run.Lanes)
+	return fmt.Sprintf("_b%dl%dc%d%s", run.Batch, run.Lanes, run.Consumers, run.Claim)
 }
 
 // divertEmittedSQL keeps the messages the counter saga emits out of the
@@ -603,6 +673,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 		return nil, fmt.Errorf("divert emitted messages: %w", err)
 	}
 	t := newTap(st, len(w.Deliveries))
+	t.claimTx = run.Claim == ClaimTx
 	var tr transport.Transport = t
 	s := &session{st: st, pub: st, schema: schema, tap: t, emitted: "bench_emitted"}
 	if run.Transport != "" {
@@ -622,7 +693,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 		closeFn = func() { _ = bt.Close(); prev() }
 	}
 	cfg := &idem.Config{
-		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, Tracer: r.tracer(run), Dedup: dedupOf(run), SweepInterval: sweepInterval(run),
+		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, PartitionedReceive: run.Partitioned, Tracer: r.tracer(run), Dedup: dedupOf(run), SweepInterval: sweepInterval(run),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	e, err := idem.NewEngine(t, tr, cfg)
@@ -724,6 +795,7 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	run.Applied, run.Duplicates, run.Conflicts, run.Retries = stats.Applied, stats.Duplicates, stats.Conflicts, stats.Retries
 	s.tap.mu.Lock()
 	run.Breakdown = s.tap.timing
+	run.ClaimedInTx = s.tap.claimedInTx
 	s.tap.mu.Unlock()
 	claim := s.tap.latencies(s.tap.claimed)
 	run.ClaimP50Ms, run.ClaimP99Ms = ms(percentile(claim, 0.50)), ms(percentile(claim, 0.99))

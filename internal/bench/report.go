@@ -35,17 +35,18 @@ func (rep *Report) WriteText(w io.Writer) error {
 	p.printf("\nIdem: pgstore as store and queue (pg queue), or as store beside a broker (inbox + outbox relay; the broker drops\n")
 	p.printf("re-published IDs in its dedup window, and round trips count PostgreSQL only) (transitions/s: queue pre-filled with the whole stream; %s)\n\n", lat)
 	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "transport\tconfig\tbatch\tlanes\tconsumers\ttransitions/s\tp50 ms\tp99 ms\tround trips/msg\t× (a)\t× (b)\tclaim→commit p50/p99 ms\tpeak RSS MiB\texactly-once\t")
+	fmt.Fprintln(tw, "transport\tconfig\tclaim\tbatch\tlanes\tconsumers\ttransitions/s\tp50 ms\tp99 ms\tround trips/msg\t× (a)\t× (b)\tclaimed in tx\tclaim→commit p50/p99 ms\tpeak RSS MiB\texactly-once\t")
 	for _, r := range rep.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%.3f\t%.2f\t%.2f\t%.1f / %.1f\t%.0f\t%s\t\n",
-			transportName(r), configLabel(r), r.Batch, r.Lanes, r.Consumers, r.TransitionsPerSec, latText(r, r.P50Ms), latText(r, r.P99Ms), r.RoundTripsPerMsg, r.RatioA, r.RatioB, r.ClaimP50Ms, r.ClaimP99Ms, r.PeakRSSMiB, okText(r.ExactlyOnce))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%.3f\t%.2f\t%.2f\t%.0f%%\t%.1f / %.1f\t%.0f\t%s\t\n",
+			transportName(r), configLabel(r), claimText(r), r.Batch, r.Lanes, r.Consumers, r.TransitionsPerSec, latText(r, r.P50Ms), latText(r, r.P99Ms), r.RoundTripsPerMsg, r.RatioA, r.RatioB,
+			100*float64(r.ClaimedInTx)/float64(max(rep.Messages, 1)), r.ClaimP50Ms, r.ClaimP99Ms, r.PeakRSSMiB, okText(r.ExactlyOnce))
 	}
 	_ = tw.Flush()
 	rep.writeScale(p)
 
 	p.printf("\nWhere the throughput phase's time went: mean ms per receive and per unit of work (one per lane per batch)\n\n")
 	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "transport\tbatch\tlanes\tunits of work/batch\treceive\tpool wait\tload\tapply (Go)\tcommit\t")
+	fmt.Fprintln(tw, "transport\tclaim\tbatch\tlanes\tconsumers\tunits of work/batch\treceive\tpool wait\tload\tapply (Go)\tcommit\t")
 	for _, r := range rep.Runs {
 		b := r.Breakdown
 		per := func(total float64, n int64) string {
@@ -54,7 +55,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 			}
 			return fmt.Sprintf("%.2f", 1000*total/float64(n))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", transportName(r), r.Batch, r.Lanes, float64(b.UnitsOfWork)/float64(max(b.Receives, 1)),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", transportName(r), claimText(r), r.Batch, r.Lanes, r.Consumers, float64(b.UnitsOfWork)/float64(max(b.Receives, 1)),
 			per(b.ReceiveSec, b.Receives), per(b.BeginSec, b.UnitsOfWork), per(b.LoadSec, b.UnitsOfWork), per(b.ApplySec, b.UnitsOfWork), per(b.CommitSec, b.UnitsOfWork))
 	}
 	_ = tw.Flush()
@@ -147,5 +148,16 @@ func configLabel(r EngineRun) string {
 	if r.Defaults {
 		return "defaults"
 	}
+	if r.Partitioned {
+		return "set, partitioned"
+	}
 	return "set"
+}
+
+// claimText is the report's claim column: "lease" or "tx", "-" on a broker.
+func claimText(r EngineRun) string {
+	if r.Claim == "" {
+		return "-"
+	}
+	return r.Claim
 }

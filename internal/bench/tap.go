@@ -29,6 +29,11 @@ type tap struct {
 
 	timing Breakdown // totals, in seconds
 
+	// claimTx lets the engine claim inside units of work (ClaimTx);
+	// claimedInTx counts the deliveries it claimed that way.
+	claimTx     bool
+	claimedInTx int64
+
 	// firstSeq, with a separate transport, maps a message ID to the
 	// stream position of its first copy: a message is done when its inbox
 	// record commits (the broker may drop the other copies).
@@ -116,6 +121,7 @@ var (
 	_ store.Queue                   = (*tap)(nil)
 	_ transport.PartitionedConsumer = (*tap)(nil)
 	_ store.QueueUnitOfWork         = (*tapUnitOfWork)(nil)
+	_ store.ClaimUnitOfWork         = (*tapClaimUnitOfWork)(nil)
 )
 
 func seqOf(d *transport.Delivery) (int, bool) {
@@ -159,7 +165,38 @@ func (t *tap) Begin(ctx context.Context) (store.UnitOfWork, error) {
 	}
 	d := time.Since(start).Seconds()
 	t.add(func(b *Breakdown) { b.BeginSec += d })
-	return &tapUnitOfWork{QueueUnitOfWork: u.(store.QueueUnitOfWork), t: t}, nil
+	tu := &tapUnitOfWork{QueueUnitOfWork: u.(store.QueueUnitOfWork), t: t}
+	if c, ok := u.(store.ClaimUnitOfWork); ok && t.claimTx {
+		return &tapClaimUnitOfWork{tapUnitOfWork: tu, c: c}, nil
+	}
+	return tu, nil
+}
+
+// tapClaimUnitOfWork is a tapUnitOfWork that lets the engine claim inside
+// it (ClaimTx). A claim counts as a receive in the breakdown.
+type tapClaimUnitOfWork struct {
+	*tapUnitOfWork
+	c store.ClaimUnitOfWork
+}
+
+func (u *tapClaimUnitOfWork) Claim(ctx context.Context, n, part, parts int) ([]transport.Delivery, error) {
+	start := time.Now()
+	ds, err := u.c.Claim(ctx, n, part, parts)
+	u.t.received(start, ds)
+	u.t.mu.Lock()
+	u.t.claimedInTx += int64(len(ds))
+	u.t.mu.Unlock()
+	return ds, err
+}
+
+// Return passes a claimed delivery back to the queue at commit.
+func (u *tapClaimUnitOfWork) Return(ctx context.Context, d transport.Delivery, delay time.Duration) error {
+	return u.c.Return(ctx, d, delay)
+}
+
+// Lease turns the claim into a lease and ends the unit of work.
+func (u *tapClaimUnitOfWork) Lease(ctx context.Context) ([]transport.Delivery, error) {
+	return u.c.Lease(ctx)
 }
 
 type tapUnitOfWork struct {

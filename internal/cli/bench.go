@@ -22,6 +22,8 @@ func newBench() *cobra.Command {
 		batches, lanes string
 		sagas, inbox   string
 		dedups         string
+		consumers      string
+		claims         string
 		asJSON, quiet  bool
 		traced         bool
 		transportSpecs []string
@@ -62,6 +64,15 @@ With --trace, every configuration runs again with OpenTelemetry tracing
 exporter that discards it, which measures what tracing costs the engine
 without the network. Traced runs are marked "+trace".
 
+With --claim lease,tx every PostgreSQL-queue configuration runs once per
+way of taking messages, one right after the other: "lease" hides the
+store's claim inside units of work from the engine (Receive leases each
+batch in a transaction of its own, and the unit of work deletes it), "tx"
+lets the engine claim a backlog inside the unit of work that applies it
+(where it can: a batch is one lane, no plain handlers, one consumer or
+--partitioned; the "claimed in tx" column says how much it did).
+--consumers takes a list too.
+
 With --dedup retention,token every configuration runs once per mode:
 "+token" runs set Config.Dedup to DedupToken. The workload's sender mints
 one token per distinct message before the measured phase, every copy
@@ -83,7 +94,8 @@ the database cannot be used.`,
 		Example: `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
   idem bench --store "$IDEM_STORE" --transport nats-embedded --transport amqp://guest:guest@127.0.0.1:5672/ --batch 100 --lanes 4
   idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 1,4 --json
-  idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 4 --dedup retention,token`,
+  idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 4 --dedup retention,token
+  idem bench --store "$IDEM_STORE" --messages 20000 --batch 64,100 --lanes 1,4 --consumers 1,4 --claim lease,tx`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -99,6 +111,10 @@ the database cannot be used.`,
 			if o.Sagas, o.InboxRows, err = scaleLists(sagas, inbox); err != nil {
 				return usageErrorf("%v", err)
 			}
+			if o.Consumers, err = intList("--consumers", consumers); err != nil {
+				return usageErrorf("%v", err)
+			}
+			o.Claims = strings.Split(claims, ",")
 			if o.URL, err = sf.benchURL(); err != nil {
 				return err
 			}
@@ -155,7 +171,9 @@ the database cannot be used.`,
 	f.Float64Var(&o.Dup, "dup", 0.2, "fraction of deliveries that repeat an earlier message ID, in [0, 1)")
 	f.StringVar(&batches, "batch", "1,10,100", "engine batch sizes to run, comma-separated")
 	f.StringVar(&lanes, "lanes", "1,4,16", "engine lane counts to run, comma-separated (every batch × lanes pair runs)")
-	f.IntVar(&o.Consumers, "consumers", 4, "engine consumers: batches received and committed concurrently (Config.Consumers)")
+	f.StringVar(&consumers, "consumers", "4", "engine consumers to run, comma-separated: batches received and committed concurrently (Config.Consumers)")
+	f.BoolVar(&o.Partitioned, "partitioned", false, "run every configuration but the defaults with Config.PartitionedReceive: each consumer receives its own partitions of the keys instead of taking turns on one stream")
+	f.StringVar(&claims, "claim", "tx", "how the engine may take messages from the PostgreSQL queue, comma-separated, each configuration once per way: lease (Receive leases a batch, its unit of work deletes it), tx (the engine claims a backlog inside the unit of work that applies it, where it can: Lanes 1, no plain handlers)")
 	f.BoolVar(&o.Defaults, "defaults", true, "first run the engine with the zero Config (every default) and pgstore's default pool, labelled \"defaults\"")
 	f.IntVar(&o.BaselineClients, "baseline-clients", 8, "concurrent clients of the baselines")
 	f.IntVar(&o.BaselineBatch, "baseline-batch", 100, "messages per transaction of baseline (b)")

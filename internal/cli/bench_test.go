@@ -23,7 +23,7 @@ func TestBenchSmallRun(t *testing.T) {
 	prefix := "t_" + hex.EncodeToString(b[:])
 	const messages, keys, seed = 300, 20, 5
 	code, out, errOut := run(t, "bench", "--store", url, "--schema", prefix, "--messages", "300", "--keys", "20", "--seed", "5",
-		"--batch", "10", "--lanes", "2", "--baseline-clients", "3", "--baseline-batch", "25",
+		"--batch", "10", "--lanes", "1", "--consumers", "1", "--claim", "lease,tx", "--baseline-clients", "3", "--baseline-batch", "25",
 		"--latency-duration", "200ms", "--dedup", "retention,token", "--keep-schemas", "--json", "--quiet")
 	var rep bench.Report
 	jerr := json.Unmarshal([]byte(out), &rep)
@@ -63,16 +63,16 @@ func TestBenchSmallRun(t *testing.T) {
 	if !rep.ExactlyOnce {
 		t.Errorf("report says exactly-once was violated: %+v", rep)
 	}
-	if len(rep.Baselines) != 2 || len(rep.Runs) != 4 {
-		t.Fatalf("got %d baselines and %d runs, want 2 and 4 (the defaults, then batch 10 lanes 2, each with retention and token)", len(rep.Baselines), len(rep.Runs))
+	if len(rep.Baselines) != 2 || len(rep.Runs) != 8 {
+		t.Fatalf("got %d baselines and %d runs, want 2 and 8 (the defaults, then batch 10 lanes 1, each with retention and token, each claimed with a lease and in the unit of work)", len(rep.Baselines), len(rep.Runs))
 	}
-	for _, r := range rep.Runs[:2] {
+	for _, r := range rep.Runs[:4] {
 		// The zero Config: batch 64, one consumer.
 		if !r.Defaults || r.Batch != 64 || r.Lanes < 1 || r.Consumers != 4 || !r.ExactlyOnce {
 			t.Errorf("defaults run %+v: want defaults, batch 64, one consumer, exactly once", r)
 		}
 	}
-	rep.Runs = rep.Runs[2:]
+	rep.Runs = rep.Runs[4:]
 	for _, b := range rep.Baselines {
 		if b.TransitionsPerSec <= 0 || b.RoundTripsPerMsg <= 0 || b.Applied != int64(w.Distinct) || b.Duplicates != int64(w.Duplicates()) || !b.ExactlyOnce {
 			t.Errorf("baseline (%s) = %+v: want positive rates, %d applied, %d duplicates skipped, exactly once", b.Name, b, w.Distinct, w.Duplicates())
@@ -80,7 +80,18 @@ func TestBenchSmallRun(t *testing.T) {
 		checkCounters(t, conn, b.Schema, w, "idem_outbox")
 	}
 	for i, dedup := range []string{"retention", "token"} {
-		checkRun(t, conn, rep.Runs[i], w, dedup, keys, seed)
+		for j, claim := range []string{bench.ClaimLease, bench.ClaimTx} {
+			r := rep.Runs[2*i+j]
+			if r.Claim != claim {
+				t.Errorf("run %d claims by %q, want %q", 2*i+j, r.Claim, claim)
+			}
+			// A pre-filled queue is a backlog: with one lane the engine
+			// claims it inside its units of work when it may.
+			if claimed := r.ClaimedInTx > 0; claimed != (claim == bench.ClaimTx) {
+				t.Errorf("run with claim %s claimed %d deliveries inside units of work, want %s", claim, r.ClaimedInTx, map[bool]string{true: "some", false: "none"}[claim == bench.ClaimTx])
+			}
+			checkRun(t, conn, r, w, dedup, keys, seed)
+		}
 	}
 }
 
@@ -95,8 +106,8 @@ func checkRun(t *testing.T, conn *pgx.Conn, r bench.EngineRun, w *bench.Workload
 	if dedup == "token" {
 		perMsg = append(perMsg, "idem_tokens")
 	}
-	if r.Defaults || r.Batch != 10 || r.Lanes != 2 {
-		t.Errorf("run has batch %d lanes %d, want 10 and 2", r.Batch, r.Lanes)
+	if r.Defaults || r.Batch != 10 || r.Lanes != 1 {
+		t.Errorf("run has batch %d lanes %d, want 10 and 1", r.Batch, r.Lanes)
 	}
 	if r.TransitionsPerSec <= 0 || r.RoundTripsPerMsg <= 0 || r.RatioA <= 0 || r.RatioB <= 0 {
 		t.Errorf("run %+v: want positive throughput, ratios and round trips", r)
@@ -167,6 +178,8 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "--store", "postgres://u@h/db", "--dup", "1"}, "--dup"},
 		{[]string{"bench", "--store", "postgres://u@h/db", "--messages", "0"}, "--messages"},
 		{[]string{"bench", "--store", "postgres://u@h/db", "--dedup", "retention,forever"}, "--dedup"},
+		{[]string{"bench", "--store", "postgres://u@h/db", "--consumers", "1,0"}, "--consumers"},
+		{[]string{"bench", "--store", "postgres://u@h/db", "--claim", "lease,forever"}, "--claim"},
 		{[]string{"bench", "--store", "postgres://u@h/db", "--transport", "amqp://a:secret@h1/", "--transport", "amqp://a:secret@h2/"}, "given twice"},
 	} {
 		code, _, errOut := run(t, tc.args...)

@@ -20,7 +20,10 @@
 // sends one coalesced NOTIFY after the commit (inside the transaction it
 // would serialise every commit on the server's notification lock). A poll
 // every Config.PollInterval (and at the next lease expiry) covers lost
-// notifications and expired leases. ReceivePartition
+// notifications and expired leases. A unit of work can also claim a batch
+// itself (store.ClaimUnitOfWork): DELETE … RETURNING over FOR UPDATE SKIP
+// LOCKED, sent with BEGIN, so that the claim commits with the state and a
+// rollback or a crash leaves the rows untouched. ReceivePartition
 // (transport.PartitionedConsumer) takes one partition of the saga keys:
 // each message's partition is PostgreSQL's hashtext of its canonical key
 // (NFC, trimmed), so every spelling of a key shares a consumer. Pending

@@ -92,6 +92,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(scheduleWorkerEnv) != "" {
 		os.Exit(runScheduleWorker())
 	}
+	if os.Getenv(sagaWorkerEnv) != "" {
+		os.Exit(runSagaWorker())
+	}
 	os.Exit(m.Run())
 }
 

@@ -34,6 +34,7 @@ var (
 	_ store.Queue           = (*Store)(nil)
 	_ store.UnitOfWork      = (*unitOfWork)(nil)
 	_ store.QueueUnitOfWork = (*unitOfWork)(nil)
+	_ store.ClaimUnitOfWork = (*unitOfWork)(nil)
 
 	_ transport.PartitionedConsumer = (*Store)(nil)
 	_ transport.PendingCounter      = (*Store)(nil)
@@ -63,7 +64,10 @@ type Config struct {
 	// server may lose acknowledged messages and state after a crash.
 	AllowUnsafeCommit bool
 	// Lease is the queue's visibility timeout: a delivery not settled within
-	// it is handed out again. Default 30s.
+	// it is handed out again. A unit of work that claimed its deliveries
+	// itself (store.ClaimUnitOfWork) holds them while it runs; the server
+	// ends its session if it sits idle inside the transaction for longer
+	// than Lease, and the deliveries are handed out again. Default 30s.
 	Lease time.Duration
 	// PollInterval bounds how long an idle consumer waits without a
 	// notification before looking at the queue again. Default 1s.

@@ -28,6 +28,7 @@ type unitOfWork struct {
 	consume []transport.Delivery
 	enqueue []transport.Envelope
 	advance []store.ScheduleAdvance // see schedule.go
+	claim   *txClaim                // see claim.go
 }
 
 // Begin acquires a connection; the transaction starts with the first Load or
@@ -248,7 +249,7 @@ func (u *unitOfWork) Consume(_ context.Context, ds []transport.Delivery) error {
 	if err := u.live("consume"); err != nil {
 		return err
 	}
-	u.consume = append(u.consume, ds...)
+	u.consume = append(u.consume, u.claim.consume(ds)...)
 	return nil
 }
 
@@ -273,6 +274,9 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 		return fmt.Errorf("pgstore: commit: %w", err)
 	}
 	if err := checkStates(c); err != nil {
+		return err
+	}
+	if err := u.claim.settled(); err != nil {
 		return err
 	}
 	c = lastWins(c)
@@ -366,13 +370,19 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	}
 	u.queueAdvances(b)
 	queueTokenWrites(b, c)
+	if u.claim != nil {
+		u.claim.queueRequeue(b, u.claim.returns, u.claim.token)
+	}
 	b.Queue(`COMMIT`)
 	err := u.conn.SendBatch(ctx, b).Close()
+	if err != nil && u.claim.keeps(ctx, u, err) {
+		return fmt.Errorf("pgstore: commit: %w", translate(err))
+	}
 	u.finish(ctx, err != nil)
 	if err != nil {
 		return fmt.Errorf("pgstore: commit: %w", translate(err))
 	}
-	if len(u.enqueue) > 0 {
+	if len(u.enqueue) > 0 || (u.claim != nil && len(u.claim.returns) > 0) {
 		u.s.notifySoon()
 	}
 	return nil

@@ -35,6 +35,11 @@ type Features struct {
 	// Pending is true when the queue implements transport.PendingCounter.
 	Pending bool
 
+	// Claim is true when the queue's units of work implement
+	// store.ClaimUnitOfWork: the engine may claim messages inside the
+	// unit of work that applies them.
+	Claim bool
+
 	// Tokens is true when the store implements store.TokenStore (the
 	// token inbox).
 	Tokens bool
@@ -61,8 +66,8 @@ func (f Features) validate() error {
 	switch {
 	case f.Queue && f.Lease <= 0:
 		return fmt.Errorf("Features.Queue is set but Features.Lease is %v: give the queue's visibility timeout", f.Lease)
-	case !f.Queue && (f.Partitioned || f.Pending):
-		return errors.New("Features.Partitioned and Features.Pending describe a queue: set Features.Queue too")
+	case !f.Queue && (f.Partitioned || f.Pending || f.Claim):
+		return errors.New("Features.Partitioned, Features.Pending and Features.Claim describe a queue: set Features.Queue too")
 	}
 	return nil
 }
@@ -100,6 +105,20 @@ func needPending(f Features) string {
 		return "Features.Pending is false: the queue does not count its messages"
 	}
 	return ""
+}
+
+func needClaim(f Features) string {
+	if !f.Claim {
+		return "Features.Claim is false: the queue's units of work do not claim"
+	}
+	return ""
+}
+
+func needClaimPartitioned(f Features) string {
+	if r := needClaim(f); r != "" {
+		return r
+	}
+	return needPartitioned(f)
 }
 
 func needTamperJournal(f Features) string {
@@ -141,6 +160,12 @@ func testFeaturesMatchStore(t *testing.T, s store.Store, f Features) {
 	defer uow.Rollback(t.Context())
 	if _, ok := uow.(store.QueueUnitOfWork); !ok {
 		t.Errorf("%T is a store.Queue but its unit of work %T does not implement store.QueueUnitOfWork", s, uow)
+	}
+	switch _, claims := uow.(store.ClaimUnitOfWork); {
+	case f.Claim && !claims:
+		t.Errorf("Features.Claim is true but the unit of work %T does not implement store.ClaimUnitOfWork", uow)
+	case !f.Claim && claims:
+		t.Errorf("the unit of work %T implements store.ClaimUnitOfWork but Features.Claim is false: declare it so that the suite tests it", uow)
 	}
 }
 
