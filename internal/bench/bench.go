@@ -86,6 +86,10 @@ type Options struct {
 	// message before the measured phase, and the engine mints one per
 	// emitted message inside its units of work.
 	Dedups []idem.Dedup
+	// Cost measures what each throughput phase asks of the database per
+	// message (EngineRun.Cost), and runs every configuration on SQLite too
+	// (Report.SQLite). See cost.go.
+	Cost bool
 	// Tracer, when set, adds a run with it as the engine's Config.Tracer
 	// beside each run, to measure the cost of tracing. Traced runs are not
 	// candidates for the report's target.
@@ -166,6 +170,7 @@ type Report struct {
 	LatencyLoad  float64     `json:"latency_load"`
 	Baselines    []Baseline  `json:"baselines"`
 	Runs         []EngineRun `json:"runs"`
+	SQLite       []SQLiteRun `json:"sqlite,omitempty"` // Options.Cost
 	Target       Target      `json:"target"`
 	ExactlyOnce  bool        `json:"exactly_once"`
 	UnsafeCommit bool        `json:"unsafe_commit,omitempty"`
@@ -239,6 +244,8 @@ type EngineRun struct {
 
 	ExactlyOnce bool     `json:"exactly_once"`
 	Problems    []string `json:"problems,omitempty"`
+	// Cost is the throughput phase's cost (Options.Cost).
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // Target is the issue's goal, at batch size TargetBatch: at least 5× baseline
@@ -338,6 +345,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep.Target = target(rep.Runs)
+	if o.Cost {
+		var err error
+		if rep.SQLite, err = r.sqliteRuns(ctx, configs); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 
@@ -680,6 +693,10 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	if _, err := s.st.Pool().Exec(ctx, `ANALYZE idem_queue`); err != nil {
 		return err
 	}
+	meter, err := r.startPGCost(ctx, s.st)
+	if err != nil {
+		return err
+	}
 	trips0 := s.st.RoundTrips()
 	start := time.Now()
 	stop, err := s.start(ctx)
@@ -692,6 +709,9 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	}
 	if werr != nil {
 		return werr
+	}
+	if run.Cost, err = meter.finish(ctx, len(r.w.Deliveries)); err != nil {
+		return err
 	}
 	elapsed := s.tap.doneAt.Sub(start).Seconds()
 	stats := s.e.Stats()

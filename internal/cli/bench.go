@@ -69,6 +69,13 @@ message and mints one per emitted message inside its units of work; the
 exactly-once check then also expects every incoming token claimed and one
 token per emitted message left. docs/benchmarks.md compares the modes.
 
+With --cost, each throughput phase also reports what it asked of the
+database per message: statements and round trips (counted by the client),
+commits, rows written, WAL records and fsyncs (deltas of PostgreSQL's
+statistics, which are the whole server's: run it on a server with nothing
+else to do), and every configuration runs again on SQLite (a temporary
+file) with its commits and rows written counted by the driver's hooks.
+
 Exit code 1 if exactly-once is violated in any run, 2 for bad flags or when
 the database cannot be used.`,
 		Example: `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
@@ -155,6 +162,7 @@ the database cannot be used.`,
 	f.StringArrayVar(&transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222, nats-embedded, amqp://user:pass@host:5672/vhost or redis://host:6379/0 (repeat the flag for several)")
 	f.StringVar(&dedups, "dedup", "retention", "dedup modes to run, comma-separated: retention (the inbox with its retention window), token (the token inbox, Config.Dedup = DedupToken)")
 	f.BoolVar(&traced, "trace", false, "also run each configuration with OpenTelemetry tracing (otelidem, every span sampled, exported to a discarding exporter) to measure its cost")
+	f.BoolVar(&o.Cost, "cost", false, "also measure each run's cost per message (statements, round trips, commits, rows written, WAL records, fsyncs; PostgreSQL 15 or later, on a server with nothing else running) and run every configuration on SQLite too")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
 	return cmd
