@@ -74,6 +74,8 @@ type pgMeter struct {
 	before pgCounters
 	// own is the bench's transactions counted in the window so far.
 	own int64
+	// unsettled is set when other backends named idem kept running.
+	unsettled bool
 }
 
 // startPGCost flushes the statistics of st's idle connections and reads
@@ -86,9 +88,11 @@ func (r *runner) startPGCost(ctx context.Context, st *pgstore.Store) (*pgMeter, 
 	m := &pgMeter{st: st}
 	// The backends of the previous run's store publish their last
 	// statistics (its DROP SCHEMA) as they exit: wait for them.
-	if _, err := settle(ctx, st.Pool()); err != nil {
+	settled, _, err := settle(ctx, st.Pool())
+	if err != nil {
 		return nil, err
 	}
+	m.unsettled = !settled
 	if _, err := flushStats(ctx, st.Pool()); err != nil {
 		return nil, err
 	}
@@ -114,9 +118,13 @@ func (m *pgMeter) finish(ctx context.Context, messages int) (*Cost, error) {
 		return nil, nil
 	}
 	stmts, trips := m.st.Statements(), m.st.RoundTrips()
-	queries, err := settle(ctx, m.st.Pool())
+	settled, queries, err := settle(ctx, m.st.Pool())
 	if err != nil {
 		return nil, err
+	}
+	method := "pgx tracer; pg_stat_database, pg_stat_user_tables, pg_stat_wal deltas"
+	if m.unsettled || !settled {
+		method += "; UNSETTLED: other backends named idem were running on the server, the server's figures may be off"
 	}
 	n, err := flushStats(ctx, m.st.Pool())
 	if err != nil {
@@ -135,7 +143,7 @@ func (m *pgMeter) finish(ctx context.Context, messages int) (*Cost, error) {
 		Commits:      after.commits - b.commits - m.own - queries - int64(n),
 		RowsInserted: after.ins - b.ins, RowsUpdated: after.upd - b.upd, RowsDeleted: after.del - b.del,
 		WALRecords: after.walRecords - b.walRecords, Fsyncs: after.walSync - b.walSync,
-		Method: "pgx tracer; pg_stat_database, pg_stat_user_tables, pg_stat_wal deltas",
+		Method: method,
 	}, nil
 }
 
@@ -161,9 +169,11 @@ func (m *pgMeter) read(ctx context.Context, c *pgCounters) error {
 // listener's are idle and no backend of a connection the pool dropped is
 // still exiting (a backend publishes its statistics as it exits): then
 // flushStats reaches every backend that did the window's work.
-// It returns how many queries it ran (transactions of the bench).
-func settle(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+// It returns whether that happened within settleTimeout (another process's
+// idem backends on the server keep it from happening), and how many
+// queries it ran (transactions of the bench).
+func settle(ctx context.Context, pool *pgxpool.Pool) (bool, int64, error) {
+	wait, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -171,18 +181,21 @@ func settle(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 		var backends int32
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'idem' AND datname = current_database()`).Scan(&backends)
 		if err != nil {
-			return 0, fmt.Errorf("cost: wait for the pool to settle: %w", err)
+			return false, 0, fmt.Errorf("cost: wait for the pool to settle: %w", err)
 		}
 		if ps := pool.Stat(); ps.AcquiredConns() <= 1 && backends <= ps.TotalConns() {
-			return queries, nil
+			return true, queries, nil
 		}
 		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("cost: the pool's connections did not settle: %w", ctx.Err())
+		case <-wait.Done():
+			return false, queries, ctx.Err()
 		case <-tick.C:
 		}
 	}
 }
+
+// settleTimeout bounds settle.
+const settleTimeout = 10 * time.Second
 
 // flushStats makes every idle connection of pool publish its pending
 // statistics: pg_stat_force_next_flush() makes the backend flush them when
@@ -228,7 +241,11 @@ func (rep *Report) writeCost(p *errWriter) {
 	fmt.Fprintln(tw, "mode\tconfig\tbatch\tlanes\tconsumers\tstatements\tround trips\tcommits\trows written (ins/upd/del)\tWAL records\tfsyncs\t")
 	for _, r := range rep.Runs {
 		if c := r.Cost; c != nil {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", costName(r.Transport)+traceMark(r), configLabel(r), r.Batch, r.Lanes, r.Consumers, costCells(c))
+			mode := costName(r.Transport) + traceMark(r)
+			if strings.Contains(c.Method, "UNSETTLED") {
+				mode += " (UNSETTLED: another idem on the server)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", mode, configLabel(r), r.Batch, r.Lanes, r.Consumers, costCells(c))
 		}
 	}
 	for _, r := range rep.SQLite {
