@@ -95,6 +95,10 @@ type Options struct {
 	// message before the measured phase, and the engine mints one per
 	// emitted message inside its units of work.
 	Dedups []idem.Dedup
+	// Cost measures what each throughput phase asks of the database per
+	// message (EngineRun.Cost), and runs every configuration on SQLite too
+	// (Report.SQLite). See cost.go.
+	Cost bool
 	// Tracer, when set, adds a run with it as the engine's Config.Tracer
 	// beside each run, to measure the cost of tracing. Traced runs are not
 	// candidates for the report's target.
@@ -201,6 +205,7 @@ type Report struct {
 	LatencyLoad  float64     `json:"latency_load"`
 	Baselines    []Baseline  `json:"baselines"`
 	Runs         []EngineRun `json:"runs"`
+	SQLite       []SQLiteRun `json:"sqlite,omitempty"` // Options.Cost
 	Target       Target      `json:"target"`
 	ExactlyOnce  bool        `json:"exactly_once"`
 	UnsafeCommit bool        `json:"unsafe_commit,omitempty"`
@@ -287,6 +292,8 @@ type EngineRun struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	// Scale is the preloaded store of the run (Options.Sagas).
 	Scale *Scale `json:"scale,omitempty"`
+	// Cost is the throughput phase's cost (Options.Cost).
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // Target is the issue's goal, at batch size TargetBatch: at least 5× baseline
@@ -393,6 +400,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	scaleRatios(rep.Runs)
 	rep.Target = target(rep.Runs)
+	if o.Cost {
+		var err error
+		if rep.SQLite, err = r.sqliteRuns(ctx, configs); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 
@@ -767,6 +780,10 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	if _, err := s.st.Pool().Exec(ctx, `ANALYZE idem_queue`); err != nil {
 		return err
 	}
+	meter, err := r.startPGCost(ctx, s.st)
+	if err != nil {
+		return err
+	}
 	trips0 := s.st.RoundTrips()
 	resetPeakRSS()
 	start := time.Now()
@@ -786,6 +803,9 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 		return werr
 	}
 	run.PeakRSSMiB = peakRSS()
+	if run.Cost, err = meter.finish(ctx, len(r.w.Deliveries)); err != nil {
+		return err
+	}
 	elapsed := s.tap.doneAt.Sub(start).Seconds()
 	stats := s.e.Stats()
 	run.Seconds = elapsed

@@ -89,6 +89,13 @@ the preloaded rows out. --finished F runs each size again with F finished
 sagas past retention and the engine's sweeper deleting them during the
 measured phase. Every run reports the process's peak RSS.
 
+With --cost, each throughput phase also reports what it asked of the
+database per message: statements and round trips (counted by the client),
+commits, rows written, WAL records and fsyncs (deltas of PostgreSQL's
+statistics, which are the whole server's: run it on a server with nothing
+else to do), and every configuration runs again on SQLite (a temporary
+file) with its commits and rows written counted by the driver's hooks.
+
 Exit code 1 if exactly-once is violated in any run, 2 for bad flags or when
 the database cannot be used.`,
 		Example: `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
@@ -188,6 +195,7 @@ the database cannot be used.`,
 	f.StringVar(&sagas, "sagas", "", "preload the store of every engine run with this many live counter sagas, comma-separated for several sizes (each configuration runs once per size); the workload's keys are then drawn from them instead of --keys")
 	f.StringVar(&inbox, "inbox-rows", "", "inbox records preloaded over the --sagas sagas, one value per --sagas value (default 10 per saga)")
 	f.IntVar(&o.Finished, "finished", 0, "with --sagas, also run each size with this many finished sagas past retention preloaded, and the engine's sweeper deleting them during the measured phase")
+	f.BoolVar(&o.Cost, "cost", false, "also measure each run's cost per message (statements, round trips, commits, rows written, WAL records, fsyncs; PostgreSQL 15 or later, on a server with nothing else running) and run every configuration on SQLite too")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
 	return cmd

@@ -384,6 +384,16 @@ func (s *Store) RoundTrips() int64 {
 	return s.trips.n.Load()
 }
 
+// Statements returns how many SQL statements the store has sent to the
+// server (each query, and each statement of a pipelined batch), when it was
+// made with Open; 0 otherwise.
+func (s *Store) Statements() int64 {
+	if s.trips == nil {
+		return 0
+	}
+	return s.trips.stmts.Load()
+}
+
 // Close stops the queue listener and, when the store made its own pool,
 // closes it. Close is idempotent.
 func (s *Store) Close() error {
@@ -411,11 +421,13 @@ func (s *Store) check(op string) error {
 	return nil
 }
 
-// tripCounter counts round trips: one per query and one per batch.
-type tripCounter struct{ n atomic.Int64 }
+// tripCounter counts round trips (one per query and one per batch) and
+// statements (one per query and one per statement of a batch).
+type tripCounter struct{ n, stmts atomic.Int64 }
 
 func (t *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	t.n.Add(1)
+	t.stmts.Add(1)
 	return ctx
 }
 func (t *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
@@ -423,8 +435,10 @@ func (t *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 	t.n.Add(1)
 	return ctx
 }
-func (t *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (t *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (t *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	t.stmts.Add(1)
+}
+func (t *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 var passwordRE = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)
 
