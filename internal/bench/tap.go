@@ -41,12 +41,13 @@ type tap struct {
 }
 
 // byID makes the tap count distinct messages of w by their inbox records,
-// for a separate transport.
+// for a separate transport. A saga's inbox record names its message by
+// type and ID (inboxMessageID).
 func (t *tap) byID(w *Workload) {
 	t.firstSeq = make(map[string]int, w.Distinct)
 	for i, d := range w.Deliveries {
-		if _, ok := t.firstSeq[d.ID]; !ok {
-			t.firstSeq[d.ID] = i
+		if _, ok := t.firstSeq[inboxMessageID(d.ID)]; !ok {
+			t.firstSeq[inboxMessageID(d.ID)] = i
 		}
 	}
 	t.remaining = len(t.firstSeq)
@@ -274,3 +275,8 @@ func (t *tap) latencies(from []time.Time) []time.Duration {
 	}
 	return out
 }
+
+// inboxMessageID is the message ID of the inbox record the engine writes
+// for the workload's message id: the message type and the ID, separated
+// by U+001F (the engine's dedup identity includes the type).
+func inboxMessageID(id string) string { return incrementType + "\x1f" + id }
