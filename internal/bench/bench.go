@@ -55,6 +55,11 @@ type Options struct {
 	Batches, Lanes []int
 	// Consumers is the engine's Config.Consumers in every run (default 1).
 	Consumers int
+	// Partitioned sets the engine's Config.PartitionedReceive in the runs
+	// on the PostgreSQL queue too; the runs with a broker as transport
+	// always set it, so that their consumers keep to their own keys (the
+	// workload gives every message its key as CorrelationID).
+	Partitioned bool
 	// Defaults adds, before the others, a run of the engine with the zero
 	// Config (every default) and pgstore's default pool, for each
 	// transport: what a user who sets nothing gets.
@@ -610,7 +615,8 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 	}
 	cfg := &idem.Config{
 		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, Tracer: r.tracer(run), Dedup: dedupOf(run),
-		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
+		PartitionedReceive: !run.Defaults && (r.o.Partitioned || run.Transport != ""),
+		Logger:             slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	e, err := idem.NewEngine(t, tr, cfg)
 	if err == nil {

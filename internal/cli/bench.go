@@ -144,6 +144,7 @@ the database cannot be used.`,
 	f.StringVar(&batches, "batch", "1,10,100", "engine batch sizes to run, comma-separated")
 	f.StringVar(&lanes, "lanes", "1,4,16", "engine lane counts to run, comma-separated (every batch × lanes pair runs)")
 	f.IntVar(&o.Consumers, "consumers", 4, "engine consumers: batches received and committed concurrently (Config.Consumers)")
+	f.BoolVar(&o.Partitioned, "partitioned", false, "set Config.PartitionedReceive on the PostgreSQL queue too (runs with a --transport always set it)")
 	f.BoolVar(&o.Defaults, "defaults", true, "first run the engine with the zero Config (every default) and pgstore's default pool, labelled \"defaults\"")
 	f.IntVar(&o.BaselineClients, "baseline-clients", 8, "concurrent clients of the baselines")
 	f.IntVar(&o.BaselineBatch, "baseline-batch", 100, "messages per transaction of baseline (b)")
