@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -204,7 +205,13 @@ func (u *tapUnitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	}
 	if t.firstSeq != nil {
 		for _, in := range c.Inbox {
-			if s, ok := t.firstSeq[in.MessageID]; ok {
+			// A saga's inbox record names the message as type, U+001F,
+			// ID (the engine's dedup identity).
+			id := in.MessageID
+			if _, after, ok := strings.Cut(id, "\x1f"); ok {
+				id = after
+			}
+			if s, ok := t.firstSeq[id]; ok {
 				u.seqs = append(u.seqs, s)
 			}
 		}
