@@ -56,9 +56,12 @@ type Options struct {
 	// Consumers are the engine's Config.Consumers values to run (every
 	// batch × lanes × consumers triple runs); empty means 1.
 	Consumers []int
-	// Partitioned sets Config.PartitionedReceive in every run but the
-	// defaults': each consumer then receives its own partitions of the
-	// keys instead of taking turns on one stream.
+	// Partitioned sets Config.PartitionedReceive in every run on the
+	// PostgreSQL queue but the defaults': each consumer then receives its
+	// own partitions of the keys instead of taking turns on one stream.
+	// The runs with a broker as transport always set it, so that their
+	// consumers keep to their own keys (the workload gives every message
+	// its key as CorrelationID).
 	Partitioned bool
 	// Claims are the ways the engine takes messages from the PostgreSQL
 	// queue to run (each configuration once per way, one after the other):
@@ -383,6 +386,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 					for _, claim := range r.claims(tr) {
 						run := c
 						run.Transport, run.Traced, run.Dedup, run.Claim = tr, trace, dedup.String(), claim
+						run.Partitioned = run.Partitioned || (tr != "" && !run.Defaults) // broker runs: see Options.Partitioned
 						r.w = r.workload(&run)
 						if err := r.idem(ctx, &run); err != nil {
 							return nil, fmt.Errorf("idem%s %s: %w", via(tr, trace), configName(run), err)

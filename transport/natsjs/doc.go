@@ -14,10 +14,46 @@
 // and NFD forms of a saga key share a subject; type is the envelope's Type with
 // every character outside [A-Za-z0-9_-] replaced by '_'. The stream uses
 // work-queue retention, so a message leaves the stream once acknowledged,
-// and file storage. One durable pull consumer (Config.Consumer, default
-// "idem") with explicit acks, Config.AckWait as its visibility timeout and
-// no delivery limit (MaxDeliver -1) is shared by every Transport of the
-// namespace, in one process or many.
+// and file storage. Each partition p has its own durable pull consumer,
+// "<Consumer>-p<p>" (Config.Consumer, default "idem"), filtered on the
+// subjects "<Stream>.<p>.*" (or one subject per Config.Types), with
+// explicit acks, Config.AckWait as its visibility timeout, no delivery
+// limit (MaxDeliver -1) and Config.MaxAckPending; the consumers are shared
+// by every Transport of the namespace, in one process or many. Open
+// deletes the single consumer named Config.Consumer that earlier versions
+// used for every subject (a work-queue stream refuses overlapping
+// consumers; the messages stay in the stream for the partition consumers),
+// and refuses a Config.Partitions smaller than the partition consumers
+// that exist, whose subjects would otherwise never be delivered.
+//
+// # Partitions
+//
+// Receive pulls from every partition's consumer in turn.
+// ReceivePartition(part, parts), which the engine's consumers call with
+// Config.PartitionedReceive, pulls only from the consumers of the
+// partitions p with p mod parts = part, so within one Transport a saga key
+// is handed to one of the engine's consumers only, in the order of the
+// stream. When parts divides Config.Partitions (the default 16 and 4
+// consumers, say) that is the part its hash names, as pgstore and rabbitmq
+// partition; when it does not, every key still goes to exactly one part,
+// only not the one its hash names, and with parts above Config.Partitions
+// the parts from Config.Partitions on receive nothing. Choose
+// Config.Partitions as a multiple of the engine's Config.Consumers.
+//
+// What is not guaranteed: order across replicas. Replicas with the same
+// configuration pull from the same partition consumers, and JetStream
+// spreads a consumer's messages over every pull request waiting on it, so
+// one key's messages can be in batches of two replicas at once and be
+// applied out of stream order; the engine's inbox still applies each
+// message once, and concurrent units of work on one key conflict and
+// retry. (RabbitMQ's single active consumer keeps a partition with one
+// process; JetStream's pinned-client priority groups would be the
+// equivalent and are not used yet.) A redelivery (a Nack, an expired
+// AckWait) can also be overtaken by later messages of its key, as on any
+// JetStream consumer. Within one replica, a Receive that pulls waits on
+// one pull request per partition, and a no-wait pull skips a partition
+// while such a request is out, so that a message it brings is not
+// overtaken.
 //
 // # Guarantees
 //

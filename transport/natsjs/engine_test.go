@@ -85,7 +85,7 @@ func TestEngineExactlyOnceOnPostgres(t *testing.T) {
 		if i == 0 {
 			first = tr
 		}
-		engines = append(engines, enginetest.NewEngine(t, st, tr, &idem.Config{BatchSize: 16, Lanes: 2, RelayInterval: 50 * time.Millisecond, RelayAge: time.Second}))
+		engines = append(engines, enginetest.NewEngine(t, st, tr, &idem.Config{BatchSize: 16, Lanes: 2, Consumers: 4, PartitionedReceive: true, RelayInterval: 50 * time.Millisecond, RelayAge: time.Second}))
 	}
 	const keys, perKey = 40, 5
 	want := enginetest.Workload(t, engines, keys, perKey, 3)

@@ -5,5 +5,9 @@ package natsjs
 func (t *Transport) Held() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.leftovers)
+	n := 0
+	for _, left := range t.leftovers {
+		n += len(left)
+	}
+	return n
 }

@@ -170,7 +170,7 @@ func TestOpenRefusesOtherAckWait(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	c, err := js.Consumer(t.Context(), stream, "idem")
+	c, err := js.Consumer(t.Context(), stream, "idem-p0")
 	if err != nil {
 		t.Fatal(err)
 	}

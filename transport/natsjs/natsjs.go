@@ -26,8 +26,9 @@ type Config struct {
 	// Stream names the JetStream stream of this Idem namespace; its subjects
 	// are "<Stream>.>". Letters, digits, '_' and '-'. Default "IDEM".
 	Stream string
-	// Consumer names the durable pull consumer shared by every Transport of
-	// the namespace. Letters, digits, '_' and '-'. Default "idem".
+	// Consumer starts the names of the durable pull consumers, one per
+	// partition ("<Consumer>-p<i>"), shared by every Transport of the
+	// namespace. Letters, digits, '_' and '-'. Default "idem".
 	Consumer string
 	// Replicas is the number of stream replicas Open creates the stream
 	// with, and the least it accepts on an existing stream. Default 1; use 3
@@ -47,17 +48,21 @@ type Config struct {
 	// re-published copies (Nats-Msg-Id). Default 2 minutes. Used when Open
 	// creates the stream.
 	DuplicateWindow time.Duration
-	// Partitions is how many partition tokens the subjects carry. Default
-	// 16. Changing it changes the subject of a key's future messages, not
-	// their delivery.
+	// Partitions is how many partition tokens the subjects carry, and how
+	// many consumers pull them. Default 16. Use the same value on every
+	// process, and a multiple of the engine's Config.Consumers (see
+	// ReceivePartition). Raising it changes the subject of a key's future
+	// messages, not their delivery; Open refuses to lower it below the
+	// partition consumers that exist.
 	Partitions int
 	// Types, when set, limits the consumer to these message types (subjects
 	// "<Stream>.*.<type>"); messages of other types stay in the stream for
 	// another consumer. Every Transport sharing Config.Consumer must use the
 	// same Types. Default: every type.
 	Types []string
-	// MaxAckPending bounds the deliveries of the consumer that are handed
-	// out and not yet settled, across all processes. Default 1000.
+	// MaxAckPending bounds the deliveries of each partition's consumer
+	// that are handed out and not yet settled, across all processes.
+	// Default 1000.
 	MaxAckPending int
 	// ConnectTimeout bounds the initial connection. Default 5s.
 	ConnectTimeout time.Duration
@@ -132,9 +137,10 @@ type Transport struct {
 	log    *slog.Logger
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	cons   jetstream.Consumer
-	margin time.Duration // the part of AckWait in which acks are not sent
-	wait   time.Duration // how long one blocking pull request waits: AckWait/4, at most 5s
+	parts  []jetstream.Consumer // by subject partition: Config.Consumer-p<i>
+	all    []int                // every partition, for Receive
+	margin time.Duration        // the part of AckWait in which acks are not sent
+	wait   time.Duration        // how long one blocking pull request waits: AckWait/4, at most 5s
 
 	// maxPayload is the largest NATS message, headers included, that the
 	// server and the stream accept; limitBy names the setting that sets it.
@@ -143,11 +149,14 @@ type Transport struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
-	kept      chan struct{} // signalled when an abandoned pull request brings a message
 
 	mu        sync.Mutex
 	leases    map[uint64]*lease // by stream sequence: the latest hand-out here
-	leftovers []pending         // delivered to a Receive that gave up
+	leftovers [][]pending       // by partition: brought by waiting pull requests
+	waiting   []bool            // by partition: a waiting pull request is out
+	arrived   chan struct{}     // closed and replaced when a waiting pull request brings a message or ends
+	fetchErr  error             // the last error a waiting pull request ended with
+	turn      int               // which partition a no-wait pull starts with
 	pruned    time.Time
 }
 
@@ -155,6 +164,8 @@ var (
 	_ transport.Transport      = (*Transport)(nil)
 	_ transport.SizeLimiter    = (*Transport)(nil)
 	_ transport.PendingCounter = (*Transport)(nil)
+
+	_ transport.PartitionedConsumer = (*Transport)(nil)
 )
 
 // ErrTooLarge is wrapped by the error Publish returns for an envelope that
@@ -211,14 +222,19 @@ func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
 		return nil, fmt.Errorf("natsjs: connect to %s: %w: check that the NATS server runs and the URL is right", redact(url), err)
 	}
 	t := &Transport{
-		cfg:    c,
-		log:    c.Logger.With("component", "idem.natsjs"),
-		nc:     nc,
-		margin: c.AckWait / 10,
-		wait:   min(5*time.Second, c.AckWait/4),
-		closed: make(chan struct{}),
-		kept:   make(chan struct{}, 1),
-		leases: map[uint64]*lease{},
+		cfg:       c,
+		log:       c.Logger.With("component", "idem.natsjs"),
+		nc:        nc,
+		margin:    c.AckWait / 10,
+		wait:      min(5*time.Second, c.AckWait/4),
+		closed:    make(chan struct{}),
+		arrived:   make(chan struct{}),
+		leases:    map[uint64]*lease{},
+		leftovers: make([][]pending, c.Partitions),
+		waiting:   make([]bool, c.Partitions),
+	}
+	for p := range c.Partitions {
+		t.all = append(t.all, p)
 	}
 	t.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err == nil {
@@ -277,20 +293,71 @@ func (t *Transport) setup(ctx context.Context) error {
 	if c.PublishOnly {
 		return nil
 	}
+	if err := t.checkLayout(ctx, s); err != nil {
+		return err
+	}
+	t.parts = make([]jetstream.Consumer, c.Partitions)
+	for p := range c.Partitions {
+		if t.parts[p], err = t.setupConsumer(ctx, s, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ConsumerName returns the name of the durable consumer of subject
+// partition p: "<Config.Consumer>-p<p>".
+func (t *Transport) ConsumerName(p int) string {
+	return t.cfg.Consumer + "-p" + strconv.Itoa(p)
+}
+
+// checkLayout deletes the consumer of earlier versions, which took every
+// subject under Config.Consumer and which a work-queue stream does not
+// let overlap with the partition consumers, and refuses a Config.Partitions
+// smaller than the partition consumers that exist: the messages on the
+// subjects of the others would never be delivered.
+func (t *Transport) checkLayout(ctx context.Context, s jetstream.Stream) error {
+	c := t.cfg
+	_, err := s.Consumer(ctx, c.Consumer)
+	switch {
+	case err == nil:
+		t.log.Warn("deleting the consumer of an earlier version, which took every partition; its messages stay in the stream for the partition consumers", "consumer", c.Consumer, "stream", c.Stream)
+		if err := s.DeleteConsumer(ctx, c.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("natsjs: delete consumer %s of an earlier version on stream %s: %w", c.Consumer, c.Stream, err)
+		}
+	case err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return fmt.Errorf("natsjs: look up consumer %s on stream %s: %w", c.Consumer, c.Stream, err)
+	}
+	_, err = s.Consumer(ctx, t.ConsumerName(c.Partitions))
+	switch {
+	case err == nil:
+		return fmt.Errorf("natsjs: consumer %s exists on stream %s, so another process runs with more than %d partitions: use the same Config.Partitions on every process (the consumers are %s to %s-pN-1)",
+			t.ConsumerName(c.Partitions), c.Stream, c.Partitions, t.ConsumerName(0), c.Consumer)
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return fmt.Errorf("natsjs: look up consumer %s on stream %s: %w", t.ConsumerName(c.Partitions), c.Stream, err)
+	}
+	return nil
+}
+
+// setupConsumer creates or updates the consumer of subject partition p.
+func (t *Transport) setupConsumer(ctx context.Context, s jetstream.Stream, p int) (jetstream.Consumer, error) {
+	c := t.cfg
+	name := t.ConsumerName(p)
+	prefix := c.Stream + "." + strconv.Itoa(p) + "."
 	cc := jetstream.ConsumerConfig{
-		Durable:       c.Consumer,
-		Description:   "Idem engine consumer (transport/natsjs)",
+		Durable:       name,
+		Description:   "Idem engine consumer of partition " + strconv.Itoa(p) + " (transport/natsjs)",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.AckWait,
 		MaxDeliver:    -1, // the engine dead-letters by Delivery.Attempt
-		FilterSubject: c.Stream + ".>",
+		FilterSubject: prefix + "*",
 		MaxAckPending: c.MaxAckPending,
 	}
 	if len(c.Types) > 0 {
 		cc.FilterSubject = ""
 		for _, typ := range c.Types {
-			cc.FilterSubjects = append(cc.FilterSubjects, c.Stream+".*."+subjectToken(typ))
+			cc.FilterSubjects = append(cc.FilterSubjects, prefix+subjectToken(typ))
 		}
 	}
 	// Every Transport of the consumer computes its leases from its own
@@ -299,33 +366,34 @@ func (t *Transport) setup(ctx context.Context) error {
 	// refused. Creating (not creating-or-updating) a missing consumer makes
 	// two processes that both found none agree too: the second one's
 	// create fails if the first one's AckWait differs.
-	t.cons, err = s.Consumer(ctx, c.Consumer)
+	cons, err := s.Consumer(ctx, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		t.cons, err = s.CreateConsumer(ctx, cc)
+		cons, err = s.CreateConsumer(ctx, cc)
 		if errors.Is(err, jetstream.ErrConsumerExists) { // created meanwhile, with other settings
-			t.cons, err = s.Consumer(ctx, c.Consumer)
+			cons, err = s.Consumer(ctx, name)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("natsjs: create or look up consumer %s on stream %s: %w", c.Consumer, c.Stream, err)
+		return nil, fmt.Errorf("natsjs: create or look up consumer %s on stream %s: %w", name, c.Stream, err)
 	}
-	if err := t.checkAckWait(); err != nil {
-		return err
+	if err := t.checkAckWait(cons); err != nil {
+		return nil, err
 	}
-	t.cons, err = s.UpdateConsumer(ctx, cc) // the other settings follow Config
+	cons, err = s.UpdateConsumer(ctx, cc) // the other settings follow Config
 	if err != nil {
-		return fmt.Errorf("natsjs: update consumer %s on stream %s: %w", c.Consumer, c.Stream, err)
+		return nil, fmt.Errorf("natsjs: update consumer %s on stream %s: %w", name, c.Stream, err)
 	}
-	return t.checkAckWait()
+	return cons, t.checkAckWait(cons)
 }
 
 // checkAckWait refuses a consumer whose AckWait is not Config.AckWait.
-func (t *Transport) checkAckWait() error {
+func (t *Transport) checkAckWait(cons jetstream.Consumer) error {
 	c := t.cfg
-	if got := t.cons.CachedInfo().Config.AckWait; got != c.AckWait {
+	ci := cons.CachedInfo()
+	if got := ci.Config.AckWait; got != c.AckWait {
 		return fmt.Errorf("natsjs: consumer %s of stream %s has AckWait %v but Config.AckWait is %v: every Transport of a consumer must use its AckWait, from which it fences late acks; "+
-			"set Config.AckWait to %v, or stop every process of the consumer and change it (nats consumer edit %s %s --wait %v) before starting them with the new value",
-			c.Consumer, c.Stream, got, c.AckWait, got, c.Stream, c.Consumer, c.AckWait)
+			"set Config.AckWait to %v, or stop every process of the consumer and change it (nats consumer edit %s %s --wait %v, for each partition's consumer) before starting them with the new value",
+			ci.Name, c.Stream, got, c.AckWait, got, c.Stream, ci.Name, c.AckWait)
 	}
 	return nil
 }
@@ -492,111 +560,6 @@ func (t *Transport) closedOr(err error) error {
 		return transport.ErrClosed
 	}
 	return err
-}
-
-// Receive hands out up to max deliveries (max < 1 means 1), blocking until
-// at least one is available, ctx is done or the Transport is closed. A
-// pull request that was waiting when Receive gave up is kept: what it
-// brings is handed out by a later Receive on its first attempt.
-func (t *Transport) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
-	if t.cfg.PublishOnly {
-		return nil, ErrPublishOnly
-	}
-	max = builtinMax(max, 1)
-	for {
-		if t.isClosed() {
-			return nil, transport.ErrClosed
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if ds := t.takeLeftovers(max); len(ds) > 0 {
-			return ds, nil
-		}
-		start := time.Now()
-		b, err := t.cons.FetchNoWait(max)
-		if err != nil {
-			return nil, t.closedOr(fmt.Errorf("natsjs: fetch: %w", err))
-		}
-		var got []pending
-		for m := range b.Messages() {
-			got = append(got, pending{m, start})
-		}
-		if len(got) == 0 && b.Error() != nil {
-			return nil, t.closedOr(fmt.Errorf("natsjs: fetch: %w", b.Error()))
-		}
-		if len(got) > 0 {
-			return t.handOut(got), nil
-		}
-
-		// Nothing available: wait for one message.
-		start = time.Now()
-		b, err = t.cons.Fetch(1, jetstream.FetchMaxWait(t.wait))
-		if err != nil {
-			return nil, t.closedOr(fmt.Errorf("natsjs: fetch: %w", err))
-		}
-		select {
-		case m, ok := <-b.Messages():
-			if !ok {
-				if err := b.Error(); err != nil {
-					return nil, t.closedOr(fmt.Errorf("natsjs: fetch: %w", err))
-				}
-				continue // the pull request expired
-			}
-			return t.handOut([]pending{{m, start}}), nil
-		case <-t.kept:
-			go t.keep(b, start)
-			continue // take what an earlier, abandoned pull request brought
-		case <-ctx.Done():
-			go t.keep(b, start)
-			return nil, ctx.Err()
-		case <-t.closed:
-			go t.keep(b, start) // returns what the request brings until the connection closes
-			return nil, transport.ErrClosed
-		}
-	}
-}
-
-func builtinMax(a, b int) int { return max(a, b) }
-
-// keep collects what an abandoned pull request brings for a later Receive;
-// after Close it returns the messages to the server instead.
-func (t *Transport) keep(b jetstream.MessageBatch, start time.Time) {
-	for m := range b.Messages() {
-		t.mu.Lock()
-		if t.isClosed() { // Close took the leftovers already
-			t.mu.Unlock()
-			t.release([]pending{{m, start}})
-			continue
-		}
-		t.leftovers = append(t.leftovers, pending{m, start})
-		t.mu.Unlock()
-		select {
-		case t.kept <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// takeLeftovers hands out up to max kept messages whose lease is still
-// alive; the others are dropped and come back from the server.
-func (t *Transport) takeLeftovers(max int) []transport.Delivery {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var take []pending
-	now := time.Now()
-	i := 0
-	for ; i < len(t.leftovers) && len(take) < max; i++ {
-		p := t.leftovers[i]
-		if now.Before(p.start.Add(t.cfg.AckWait - t.margin)) {
-			take = append(take, p)
-		}
-	}
-	t.leftovers = t.leftovers[i:]
-	if len(take) == 0 {
-		return nil
-	}
-	return t.handOutLocked(take)
 }
 
 func (t *Transport) handOut(ps []pending) []transport.Delivery {
@@ -784,11 +747,15 @@ func (t *Transport) Pending(ctx context.Context) (ready, unacked int, err error)
 	if t.isClosed() {
 		return 0, 0, transport.ErrClosed
 	}
-	ci, err := t.cons.Info(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("natsjs: consumer info: %w", err)
+	for _, cons := range t.parts {
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return 0, 0, fmt.Errorf("natsjs: consumer info: %w", err)
+		}
+		ready += int(ci.NumPending)
+		unacked += ci.NumAckPending
 	}
-	return int(ci.NumPending), ci.NumAckPending, nil
+	return ready, unacked, nil
 }
 
 // Close returns the messages it holds for a later Receive (brought by pull
@@ -801,8 +768,11 @@ func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.closed)
 		t.mu.Lock()
-		held := t.leftovers
-		t.leftovers = nil
+		var held []pending
+		for p, left := range t.leftovers {
+			held = append(held, left...)
+			t.leftovers[p] = nil
+		}
 		t.mu.Unlock()
 		t.release(held)
 		_ = t.nc.FlushTimeout(time.Second)

@@ -98,8 +98,11 @@ func deleteStream(t testing.TB, url, stream string) {
 
 func TestConformance(t *testing.T) {
 	const lease = time.Second
-	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, SizeLimit: true, Pending: true}, func(t *testing.T) transport.Transport {
-		return open(t, natsjs.Config{AckWait: lease})
+	// 12 partitions: the partitioned cases split the keys in 2 and 3
+	// parts, which ReceivePartition takes by hash only when they divide
+	// Config.Partitions.
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true}, func(t *testing.T) transport.Transport {
+		return open(t, natsjs.Config{AckWait: lease, Partitions: 12})
 	})
 }
 
@@ -312,7 +315,7 @@ func TestPublishOnly(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	c, err := js.Consumer(ctx, stream, "idem")
+	c, err := js.Consumer(ctx, stream, "idem-p0")
 	if err != nil {
 		t.Fatal(err)
 	}
