@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/idemhq/idem/internal/tuning"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
@@ -59,12 +60,14 @@ import (
 // Receive, which blocks until messages arrive.
 
 // claimsInTx reports whether the engine's consumers may claim inside the
-// unit of work, given one of the store's units of work.
+// unit of work, given one of the store's units of work. Consumers taking
+// turns claim only with tuning.ClaimInTurn set (measured not to pay).
 func (e *Engine) claimsInTx(uow store.UnitOfWork) bool {
 	_, ok := uow.(store.ClaimUnitOfWork)
 	_, partitioned := e.tr.(transport.PartitionedConsumer)
 	inTurn := e.cfg.Consumers > 1 && !(partitioned && e.cfg.PartitionedReceive)
-	return ok && e.queue && e.lanesPerBatch() == 1 && len(e.handlers) == 0 && (!inTurn || e.cfg.Lanes >= e.cfg.Consumers)
+	return ok && e.queue && e.lanesPerBatch() == 1 && len(e.handlers) == 0 &&
+		(!inTurn || (tuning.ClaimInTurn.Load() && e.cfg.Lanes >= e.cfg.Consumers))
 }
 
 // claimer returns the claim function of the consumer of partition part of

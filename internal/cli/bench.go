@@ -180,7 +180,7 @@ the database cannot be used.`,
 	f.StringVar(&lanes, "lanes", "1,4,16", "engine lane counts to run, comma-separated (every batch × lanes pair runs)")
 	f.StringVar(&consumers, "consumers", "4", "engine consumers to run, comma-separated: batches received and committed concurrently (Config.Consumers)")
 	f.BoolVar(&o.Partitioned, "partitioned", false, "run every configuration on the PostgreSQL queue but the defaults with Config.PartitionedReceive: each consumer receives its own partitions of the keys instead of taking turns on one stream (runs with a --transport always set it)")
-	f.StringVar(&claims, "claim", "tx", "how the engine may take messages from the PostgreSQL queue, comma-separated, each configuration once per way: lease (Receive leases a batch, its unit of work deletes it), tx (the engine claims a backlog inside the unit of work that applies it, where it can: Lanes 1, no plain handlers)")
+	f.StringVar(&claims, "claim", "tx", "how the engine may take messages from the PostgreSQL queue, comma-separated, each configuration once per way: lease (Receive leases a batch, its unit of work deletes it), tx (the engine claims a backlog inside the unit of work that applies it, where it can: one lane per batch, no plain handlers; consumers taking turns claim so only in tx runs that set the configuration, not in the defaults run, as the zero Config does not)")
 	f.BoolVar(&o.Defaults, "defaults", true, "first run the engine with the zero Config (every default) and pgstore's default pool, labelled \"defaults\"")
 	f.IntVar(&o.BaselineClients, "baseline-clients", 8, "concurrent clients of the baselines")
 	f.IntVar(&o.BaselineBatch, "baseline-batch", 100, "messages per transaction of baseline (b)")

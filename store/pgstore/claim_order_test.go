@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/internal/tuning"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store/pgstore"
 )
@@ -79,7 +80,7 @@ func stepMachine(st *pgstore.Store, lg *stepLog) *saga.Machine[stepData] {
 // conflict) would let a later batch apply those others' successors
 // first.
 func TestClaimInTurnKeepsKeyOrder(t *testing.T) {
-	t.Parallel()
+	claimInTurn(t)
 	st := openStore(t, pgstore.Config{Lease: 5 * time.Second})
 	c := &claimCounter{Store: st}
 	lg := &stepLog{tries: map[string]int{}}
@@ -155,7 +156,7 @@ func TestClaimInTurnKeepsKeyOrder(t *testing.T) {
 // batch waiting with its slot for a leased batch that needs one would
 // hang it.
 func TestClaimInTurnHotKeysFinish(t *testing.T) {
-	t.Parallel()
+	claimInTurn(t)
 	for _, lanes := range []int{4, 2} {
 		t.Run(fmt.Sprintf("lanes %d", lanes), func(t *testing.T) {
 			t.Parallel()
@@ -208,4 +209,12 @@ func hotKeys(t *testing.T, lanes int) {
 	if s := e.Stats(); s.Applied != keys*perKey {
 		t.Errorf("applied %d, want %d", s.Applied, keys*perKey)
 	}
+}
+
+// claimInTurn turns tuning.ClaimInTurn on for the test. The test must not
+// be parallel: the switch is the process's, and parallel tests only start
+// once the sequential ones have ended.
+func claimInTurn(t *testing.T) {
+	tuning.ClaimInTurn.Store(true)
+	t.Cleanup(func() { tuning.ClaimInTurn.Store(false) })
 }
