@@ -53,7 +53,7 @@ import (
 //     in its turn, and each consumer has at most one batch in flight, so
 //     at most Consumers - 1 claimed batches wait while the earliest batch
 //     in flight, which waits for nobody, needs a slot: with Lanes ≥
-//     Consumers one is always free (TestClaimInTurnNoDeadlock).
+//     Consumers one is always free (TestClaimInTurnHotKeysFinish).
 //
 // A consumer claims in units of work while its batches come back full (a
 // backlog); when a claim or a receive comes back short, it waits in
@@ -85,6 +85,12 @@ func (e *Engine) claimer(part, parts int) func(context.Context) int {
 type claimedBatch struct {
 	uow   store.ClaimUnitOfWork
 	items []*item
+	// lost is set when the claim went with its transaction (lost): the
+	// rows are back untouched, their attempt not counted, so the consumer
+	// must take them next with Receive, which counts it, and not claim
+	// them again at once (a batch whose transaction always dies would
+	// loop on the claim for ever).
+	lost bool
 }
 
 // claim takes a slot, begins a unit of work and claims up to
@@ -120,13 +126,17 @@ func (e *Engine) claim(ctx context.Context, part, parts int) *claimedBatch {
 
 // claimBatch claims a batch of partition part of parts and runs it, for a
 // consumer that keeps no key order with others. It returns how many
-// deliveries it claimed.
+// deliveries it claimed and settled (committed, returned or leased): 0
+// when it claimed none, or when the claim was lost with its transaction.
 func (e *Engine) claimBatch(ctx context.Context, part, parts int) int {
 	c := e.claim(ctx, part, parts)
 	if c == nil {
 		return 0
 	}
 	e.runClaimed(ctx, c, (*keyOrder)(nil).register([][]*item{c.items})[0])
+	if c.lost {
+		return 0
+	}
 	return len(c.items)
 }
 
@@ -237,6 +247,7 @@ func (e *Engine) leased(ctx context.Context, items []*item) UnitOfWorkEnd {
 // lost reports a claimed batch whose claim went with its transaction: its
 // messages are back in the queue untouched, as after a crash.
 func (e *Engine) lost(ctx context.Context, c *claimedBatch, err error) UnitOfWorkEnd {
+	c.lost = true
 	if ctx.Err() == nil {
 		e.log.WarnContext(ctx, "claimed batch failed with its transaction; its messages are back in the queue untouched", "messages", len(c.items), "error", err)
 	}

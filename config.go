@@ -29,10 +29,10 @@ type Config struct {
 	// processed as one batch. Default 64. A BatchSize below 16 asks for
 	// latency first: a consumer then takes BatchSize deliveries for each
 	// lane of its share of Lanes (Lanes / Consumers) in one receive, and
-	// gives each saga key's messages their own unit of work of about
-	// BatchSize messages, so that several commit at once. BatchSize 1
-	// with Lanes 8 keeps up to eight messages in flight, each committed
-	// alone.
+	// deals the saga keys round robin to that many units of work (a key's
+	// messages share one), so that several commit at once. BatchSize 1
+	// with Lanes 8 and one consumer keeps up to eight messages in flight,
+	// each committed alone when their keys differ.
 	BatchSize int
 	// Lanes is how many units of work run in parallel, across every
 	// consumer: a batch is split into lanes by saga key (the messages of

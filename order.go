@@ -133,7 +133,7 @@ func (e *Engine) consumeOrdered(loopCtx, workCtx context.Context, receive func(c
 				lr := e.order.register([][]*item{c.items})[0]
 				<-e.order.turn
 				e.runClaimed(workCtx, c, lr)
-				backlog = len(c.items) == e.cfg.BatchSize
+				backlog = !c.lost && len(c.items) == e.cfg.BatchSize // lost: Receive next (claimBatch)
 				continue
 			}
 		}

@@ -94,16 +94,19 @@ func builtinMax(a, b int) int { return max(a, b) }
 
 // fetchNoWait pulls, without waiting, up to max messages from the
 // partitions of set, taking turns on which partition goes first. It skips
-// a partition with a waiting pull request: the server hands that request
-// the partition's next message, and a later one taken here would overtake
-// it.
+// a partition with a waiting pull request, or with messages such a request
+// brought that are not handed out yet: the server hands that request the
+// partition's next message, and a later one taken here would overtake it.
 func (t *Transport) fetchNoWait(set []int, max int) ([]pending, error) {
 	t.mu.Lock()
 	first := t.turn
 	t.turn++
 	var pull []int
 	for i := range set {
-		if p := set[(first+i)%len(set)]; !t.waiting[p] {
+		// keep appends a message to the leftovers before it clears
+		// waiting, so checking both under t.mu leaves no moment where a
+		// message a waiting request brought is neither.
+		if p := set[(first+i)%len(set)]; !t.waiting[p] && len(t.leftovers[p]) == 0 {
 			pull = append(pull, p)
 		}
 	}
