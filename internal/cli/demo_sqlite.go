@@ -117,7 +117,7 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 
 	var bar *progressbar.ProgressBar
 	if o.progress && !o.json {
-		bar = progressbar.NewOptions(o.searches, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("sagas finished"),
+		bar = progressbar.NewOptions(o.searches, progressbar.OptionSetWriter(workerErr), progressbar.OptionSetDescription("sagas finished"),
 			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 	}
 	queue, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
@@ -147,7 +147,7 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 			break
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(stderr, "\nidem demo: not settled after %s: %d/%d sagas finished, %d messages queued\n", o.timeout, finished, o.searches, queued)
+			fmt.Fprintf(workerErr, "\nidem demo: not settled after %s: %d/%d sagas finished, %d messages queued\n", o.timeout, finished, o.searches, queued)
 			break
 		}
 		if o.kills > 0 && time.Now().After(nextKill) {
@@ -176,7 +176,7 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 	}
 	for _, w := range workers {
 		if err := w.Wait(); err != nil {
-			fmt.Fprintf(stderr, "idem demo: worker exited: %v\n", err)
+			fmt.Fprintf(workerErr, "idem demo: worker exited: %v\n", err)
 		}
 	}
 
@@ -213,7 +213,9 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 	return err
 }
 
-// syncWriter serialises the writes of several worker processes' stderr.
+// syncWriter serialises the writes of several worker processes' stderr,
+// and the demo's own once they run: a killed worker's copier may still be
+// writing when the demo reports.
 type syncWriter struct {
 	mu sync.Mutex
 	w  io.Writer
