@@ -43,7 +43,7 @@ const claimSavepoint = `SAVEPOINT idem_claim`
 // after a delay in seconds each, and token $8.
 const requeueSQL = `
 INSERT INTO idem_queue (seq, id, envelope, body, visible_at, attempt, token, part)
-SELECT u.seq, u.id, u.envelope::jsonb, u.body, now() + make_interval(secs => u.delay), u.attempt, $8, u.part
+SELECT u.seq, u.id, u.envelope::jsonb, u.body, clock_timestamp() + make_interval(secs => u.delay), u.attempt, $8, u.part
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bytea[], $5::float8[], $6::int[], $7::int[])
   AS u(seq, id, envelope, body, delay, attempt, part)`
 
