@@ -86,17 +86,7 @@ func deadLetterReasons(dls []store.DeadLetter) []string {
 // two seconds pass, which is the wait a correct engine pays once.
 func TestLanesSharedByConsumers(t *testing.T) {
 	t.Parallel()
-	hooks := &hookStore{}
-	var first sync.Once
-	hooks.beforeCommit = func(*store.Changes) error {
-		first.Do(func() {
-			deadline := time.Now().Add(2 * time.Second)
-			for hooks.open.Load() < 3 && time.Now().Before(deadline) {
-				runtime.Gosched()
-			}
-		})
-		return nil
-	}
+	hooks := holdFirstCommitUntilOpen(3)
 	b := setup(t, &options{
 		hooks:   hooks,
 		cfg:     idem.Config{BatchSize: 8, Consumers: 4, Lanes: 2},
@@ -195,17 +185,7 @@ func TestStatsCountedBeforeAck(t *testing.T) {
 // work is open, which one message in flight at a time never gives.
 func TestSmallBatchesPutSeveralUnitsInFlight(t *testing.T) {
 	t.Parallel()
-	hooks := &hookStore{}
-	var first sync.Once
-	hooks.beforeCommit = func(*store.Changes) error {
-		first.Do(func() {
-			deadline := time.Now().Add(2 * time.Second)
-			for hooks.open.Load() < 2 && time.Now().Before(deadline) {
-				runtime.Gosched()
-			}
-		})
-		return nil
-	}
+	hooks := holdFirstCommitUntilOpen(2)
 	b := setup(t, &options{
 		hooks:   hooks,
 		cfg:     idem.Config{BatchSize: 1, Consumers: 1, Lanes: 4},
@@ -229,4 +209,22 @@ func TestSmallBatchesPutSeveralUnitsInFlight(t *testing.T) {
 			t.Errorf("counter k%d: total %d, want 6", k, c.Total)
 		}
 	}
+}
+
+// holdFirstCommitUntilOpen returns a hookStore whose first commit waits
+// (for at most two seconds) until n units of work are open at once, so
+// that a test can see how many the engine keeps open together.
+func holdFirstCommitUntilOpen(n int32) *hookStore {
+	hooks := &hookStore{}
+	var first sync.Once
+	hooks.beforeCommit = func(*store.Changes) error {
+		first.Do(func() {
+			deadline := time.Now().Add(2 * time.Second)
+			for hooks.open.Load() < n && time.Now().Before(deadline) {
+				runtime.Gosched()
+			}
+		})
+		return nil
+	}
+	return hooks
 }
