@@ -231,6 +231,8 @@ type Baseline struct {
 	Schema            string   `json:"schema"`
 	ExactlyOnce       bool     `json:"exactly_once"`
 	Problems          []string `json:"problems,omitempty"`
+	// CPU is the client's and the server's CPU per delivery.
+	CPU *CPU `json:"cpu,omitempty"`
 }
 
 // EngineRun is one engine configuration: a throughput phase on a pre-filled
@@ -298,6 +300,8 @@ type EngineRun struct {
 	Scale *Scale `json:"scale,omitempty"`
 	// Cost is the throughput phase's cost (Options.Cost).
 	Cost *Cost `json:"cost,omitempty"`
+	// CPU is the throughput phase's client and server CPU per delivery.
+	CPU *CPU `json:"cpu,omitempty"`
 }
 
 // Target is the issue's goal, at batch size TargetBatch: at least 5× baseline
@@ -548,6 +552,10 @@ func (r *runner) baseline(ctx context.Context, name string, per int) (*Baseline,
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
 	defer cancel()
+	cpu, err := startCPU(ctx, st.Pool())
+	if err != nil {
+		return nil, "", err
+	}
 	trips0 := st.RoundTrips()
 	start := time.Now()
 	var c *baselineCounts
@@ -566,6 +574,7 @@ func (r *runner) baseline(ctx context.Context, name string, per int) (*Baseline,
 		TransitionsPerSec: float64(r.w.Distinct) / elapsed.Seconds(), DeliveriesPerSec: float64(len(r.w.Deliveries)) / elapsed.Seconds(),
 		RoundTripsPerMsg: float64(trips) / float64(len(r.w.Deliveries)),
 		Applied:          c.applied.Load(), Duplicates: c.duplicates.Load(), Retries: c.retries.Load(), Schema: schema,
+		CPU: cpu.finish(len(r.w.Deliveries)),
 	}
 	b.Problems, err = verify(ctx, st.Pool(), r.w, "idem_outbox")
 	if err != nil {
@@ -792,6 +801,10 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 	if err != nil {
 		return err
 	}
+	cpu, err := startCPU(ctx, s.st.Pool())
+	if err != nil {
+		return err
+	}
 	trips0 := s.st.RoundTrips()
 	resetPeakRSS()
 	start := time.Now()
@@ -811,6 +824,7 @@ func (r *runner) throughput(ctx context.Context, run *EngineRun) error {
 		return werr
 	}
 	run.PeakRSSMiB = peakRSS()
+	run.CPU = cpu.finish(len(r.w.Deliveries))
 	if run.Cost, err = meter.finish(ctx, len(r.w.Deliveries)); err != nil {
 		return err
 	}

@@ -61,6 +61,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	_ = tw.Flush()
 
 	rep.writeCost(p)
+	rep.writeCPU(p)
 
 	if t := rep.Target; t.Evaluated {
 		p.printf("\nTarget at batch %d (≥ 5× a, ≥ 0.5× b, < 0.2 round trips/msg), best: lanes %d: %.2f× a %s, %.2f× b %s, %.3f round trips/msg %s: %s\n",
