@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +29,7 @@ func newBench() *cobra.Command {
 		asJSON, quiet  bool
 		traced         bool
 		transportSpecs []string
+		cpuProfile     string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -151,6 +154,13 @@ the database cannot be used.`,
 				defer stop()
 				o.Tracer = tracer
 			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			rep, err := bench.Run(cmd.Context(), o)
 			if err != nil {
 				return &exitError{code: 2, err: err}
@@ -196,6 +206,7 @@ the database cannot be used.`,
 	f.StringVar(&inbox, "inbox-rows", "", "inbox records preloaded over the --sagas sagas, one value per --sagas value (default 10 per saga)")
 	f.IntVar(&o.Finished, "finished", 0, "with --sagas, also run each size with this many finished sagas past retention preloaded, and the engine's sweeper deleting them during the measured phase")
 	f.BoolVar(&o.Cost, "cost", false, "also measure each run's cost per message (statements, round trips, commits, rows written, WAL records, fsyncs; PostgreSQL 15 or later, on a server with nothing else running) and run every configuration on SQLite too")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (baselines and engine runs) to this file, for go tool pprof")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
 	return cmd
@@ -272,4 +283,21 @@ func dedupList(s string) ([]idem.Dedup, error) {
 		}
 	}
 	return out, nil
+}
+
+// startCPUProfile writes a CPU profile of the process to path until the
+// returned function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }

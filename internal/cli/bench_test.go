@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,7 +24,8 @@ func TestBenchSmallRun(t *testing.T) {
 	_, _ = rand.Read(b[:])
 	prefix := "t_" + hex.EncodeToString(b[:])
 	const messages, keys, seed = 300, 20, 5
-	code, out, errOut := run(t, "bench", "--store", url, "--schema", prefix, "--messages", "300", "--keys", "20", "--seed", "5",
+	profile := filepath.Join(t.TempDir(), "cpu.pprof")
+	code, out, errOut := run(t, "bench", "--cpuprofile", profile, "--store", url, "--schema", prefix, "--messages", "300", "--keys", "20", "--seed", "5",
 		"--batch", "10", "--lanes", "1", "--consumers", "1", "--claim", "lease,tx", "--baseline-clients", "3", "--baseline-batch", "25",
 		"--latency-duration", "200ms", "--dedup", "retention,token", "--keep-schemas", "--json", "--quiet")
 	var rep bench.Report
@@ -55,6 +58,19 @@ func TestBenchSmallRun(t *testing.T) {
 
 	if code != 0 || jerr != nil {
 		t.Fatalf("exit %d (want 0), JSON error %v\nstdout:\n%s\nstderr:\n%s", code, jerr, out, errOut)
+	}
+	if fi, err := os.Stat(profile); err != nil || fi.Size() == 0 {
+		t.Errorf("--cpuprofile wrote no profile: %v", err)
+	}
+	for _, b := range rep.Baselines {
+		if b.CPU == nil || b.CPU.ClientUs <= 0 || b.CPU.ServerUs <= 0 {
+			t.Errorf("baseline (%s): CPU per delivery %+v, want client and server time (the test server is local)", b.Name, b.CPU)
+		}
+	}
+	for _, r := range rep.Runs {
+		if r.CPU == nil || r.CPU.ClientUs <= 0 || r.CPU.ServerUs <= 0 {
+			t.Errorf("run %+v: CPU per delivery %+v, want client and server time", r.Batch, r.CPU)
+		}
 	}
 	w := bench.NewWorkload(messages, keys, 0.2, seed, "m-")
 	if rep.Messages != messages || rep.Distinct != w.Distinct || rep.Duplicates != 60 {
