@@ -1,12 +1,14 @@
 package enginetest
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"reflect"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -61,6 +63,7 @@ func runWorker(open func(ctx context.Context) (store.Store, transport.Transport,
 func runEngine(open func(ctx context.Context) (store.Store, transport.Transport, error), newEngine func(store.Store, transport.Transport) *idem.Engine) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	SignalReady()
 	st, tr, err := open(ctx)
 	if err != nil && ctx.Err() != nil {
 		return 0 // stopped while still opening (waiting for a restarted broker, say)
@@ -79,6 +82,56 @@ func runEngine(open func(ctx context.Context) (store.Store, transport.Transport,
 		return 1
 	}
 	return 0
+}
+
+// readyEnv names the worker's file descriptor on which it reports that it
+// handles SIGTERM (StartWorker).
+const readyEnv = "IDEM_TEST_WORKER_READY_FD"
+
+// SignalReady tells StartWorker that SIGTERM now stops this worker
+// process cleanly: call it right after installing the handler (a worker
+// not started by StartWorker ignores it).
+func SignalReady() {
+	fd, err := strconv.Atoi(os.Getenv(readyEnv))
+	if err != nil {
+		return
+	}
+	if f := os.NewFile(uintptr(fd), "ready"); f != nil {
+		_, _ = f.WriteString("ready\n")
+		_ = f.Close()
+	}
+}
+
+// StartWorker starts this test binary as a worker process with env added
+// (TestMain must route it to RunWorker, RunSagaWorker, RunWorkerOn or a
+// worker of its own that calls SignalReady) and returns once the worker
+// handles SIGTERM, so that a SIGTERM sent at once
+// stops it cleanly instead of killing it before its handler is installed.
+// It fails t when the worker exits or is not ready within two minutes.
+func StartWorker(t testing.TB, env ...string) *exec.Cmd {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), env...), readyEnv+"=3")
+	cmd.Stderr = os.Stderr
+	cmd.ExtraFiles = []*os.File{w} // fd 3 in the worker
+	err = cmd.Start()
+	_ = w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if line != "ready\n" {
+		_ = cmd.Process.Kill()
+		werr := cmd.Wait()
+		t.Fatalf("worker process did not report ready (%v; exit: %v)", err, werr)
+	}
+	return cmd
 }
 
 // sameQueue reports whether tr is st itself, as its own queue.
@@ -133,15 +186,7 @@ type KillRun struct {
 func SurviveSIGKILLOn(t *testing.T, r KillRun) {
 	t.Helper()
 	st, producer, q, env := r.Store, r.Producer, r.Query, r.Env
-	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
+	start := func() *exec.Cmd { return StartWorker(t, env...) }
 	workers := []*exec.Cmd{start(), start(), start()}
 	t.Cleanup(func() {
 		for _, w := range workers {

@@ -25,6 +25,7 @@ const scheduleWorkerEnv = "IDEM_PG_SCHEDULE_WORKER_SCHEMA"
 func runScheduleWorker() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	enginetest.SignalReady()
 	st, err := pgstore.Open(ctx, os.Getenv("IDEM_TEST_PG_URL"), &pgstore.Config{Schema: os.Getenv(scheduleWorkerEnv), Lease: 2 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schedule worker:", err)
@@ -79,13 +80,7 @@ CREATE TRIGGER test_record_advance AFTER UPDATE ON idem_schedules FOR EACH ROW E
 		t.Fatal(err)
 	}
 	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), scheduleWorkerEnv+"="+st.Schema(), "IDEM_TEST_PG_URL="+url)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
+		return enginetest.StartWorker(t, scheduleWorkerEnv+"="+st.Schema(), "IDEM_TEST_PG_URL="+url)
 	}
 	workers := []*exec.Cmd{start(), start(), start()}
 	t.Cleanup(func() {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,6 +170,25 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	}
 	st := openStore(t, sqlitestore.Config{})
 	enginetest.SurviveSIGKILL(t, st, newEngine(t, st, nil), rows(rawDB(t, st.Path())), "IDEM_SQLITE_WORKER_DB="+st.Path())
+}
+
+// TestWorkerStoppedAtOnceExitsCleanly: a worker process sent SIGTERM as
+// soon as StartWorker returns stops cleanly (exit 0). Before StartWorker
+// waited for the worker to install its SIGTERM handler, a worker stopped
+// that early (a restarted worker in SurviveSIGKILL, once the others had
+// drained the queue) died of the signal: "worker exit: signal:
+// terminated".
+func TestWorkerStoppedAtOnceExitsCleanly(t *testing.T) {
+	st := openStore(t, sqlitestore.Config{})
+	for range 5 {
+		w := enginetest.StartWorker(t, "IDEM_SQLITE_WORKER_DB="+st.Path())
+		if err := w.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Wait(); err != nil {
+			t.Fatalf("worker stopped right after its start: %v, want exit 0", err)
+		}
+	}
 }
 
 // Schedules on SQLite: each tick published once by concurrent pollers, in

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/examples/ingestor/ingest"
+	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/store/sqlitestore"
@@ -33,6 +34,7 @@ func TestMain(m *testing.M) {
 func runWorker(db, schema string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	enginetest.SignalReady()
 	var (
 		q   store.Queue
 		err error
@@ -72,15 +74,7 @@ func runWorker(db, schema string) int {
 func testWorkerKilled(t *testing.T, b backend) {
 	q, env := b.open(t)
 	h := newHarness(t, q, &ingest.Config{ChunkSize: killChunkSize}, false) // the API only
-	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
+	start := func() *exec.Cmd { return enginetest.StartWorker(t, env...) }
 	workers := []*exec.Cmd{start(), start()}
 	t.Cleanup(func() {
 		for _, w := range workers {
