@@ -80,8 +80,12 @@ type Options struct {
 	// LatencyLoad is the rate of the latency phase as a fraction of the
 	// throughput phase's rate.
 	LatencyLoad float64
-	// LatencyDuration is how long the latency phase publishes.
+	// LatencyDuration is how long the latency phase publishes and measures,
+	// after LatencyWarmup.
 	LatencyDuration time.Duration
+	// LatencyWarmup is how long the latency phase publishes at its pace
+	// before it measures (0: no warm-up).
+	LatencyWarmup time.Duration
 	// Seed makes the workload reproducible.
 	Seed uint64
 	// Timeout bounds each phase.
@@ -166,6 +170,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--latency-load must be in [0, 1] (0 skips the latency phase), got %v", o.LatencyLoad)
 	case o.LatencyDuration <= 0:
 		return fmt.Errorf("--latency-duration must be positive, got %s", o.LatencyDuration)
+	case o.LatencyWarmup < 0:
+		return fmt.Errorf("--latency-warmup must not be negative, got %s", o.LatencyWarmup)
 	case o.Timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
 	}
@@ -280,12 +286,17 @@ type EngineRun struct {
 	// Breakdown is where the throughput phase's time went.
 	Breakdown Breakdown `json:"breakdown"`
 
-	// The latency phase: a producer publishes every 5 ms at LatencyRate
-	// deliveries/s; latency is from the publish's return to the commit of
-	// the unit of work that consumed the delivery.
-	LatencyRate      float64 `json:"latency_rate"`
-	LatencyAchieved  float64 `json:"latency_rate_achieved"`
-	LatencyMessages  int     `json:"latency_messages"`
+	// The latency phase: a producer publishes every 5 ms at LatencyRate deliveries/s; latency is from the
+	// publish's return to the commit of the unit of work that consumed the
+	// delivery.
+	LatencyRate     float64 `json:"latency_rate"`
+	LatencyAchieved float64 `json:"latency_rate_achieved"`
+	LatencyMessages int     `json:"latency_messages"`
+	// LatencyWarmup is how many of LatencyMessages were published at once
+	// and committed before the paced producer started, and are left out of
+	// P50Ms and P99Ms: they warm the engine's pool (connections, prepared
+	// statements).
+	LatencyWarmup    int     `json:"latency_warmup_messages"`
 	P50Ms            float64 `json:"p50_ms"`
 	P99Ms            float64 `json:"p99_ms"`
 	LatencySchema    string  `json:"latency_schema,omitempty"`
@@ -863,14 +874,16 @@ const publishEvery = 5 * time.Millisecond
 
 func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 	run.LatencyRate = r.o.LatencyLoad * run.DeliveriesPerSec
-	n := max(100, int(run.LatencyRate*r.o.LatencyDuration.Seconds()))
+	paced := max(100, int(run.LatencyRate*r.o.LatencyDuration.Seconds()))
+	warm := int(run.LatencyRate * r.o.LatencyWarmup.Seconds())
+	n := warm + paced
 	w := NewWorkload(n, r.o.Keys, r.o.Dup, r.o.Seed+1, "l-")
 	s, err := r.session(ctx, run.label()+"_lat", run, w)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	run.LatencySchema, run.LatencyMessages = s.schema, n
+	run.LatencySchema, run.LatencyMessages, run.LatencyWarmup = s.schema, n, warm
 	envs := w.Envelopes(time.Time{})
 	if run.token() {
 		if err := mintTokens(ctx, s.st, envs); err != nil {
@@ -926,6 +939,7 @@ func (r *runner) latency(ctx context.Context, run *EngineRun) error {
 	if werr != nil {
 		return werr
 	}
+	clear(published[:warm]) // the warm-up is not measured
 	lat := s.tap.latencies(published)
 	run.P50Ms, run.P99Ms = ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99))
 	stats := s.e.Stats()

@@ -137,6 +137,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"--baseline-batch":   func(o *Options) { o.BaselineBatch = 0 },
 		"--latency-load":     func(o *Options) { o.LatencyLoad = 1.5 },
 		"--latency-duration": func(o *Options) { o.LatencyDuration = 0 },
+		"--latency-warmup":   func(o *Options) { o.LatencyWarmup = -time.Second },
 		"--timeout":          func(o *Options) { o.Timeout = -time.Second },
 	} {
 		o := validOptions()

@@ -45,8 +45,8 @@ hand-batched --baseline-batch messages per transaction, both with
 ratio of each, with round trips per message.
 
 For each --batch and --lanes pair, a throughput phase drains a pre-filled
-queue; a latency phase then publishes at --latency-load of that rate and
-reports p50/p99 from publish to commit. Every run uses a fresh schema
+queue; a latency phase then publishes at --latency-load of that rate and,
+after --latency-warmup, reports p50/p99 from publish to commit. Every run uses a fresh schema
 whose name starts with --schema (always migrated, so --migrate changes
 nothing), checks exactly-once afterwards and drops it (--keep-schemas keeps
 them). In those schemas a rule diverts the messages the saga emits from the
@@ -195,7 +195,8 @@ the database cannot be used.`,
 	f.IntVar(&o.BaselineClients, "baseline-clients", 8, "concurrent clients of the baselines")
 	f.IntVar(&o.BaselineBatch, "baseline-batch", 100, "messages per transaction of baseline (b)")
 	f.Float64Var(&o.LatencyLoad, "latency-load", 0.7, "rate of the latency phase as a fraction of the measured throughput; 0 skips it")
-	f.DurationVar(&o.LatencyDuration, "latency-duration", 3*time.Second, "how long the latency phase publishes")
+	f.DurationVar(&o.LatencyDuration, "latency-duration", 3*time.Second, "how long the latency phase publishes and measures, after --latency-warmup")
+	f.DurationVar(&o.LatencyWarmup, "latency-warmup", 2*time.Second, "how long the latency phase publishes at its pace before it measures (the engine's pool connects and prepares its statements, the first backlog drains); 0 measures from the start")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the workload")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a phase that has not finished by then")
 	f.BoolVar(&o.KeepSchemas, "keep-schemas", false, "keep the benchmark's schemas for inspection instead of dropping them")

@@ -27,7 +27,7 @@ func TestBenchSmallRun(t *testing.T) {
 	profile := filepath.Join(t.TempDir(), "cpu.pprof")
 	code, out, errOut := run(t, "bench", "--cpuprofile", profile, "--store", url, "--schema", prefix, "--messages", "300", "--keys", "20", "--seed", "5",
 		"--batch", "10", "--lanes", "1", "--consumers", "1", "--claim", "lease,tx", "--baseline-clients", "3", "--baseline-batch", "25",
-		"--latency-duration", "200ms", "--dedup", "retention,token", "--keep-schemas", "--json", "--quiet")
+		"--latency-duration", "200ms", "--latency-warmup", "100ms", "--dedup", "retention,token", "--keep-schemas", "--json", "--quiet")
 	var rep bench.Report
 	jerr := json.Unmarshal([]byte(out), &rep)
 
@@ -131,6 +131,9 @@ func checkRun(t *testing.T, conn *pgx.Conn, r bench.EngineRun, w *bench.Workload
 	if r.Applied != int64(w.Distinct) || r.Duplicates != int64(w.Duplicates()) || !r.ExactlyOnce {
 		t.Errorf("run applied %d and skipped %d duplicates (exactly once: %v, problems %v); want %d and %d",
 			r.Applied, r.Duplicates, r.ExactlyOnce, r.Problems, w.Distinct, w.Duplicates())
+	}
+	if r.LatencyWarmup != int(r.LatencyRate*0.1) || r.LatencyMessages != r.LatencyWarmup+max(100, int(r.LatencyRate*0.2)) {
+		t.Errorf("latency phase: %d messages of which %d to warm up, at %.0f/s; want 100 ms of warm-up, then 200 ms measured", r.LatencyMessages, r.LatencyWarmup, r.LatencyRate)
 	}
 	if r.LatencyMessages < 100 || r.P50Ms <= 0 || r.P99Ms < r.P50Ms {
 		t.Errorf("latency phase: %d messages, p50 %v ms, p99 %v ms; want at least 100 messages and 0 < p50 <= p99", r.LatencyMessages, r.P50Ms, r.P99Ms)
