@@ -292,10 +292,10 @@ type EngineRun struct {
 	LatencyRate     float64 `json:"latency_rate"`
 	LatencyAchieved float64 `json:"latency_rate_achieved"`
 	LatencyMessages int     `json:"latency_messages"`
-	// LatencyWarmup is how many of LatencyMessages were published at once
-	// and committed before the paced producer started, and are left out of
-	// P50Ms and P99Ms: they warm the engine's pool (connections, prepared
-	// statements).
+	// LatencyWarmup is how many of LatencyMessages the producer published
+	// first, at the phase's pace for Options.LatencyWarmup; they are left
+	// out of P50Ms and P99Ms (the engine's pool connects and prepares its
+	// statements meanwhile). LatencyAchieved counts them too.
 	LatencyWarmup    int     `json:"latency_warmup_messages"`
 	P50Ms            float64 `json:"p50_ms"`
 	P99Ms            float64 `json:"p99_ms"`

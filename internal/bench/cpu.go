@@ -16,8 +16,9 @@ import (
 )
 
 // CPU is the processor time one phase took, per delivery: where the time
-// goes on the client (this process: the engine, or a baseline's SQL) and
-// on the server (every process of the PostgreSQL server: backends, the WAL
+// goes on the client (this process: the engine, or a baseline's SQL, and
+// an embedded broker, which runs in this process; an external broker's
+// time is nowhere) and on the server (every process of the PostgreSQL server: backends, the WAL
 // writer, the checkpointer, autovacuum). ServerUs is measured only when
 // the server runs on this machine and /proc shows its processes; it is 0
 // otherwise. It counts every client of that server, so measure on a server
@@ -144,20 +145,43 @@ func postmasterOf(backend int) (int, error) {
 	return st.ppid, nil
 }
 
-// serverCPU is the CPU time of the postmaster pm, of its live children,
-// and of the children it has reaped (a backend's time moves to cutime and
-// cstime when it exits, so a connection closed during a phase still
-// counts).
+// serverCPU is the CPU time of the postmaster pm, of its live children
+// (with the time of the processes they reaped), and of the children it
+// has reaped itself (a backend's time moves to the postmaster's cutime
+// and cstime when it exits, so a connection closed during a phase still
+// counts). A child reaped between the postmaster's reading and its own
+// would be in neither, so the scan is repeated until the postmaster's
+// reaped total did not change during it.
 func serverCPU(pm int) (time.Duration, error) {
-	st, err := readStat(pm)
-	if err != nil {
-		return 0, fmt.Errorf("postmaster %d: %w", pm, err)
+	for range 10 {
+		before, err := readStat(pm)
+		if err != nil {
+			return 0, fmt.Errorf("postmaster %d: %w", pm, err)
+		}
+		children, err := childrenCPU(pm)
+		if err != nil {
+			return 0, err
+		}
+		after, err := readStat(pm)
+		if err != nil {
+			return 0, fmt.Errorf("postmaster %d: %w", pm, err)
+		}
+		if after.cutime+after.cstime == before.cutime+before.cstime {
+			ticks := after.utime + after.stime + after.cutime + after.cstime + children
+			return time.Duration(ticks) * time.Second / clkTck, nil
+		}
 	}
-	ticks := st.utime + st.stime + st.cutime + st.cstime
+	return 0, fmt.Errorf("postmaster %d: its children kept exiting during ten scans of /proc", pm)
+}
+
+// childrenCPU is the CPU time, in clock ticks, of pm's live children and
+// of the processes they reaped.
+func childrenCPU(pm int) (int64, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
 	}
+	var ticks int64
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || !e.IsDir() {
@@ -168,24 +192,24 @@ func serverCPU(pm int) (time.Duration, error) {
 			continue // exited since ReadDir: its time is in the postmaster's cutime
 		}
 		if c.ppid == pm {
-			ticks += c.utime + c.stime
+			ticks += c.utime + c.stime + c.cutime + c.cstime
 		}
 	}
-	return time.Duration(ticks) * time.Second / clkTck, nil
+	return ticks, nil
 }
 
 // writeCPU prints the CPU per delivery of the baselines and the runs.
 func (rep *Report) writeCPU(p *errWriter) {
-	p.printf("\nCPU per delivery (µs) over the throughput phase: client = this process, server = the PostgreSQL server's processes\n")
-	p.printf("(all its clients: measure on a server with nothing else to do)\n\n")
+	p.printf("\nCPU per delivery (µs) over the throughput phase: client = this process (with an embedded broker), server = the PostgreSQL\n")
+	p.printf("server's processes (all its clients: measure on a server with nothing else to do)\n\n")
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\tclient\tserver\ttotal\t")
 	row := func(name string, c *CPU) {
 		if c == nil {
 			return
 		}
-		server, total := "–", "–"
-		if c.ServerUs > 0 {
+		server, total := "not measured", "–"
+		if strings.HasPrefix(c.Server, "/proc") {
 			server, total = fmt.Sprintf("%.1f", c.ServerUs), fmt.Sprintf("%.1f", c.ClientUs+c.ServerUs)
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t\n", name, c.ClientUs, server, total)

@@ -62,14 +62,17 @@ func TestBenchSmallRun(t *testing.T) {
 	if fi, err := os.Stat(profile); err != nil || fi.Size() == 0 {
 		t.Errorf("--cpuprofile wrote no profile: %v", err)
 	}
+	// /proc counts the server's time in 10 ms ticks, which a baseline of
+	// 300 messages may not reach: check that it was measured, not that it
+	// is above zero (TestCPUMeterCountsServerAndClient checks the amount).
 	for _, b := range rep.Baselines {
-		if b.CPU == nil || b.CPU.ClientUs <= 0 || b.CPU.ServerUs <= 0 {
-			t.Errorf("baseline (%s): CPU per delivery %+v, want client and server time (the test server is local)", b.Name, b.CPU)
+		if b.CPU == nil || b.CPU.ClientUs <= 0 || !strings.Contains(b.CPU.Server, "postmaster") {
+			t.Errorf("baseline (%s): CPU per delivery %+v, want client time and the server measured (the test server is local)", b.Name, b.CPU)
 		}
 	}
 	for _, r := range rep.Runs {
-		if r.CPU == nil || r.CPU.ClientUs <= 0 || r.CPU.ServerUs <= 0 {
-			t.Errorf("run %+v: CPU per delivery %+v, want client and server time", r.Batch, r.CPU)
+		if r.CPU == nil || r.CPU.ClientUs <= 0 || !strings.Contains(r.CPU.Server, "postmaster") {
+			t.Errorf("run %+v: CPU per delivery %+v, want client time and the server measured", r.Batch, r.CPU)
 		}
 	}
 	w := bench.NewWorkload(messages, keys, 0.2, seed, "m-")

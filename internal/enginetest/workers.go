@@ -124,6 +124,12 @@ func StartWorker(t testing.TB, env ...string) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // a worker the test did not wait for, e.g. when a later start failed
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
 	_ = r.SetReadDeadline(time.Now().Add(2 * time.Minute))
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if line != "ready\n" {
@@ -167,7 +173,8 @@ type KillRun struct {
 	// Query reads the store's database.
 	Query QueryRow
 	// Env is added to the worker processes' environment; TestMain must
-	// route a process with it to RunWorker or RunWorkerOn.
+	// route a process with it to RunWorker, RunSagaWorker, RunWorkerOn or
+	// a worker of its own that calls SignalReady (see StartWorker).
 	Env []string
 	// Settled reports whether nothing is left in flight. Nil means the
 	// SQL queue's check (idem_queue and idem_timers empty); a broker run

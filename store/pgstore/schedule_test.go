@@ -27,6 +27,9 @@ func runScheduleWorker() int {
 	defer stop()
 	enginetest.SignalReady()
 	st, err := pgstore.Open(ctx, os.Getenv("IDEM_TEST_PG_URL"), &pgstore.Config{Schema: os.Getenv(scheduleWorkerEnv), Lease: 2 * time.Second})
+	if err != nil && ctx.Err() != nil {
+		return 0 // stopped while opening
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schedule worker:", err)
 		return 2

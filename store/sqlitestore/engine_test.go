@@ -179,6 +179,9 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 // drained the queue) died of the signal: "worker exit: signal:
 // terminated".
 func TestWorkerStoppedAtOnceExitsCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts worker processes; skipped with -short")
+	}
 	st := openStore(t, sqlitestore.Config{})
 	for range 5 {
 		w := enginetest.StartWorker(t, "IDEM_SQLITE_WORKER_DB="+st.Path())

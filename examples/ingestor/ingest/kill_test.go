@@ -44,6 +44,9 @@ func runWorker(db, schema string) int {
 	} else {
 		q, err = sqlitestore.Open(ctx, db, &sqlitestore.Config{Lease: 3 * time.Second, PollInterval: 20 * time.Millisecond, Logger: quiet()})
 	}
+	if err != nil && ctx.Err() != nil {
+		return 0 // stopped while opening
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
@@ -54,6 +57,9 @@ func runWorker(db, schema string) int {
 	app, err := ingest.New(q, &ingest.Config{ChunkSize: killChunkSize, Engine: cfg, Logger: quiet()})
 	if err == nil {
 		err = app.Start(ctx)
+	}
+	if err != nil && ctx.Err() != nil {
+		return 0 // stopped while starting
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
