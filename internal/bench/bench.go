@@ -286,9 +286,10 @@ type EngineRun struct {
 	// Breakdown is where the throughput phase's time went.
 	Breakdown Breakdown `json:"breakdown"`
 
-	// The latency phase: a producer publishes every 5 ms at LatencyRate deliveries/s; latency is from the
-	// publish's return to the commit of the unit of work that consumed the
-	// delivery.
+	// The latency phase: a producer publishes every 5 ms at LatencyRate
+	// deliveries/s; latency is from the publish's return to the commit of
+	// the unit of work that consumed the delivery, for the deliveries
+	// published after the warm-up (LatencyWarmup).
 	LatencyRate     float64 `json:"latency_rate"`
 	LatencyAchieved float64 `json:"latency_rate_achieved"`
 	LatencyMessages int     `json:"latency_messages"`

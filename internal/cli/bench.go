@@ -46,8 +46,8 @@ ratio of each, with round trips per message.
 
 For each --batch and --lanes pair, a throughput phase drains a pre-filled
 queue; a latency phase then publishes at --latency-load of that rate and,
-after --latency-warmup, reports p50/p99 from publish to commit. Every run uses a fresh schema
-whose name starts with --schema (always migrated, so --migrate changes
+after --latency-warmup, reports p50/p99 from publish to commit. Every run
+uses a fresh schema whose name starts with --schema (always migrated, so --migrate changes
 nothing), checks exactly-once afterwards and drops it (--keep-schemas keeps
 them). In those schemas a rule diverts the messages the saga emits from the
 queue to a table of their own, as if another service consumed them.

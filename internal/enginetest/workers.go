@@ -105,9 +105,10 @@ func SignalReady() {
 // StartWorker starts this test binary as a worker process with env added
 // (TestMain must route it to RunWorker, RunSagaWorker, RunWorkerOn or a
 // worker of its own that calls SignalReady) and returns once the worker
-// handles SIGTERM, so that a SIGTERM sent at once
-// stops it cleanly instead of killing it before its handler is installed.
-// It fails t when the worker exits or is not ready within two minutes.
+// handles SIGTERM, so that a SIGTERM sent at once stops it cleanly instead
+// of killing it before its handler is installed. It fails t when the
+// worker exits or is not ready within two minutes. A worker the test has
+// not waited for by the end of the test is killed then.
 func StartWorker(t testing.TB, env ...string) *exec.Cmd {
 	t.Helper()
 	r, w, err := os.Pipe()
@@ -124,7 +125,7 @@ func StartWorker(t testing.TB, env ...string) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { // a worker the test did not wait for, e.g. when a later start failed
+	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
@@ -195,12 +196,6 @@ func SurviveSIGKILLOn(t *testing.T, r KillRun) {
 	st, producer, q, env := r.Store, r.Producer, r.Query, r.Env
 	start := func() *exec.Cmd { return StartWorker(t, env...) }
 	workers := []*exec.Cmd{start(), start(), start()}
-	t.Cleanup(func() {
-		for _, w := range workers {
-			_ = w.Process.Kill()
-			_ = w.Wait()
-		}
-	})
 
 	const keys, perKey = 60, 8
 	want := Workload(t, []*idem.Engine{producer}, keys, perKey, 3)
@@ -242,7 +237,6 @@ func SurviveSIGKILLOn(t *testing.T, r KillRun) {
 			t.Errorf("worker exit: %v", err)
 		}
 	}
-	workers = nil
 	check := r.Check
 	if check == nil {
 		check = CheckExactlyOnce

@@ -86,12 +86,6 @@ CREATE TRIGGER test_record_advance AFTER UPDATE ON idem_schedules FOR EACH ROW E
 		return enginetest.StartWorker(t, scheduleWorkerEnv+"="+st.Schema(), "IDEM_TEST_PG_URL="+url)
 	}
 	workers := []*exec.Cmd{start(), start(), start()}
-	t.Cleanup(func() {
-		for _, w := range workers {
-			_ = w.Process.Kill()
-			_ = w.Wait()
-		}
-	})
 	ticks := func(atLeast int) func() (bool, error) {
 		return func() (bool, error) {
 			var n int
@@ -114,7 +108,6 @@ CREATE TRIGGER test_record_advance AFTER UPDATE ON idem_schedules FOR EACH ROW E
 			t.Errorf("replica exit: %v", err)
 		}
 	}
-	workers = nil
 
 	var rows, distinct, wrongID, applied, queued int
 	var span time.Duration

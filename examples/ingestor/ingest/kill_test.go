@@ -82,12 +82,6 @@ func testWorkerKilled(t *testing.T, b backend) {
 	h := newHarness(t, q, &ingest.Config{ChunkSize: killChunkSize}, false) // the API only
 	start := func() *exec.Cmd { return enginetest.StartWorker(t, env...) }
 	workers := []*exec.Cmd{start(), start()}
-	t.Cleanup(func() {
-		for _, w := range workers {
-			_ = w.Process.Kill()
-			_ = w.Wait()
-		}
-	})
 
 	const lines = 6000 // 300 chunks
 	r := h.upload(t, "ACME", makeCSV(lines, "killed", nil))
@@ -115,7 +109,6 @@ func testWorkerKilled(t *testing.T, b backend) {
 			t.Errorf("worker exit: %v", err)
 		}
 	}
-	workers = nil
 	if v.Status != string(ingest.Succeeded) || v.Lines.Imported != lines {
 		t.Fatalf("job: %s %+v", v.Status, v.Lines)
 	}
