@@ -11,3 +11,9 @@ func (t *Transport) Held() int {
 	}
 	return n
 }
+
+// AtomicBatchMax is the most messages Publish puts in one atomic batch.
+const AtomicBatchMax = atomicBatchMax
+
+// Batches reports how many atomic batches the server committed for t.
+func (t *Transport) Batches() int64 { return t.batch.batches.Load() }

@@ -147,6 +147,8 @@ type Transport struct {
 	maxPayload int64
 	limitBy    string
 
+	batch batcher // atomic batch publishing
+
 	closeOnce sync.Once
 	closed    chan struct{}
 
@@ -236,7 +238,7 @@ func Open(ctx context.Context, url string, cfg *Config) (*Transport, error) {
 	for p := range c.Partitions {
 		t.all = append(t.all, p)
 	}
-	t.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
+	t.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishTimeout))
 	if err == nil {
 		err = t.setup(ctx)
 	}
@@ -267,6 +269,8 @@ func (t *Transport) setup(ctx context.Context) error {
 			Replicas:    c.Replicas,
 			Duplicates:  c.DuplicateWindow,
 			Discard:     jetstream.DiscardOld,
+			// One fsync per batch rather than per message (publishBatches).
+			AllowAtomicPublish: atomicServer(t.nc.ConnectedServerVersion()),
 		})
 		if err != nil {
 			return fmt.Errorf("natsjs: create stream %s with %d replicas on file storage: %w (Config.Replicas must not exceed the JetStream servers of the cluster)", c.Stream, c.Replicas, err)
@@ -286,6 +290,7 @@ func (t *Transport) setup(ctx context.Context) error {
 	if !coversAll(sc.Subjects, c.Stream) {
 		return fmt.Errorf("natsjs: stream %s has subjects %v, want %q: add the subject to the stream or choose another Config.Stream", c.Stream, sc.Subjects, c.Stream+".>")
 	}
+	t.enableAtomic(ctx, s)
 	t.maxPayload, t.limitBy = t.nc.MaxPayload(), "the NATS server's max_payload"
 	if sc.MaxMsgSize > 0 && int64(sc.MaxMsgSize) < t.maxPayload {
 		t.maxPayload, t.limitBy = int64(sc.MaxMsgSize), "the max_msg_size of stream "+c.Stream
@@ -516,6 +521,13 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 		}
 		m.Data = append([]byte(nil), env.Body...)
 		msgs[i] = m
+	}
+	if t.batch.on.Load() && len(msgs) > 1 {
+		n, err := t.publishBatches(ctx, msgs)
+		if err != nil {
+			return t.closedOr(err)
+		}
+		msgs, envs = msgs[n:], envs[n:]
 	}
 	futures := make([]jetstream.PubAckFuture, len(envs))
 	for i, m := range msgs {
