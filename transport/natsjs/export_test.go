@@ -1,5 +1,7 @@
 package natsjs
 
+import "github.com/idemhq/idem/transport"
+
 // Held reports how many messages t holds for a later Receive (brought by
 // pull requests a Receive gave up on), for the tests.
 func (t *Transport) Held() int {
@@ -17,3 +19,13 @@ const AtomicBatchMax = atomicBatchMax
 
 // Batches reports how many atomic batches the server committed for t.
 func (t *Transport) Batches() int64 { return t.batch.batches.Load() }
+
+// WireSize is the size of env as a NATS message (headers and body),
+// without batch headers.
+func (t *Transport) WireSize(env transport.Envelope) (int, error) {
+	m, err := t.message(&env)
+	if err != nil {
+		return 0, err
+	}
+	return headerSize(m.Header) + len(m.Data), nil
+}

@@ -501,25 +501,10 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 	}
 	msgs := make([]*nats.Msg, len(envs))
 	for i := range envs {
-		env := &envs[i]
-		if len(env.Body) > t.MaxMessageBytes() {
-			return t.tooLarge(env)
-		}
-		hdr, err := json.Marshal(meta{ID: env.ID, Type: env.Type, CorrelationID: env.CorrelationID, CausationID: env.CausationID,
-			IdempotencyKey: env.IdempotencyKey, Headers: env.Headers, SentAt: env.SentAt})
+		m, err := t.message(&envs[i])
 		if err != nil {
-			return fmt.Errorf("natsjs: encode envelope %s: %w", env.ID, err)
+			return err
 		}
-		m := nats.NewMsg(t.Subject(env))
-		m.Header.Set(hdrEnvelope, string(hdr))
-		// Set here as well as by the publish options, to count them.
-		m.Header.Set(jetstream.MsgIDHeader, env.ID)
-		m.Header.Set(jetstream.ExpectedStreamHeader, t.cfg.Stream)
-		if size := headerSize(m.Header) + len(env.Body); int64(size) > t.maxPayload {
-			return fmt.Errorf("natsjs: message %s: its headers (the envelope's ID, type, keys and headers) take %d bytes, more than the %d that %s leaves beside a body of %d bytes: shorten them or raise max_payload on the NATS server: %w",
-				env.ID, size-len(env.Body), t.maxPayload-int64(len(env.Body)), t.limitBy, len(env.Body), ErrTooLarge)
-		}
-		m.Data = append([]byte(nil), env.Body...)
 		msgs[i] = m
 	}
 	if t.batch.on.Load() && len(msgs) > 1 {
@@ -552,6 +537,30 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 		}
 	}
 	return nil
+}
+
+// message encodes env as the NATS message Publish sends, refusing it with
+// an error wrapping ErrTooLarge when it does not fit in one.
+func (t *Transport) message(env *transport.Envelope) (*nats.Msg, error) {
+	if len(env.Body) > t.MaxMessageBytes() {
+		return nil, t.tooLarge(env)
+	}
+	hdr, err := json.Marshal(meta{ID: env.ID, Type: env.Type, CorrelationID: env.CorrelationID, CausationID: env.CausationID,
+		IdempotencyKey: env.IdempotencyKey, Headers: env.Headers, SentAt: env.SentAt})
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: encode envelope %s: %w", env.ID, err)
+	}
+	m := nats.NewMsg(t.Subject(env))
+	m.Header.Set(hdrEnvelope, string(hdr))
+	// Set here as well as by the publish options, to count them.
+	m.Header.Set(jetstream.MsgIDHeader, env.ID)
+	m.Header.Set(jetstream.ExpectedStreamHeader, t.cfg.Stream)
+	if size := headerSize(m.Header) + len(env.Body); int64(size) > t.maxPayload {
+		return nil, fmt.Errorf("natsjs: message %s: its headers (the envelope's ID, type, keys and headers) take %d bytes, more than the %d that %s leaves beside a body of %d bytes: shorten them or raise max_payload on the NATS server: %w",
+			env.ID, size-len(env.Body), t.maxPayload-int64(len(env.Body)), t.limitBy, len(env.Body), ErrTooLarge)
+	}
+	m.Data = append([]byte(nil), env.Body...)
+	return m, nil
 }
 
 // headerSize is the size of h as nats.go encodes it, an upper bound (values

@@ -78,6 +78,14 @@ func (t *Transport) enableAtomic(ctx context.Context, s jetstream.Stream) {
 	t.batch.on.Store(true)
 }
 
+// batchHeaderBytes bounds what the batch headers add to a message: the
+// batch ID (32 hex digits), a sequence of up to 4 digits and the commit.
+var batchHeaderBytes = headerSize(nats.Header{
+	hdrBatchID:     {strings.Repeat("0", 32)},
+	hdrBatchSeq:    {strconv.Itoa(atomicBatchMax)},
+	hdrBatchCommit: {"1"},
+}) - headerSize(nats.Header{})
+
 // publishBatches publishes msgs as atomic batches of up to atomicBatchMax
 // messages, in order, each one when the one before is stored. It returns
 // how many messages are stored. When the server refuses a batch (a message
@@ -86,10 +94,20 @@ func (t *Transport) enableAtomic(ctx context.Context, s jetstream.Stream) {
 // stored, and the caller publishes msgs[n:] one by one, where each
 // duplicate is dropped on its own. A connection error or ctx ending is
 // returned: the batch may or may not have been stored, and a retry
-// publishes it again under the same IDs.
+// publishes it again under the same IDs. A message that fits in a NATS
+// message only without the batch headers ends the batching there.
 func (t *Transport) publishBatches(ctx context.Context, msgs []*nats.Msg) (n int, err error) {
 	for n < len(msgs) {
 		chunk := msgs[n:min(len(msgs), n+atomicBatchMax)]
+		for i, m := range chunk {
+			if int64(headerSize(m.Header)+batchHeaderBytes+len(m.Data)) > t.maxPayload {
+				chunk = chunk[:i]
+				break
+			}
+		}
+		if len(chunk) < 2 {
+			return n, nil
+		}
 		refused, err := t.publishBatch(ctx, chunk)
 		if err != nil || refused {
 			return n, err

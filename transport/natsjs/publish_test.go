@@ -1,8 +1,10 @@
 package natsjs_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
+	"github.com/idemhq/idem/transport/natsjs/natsembed"
 )
 
 func envs(prefix string, n int) []transport.Envelope {
@@ -47,7 +50,8 @@ func receiveIDs(t *testing.T, tr *natsjs.Transport, want int) map[string]bool {
 }
 
 // Publish stores a call's messages as atomic batches of up to
-// AtomicBatchMax (one fsync each under sync_interval: always), in order.
+// AtomicBatchMax (one fsync each under sync_interval: always), in order;
+// a single message goes on its own.
 func TestPublishSendsAtomicBatches(t *testing.T) {
 	tr := open(t, natsjs.Config{Partitions: 4})
 	ctx := t.Context()
@@ -57,11 +61,11 @@ func TestPublishSendsAtomicBatches(t *testing.T) {
 	if got := tr.Batches(); got != 1 {
 		t.Fatalf("published 5 messages in one call: %d atomic batches, want 1", got)
 	}
-	if err := tr.Publish(ctx, envs("many", natsjs.AtomicBatchMax+1)); err != nil {
+	if err := tr.Publish(ctx, envs("many", natsjs.AtomicBatchMax+2)); err != nil {
 		t.Fatal(err)
 	}
 	if got := tr.Batches(); got != 3 {
-		t.Fatalf("published %d messages in one call: %d atomic batches in all, want 3", natsjs.AtomicBatchMax+1, got)
+		t.Fatalf("published %d messages in one call: %d atomic batches in all, want 3", natsjs.AtomicBatchMax+2, got)
 	}
 	if err := tr.Publish(ctx, envs("single", 1)); err != nil {
 		t.Fatal(err)
@@ -69,8 +73,8 @@ func TestPublishSendsAtomicBatches(t *testing.T) {
 	if got := tr.Batches(); got != 3 {
 		t.Errorf("a single message went as a batch: %d batches, want 3", got)
 	}
-	if got := receiveIDs(t, tr, natsjs.AtomicBatchMax+7); len(got) != natsjs.AtomicBatchMax+7 {
-		t.Errorf("received %d messages, want %d", len(got), natsjs.AtomicBatchMax+7)
+	if got := receiveIDs(t, tr, natsjs.AtomicBatchMax+8); len(got) != natsjs.AtomicBatchMax+8 {
+		t.Errorf("received %d messages, want %d", len(got), natsjs.AtomicBatchMax+8)
 	}
 }
 
@@ -173,4 +177,42 @@ func TestPublishAfterAtomicTurnedOff(t *testing.T) {
 		t.Errorf("%d atomic batches, want 1 (before it was turned off)", got)
 	}
 	receiveIDs(t, tr, 8)
+}
+
+// Messages that fit in max_payload only without the batch headers (a few
+// dozen bytes) are still published: one at a time.
+func TestPublishNearMaxPayloadFallsBackToSingleMessages(t *testing.T) {
+	const maxPayload = 64 << 10
+	srv, err := natsembed.Start(t.Context(), t.TempDir(), &natsembed.Config{MaxPayload: maxPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	tr, err := natsjs.Open(t.Context(), srv.URL(), &natsjs.Config{Stream: randName("NEAR_"), Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx := t.Context()
+	near := func(id string) transport.Envelope {
+		// Pad a header until the message is 10 bytes under max_payload.
+		env := engineLike(id, bytes.Repeat([]byte("b"), tr.MaxMessageBytes()))
+		env.Headers["x-pad"] = ""
+		size, err := tr.WireSize(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Headers["x-pad"] = strings.Repeat("p", maxPayload-10-size)
+		if size, err = tr.WireSize(env); err != nil || size != maxPayload-10 {
+			t.Fatalf("padded message: %d bytes (%v), want %d", size, err, maxPayload-10)
+		}
+		return env
+	}
+	if err := tr.Publish(ctx, []transport.Envelope{near("n-1"), near("n-2"), near("n-3")}); err != nil {
+		t.Fatalf("Publish of messages 10 bytes under max_payload: %v", err)
+	}
+	if got := tr.Batches(); got != 0 {
+		t.Errorf("%d atomic batches, want 0: the batch headers do not fit", got)
+	}
+	receiveIDs(t, tr, 3)
 }
