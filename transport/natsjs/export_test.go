@@ -29,3 +29,7 @@ func (t *Transport) WireSize(env transport.Envelope) (int, error) {
 	}
 	return headerSize(m.Header) + len(m.Data), nil
 }
+
+// SetCommitSentHook sets a function that runs once a batch's commit is sent
+// and before its answer is awaited; nil removes it.
+func SetCommitSentHook(f func()) { testHookCommitSent = f }

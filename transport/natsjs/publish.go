@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/transport"
 )
 
 // The headers of JetStream's atomic batch publish (nats-server 2.12 and
@@ -35,7 +37,7 @@ const atomicBatchMax = 1000
 // without allow_atomic.
 const errAtomicDisabled jetstream.ErrorCode = 10174
 
-// publishTimeout bounds a publish whose context has no deadline.
+// publishTimeout bounds the wait for the server's answer to a publish.
 const publishTimeout = 30 * time.Second
 
 // batcher publishes several messages as JetStream atomic batches, which the
@@ -77,6 +79,10 @@ func (t *Transport) enableAtomic(ctx context.Context, s jetstream.Stream) {
 	}
 	t.batch.on.Store(true)
 }
+
+// testHookCommitSent, when set by a test, runs once a batch's commit is
+// sent and before its answer is awaited.
+var testHookCommitSent func()
 
 // batchHeaderBytes bounds what the batch headers add to a message: the
 // batch ID (32 hex digits), a sequence of up to 4 digits and the commit.
@@ -141,33 +147,32 @@ func (t *Transport) publishBatch(ctx context.Context, chunk []*nats.Msg) (refuse
 		}
 	}
 	chunk[last].Header.Set(hdrBatchCommit, "1")
-	ctx, cancel := t.publishContext(ctx)
-	defer cancel()
-	reply, err := t.nc.RequestMsgWithContext(ctx, chunk[last])
+	// The commit goes as an asynchronous JetStream publish: the library
+	// fails it with nats.ErrDisconnected when the connection drops, where
+	// a plain request would wait for an answer that cannot come.
+	f, err := t.js.PublishMsgAsync(chunk[last])
 	if err != nil {
 		return false, fmt.Errorf("natsjs: commit batch of %d messages: %w", len(chunk), err)
 	}
-	var ack struct {
-		Error *jetstream.APIError `json:"error"`
+	if testHookCommitSent != nil {
+		testHookCommitSent()
 	}
-	if err := json.Unmarshal(reply.Data, &ack); err != nil {
-		return false, fmt.Errorf("natsjs: commit batch of %d messages: answer %q: %w", len(chunk), reply.Data, err)
-	}
-	if ack.Error != nil {
-		if ack.Error.ErrorCode == errAtomicDisabled && t.batch.on.CompareAndSwap(true, false) {
+	select {
+	case <-f.Ok():
+	case err := <-f.Err():
+		var api *jetstream.APIError
+		if !errors.As(err, &api) {
+			return false, fmt.Errorf("natsjs: commit batch of %d messages: %w", len(chunk), err)
+		}
+		if api.ErrorCode == errAtomicDisabled && t.batch.on.CompareAndSwap(true, false) {
 			t.log.Warn("the stream no longer allows atomic batch publishing; publishing one message at a time", "stream", t.cfg.Stream)
 		}
 		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-t.closed:
+		return false, transport.ErrClosed
 	}
 	t.batch.batches.Add(1)
 	return false, nil
-}
-
-// publishContext bounds a publish without a deadline by the timeout of
-// asynchronous publishes.
-func (t *Transport) publishContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, publishTimeout)
 }

@@ -3,6 +3,7 @@ package natsjs_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -215,4 +216,29 @@ func TestPublishNearMaxPayloadFallsBackToSingleMessages(t *testing.T) {
 		t.Errorf("%d atomic batches, want 0: the batch headers do not fit", got)
 	}
 	receiveIDs(t, tr, 3)
+}
+
+// A batch whose commit was sent when the server went away fails at once
+// with nats.ErrDisconnected, as an asynchronous publish does, rather than
+// waiting for an answer that cannot come: the engine's settle publishes
+// after commit and must not hold up a Stop (the relay sends again).
+func TestBatchCommitFailsWhenTheServerGoesAway(t *testing.T) {
+	srv, err := natsembed.Start(t.Context(), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	tr, err := natsjs.Open(t.Context(), srv.URL(), &natsjs.Config{Stream: randName("GONE_"), Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	natsjs.SetCommitSentHook(srv.Shutdown)
+	defer natsjs.SetCommitSentHook(nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err = tr.Publish(ctx, envs("gone", 3))
+	if !errors.Is(err, nats.ErrDisconnected) {
+		t.Fatalf("Publish while the server went away: got %v, want an error wrapping nats.ErrDisconnected", err)
+	}
 }
