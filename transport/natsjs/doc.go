@@ -61,12 +61,14 @@
 // duplicate window (Config.DuplicateWindow) drops a re-sent outbox row, and
 // returns once JetStream acknowledged every envelope (the PubAck, which a
 // server configured with sync_interval: always gives after fsync).
-// Several envelopes go as atomic batches of up to 1,000 (nats-server 2.12
-// and later; Open allows them on the stream), which the server stores with
-// one fsync each; a batch the server refuses (an ID already in the
-// duplicate window, say) stores nothing, and Publish sends its envelopes
-// again one at a time. The engine acknowledges deliveries after its unit of work committed; Nack
-// with a delay is NakWithDelay. Delivery.Attempt is the message's
+// A call of 8 envelopes or more goes as atomic batches of up to 1,000
+// (nats-server 2.12 and later, on a stream with allow_atomic, which Open
+// sets on a stream it creates), which the server stores with a fixed
+// handful of syncs each instead of one per message; a batch the server
+// refuses (an ID already in the duplicate window, say) stores nothing,
+// and Publish sends its envelopes again one at a time. The engine
+// acknowledges deliveries after its unit of work committed; Nack with a
+// delay is NakWithDelay. Delivery.Attempt is the message's
 // NumDelivered; the engine dead-letters by it, which is why the consumer has
 // no MaxDeliver and the package installs no max-deliveries advisory
 // listener.

@@ -17,6 +17,9 @@ func (t *Transport) Held() int {
 // AtomicBatchMax is the most messages Publish puts in one atomic batch.
 const AtomicBatchMax = atomicBatchMax
 
+// AtomicBatchMin is the fewest messages Publish sends as a batch.
+const AtomicBatchMin = atomicBatchMin
+
 // Batches reports how many atomic batches the server committed for t.
 func (t *Transport) Batches() int64 { return t.batch.batches.Load() }
 
@@ -30,6 +33,7 @@ func (t *Transport) WireSize(env transport.Envelope) (int, error) {
 	return headerSize(m.Header) + len(m.Data), nil
 }
 
-// SetCommitSentHook sets a function that runs once a batch's commit is sent
-// and before its answer is awaited; nil removes it.
-func SetCommitSentHook(f func()) { testHookCommitSent = f }
+// SetCommitHook sets a function that runs before a batch's commit is sent
+// (sent false) and once it is sent, before its answer is awaited (sent
+// true); nil removes it.
+func SetCommitHook(f func(sent bool)) { testHookCommit = f }

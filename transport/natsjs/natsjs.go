@@ -269,7 +269,9 @@ func (t *Transport) setup(ctx context.Context) error {
 			Replicas:    c.Replicas,
 			Duplicates:  c.DuplicateWindow,
 			Discard:     jetstream.DiscardOld,
-			// One fsync per batch rather than per message (publishBatches).
+			// A few syncs per batch rather than one per message
+			// (publishBatches), when the server this connection reached
+			// takes batches; see useAtomic for clusters of mixed versions.
 			AllowAtomicPublish: atomicServer(t.nc.ConnectedServerVersion()),
 		})
 		if err != nil {
@@ -290,7 +292,7 @@ func (t *Transport) setup(ctx context.Context) error {
 	if !coversAll(sc.Subjects, c.Stream) {
 		return fmt.Errorf("natsjs: stream %s has subjects %v, want %q: add the subject to the stream or choose another Config.Stream", c.Stream, sc.Subjects, c.Stream+".>")
 	}
-	t.enableAtomic(ctx, s)
+	t.useAtomic(s)
 	t.maxPayload, t.limitBy = t.nc.MaxPayload(), "the NATS server's max_payload"
 	if sc.MaxMsgSize > 0 && int64(sc.MaxMsgSize) < t.maxPayload {
 		t.maxPayload, t.limitBy = int64(sc.MaxMsgSize), "the max_msg_size of stream "+c.Stream
