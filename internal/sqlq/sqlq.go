@@ -54,6 +54,9 @@ func DecodeEnvelope(meta, body []byte) (transport.Envelope, error) {
 	if !e.SentAt.IsZero() {
 		e.SentAt = e.SentAt.UTC()
 	}
+	if len(e.Headers) == 0 {
+		e.Headers = nil // as EncodeEnvelope writes none: one form for "no headers"
+	}
 	return e, nil
 }
 
