@@ -509,7 +509,7 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 		}
 		msgs[i] = m
 	}
-	if t.batch.on.Load() && len(msgs) > 1 {
+	if t.batch.on.Load() && len(msgs) >= atomicBatchMin {
 		n, err := t.publishBatches(ctx, msgs)
 		if err != nil {
 			return t.closedOr(err)
@@ -528,17 +528,28 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 		}
 	}
 	for i, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return t.closedOr(fmt.Errorf("natsjs: publish %s: %w", envs[i].ID, err))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.closed:
-			return transport.ErrClosed
+		if err := t.await(ctx, f, "publish "+envs[i].ID); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// await waits for the server's answer to an asynchronous publish: nil for
+// a PubAck; the error the library reports (a *jetstream.APIError for an
+// error answer, nats.ErrDisconnected when the connection dropped), wrapped
+// with what; ctx's error; or transport.ErrClosed after Close.
+func (t *Transport) await(ctx context.Context, f jetstream.PubAckFuture, what string) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return t.closedOr(fmt.Errorf("natsjs: %s: %w", what, err))
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.closed:
+		return transport.ErrClosed
+	}
 }
 
 // message encodes env as the NATS message Publish sends, refusing it with

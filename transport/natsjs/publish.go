@@ -14,8 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/idemhq/idem/transport"
 )
 
 // The headers of JetStream's atomic batch publish (nats-server 2.12 and
@@ -169,22 +167,16 @@ func (t *Transport) publishBatch(ctx context.Context, chunk []*nats.Msg) (refuse
 // awaitCommit waits for the server's answer to the commit of a batch of n
 // messages; refused reports an error answer, which stores nothing.
 func (t *Transport) awaitCommit(ctx context.Context, f jetstream.PubAckFuture, n int) (refused bool, err error) {
-	select {
-	case <-f.Ok():
-	case err := <-f.Err():
-		var api *jetstream.APIError
-		if !errors.As(err, &api) {
-			return false, fmt.Errorf("natsjs: commit batch of %d messages: %w", n, err)
-		}
-		if api.ErrorCode == errAtomicDisabled && t.batch.on.CompareAndSwap(true, false) {
-			t.log.Warn("the stream no longer allows atomic batch publishing; publishing one message at a time", "stream", t.cfg.Stream)
-		}
-		return true, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
-	case <-t.closed:
-		return false, transport.ErrClosed
+	err = t.await(ctx, f, fmt.Sprintf("commit batch of %d messages", n))
+	var api *jetstream.APIError
+	switch {
+	case err == nil:
+		t.batch.batches.Add(1)
+		return false, nil
+	case !errors.As(err, &api):
+		return false, err
+	case api.ErrorCode == errAtomicDisabled && t.batch.on.CompareAndSwap(true, false):
+		t.log.Warn("the stream no longer allows atomic batch publishing; publishing one message at a time", "stream", t.cfg.Stream)
 	}
-	t.batch.batches.Add(1)
-	return false, nil
+	return true, nil
 }
