@@ -390,6 +390,13 @@ type Store interface {
 	Journal(ctx context.Context, k Key) ([]JournalEntry, error)
 	// ListTimers pages through timers ordered by DueAt.
 	ListTimers(ctx context.Context, p *ListParams) ([]Timer, error)
+	// TimersOf returns every timer of the saga k, ordered by (DueAt,
+	// Name), through an index on (SagaType, Key): its cost does not grow
+	// with the number of other timers. An empty k.SagaType selects the
+	// timers of key k.Key in every saga type, ordered by (DueAt, SagaType,
+	// Name). Names and types compare byte for byte. A key no timer can
+	// have (empty, U+0000, invalid UTF-8) selects none, without an error.
+	TimersOf(ctx context.Context, k Key) ([]Timer, error)
 	// OutboxBacklog counts unsent outbox messages and the creation time of
 	// the oldest (zero when none).
 	OutboxBacklog(ctx context.Context) (int, time.Time, error)

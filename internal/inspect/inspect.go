@@ -21,6 +21,9 @@ import (
 // MaxScan bounds how many rows a fallback or a filtered scan reads.
 const MaxScan = 10_000
 
+// timerScan is MaxScan for the scans of Timers; tests lower it.
+var timerScan = MaxScan
+
 const page = 500
 
 // ErrUnsupported is returned for a query the store cannot answer.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
 
@@ -23,16 +24,18 @@ type TimerFilter struct {
 }
 
 // Timers returns one page of the timers f selects, in due order, and the
-// cursor of the next page ("" when there is none). It reads at most
-// MaxScan timers to fill the page.
+// cursor of the next page ("" when there is none). A filter on a key is
+// answered by store.Store.TimersOf, through the store's index, however many
+// other timers there are; without one, it reads at most MaxScan timers to
+// fill the page.
 func Timers(ctx context.Context, st store.Store, f *TimerFilter) ([]store.Timer, string, error) {
 	limit := cmp.Or(f.Limit, 100)
-	if to, ok := st.(timersOf); ok && f.SagaType != "" && f.Key != "" && f.After == "" {
-		return sagaTimers(ctx, to, f, limit)
+	if f.Key != "" {
+		return sagaTimers(ctx, st, f, limit)
 	}
 	p := &store.ListParams{SagaType: f.SagaType, After: f.After, Limit: page}
 	var out []store.Timer
-	for read := 0; read < MaxScan; read += page {
+	for read := 0; read < timerScan; read += page {
 		ts, err := st.ListTimers(ctx, p)
 		if err != nil {
 			return nil, "", fmt.Errorf("list timers: %w", err)
@@ -42,11 +45,9 @@ func Timers(ctx context.Context, st store.Store, f *TimerFilter) ([]store.Timer,
 			if !f.DueBefore.IsZero() && !t.DueAt.Before(f.DueBefore) {
 				return out, "", nil // due order: none later matches
 			}
-			if f.Key == "" || t.Key == f.Key {
-				out = append(out, *t)
-				if len(out) == limit {
-					return out, TimerCursor(t), nil
-				}
+			out = append(out, *t)
+			if len(out) == limit {
+				return out, TimerCursor(t), nil
 			}
 		}
 		if len(ts) < page {
@@ -62,10 +63,12 @@ func Timers(ctx context.Context, st store.Store, f *TimerFilter) ([]store.Timer,
 
 // FindTimer returns the timer k, or an error wrapping store.ErrNotFound.
 func FindTimer(ctx context.Context, st store.Store, k store.TimerKey) (*store.Timer, error) {
-	f := &TimerFilter{SagaType: k.SagaType, Key: k.Key, Limit: MaxScan}
-	ts, _, err := Timers(ctx, st, f)
+	if k.SagaType == "" {
+		return nil, fmt.Errorf("timer %s/%s/%s: no saga type: %w", k.SagaType, k.Key, k.Name, store.ErrNotFound)
+	}
+	ts, err := st.TimersOf(ctx, store.Key{SagaType: k.SagaType, Key: k.Key})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("find timer %s/%s/%s: %w", k.SagaType, k.Key, k.Name, err)
 	}
 	for i := range ts {
 		if ts[i].Name == k.Name {
@@ -112,21 +115,21 @@ func commit(ctx context.Context, st store.Store, c *store.Changes, op string) er
 	return nil
 }
 
-// timersOf is a store that reads the timers of one saga by its key
-// (pgstore) instead of scanning every timer of its type.
-type timersOf interface {
-	TimersOf(ctx context.Context, k store.Key) ([]store.Timer, error)
-}
-
-// sagaTimers is Timers for the first page of one saga's timers.
-func sagaTimers(ctx context.Context, st timersOf, f *TimerFilter, limit int) ([]store.Timer, string, error) {
+// sagaTimers is Timers for the timers of one key (in one saga type, or in
+// every type when f.SagaType is empty): the store returns them all, and the
+// page is cut from them here.
+func sagaTimers(ctx context.Context, st store.Store, f *TimerFilter, limit int) ([]store.Timer, string, error) {
 	ts, err := st.TimersOf(ctx, store.Key{SagaType: f.SagaType, Key: f.Key})
+	if err != nil {
+		return nil, "", fmt.Errorf("list timers: %w", err)
+	}
+	after, err := timerAfter(f.After)
 	if err != nil {
 		return nil, "", fmt.Errorf("list timers: %w", err)
 	}
 	out := ts[:0]
 	for _, t := range ts {
-		if f.DueBefore.IsZero() || t.DueAt.Before(f.DueBefore) {
+		if (f.DueBefore.IsZero() || t.DueAt.Before(f.DueBefore)) && (after == nil || sqlq.CompareTimers(t, *after) > 0) {
 			out = append(out, t)
 		}
 	}
@@ -134,4 +137,17 @@ func sagaTimers(ctx context.Context, st timersOf, f *TimerFilter, limit int) ([]
 		return out[:limit], TimerCursor(&out[limit-1]), nil
 	}
 	return out, "", nil
+}
+
+// timerAfter is the position that the cursor after names: nil for the
+// first page.
+func timerAfter(after string) (*store.Timer, error) {
+	if after == "" {
+		return nil, nil
+	}
+	due, typ, key, name, err := sqlq.TimerCursor(after)
+	if err != nil {
+		return nil, err
+	}
+	return &store.Timer{DueAt: due, SagaType: typ, Key: key, Name: name}, nil
 }

@@ -92,27 +92,6 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	return out, nil
 }
 
-// TimersOf returns the timers of one saga in due order, through the
-// primary key instead of a scan of every timer of its type.
-func (s *Store) TimersOf(ctx context.Context, k store.Key) ([]store.Timer, error) {
-	if err := s.check("timers of saga"); err != nil {
-		return nil, err
-	}
-	if !representable(k.SagaType, k.Key) {
-		return nil, nil
-	}
-	rows, err := s.pool.Query(ctx, `SELECT saga_type, key, name, due_at, envelope, body FROM idem_timers
-WHERE saga_type = $1 AND key = $2 ORDER BY due_at, name COLLATE "C"`, k.SagaType, k.Key)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: timers of %s/%s: %w", k.SagaType, k.Key, translate(err))
-	}
-	ts, err := scanTimers(rows)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: timers of %s/%s: %w", k.SagaType, k.Key, err)
-	}
-	return ts, nil
-}
-
 // representable reports whether PostgreSQL can take every value as text:
 // valid UTF-8 without U+0000. A filter that is not can match nothing
 // stored, and sending it would fail the query (SQLSTATE 22021).

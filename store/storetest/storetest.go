@@ -125,6 +125,7 @@ var testCases = []testCase{
 	{"ClaimDueTimers", testClaimDueTimers},
 	{"DeleteTimersKeepsRescheduled", testDeleteTimersKeepsRescheduled},
 	{"ListTimers", testListTimers},
+	{"TimersOfSaga", testTimersOfSaga},
 
 	// Retention.
 	{"SweepDeletesFinishedInBoundedBatches", testSweepDeletesFinishedInBoundedBatches},
