@@ -3,8 +3,11 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,10 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/examples/orders"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/transport/memtransport"
 )
 
@@ -28,38 +35,96 @@ const (
 	alertTests    = "../deploy/prometheus/idem-alerts.test.yml"
 )
 
-// exported returns the names of every metric the collectors of admin.New
-// describe, whether or not they have samples yet.
-func exported(t *testing.T) map[string]bool {
+// exported returns the names of the metrics that /metrics of an admin
+// server over st has samples of, after an engine on st applied, skipped as
+// duplicate and dead-lettered messages: what an operator's Prometheus
+// scrapes, not what the collectors merely describe.
+func exported(t *testing.T, st store.Store) map[string]bool {
 	t.Helper()
+	ctx := t.Context()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, tr := memstore.New(nil), memtransport.New(nil)
-	t.Cleanup(func() { st.Close(); tr.Close() })
-	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: logger})
+	tr := memtransport.New(nil)
+	t.Cleanup(func() { tr.Close() })
+	obs := NewObserver()
+	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: logger, Observe: obs.Observe})
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bool{}
-	ch := make(chan *prometheus.Desc)
-	done := make(chan struct{})
-	re := regexp.MustCompile(`fqName: "([^"]+)"`)
-	go func() {
-		defer close(done)
-		for d := range ch {
-			if m := re.FindStringSubmatch(d.String()); m != nil {
-				names[m[1]] = true
-			}
-		}
-	}()
-	for _, c := range []prometheus.Collector{newCollector(e, st, logger, time.Second), NewObserver()} {
-		c.Describe(ch)
+	if err := e.Register(orders.OrderMachine()); err != nil {
+		t.Fatal(err)
 	}
-	close(ch)
-	<-done
-	if !names["idem_store_up"] || !names["idem_transition_seconds"] {
-		t.Fatalf("the collectors describe %v: want idem_store_up and idem_transition_seconds among them", names)
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	env, err := e.NewEnvelope("p-1", orders.OrderPlaced{OrderID: "o-1", Items: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []idem.Envelope{env, env, {ID: "u-1", Type: "nobody.Consumes", Body: []byte(`{}`)}} {
+		if err := e.Publish(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for s := e.Stats(); s.Applied+s.Duplicates+s.DeadLettered < 3; s = e.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for three settled messages: %+v", s)
+		}
+		<-tick.C
+	}
+	h, err := New(e, st, &Config{Observer: obs, Logger: logger, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil))
+	names := map[string]bool{}
+	for line := range strings.Lines(rec.Body.String()) {
+		if name, _, ok := strings.Cut(line, " "); ok && !strings.HasPrefix(line, "#") {
+			name, _, _ = strings.Cut(name, "{")
+			names[name] = true
+		}
+	}
+	if !names["idem_store_up"] || !names["idem_transition_seconds_bucket"] {
+		t.Fatalf("/metrics has samples of %v: want idem_store_up and idem_transition_seconds among them", names)
 	}
 	return names
+}
+
+// deployStores returns the bundled SQL stores, fresh: SQLite, and
+// PostgreSQL in a schema of its own (skipped without IDEM_TEST_PG_URL,
+// failed under IDEM_REQUIRE_SERVERS).
+func deployStores(t *testing.T) map[string]store.Store {
+	t.Helper()
+	ctx := t.Context()
+	lite, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lite.Close() })
+	out := map[string]store.Store{"sqlite": lite}
+	url := os.Getenv("IDEM_TEST_PG_URL")
+	if url == "" {
+		if os.Getenv("IDEM_REQUIRE_SERVERS") != "" {
+			t.Fatal("IDEM_TEST_PG_URL is not set but IDEM_REQUIRE_SERVERS is: start PostgreSQL (scripts/pg.sh)")
+		}
+		t.Log("IDEM_TEST_PG_URL is not set: checking SQLite only")
+		return out
+	}
+	schema := fmt.Sprintf("admin_deploy_%d_%d", os.Getpid(), time.Now().UnixNano())
+	pg, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = pg.Pool().Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		pg.Close()
+	})
+	out["postgres"] = pg
+	return out
 }
 
 var metricName = regexp.MustCompile(`\bidem_[a-z_]+\b`)
@@ -106,10 +171,11 @@ func readDashboard(t *testing.T) dashboard {
 	return d
 }
 
-// The dashboard and the alerts use only metrics that /metrics exports, so
-// a renamed metric breaks this test instead of an operator's panel.
+// The dashboard and the alerts use only metrics that /metrics exports, with
+// samples, on each bundled SQL store: a renamed metric, or one that a store
+// never exports (idem_store_rows, once), breaks this test instead of an
+// operator's panel.
 func TestDeployUsesExportedMetrics(t *testing.T) {
-	names := exported(t)
 	d := readDashboard(t)
 	var exprs []string
 	for _, p := range d.Panels {
@@ -124,16 +190,21 @@ func TestDeployUsesExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for file, text := range map[string]string{dashboardFile: strings.Join(exprs, "\n"), alertsFile: string(alerts)} {
-		used := usedMetrics(text)
-		if len(used) == 0 {
-			t.Errorf("%s uses no idem_ metric", file)
-		}
-		for _, m := range used {
-			if !names[m] {
-				t.Errorf("%s uses %s, which /metrics does not export", file, m)
+	for name, st := range deployStores(t) {
+		t.Run(name, func(t *testing.T) {
+			names := exported(t, st)
+			for file, text := range map[string]string{dashboardFile: strings.Join(exprs, "\n"), alertsFile: string(alerts)} {
+				used := usedMetrics(text)
+				if len(used) == 0 {
+					t.Errorf("%s uses no idem_ metric", file)
+				}
+				for _, m := range used {
+					if !names[m] && !names[m+"_bucket"] {
+						t.Errorf("%s uses %s, which /metrics on %s has no sample of", file, m, name)
+					}
+				}
 			}
-		}
+		})
 	}
 }
 

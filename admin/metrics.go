@@ -83,14 +83,12 @@ func (o *Observer) Observe(ob idem.Observation) {
 	}
 }
 
-// RowEstimator is implemented by stores that can estimate how many rows
-// their tables hold without scanning them (PostgreSQL's
-// pg_class.reltuples, counters kept by the sweep). EstimateRows returns
-// estimates by table name ("inbox", "outbox", "journal", "instances", …).
-// When the store implements it, /metrics exports idem_store_rows.
-type RowEstimator interface {
-	EstimateRows(ctx context.Context) (map[string]int64, error)
-}
+// RowEstimator is store.RowEstimator, which /metrics exports as
+// idem_store_rows.
+//
+// Deprecated: the capability lives in the store contract; use
+// store.RowEstimator.
+type RowEstimator = store.RowEstimator
 
 // collector reads the engine's counters and the store's backlog at scrape
 // time.
@@ -227,7 +225,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.queueUp, 1)
 		}
 	}
-	if re, ok := c.st.(RowEstimator); ok {
+	if re, ok := c.st.(store.RowEstimator); ok {
 		rows, err := re.EstimateRows(ctx)
 		if err != nil {
 			c.log.Warn("metrics: estimate the store's rows", "error", err)

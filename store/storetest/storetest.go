@@ -126,6 +126,7 @@ var testCases = []testCase{
 	{"DeleteTimersKeepsRescheduled", testDeleteTimersKeepsRescheduled},
 	{"ListTimers", testListTimers},
 	{"TimersOfSaga", testTimersOfSaga},
+	{"RowsEstimatedAndCounted", testRowsEstimatedAndCounted},
 
 	// Retention.
 	{"SweepDeletesFinishedInBoundedBatches", testSweepDeletesFinishedInBoundedBatches},
