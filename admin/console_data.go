@@ -88,6 +88,8 @@ type Overview struct {
 	Sagas        []SagaCounts `json:"sagas"`
 	// CountsExact is false when the store could only be sampled.
 	CountsExact bool `json:"counts_exact"`
+	// Stored counts the dead letters and timers the store holds.
+	Stored StoredCounts `json:"stored"`
 }
 
 // SagaCounts are the instance counts of one saga type.
@@ -124,6 +126,7 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 			s.log.WarnContext(ctx, "admin: queue depth", "error", err)
 		}
 	}
+	o.Stored = s.storedCounts(ctx)
 	o.Sagas, o.CountsExact, err = s.sagaCounts(ctx)
 	return o, err
 }

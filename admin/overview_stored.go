@@ -1,0 +1,86 @@
+package admin
+
+import (
+	"context"
+
+	"github.com/idemhq/idem/store"
+)
+
+// StoredCounts are what the store holds, whichever process stored it:
+// unlike Rates and Totals, which count what this process did since it
+// started. A count is nil when the store cannot count that kind of row
+// (it implements neither store.RowCounter nor store.RowEstimator).
+type StoredCounts struct {
+	DeadLetters *StoredCount `json:"dead_letters,omitempty"`
+	Timers      *StoredCount `json:"timers,omitempty"`
+}
+
+// StoredCount is how many rows of one kind the store holds.
+type StoredCount struct {
+	Count int64 `json:"count"`
+	// Accuracy is AccuracyExact, AccuracyEstimate or AccuracyAtLeast.
+	Accuracy string `json:"accuracy"`
+}
+
+// The accuracies of a StoredCount.
+const (
+	// AccuracyExact: Count is exact (there are fewer than StoredCountBound).
+	AccuracyExact = "exact"
+	// AccuracyEstimate: there are StoredCountBound rows or more, and Count
+	// is the store's estimate (store.RowEstimator).
+	AccuracyEstimate = "estimate"
+	// AccuracyAtLeast: there are Count rows or more, and the store cannot
+	// estimate how many.
+	AccuracyAtLeast = "at_least"
+)
+
+// StoredCountBound is how many rows the overview counts exactly; above it,
+// it shows the store's estimate, so that a refresh reads at most this
+// many rows however large the table.
+const StoredCountBound = 1000
+
+// storedCounts counts the dead letters and timers the store holds. A
+// failure is logged and leaves the count out: the rest of the overview
+// still shows.
+func (s *Server) storedCounts(ctx context.Context) StoredCounts {
+	var out StoredCounts
+	rc, counts := s.st.(store.RowCounter)
+	re, estimates := s.st.(store.RowEstimator)
+	if !counts && !estimates {
+		return out
+	}
+	var est map[string]int64
+	count := func(table string) *StoredCount {
+		n := int64(StoredCountBound)
+		if counts {
+			var err error
+			if n, err = rc.CountRows(ctx, table, StoredCountBound); err != nil {
+				s.log.WarnContext(ctx, "admin: count stored rows", "table", table, "error", err)
+				return nil
+			}
+			if n < StoredCountBound {
+				return &StoredCount{Count: n, Accuracy: AccuracyExact}
+			}
+		}
+		if !estimates {
+			return &StoredCount{Count: n, Accuracy: AccuracyAtLeast}
+		}
+		if est == nil {
+			var err error
+			if est, err = re.EstimateRows(ctx); err != nil {
+				s.log.WarnContext(ctx, "admin: estimate stored rows", "error", err)
+				est = map[string]int64{}
+			}
+		}
+		e, ok := est[table]
+		if !ok || (counts && e < n) {
+			// The estimate lags (statistics not yet collected): the
+			// bounded count is the better answer.
+			return &StoredCount{Count: n, Accuracy: AccuracyAtLeast}
+		}
+		return &StoredCount{Count: e, Accuracy: AccuracyEstimate}
+	}
+	out.DeadLetters = count(store.TableDeadLetters)
+	out.Timers = count(store.TableTimers)
+	return out
+}
