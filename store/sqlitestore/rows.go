@@ -54,7 +54,7 @@ func (s *Store) EstimateRows(ctx context.Context) (map[string]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: estimate rows: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck // read-only
+	defer func() { _ = tx.Rollback() }() // it only read
 	roots, err := rootPages(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: estimate rows: %w", err)
