@@ -60,15 +60,17 @@ func (s *Store) stalledEvery() time.Duration {
 // sessionParams are the session settings Open gives every connection so
 // that the server notices a partition within about Lease on its own: TCP
 // keepalives that start after a third of the lease of silence and give up
-// after three unanswered probes, and a TCP user timeout of one lease for
-// unacknowledged data.
+// after three unanswered probes, and a TCP user timeout of one lease (at
+// least 10s) for unacknowledged data. Linux also applies the user timeout
+// to a client that stops reading: the floor keeps a short test lease from
+// dropping a connection whose client was only descheduled.
 func sessionParams(lease time.Duration) map[string]string {
 	secs := max(int64(lease/time.Second), 3)
 	return map[string]string{
 		"tcp_keepalives_idle":     strconv.FormatInt(max(secs/3, 1), 10),
 		"tcp_keepalives_interval": strconv.FormatInt(max(secs/9, 1), 10),
 		"tcp_keepalives_count":    "3",
-		"tcp_user_timeout":        strconv.FormatInt(max(lease.Milliseconds(), 1000), 10),
+		"tcp_user_timeout":        strconv.FormatInt(max(lease, 10*time.Second).Milliseconds(), 10),
 	}
 }
 
