@@ -310,11 +310,11 @@ func (s *Store) poolerError(err error) error {
 	case pe.Code == "08P01" && strings.HasPrefix(pe.Message, "unsupported startup parameter"):
 		param := strings.TrimSpace(strings.TrimPrefix(pe.Message, "unsupported startup parameter:"))
 		return fmt.Errorf("pgstore: the server at %s refused the startup parameter %s (%w): it is a connection pooler such as PgBouncer, not PostgreSQL, and it does not pass on the settings pgstore.Open makes when it connects "+
-			"(search_path for Config.Schema, application_name, and the TCP and idle timeouts that bound a partition). "+
+			"(search_path for Config.Schema, and the TCP timeouts that bound a partition). "+
 			"Idem does not support PgBouncer yet: connect it to PostgreSQL directly; "+
 			"or run PgBouncer in session pooling mode (pool_mode = session) with ignore_startup_parameters = %s, "+
-			"set the schema with ALTER ROLE <role> SET search_path TO %s, and build the pool yourself for pgstore.New",
-			s.addr(), param, redact(err), strings.Join(StartupParameters(), ","), SearchPath(s.cfg.Schema))
+			"and set the schema with ALTER ROLE <role> SET search_path TO %s",
+			s.addr(), param, redact(err), strings.Join(slices.DeleteFunc(StartupParameters(), func(p string) bool { return p == "application_name" }), ","), SearchPath(s.cfg.Schema))
 	case pe.Code == "42P05" || (pe.Code == "26000" && strings.Contains(pe.Message, "prepared statement")):
 		return fmt.Errorf("pgstore: the server at %s reports %q (%w): the connections go through a pooler in transaction mode (PgBouncer pool_mode = transaction), "+
 			"which gives one PostgreSQL session to several clients, so the statements pgx prepares and caches on a connection meet another client's. "+
