@@ -114,7 +114,9 @@ type Config struct {
 	// committing engine sends fresh rows itself). Defaults 1s and 5s.
 	RelayInterval, RelayAge time.Duration
 	// ClaimLease is how long a relay or timer claim keeps other replicas
-	// away from the claimed rows. Default 30s.
+	// away from the claimed rows, measured on the store's clock (the
+	// database's for PostgreSQL and SQLite, so replicas whose clocks
+	// differ agree on it). Default 30s.
 	ClaimLease time.Duration
 	// StopTimeout is how long Run waits, once its context ends, for the
 	// batch in flight to commit and settle. Default 10s.

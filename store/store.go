@@ -319,7 +319,11 @@ type ClaimParams struct {
 	Now time.Time
 	// Limit bounds how many rows are claimed.
 	Limit int
-	// Lease is how long the claim keeps other claimers away.
+	// Lease is how long the claim keeps other claimers away. A store that
+	// several processes share measures it on one clock they all see (the
+	// database's), not on Now: a replica whose clock runs ahead must not
+	// take back a claim another still holds. A store private to one
+	// process (memstore) may measure it on Now.
 	Lease time.Duration
 	// CreatedBefore selects outbox messages created before it (so that the
 	// relay leaves fresh messages to the committing engine's fast path).

@@ -30,6 +30,11 @@
 // (transport.PendingCounter) counts the messages visible now and those
 // leased or delayed.
 //
+// Every lease is measured on the database's clock (now()): the queue's
+// visibility, and the claims of the outbox relay and the timer poller
+// (ClaimParams.Now only says what is due), so that replicas whose clocks
+// differ never take back each other's claims early.
+//
 // The journal is append-only: triggers refuse UPDATE, TRUNCATE, and DELETE
 // outside Sweep.
 //

@@ -14,24 +14,30 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
+// claimOutboxSQL and claimTimersSQL measure leases on the database's
+// clock (now()), the one clock every replica shares: a replica whose own
+// clock runs ahead would otherwise take back claims that another still
+// holds. What is due, and CreatedBefore, stay on the engine's clock
+// (ClaimParams.Now), which wrote the due times and creation times.
 const claimOutboxSQL = `
-UPDATE idem_outbox o SET lease_until = $2
+UPDATE idem_outbox o SET lease_until = now() + make_interval(secs => $1)
 FROM (
   SELECT id FROM idem_outbox
-  WHERE sent_at IS NULL AND created_at < $3 AND (lease_until IS NULL OR lease_until <= $1)
+  WHERE sent_at IS NULL AND created_at < $2 AND (lease_until IS NULL OR lease_until <= now())
   ORDER BY created_at, seq
-  LIMIT $4
+  LIMIT $3
   FOR UPDATE SKIP LOCKED
 ) c
 WHERE o.id = c.id
 RETURNING o.envelope, o.body, o.created_at, o.seq`
 
-// ClaimOutbox claims unsent outbox rows older than p.CreatedBefore.
+// ClaimOutbox claims unsent outbox rows older than p.CreatedBefore for
+// p.Lease, measured on the database's clock.
 func (s *Store) ClaimOutbox(ctx context.Context, p *store.ClaimParams) ([]store.OutboxMessage, error) {
 	if err := s.check("claim outbox"); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, claimOutboxSQL, p.Now, p.Now.Add(p.Lease), p.CreatedBefore, sqlq.Limit(p.Limit))
+	rows, err := s.pool.Query(ctx, claimOutboxSQL, p.Lease.Seconds(), p.CreatedBefore, sqlq.Limit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim outbox: %w", translate(err))
 	}
@@ -85,10 +91,10 @@ func (s *Store) MarkSent(ctx context.Context, ids []string, at time.Time) error 
 }
 
 const claimTimersSQL = `
-UPDATE idem_timers t SET lease_until = $2
+UPDATE idem_timers t SET lease_until = now() + make_interval(secs => $2)
 FROM (
   SELECT saga_type, key, name FROM idem_timers
-  WHERE due_at <= $1 AND (lease_until IS NULL OR lease_until <= $1)
+  WHERE due_at <= $1 AND (lease_until IS NULL OR lease_until <= now())
   ORDER BY due_at
   LIMIT $3
   FOR UPDATE SKIP LOCKED
@@ -96,12 +102,13 @@ FROM (
 WHERE t.saga_type = c.saga_type AND t.key = c.key AND t.name = c.name
 RETURNING t.saga_type, t.key, t.name, t.due_at, t.envelope, t.body`
 
-// ClaimTimers claims due timers.
+// ClaimTimers claims timers due at p.Now for p.Lease, measured on the
+// database's clock.
 func (s *Store) ClaimTimers(ctx context.Context, p *store.ClaimParams) ([]store.Timer, error) {
 	if err := s.check("claim timers"); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, claimTimersSQL, p.Now, p.Now.Add(p.Lease), sqlq.Limit(p.Limit))
+	rows, err := s.pool.Query(ctx, claimTimersSQL, p.Now, p.Lease.Seconds(), sqlq.Limit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim timers: %w", translate(err))
 	}

@@ -67,7 +67,14 @@ type Config struct {
 	// it is handed out again. A unit of work that claimed its deliveries
 	// itself (store.ClaimUnitOfWork) holds them while it runs; the server
 	// ends its session if it sits idle inside the transaction for longer
-	// than Lease, and the deliveries are handed out again. Default 30s.
+	// than Lease, and the deliveries are handed out again. Lease also
+	// bounds a replica cut off in the middle of a unit of work: its
+	// session is ended (by the TCP settings Open gives each connection, or
+	// by another replica's store, which ends sessions of its
+	// application_name that waited on their client inside a transaction
+	// for longer than Lease) and its row locks released within about
+	// Lease plus a quarter of it. Replicas sharing a database should use
+	// one Lease. Default 30s.
 	Lease time.Duration
 	// PollInterval bounds how long an idle consumer waits without a
 	// notification before looking at the queue again. Default 1s.
@@ -151,6 +158,8 @@ type Store struct {
 	lwg      sync.WaitGroup
 	lcancel  context.CancelFunc
 
+	stalledOnce sync.Once // starts watchStalled
+
 	notifyOn bool
 	notify   chan struct{} // capacity 1: a pending notification
 	bg       context.Context
@@ -172,6 +181,9 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	pc.MaxConns = c.MaxConns
 	pc.ConnConfig.RuntimeParams["search_path"] = SearchPath(c.Schema)
 	pc.ConnConfig.RuntimeParams["application_name"] = "idem"
+	for k, v := range sessionParams(c.Lease) {
+		pc.ConnConfig.RuntimeParams[k] = v
+	}
 	trips := &tripCounter{}
 	pc.ConnConfig.Tracer = trips
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -264,13 +276,51 @@ func (s *Store) checkServer(ctx context.Context) error {
 	var syncCommit, fsync string
 	err := s.pool.QueryRow(pctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&syncCommit, &fsync)
 	if err != nil {
-		cc := s.pool.Config().ConnConfig
+		if perr := s.poolerError(err); perr != nil {
+			return perr
+		}
 		return fmt.Errorf("pgstore: cannot reach PostgreSQL at %s: %w; check that the server runs and the connection string (IDEM_STORE) is right",
-			net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), redact(err))
+			s.addr(), redact(err))
 	}
 	if (syncCommit == "off" || fsync == "off") && !s.cfg.AllowUnsafeCommit {
 		return fmt.Errorf("pgstore: %w (synchronous_commit=%s, fsync=%s): a crash would lose acknowledged messages; "+
 			"set synchronous_commit=on and fsync=on, or accept the loss with Config.AllowUnsafeCommit (--allow-unsafe-commit)", ErrUnsafeCommit, syncCommit, fsync)
+	}
+	return nil
+}
+
+// addr is the host:port the pool connects to, for messages.
+func (s *Store) addr() string {
+	cc := s.pool.Config().ConnConfig
+	return net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+}
+
+// poolerError explains the failures of a connection pooler in front of
+// PostgreSQL that Idem cannot work through yet (PgBouncer in transaction
+// pooling mode), or returns nil for any other error: PgBouncer refuses the
+// startup parameters Open sets, and a pooler that hands one server session
+// to several clients makes pgx's statement cache collide with another
+// client's.
+func (s *Store) poolerError(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	switch {
+	case pe.Code == "08P01" && strings.HasPrefix(pe.Message, "unsupported startup parameter"):
+		param := strings.TrimSpace(strings.TrimPrefix(pe.Message, "unsupported startup parameter:"))
+		return fmt.Errorf("pgstore: the server at %s refused the startup parameter %s (%w): it is a connection pooler such as PgBouncer, not PostgreSQL, and it does not pass on the settings pgstore.Open makes when it connects "+
+			"(search_path for Config.Schema, and the TCP timeouts that bound a partition). "+
+			"Idem does not support PgBouncer yet: connect it to PostgreSQL directly; "+
+			"or run PgBouncer in session pooling mode (pool_mode = session) with ignore_startup_parameters = %s, "+
+			"and set the schema with ALTER ROLE <role> SET search_path TO %s",
+			s.addr(), param, redact(err), strings.Join(slices.DeleteFunc(StartupParameters(), func(p string) bool { return p == "application_name" }), ","), SearchPath(s.cfg.Schema))
+	case pe.Code == "42P05" || (pe.Code == "26000" && strings.Contains(pe.Message, "prepared statement")):
+		return fmt.Errorf("pgstore: the server at %s reports %q (%w): the connections go through a pooler in transaction mode (PgBouncer pool_mode = transaction), "+
+			"which gives one PostgreSQL session to several clients, so the statements pgx prepares and caches on a connection meet another client's. "+
+			"Idem needs a session of its own per connection and does not support transaction pooling yet: connect it to PostgreSQL directly, or set PgBouncer's pool_mode = session; "+
+			"a pool through a transaction pooler would at least need ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec (or QueryExecModeSimpleProtocol)",
+			s.addr(), pe.Message, redact(err))
 	}
 	return nil
 }

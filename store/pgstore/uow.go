@@ -37,6 +37,7 @@ func (s *Store) Begin(ctx context.Context) (store.UnitOfWork, error) {
 	if err := s.check("begin"); err != nil {
 		return nil, err
 	}
+	s.watchStalled()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: begin: %w", redact(err))

@@ -119,8 +119,10 @@
 //     SagaType, Key and Name joined with "\x00".
 //   - ListDeadLetters filters on SagaType. Its cursor is the last ID.
 //   - ClaimOutbox returns messages by (CreatedAt, commit order), ClaimTimers
-//     by DueAt. Leases are measured against ClaimParams.Now only; a lease
-//     ends at Now+Lease.
+//     by DueAt. Due times and CreatedBefore are judged against
+//     ClaimParams.Now; leases are measured on the host's clock, which is
+//     the database's (every process sharing the file runs on this host),
+//     so that engines given different clocks agree on them.
 //   - Scheduling a timer name again replaces the timer and its lease.
 //   - Within one Commit, CancelTimers are applied before Timers.
 //   - An outbox message whose envelope ID is already stored is ignored.

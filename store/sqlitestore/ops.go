@@ -15,6 +15,11 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
+// claimOutboxSQL and claimTimersSQL measure leases on the host's clock,
+// which is the database's: every process that opens the file runs on the
+// one host (SQLite's locks do not reach across machines), so replicas
+// agree on it whatever clock their engines were given. What is due, and
+// CreatedBefore, stay on the engine's clock (ClaimParams.Now).
 const claimOutboxSQL = `
 UPDATE idem_outbox SET lease_until = ?2
 WHERE seq IN (
@@ -31,7 +36,8 @@ SELECT EXISTS (
   WHERE sent_at IS NULL AND created_at < ?2 AND (lease_until IS NULL OR lease_until <= ?1)
 )`
 
-// ClaimOutbox claims unsent outbox rows created before p.CreatedBefore.
+// ClaimOutbox claims unsent outbox rows created before p.CreatedBefore for
+// p.Lease, measured on the host's clock.
 func (s *Store) ClaimOutbox(ctx context.Context, p *store.ClaimParams) ([]store.OutboxMessage, error) {
 	if p == nil {
 		p = &store.ClaimParams{}
@@ -40,8 +46,9 @@ func (s *Store) ClaimOutbox(ctx context.Context, p *store.ClaimParams) ([]store.
 		return nil, err
 	}
 	// Look on a reader first: an idle relay then never takes the write lock.
+	now := time.Now()
 	var any bool
-	if err := s.rdb.QueryRowContext(ctx, anyOutboxSQL, micros(p.Now), micros(p.CreatedBefore)).Scan(&any); err != nil {
+	if err := s.rdb.QueryRowContext(ctx, anyOutboxSQL, micros(now), micros(p.CreatedBefore)).Scan(&any); err != nil {
 		return nil, fmt.Errorf("sqlitestore: claim outbox: %w", err)
 	}
 	if !any {
@@ -55,7 +62,8 @@ func (s *Store) ClaimOutbox(ctx context.Context, p *store.ClaimParams) ([]store.
 	var out []row
 	err := s.write(ctx, "claim outbox", leaseOnly, func(w *writer) error {
 		out = out[:0]
-		rows, err := w.query(claimOutboxSQL, micros(p.Now), micros(p.Now.Add(p.Lease)), micros(p.CreatedBefore), sqlq.Limit(p.Limit))
+		now := time.Now()
+		rows, err := w.query(claimOutboxSQL, micros(now), micros(now.Add(p.Lease)), micros(p.CreatedBefore), sqlq.Limit(p.Limit))
 		if err != nil {
 			return err
 		}
@@ -117,7 +125,7 @@ const claimTimersSQL = `
 UPDATE idem_timers SET lease_until = ?2
 WHERE (saga_type, key, name) IN (
   SELECT saga_type, key, name FROM idem_timers
-  WHERE due_at <= ?1 AND (lease_until IS NULL OR lease_until <= ?1)
+  WHERE due_at <= ?1 AND (lease_until IS NULL OR lease_until <= ?4)
   ORDER BY due_at
   LIMIT ?3
 )
@@ -125,10 +133,11 @@ RETURNING ` + timerCols
 
 const anyTimerSQL = `
 SELECT EXISTS (
-  SELECT 1 FROM idem_timers WHERE due_at <= ?1 AND (lease_until IS NULL OR lease_until <= ?1)
+  SELECT 1 FROM idem_timers WHERE due_at <= ?1 AND (lease_until IS NULL OR lease_until <= ?2)
 )`
 
-// ClaimTimers claims timers due at or before p.Now, by due time.
+// ClaimTimers claims timers due at or before p.Now, by due time, for
+// p.Lease, measured on the host's clock.
 func (s *Store) ClaimTimers(ctx context.Context, p *store.ClaimParams) ([]store.Timer, error) {
 	if p == nil {
 		p = &store.ClaimParams{}
@@ -139,7 +148,7 @@ func (s *Store) ClaimTimers(ctx context.Context, p *store.ClaimParams) ([]store.
 	// Look on a reader first: an idle timer poller then never takes the
 	// write lock.
 	var any bool
-	if err := s.rdb.QueryRowContext(ctx, anyTimerSQL, micros(p.Now)).Scan(&any); err != nil {
+	if err := s.rdb.QueryRowContext(ctx, anyTimerSQL, micros(p.Now), micros(time.Now())).Scan(&any); err != nil {
 		return nil, fmt.Errorf("sqlitestore: claim timers: %w", err)
 	}
 	if !any {
@@ -147,7 +156,8 @@ func (s *Store) ClaimTimers(ctx context.Context, p *store.ClaimParams) ([]store.
 	}
 	var raw []rawTimer
 	err := s.write(ctx, "claim timers", leaseOnly, func(w *writer) error {
-		rows, err := w.query(claimTimersSQL, micros(p.Now), micros(p.Now.Add(p.Lease)), sqlq.Limit(p.Limit))
+		now := time.Now()
+		rows, err := w.query(claimTimersSQL, micros(p.Now), micros(now.Add(p.Lease)), sqlq.Limit(p.Limit), micros(now))
 		if err != nil {
 			return err
 		}

@@ -712,11 +712,12 @@ func testReadsReturnFreshCopies(t *testing.T, s store.Store) {
 	list[0].Timers["expire"] = "mutated"
 	checkInstance(t, "instance after mutating a listed one", loadOne(t, s, k), want)
 
-	ms := claimOutbox(t, s, store.ClaimParams{Now: base, Limit: 10, Lease: time.Minute, CreatedBefore: base})
+	ms := claimOutbox(t, s, store.ClaimParams{Now: base, Limit: 10, Lease: shortLease, CreatedBefore: base})
 	if len(ms) != 1 {
 		t.Fatalf("claim outbox: got %q, want [out-1]", outboxIDs(ms))
 	}
 	mutate(&ms[0].Envelope)
+	waitOut(shortLease)
 	ms = claimOutbox(t, s, store.ClaimParams{Now: base.Add(time.Hour), Limit: 10, Lease: time.Minute, CreatedBefore: base})
 	if len(ms) != 1 {
 		t.Fatalf("reclaim outbox: got %q, want [out-1]", outboxIDs(ms))

@@ -90,7 +90,7 @@ func testOutboxClaimAndMarkSent(t *testing.T, s store.Store) {
 	}
 	commit(t, s, &store.Changes{Outbox: msgs[:2]})
 	commit(t, s, &store.Changes{Outbox: msgs[2:]})
-	lease := time.Minute
+	lease := shortLease
 
 	got := claimOutbox(t, s, store.ClaimParams{Now: base, Limit: 10, Lease: lease, CreatedBefore: base})
 	checkStrings(t, "first claim (created before CreatedBefore)", outboxIDs(got), []string{"o-1", "o-2", "o-3"})
@@ -110,10 +110,11 @@ func testOutboxClaimAndMarkSent(t *testing.T, s store.Store) {
 
 	// Within the lease, claimed messages are not handed out again; the fresh
 	// one is, once CreatedBefore passes it.
-	got = claimOutbox(t, s, store.ClaimParams{Now: base.Add(30 * time.Second), Limit: 10, Lease: lease, CreatedBefore: base.Add(time.Hour)})
+	got = claimOutbox(t, s, store.ClaimParams{Now: base.Add(lease / 2), Limit: 10, Lease: lease, CreatedBefore: base.Add(time.Hour)})
 	checkStrings(t, "claim within the lease", outboxIDs(got), []string{"o-4"})
-	got = claimOutbox(t, s, store.ClaimParams{Now: base.Add(59 * time.Second), Limit: 10, Lease: lease, CreatedBefore: base.Add(time.Hour)})
+	got = claimOutbox(t, s, store.ClaimParams{Now: base.Add(lease - time.Millisecond), Limit: 10, Lease: lease, CreatedBefore: base.Add(time.Hour)})
 	checkStrings(t, "claim just before the leases end", outboxIDs(got), nil)
+	waitOut(lease)
 
 	// A sent message is never claimed again.
 	markSent(t, s, base.Add(31*time.Second), "o-1")
@@ -121,8 +122,8 @@ func testOutboxClaimAndMarkSent(t *testing.T, s store.Store) {
 		t.Errorf("backlog after sending o-1: got %d, %v; want 3, %v", n, oldest, msgs[1].CreatedAt)
 	}
 
-	// After the leases end (judged by Now, not by the store's clock), the
-	// unsent messages are claimed again, no more than Limit at a time.
+	// After the leases end, the unsent messages are claimed again, no more
+	// than Limit at a time.
 	now2 := base.Add(2 * time.Minute)
 	first := claimOutbox(t, s, store.ClaimParams{Now: now2, Limit: 2, Lease: lease, CreatedBefore: base.Add(time.Hour)})
 	if len(first) != 2 {
@@ -218,12 +219,13 @@ func testTimersCancel(t *testing.T, s store.Store) {
 		t.Fatalf("commit cancelling present and missing timers: got error %v, want nil", err)
 	}
 	checkStrings(t, "timers after cancel", timerIDs(listTimers(t, s)), []string{"t-2", "t-3"})
-	got := claimTimers(t, s, store.ClaimParams{Now: base.Add(time.Hour), Limit: 10, Lease: time.Minute})
+	got := claimTimers(t, s, store.ClaimParams{Now: base.Add(time.Hour), Limit: 10, Lease: shortLease})
 	checkStrings(t, "claim after cancel", timerIDs(got), []string{"t-2", "t-3"})
 
 	// A claimed timer can be cancelled too.
 	commit(t, s, &store.Changes{CancelTimers: []store.TimerKey{{SagaType: "order", Key: "o-2", Name: "expire"}}})
 	checkStrings(t, "timers after cancelling a claimed one", timerIDs(listTimers(t, s)), []string{"t-2"})
+	waitOut(shortLease)
 	got = claimTimers(t, s, store.ClaimParams{Now: base.Add(24 * time.Hour), Limit: 10, Lease: time.Minute})
 	checkStrings(t, "claim after the leases end", timerIDs(got), []string{"t-2"})
 }
@@ -237,7 +239,7 @@ func testClaimDueTimers(t *testing.T, s store.Store) {
 		timer("order", "o-4", "a", "t-4", base.Add(time.Hour)),
 	}
 	commit(t, s, &store.Changes{Timers: timers})
-	lease := time.Minute
+	lease := shortLease
 
 	got := claimTimers(t, s, store.ClaimParams{Now: base, Limit: 10, Lease: lease})
 	checkStrings(t, "claim at base", timerIDs(got), []string{"t-1", "t-2"})
@@ -247,12 +249,14 @@ func testClaimDueTimers(t *testing.T, s store.Store) {
 			checkTimer(t, "claimed "+tm.Envelope.ID, tm, timers[i])
 		}
 	}
-	got = claimTimers(t, s, store.ClaimParams{Now: base.Add(30 * time.Second), Limit: 10, Lease: lease})
+	got = claimTimers(t, s, store.ClaimParams{Now: base.Add(lease / 2), Limit: 10, Lease: lease})
 	checkStrings(t, "claim within the lease", timerIDs(got), nil)
 
-	// Leases end at Now+Lease as the caller's clock sees it.
+	// Leases end Lease after the claim; t-3 is due by then.
+	waitOut(lease)
 	got = claimTimers(t, s, store.ClaimParams{Now: base.Add(90 * time.Second), Limit: 10, Lease: lease})
 	checkStrings(t, "claim after lease expiry", timerIDs(got), []string{"t-1", "t-2", "t-3"})
+	waitOut(lease)
 
 	// Limit bounds each claim; claims never overlap while leased.
 	now2 := base.Add(2 * time.Hour)

@@ -40,9 +40,12 @@
 //     finish (no SELECT ... FOR UPDATE, no BEGIN IMMEDIATE before Commit).
 //     A stale write is found at Commit and wraps store.ErrConflict, whatever
 //     the database reports (a serialization failure, SQLITE_BUSY_SNAPSHOT).
-//   - ClaimParams.Now is the clock: due times and lease expiry are judged
-//     against it, never against the backend's own clock, and a lease ends
-//     at Now+Lease.
+//   - ClaimParams.Now is the clock of due times and CreatedBefore. A lease
+//     ends Lease after the claim: on ClaimParams.Now (memstore), or on the
+//     backend's own clock when its processes share one (the database's),
+//     so the cases that need a lease to end use a short one, move Now past
+//     it and let it pass in real time too. A backend of the second kind
+//     also runs RunSharedClock.
 //   - Scheduling a timer name again replaces its lease too: the new timer
 //     can be claimed as soon as it is due.
 //   - ListParams.State filters instances on Instance.State; ListParams.SagaType
@@ -330,6 +333,16 @@ func listTimers(t *testing.T, s store.Store) []store.Timer {
 	}
 	return ts
 }
+
+// shortLease is the lease of the claims whose end a case waits for: a
+// store may measure leases on its own clock, where it passes in real time
+// (see waitOut). Long enough for the next statement to come within it.
+const shortLease = 2 * time.Second
+
+// waitOut lets a lease of d, taken before the call, end on any clock:
+// the case moves ClaimParams.Now past it as well. This waits for time to
+// pass, as a lease is time, and synchronises with nothing.
+func waitOut(d time.Duration) { time.Sleep(d + 10*time.Millisecond) }
 
 // claimOutbox claims with p and fails the test on error.
 func claimOutbox(t *testing.T, s store.Store, p store.ClaimParams) []store.OutboxMessage {

@@ -518,7 +518,7 @@ func (t *Transport) do(ctx context.Context, what string, budget time.Duration, o
 		if t.isClosed() {
 			return transport.ErrClosed
 		}
-		err := op(ctx)
+		err := t.attempt(ctx, op)
 		if err == nil {
 			t.recovered()
 			return nil
@@ -547,6 +547,39 @@ func (t *Transport) do(ctx context.Context, what string, budget time.Duration, o
 		case <-t.done:
 			return transport.ErrClosed
 		}
+	}
+}
+
+// attempt runs op once and returns when it does or when ctx ends,
+// whichever comes first. go-redis ends a command at its read or write
+// timeout, or at the context's deadline (Options.ContextTimeoutEnabled),
+// but not when the context is cancelled: on a link that went silent, a
+// command whose context was cancelled would wait for the timeout (3s by
+// default, more when the URL sets read_timeout), and so would
+// Engine.Run after Config.StopTimeout. An op left behind ends at that
+// timeout, or at once when Close closes the client; what it claimed or
+// settled on the server is as if the reply had been lost.
+func (t *Transport) attempt(ctx context.Context, op func(ctx context.Context) error) error {
+	if ctx.Done() == nil {
+		return op(ctx)
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return transport.ErrClosed
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		defer t.wg.Done()
+		done <- op(ctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -627,6 +660,9 @@ func (t *Transport) Close() error {
 }
 
 // redisClient is the go-redis client of a Transport.
+// A context's deadline bounds each command (ContextTimeoutEnabled);
+// Transport.attempt handles its cancellation.
 func redisClient(opt *redis.Options) *redis.Client {
+	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt)
 }
