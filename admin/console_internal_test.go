@@ -39,3 +39,30 @@ func TestRatesWindowAfterIdle(t *testing.T) {
 		t.Errorf("steady polling every 2 s: window %.1f s, want %v", got.Window, rateWindow)
 	}
 }
+
+// TestDueToTheMinute: a timer due in 1 h 59 m reads so, not "1h", and
+// every duration of the console has the same format.
+func TestDueToTheMinute(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		at   time.Time
+		want string
+	}{
+		{now.Add(time.Hour + 59*time.Minute + 50*time.Second), "1h 59m from now"},
+		{now.Add(-(26*time.Hour + 3*time.Minute + 10*time.Second)), "1d 2h 3m ago"},
+		{now.Add(-(12*time.Minute + 5*time.Second)), "12m 5s ago"},
+		{now.Add(42 * time.Second), "42s from now"},
+		{now.Add(300 * time.Millisecond), "just now"},
+		{time.Time{}, "—"},
+	} {
+		if got := agoAt(tc.at, now); got != tc.want {
+			t.Errorf("agoAt(now%+v): %q, want %q", tc.at.Sub(now), got, tc.want)
+		}
+	}
+	if got := seconds(7199.5); got != "1h 59m" {
+		t.Errorf("seconds(7199.5): %q, want %q", got, "1h 59m")
+	}
+	if got := ago(time.Now().Add(time.Hour + 59*time.Minute + 50*time.Second)); got != "1h 59m from now" {
+		t.Errorf("due in 1h59m50s: %q, want %q", got, "1h 59m from now")
+	}
+}
