@@ -3,11 +3,15 @@ package admin_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -400,5 +404,65 @@ func TestConsoleCancelTimerAsksFirst(t *testing.T) {
 	}
 	if n := timerCount(t, b, "o-1"); n != 0 {
 		t.Errorf("after the confirmed cancel: %d timers of o-1, want 0", n)
+	}
+}
+
+// safeLog is a log destination the server's goroutines write and the
+// test reads.
+type safeLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *safeLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *safeLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Wrong tokens are limited: once the client has used its attempts, even
+// the right token is answered 429 with Retry-After until the window ends.
+func TestConsoleLoginRateLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var logs safeLog
+	h, err := admin.New(b.e, b.st, &admin.Config{Token: "s3cret-token", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv.Config.Handler = h
+	br := newBrowser(t, b)
+	var resp *http.Response
+	for i := range 30 {
+		if resp, _ = br.post("/login", url.Values{"token": {fmt.Sprintf("guess-%d", i)}}); resp.StatusCode != http.StatusUnauthorized {
+			break
+		}
+	}
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("after up to 30 wrong tokens: status %d, want 429", resp.StatusCode)
+	}
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Errorf("429 with Retry-After %q, want a number of seconds", resp.Header.Get("Retry-After"))
+	}
+	if resp, _ := br.post("/login", url.Values{"token": {"s3cret-token"}}); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the right token within the window: status %d, want 429", resp.StatusCode)
+	}
+	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer s3cret-token"); code != http.StatusTooManyRequests {
+		t.Errorf("the API with the right token from the same client within the window: status %d, want 429", code)
+	}
+	if !strings.Contains(logs.String(), "login refused") || strings.Contains(logs.String(), "guess-") {
+		t.Errorf("log: want a line about the refused logins, without the tokens tried:\n%s", logs.String())
+	}
+	// A minute later the client may try again, and the right token works.
+	admin.SetClock(h, func() time.Time { return time.Now().Add(time.Minute) })
+	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}})
+	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Set-Cookie"), "idem_session=") {
+		t.Errorf("the right token after the window: status %d, want 303 and a session", resp.StatusCode)
 	}
 }
