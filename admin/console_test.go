@@ -466,3 +466,22 @@ func TestConsoleLoginRateLimited(t *testing.T) {
 		t.Errorf("the right token after the window: status %d, want 303 and a session", resp.StatusCode)
 	}
 }
+
+// In read-only mode the question is refused as the action is.
+func TestConsoleCancelTimerReadOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &admin.Config{ReadOnly: true})
+	seed(t, b)
+	br := newBrowser(t, b)
+	br.get("/timers")
+	if code, _ := br.get("/timers/cancel?type=order&key=o-1&name=overdue&back=%2Ftimers"); code != http.StatusForbidden {
+		t.Errorf("GET the cancel question in read-only mode: status %d, want 403", code)
+	}
+	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "confirm": {"yes"}, "csrf": {br.csrf}}
+	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("confirmed cancel in read-only mode: status %d, want 403", resp.StatusCode)
+	}
+	if n := timerCount(t, b, "o-1"); n != 1 {
+		t.Errorf("read-only: %d timers of o-1, want 1", n)
+	}
+}
