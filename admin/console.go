@@ -29,6 +29,7 @@ var funcs = template.FuncMap{
 	"short":    shorten,
 	"rate":     func(f float64) string { return fmt.Sprintf("%.1f", f) },
 	"seconds":  seconds,
+	"agoAt":    agoAt,
 	"json":     prettyJSON,
 	"diagram":  layout,
 	"query":    query,
@@ -129,6 +130,7 @@ func (s *Server) routeConsole() {
 	page("POST /dead-letters/{id}/purge", s.actPurge)
 	page("POST /dead-letters/bulk", s.actBulk)
 	page("GET /timers", s.pageTimers)
+	page("GET /timers/cancel", s.pageCancelTimer)
 	page("POST /timers/cancel", s.actCancelTimer)
 	page("POST /timers/reschedule", s.actRescheduleTimer)
 	page("POST /logout", s.logout)
@@ -145,33 +147,47 @@ func (s *Server) routeConsole() {
 	})
 }
 
-func ago(t time.Time) string {
+// ago says how long ago t was, or how far ahead it is, with span.
+func ago(t time.Time) string { return agoAt(t, time.Now()) }
+
+func agoAt(t, now time.Time) string {
 	if t.IsZero() {
 		return "—"
 	}
-	d := time.Since(t)
-	suffix := " ago"
+	d, suffix := now.Sub(t), " ago"
 	if d < 0 {
 		d, suffix = -d, " from now"
 	}
-	switch {
-	case d < time.Second:
+	if d < time.Second {
 		return "just now"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds%s", int(d.Seconds()), suffix)
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%s", int(d.Minutes()), suffix)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%s", int(d.Hours()), suffix)
 	}
-	return fmt.Sprintf("%dd%s", int(d.Hours()/24), suffix)
+	return span(d) + suffix
 }
 
+// seconds formats a number of seconds with span.
 func seconds(f float64) string {
 	if f <= 0 {
 		return "0s"
 	}
-	return time.Duration(f * float64(time.Second)).Round(time.Second).String()
+	return span(time.Duration(f * float64(time.Second)))
+}
+
+// span is the one duration format of the console: seconds below a
+// minute, then minutes and seconds below an hour, then to the minute
+// ("1h 59m", "2d 3h 0m"). It truncates: a timer due in 1h 59m 50s is
+// shown due in 1h 59m, never rounded down to the hour.
+func span(d time.Duration) string {
+	s := int64(d.Abs() / time.Second)
+	days, h, m := s/86400, s%86400/3600, s%3600/60
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm %ds", m, s%60)
+	case days == 0:
+		return fmt.Sprintf("%dh %dm", h, m)
+	}
+	return fmt.Sprintf("%dd %dh %dm", days, h, m)
 }
 
 func prettyJSON(b []byte) string {

@@ -17,6 +17,7 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
+	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 )
 
@@ -70,9 +71,11 @@ func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Act
 
 func TestBrowserConsole(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, nil, 0, enginetest.POMachine())
+	b := setupWith(t, nil, 0, enginetest.POMachine(), jobMachine())
 	seed(t, b)
 	seedPO(t, b)
+	seedJob(t, b)
+	addTimer(t, b, "ingest-job", jobKey) // a timer of a finished saga
 	ctx, dialog := chrome(t)
 	base := b.srv.URL
 
@@ -83,7 +86,7 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	screenshot(t, ctx, "overview")
 
-	run(t, ctx, "saga types", chromedp.Navigate(base+"/sagas"), chromedp.WaitVisible(".diagram svg .node"), chromedp.Text(".saga-type", &text))
+	run(t, ctx, "saga types", chromedp.Navigate(base+"/sagas"), chromedp.WaitVisible(".diagram svg .node"), chromedp.Text("#type-order", &text))
 	if !strings.Contains(text, "AwaitingPayment") || !strings.Contains(text, "Shipped") {
 		t.Errorf("saga type card lacks its states:\n%s", text)
 	}
@@ -124,7 +127,12 @@ func TestBrowserConsole(t *testing.T) {
 
 	// Cancel a timer from the saga's page.
 	run(t, ctx, "cancel timer", chromedp.Navigate(base+"/instances/order/o-2"), chromedp.WaitVisible(`button[data-action="cancel-timer"]`),
-		chromedp.Click(`button[data-action="cancel-timer"]`), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+		chromedp.Click(`button[data-action="cancel-timer"]`), chromedp.WaitVisible("#confirm-cancel"))
+	if n := timerCount(t, b, "o-2"); n != 1 {
+		t.Errorf("cancel clicked, not confirmed: %d timers of o-2, want 1", n)
+	}
+	screenshot(t, ctx, "timer-cancel-confirm")
+	run(t, ctx, "confirm cancel", chromedp.Click("#confirm-cancel"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
 	if !strings.Contains(text, "timer cancelled") {
 		t.Errorf("after cancel: flash %q", text)
 	}
@@ -132,7 +140,20 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("after cancel in the browser: %d timers of o-2, want 0", n)
 	}
 
-	run(t, ctx, "timers", chromedp.Navigate(base+"/timers"), chromedp.WaitVisible("table.timers"))
+	run(t, ctx, "timers", chromedp.Navigate(base+"/timers"), chromedp.WaitVisible("table.timers"), chromedp.Text("table.timers", &text))
+	if !strings.Contains(text, "saga finished") {
+		t.Errorf("timers page: the timer of the finished saga o-3 is not marked:\n%s", text)
+	}
+	// Every cell of a row is a table cell with its bottom border on one line.
+	var misaligned []string
+	run(t, ctx, "timer cells", chromedp.Evaluate(`[...document.querySelectorAll("table.timers tbody tr")].flatMap(tr => {
+		const cells = [...tr.children], bottom = cells[0].getBoundingClientRect().bottom;
+		return cells.filter(td => getComputedStyle(td).display !== "table-cell" || Math.abs(td.getBoundingClientRect().bottom - bottom) > 0.5)
+			.map(td => td.className + ": " + getComputedStyle(td).display);
+	})`, &misaligned))
+	if len(misaligned) > 0 {
+		t.Errorf("timers table: cells out of line with their row (display, border): %v", misaligned)
+	}
 	screenshot(t, ctx, "timers")
 
 	run(t, ctx, "dead letter", chromedp.Navigate(base+"/dead-letters/placed-o-dead"), chromedp.WaitVisible(".error-chain"))
@@ -172,6 +193,36 @@ func TestBrowserConsole(t *testing.T) {
 		t.Error("a JavaScript dialog opened: a hostile key ran as script")
 	}
 
+	// A long state beside the status badge, and many attributes at 1400 px.
+	key := url.PathEscape(jobKey)
+	run(t, ctx, "long state", chromedp.EmulateViewport(1400, 900), chromedp.Navigate(base+"/instances/ingest-job/"+key), chromedp.WaitVisible("#saga-state"))
+	var overlap struct {
+		State, Badge [4]float64
+	}
+	run(t, ctx, "state and badge boxes", chromedp.Evaluate(`(() => {
+		const box = r => [r.left, r.top, r.right, r.bottom];
+		const text = document.createRange();
+		text.selectNodeContents(document.querySelector("#saga-state"));
+		return {State: box(text.getBoundingClientRect()), Badge: box(document.querySelector("#saga-status .pill").getBoundingClientRect())};
+	})()`, &overlap))
+	if s, b := overlap.State, overlap.Badge; s[0] < b[2] && b[0] < s[2] && s[1] < b[3] && b[1] < s[3] {
+		t.Errorf("the state PartiallySucceeded (box %v) runs under the status badge (box %v)", s, b)
+	}
+	screenshot(t, ctx, "instance-long-state")
+	run(t, ctx, "wide instances", chromedp.Navigate(base+"/instances"), chromedp.WaitVisible("#instances"))
+	var fit struct {
+		Right, Viewport, ScrollWidth, ClientWidth float64
+	}
+	run(t, ctx, "attributes column", chromedp.Evaluate(`(() => {
+		const th = document.querySelector("#instances thead th:last-child"), wrap = document.querySelector("#instances").closest(".scroll");
+		return {Right: th.getBoundingClientRect().right, Viewport: document.documentElement.clientWidth, ScrollWidth: wrap.scrollWidth, ClientWidth: wrap.clientWidth};
+	})()`, &fit))
+	if fit.Right > fit.Viewport || fit.ScrollWidth > fit.ClientWidth {
+		t.Errorf("at 1400 px the Attributes column ends at %.0f px (viewport %.0f), the table is %.0f px wide in %.0f px: cut off", fit.Right, fit.Viewport, fit.ScrollWidth, fit.ClientWidth)
+	}
+	screenshot(t, ctx, "instances-1400")
+	run(t, ctx, "reset viewport", chromedp.EmulateReset())
+
 	// Dark mode.
 	run(t, ctx, "dark", emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}),
 		chromedp.Navigate(base+"/sagas"), chromedp.WaitVisible(".diagram svg .node"))
@@ -210,4 +261,43 @@ func loadInstance(b *bundle, key string) (*store.Instance, error) {
 		return nil, err
 	}
 	return res.Instances[k], nil
+}
+
+// jobKey is the key of the ingest job seedJob applies.
+const jobKey = "job-2026-11-25-eu-0001"
+
+type (
+	job        struct{ Customer, Source, Region, Batch, Owner string }
+	jobStarted struct{ ID, Customer, Source, Region, Batch, Owner string }
+)
+
+// jobMachine has a long final state name and five attributes, as the
+// ingestor example has, to exercise the layout.
+func jobMachine() *saga.Machine[job] {
+	m := saga.New[job]("ingest-job")
+	partial := m.Final("PartiallySucceeded")
+	started := saga.NewEvent[jobStarted](m, func(e jobStarted) string { return e.ID })
+	m.Initially(saga.When(started).Then(func(c *saga.Context[job], e jobStarted) error {
+		*c.Data = job{Customer: e.Customer, Source: e.Source, Region: e.Region, Batch: e.Batch, Owner: e.Owner}
+		return nil
+	}).TransitionTo(partial))
+	m.Attribute("customer", func(j job) string { return j.Customer })
+	m.Attribute("source_file", func(j job) string { return j.Source })
+	m.Attribute("region", func(j job) string { return j.Region })
+	m.Attribute("batch", func(j job) string { return j.Batch })
+	m.Attribute("owner", func(j job) string { return j.Owner })
+	return m
+}
+
+func seedJob(t *testing.T, b *bundle) {
+	t.Helper()
+	env, err := b.e.NewEnvelope("started-"+jobKey, jobStarted{ID: jobKey, Customer: "Müller Logistik GmbH & Co. KG",
+		Source: "s3://ingest-eu-central-1/2026/11/25/reference-prices-full-export.csv", Region: "eu-central-1",
+		Batch: "B-2026-11-25-0001", Owner: "pricing-operations@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.e.Apply(context.Background(), env); err != nil {
+		t.Fatalf("apply %s: %v", jobKey, err)
+	}
 }

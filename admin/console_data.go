@@ -15,8 +15,9 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// Rates are per-second rates of the engine's counters over Window seconds
-// (0 until two samples exist).
+// Rates are per-second rates of the engine's counters over the last Window
+// seconds, at most 10 (all 0 until two samples within 10 s exist: on the
+// first request after nobody asked for 10 s).
 type Rates struct {
 	Applied      float64 `json:"applied"`
 	Duplicates   float64 `json:"duplicates"`
@@ -34,24 +35,27 @@ type sample struct {
 // rateSampler turns Engine.Stats snapshots, taken when someone asks, into
 // rates over the last rateWindow. It runs no goroutine.
 type rateSampler struct {
-	e       *idem.Engine
+	stats   func() idem.Stats
 	mu      sync.Mutex
 	samples []sample
 }
 
 const rateWindow = 10 * time.Second
 
-func newRateSampler(e *idem.Engine) *rateSampler { return &rateSampler{e: e} }
+func newRateSampler(e *idem.Engine) *rateSampler { return &rateSampler{stats: e.Stats} }
 
 // rates records a sample at now and returns the rates since the oldest
-// sample in the window.
+// sample at most rateWindow old. Samples older than that are dropped, even
+// the newest of them: after an idle spell (nobody asked for longer than
+// the window) the first answer has a window of 0, and the next ones
+// measure from it, rather than averaging over the spell.
 func (r *rateSampler) rates(now time.Time) (Rates, idem.Stats) {
-	cur := r.e.Stats()
+	cur := r.stats()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := 0
-	for i < len(r.samples)-1 && now.Sub(r.samples[i+1].at) >= rateWindow {
-		i++ // keep the newest sample older than the window as the base
+	for i < len(r.samples) && now.Sub(r.samples[i].at) > rateWindow {
+		i++
 	}
 	r.samples = append(r.samples[i:], sample{at: now, s: cur})
 	if len(r.samples) > 64 {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -114,7 +115,7 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 type instanceView struct {
 	In          *store.Instance
 	Journal     []store.JournalEntry
-	Timers      []store.Timer
+	Timers      []timerRow
 	DeadLetters []store.DeadLetter
 	Back        string
 	Flash       string
@@ -141,8 +142,12 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := &instanceView{In: in, Back: r.URL.RequestURI(), Flash: flash(r), Now: time.Now()}
+	var ts []store.Timer
 	if v.Journal, err = s.st.Journal(ctx, k); err == nil {
-		v.Timers, _, err = inspect.Timers(ctx, s.st, &inspect.TimerFilter{SagaType: typ, Key: key})
+		ts, _, err = inspect.Timers(ctx, s.st, &inspect.TimerFilter{SagaType: typ, Key: key})
+	}
+	for _, t := range ts {
+		v.Timers = append(v.Timers, timerRow{Timer: t, Finished: in.Status() == store.StatusFinished})
 	}
 	if err == nil {
 		v.DeadLetters, _, err = inspect.DeadLetters(ctx, s.st, &inspect.DeadLetterFilter{SagaType: typ, Key: key}, "", consolePage)
@@ -276,12 +281,24 @@ func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
 
 type timersView struct {
 	Filter map[string]string
-	Rows   []store.Timer
+	Rows   []timerRow
 	Next   string
 	Now    time.Time
 	Back   string
 	Flash  string
 }
+
+// timerRow is a timer as the console lists it. The timer of a finished
+// saga (or of one that is gone) is marked, and offers no action: there is
+// nothing left for it to time out.
+type timerRow struct {
+	store.Timer
+	Finished bool
+	Gone     bool
+}
+
+// Inert reports whether the timer's saga finished or is gone.
+func (t timerRow) Inert() bool { return t.Finished || t.Gone }
 
 func (s *Server) pageTimers(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -291,12 +308,47 @@ func (s *Server) pageTimers(w http.ResponseWriter, r *http.Request) {
 	f.Limit = consolePage
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	var err error
-	if v.Rows, v.Next, err = inspect.Timers(ctx, s.st, f); err != nil {
+	ts, next, err := inspect.Timers(ctx, s.st, f)
+	if err == nil {
+		v.Next = next
+		v.Rows, err = s.timerRows(ctx, ts)
+	}
+	if err != nil {
 		s.storeFailed(w, r, "list timers", err)
 		return
 	}
 	s.render(w, r, http.StatusOK, "timers", "Timers", v)
+}
+
+// timerRows marks the timers whose saga finished or is gone, loading
+// their sagas in one unit of work.
+func (s *Server) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, error) {
+	rows := make([]timerRow, len(ts))
+	keys := make([]store.Key, 0, len(ts))
+	for i, t := range ts {
+		rows[i].Timer = t
+		if k := (store.Key{SagaType: t.SagaType, Key: t.Key}); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return rows, nil
+	}
+	uow, err := s.st.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	res, err := uow.Load(ctx, &store.LoadParams{Keys: keys})
+	if err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		in := res.Instances[store.Key{SagaType: rows[i].SagaType, Key: rows[i].Key}]
+		rows[i].Gone = in == nil
+		rows[i].Finished = in != nil && in.Status() == store.StatusFinished
+	}
+	return rows, nil
 }
 
 // formTimer reads the timer a form names; false when the key is invalid
@@ -325,13 +377,72 @@ func back(w http.ResponseWriter, r *http.Request, done string) {
 	http.Redirect(w, r, basePath(r)+target+sep+"done="+done+"&n=1", http.StatusSeeOther)
 }
 
+// timerActionable sends an error page and returns false when the timer's
+// saga finished or is gone: the console changes no such timer.
+func (s *Server) timerActionable(ctx context.Context, w http.ResponseWriter, r *http.Request, k store.TimerKey) bool {
+	in, err := s.load(ctx, store.Key{SagaType: k.SagaType, Key: k.Key})
+	switch {
+	case err != nil:
+		s.storeFailed(w, r, "load saga", err)
+		return false
+	case in == nil:
+		s.consoleError(w, r, http.StatusConflict, "The saga of this timer no longer exists: the timer is left as it is.")
+		return false
+	case in.Status() == store.StatusFinished:
+		s.consoleError(w, r, http.StatusConflict, "The saga of this timer has finished: the timer is left as it is.")
+		return false
+	}
+	return true
+}
+
+// timerConfirmView is the question asked before a timer is cancelled.
+type timerConfirmView struct {
+	T    *store.Timer
+	Back string
+	Now  time.Time
+}
+
+// pageCancelTimer asks whether to cancel the timer the query names, as
+// purging a dead letter asks first.
+func (s *Server) pageCancelTimer(w http.ResponseWriter, r *http.Request) {
+	if s.readOnly {
+		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+		return
+	}
+	q := r.URL.Query()
+	key, err := canon.Key(q.Get("key"), maxFieldLen)
+	if err != nil {
+		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	t, err := inspect.FindTimer(ctx, s.st, store.TimerKey{SagaType: q.Get("type"), Key: key, Name: q.Get("name")})
+	if errors.Is(err, store.ErrNotFound) {
+		s.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
+		return
+	} else if err != nil {
+		s.storeFailed(w, r, "find timer", err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "timercancel", "Cancel timer", &timerConfirmView{T: t, Back: safeNext(q.Get("back")), Now: time.Now()})
+}
+
 func (s *Server) actCancelTimer(w http.ResponseWriter, r *http.Request) {
 	k, ok := s.formTimer(w, r)
 	if !ok {
 		return
 	}
+	if r.PostFormValue("confirm") != "yes" {
+		ask := query("type", k.SagaType, "key", k.Key, "name", k.Name, "back", safeNext(r.PostFormValue("back")))
+		http.Redirect(w, r, basePath(r)+"/timers/cancel"+ask, http.StatusSeeOther)
+		return
+	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
+	if !s.timerActionable(ctx, w, r, k) {
+		return
+	}
 	if err := inspect.CancelTimer(ctx, s.st, k); errors.Is(err, store.ErrNotFound) {
 		s.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
 		return
@@ -354,6 +465,9 @@ func (s *Server) actRescheduleTimer(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
+	if !s.timerActionable(ctx, w, r, k) {
+		return
+	}
 	if _, err := inspect.RescheduleTimer(ctx, s.st, k, due); errors.Is(err, store.ErrNotFound) {
 		s.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
 		return

@@ -34,13 +34,17 @@ type sessions struct {
 	ttl time.Duration
 	mu  sync.Mutex
 	m   map[string]*session
+	// limit bounds failed logins; now is the clock of both (time.Now,
+	// or a test's).
+	limit *loginLimiter
+	now   func() time.Time
 }
 
 func newSessions(ttl time.Duration) *sessions {
 	if ttl == 0 {
 		ttl = 12 * time.Hour
 	}
-	return &sessions{ttl: ttl, m: map[string]*session{}}
+	return &sessions{ttl: ttl, m: map[string]*session{}, limit: newLoginLimiter(), now: time.Now}
 }
 
 func randomToken() string {
@@ -133,7 +137,7 @@ func basePath(r *http.Request) string {
 // form, and checks the CSRF token and read-only mode of every POST.
 func (s *Server) consolePage(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := time.Now()
+		now := s.sessions.now()
 		sess := s.sessions.get(r, now)
 		if sess == nil && !s.auth {
 			if sess = s.sessions.create(now); sess == nil {
@@ -198,13 +202,20 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	got := sha256.Sum256([]byte(r.PostFormValue("token")))
+	if s.loginRefused(w, r, false) {
+		return
+	}
+	tried := r.PostFormValue("token")
+	got := sha256.Sum256([]byte(tried))
 	next := safeNext(r.PostFormValue("next"))
 	if subtle.ConstantTimeCompare(got[:], s.token[:]) != 1 {
+		if tried != "" {
+			s.loginFailed(r)
+		}
 		s.render(w, r, http.StatusUnauthorized, "login", "Sign in", map[string]string{"Next": next, "Error": "That token is not the admin token."})
 		return
 	}
-	sess := s.sessions.create(time.Now())
+	sess := s.sessions.create(s.sessions.now())
 	if sess == nil {
 		http.Error(w, "too many console sessions: retry later", http.StatusServiceUnavailable)
 		return

@@ -3,11 +3,15 @@ package admin_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,6 +190,7 @@ func TestConsoleRefusesPostWithoutCSRFToken(t *testing.T) {
 	if n := timerCount(t, b, "o-1"); n != 1 {
 		t.Fatalf("after refused requests: %d timers of o-1, want 1", n)
 	}
+	form.Set("confirm", "yes")
 	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("cancel with the token: status %d, want 303", resp.StatusCode)
 	}
@@ -293,5 +298,190 @@ func TestConsoleMountedUnderPrefix(t *testing.T) {
 	}
 	if code, _ := br.get("/idem/assets/htmx.min.js"); code != http.StatusOK {
 		t.Errorf("GET /idem/assets/htmx.min.js: status %d, want 200", code)
+	}
+}
+
+// rowOf returns the table row of the page that links to saga order/key.
+func rowOf(t *testing.T, page, key string) string {
+	t.Helper()
+	for _, row := range strings.Split(page, "<tr") {
+		if strings.Contains(row, `/instances/order/`+key+`"`) {
+			return row
+		}
+	}
+	t.Fatalf("no row links to order/%s", key)
+	return ""
+}
+
+// finishedTimer pays order o-3, which finishes it (Shipped), and leaves a
+// timer on it, as a machine that does not unschedule its timers would.
+func finishedTimer(t *testing.T, b *bundle) {
+	t.Helper()
+	env, err := b.e.NewEnvelope("paid-o-3", orders.PaymentReceived{OrderID: "o-3", Amount: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.e.Apply(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	addTimer(t, b, "order", "o-3")
+}
+
+// addTimer commits a timer "reminder" due in two hours on saga typ/key.
+func addTimer(t *testing.T, b *bundle, typ, key string) {
+	t.Helper()
+	ctx := context.Background()
+	late, err := b.e.NewEnvelope("late-"+key, orders.PaymentOverdue{OrderID: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uow, err := b.st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uow.Commit(ctx, &store.Changes{Timers: []store.Timer{{SagaType: typ, Key: key, Name: "reminder", DueAt: time.Now().Add(2 * time.Hour), Envelope: late}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A timer left on a finished saga is marked so, and offers no action;
+// the console refuses to change it.
+func TestConsoleTimersOfFinishedSaga(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	finishedTimer(t, b)
+	br := newBrowser(t, b)
+	for _, path := range []string{"/timers", "/instances/order/o-3"} {
+		_, page := br.get(path)
+		row := rowOf(t, page, "o-3")
+		if !strings.Contains(row, "saga finished") {
+			t.Errorf("GET %s: the timer of the finished saga o-3 is not marked finished:\n%s", path, row)
+		}
+		if strings.Contains(row, "/timers/cancel") || strings.Contains(row, "/timers/reschedule") {
+			t.Errorf("GET %s: the timer of the finished saga o-3 offers cancel or reschedule:\n%s", path, row)
+		}
+	}
+	_, page := br.get("/timers")
+	if row := rowOf(t, page, "o-1"); !strings.Contains(row, "/timers/cancel") || strings.Contains(row, "saga finished") {
+		t.Errorf("the timer of the active saga o-1 lost its actions or is marked finished:\n%s", row)
+	}
+	form := url.Values{"type": {"order"}, "key": {"o-3"}, "name": {"reminder"}, "in": {"1m"}, "confirm": {"yes"}, "csrf": {br.csrf}, "back": {"/timers"}}
+	for _, action := range []string{"/timers/reschedule", "/timers/cancel"} {
+		if resp, _ := br.post(action, form); resp.StatusCode != http.StatusConflict {
+			t.Errorf("POST %s on the timer of a finished saga: status %d, want 409", action, resp.StatusCode)
+		}
+	}
+	if n := timerCount(t, b, "o-3"); n != 1 {
+		t.Errorf("after refused actions: %d timers of o-3, want 1", n)
+	}
+}
+
+// Cancelling a timer asks first, as purging a dead letter does.
+func TestConsoleCancelTimerAsksFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	br := newBrowser(t, b)
+	br.get("/timers")
+	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "back": {"/timers"}, "csrf": {br.csrf}}
+	resp, _ := br.post("/timers/cancel", form)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/timers/cancel?") {
+		t.Fatalf("cancel without confirm: %d to %q, want 303 to the confirmation /timers/cancel?…", resp.StatusCode, loc)
+	}
+	if n := timerCount(t, b, "o-1"); n != 1 {
+		t.Fatalf("cancel without confirm: %d timers of o-1, want 1 (nothing cancelled yet)", n)
+	}
+	code, page := br.get(loc)
+	if code != http.StatusOK || !strings.Contains(page, "Cancel this timer?") || !strings.Contains(page, `name="confirm" value="yes"`) {
+		t.Fatalf("GET %s: status %d, want 200 and a confirmation form:\n%s", loc, code, page)
+	}
+	form.Set("confirm", "yes")
+	form.Set("csrf", br.csrf)
+	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "done=cancelled") {
+		t.Errorf("confirmed cancel: %d to %q, want 303 with done=cancelled", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if n := timerCount(t, b, "o-1"); n != 0 {
+		t.Errorf("after the confirmed cancel: %d timers of o-1, want 0", n)
+	}
+}
+
+// safeLog is a log destination the server's goroutines write and the
+// test reads.
+type safeLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *safeLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *safeLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Wrong tokens are limited: once the client has used its attempts, even
+// the right token is answered 429 with Retry-After until the window ends.
+func TestConsoleLoginRateLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var logs safeLog
+	h, err := admin.New(b.e, b.st, &admin.Config{Token: "s3cret-token", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv.Config.Handler = h
+	br := newBrowser(t, b)
+	var resp *http.Response
+	for i := range 30 {
+		if resp, _ = br.post("/login", url.Values{"token": {fmt.Sprintf("guess-%d", i)}}); resp.StatusCode != http.StatusUnauthorized {
+			break
+		}
+	}
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("after up to 30 wrong tokens: status %d, want 429", resp.StatusCode)
+	}
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Errorf("429 with Retry-After %q, want a number of seconds", resp.Header.Get("Retry-After"))
+	}
+	if resp, _ := br.post("/login", url.Values{"token": {"s3cret-token"}}); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the right token within the window: status %d, want 429", resp.StatusCode)
+	}
+	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer s3cret-token"); code != http.StatusTooManyRequests {
+		t.Errorf("the API with the right token from the same client within the window: status %d, want 429", code)
+	}
+	if !strings.Contains(logs.String(), "login refused") || strings.Contains(logs.String(), "guess-") {
+		t.Errorf("log: want a line about the refused logins, without the tokens tried:\n%s", logs.String())
+	}
+	// A minute later the client may try again, and the right token works.
+	admin.SetClock(h, func() time.Time { return time.Now().Add(time.Minute) })
+	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}})
+	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Set-Cookie"), "idem_session=") {
+		t.Errorf("the right token after the window: status %d, want 303 and a session", resp.StatusCode)
+	}
+}
+
+// In read-only mode the question is refused as the action is.
+func TestConsoleCancelTimerReadOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &admin.Config{ReadOnly: true})
+	seed(t, b)
+	br := newBrowser(t, b)
+	br.get("/timers")
+	if code, _ := br.get("/timers/cancel?type=order&key=o-1&name=overdue&back=%2Ftimers"); code != http.StatusForbidden {
+		t.Errorf("GET the cancel question in read-only mode: status %d, want 403", code)
+	}
+	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "confirm": {"yes"}, "csrf": {br.csrf}}
+	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("confirmed cancel in read-only mode: status %d, want 403", resp.StatusCode)
+	}
+	if n := timerCount(t, b, "o-1"); n != 1 {
+		t.Errorf("read-only: %d timers of o-1, want 1", n)
 	}
 }

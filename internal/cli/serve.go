@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,10 @@ type serveOptions struct {
 	tokenFile    string
 	maxBody      int64
 	readOnly     bool
+	// tlsCert and tlsKey serve HTTPS; insecureHTTP allows plain HTTP
+	// beyond loopback (behind a TLS-terminating proxy).
+	tlsCert, tlsKey string
+	insecureHTTP    bool
 }
 
 func newServe() *cobra.Command {
@@ -73,8 +78,12 @@ Security: --addr defaults to 127.0.0.1:8080. Any other address than a
 loopback one needs an admin token, read from IDEM_ADMIN_TOKEN or from
 --token-file (never from a flag value, which ps would show); /metrics and
 /api/ then need "Authorization: Bearer <token>", and the console asks for the
-token once and keeps an HttpOnly session cookie. --read-only hides and refuses
-every mutating control.
+token once and keeps an HttpOnly session cookie (Secure over TLS). Beyond
+loopback the token and the cookie must not cross the network in clear:
+serve HTTPS with --tls-cert and --tls-key, or put a TLS-terminating proxy
+in front and pass --insecure-http (or let the proxy reach 127.0.0.1).
+Wrong tokens are rate-limited (429 with Retry-After). --read-only hides and
+refuses every mutating control.
 
 A SQLite store is created or upgraded at start-up; a PostgreSQL schema only
 with --migrate (or run idem migrate first). SIGTERM or an interrupt stops
@@ -92,9 +101,12 @@ the HTTP server, then lets the engine finish the batch in flight.`,
 	cmd.Flags().IntVar(&o.natsReplicas, "nats-replicas", envInt("IDEM_NATS_REPLICAS", 1),
 		"NATS only: replicas of the JetStream stream (3 on a three-node cluster): created so, and start-up is refused when the stream has fewer (default from IDEM_NATS_REPLICAS)")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", "idem-data", "directory for an embedded broker's files (--transport "+transportEmbedded+")")
-	cmd.Flags().StringVar(&o.addr, "addr", defaultServeAddr, "host:port to listen on; a non-loopback address needs IDEM_ADMIN_TOKEN or --token-file")
+	cmd.Flags().StringVar(&o.addr, "addr", defaultServeAddr, "host:port to listen on; a non-loopback address needs IDEM_ADMIN_TOKEN or --token-file, and --tls-cert/--tls-key or --insecure-http")
 	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "file holding the admin token (instead of IDEM_ADMIN_TOKEN)")
 	cmd.Flags().Int64Var(&o.maxBody, "max-body", admin.DefaultMaxBodyBytes, "largest admin API request body, in bytes")
+	cmd.Flags().StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
+	cmd.Flags().StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
+	cmd.Flags().BoolVar(&o.insecureHTTP, "insecure-http", false, "allow plain HTTP on a non-loopback --addr, which sends the admin token and session cookie in clear: only behind a TLS-terminating proxy or on a network you trust")
 	cmd.Flags().BoolVar(&o.readOnly, "read-only", false, "hide and refuse every mutating control of the console and the API (replay, purge, timers, message submission)")
 	return cmd
 }
@@ -113,6 +125,28 @@ func (o *serveOptions) adminToken() (string, error) {
 		return "", usageErrorf("--token-file %s is empty: write the admin token into it", o.tokenFile)
 	}
 	return tok, nil
+}
+
+// tlsConfig loads --tls-cert and --tls-key (nil, nil without them), and
+// refuses plain HTTP on a host other machines can reach unless
+// --insecure-http says so: the admin token and the session cookie would
+// cross the network in clear.
+func (o *serveOptions) tlsConfig(host string) (*tls.Config, error) {
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, usageErrorf("--tls-cert and --tls-key go together: pass both, the certificate (chain) and its private key as PEM files")
+	}
+	if o.tlsCert == "" {
+		if !loopback(host) && !o.insecureHTTP {
+			return nil, usageErrorf("--addr %s accepts connections from other machines over plain HTTP, which would send the admin token and the session cookie in clear: "+
+				"pass --tls-cert and --tls-key to serve HTTPS, or put a TLS-terminating proxy in front and pass --insecure-http (or listen on 127.0.0.1 behind a proxy on this machine)", o.addr)
+		}
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+	if err != nil {
+		return nil, usageErrorf("load --tls-cert %s and --tls-key %s: %w: pass a PEM certificate and the PEM private key that matches it", o.tlsCert, o.tlsKey, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // loopback reports whether addr's host only accepts local connections.
@@ -149,6 +183,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	if !loopback(host) && token == "" {
 		return usageErrorf("--addr %s accepts connections from other machines, and no admin token is set: set IDEM_ADMIN_TOKEN (or pass --token-file), or listen on 127.0.0.1", o.addr)
+	}
+	tlsConf, err := o.tlsConfig(host)
+	if err != nil {
+		return err
 	}
 	if o.maxBody < 1 {
 		return usageErrorf("--max-body %d is not positive: pass a size in bytes, 1048576 say", o.maxBody)
@@ -228,8 +266,14 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	logger.Info("idem serve: listening", "console", "http://"+ln.Addr().String()+"/", "read_only", o.readOnly, "store", storeLabel(o.store.url), "transport", transportLabel(o.transport), "auth", token != "")
+	scheme := "http"
+	if tlsConf != nil {
+		scheme, srv.TLSConfig = "https", tlsConf
+		go func() { served <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { served <- srv.Serve(ln) }()
+	}
+	logger.Info("idem serve: listening", "console", scheme+"://"+ln.Addr().String()+"/", "read_only", o.readOnly, "store", storeLabel(o.store.url), "transport", transportLabel(o.transport), "auth", token != "")
 
 	var runErr error
 	select {

@@ -1,0 +1,150 @@
+package admin
+
+import (
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Failed logins (a wrong token on the console's form or in an API
+// request's Authorization header) are limited by two token buckets: one
+// per client address (an IPv6 address counts by its /64), one for all
+// clients together. While either is empty every attempt of that client is
+// answered 429 with Retry-After, the right token too, so that guessing
+// gains nothing. Successful logins cost nothing.
+const (
+	clientBurst = 10              // failures a client may make at once
+	clientEvery = 6 * time.Second // then one more every 6 s (10 a minute)
+	globalBurst = 100
+	globalEvery = 500 * time.Millisecond // all clients: 2 a second
+	maxClients  = 10_000
+)
+
+// bucket is a token bucket: burst tokens, one more every every.
+type bucket struct {
+	tokens float64
+	at     time.Time
+	warned time.Time
+}
+
+// fill brings b up to now and returns it.
+func (b *bucket) fill(now time.Time, burst int, every time.Duration) *bucket {
+	if b.at.IsZero() {
+		b.tokens = float64(burst)
+	} else if d := now.Sub(b.at); d > 0 {
+		b.tokens = math.Min(float64(burst), b.tokens+float64(d)/float64(every))
+	}
+	b.at = now
+	return b
+}
+
+// wait is how long until b holds a whole token: 0 when it does.
+func (b *bucket) wait(every time.Duration) time.Duration {
+	if b.tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - b.tokens) * float64(every))
+}
+
+// loginLimiter holds the buckets; safe for concurrent use.
+type loginLimiter struct {
+	mu      sync.Mutex
+	global  bucket
+	clients map[string]*bucket
+}
+
+func newLoginLimiter() *loginLimiter { return &loginLimiter{clients: map[string]*bucket{}} }
+
+// client returns the bucket of addr, creating it; a full table forgets
+// the clients whose buckets have refilled. Call with mu held.
+func (l *loginLimiter) client(addr string, now time.Time) *bucket {
+	b := l.clients[addr]
+	if b == nil {
+		if len(l.clients) >= maxClients {
+			for a, c := range l.clients {
+				if c.fill(now, clientBurst, clientEvery).tokens >= clientBurst {
+					delete(l.clients, a)
+				}
+			}
+		}
+		b = &bucket{}
+		if len(l.clients) < maxClients {
+			l.clients[addr] = b
+		}
+	}
+	return b.fill(now, clientBurst, clientEvery)
+}
+
+// wait is how long addr must wait before its next attempt (0: it may try
+// now), and whether this refusal is the first of the client's spell,
+// which is worth a log line.
+func (l *loginLimiter) wait(addr string, now time.Time) (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.client(addr, now)
+	d := max(c.wait(clientEvery), l.global.fill(now, globalBurst, globalEvery).wait(globalEvery))
+	if d == 0 {
+		return 0, false
+	}
+	first := now.Sub(c.warned) >= clientBurst*clientEvery
+	if first {
+		c.warned = now
+	}
+	return d, first
+}
+
+// failed takes a token from addr's bucket and from the global one.
+func (l *loginLimiter) failed(addr string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.client(addr, now).tokens--
+	l.global.fill(now, globalBurst, globalEvery).tokens--
+}
+
+// clientAddr is the address r came from, an IPv6 one cut to its /64 (one
+// host usually holds a whole /64). Behind a proxy it is the proxy's.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.To4() != nil {
+		return host
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// loginRefused answers 429 with Retry-After, and returns true, while r's
+// client may not try a token; api chooses a JSON answer over the login
+// page. The token tried is never logged.
+func (s *Server) loginRefused(w http.ResponseWriter, r *http.Request, api bool) bool {
+	addr := clientAddr(r)
+	d, first := s.sessions.limit.wait(addr, s.sessions.now())
+	if d == 0 {
+		return false
+	}
+	secs := int(math.Ceil(d.Seconds()))
+	if first {
+		s.log.WarnContext(r.Context(), "admin: login refused: too many wrong admin tokens from this client; refusing its attempts for a while", "client", addr, "path", r.URL.Path, "retry_after_seconds", secs)
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	msg := "Too many wrong tokens: wait " + strconv.Itoa(secs) + " s, then try again."
+	if api {
+		writeError(w, http.StatusTooManyRequests, "too many wrong admin tokens from this client: retry after %d s", secs)
+	} else {
+		s.render(w, r, http.StatusTooManyRequests, "login", "Sign in", map[string]string{"Next": safeNext(r.PostFormValue("next")), "Error": msg})
+	}
+	return true
+}
+
+// loginFailed records a wrong token from r's client and logs it, without
+// the token.
+func (s *Server) loginFailed(r *http.Request) {
+	addr := clientAddr(r)
+	s.sessions.limit.failed(addr, s.sessions.now())
+	s.log.WarnContext(r.Context(), "admin: login failed: wrong admin token", "client", addr, "path", r.URL.Path)
+}
