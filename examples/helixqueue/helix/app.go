@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -43,6 +44,9 @@ type Options struct {
 	// AllowLossOnCrash accepts a Redis server without appendfsync always
 	// (see redisstreams.Config).
 	AllowLossOnCrash bool
+	// Logger receives the logs of the engine, the transport and the batch
+	// saga (unless Machine.Logger is set). Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Records is the read side of HelixQueue: the engine's store (sagas and
@@ -157,14 +161,17 @@ func Open(ctx context.Context, o Options) (a *App, err error) {
 	}
 	a.tr, err = redisstreams.Open(ctx, o.Redis, &redisstreams.Config{
 		Namespace: o.Namespace, Lease: o.DeliveryLease, PollInterval: 100 * time.Millisecond,
-		AllowLossOnCrash: o.AllowLossOnCrash,
+		AllowLossOnCrash: o.AllowLossOnCrash, Logger: o.Logger,
 	})
 	if err != nil {
 		return a, fmt.Errorf("helixqueue: open redis: %w", err)
 	}
-	a.Engine, err = idem.NewEngine(a.Store, a.tr, &idem.Config{TimerInterval: o.TimerInterval, Lanes: 4})
+	a.Engine, err = idem.NewEngine(a.Store, a.tr, &idem.Config{TimerInterval: o.TimerInterval, Lanes: 4, Logger: o.Logger})
 	if err != nil {
 		return a, err
+	}
+	if o.Machine.Logger == nil {
+		o.Machine.Logger = o.Logger
 	}
 	if err := a.Engine.Register(NewMachine(o.Machine)); err != nil {
 		return a, err

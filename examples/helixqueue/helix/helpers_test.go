@@ -5,7 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,4 +180,39 @@ func storeArgs(o helix.Options) []string {
 // redisArgs are the flags that name o's Redis namespace.
 func redisArgs(o helix.Options) []string {
 	return []string{"--redis", o.Redis, "--namespace", o.Namespace}
+}
+
+// logRecorder is a slog.Handler that keeps every record.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r.Clone())
+	return nil
+}
+
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// records returns the records kept so far.
+func (l *logRecorder) records() []slog.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.recs)
+}
+
+// describe renders a record as "LEVEL message key=value…".
+func describe(r slog.Record) string {
+	s := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		s += " " + a.String()
+		return true
+	})
+	return s
 }
