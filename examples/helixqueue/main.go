@@ -8,14 +8,19 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/idemhq/idem/examples/helixqueue/helix"
+	"github.com/idemhq/idem/transport/redisstreams"
 )
 
 func main() {
+	// go-redis's own lines (a failed dial during an outage) become slog
+	// records like the engine's, instead of unstructured stderr lines.
+	redisstreams.LogTo(slog.Default())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := helix.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -43,27 +44,88 @@ type Options struct {
 	// AllowLossOnCrash accepts a Redis server without appendfsync always
 	// (see redisstreams.Config).
 	AllowLossOnCrash bool
+	// Logger receives the logs of the engine, the transport and the batch
+	// saga (unless Machine.Logger is set). Nil means slog.Default().
+	Logger *slog.Logger
 }
 
-// App is one HelixQueue process: its store, transport, engine and tables.
-type App struct {
-	// Engine runs the batch saga; Open does not start it.
-	Engine *idem.Engine
+// Records is the read side of HelixQueue: the engine's store (sagas and
+// their journal) and the example's tables, without a transport or an
+// engine, so reading them consumes nothing. App embeds it.
+type Records struct {
 	// Store is the engine's store (sagas, inbox, timers, journal).
 	Store store.Store
 	// DB reads the example's tables on the same database.
 	DB     *DB
+	closed bool
+}
+
+// OpenRecords opens the store (migrating it) and the example's tables: what
+// "helixqueue audit" reads. It needs o.Store (and o.Schema on PostgreSQL),
+// not Redis.
+func OpenRecords(ctx context.Context, o Options) (r *Records, err error) {
+	if o.Store == "" {
+		return nil, errors.New("helixqueue: --store is required")
+	}
+	return openRecords(ctx, o.withDefaults())
+}
+
+func openRecords(ctx context.Context, o Options) (r *Records, err error) {
+	r = &Records{}
+	defer func() {
+		if err != nil {
+			r.Close()
+		}
+	}()
+	if isPostgres(o.Store) {
+		r.Store, err = pgstore.Open(ctx, o.Store, &pgstore.Config{Schema: o.Schema, Migrate: true})
+	} else {
+		r.Store, err = sqlitestore.Open(ctx, o.Store, nil)
+	}
+	if err != nil {
+		return r, fmt.Errorf("helixqueue: open store: %w", err)
+	}
+	if r.DB, err = openDB(ctx, o.Store, o.Schema); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// Journal returns the engine's journal of the batch: each applied message
+// with its raw sample ID (RawKey, empty when it is the canonical key) and
+// the canonical key.
+func (r *Records) Journal(ctx context.Context, sample string) ([]store.JournalEntry, error) {
+	k, err := CanonicalID(sample)
+	if err != nil {
+		return nil, err
+	}
+	return r.Store.Journal(ctx, store.Key{SagaType: SagaType, Key: k})
+}
+
+// Close closes the store and the tables' database.
+func (r *Records) Close() {
+	if r == nil || r.closed {
+		return
+	}
+	r.closed = true
+	if r.DB != nil {
+		r.DB.Close()
+	}
+	if r.Store != nil {
+		r.Store.Close()
+	}
+}
+
+// App is one HelixQueue process: its store, transport, engine and tables.
+type App struct {
+	*Records
+	// Engine runs the batch saga; Open does not start it.
+	Engine *idem.Engine
 	tr     *redisstreams.Transport
 	closed bool
 }
 
-// Open opens the store (migrating it), the example's tables, the Redis
-// transport, and an engine with the batch saga registered. The engine is
-// not started.
-func Open(ctx context.Context, o Options) (a *App, err error) {
-	if o.Store == "" || o.Redis == "" {
-		return nil, errors.New("helixqueue: --store and --redis are required")
-	}
+func (o Options) withDefaults() Options {
 	if o.Schema == "" {
 		o.Schema = "helixqueue"
 	}
@@ -76,33 +138,40 @@ func Open(ctx context.Context, o Options) (a *App, err error) {
 	if o.DeliveryLease <= 0 {
 		o.DeliveryLease = 30 * time.Second
 	}
+	return o
+}
+
+// Open opens the store (migrating it), the example's tables, the Redis
+// transport, and an engine with the batch saga registered. The engine is
+// not started: until Engine.Start it consumes nothing, and Publish (not
+// Submit or TryAssign, which wait for a consumer) works without it.
+func Open(ctx context.Context, o Options) (a *App, err error) {
+	if o.Store == "" || o.Redis == "" {
+		return nil, errors.New("helixqueue: --store and --redis are required")
+	}
+	o = o.withDefaults()
 	a = &App{}
 	defer func() {
 		if err != nil {
 			a.Close()
 		}
 	}()
-	if isPostgres(o.Store) {
-		a.Store, err = pgstore.Open(ctx, o.Store, &pgstore.Config{Schema: o.Schema, Migrate: true})
-	} else {
-		a.Store, err = sqlitestore.Open(ctx, o.Store, nil)
-	}
-	if err != nil {
-		return a, fmt.Errorf("helixqueue: open store: %w", err)
-	}
-	if a.DB, err = openDB(ctx, o.Store, o.Schema); err != nil {
+	if a.Records, err = openRecords(ctx, o); err != nil {
 		return a, err
 	}
 	a.tr, err = redisstreams.Open(ctx, o.Redis, &redisstreams.Config{
 		Namespace: o.Namespace, Lease: o.DeliveryLease, PollInterval: 100 * time.Millisecond,
-		AllowLossOnCrash: o.AllowLossOnCrash,
+		AllowLossOnCrash: o.AllowLossOnCrash, Logger: o.Logger,
 	})
 	if err != nil {
 		return a, fmt.Errorf("helixqueue: open redis: %w", err)
 	}
-	a.Engine, err = idem.NewEngine(a.Store, a.tr, &idem.Config{TimerInterval: o.TimerInterval, Lanes: 4})
+	a.Engine, err = idem.NewEngine(a.Store, a.tr, &idem.Config{TimerInterval: o.TimerInterval, Lanes: 4, Logger: o.Logger})
 	if err != nil {
 		return a, err
+	}
+	if o.Machine.Logger == nil {
+		o.Machine.Logger = o.Logger
 	}
 	if err := a.Engine.Register(NewMachine(o.Machine)); err != nil {
 		return a, err
@@ -125,24 +194,44 @@ func (a *App) Close() {
 	if a.tr != nil {
 		a.tr.Close()
 	}
-	if a.DB != nil {
-		a.DB.Close()
-	}
-	if a.Store != nil {
-		a.Store.Close()
-	}
+	a.Records.Close()
 }
 
-// Submit publishes a batch for the raw sample ID. Its envelope ID derives
-// from the raw bytes, so a resubmission of the same bytes is one message;
-// a twin (another spelling of the same canonical ID) is another message to
-// the same saga, which records its spelling and changes nothing else.
-func (a *App) Submit(ctx context.Context, raw string) (canonical string, err error) {
-	canonical, err = CanonicalID(raw)
+// submission is the envelope of a batch's submission for the raw sample ID,
+// with its canonical ID. Its envelope ID derives from the raw bytes.
+func submission(raw string) (idem.Envelope, string, error) {
+	canonical, err := CanonicalID(raw)
+	if err != nil {
+		return idem.Envelope{}, "", err
+	}
+	env, err := idem.NewEnvelope("submit-"+hashHex(raw), Submitted{SampleID: raw})
+	return env, canonical, err
+}
+
+// Publish publishes a batch's submission for the raw sample ID and returns
+// its canonical ID without waiting for a consumer to apply it: what
+// "helixqueue submit" does, on an engine it never starts (so the process
+// neither joins the consumer group nor takes a delivery). As with Submit, a
+// resubmission of the same bytes is one message, and a twin another
+// message to the same batch.
+func (a *App) Publish(ctx context.Context, raw string) (canonical string, err error) {
+	env, canonical, err := submission(raw)
 	if err != nil {
 		return "", err
 	}
-	env, err := idem.NewEnvelope("submit-"+hashHex(raw), Submitted{SampleID: raw})
+	if err := a.Engine.Publish(ctx, env); err != nil {
+		return "", fmt.Errorf("helixqueue: submit %q: %w", raw, err)
+	}
+	return canonical, nil
+}
+
+// Submit publishes a batch for the raw sample ID and waits until a consumer
+// (this process's started engine, or another's) applied it. Its envelope
+// ID derives from the raw bytes, so a resubmission of the same bytes is one message;
+// a twin (another spelling of the same canonical ID) is another message to
+// the same saga, which records its spelling and changes nothing else.
+func (a *App) Submit(ctx context.Context, raw string) (canonical string, err error) {
+	env, canonical, err := submission(raw)
 	if err != nil {
 		return "", err
 	}
@@ -192,16 +281,6 @@ func (a *App) send(ctx context.Context, prefix string, msg any) (idem.Result, er
 		return r, fmt.Errorf("helixqueue: %s: %w", prefix, err)
 	}
 	return r, nil
-}
-
-// Journal returns the engine's journal of the batch: each applied message
-// with its raw sample ID (RawKey) and the canonical key.
-func (a *App) Journal(ctx context.Context, sample string) ([]store.JournalEntry, error) {
-	k, err := CanonicalID(sample)
-	if err != nil {
-		return nil, err
-	}
-	return a.Store.Journal(ctx, store.Key{SagaType: SagaType, Key: k})
 }
 
 func newID() string {

@@ -2,27 +2,50 @@ package helix
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-const usage = `usage: helixqueue <command> --store <sqlite path | postgres URL> --redis <redis URL> [flags]
+const usage = `usage: helixqueue <command> --store <sqlite path | postgres URL> [flags]
 
 commands:
-  submit ID...   submit sequencing batches (one per canonical sample ID)
-  worker         run a GPU worker until interrupted (--id, --work, --metrics)
-  audit          print the audit rows (--sample ID: one batch, with its journal)
+  submit ID...   publish sequencing batches (one per canonical sample ID) for
+                 the workers; --redis
+  worker         run a GPU worker until interrupted; --redis, --id, --lease,
+                 --work, --metrics
+  audit          print the audit rows (--sample ID: one batch, with its
+                 journal); reads the store only
   run-demo       submit batches with NFC/NFD twins and duplicates, run three
-                 workers, kill one mid-batch, and print a summary
+                 workers, kill one mid-batch, and print a summary; --redis
+
+"helixqueue <command> --help" lists a command's flags.
 `
+
+// command is one subcommand: what it runs, and the flags that mean
+// something to it beyond --store and --schema.
+type command struct {
+	run func(context.Context, *flag.FlagSet, *Options, []string, io.Writer) error
+	// redis adds --redis and --namespace.
+	redis bool
+	// lease adds --lease with this default (0: no --lease): only the
+	// commands whose engine consumes, and so applies assignments, use it.
+	lease time.Duration
+}
+
+var commands = map[string]command{
+	"submit":   {run: cmdSubmit, redis: true},
+	"worker":   {run: cmdWorker, redis: true, lease: 30 * time.Second},
+	"audit":    {run: cmdAudit},
+	"run-demo": {run: cmdDemo, redis: true, lease: 2 * time.Second},
+}
 
 // Main runs the command line and returns the exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -30,10 +53,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	cmds := map[string]func(context.Context, *flag.FlagSet, *Options, []string, io.Writer) error{
-		"submit": cmdSubmit, "worker": cmdWorker, "audit": cmdAudit, "run-demo": cmdDemo,
-	}
-	cmd, ok := cmds[args[0]]
+	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "helixqueue: unknown command %q\n%s", args[0], usage)
 		return 2
@@ -42,15 +62,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	o := &Options{}
 	fs.StringVar(&o.Store, "store", "", "SQLite path or postgres:// URL")
-	fs.StringVar(&o.Redis, "redis", "", "redis:// URL of the transport")
 	fs.StringVar(&o.Schema, "schema", "helixqueue", "PostgreSQL schema")
-	fs.StringVar(&o.Namespace, "namespace", "helixqueue", "Redis stream namespace")
-	fs.DurationVar(&o.Machine.Lease, "lease", 30*time.Second, "assignment lease before the reaper releases it")
-	if err := cmd(ctx, fs, o, args[1:], stdout); err != nil {
+	if cmd.redis {
+		fs.StringVar(&o.Redis, "redis", "", "redis:// URL of the transport")
+		fs.StringVar(&o.Namespace, "namespace", "helixqueue", "Redis stream namespace")
+	}
+	if cmd.lease > 0 {
+		fs.DurationVar(&o.Machine.Lease, "lease", cmd.lease, "assignment lease before the reaper releases it")
+	}
+	if err := cmd.run(ctx, fs, o, args[1:], stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 2
 		}
-		fmt.Fprintln(stderr, "helixqueue:", err)
+		// The package's own errors already name it.
+		fmt.Fprintln(stderr, "helixqueue:", strings.TrimPrefix(err.Error(), "helixqueue: "))
 		return 1
 	}
 	return 0
@@ -80,23 +105,40 @@ func shutdown(a *App) {
 	a.Close()
 }
 
+// cmdSubmit publishes the submissions and returns: its engine is never
+// started, so it consumes nothing (the workers apply the submissions).
 func cmdSubmit(ctx context.Context, fs *flag.FlagSet, o *Options, args []string, out io.Writer) error {
-	a, err := open(ctx, fs, o, args)
-	if err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	defer shutdown(a)
 	if fs.NArg() == 0 {
 		return errors.New("submit: give at least one sample ID")
 	}
 	for _, raw := range fs.Args() {
-		k, err := a.Submit(ctx, raw)
+		if _, err := CanonicalID(raw); err != nil {
+			return err // before anything is published
+		}
+	}
+	a, err := Open(ctx, *o)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	for _, raw := range fs.Args() {
+		k, err := a.Publish(ctx, raw)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "submitted %q as batch %q\n", raw, k)
+		printSubmitted(out, raw, k)
 	}
 	return nil
+}
+
+// printSubmitted prints a submission with its raw ID escaped beyond ASCII
+// (%+q): the NFC and NFD twins of an ID, identical on a terminal, then
+// differ ("S\u00e4mple" and "Sa\u0308mple").
+func printSubmitted(out io.Writer, raw, batch string) {
+	fmt.Fprintf(out, "submitted %+q → batch %+q\n", raw, batch)
 }
 
 func cmdWorker(ctx context.Context, fs *flag.FlagSet, o *Options, args []string, out io.Writer) error {
@@ -153,38 +195,46 @@ func simulated(d time.Duration, began func(sample string)) Work {
 	}
 }
 
+// cmdAudit prints the audit rows, and with --sample the batch's journal,
+// as JSON lines with every non-ASCII character escaped, so that the
+// spellings of twins differ visibly. It reads the store only: no transport,
+// no engine.
 func cmdAudit(ctx context.Context, fs *flag.FlagSet, o *Options, args []string, out io.Writer) error {
 	sample := fs.String("sample", "", "one batch's sample ID (any spelling)")
-	a, err := open(ctx, fs, o, args)
-	if err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	defer shutdown(a)
 	key := ""
 	if *sample != "" {
+		var err error
 		if key, err = CanonicalID(*sample); err != nil {
 			return err
 		}
 	}
-	rows, err := a.DB.Audit(ctx, key)
+	r, err := OpenRecords(ctx, *o)
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(out)
-	for _, r := range rows {
-		if err := enc.Encode(r); err != nil {
+	defer r.Close()
+	rows, err := r.DB.Audit(ctx, key)
+	if err != nil {
+		return err
+	}
+	for _, row := range rows {
+		if err := writeJSON(out, row, false); err != nil {
 			return err
 		}
 	}
 	if key == "" {
 		return nil
 	}
-	j, err := a.Journal(ctx, key)
+	j, err := r.Journal(ctx, key)
 	if err != nil {
 		return err
 	}
 	for _, e := range j {
-		if err := enc.Encode(map[string]any{"journal": e.EventType, "key": e.Key, "raw_key": e.RawKey, "from": e.FromState, "to": e.ToState}); err != nil {
+		line := map[string]any{"journal": e.EventType, "key": e.Key, "raw_key": rawSpelling(e), "from": e.FromState, "to": e.ToState}
+		if err := writeJSON(out, line, false); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,9 +58,14 @@ func TestRunDemo(t *testing.T) {
 		if s.Metrics["helix_lease_reaped_total"] < 1 {
 			t.Errorf("helix_lease_reaped_total %v, want at least 1", s.Metrics["helix_lease_reaped_total"])
 		}
-		// The NFD spelling was submitted second: its journal entry keeps it.
-		if len(s.TwinJournal) < 2 || s.TwinJournal[1]["raw_key"] == s.TwinJournal[0]["raw_key"] {
-			t.Errorf("twin journal %v: want the second submission's raw key to differ", s.TwinJournal)
+		// The NFD spelling was submitted second: its journal entry keeps
+		// it, as a plain JSON string, escaped so that it reads differently.
+		nfd := norm.NFD.String(helix.DemoSubmissions[0])
+		if len(s.TwinJournal) < 2 || s.TwinJournal[0]["raw_key"] != helix.DemoSubmissions[0] || s.TwinJournal[1]["raw_key"] != nfd {
+			t.Errorf("twin journal %v: want raw keys %+q then %+q", s.TwinJournal, helix.DemoSubmissions[0], nfd)
+		}
+		if !strings.Contains(text, `"raw_key": "Sa\u0308mple-\u03a9-001"`) {
+			t.Errorf("run-demo printed\n%s\nwant the NFD raw key escaped as \"Sa\\u0308mple-\\u03a9-001\"", text)
 		}
 	})
 }
@@ -110,4 +117,140 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Errorf("/metrics lacks helix_stream_pending:\n%s", body)
 		}
 	})
+}
+
+// With a worker stopped and submissions waiting in Redis, "submit" and
+// "audit" consume nothing: the consumer group gets no new consumer and
+// reads no entry, the waiting submissions stay in the streams (plus
+// submit's own), and no saga applies them.
+func TestSubmitAndAuditDoNotConsume(t *testing.T) {
+	eachStore(t, func(t *testing.T, o helix.Options) {
+		ctx := testCtx(t)
+		stop(t, start(t, o)) // a worker ran, and stopped
+		a, err := helix.Open(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		for _, id := range []string{"Waiting-001", "Waiting-002"} {
+			if err := a.Engine.Publish(ctx, mustEnv(t, "waiting-"+id, helix.Submitted{SampleID: id})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := streamState(t, o)
+		if before.entries != 2 || before.pending != 0 {
+			t.Fatalf("before: %+v, want 2 entries waiting, none handed out", before)
+		}
+
+		if code, out, errOut := run(t, append(append([]string{"audit"}, storeArgs(o)...), "--sample", "Waiting-001")...); code != 0 || out != "" {
+			t.Fatalf("audit: exit %d, stdout %q, stderr %q; want 0 and nothing to print", code, out, errOut)
+		}
+		if after := streamState(t, o); after != before {
+			t.Errorf("after audit: %+v, want %+v (audit consumed)", after, before)
+		}
+		if code, out, errOut := run(t, append(append([]string{"submit"}, append(storeArgs(o), redisArgs(o)...)...), "Submitted-003")...); code != 0 {
+			t.Fatalf("submit: exit %d: %s%s", code, out, errOut)
+		}
+		want := before
+		want.entries++ // submit's own message
+		if after := streamState(t, o); after != want {
+			t.Errorf("after submit: %+v, want %+v (submit consumed)", after, want)
+		}
+		rows, err := a.DB.Audit(ctx, "")
+		if err != nil || len(rows) != 0 {
+			t.Errorf("audit rows %+v (%v), want none: nothing may have applied a submission", rows, err)
+		}
+	})
+}
+
+// submit, audit and run-demo show the NFC and NFD spellings of an ID
+// differently (escaped beyond ASCII), and their JSON decodes to the exact
+// spellings.
+func TestTwinSpellingsVisible(t *testing.T) {
+	eachStore(t, func(t *testing.T, o helix.Options) {
+		ctx := testCtx(t)
+		nfd := norm.NFD.String(nfc)
+		code, out, errOut := run(t, append(append([]string{"submit"}, append(storeArgs(o), redisArgs(o)...)...), nfc, nfd)...)
+		if code != 0 {
+			t.Fatalf("submit: exit %d: %s%s", code, out, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 2 || lines[0] == lines[1] ||
+			!strings.Contains(lines[0], `"S\u00e4mple-\u03a9-001"`) || !strings.Contains(lines[1], `"Sa\u0308mple-\u03a9-001"`) {
+			t.Errorf("submit printed\n%s\nwant the NFC and NFD spellings escaped (S\\u00e4mple, Sa\\u0308mple), on different lines", out)
+		}
+
+		a := start(t, o) // a worker applies both
+		waitFor(t, "both submissions applied", 30*time.Second, func() bool {
+			j, err := a.Journal(ctx, nfc)
+			return err == nil && len(j) == 2
+		})
+		code, out, errOut = run(t, append(append([]string{"audit"}, storeArgs(o)...), "--sample", nfd)...)
+		if code != 0 {
+			t.Fatalf("audit: exit %d: %s%s", code, out, errOut)
+		}
+		if !strings.Contains(out, `"S\u00e4mple-\u03a9-001"`) || !strings.Contains(out, `"Sa\u0308mple-\u03a9-001"`) {
+			t.Errorf("audit printed\n%s\nwant both spellings escaped (S\\u00e4mple, Sa\\u0308mple)", out)
+		}
+		var raws []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var v map[string]any
+			if err := json.Unmarshal([]byte(line), &v); err != nil {
+				t.Fatalf("audit line %q: %v", line, err)
+			}
+			if raw, ok := v["raw_key"].(string); ok {
+				raws = append(raws, raw)
+			}
+		}
+		if !slices.Equal(raws, []string{nfc, nfd}) {
+			t.Errorf("audit journal raw keys %+q, want %+q", raws, []string{nfc, nfd})
+		}
+	})
+}
+
+// Each command lists only the flags that mean something to it: --lease
+// only where an engine applies assignments, --redis not for audit.
+func TestFlagsPerCommand(t *testing.T) {
+	for _, c := range []struct {
+		cmd       string
+		want, not []string
+	}{
+		{"submit", []string{"-store", "-redis"}, []string{"-lease"}},
+		{"audit", []string{"-store", "-sample"}, []string{"-lease", "-redis", "-namespace"}},
+		{"worker", []string{"-store", "-redis", "-lease"}, nil},
+		{"run-demo", []string{"-store", "-redis", "-lease"}, nil},
+	} {
+		code, _, help := run(t, c.cmd, "--help")
+		if code != 2 {
+			t.Errorf("%s --help: exit %d, want 2", c.cmd, code)
+		}
+		for _, f := range c.want {
+			if !strings.Contains(help, "  "+f+" ") {
+				t.Errorf("%s --help lacks %s:\n%s", c.cmd, f, help)
+			}
+		}
+		for _, f := range c.not {
+			if strings.Contains(help, "  "+f+" ") {
+				t.Errorf("%s --help lists %s, which does nothing there:\n%s", c.cmd, f, help)
+			}
+		}
+	}
+}
+
+// An error is printed once, with one "helixqueue:" prefix.
+func TestErrorPrefixOnce(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "x.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"submit", "--store", db, "ID-1"}, "helixqueue: --store and --redis are required\n"},
+		{[]string{"submit", "--store", db, "--redis", "redis://127.0.0.1:1/0", "a\x00b"}, "helixqueue: sample ID "},
+		{[]string{"audit", "--sample", "x"}, "helixqueue: --store is required\n"},
+	} {
+		code, _, errOut := run(t, c.args...)
+		if code != 1 || !strings.HasPrefix(errOut, c.want) || strings.Count(errOut, "helixqueue:") != 1 {
+			t.Errorf("%q: exit %d, stderr %q; want 1 and one line starting %q", c.args, code, errOut, c.want)
+		}
+	}
 }

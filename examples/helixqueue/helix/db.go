@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -112,26 +113,54 @@ func (db *DB) q(query string) string {
 	return query
 }
 
-// execFunc runs one statement in the unit of work's transaction.
-type execFunc func(ctx context.Context, query string, args ...any) error
+// domainTx runs statements in the unit of work's transaction.
+type domainTx interface {
+	// exec runs a statement and returns the number of rows it changed.
+	exec(ctx context.Context, query string, args ...any) (int64, error)
+	// count runs a query that returns one number.
+	count(ctx context.Context, query string, args ...any) (int64, error)
+}
 
 // errNoDomainTx is returned on a store without domain statements (memstore).
 var errNoDomainTx = errors.New("helixqueue needs a SQLite or PostgreSQL store: its audit rows are written in the saga's transaction")
 
+// pgTx is the unit of work's transaction on PostgreSQL.
+type pgTx struct{ tx pgstore.DBTX }
+
+func (t pgTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (t pgTx) count(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = t.tx.QueryRow(ctx, query, args...).Scan(&n)
+	return n, err
+}
+
+// sqliteTx is the unit of work's transaction on SQLite ($n becomes ?n).
+type sqliteTx struct{ tx sqlitestore.DBTX }
+
+func (t sqliteTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, strings.ReplaceAll(query, "$", "?"), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t sqliteTx) count(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = t.tx.QueryRowContext(ctx, strings.ReplaceAll(query, "$", "?"), args...).Scan(&n)
+	return n, err
+}
+
 // domainExec is the accessor of the unit of work's transaction on either
 // store.
-func domainExec(c *saga.Context[Batch]) (execFunc, error) {
+func domainExec(c *saga.Context[Batch]) (domainTx, error) {
 	if tx, ok := pgstore.TxFrom(c); ok {
-		return func(ctx context.Context, query string, args ...any) error {
-			_, err := tx.Exec(ctx, query, args...)
-			return err
-		}, nil
+		return pgTx{tx}, nil
 	}
 	if tx, ok := sqlitestore.TxFrom(c); ok {
-		return func(ctx context.Context, query string, args ...any) error {
-			_, err := tx.ExecContext(ctx, strings.ReplaceAll(query, "$", "?"), args...)
-			return err
-		}, nil
+		return sqliteTx{tx}, nil
 	}
 	return nil, permanent(errNoDomainTx)
 }
@@ -148,6 +177,7 @@ type transition struct {
 type writer struct {
 	fault  string
 	before func(ctx context.Context, to string) error
+	log    *slog.Logger
 }
 
 // transition writes the audit row of c's transition to t.to, then the
@@ -159,7 +189,7 @@ func (w writer) transition(c *saga.Context[Batch], t transition) error {
 			return err
 		}
 	}
-	exec, err := domainExec(c)
+	tx, err := domainExec(c)
 	if err != nil {
 		return err
 	}
@@ -167,38 +197,75 @@ func (w writer) transition(c *saga.Context[Batch], t transition) error {
 	if c.Current() == saga.Initial {
 		from = ""
 	}
-	if err := exec(ctx, `INSERT INTO helix_audit (sample_key, raw_sample, message_id, from_state, to_state, worker, attempt, reason, at_us)
+	if _, err := tx.exec(ctx, `INSERT INTO helix_audit (sample_key, raw_sample, message_id, from_state, to_state, worker, attempt, reason, at_us)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		c.Key(), t.raw, c.MessageID(), from, t.to, c.Data.Worker, c.Data.Attempt, t.reason, c.Now().UnixMicro()); err != nil {
 		return fmt.Errorf("audit %s %s→%s: %w", c.Key(), from, t.to, err)
 	}
 	if w.fault != "" && w.fault == t.to {
-		err := exec(ctx, `INSERT INTO helix_no_such_table (x) VALUES (1)`)
+		_, err := tx.exec(ctx, `INSERT INTO helix_no_such_table (x) VALUES (1)`)
 		return permanent(fmt.Errorf("%s→%s: %w: %w", from, t.to, ErrFault, err))
 	}
-	if err := assignmentRows(ctx, exec, c, t); err != nil {
+	if err := w.assignmentRows(ctx, tx, c, t); err != nil {
 		return fmt.Errorf("assignment %s %s→%s: %w", c.Key(), from, t.to, err)
 	}
 	return nil
 }
 
 // assignmentRows keeps helix_assignments (and helix_results) in step.
-func assignmentRows(ctx context.Context, exec execFunc, c *saga.Context[Batch], t transition) error {
+func (w writer) assignmentRows(ctx context.Context, tx domainTx, c *saga.Context[Batch], t transition) error {
 	k, a := c.Key(), c.Data.Attempt
+	exec := func(query string, args ...any) error {
+		_, err := tx.exec(ctx, query, args...)
+		return err
+	}
 	switch {
 	case t.to == Assigned:
-		return exec(ctx, `INSERT INTO helix_assignments (sample_key, attempt, worker, state) VALUES ($1, $2, $3, $4)`, k, a, c.Data.Worker, Assigned)
-	case t.to == Running:
-		return exec(ctx, `UPDATE helix_assignments SET state = $1 WHERE sample_key = $2 AND attempt = $3`, Running, k, a)
-	case t.to == Pending && c.Current() != saga.Initial:
-		return exec(ctx, `UPDATE helix_assignments SET outcome = $1 WHERE sample_key = $2 AND attempt = $3`, t.reason, k, a)
-	case t.to == Completed:
-		if err := exec(ctx, `UPDATE helix_assignments SET state = $1, outcome = $1 WHERE sample_key = $2 AND attempt = $3`, Completed, k, a); err != nil {
+		n, err := tx.exec(ctx, `INSERT INTO helix_assignments (sample_key, attempt, worker, state) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, k, a, c.Data.Worker, Assigned)
+		if err != nil || n == 1 {
 			return err
 		}
-		return exec(ctx, `INSERT INTO helix_results (sample_key, worker, attempt, result) VALUES ($1, $2, $3, $4)`, k, c.Data.Worker, a, *t.result)
+		return w.lostRace(ctx, tx, c)
+	case t.to == Running:
+		return exec(`UPDATE helix_assignments SET state = $1 WHERE sample_key = $2 AND attempt = $3`, Running, k, a)
+	case t.to == Pending && c.Current() != saga.Initial:
+		return exec(`UPDATE helix_assignments SET outcome = $1 WHERE sample_key = $2 AND attempt = $3`, t.reason, k, a)
+	case t.to == Completed:
+		if err := exec(`UPDATE helix_assignments SET state = $1, outcome = $1 WHERE sample_key = $2 AND attempt = $3`, Completed, k, a); err != nil {
+			return err
+		}
+		return exec(`INSERT INTO helix_results (sample_key, worker, attempt, result) VALUES ($1, $2, $3, $4)`, k, c.Data.Worker, a, *t.result)
 	case t.to == Failed:
-		return exec(ctx, `UPDATE helix_assignments SET state = $1, outcome = $1 WHERE sample_key = $2 AND attempt = $3`, Failed, k, a)
+		return exec(`UPDATE helix_assignments SET state = $1, outcome = $1 WHERE sample_key = $2 AND attempt = $3`, Failed, k, a)
 	}
+	return nil
+}
+
+// ErrActiveAssignment is wrapped by the error of an Assign that found
+// another active assignment of its batch that no concurrent Assign
+// explains (a row written outside the saga). It is permanent: the message
+// is dead-lettered, and the batch stays PENDING.
+var ErrActiveAssignment = errors.New("the batch already has an active assignment")
+
+// lostRace handles an Assign whose assignment row the unique index kept
+// out: another assignment of the batch is active. When it is the
+// ASSIGNED of another assigner, committed meanwhile, of this same attempt,
+// both read the batch PENDING and that one committed first: the expected
+// outcome of the race the README describes, logged at INFO, not an error.
+// This unit of work then fails the engine's version check (the winner
+// changed the saga), so nothing of it lands; the engine applies the Assign
+// again, and in ASSIGNED ignores it. Any other active assignment is an
+// error (ErrActiveAssignment): the index stands for the saga's state.
+func (w writer) lostRace(ctx context.Context, tx domainTx, c *saga.Context[Batch]) error {
+	n, err := tx.count(ctx, `SELECT COUNT(*) FROM helix_audit
+		WHERE sample_key = $1 AND attempt = $2 AND to_state = 'ASSIGNED' AND message_id <> $3`, c.Key(), c.Data.Attempt, c.MessageID())
+	if err != nil {
+		return fmt.Errorf("assignment %s: %w", c.Key(), err)
+	}
+	if n == 0 {
+		return permanent(fmt.Errorf("assignment %s attempt %d: %w", c.Key(), c.Data.Attempt, ErrActiveAssignment))
+	}
+	w.log.InfoContext(ctx, "assigner lost the race: another Assign of this attempt committed first (the expected outcome with concurrent assigners); this one is retried and then ignored",
+		"saga_key", c.Key(), "attempt", c.Data.Attempt, "worker", c.Data.Worker, "message_id", c.MessageID())
 	return nil
 }

@@ -2,7 +2,6 @@ package helix
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,7 +23,9 @@ var DemoSubmissions = []string{
 }
 
 // Summary is what run-demo prints: counts, the killed worker's batch with
-// its audit trail, a twin's journal, and the metrics at the end.
+// its audit trail, a twin's journal (raw_key: the spelling each message
+// carried), and the metrics at the end. run-demo escapes every character
+// beyond ASCII in it, so that the twins' spellings differ visibly.
 type Summary struct {
 	Submissions int                `json:"submissions"`
 	Batches     int                `json:"batches"`
@@ -50,9 +51,6 @@ func cmdDemo(ctx context.Context, fs *flag.FlagSet, o *Options, args []string, o
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if o.Machine.Lease == 30*time.Second {
-		o.Machine.Lease = 2 * time.Second // the default flag value: short for a demo
-	}
 	if *workers < 2 {
 		return errors.New("run-demo: --workers must be at least 2")
 	}
@@ -71,7 +69,7 @@ func cmdDemo(ctx context.Context, fs *flag.FlagSet, o *Options, args []string, o
 			return err
 		}
 		batches[k] = true
-		fmt.Fprintf(out, "submitted %+q → batch %q\n", raw, k)
+		printSubmitted(out, raw, k)
 	}
 
 	// Worker 1 hangs in its first batch and is killed there; the others work.
@@ -121,9 +119,7 @@ func cmdDemo(ctx context.Context, fs *flag.FlagSet, o *Options, args []string, o
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	return enc.Encode(s)
+	return writeJSON(out, s, true)
 }
 
 // startDemoWorker runs a worker in a process of its own (its own App).
@@ -174,7 +170,7 @@ func summarize(ctx context.Context, a *App, m *Metrics, batches map[string]bool,
 		return s, err
 	}
 	for _, e := range j {
-		s.TwinJournal = append(s.TwinJournal, map[string]any{"event": e.EventType, "key": e.Key, "raw_key": fmt.Sprintf("%+q", e.RawKey), "to": e.ToState})
+		s.TwinJournal = append(s.TwinJournal, map[string]any{"event": e.EventType, "key": e.Key, "raw_key": rawSpelling(e), "to": e.ToState})
 	}
 	mfs, err := m.Registry.Gather()
 	if err != nil {

@@ -3,9 +3,11 @@ package helix_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,6 +304,119 @@ func TestStoppedBeforeCommitReclaimed(t *testing.T) {
 		n, err := pb.DB.Count(ctx, `SELECT COUNT(*) FROM helix_assignments`)
 		if err != nil || n != 1 {
 			t.Errorf("assignment rows %d (%v), want 1", n, err)
+		}
+	})
+}
+
+// The race the README describes: two processes that both read a batch
+// PENDING apply their Assign at once. One wins. The other finds the
+// winner's assignment row, the expected outcome of the race: it is logged
+// at INFO as such, never at WARN as a failure, and the loser's Assign is
+// then ignored.
+func TestAssignRaceIsNotAWarning(t *testing.T) {
+	eachStore(t, func(t *testing.T, o helix.Options) {
+		ctx := testCtx(t)
+		logs := &logRecorder{}
+		o.Logger = slog.New(logs)
+		arrived, release := make(chan struct{}, 2), make(chan struct{})
+		var n atomic.Int32
+		o.Machine.BeforeWrite = func(ctx context.Context, to string) error {
+			if to != helix.Assigned || n.Add(1) > 2 {
+				return nil
+			}
+			arrived <- struct{}{}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		// Two processes on one store, each with a Redis namespace of its
+		// own, so that each applies its own Assign.
+		p1 := start(t, o)
+		o2 := o
+		o2.Namespace += "-2"
+		p2 := start(t, o2)
+		if _, err := p1.Submit(ctx, nfc); err != nil {
+			t.Fatal(err)
+		}
+		type outcome struct {
+			r   helix.AssignResult
+			err error
+		}
+		results := make(chan outcome, 2)
+		for i, p := range []*helix.App{p1, p2} {
+			go func() {
+				r, err := p.TryAssign(ctx, nfc, "gpu-"+itoa(i+1))
+				results <- outcome{r, err}
+			}()
+		}
+		for range 2 {
+			select {
+			case <-arrived: // read PENDING, about to write
+			case <-ctx.Done():
+				t.Fatal("the two Assigns did not both reach their writes")
+			}
+		}
+		close(release)
+		var winners int
+		for range 2 {
+			o := <-results
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			if o.r.Won {
+				winners++
+			}
+		}
+		if winners != 1 {
+			t.Fatalf("%d winners, want 1", winners)
+		}
+		var lost bool
+		for _, r := range logs.records() {
+			if r.Level >= slog.LevelWarn {
+				t.Errorf("logged as a failure: %s", describe(r))
+			}
+			lost = lost || (r.Level == slog.LevelInfo && strings.Contains(r.Message, "lost the race"))
+		}
+		if !lost {
+			t.Error("no INFO record says that an assigner lost the race")
+		}
+		rows, err := p1.DB.Audit(ctx, nfc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := transitions(rows); len(got) != 2 || got[1] != "PENDING→ASSIGNED/"+rows[1].Worker+"/1" {
+			t.Errorf("audit %q, want PENDING then one ASSIGNED", got)
+		}
+	})
+}
+
+// An active assignment that no concurrent Assign explains (a row written
+// outside the saga) is not taken for a lost race: the Assign fails with
+// ErrActiveAssignment and the batch stays PENDING, without audit row.
+func TestAssignRefusesForeignActiveAssignment(t *testing.T) {
+	eachStore(t, func(t *testing.T, o helix.Options) {
+		ctx := testCtx(t)
+		a := start(t, o)
+		if _, err := a.Submit(ctx, nfc); err != nil {
+			t.Fatal(err)
+		}
+		q := `INSERT INTO helix_assignments (sample_key, attempt, worker, state) VALUES ('` + nfc + `', 1, 'rogue', 'ASSIGNED')`
+		if _, err := a.DB.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		_, err := a.TryAssign(ctx, nfc, "gpu-1")
+		if !errors.Is(err, idem.ErrDeadLettered) || !strings.Contains(err.Error(), helix.ErrActiveAssignment.Error()) {
+			t.Fatalf("assign over a foreign active assignment: %v, want a dead letter naming %q", err, helix.ErrActiveAssignment)
+		}
+		rows, err := a.DB.Audit(ctx, nfc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := transitions(rows); !slices.Equal(got, []string{"→PENDING//0"}) {
+			t.Errorf("audit %q, want only the PENDING row", got)
 		}
 	})
 }

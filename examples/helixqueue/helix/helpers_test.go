@@ -1,14 +1,19 @@
 package helix_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem/examples/helixqueue/helix"
 	"github.com/idemhq/idem/internal/testenv"
@@ -109,4 +114,105 @@ func itoa(i int) string {
 		return d[i : i+1]
 	}
 	return itoa(i/10) + d[i%10:i%10+1]
+}
+
+// streams is what Redis holds of a namespace: the entries of its streams,
+// and the consumer group's consumers, entries read and pending deliveries,
+// summed over the partitions.
+type streams struct {
+	entries, consumers, read, pending int64
+}
+
+// streamState reads o.Namespace's streams straight from Redis.
+func streamState(t *testing.T, o helix.Options) streams {
+	t.Helper()
+	ctx := testCtx(t)
+	opt, err := redis.ParseURL(o.Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	keys, err := rdb.Keys(ctx, "{"+o.Namespace+"}:p*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s streams
+	for _, k := range keys {
+		if typ, err := rdb.Type(ctx, k).Result(); err != nil || typ != "stream" {
+			continue
+		}
+		n, err := rdb.XLen(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.entries += n
+		gs, err := rdb.XInfoGroups(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gs {
+			s.consumers += g.Consumers
+			s.read += g.EntriesRead
+			s.pending += g.Pending
+		}
+	}
+	return s
+}
+
+// run runs the command line and returns its exit code, stdout and stderr.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := helix.Main(testCtx(t), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// storeArgs are the flags that name o's store (and schema).
+func storeArgs(o helix.Options) []string {
+	args := []string{"--store", o.Store}
+	if o.Schema != "" {
+		args = append(args, "--schema", o.Schema)
+	}
+	return args
+}
+
+// redisArgs are the flags that name o's Redis namespace.
+func redisArgs(o helix.Options) []string {
+	return []string{"--redis", o.Redis, "--namespace", o.Namespace}
+}
+
+// logRecorder is a slog.Handler that keeps every record.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r.Clone())
+	return nil
+}
+
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// records returns the records kept so far.
+func (l *logRecorder) records() []slog.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.recs)
+}
+
+// describe renders a record as "LEVEL message key=value…".
+func describe(r slog.Record) string {
+	s := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		s += " " + a.String()
+		return true
+	})
+	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -115,6 +116,8 @@ type MachineConfig struct {
 	// blocks in it to stop a process after it received a message and
 	// before it committed.
 	BeforeWrite func(ctx context.Context, to string) error
+	// Logger receives the saga's own log lines. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // ErrFault is wrapped by the error of a transition FaultAfterAudit broke.
@@ -148,7 +151,10 @@ func NewMachine(cfg MachineConfig) *saga.Machine[Batch] {
 	fail := saga.NewEvent[Fail](m, func(e Fail) string { return e.SampleID })
 	expired := saga.NewEvent[LeaseExpired](m, func(e LeaseExpired) string { return e.SampleID })
 
-	w := writer{fault: cfg.FaultAfterAudit, before: cfg.BeforeWrite}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := writer{fault: cfg.FaultAfterAudit, before: cfg.BeforeWrite, log: cfg.Logger.With("component", "helixqueue.batch")}
 	twin := saga.When(submitted).Then(func(c *saga.Context[Batch], e Submitted) error {
 		c.Data.addRaw(e.SampleID)
 		return nil
