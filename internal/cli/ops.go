@@ -408,8 +408,9 @@ type envelopeJSON struct {
 	BodyEncoding string `json:"body_encoding"`
 }
 
-func toJSON(d *store.DeadLetter) deadLetterJSON {
-	e := &d.Envelope
+// toEnvelopeJSON is the --json form of an envelope, in dead letters and
+// timers alike.
+func toEnvelopeJSON(e *transport.Envelope) envelopeJSON {
 	ej := envelopeJSON{
 		ID: e.ID, Type: e.Type, CorrelationID: e.CorrelationID, CausationID: e.CausationID,
 		IdempotencyKey: e.IdempotencyKey, Headers: e.Headers, SentAt: e.SentAt.UTC(),
@@ -418,8 +419,12 @@ func toJSON(d *store.DeadLetter) deadLetterJSON {
 	if !utf8.Valid(e.Body) {
 		ej.Body, ej.BodyEncoding = base64.StdEncoding.EncodeToString(e.Body), "base64"
 	}
+	return ej
+}
+
+func toJSON(d *store.DeadLetter) deadLetterJSON {
 	return deadLetterJSON{
-		ID: d.ID, Envelope: ej, Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
+		ID: d.ID, Envelope: toEnvelopeJSON(&d.Envelope), Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
 		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
 	}
 }
