@@ -271,7 +271,7 @@ func storeLabel(u string) string {
 // registerServe registers the example sagas and a stand-in for the
 // services that receive their commands.
 func registerServe(e *idem.Engine, logger *slog.Logger) error {
-	for _, m := range []idem.Machine{searchimport.New(searchimport.Config{}).Machine, orders.OrderMachine()} {
+	for _, m := range exampleMachines() {
 		if err := e.Register(m); err != nil {
 			return err
 		}
