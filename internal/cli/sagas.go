@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -95,7 +97,7 @@ are ANDed). Values are compared in Unicode NFC form, so any spelling of
 			return nil
 		},
 	}
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
 	cmd.Flags().StringVar(&p.SagaType, "type", "", "only instances of this saga type")
 	cmd.Flags().StringVar(&p.State, "state", "", "only instances in this state")
 	cmd.Flags().StringVar(&q.Status, "status", "", "only active or finished instances")
@@ -188,20 +190,57 @@ instance.`,
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), v)
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "saga      %s/%q\nstate     %s\nversion   %d\ncreated   %s\nupdated   %s\nfinished  %s\ntimers    %v\nattrs     %s\n\ndata\n%s\n\njournal\n",
-				in.SagaType, in.Key, in.State, in.Version, in.CreatedAt.Format(time.RFC3339Nano), in.UpdatedAt.Format(time.RFC3339Nano), timeOrDash(in.FinishedAt), in.Timers, attributesOrDash(in.Attributes), indentJSON(in.Data))
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  AT\tMESSAGE\tEVENT\tFROM\tTO\tVERSION")
-			for _, j := range journal {
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", j.At.Format(time.RFC3339Nano), j.MessageID, j.EventType, j.FromState, j.ToState, j.Version)
-			}
-			return tw.Flush()
+			writeInstance(cmd.OutOrStdout(), in, journal)
+			return nil
 		},
 	}
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
+}
+
+// writeInstance prints sagas show in the layout of dlq show: labelled
+// lines, then the timers, the state document and the journal, indented.
+func writeInstance(w io.Writer, in *store.Instance, journal []store.JournalEntry) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	field := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
+	field("Saga", clean(in.SagaType+"/"+in.Key))
+	field("State", clean(in.State))
+	field("Status", in.Status())
+	field("Version", strconv.FormatInt(in.Version, 10))
+	field("Schema version", strconv.Itoa(in.SchemaVersion))
+	field("Created", formatTime(in.CreatedAt))
+	field("Updated", formatTime(in.UpdatedAt))
+	field("Finished", formatTime(in.FinishedAt))
+	field("Attributes", attributesOrDash(in.Attributes))
+	_ = tw.Flush()
+
+	if len(in.Timers) == 0 {
+		fmt.Fprintln(w, "Timers: none")
+	} else {
+		fmt.Fprintln(w, "Timers (name: message ID):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, name := range slices.Sorted(maps.Keys(in.Timers)) {
+			fmt.Fprintf(tw, "  %s:\t%s\n", clean(name), clean(in.Timers[name]))
+		}
+		_ = tw.Flush()
+	}
+
+	body, kind := renderBody(in.Data)
+	fmt.Fprintf(w, "Data (%d bytes, %s):\n", len(in.Data), kind)
+	fmt.Fprint(w, indent(body))
+
+	if len(journal) == 0 {
+		fmt.Fprintln(w, "Journal: empty")
+		return
+	}
+	fmt.Fprintln(w, "Journal:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  AT\tMESSAGE\tEVENT\tFROM\tTO\tVERSION")
+	for _, j := range journal {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", formatTime(j.At), clean(j.MessageID), clean(j.EventType), clean(j.FromState), clean(j.ToState), j.Version)
+	}
+	_ = tw.Flush()
 }
 
 type instanceJSON struct {
@@ -249,13 +288,4 @@ func timeOrDash(t time.Time) string {
 		return "-"
 	}
 	return t.Format(time.RFC3339)
-}
-
-func indentJSON(b []byte) string {
-	var v any
-	if json.Unmarshal(b, &v) != nil {
-		return string(b)
-	}
-	out, _ := json.MarshalIndent(v, "  ", "  ")
-	return "  " + string(out)
 }

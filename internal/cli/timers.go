@@ -63,7 +63,7 @@ func newTimersLs() *cobra.Command {
 			return nil
 		},
 	}
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
 	cmd.Flags().StringVar(&f.SagaType, "type", "", "only timers of this saga type")
 	cmd.Flags().StringVar(&f.Key, "key", "", "only timers of this saga key")
 	cmd.Flags().BoolVar(&overdue, "overdue", false, "only timers already past due")
