@@ -739,34 +739,34 @@ type Observation struct {
 // Stats are cumulative counters of one engine since it was created.
 type Stats struct {
 	// Received counts deliveries taken from the transport.
-	Received int64
+	Received int64 `json:"received"`
 	// Applied counts messages that ran a saga transition or a handler.
-	Applied int64
+	Applied int64 `json:"applied"`
 	// Ignored counts messages a saga ignored (including stale timers).
-	Ignored int64
+	Ignored int64 `json:"ignored"`
 	// Duplicates counts deliveries skipped because the inbox held them.
-	Duplicates int64
+	Duplicates int64 `json:"duplicates"`
 	// NotFound counts messages that found no saga and could not start one.
-	NotFound int64
+	NotFound int64 `json:"not_found"`
 	// DeadLettered counts messages recorded as dead letters.
-	DeadLettered int64
+	DeadLettered int64 `json:"dead_lettered"`
 	// Conflicts counts units of work that lost an optimistic-concurrency
 	// race and were re-applied.
-	Conflicts int64
+	Conflicts int64 `json:"conflicts"`
 	// Retries counts deliveries returned to the transport for another try.
-	Retries int64
+	Retries int64 `json:"retries"`
 	// StaleTimers counts timer messages dropped because the saga had
 	// unscheduled or rescheduled them, and the responses, timeouts and
 	// faults of requests that were no longer pending (saga.Request).
-	StaleTimers int64
+	StaleTimers int64 `json:"stale_timers"`
 	// Emitted counts messages written to the outbox (or queue).
-	Emitted int64
+	Emitted int64 `json:"emitted"`
 	// Relayed counts outbox messages sent by the relay.
-	Relayed int64
+	Relayed int64 `json:"relayed"`
 	// TimersFired counts timers handed to the transport.
-	TimersFired int64
+	TimersFired int64 `json:"timers_fired"`
 	// Swept counts finished sagas deleted by the sweeper.
-	Swept int64
+	Swept int64 `json:"swept"`
 }
 
 type stats struct {

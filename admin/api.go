@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
 
@@ -199,7 +200,15 @@ func (s *Server) listSagas(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	p := &store.ListParams{SagaType: q.Get("type"), State: q.Get("state"), After: q.Get("after"), Limit: limit}
+	p := &store.ListParams{SagaType: q.Get("type"), State: q.Get("state"), Limit: limit}
+	if a := q.Get("after"); a != "" {
+		c, err := decodeCursor(a)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "after: %v", err)
+			return
+		}
+		p.After = inspect.ListAfter(c)
+	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	ins, err := s.st.ListInstances(ctx, p)
@@ -212,8 +221,7 @@ func (s *Server) listSagas(w http.ResponseWriter, r *http.Request) {
 		out.Sagas = append(out.Sagas, toInstance(in))
 	}
 	if len(ins) == limit {
-		last := ins[len(ins)-1]
-		out.Next = last.SagaType + "\x00" + last.Key // accepted with and without a type filter
+		out.Next = encodeCursor(ins[len(ins)-1])
 	}
 	writeJSON(w, http.StatusOK, out)
 }

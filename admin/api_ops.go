@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,7 +54,7 @@ func pendingCounter(tr transport.Transport, st store.Store) transport.PendingCou
 
 // instanceQuery reads the console's and the API's instance filters.
 func instanceQuery(q url.Values) (*store.InstanceQuery, error) {
-	p := &store.InstanceQuery{SagaType: q.Get("type"), State: q.Get("state"), Status: q.Get("status"), KeyPrefix: q.Get("prefix")}
+	p := &store.InstanceQuery{SagaType: q.Get("type"), State: q.Get("state"), Status: q.Get("status"), KeyPrefix: canon.Prefix(q.Get("prefix"))}
 	p.Stuck = q.Get("stuck") == "true" || q.Get("stuck") == "1" || q.Get("stuck") == "on"
 	if p.Status != "" && p.Status != store.StatusActive && p.Status != store.StatusFinished {
 		return nil, fmt.Errorf("status %q is neither active nor finished", p.Status)
@@ -68,7 +67,7 @@ func instanceQuery(q url.Values) (*store.InstanceQuery, error) {
 	if a := q.Get("after"); a != "" {
 		c, err := decodeCursor(a)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("after: %w", err)
 		}
 		p.After = c
 	}
@@ -87,29 +86,10 @@ func attrFilters(q url.Values) []string {
 	return out
 }
 
-type cursorJSON struct {
-	T string    `json:"t"`
-	K string    `json:"k"`
-	U time.Time `json:"u,omitzero"`
-}
-
 // encodeCursor makes the opaque "next" of an instance page.
-func encodeCursor(in *store.Instance) string {
-	b, _ := json.Marshal(cursorJSON{T: in.SagaType, K: in.Key, U: in.UpdatedAt})
-	return base64.RawURLEncoding.EncodeToString(b)
-}
+func encodeCursor(in *store.Instance) string { return inspect.InstanceCursor(in) }
 
-func decodeCursor(s string) (*store.InstanceCursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	var c cursorJSON
-	if err == nil {
-		err = json.Unmarshal(b, &c)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cursor %q is not one this server returned: pass the next value of the previous page", s)
-	}
-	return &store.InstanceCursor{SagaType: c.T, Key: c.K, UpdatedAt: c.U}, nil
-}
+func decodeCursor(s string) (*store.InstanceCursor, error) { return inspect.ParseInstanceCursor(s) }
 
 // querySagas serves GET /api/sagas: the plain listing, or with status,
 // prefix, stuck or attr the filtered query whose cursor is opaque.
@@ -152,7 +132,7 @@ func (s *Server) querySagas(w http.ResponseWriter, r *http.Request) {
 
 // deadLetterFilter reads type (saga type), reason, message_type and key.
 func deadLetterFilter(q url.Values) *inspect.DeadLetterFilter {
-	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: q.Get("key")}
+	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: canon.Lookup(q.Get("key"))}
 }
 
 // queryDeadLetters serves GET /api/dead-letters, with the reason,
@@ -284,7 +264,7 @@ func toTimer(t *store.Timer, now time.Time) Timer {
 }
 
 func timerFilter(q url.Values, now time.Time) *inspect.TimerFilter {
-	f := &inspect.TimerFilter{SagaType: q.Get("type"), Key: q.Get("key"), After: q.Get("after")}
+	f := &inspect.TimerFilter{SagaType: q.Get("type"), Key: canon.Lookup(q.Get("key")), After: q.Get("after")}
 	if q.Get("overdue") == "true" || q.Get("overdue") == "1" || q.Get("overdue") == "on" {
 		f.DueBefore = now
 	}
@@ -302,6 +282,10 @@ func (s *Server) apiTimers(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	ts, next, err := inspect.Timers(ctx, s.st, f)
+	if errors.Is(err, inspect.ErrBadCursor) {
+		writeError(w, http.StatusBadRequest, "after: %v", err)
+		return
+	}
 	if err != nil {
 		s.internalError(w, r, "list timers", err)
 		return

@@ -10,7 +10,7 @@
 //	GET    /api/overview                     rates, outbox backlog, timer lag, queue depth, instance counts
 //	GET    /api/saga-types                   each machine's states (with counts), transitions and Validate problems
 //	GET    /api/sagas?type=&state=&after=&limit=
-//	GET    /api/sagas?status=&prefix=&stuck=true&type=&state=&after=&limit=   filtered; next is opaque
+//	GET    /api/sagas?status=&prefix=&stuck=true&type=&state=&after=&limit=   filtered
 //	GET    /api/sagas?attr=name%3Dvalue&attr=...   by business attribute (repeatable, ANDed, NFC); combines with the filters above
 //	GET    /api/sagas/{type}/{key}           one instance with its journal
 //	GET    /api/dead-letters?type=&after=&limit=
@@ -27,7 +27,11 @@
 //	POST   /api/messages                     submit a message (202)
 //
 // Path values ({key}, {id}) are path-escaped by the client: a key with a
-// slash is sent as %2F. Every error is a JSON object {"error": "..."} that
+// slash is sent as %2F. A saga key or key prefix may be sent in any Unicode
+// spelling: it is canonicalised as the engine does (NFC). The next of a full
+// page of sagas or timers is an opaque base64url token, passed back as
+// after= (a malformed one is a 400). Every JSON member is named in
+// snake_case. Every error is a JSON object {"error": "..."} that
 // says what is wrong and what to do.
 //
 // # Security

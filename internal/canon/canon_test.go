@@ -73,3 +73,22 @@ func TestPartitionKeyTwins(t *testing.T) {
 		t.Errorf("PartitionKey without a correlation ID = %q, want the ID", got)
 	}
 }
+
+func TestLookupAndPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		fn       func(string) string
+		in, want string
+	}{
+		{Lookup, "Mu\u0308ller ", "M\u00fcller"},
+		{Lookup, strings.Repeat("a", 4*DefaultMaxLen), strings.Repeat("a", 4*DefaultMaxLen)},
+		{Lookup, "a\x00b", "a\x00b"},
+		{Lookup, "", ""},
+		{Prefix, " Mu\u0308", "M\u00fc"},
+		{Prefix, "a ", "a "},
+		{Prefix, "a\xff", "a\xff"},
+	} {
+		if got := tc.fn(tc.in); got != tc.want {
+			t.Errorf("%q: got %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

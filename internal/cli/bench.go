@@ -47,8 +47,8 @@ ratio of each, with round trips per message.
 For each --batch and --lanes pair, a throughput phase drains a pre-filled
 queue; a latency phase then publishes at --latency-load of that rate and,
 after --latency-warmup, reports p50/p99 from publish to commit. Every run
-uses a fresh schema whose name starts with --schema (always migrated, so --migrate changes
-nothing), checks exactly-once afterwards and drops it (--keep-schemas keeps
+uses a fresh schema whose name starts with --schema (created and migrated by
+the run), checks exactly-once afterwards and drops it (--keep-schemas keeps
 them). In those schemas a rule diverts the messages the saga emits from the
 queue to a table of their own, as if another service consumed them.
 
@@ -181,7 +181,8 @@ the database cannot be used.`,
 			return nil
 		},
 	}
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
+	cmd.Flags().Lookup("store").Usage = "PostgreSQL server to measure on: postgres://user@host:port/db (default from IDEM_STORE); SQLite is not measured"
 	f := cmd.Flags()
 	f.IntVar(&o.Messages, "messages", 20000, "deliveries per run, duplicates included")
 	f.IntVar(&o.Keys, "keys", 1000, "number of counter sagas (keys)")

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/examples/orders"
 	"github.com/idemhq/idem/examples/searchimport"
 )
 
@@ -54,7 +55,9 @@ emitted messages and timers commit in one transaction, and emitted messages
 carry deterministic IDs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
+	root.SetVersionTemplate("idem {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newTimers(), newSchedules(), newBench())
@@ -62,11 +65,19 @@ carry deterministic IDs.`,
 	return root
 }
 
-// machines are the sagas this binary knows: the example applications.
+// exampleMachines are the sagas this binary knows, the example
+// applications: idem serve registers them and idem graph draws them.
+func exampleMachines() []idem.Machine {
+	return []idem.Machine{searchimport.New(searchimport.Config{}).Machine, orders.OrderMachine()}
+}
+
+// machines are exampleMachines by saga type.
 func machines() map[string]idem.Machine {
-	return map[string]idem.Machine{
-		searchimport.SagaType: searchimport.New(searchimport.Config{}).Machine,
+	ms := map[string]idem.Machine{}
+	for _, m := range exampleMachines() {
+		ms[m.Name()] = m
 	}
+	return ms
 }
 
 func newGraph() *cobra.Command {
@@ -118,23 +129,29 @@ stderr, and make the command exit 1.`,
 func newVersion() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version of idem and of Go it was built with",
+		Short: "Print the version of idem and of Go it was built with (also idem --version)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, goV := "(devel)", "unknown"
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				goV = bi.GoVersion
-				if bi.Main.Version != "" {
-					v = bi.Main.Version
-				}
-				for _, s := range bi.Settings {
-					if s.Key == "vcs.revision" {
-						v += " " + s.Value
-					}
-				}
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "idem %s (%s)\n", v, goV)
+			fmt.Fprintf(cmd.OutOrStdout(), "idem %s\n", version())
 			return nil
 		},
 	}
+}
+
+// version is the module version and VCS revision idem was built from, and
+// the Go version, from runtime/debug.ReadBuildInfo.
+func version() string {
+	v, goV := "(devel)", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goV = bi.GoVersion
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				v += " " + s.Value
+			}
+		}
+	}
+	return v + " (" + goV + ")"
 }

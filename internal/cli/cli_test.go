@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/transport/memtransport"
 )
 
 func run(t *testing.T, args ...string) (int, string, string) {
@@ -87,7 +92,7 @@ func TestDemoRefusesBadFlags(t *testing.T) {
 func TestGraph(t *testing.T) {
 	t.Parallel()
 	code, out, _ := run(t, "graph")
-	if code != 0 || strings.TrimSpace(out) != "searchimport" {
+	if code != 0 || out != "order\nsearchimport\n" {
 		t.Fatalf("graph list: exit %d, out %q", code, out)
 	}
 	code, out, _ = run(t, "graph", "searchimport")
@@ -99,7 +104,7 @@ func TestGraph(t *testing.T) {
 		t.Fatalf("graph dot: exit %d, out %q", code, out)
 	}
 	code, _, errOut := run(t, "graph", "nope")
-	if code != 2 || !strings.Contains(errOut, "known types are searchimport") {
+	if code != 2 || !strings.Contains(errOut, "known types are order, searchimport") {
 		t.Fatalf("graph unknown: exit %d, stderr %q", code, errOut)
 	}
 	code, _, errOut = run(t, "graph", "searchimport", "--format", "png")
@@ -108,11 +113,33 @@ func TestGraph(t *testing.T) {
 	}
 }
 
+// graph draws every saga type idem serve registers.
+func TestGraphKnowsEverySagaServeRegisters(t *testing.T) {
+	t.Parallel()
+	st := memstore.New(nil)
+	e, err := idem.NewEngine(st, memtransport.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := registerServe(e, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	for name := range e.Sagas() {
+		if code, out, errOut := run(t, "graph", name); code != 0 || !strings.HasPrefix(out, "stateDiagram-v2") {
+			t.Errorf("graph %s: exit %d, out %q, err %q", name, code, out, errOut)
+		}
+	}
+}
+
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	code, out, _ := run(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "idem ") {
 		t.Fatalf("version: exit %d, out %q", code, out)
+	}
+	code, flagOut, errOut := run(t, "--version")
+	if code != 0 || flagOut != out {
+		t.Fatalf("--version: exit %d, out %q, err %q; want %q as idem version prints", code, flagOut, errOut, out)
 	}
 }
 

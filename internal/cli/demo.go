@@ -15,7 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem"
@@ -49,8 +48,11 @@ temporary directory (--db PATH keeps it), which is also the queue. Several
 worker processes (--replicas) consume it; every message is published 2 or 3
 times, some storage notifications are re-sent with a new ID, the parser
 answers at least once, and bad input is mixed in. A worker is killed with
-SIGKILL at random moments (at least --kills times) and restarted; the run
-continues from what the database holds.
+SIGKILL (--kills times, spread over the run: the i-th once i/(kills+1) of
+the sagas are finished, and more at random moments on a long run) and
+restarted; the run continues from what the database holds. Each kill needs
+work around it: a run of fewer than ` + "20×(kills+1)" + ` sagas is refused
+before it starts (pass more --searches, or fewer --kills).
 
 With --store memory, engine replicas share an in-memory store and a
 transport that reorders deliveries and loses acknowledgements (--lose-acks).
@@ -68,7 +70,7 @@ by reason. The exit code is 1 if an invariant fails.`,
 	f.IntVar(&o.searches, "searches", 2000, "number of search imports (sagas) to run")
 	f.IntVar(&o.files, "files", 2, "reference files per search (one parse command each)")
 	f.IntVar(&o.replicas, "replicas", 3, "engine replicas (worker processes with --store sqlite) sharing the store and the queue")
-	f.StringVar(&o.store, "store", "sqlite", "sqlite (durable, worker processes killed and restarted) or memory (in-process, lost acks and reordering)")
+	f.StringVar(&o.store, "store", "sqlite", "sqlite or sqlite:///path/to/demo.db (durable, worker processes killed and restarted), or memory (in-process, lost acks and reordering)")
 	f.StringVar(&o.db, "db", "", "with --store sqlite: the database file to use and keep (default: a temporary file, removed afterwards)")
 	f.IntVar(&o.kills, "kills", 3, "with --store sqlite: at least this many SIGKILLs of a worker process")
 	f.BoolVar(&o.serve, "serve", false, "with --store sqlite: afterwards, keep serving the demo's database over HTTP (idem serve) until interrupted")
@@ -81,6 +83,30 @@ by reason. The exit code is 1 if an invariant fails.`,
 	return cmd
 }
 
+// demoSagasPerKill is the least number of sagas per SIGKILL (and one
+// more share for the end of the run) of the SQLite demo.
+const demoSagasPerKill = 20
+
+// parseStore reads --store: the words sqlite and memory, or a store URL as
+// the other commands take it (sqlite:///path or sqlite:path, which is
+// --db, and memory: for the in-memory store).
+func (o *demoOptions) parseStore() error {
+	switch scheme, rest, _ := strings.Cut(o.store, ":"); {
+	case o.store == "sqlite" || o.store == "memory":
+	case scheme == "memory" && strings.Trim(rest, "/") == "":
+		o.store = "memory"
+	case scheme == "sqlite" && strings.TrimPrefix(rest, "//") != "":
+		path := strings.TrimPrefix(rest, "//")
+		if o.db != "" && o.db != path {
+			return fmt.Errorf("--store %s and --db %s name two files: give one", o.store, o.db)
+		}
+		o.store, o.db = "sqlite", path
+	default:
+		return fmt.Errorf("--store must be sqlite, memory or a URL like sqlite:///path/to/demo.db, got %q", o.store)
+	}
+	return nil
+}
+
 func (o demoOptions) validate() error {
 	switch {
 	case o.searches < 1:
@@ -91,10 +117,11 @@ func (o demoOptions) validate() error {
 		return fmt.Errorf("--replicas must be at least 1, got %d", o.replicas)
 	case o.loseAcks < 0 || o.loseAcks >= 1:
 		return fmt.Errorf("--lose-acks must be in [0, 1), got %v", o.loseAcks)
-	case o.store != "sqlite" && o.store != "memory":
-		return fmt.Errorf("--store must be sqlite or memory, got %q", o.store)
 	case o.kills < 0:
 		return fmt.Errorf("--kills must not be negative, got %d", o.kills)
+	case o.store == "sqlite" && o.searches < demoSagasPerKill*(o.kills+1):
+		return fmt.Errorf("--searches %d is too small for --kills %d: the kills are spread over the run and each needs work around it, %d sagas per kill: pass --searches %d or more, or fewer --kills",
+			o.searches, o.kills, demoSagasPerKill, demoSagasPerKill*(o.kills+1))
 	case o.serve && o.store != "sqlite":
 		return fmt.Errorf("--serve needs --store sqlite: the in-memory demo keeps nothing to serve")
 	}
@@ -167,6 +194,9 @@ ON CONFLICT (id) DO UPDATE SET runs = runs + 1`, id, search, file)
 }
 
 func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error {
+	if err := o.parseStore(); err != nil {
+		return usageErrorf("%v", err)
+	}
 	if err := o.validate(); err != nil {
 		return err
 	}
@@ -235,11 +265,7 @@ func runMemoryDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 	e0 := engines[0]
 	envs, injected, expectedDead := demoWorkload(o, rng, kinds, e0)
 
-	var bar *progressbar.ProgressBar
-	if o.progress && !o.json {
-		bar = progressbar.NewOptions(o.searches, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("sagas finished"),
-			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-	}
+	bar := newProgress(o.progress && !o.json, stderr, stderr, o.searches)
 	for chunk := range slices.Chunk(envs, 256) {
 		if err := e0.Publish(ctx, chunk...); err != nil {
 			return err
@@ -256,7 +282,7 @@ func runMemoryDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 			return err
 		}
 		if bar != nil {
-			_ = bar.Set(finished)
+			bar.Set(finished)
 		}
 		if finished == o.searches && mt.Unsettled() == 0 {
 			break
@@ -272,7 +298,7 @@ func runMemoryDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 		}
 	}
 	if bar != nil {
-		_ = bar.Finish()
+		bar.Finish()
 	}
 	stopAll()
 

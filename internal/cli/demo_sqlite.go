@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem"
@@ -115,11 +114,7 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 		}
 	}()
 
-	var bar *progressbar.ProgressBar
-	if o.progress && !o.json {
-		bar = progressbar.NewOptions(o.searches, progressbar.OptionSetWriter(workerErr), progressbar.OptionSetDescription("sagas finished"),
-			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-	}
+	bar := newProgress(o.progress && !o.json, stderr, workerErr, o.searches)
 	queue, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
 		return err
@@ -141,7 +136,7 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 			return fmt.Errorf("read the queue: %w", err)
 		}
 		if bar != nil {
-			_ = bar.Set(finished)
+			bar.Set(finished)
 		}
 		if finished == o.searches && queued == 0 {
 			break
@@ -150,7 +145,11 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 			fmt.Fprintf(workerErr, "\nidem demo: not settled after %s: %d/%d sagas finished, %d messages queued\n", o.timeout, finished, o.searches, queued)
 			break
 		}
-		if o.kills > 0 && time.Now().After(nextKill) {
+		// The i-th of the --kills SIGKILLs comes once i/(kills+1) of the
+		// sagas are finished, so that a run of any size gets them all;
+		// more come at random moments on a longer run.
+		due := kills < o.kills && finished >= (kills+1)*o.searches/(o.kills+1) && finished < o.searches
+		if o.kills > 0 && (due || time.Now().After(nextKill)) {
 			// SIGKILL a random worker, wherever it is: between a commit and
 			// an ack, mid-commit, or idle; then restart it.
 			i := rng.IntN(len(workers))
@@ -169,7 +168,7 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 		}
 	}
 	if bar != nil {
-		_ = bar.Finish()
+		bar.Finish()
 	}
 	for _, w := range workers {
 		_ = w.Process.Signal(syscall.SIGTERM)

@@ -43,15 +43,17 @@ func failed(err error) error { return &exitError{code: 1, err: err} }
 func newMigrate() *cobra.Command {
 	var sf storeFlags
 	cmd := &cobra.Command{
-		Use:   "migrate --store postgres://user@host:port/db [--schema idem]",
-		Short: "Create or upgrade Idem's PostgreSQL schema",
-		Long: `Create Idem's tables in a PostgreSQL schema, or apply the migrations it lacks.
+		Use:   "migrate [--store postgres://user@host:port/db | sqlite:///path] [--schema idem]",
+		Short: "Create or upgrade Idem's schema, in PostgreSQL or SQLite",
+		Long: `Create Idem's tables in a PostgreSQL schema or a SQLite file, or apply the
+migrations it lacks.
 Running it again is harmless: applied migrations are skipped, and concurrent
 runs take an advisory lock and wait for each other. Prints the version the
 schema is at.
 
---store names the database as postgres://user:password@host:port/db (default
-from IDEM_STORE; the password is never printed). --schema names the schema
+--store names the database as postgres://user:password@host:port/db or
+sqlite:///path/to/idem.db (default from IDEM_STORE, else ` + defaultStore + `, as for
+every command; the password is never printed). --schema names the schema
 holding Idem's tables (default idem): one database may hold several Idem
 deployments in different schemas. Idem refuses a server that acknowledges
 commits before they are durable (synchronous_commit=off or fsync=off) unless
@@ -116,9 +118,11 @@ migrated: run idem migrate).`,
 
 // storeHelp ends the Long text of every dlq subcommand.
 const storeHelp = `
-The store comes from --store (default IDEM_STORE) and --schema (default idem);
---migrate creates or upgrades the schema first, --allow-unsafe-commit accepts
-a server that does not commit durably (see idem migrate --help).`
+The store comes from --store (default IDEM_STORE, else ` + defaultStore + `) and --schema
+(default idem); on the commands that change the store, --migrate creates or
+upgrades the schema first (read-only commands have no --migrate);
+--allow-unsafe-commit accepts a server that does not commit durably (see
+idem migrate --help).`
 
 func newDLQList() *cobra.Command {
 	var (
@@ -186,7 +190,7 @@ bodies readable with jq, and its standard base64 otherwise
 	cmd.Flags().IntVar(&limit, "limit", 100, "page size, at least 1")
 	cmd.Flags().StringVar(&after, "after", "", "list IDs after this one: the last ID of the previous page")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of dead letters (body as a UTF-8 string, or base64; see body_encoding)")
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
 	return cmd
 }
 
@@ -252,7 +256,7 @@ A missing ID exits 1 with "no dead letter with ID …".
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object (body as a UTF-8 string, or base64; see body_encoding)")
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
 	return cmd
 }
 
@@ -408,8 +412,9 @@ type envelopeJSON struct {
 	BodyEncoding string `json:"body_encoding"`
 }
 
-func toJSON(d *store.DeadLetter) deadLetterJSON {
-	e := &d.Envelope
+// toEnvelopeJSON is the --json form of an envelope, in dead letters and
+// timers alike.
+func toEnvelopeJSON(e *transport.Envelope) envelopeJSON {
 	ej := envelopeJSON{
 		ID: e.ID, Type: e.Type, CorrelationID: e.CorrelationID, CausationID: e.CausationID,
 		IdempotencyKey: e.IdempotencyKey, Headers: e.Headers, SentAt: e.SentAt.UTC(),
@@ -418,8 +423,12 @@ func toJSON(d *store.DeadLetter) deadLetterJSON {
 	if !utf8.Valid(e.Body) {
 		ej.Body, ej.BodyEncoding = base64.StdEncoding.EncodeToString(e.Body), "base64"
 	}
+	return ej
+}
+
+func toJSON(d *store.DeadLetter) deadLetterJSON {
 	return deadLetterJSON{
-		ID: d.ID, Envelope: ej, Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
+		ID: d.ID, Envelope: toEnvelopeJSON(&d.Envelope), Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
 		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
 	}
 }

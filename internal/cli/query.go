@@ -2,22 +2,22 @@ package cli
 
 import (
 	"context"
-	"strings"
-	"time"
+	"math"
 
+	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
 
-// queryInstances runs sagas ls with --status, --prefix or --stuck: q holds
-// those, p the common flags.
+// queryInstances runs sagas ls with --status, --prefix, --stuck or --attr:
+// q holds those, p the common flags.
 func queryInstances(ctx context.Context, st store.Store, p *store.ListParams, q *store.InstanceQuery) ([]*store.Instance, error) {
 	if q.Status != "" && q.Status != store.StatusActive && q.Status != store.StatusFinished {
 		return nil, usageErrorf("--status %q: want active or finished", q.Status)
 	}
 	q.SagaType, q.State, q.Limit = p.SagaType, p.State, p.Limit
 	if p.After != "" {
-		c, err := parseQueryCursor(p.After, q.Stuck)
+		c, err := parseCursor(p.After)
 		if err != nil {
 			return nil, err
 		}
@@ -30,30 +30,22 @@ func queryInstances(ctx context.Context, st store.Store, p *store.ListParams, q 
 	return list, nil
 }
 
-// queryCursor is the --after that continues after in: type NUL key, with
-// the update time first when stuck.
-func queryCursor(in *store.Instance, stuck bool) string {
-	c := in.SagaType + "\x00" + in.Key
-	if stuck {
-		c = in.UpdatedAt.UTC().Format(time.RFC3339Nano) + "\x00" + c
+// parseCursor reads --after: a cursor printed by a previous page.
+func parseCursor(s string) (*store.InstanceCursor, error) {
+	c, err := inspect.ParseInstanceCursor(s)
+	if err != nil {
+		return nil, usageErrorf("--after: %v", err)
 	}
-	return c
+	return c, nil
 }
 
-func parseQueryCursor(s string, stuck bool) (*store.InstanceCursor, error) {
-	parts := strings.SplitN(s, "\x00", 3)
-	var c store.InstanceCursor
-	switch {
-	case stuck && len(parts) == 3:
-		t, err := time.Parse(time.RFC3339Nano, parts[0])
-		if err != nil {
-			return nil, usageErrorf("--after %q: want the cursor printed by the previous page", s)
-		}
-		c = store.InstanceCursor{UpdatedAt: t, SagaType: parts[1], Key: parts[2]}
-	case !stuck && len(parts) >= 2:
-		c = store.InstanceCursor{SagaType: parts[0], Key: strings.Join(parts[1:], "\x00")}
-	default:
-		return nil, usageErrorf("--after %q: want the cursor printed by the previous page", s)
+// sagaKey reads a saga key argument the way the engine reads correlation
+// IDs (canon.Key): any Unicode spelling of a key names it. No length limit
+// applies: an engine may be configured with a larger one.
+func sagaKey(raw string) (string, error) {
+	k, err := canon.Key(raw, math.MaxInt)
+	if err != nil {
+		return "", usageErrorf("saga key %q is not a valid key: %v", raw, err)
 	}
-	return &c, nil
+	return k, nil
 }

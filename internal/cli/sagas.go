@@ -1,15 +1,20 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
@@ -42,14 +47,14 @@ func newSagasLs() *cobra.Command {
 		Short: "List saga instances, one page at a time",
 		Long: `List saga instances ordered by saga type and key. --type keeps one saga type,
 --state one state of its machine; --limit sets the page size (default 100) and
---after the cursor: the key of the last instance of the previous page (with
---type) or its type and key separated by a NUL byte. The next cursor is
-printed on stderr when the page is full.
+--after the cursor of the page. When a page is full, the cursor of the next
+one is printed on stderr: an opaque token of letters, digits, '-' and '_',
+safe to type in a shell.
 
---status active|finished, --prefix P (keys starting with P) and --stuck
+--status active|finished, --prefix P (keys starting with P, in any Unicode
+spelling: it is compared in the NFC form keys are stored in) and --stuck
 (active instances, least recently updated first: the ones to look at) need
-a store that implements store.InstanceQuerier, as every bundled store does;
-their cursor is printed the same way.
+a store that implements store.InstanceQuerier, as every bundled store does.
 
 --attr name=value keeps the instances whose business attribute (declared with
 saga.Machine.Attribute) has that value; repeat it to require several (they
@@ -69,12 +74,13 @@ are ANDed). Values are compared in Unicode NFC form, so any spelling of
 			if q.Attributes, err = inspect.ParseAttributes(attrs); err != nil {
 				return usageErrorf("--attr: %v", err)
 			}
+			q.KeyPrefix = canon.Prefix(q.KeyPrefix)
 			filtered := q.Status != "" || q.KeyPrefix != "" || q.Stuck || len(q.Attributes) > 0
 			var list []*store.Instance
 			if filtered {
 				list, err = queryInstances(ctx, st, &p, &q)
 			} else {
-				list, err = st.ListInstances(ctx, &p)
+				list, err = listInstances(ctx, st, p)
 			}
 			if err != nil {
 				if _, ok := errors.AsType[*exitError](err); ok {
@@ -82,45 +88,60 @@ are ANDed). Values are compared in Unicode NFC form, so any spelling of
 				}
 				return &exitError{code: 1, err: err}
 			}
-			if asJSON {
-				out := make([]instanceJSON, len(list))
-				for i, in := range list {
-					out[i] = toInstanceJSON(in)
-				}
-				return writeJSON(cmd.OutOrStdout(), out)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TYPE\tKEY\tSTATE\tVERSION\tUPDATED\tFINISHED\tATTRIBUTES")
-			for _, in := range list {
-				fmt.Fprintf(tw, "%s\t%q\t%s\t%d\t%s\t%s\t%s\n", in.SagaType, in.Key, in.State, in.Version, in.UpdatedAt.Format(time.RFC3339), timeOrDash(in.FinishedAt), attributesOrDash(in.Attributes))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
+			if err := writeInstances(cmd.OutOrStdout(), list, asJSON); err != nil {
+				return failed(err)
 			}
 			if len(list) == p.Limit {
-				last := list[len(list)-1]
-				next := last.Key
-				if filtered {
-					next = queryCursor(last, q.Stuck)
-				} else if p.SagaType == "" {
-					next = last.SagaType + "\x00" + last.Key
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: --after %q\n", next)
+				fmt.Fprintf(cmd.ErrOrStderr(), "more: --after %s\n", inspect.InstanceCursor(list[len(list)-1]))
 			}
 			return nil
 		},
 	}
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
 	cmd.Flags().StringVar(&p.SagaType, "type", "", "only instances of this saga type")
 	cmd.Flags().StringVar(&p.State, "state", "", "only instances in this state")
 	cmd.Flags().StringVar(&q.Status, "status", "", "only active or finished instances")
 	cmd.Flags().StringVar(&q.KeyPrefix, "prefix", "", "only instances whose key starts with this")
 	cmd.Flags().BoolVar(&q.Stuck, "stuck", false, "only active instances, least recently updated first")
 	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "only instances with this business attribute, name=value (repeatable, ANDed)")
-	cmd.Flags().StringVar(&p.After, "after", "", "cursor: list instances after this one")
+	cmd.Flags().StringVar(&p.After, "after", "", "cursor printed by the previous page")
 	cmd.Flags().IntVar(&p.Limit, "limit", 100, "page size")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
+}
+
+// writeInstances prints a page of sagas ls: a JSON array, a table, or
+// "no sagas".
+func writeInstances(w io.Writer, list []*store.Instance, asJSON bool) error {
+	if asJSON {
+		out := make([]instanceJSON, len(list))
+		for i, in := range list {
+			out[i] = toInstanceJSON(in)
+		}
+		return writeJSON(w, out)
+	}
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(w, "no sagas")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tKEY\tSTATE\tVERSION\tUPDATED\tFINISHED\tATTRIBUTES")
+	for _, in := range list {
+		fmt.Fprintf(tw, "%s\t%q\t%s\t%d\t%s\t%s\t%s\n", clean(in.SagaType), in.Key, clean(in.State), in.Version, in.UpdatedAt.Format(time.RFC3339), timeOrDash(in.FinishedAt), attributesOrDash(in.Attributes))
+	}
+	return tw.Flush()
+}
+
+// listInstances is sagas ls without filters: p.After holds --after.
+func listInstances(ctx context.Context, st store.Store, p store.ListParams) ([]*store.Instance, error) {
+	if p.After != "" {
+		c, err := parseCursor(p.After)
+		if err != nil {
+			return nil, err
+		}
+		p.After = inspect.ListAfter(c)
+	}
+	return st.ListInstances(ctx, &p)
 }
 
 func newSagasShow() *cobra.Command {
@@ -140,7 +161,11 @@ instance.`,
 				return err
 			}
 			defer st.Close()
-			k := store.Key{SagaType: args[0], Key: args[1]}
+			key, err := sagaKey(args[1])
+			if err != nil {
+				return err
+			}
+			k := store.Key{SagaType: args[0], Key: key}
 			uow, err := st.Begin(ctx)
 			if err != nil {
 				return &exitError{code: 1, err: err}
@@ -165,20 +190,57 @@ instance.`,
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), v)
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "saga      %s/%q\nstate     %s\nversion   %d\ncreated   %s\nupdated   %s\nfinished  %s\ntimers    %v\nattrs     %s\n\ndata\n%s\n\njournal\n",
-				in.SagaType, in.Key, in.State, in.Version, in.CreatedAt.Format(time.RFC3339Nano), in.UpdatedAt.Format(time.RFC3339Nano), timeOrDash(in.FinishedAt), in.Timers, attributesOrDash(in.Attributes), indentJSON(in.Data))
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  AT\tMESSAGE\tEVENT\tFROM\tTO\tVERSION")
-			for _, j := range journal {
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", j.At.Format(time.RFC3339Nano), j.MessageID, j.EventType, j.FromState, j.ToState, j.Version)
-			}
-			return tw.Flush()
+			writeInstance(cmd.OutOrStdout(), in, journal)
+			return nil
 		},
 	}
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
+}
+
+// writeInstance prints sagas show in the layout of dlq show: labelled
+// lines, then the timers, the state document and the journal, indented.
+func writeInstance(w io.Writer, in *store.Instance, journal []store.JournalEntry) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	field := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
+	field("Saga", clean(in.SagaType+"/"+in.Key))
+	field("State", clean(in.State))
+	field("Status", in.Status())
+	field("Version", strconv.FormatInt(in.Version, 10))
+	field("Schema version", strconv.Itoa(in.SchemaVersion))
+	field("Created", formatTime(in.CreatedAt))
+	field("Updated", formatTime(in.UpdatedAt))
+	field("Finished", formatTime(in.FinishedAt))
+	field("Attributes", attributesOrDash(in.Attributes))
+	_ = tw.Flush()
+
+	if len(in.Timers) == 0 {
+		fmt.Fprintln(w, "Timers: none")
+	} else {
+		fmt.Fprintln(w, "Timers (name: message ID):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, name := range slices.Sorted(maps.Keys(in.Timers)) {
+			fmt.Fprintf(tw, "  %s:\t%s\n", clean(name), clean(in.Timers[name]))
+		}
+		_ = tw.Flush()
+	}
+
+	body, kind := renderBody(in.Data)
+	fmt.Fprintf(w, "Data (%d bytes, %s):\n", len(in.Data), kind)
+	fmt.Fprint(w, indent(body))
+
+	if len(journal) == 0 {
+		fmt.Fprintln(w, "Journal: empty")
+		return
+	}
+	fmt.Fprintln(w, "Journal:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  AT\tMESSAGE\tEVENT\tFROM\tTO\tVERSION")
+	for _, j := range journal {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", formatTime(j.At), clean(j.MessageID), clean(j.EventType), clean(j.FromState), clean(j.ToState), j.Version)
+	}
+	_ = tw.Flush()
 }
 
 type instanceJSON struct {
@@ -226,13 +288,4 @@ func timeOrDash(t time.Time) string {
 		return "-"
 	}
 	return t.Format(time.RFC3339)
-}
-
-func indentJSON(b []byte) string {
-	var v any
-	if json.Unmarshal(b, &v) != nil {
-		return string(b)
-	}
-	out, _ := json.MarshalIndent(v, "  ", "  ")
-	return "  " + string(out)
 }

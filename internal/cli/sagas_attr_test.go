@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func TestSagasLsAttr(t *testing.T) {
 		t.Errorf("sagas ls --attr region=eu: exit %d, out %q; want po-1 and po-3 with their attributes", code, out)
 	}
 	code, out, _ = run(t, "sagas", "show", "po", "po-3", "--store", url)
-	if code != 0 || !strings.Contains(out, `attrs     region="eu" supplier="acme"`) {
+	if code != 0 || !regexp.MustCompile(`\nAttributes: +region="eu" supplier="acme"\n`).MatchString(out) {
 		t.Errorf("sagas show: exit %d, out %q; want the attributes", code, out)
 	}
 	for _, bad := range []string{"supplier", "=x", "supplier=a\x00b", "region=eu\xff", "supplier="} {

@@ -47,6 +47,12 @@ func TestSagasLsAndShow(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"total": 3`) || !strings.Contains(out, "orders.Paid") {
 		t.Fatalf("sagas show: exit %d, out %q", code, out)
 	}
+	code, out, _ = run(t, "sagas", "show", "order", "a-1", "--store", seedKeys(t))
+	for _, want := range []string{"\nState:", "\nTimers (name: message ID):\n  overdue:  t-order/a-1\n", "\nData (7 bytes, JSON):\n  {\n    \"n\": 1\n  }\n", "\nJournal: empty\n"} {
+		if code != 0 || !strings.HasPrefix(out, "Saga:") || !strings.Contains(out, want) || strings.Contains(out, "map[") {
+			t.Errorf("sagas show: exit %d, out %q; want dlq show's layout with %q", code, out, want)
+		}
+	}
 	code, _, errOut = run(t, "sagas", "show", "order", "nope", "--store", url)
 	if code != 1 || !strings.Contains(errOut, "no saga order") {
 		t.Fatalf("sagas show missing: exit %d, err %q", code, errOut)

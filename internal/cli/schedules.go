@@ -73,7 +73,7 @@ func newSchedulesLs() *cobra.Command {
 			return nil
 		},
 	}
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
 	cmd.Flags().IntVar(&p.Limit, "limit", 100, "page size")
 	cmd.Flags().StringVar(&p.After, "after", "", "last name of the previous page")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")

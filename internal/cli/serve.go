@@ -27,11 +27,8 @@ import (
 )
 
 const (
-	// defaultServeStore is the store of idem serve when neither --store nor
-	// IDEM_STORE names one: idem.db in the working directory.
-	defaultServeStore = "sqlite:idem.db"
-	defaultServeAddr  = "127.0.0.1:8080"
-	serveStopTimeout  = 10 * time.Second
+	defaultServeAddr = "127.0.0.1:8080"
+	serveStopTimeout = 10 * time.Second
 )
 
 type serveOptions struct {
@@ -55,8 +52,8 @@ func newServe() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the engine with the example sagas, the admin API, /metrics, /healthz and /readyz",
 		Long: `Run the engine with the example sagas (searchimport and order) registered,
-on the store given by --store or IDEM_STORE (default ` + defaultServeStore + `, a file in
-the working directory), which is also the queue unless --transport (or
+on the store given by --store or IDEM_STORE (default ` + defaultStore + `, a file in
+the working directory, as for every command), which is also the queue unless --transport (or
 IDEM_TRANSPORT) names a broker: nats://host:4222 for NATS JetStream,
 ` + transportEmbedded + ` for a JetStream server inside this process with its files
 under --data-dir, amqp://user:pass@host:5672/vhost for RabbitMQ
@@ -191,8 +188,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if o.maxBody < 1 {
 		return usageErrorf("--max-body %d is not positive: pass a size in bytes, 1048576 say", o.maxBody)
 	}
-	if o.store.url == "" {
-		o.store.url = defaultServeStore
+	if err := o.store.resolve(); err != nil {
+		return err
 	}
 
 	// Listen before opening the store: a port in use is found at once,
@@ -315,7 +312,7 @@ func storeLabel(u string) string {
 // registerServe registers the example sagas and a stand-in for the
 // services that receive their commands.
 func registerServe(e *idem.Engine, logger *slog.Logger) error {
-	for _, m := range []idem.Machine{searchimport.New(searchimport.Config{}).Machine, orders.OrderMachine()} {
+	for _, m := range exampleMachines() {
 		if err := e.Register(m); err != nil {
 			return err
 		}

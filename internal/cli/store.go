@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem/store"
@@ -13,21 +16,63 @@ import (
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
+// defaultStore is the store of every command when neither --store nor
+// IDEM_STORE names one: idem.db in the working directory.
+const defaultStore = "sqlite:idem.db"
+
 // storeFlags are the flags of every command that opens a store.
 type storeFlags struct {
 	url               string
 	schema            string
 	migrate           bool
 	allowUnsafeCommit bool
+	// offersMigrate is false for read-only commands, which have no
+	// --migrate; flag is --store, to tell where the URL came from.
+	offersMigrate bool
+	flag          *cobra.Command
 }
 
+// register adds the store flags of a command that may change the store:
+// --migrate among them.
 func (f *storeFlags) register(cmd *cobra.Command) {
-	def := os.Getenv("IDEM_STORE")
-	cmd.Flags().StringVar(&f.url, "store", def, "store to use: postgres://user@host:port/db or sqlite:///path/to/idem.db (default from IDEM_STORE)")
+	f.registerReadOnly(cmd)
+	f.offersMigrate = true
+	cmd.Flags().BoolVar(&f.migrate, "migrate", false, "create or upgrade the schema before running")
+}
+
+// registerReadOnly adds the store flags of a command that only reads: no
+// --migrate.
+func (f *storeFlags) registerReadOnly(cmd *cobra.Command) {
+	f.flag = cmd
+	cmd.Flags().StringVar(&f.url, "store", os.Getenv("IDEM_STORE"), "store to use: postgres://user@host:port/db or sqlite:///path/to/idem.db (default from IDEM_STORE, else "+defaultStore+")")
 	cmd.Flags().StringVar(&f.schema, "schema", "idem", "PostgreSQL schema holding Idem's tables (PostgreSQL only)")
-	cmd.Flags().BoolVar(&f.migrate, "migrate", false, "create or upgrade the schema at start-up")
 	cmd.Flags().BoolVar(&f.allowUnsafeCommit, "allow-unsafe-commit", false,
 		"accept a server with synchronous_commit=off or fsync=off: a crash MAY LOSE ACKNOWLEDGED MESSAGES")
+}
+
+// source says where the store URL came from, for error messages.
+func (f *storeFlags) source() string {
+	switch {
+	case f.flag != nil && f.flag.Flags().Changed("store"):
+		return "--store"
+	case f.flag != nil && os.Getenv("IDEM_STORE") != "":
+		return "IDEM_STORE"
+	case f.url == defaultStore:
+		return "the default: neither --store nor IDEM_STORE is set"
+	}
+	return "the command"
+}
+
+// resolve applies the default store.
+func (f *storeFlags) resolve() error {
+	if f.url != "" {
+		return nil
+	}
+	if f.flag != nil && f.flag.Flags().Changed("store") {
+		return usageErrorf("no store given: --store is empty: pass --store postgres://user@host:port/db or sqlite:///path, or leave it out for %s", defaultStore)
+	}
+	f.url = defaultStore
+	return nil
 }
 
 // open opens the store the flags name: postgres:// or postgresql:// for
@@ -35,29 +80,73 @@ func (f *storeFlags) register(cmd *cobra.Command) {
 // are also queues. Other schemes are refused with a message saying what is
 // supported. It returns the store and the schema version it is at.
 func (f *storeFlags) open(ctx context.Context, migrate bool) (store.Queue, int, error) {
-	if f.url == "" {
-		return nil, 0, usageErrorf("no store given: pass --store postgres://user@host:port/db or sqlite:///path, or set IDEM_STORE")
+	if err := f.resolve(); err != nil {
+		return nil, 0, err
 	}
+	migrate = migrate || f.migrate
 	scheme, rest, ok := strings.Cut(f.url, ":")
 	switch {
 	case ok && (scheme == "postgres" || scheme == "postgresql"):
-		s, err := pgstore.Open(ctx, f.url, &pgstore.Config{Schema: f.schema, Migrate: migrate || f.migrate, AllowUnsafeCommit: f.allowUnsafeCommit})
+		s, err := pgstore.Open(ctx, f.url, &pgstore.Config{Schema: f.schema, Migrate: migrate, AllowUnsafeCommit: f.allowUnsafeCommit})
 		if err != nil {
-			return nil, 0, &exitError{code: 2, err: err}
+			return nil, 0, f.openError(err)
 		}
 		return s, pgstore.SchemaVersion(), nil
 	case ok && scheme == "sqlite":
 		path := strings.TrimPrefix(rest, "//")
 		if path == "" {
-			return nil, 0, usageErrorf("store %q names no file: use sqlite:///path/to/idem.db", f.url)
+			return nil, 0, usageErrorf("store %q (from %s) names no file: use sqlite:///path/to/idem.db", f.url, f.source())
 		}
-		s, err := sqlitestore.Open(ctx, path, &sqlitestore.Config{SkipMigrate: !(migrate || f.migrate)})
+		s, err := sqlitestore.Open(ctx, path, &sqlitestore.Config{SkipMigrate: !migrate})
 		if err != nil {
-			return nil, 0, &exitError{code: 2, err: err}
+			return nil, 0, f.openError(err)
 		}
 		return s, sqlitestore.SchemaVersion(), nil
 	}
-	return nil, 0, usageErrorf("unsupported store %q: use postgres://user@host:port/db or sqlite:///path/to/idem.db", redactURL(f.url))
+	return nil, 0, usageErrorf("unsupported store %q (from %s): use postgres://user@host:port/db or sqlite:///path/to/idem.db", redactURL(f.url), f.source())
+}
+
+// openError turns a store's refusal into what to do on this command line:
+// the migrate command that fits (with the schema given), and for a server
+// that cannot be reached, the dial error once and where the URL came from.
+func (f *storeFlags) openError(err error) error {
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.Is(err, pgstore.ErrNotMigrated) || errors.Is(err, sqlitestore.ErrNotMigrated):
+		fix := "idem migrate"
+		if f.source() == "--store" {
+			fix += " --store " + shellWord(redactURL(f.url))
+		}
+		if !strings.HasPrefix(f.url, "sqlite:") {
+			fix += " --schema " + shellWord(f.schema)
+		}
+		if f.offersMigrate {
+			fix += ", or pass --migrate"
+		}
+		return usageErrorf("%v\nto create or upgrade it: %s", err, fix)
+	case errors.As(err, &ce):
+		cause := error(ce)
+		var op *net.OpError
+		if errors.As(err, &op) {
+			cause = op
+		}
+		host := "the server"
+		if ce.Config != nil {
+			host = net.JoinHostPort(ce.Config.Host, fmt.Sprint(ce.Config.Port))
+		}
+		return usageErrorf("cannot reach PostgreSQL at %s: %v: check that the server runs and that %s (from %s) is right", host, cause, redactURL(f.url), f.source())
+	}
+	return &exitError{code: 2, err: err}
+}
+
+// shellWord quotes s for a POSIX shell when it needs it.
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%+=:,./-_", r))
+	}) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // usageErrorf is a configuration or usage error: exit code 2.

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -32,7 +33,7 @@ func newTimersLs() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls [--type T] [--key K] [--overdue] [--limit N] [--after CURSOR] [--json]",
 		Short: "List timers, soonest due first",
-		Long:  "List timers in due order; --overdue keeps those already past due. The next page's cursor is printed on stderr.\n" + storeHelp,
+		Long:  "List timers in due order; --overdue keeps those already past due, --key those of one saga key (in any Unicode spelling). The next page's cursor, a shell-safe token, is printed on stderr.\n" + storeHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -42,35 +43,27 @@ func newTimersLs() *cobra.Command {
 			}
 			defer st.Close()
 			now := time.Now()
+			f.Key = canon.Lookup(f.Key)
 			if overdue {
 				f.DueBefore = now
 			}
 			ts, next, err := inspect.Timers(ctx, st, &f)
+			if errors.Is(err, inspect.ErrBadCursor) {
+				return usageErrorf("--after: %v", err)
+			}
 			if err != nil {
 				return failed(err)
 			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), ts)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TYPE\tKEY\tNAME\tDUE\tOVERDUE\tMESSAGE")
-			for _, t := range ts {
-				late := "-"
-				if t.DueAt.Before(now) {
-					late = now.Sub(t.DueAt).Round(time.Second).String()
-				}
-				fmt.Fprintf(tw, "%s\t%q\t%s\t%s\t%s\t%s\n", t.SagaType, t.Key, clean(t.Name), t.DueAt.UTC().Format(time.RFC3339), late, clean(t.Envelope.Type))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
+			if err := writeTimers(cmd.OutOrStdout(), ts, now, asJSON); err != nil {
+				return failed(err)
 			}
 			if next != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: --after %q\n", next)
+				fmt.Fprintf(cmd.ErrOrStderr(), "more: --after %s\n", next)
 			}
 			return nil
 		},
 	}
-	sf.register(cmd)
+	sf.registerReadOnly(cmd)
 	cmd.Flags().StringVar(&f.SagaType, "type", "", "only timers of this saga type")
 	cmd.Flags().StringVar(&f.Key, "key", "", "only timers of this saga key")
 	cmd.Flags().BoolVar(&overdue, "overdue", false, "only timers already past due")
@@ -80,11 +73,49 @@ func newTimersLs() *cobra.Command {
 	return cmd
 }
 
+// timerJSON is the --json form of a timer: its envelope as idem dlq ls
+// --json gives it (the body as UTF-8 text, or base64: see body_encoding).
+type timerJSON struct {
+	SagaType string       `json:"saga_type"`
+	Key      string       `json:"key"`
+	Name     string       `json:"name"`
+	DueAt    time.Time    `json:"due_at"`
+	Overdue  bool         `json:"overdue"`
+	Envelope envelopeJSON `json:"envelope"`
+}
+
+// writeTimers prints a page of timers ls: a JSON array, a table, or
+// "no timers".
+func writeTimers(w io.Writer, ts []store.Timer, now time.Time, asJSON bool) error {
+	if asJSON {
+		out := make([]timerJSON, len(ts))
+		for i := range ts {
+			t := &ts[i]
+			out[i] = timerJSON{SagaType: t.SagaType, Key: t.Key, Name: t.Name, DueAt: t.DueAt.UTC(), Overdue: t.DueAt.Before(now), Envelope: toEnvelopeJSON(&t.Envelope)}
+		}
+		return writeJSON(w, out)
+	}
+	if len(ts) == 0 {
+		_, err := fmt.Fprintln(w, "no timers")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tKEY\tNAME\tDUE\tOVERDUE\tMESSAGE")
+	for _, t := range ts {
+		late := "-"
+		if t.DueAt.Before(now) {
+			late = now.Sub(t.DueAt).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%q\t%s\t%s\t%s\t%s\n", clean(t.SagaType), t.Key, clean(t.Name), t.DueAt.UTC().Format(time.RFC3339), late, clean(t.Envelope.Type))
+	}
+	return tw.Flush()
+}
+
 // timerArgs reads TYPE KEY NAME.
 func timerArgs(args []string) (store.TimerKey, error) {
-	key, err := canon.Key(args[1], 0)
+	key, err := sagaKey(args[1])
 	if err != nil {
-		return store.TimerKey{}, usageErrorf("saga key %q is not a valid key: %v", args[1], err)
+		return store.TimerKey{}, err
 	}
 	return store.TimerKey{SagaType: args[0], Key: key, Name: args[2]}, nil
 }

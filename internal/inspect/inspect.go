@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/store"
@@ -127,9 +126,4 @@ func Counts(ctx context.Context, st store.Store) (counts []store.StateCount, exa
 		return cmp.Or(cmp.Compare(a.SagaType, b.SagaType), cmp.Compare(a.State, b.State), cmp.Compare(a.Status, b.Status))
 	})
 	return counts, exact, nil
-}
-
-// TimerCursor is the ListParams.After of timers that continues after t.
-func TimerCursor(t *store.Timer) string {
-	return t.DueAt.UTC().Format(time.RFC3339Nano) + "\x00" + t.SagaType + "\x00" + t.Key + "\x00" + t.Name
 }

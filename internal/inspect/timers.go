@@ -17,7 +17,8 @@ type TimerFilter struct {
 	// DueBefore, when set, selects timers due before it (overdue ones when
 	// it is now).
 	DueBefore time.Time
-	// After is the cursor of ListTimers: TimerCursor of the last timer.
+	// After is the cursor of the page: TimerCursor of the previous page's
+	// last timer.
 	After string
 	// Limit bounds the page; 0 means 100.
 	Limit int
@@ -33,7 +34,11 @@ func Timers(ctx context.Context, st store.Store, f *TimerFilter) ([]store.Timer,
 	if f.Key != "" {
 		return sagaTimers(ctx, st, f, limit)
 	}
-	p := &store.ListParams{SagaType: f.SagaType, After: f.After, Limit: page}
+	after, err := parseTimerCursor(f.After)
+	if err != nil {
+		return nil, "", err
+	}
+	p := &store.ListParams{SagaType: f.SagaType, After: after, Limit: page}
 	var out []store.Timer
 	for read := 0; read < timerScan; read += page {
 		ts, err := st.ListTimers(ctx, p)
@@ -53,7 +58,7 @@ func Timers(ctx context.Context, st store.Store, f *TimerFilter) ([]store.Timer,
 		if len(ts) < page {
 			return out, "", nil
 		}
-		p.After = TimerCursor(&ts[len(ts)-1])
+		p.After = timerListAfter(&ts[len(ts)-1])
 	}
 	if len(out) > 0 {
 		return out, TimerCursor(&out[len(out)-1]), nil

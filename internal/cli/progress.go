@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// progress shows how many of the demo's sagas are finished.
+type progress interface {
+	Set(n int)
+	Finish()
+}
+
+// newProgress returns a progress bar on w when term is a terminal, and
+// otherwise plain lines on w, one per tenth of total: a bar redraws
+// itself with carriage returns, which a log or a pipe keeps as one long
+// line. It returns nil when off.
+func newProgress(on bool, term, w io.Writer, total int) progress {
+	if !on {
+		return nil
+	}
+	if isTerminal(term) {
+		return &barProgress{progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("sagas finished"),
+			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())}
+	}
+	return &lineProgress{w: w, total: total}
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+type barProgress struct{ b *progressbar.ProgressBar }
+
+func (p *barProgress) Set(n int) { _ = p.b.Set(n) }
+func (p *barProgress) Finish()   { _ = p.b.Finish() }
+
+// lineProgress prints "idem demo: n/total sagas finished" at every tenth.
+type lineProgress struct {
+	w       io.Writer
+	total   int
+	printed int // tenths printed
+}
+
+func (p *lineProgress) Set(n int) {
+	tenth := n * 10 / max(p.total, 1)
+	if tenth > p.printed {
+		p.printed = tenth
+		fmt.Fprintf(p.w, "idem demo: %d/%d sagas finished\n", n, p.total)
+	}
+}
+
+func (p *lineProgress) Finish() {}
