@@ -435,6 +435,9 @@ type laneResult struct {
 	logs   []logLine
 	counts struct{ applied, ignored, dup, notFound, dead, stale, emitted int64 }
 	byType map[string]*typeDelta // counts by saga type
+	// replayed are the dead letters whose replayed message this unit of
+	// work consumed without dead-lettering it (see replay.go).
+	replayed []string
 }
 
 // working is an instance as the lane's unit of work changes it.
@@ -461,6 +464,7 @@ type lane struct {
 	uow     store.UnitOfWork
 	tokens  map[store.InboxKey]string // token of each tokened message
 	claimed map[string]bool           // tokens this unit of work claims
+	replays []*item                   // items that replay a dead letter
 }
 
 // newLane starts a lane's unit of work in the making.
@@ -566,6 +570,7 @@ func (l *lane) load(uow store.UnitOfWork, items []*item) error {
 // apply takes one item through dedup, then its handler or saga.
 func (l *lane) apply(it *item) {
 	res := l.res
+	l.noteReplay(it)
 	if it.reason != "" && !it.late {
 		l.deadLetter(it, it.reason, it.badErr)
 		return
@@ -617,6 +622,7 @@ func (l *lane) markSeen(ik store.InboxKey) {
 
 // collect turns the working instances and timers into changes.
 func (l *lane) collect() {
+	l.res.replayed = l.consumedReplays()
 	for _, w := range l.work {
 		switch {
 		case w.isNew:
@@ -952,6 +958,7 @@ func (e *Engine) settle(ctx context.Context, res *laneResult) {
 	s.staleTimers.Add(c.stale)
 	s.emitted.Add(c.emitted)
 	e.addTypeCounts(res.byType)
+	e.settleReplays(ctx, res.replayed)
 	if len(res.outbox) > 0 {
 		if err := e.tr.Publish(ctx, res.outbox); err != nil {
 			e.log.WarnContext(ctx, "publish after commit failed; the outbox relay will send", "messages", len(res.outbox), "error", err)
