@@ -124,3 +124,10 @@ func (e *Engine) settleReplays(ctx context.Context, ids []string) {
 		e.log.WarnContext(ctx, "recording replays as succeeded failed; they stay pending", "dead_letters", len(ids), "error", err)
 	}
 }
+
+// replayOpen reports whether dl's message was re-queued and has not failed
+// since: it is no longer a dead letter's final word.
+func replayOpen(dl *store.DeadLetter) bool {
+	r := dl.LastReplay()
+	return r != nil && (r.Outcome == store.ReplayPending || r.Outcome == store.ReplaySucceeded)
+}

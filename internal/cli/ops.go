@@ -36,9 +36,6 @@ import (
 // usage or configuration problem (bad flags, no or unsupported store,
 // unreachable server, schema not migrated).
 
-// pageSize is how many dead letters --all fetches per round trip.
-const pageSize = 500
-
 // failed is an error met after the store was opened: exit code 1.
 func failed(err error) error { return &exitError{code: 1, err: err} }
 
