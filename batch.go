@@ -378,11 +378,13 @@ func (e *Engine) landed(ctx context.Context, uc *uncertainCommit) bool {
 
 func (e *Engine) readBack(ctx context.Context, uc *uncertainCommit) (bool, error) {
 	if len(uc.inbox) == 0 {
-		_, err := e.store.GetDeadLetter(ctx, uc.dead[0])
+		dl, err := e.store.GetDeadLetter(ctx, uc.dead[0])
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
-		return err == nil, err
+		// A dead letter kept from before, whose replay is still pending,
+		// is not this commit's: a landed one would have settled it.
+		return err == nil && !replayPending(dl), err
 	}
 	uow, err := e.store.Begin(ctx)
 	if err != nil {

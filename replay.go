@@ -131,3 +131,9 @@ func replayOpen(dl *store.DeadLetter) bool {
 	r := dl.LastReplay()
 	return r != nil && (r.Outcome == store.ReplayPending || r.Outcome == store.ReplaySucceeded)
 }
+
+// replayPending reports whether dl's last replay is pending.
+func replayPending(dl *store.DeadLetter) bool {
+	r := dl.LastReplay()
+	return r != nil && r.Outcome == store.ReplayPending
+}

@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemhq/idem"
@@ -40,5 +41,35 @@ func TestReplayThatFailsAgainKeepsHistory(t *testing.T) {
 				t.Errorf("after replay %d: replay %d is %+v, want failed again with %s", n, i, r, idem.ReasonPermanent)
 			}
 		}
+	}
+}
+
+// A replayed message that fails again, whose commit reports an error
+// without landing, is not taken for recorded because its earlier dead
+// letter exists: it is retried, and the replay is settled as failed.
+func TestReplayFailingAgainWithALostCommitIsRetried(t *testing.T) {
+	t.Parallel()
+	var lie atomic.Bool
+	hooks := &hookStore{beforeCommit: func(c *store.Changes) error {
+		if len(c.DeadLetters) > 0 && lie.CompareAndSwap(true, false) {
+			return errors.New("injected: connection reset before COMMIT")
+		}
+		return nil
+	}}
+	m, _ := failingCounter("broken", func(int64) error { return idem.Permanent(errors.New("bad config")) })
+	b := setup(t, &options{machine: m, hooks: hooks})
+	b.send("inc-broken", Inc{Key: "broken", N: 1})
+	b.settle()
+	lie.Store(true)
+	if err := b.engine().ReplayDeadLetter(b.ctx, "inc-broken"); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	if lie.Load() {
+		t.Fatal("no commit was failed: the test did not test")
+	}
+	dls := b.deadLetters()
+	if len(dls) != 1 || len(dls[0].Replays) != 1 || dls[0].Replays[0].Outcome != store.ReplayFailed {
+		t.Fatalf("after a replay failing again through a lost commit: %+v, want the replay failed", dls)
 	}
 }
