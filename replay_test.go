@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
@@ -71,5 +72,30 @@ func TestReplayFailingAgainWithALostCommitIsRetried(t *testing.T) {
 	dls := b.deadLetters()
 	if len(dls) != 1 || len(dls[0].Replays) != 1 || dls[0].Replays[0].Outcome != store.ReplayFailed {
 		t.Fatalf("after a replay failing again through a lost commit: %+v, want the replay failed", dls)
+	}
+}
+
+// Apply of a message whose dead letter was re-queued waits for the
+// replay's outcome instead of reporting it dead-lettered.
+func TestApplyWaitsOnAReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	env := b.env("inc-1", Inc{Key: "k", N: 1})
+	uow, err := b.mstore.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	dl := store.DeadLetter{ID: "inc-1", Envelope: env, Reason: idem.ReasonPermanent, Error: "bad config", SagaType: counterType, Key: "k",
+		Attempts: 1, FirstFailedAt: now, LastFailedAt: now}
+	if err := uow.Commit(b.ctx, &store.Changes{DeadLetters: []store.DeadLetter{dl}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.mstore.BeginReplay(b.ctx, "inc-1", now); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.engine().Apply(b.ctx, env)
+	if err != nil || r.Version != 1 {
+		t.Fatalf("Apply of a message whose dead letter is re-queued: %+v, %v; want it applied at version 1", r, err)
 	}
 }
