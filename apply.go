@@ -144,6 +144,8 @@ func (p *applyProbe) read(ctx context.Context) (Result, bool, error) {
 		return r, false, err
 	case dl.Envelope.Type != p.typ:
 		return r, false, nil
+	case replayOpen(dl):
+		return r, false, nil // re-queued: wait for its outcome
 	}
 	return r, false, fmt.Errorf("idem: apply %s: %w: %s: %s", dl.Envelope.ID, ErrDeadLettered, dl.Reason, dl.Error)
 }

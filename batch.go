@@ -378,11 +378,13 @@ func (e *Engine) landed(ctx context.Context, uc *uncertainCommit) bool {
 
 func (e *Engine) readBack(ctx context.Context, uc *uncertainCommit) (bool, error) {
 	if len(uc.inbox) == 0 {
-		_, err := e.store.GetDeadLetter(ctx, uc.dead[0])
+		dl, err := e.store.GetDeadLetter(ctx, uc.dead[0])
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
-		return err == nil, err
+		// A dead letter kept from before, whose replay is still pending,
+		// is not this commit's: a landed one would have settled it.
+		return err == nil && !replayPending(dl), err
 	}
 	uow, err := e.store.Begin(ctx)
 	if err != nil {
@@ -435,6 +437,9 @@ type laneResult struct {
 	logs   []logLine
 	counts struct{ applied, ignored, dup, notFound, dead, stale, emitted int64 }
 	byType map[string]*typeDelta // counts by saga type
+	// replayed are the dead letters whose replayed message this unit of
+	// work consumed without dead-lettering it (see replay.go).
+	replayed []string
 }
 
 // working is an instance as the lane's unit of work changes it.
@@ -461,6 +466,7 @@ type lane struct {
 	uow     store.UnitOfWork
 	tokens  map[store.InboxKey]string // token of each tokened message
 	claimed map[string]bool           // tokens this unit of work claims
+	replays []*item                   // items that replay a dead letter
 }
 
 // newLane starts a lane's unit of work in the making.
@@ -566,6 +572,7 @@ func (l *lane) load(uow store.UnitOfWork, items []*item) error {
 // apply takes one item through dedup, then its handler or saga.
 func (l *lane) apply(it *item) {
 	res := l.res
+	l.noteReplay(it)
 	if it.reason != "" && !it.late {
 		l.deadLetter(it, it.reason, it.badErr)
 		return
@@ -617,6 +624,7 @@ func (l *lane) markSeen(ik store.InboxKey) {
 
 // collect turns the working instances and timers into changes.
 func (l *lane) collect() {
+	l.res.replayed = l.consumedReplays()
 	for _, w := range l.work {
 		switch {
 		case w.isNew:
@@ -952,6 +960,7 @@ func (e *Engine) settle(ctx context.Context, res *laneResult) {
 	s.staleTimers.Add(c.stale)
 	s.emitted.Add(c.emitted)
 	e.addTypeCounts(res.byType)
+	e.settleReplays(ctx, res.replayed)
 	if len(res.outbox) > 0 {
 		if err := e.tr.Publish(ctx, res.outbox); err != nil {
 			e.log.WarnContext(ctx, "publish after commit failed; the outbox relay will send", "messages", len(res.outbox), "error", err)

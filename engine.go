@@ -65,6 +65,9 @@ type Engine struct {
 	// schedules registered with Every and Cron, saved at Start (see schedule.go)
 	schedules []*scheduleDef
 	unplanned unplanned // stored schedules the poller cannot plan (see schedule.go)
+	// replayer keeps dead letters' replay history; nil: a replay deletes
+	// the dead letter (see replay.go).
+	replayer store.DeadLetterReplayer
 
 	mu      sync.Mutex
 	started bool
@@ -107,6 +110,7 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 		handlers: map[string]HandlerFunc{},
 		slots:    make(chan struct{}, c.Lanes),
 	}
+	e.replayer, _ = st.(store.DeadLetterReplayer)
 	if err := fitBodyLimit(&e.cfg, cfg, tr); err != nil {
 		return nil, err
 	}
@@ -282,39 +286,6 @@ func (e *Engine) publish(ctx context.Context, envs []Envelope) error {
 		return fmt.Errorf("idem: publish %d messages: %w", len(envs), err)
 	}
 	return nil
-}
-
-// ReplayDeadLetter deletes the dead letter and publishes its envelope again,
-// with its original ID; if the publish fails, the dead letter is recorded
-// again. (Deleting first means a replay that fails again records a new dead
-// letter that stays.) The error wraps store.ErrNotFound when there is no
-// such dead letter.
-func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) (err error) {
-	ctx, end := e.background(ctx, TaskReplay)
-	defer func() { end(btoi(err == nil), err) }()
-	dl, err := e.store.GetDeadLetter(ctx, id)
-	if err != nil {
-		return fmt.Errorf("idem: replay dead letter %s: %w", id, err)
-	}
-	if _, err := e.store.DeleteDeadLetters(ctx, []string{id}); err != nil {
-		return fmt.Errorf("idem: replay dead letter %s: delete: %w", id, err)
-	}
-	if perr := e.tr.Publish(ctx, []Envelope{dl.Envelope}); perr != nil {
-		if err := e.restoreDeadLetter(context.WithoutCancel(ctx), dl); err != nil {
-			return fmt.Errorf("idem: replay dead letter %s: publish: %w; restore: %w", id, perr, err)
-		}
-		return fmt.Errorf("idem: replay dead letter %s: publish: %w (the dead letter is kept)", id, perr)
-	}
-	return nil
-}
-
-func (e *Engine) restoreDeadLetter(ctx context.Context, dl *store.DeadLetter) error {
-	uow, err := e.store.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = uow.Rollback(ctx) }()
-	return uow.Commit(ctx, &store.Changes{DeadLetters: []store.DeadLetter{*dl}})
 }
 
 // Start launches the consumer loop, the outbox relay, the timer poller and

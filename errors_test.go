@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
 )
 
 func TestErrorHelpers(t *testing.T) {
@@ -216,8 +217,9 @@ func TestReplayDeadLetter(t *testing.T) {
 	if c, _ := b.counter("fixme"); c.Total != 2 {
 		t.Errorf("got total %d, want 2", c.Total)
 	}
-	if dls := b.deadLetters(); len(dls) != 0 {
-		t.Errorf("dead letter kept after replay: %+v", dls)
+	// The dead letter stays, with its history: the replay succeeded.
+	if dls := b.deadLetters(); len(dls) != 1 || len(dls[0].Replays) != 1 || dls[0].Replays[0].Outcome != store.ReplaySucceeded {
+		t.Errorf("after a replay that was applied: dead letters %+v, want the one, its replay succeeded", dls)
 	}
 	if j := b.journal("fixme"); len(j) != 1 || j[0].MessageID != "inc-fixme" {
 		t.Errorf("journal %+v: want one entry for inc-fixme", j)

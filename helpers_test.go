@@ -383,6 +383,16 @@ func (s *hookStore) DeleteTimers(ctx context.Context, ts []store.Timer) error {
 	return s.Store.DeleteTimers(ctx, ts)
 }
 
+// BeginReplay and SettleReplays pass store.DeadLetterReplayer through
+// (the wrapped store is a memstore).
+func (s *hookStore) BeginReplay(ctx context.Context, id string, at time.Time) error {
+	return s.Store.(store.DeadLetterReplayer).BeginReplay(ctx, id, at)
+}
+
+func (s *hookStore) SettleReplays(ctx context.Context, p *store.SettleReplaysParams) error {
+	return s.Store.(store.DeadLetterReplayer).SettleReplays(ctx, p)
+}
+
 func (s *hookStore) sweepCalls() []sweepCall {
 	s.mu.Lock()
 	defer s.mu.Unlock()

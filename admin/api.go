@@ -87,6 +87,11 @@ type DeadLetter struct {
 	Attempts      int       `json:"attempts"`
 	FirstFailedAt time.Time `json:"first_failed_at"`
 	LastFailedAt  time.Time `json:"last_failed_at"`
+	// FirstReason, FirstError, Replays and History: see deadletter_history.go.
+	FirstReason string         `json:"first_reason,omitempty"`
+	FirstError  string         `json:"first_error,omitempty"`
+	Replays     []store.Replay `json:"replays,omitempty"`
+	History     string         `json:"history,omitempty"`
 }
 
 // DeadLetterList is the answer of GET /api/dead-letters.
@@ -173,6 +178,7 @@ func toDeadLetter(d *store.DeadLetter) DeadLetter {
 	return DeadLetter{
 		ID: d.ID, Envelope: toEnvelope(&d.Envelope), Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
 		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
+		FirstReason: d.FirstReason, FirstError: d.FirstError, Replays: d.Replays, History: History(d),
 	}
 }
 
@@ -322,7 +328,7 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "replay dead letter", err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]string{"replayed": id})
+	writeJSON(w, http.StatusAccepted, requeued(id))
 }
 
 func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {

@@ -130,9 +130,10 @@ func (s *Server) querySagas(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deadLetterFilter reads type (saga type), reason, message_type and key.
+// deadLetterFilter reads type (saga type), reason, message_type, key and
+// as_of (the mark of a count).
 func deadLetterFilter(q url.Values) *inspect.DeadLetterFilter {
-	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: canon.Lookup(q.Get("key"))}
+	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: canon.Lookup(q.Get("key")), AsOf: q.Get("as_of")}
 }
 
 // queryDeadLetters serves GET /api/dead-letters, with the reason,
@@ -167,6 +168,10 @@ type DeadLetterCounts struct {
 	ByReason []inspect.ReasonCount `json:"by_reason"`
 	// Exact is false when more dead letters exist than were counted.
 	Exact bool `json:"exact"`
+	// AsOf is the mark of the count: pass it as as_of to a bulk replay or
+	// purge so that it acts on exactly the dead letters counted (absent
+	// when the store cannot bind one).
+	AsOf string `json:"as_of,omitempty"`
 }
 
 func (s *Server) apiDeadLetterCounts(w http.ResponseWriter, r *http.Request) {
@@ -181,23 +186,30 @@ func (s *Server) apiDeadLetterCounts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deadLetterCounts(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
-	by, total, exact, err := inspect.CountByReason(ctx, s.st, f)
+	c, err := inspect.CountByReason(ctx, s.st, f)
 	if err != nil {
 		return nil, err
 	}
-	if by == nil {
-		by = []inspect.ReasonCount{}
+	if c.ByReason == nil {
+		c.ByReason = []inspect.ReasonCount{}
 	}
-	return &DeadLetterCounts{Total: total, ByReason: by, Exact: exact}, nil
+	return &DeadLetterCounts{Total: c.Total, ByReason: c.ByReason, Exact: c.Exact, AsOf: c.AsOf}, nil
 }
 
 // BulkResult is the answer of POST /api/dead-letters/replay and /purge.
 type BulkResult struct {
-	// Matched is how many dead letters the filters selected.
+	// Matched is how many dead letters the filters selected as of AsOf.
 	Matched int `json:"matched"`
-	// Done is how many were replayed or purged: 0 with dry_run.
+	// Done is how many were re-queued or purged: 0 with dry_run. A
+	// re-queued dead letter's outcome shows later in its replays.
 	Done   int  `json:"done"`
 	DryRun bool `json:"dry_run"`
+	// AsOf is the mark the action was bound to: the as_of given, else one
+	// taken when the request began. Dead letters recorded, or failed
+	// again, after it are left alone.
+	AsOf string `json:"as_of,omitempty"`
+	// Message says what was done and where to see the outcome.
+	Message string `json:"message"`
 }
 
 func (s *Server) apiBulkDeadLetters(replay bool) http.HandlerFunc {
@@ -215,20 +227,26 @@ func (s *Server) apiBulkDeadLetters(replay bool) http.HandlerFunc {
 	}
 }
 
-// bulkDeadLetters replays (or purges) every dead letter f selects.
+// bulkDeadLetters replays (or purges) every dead letter f selects as of
+// f.AsOf, or as of now when f has no mark: never one recorded after the
+// count the caller confirmed.
 func (s *Server) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilter, replay, dry bool) (*BulkResult, error) {
 	res := &BulkResult{DryRun: dry}
+	if f.AsOf == "" {
+		c, err := inspect.CountByReason(ctx, s.st, f)
+		if err != nil {
+			return nil, err
+		}
+		f.AsOf = c.AsOf
+	}
+	res.AsOf = f.AsOf
 	err := inspect.EachDeadLetter(ctx, s.st, f, func(ds []store.DeadLetter) error {
 		res.Matched += len(ds)
 		if dry {
 			return nil
 		}
 		if !replay {
-			ids := make([]string, len(ds))
-			for i := range ds {
-				ids[i] = ds[i].ID
-			}
-			n, err := s.st.DeleteDeadLetters(ctx, ids)
+			n, err := inspect.DeleteDeadLetters(ctx, s.st, f, ds)
 			res.Done += n
 			return err
 		}
@@ -240,7 +258,23 @@ func (s *Server) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilte
 		}
 		return nil
 	})
+	res.Message = bulkMessage(res, replay)
 	return res, err
+}
+
+// bulkMessage says what a bulk action did, and for a replay that its
+// outcome is not known yet.
+func bulkMessage(res *BulkResult, replay bool) string {
+	switch {
+	case res.DryRun && replay:
+		return fmt.Sprintf("%d dead letter(s) would be re-queued (dry run: nothing changed)", res.Matched)
+	case res.DryRun:
+		return fmt.Sprintf("%d dead letter(s) would be purged (dry run: nothing changed)", res.Matched)
+	case replay:
+		return fmt.Sprintf("%d dead letter(s) re-queued: each replay is pending until an engine consumes it; "+
+			"see each dead letter's replays (GET /api/dead-letters/{id}, or the console) for whether it succeeded or failed again", res.Done)
+	}
+	return fmt.Sprintf("%d dead letter(s) purged", res.Done)
 }
 
 // Timer is a timer as the API returns it.

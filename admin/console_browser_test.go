@@ -166,11 +166,20 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("bulk replay confirmation: %q, want the count 2", text)
 	}
 	screenshot(t, ctx, "dead-letters-confirm")
+	// The reason chips show every reason and the total, whatever the filter.
+	run(t, ctx, "reason chips", chromedp.Text(".reasons", &text))
+	text = strings.Join(strings.Fields(text), " ")
+	if !strings.Contains(text, "all 3") || !strings.Contains(text, "store_unavailable 1") || !strings.Contains(text, "unknown_type 2") {
+		t.Errorf("reason chips with reason=unknown_type: %q, want all 3, unknown_type 2 and store_unavailable 1", text)
+	}
 
 	// Replay one dead letter and see it applied.
 	run(t, ctx, "replay", chromedp.Navigate(base+"/dead-letters?reason=store_unavailable"), chromedp.WaitVisible(`button[data-action="replay"]`))
 	screenshot(t, ctx, "dead-letters")
-	run(t, ctx, "replay click", chromedp.Click(`button[data-action="replay"]`), chromedp.WaitVisible(".flash"))
+	run(t, ctx, "replay click", chromedp.Click(`button[data-action="replay"]`), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+	if !strings.Contains(text, "re-queued") || strings.Contains(text, "will apply") {
+		t.Errorf("flash after a replay: %q, want it to say re-queued (not yet applied)", text)
+	}
 	eventually(t, "the replayed order o-dead to be applied", func() bool {
 		in, err := loadInstance(b, "o-dead")
 		return err == nil && in != nil && in.State == "AwaitingPayment"
@@ -179,6 +188,14 @@ func TestBrowserConsole(t *testing.T) {
 	if !strings.Contains(text, "AwaitingPayment") {
 		t.Errorf("journal of the replayed o-dead: %q", text)
 	}
+	// Its dead letter stays, with the replay's outcome.
+	run(t, ctx, "replay history", chromedp.Navigate(base+"/dead-letters/placed-o-dead"), chromedp.WaitVisible("#history"),
+		chromedp.Poll(`document.querySelector("#history").innerText.includes("succeeded")`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Text("#history", &text))
+	if !strings.Contains(text, "replayed once") || !strings.Contains(text, "first failure") {
+		t.Errorf("history of placed-o-dead: %q, want the first failure and one replay that succeeded", text)
+	}
+	screenshot(t, ctx, "dead-letter-history")
 
 	// A hostile key renders as text and runs nothing.
 	run(t, ctx, "hostile key", chromedp.Navigate(base+"/instances/order/"+url.PathEscape(hostileKey)), chromedp.WaitVisible("#saga-key"), chromedp.Text("#saga-key", &text))

@@ -21,7 +21,7 @@ const consolePage = 50
 func flash(r *http.Request) string {
 	n := atoi(r.URL.Query().Get("n"))
 	what := map[string]string{
-		"replayed": "dead letter(s) replayed: the engine will apply them again.",
+		"replayed": "dead letter(s) re-queued. Each replay is pending until an engine consumes the message: the dead letter's page then says whether it succeeded or failed again.",
 		"purged":   "dead letter(s) purged.", "cancelled": "timer cancelled.", "rescheduled": "timer rescheduled.",
 	}[r.URL.Query().Get("done")]
 	if what == "" {
@@ -116,7 +116,7 @@ type instanceView struct {
 	In          *store.Instance
 	Journal     []store.JournalEntry
 	Timers      []timerRow
-	DeadLetters []store.DeadLetter
+	DeadLetters []dlRow
 	Back        string
 	Flash       string
 	Now         time.Time
@@ -150,7 +150,9 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 		v.Timers = append(v.Timers, timerRow{Timer: t, Finished: in.Status() == store.StatusFinished})
 	}
 	if err == nil {
-		v.DeadLetters, _, err = inspect.DeadLetters(ctx, s.st, &inspect.DeadLetterFilter{SagaType: typ, Key: key}, "", consolePage)
+		var dls []store.DeadLetter
+		dls, _, err = inspect.DeadLetters(ctx, s.st, &inspect.DeadLetterFilter{SagaType: typ, Key: key}, "", consolePage)
+		v.DeadLetters = s.deadLetterRows(ctx, dls)
 	}
 	if err != nil {
 		s.storeFailed(w, r, "read saga details", err)
@@ -160,9 +162,12 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 }
 
 type deadLettersView struct {
-	Filter  map[string]string
+	Filter map[string]string
+	// Chips counts every reason within the other filters; Counts what the
+	// filters select, with the mark a confirmed bulk action is bound to.
+	Chips   *DeadLetterCounts
 	Counts  *DeadLetterCounts
-	Rows    []store.DeadLetter
+	Rows    []dlRow
 	Next    string
 	Confirm string
 	Flash   string
@@ -181,21 +186,32 @@ func (s *Server) pageDeadLetters(w http.ResponseWriter, r *http.Request) {
 	f := deadLetterFilter(q)
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
+	f.AsOf = "" // the page shows what is stored now
 	var err error
-	if v.Counts, err = s.deadLetterCounts(ctx, f); err == nil {
-		v.Rows, v.Next, err = inspect.DeadLetters(ctx, s.st, f, q.Get("after"), consolePage)
+	var dls []store.DeadLetter
+	if v.Chips, err = s.reasonChips(ctx, f); err == nil {
+		v.Counts = v.Chips
+		if f.Reason != "" {
+			v.Counts, err = s.deadLetterCounts(ctx, f)
+		}
+	}
+	if err == nil {
+		dls, v.Next, err = inspect.DeadLetters(ctx, s.st, f, q.Get("after"), consolePage)
 	}
 	if err != nil {
 		s.storeFailed(w, r, "list dead letters", err)
 		return
 	}
+	v.Rows = s.deadLetterRows(ctx, dls)
 	s.render(w, r, http.StatusOK, "deadletters", "Dead letters", v)
 }
 
 type deadLetterView struct {
-	D       DeadLetter
-	Body    string
-	Confirm bool
+	D          DeadLetter
+	Body       string
+	BodyKind   string
+	SagaExists bool
+	Confirm    bool
 }
 
 func (s *Server) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
@@ -210,12 +226,10 @@ func (s *Server) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, r, "get dead letter", err)
 		return
 	}
-	dl := toDeadLetter(d)
-	body := string(dl.Envelope.Body)
-	if dl.Envelope.BodyEncoding == "json" {
-		body = prettyJSON(dl.Envelope.Body)
-	}
-	s.render(w, r, http.StatusOK, "deadletter", "Dead letter", &deadLetterView{D: dl, Body: body, Confirm: r.URL.Query().Get("confirm") == "purge"})
+	v := &deadLetterView{D: toDeadLetter(d), Confirm: r.URL.Query().Get("confirm") == "purge"}
+	v.Body, v.BodyKind = bodyText(d.Envelope.Body)
+	v.SagaExists = s.deadLetterRows(ctx, []store.DeadLetter{*d})[0].SagaExists
+	s.render(w, r, http.StatusOK, "deadletter", "Dead letter", v)
 }
 
 func (s *Server) actReplay(w http.ResponseWriter, r *http.Request) {
@@ -258,7 +272,7 @@ func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = r.ParseForm()
-	f := deadLetterFilter(r.PostForm)
+	f := deadLetterFilter(r.PostForm) // with the as_of of the count confirmed
 	filters := query("type", f.SagaType, "reason", f.Reason, "message_type", f.MessageType, "key", f.Key)
 	if r.PostFormValue("confirm") != "yes" {
 		sep := "?"

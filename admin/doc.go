@@ -15,11 +15,11 @@
 //	GET    /api/sagas/{type}/{key}           one instance with its journal
 //	GET    /api/dead-letters?type=&after=&limit=
 //	GET    /api/dead-letters?reason=&message_type=&key=&type=&after=&limit=
-//	GET    /api/dead-letters/counts?reason=&message_type=&key=&type=   counts by reason
-//	GET    /api/dead-letters/{id}
-//	POST   /api/dead-letters/{id}/replay     publish the message again (202)
-//	POST   /api/dead-letters/replay?reason=&message_type=&key=&type=&dry_run=true   replay all matching
-//	POST   /api/dead-letters/purge?reason=&message_type=&key=&type=&dry_run=true    purge all matching
+//	GET    /api/dead-letters/counts?reason=&message_type=&key=&type=   counts by reason, and the count's as_of mark
+//	GET    /api/dead-letters/{id}            with its history: first failure, replays and their outcomes
+//	POST   /api/dead-letters/{id}/replay     re-queue the message (202; the outcome shows in its replays)
+//	POST   /api/dead-letters/replay?reason=&message_type=&key=&type=&as_of=&dry_run=true   re-queue all matching as of the count
+//	POST   /api/dead-letters/purge?reason=&message_type=&key=&type=&as_of=&dry_run=true    purge all matching as of the count
 //	DELETE /api/dead-letters/{id}            purge one dead letter
 //	GET    /api/timers?type=&key=&overdue=true&after=&limit=   soonest due first
 //	DELETE /api/timers/{type}/{key}/{name}   cancel a timer

@@ -1,19 +1,39 @@
 package store
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // DeadLetterQuerier is implemented by stores that filter and count dead
 // letters in the database instead of handing every row to the caller
-// (pgstore). It is optional: operations tools type-assert a Store for it
-// and fall back to paging ListDeadLetters, which reads at most a bounded
-// number of rows.
+// (every bundled store). It is optional: operations tools type-assert a
+// Store for it and fall back to paging ListDeadLetters, which reads at most
+// a bounded number of rows and cannot bind a bulk action to what was
+// counted.
 type DeadLetterQuerier interface {
 	// QueryDeadLetters returns one page of the dead letters q selects, in
 	// ID order (byte order). An empty page means there are no more.
 	QueryDeadLetters(ctx context.Context, q *DeadLetterQuery) ([]DeadLetter, error)
 	// CountDeadLetters counts the dead letters q selects by reason (q's
-	// After and Limit are ignored).
-	CountDeadLetters(ctx context.Context, q *DeadLetterQuery) (map[string]int, error)
+	// After and Limit are ignored), and returns with the counts the mark
+	// that selects, as DeadLetterQuery.AsOf, exactly the dead letters
+	// counted: the count and the mark are read at one moment.
+	CountDeadLetters(ctx context.Context, q *DeadLetterQuery) (*DeadLetterCount, error)
+	// DeleteDeadLettersAsOf removes the dead letters among ids that the
+	// mark asOf selects (as CountDeadLetters returned it; "" selects every
+	// one): one recorded again after the mark is kept. Missing IDs are
+	// ignored. It returns how many it removed, with their history.
+	DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf string) (int, error)
+}
+
+// DeadLetterCount is what CountDeadLetters returns.
+type DeadLetterCount struct {
+	// ByReason counts the dead letters by reason.
+	ByReason map[string]int
+	// AsOf is the mark of the moment of the count: an opaque,
+	// printable-ASCII string to pass as DeadLetterQuery.AsOf.
+	AsOf string
 }
 
 // DeadLetterQuery selects dead letters for DeadLetterQuerier. Every
@@ -27,8 +47,83 @@ type DeadLetterQuery struct {
 	Key      string
 	// Reason is the machine-readable reason ("malformed_body", ...).
 	Reason string
+	// AsOf, when set, is a mark CountDeadLetters returned: only the dead
+	// letters last recorded before it are selected, so that an action
+	// confirmed on a count acts on what was counted and on nothing that
+	// arrived, or failed again, since. A mark the store did not make is an
+	// error.
+	AsOf string
 	// After is the ID of the last dead letter of the previous page.
 	After string
 	// Limit bounds the page; 0 means the store's default.
 	Limit int
+}
+
+// ReplayOutcome is what became of one replay of a dead letter.
+type ReplayOutcome string
+
+// The outcomes of a replay.
+const (
+	// ReplayPending: the envelope was published again and no engine has
+	// yet consumed it, or one is still retrying it.
+	ReplayPending ReplayOutcome = "pending"
+	// ReplaySucceeded: an engine consumed the replayed message without
+	// dead-lettering it again: it was applied, or found already applied,
+	// or ignored as its saga decides.
+	ReplaySucceeded ReplayOutcome = "succeeded"
+	// ReplayFailed: the message was dead-lettered again.
+	ReplayFailed ReplayOutcome = "failed"
+	// ReplayNotSent: publishing it again failed; Error says why.
+	ReplayNotSent ReplayOutcome = "not_sent"
+)
+
+// HeaderReplay marks an envelope published again by a replay: its value is
+// the replay's time (RFC 3339). An engine that consumes such a message
+// without dead-lettering it settles the replay as ReplaySucceeded.
+const HeaderReplay = "idem-replayed-at"
+
+// Replay is one replay of a dead letter.
+type Replay struct {
+	// At is when the envelope was published again.
+	At      time.Time     `json:"at"`
+	Outcome ReplayOutcome `json:"outcome"`
+	// SettledAt is when the outcome was known: the new failure's time for
+	// ReplayFailed (zero while pending).
+	SettledAt time.Time `json:"settled_at,omitzero"`
+	// Reason and Error are the new failure's for ReplayFailed, and the
+	// publish error for ReplayNotSent.
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// DeadLetterReplayer is implemented by stores that keep a dead letter's
+// replay history (every bundled store). The engine's ReplayDeadLetter then
+// keeps the dead letter, records the replay before publishing, and settles
+// it; without it, a replay deletes the dead letter.
+type DeadLetterReplayer interface {
+	// BeginReplay appends a ReplayPending replay at at to the history of
+	// dead letter id, or fails with an error wrapping ErrNotFound. The
+	// dead letter's mark (see DeadLetterQuery.AsOf) does not change.
+	BeginReplay(ctx context.Context, id string, at time.Time) error
+	// SettleReplays settles the latest replay of each dead letter p.IDs
+	// names, if it is ReplayPending, with p's outcome; missing IDs and
+	// settled replays are left alone.
+	SettleReplays(ctx context.Context, p *SettleReplaysParams) error
+}
+
+// SettleReplaysParams is what SettleReplays records.
+type SettleReplaysParams struct {
+	IDs     []string
+	Outcome ReplayOutcome
+	At      time.Time
+	// Error is the publish error of ReplayNotSent.
+	Error string
+}
+
+// LastReplay returns d's latest replay, or nil when it was never replayed.
+func (d *DeadLetter) LastReplay() *Replay {
+	if len(d.Replays) == 0 {
+		return nil
+	}
+	return &d.Replays[len(d.Replays)-1]
 }

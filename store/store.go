@@ -217,7 +217,11 @@ type JournalEntry struct {
 
 // DeadLetter is a message the engine gave up on, with why. ID is the
 // message's deduplication identity; recording a dead letter for an ID that
-// already has one replaces it, keeping the earlier FirstFailedAt.
+// already has one replaces it, keeping the earlier FirstFailedAt, the
+// first failure's FirstReason and FirstError, and the replay history. A
+// store that keeps the history (DeadLetterReplayer) then settles the
+// latest replay, if it is ReplayPending, as ReplayFailed with the new
+// failure's LastFailedAt, Reason and Error.
 type DeadLetter struct {
 	ID       string             `json:"id"`
 	Envelope transport.Envelope `json:"envelope"`
@@ -231,6 +235,15 @@ type DeadLetter struct {
 	// FirstFailedAt and LastFailedAt bound the failed attempts.
 	FirstFailedAt time.Time `json:"first_failed_at"`
 	LastFailedAt  time.Time `json:"last_failed_at"`
+	// FirstReason and FirstError are the first failure's, which Reason and
+	// Error replace when the dead letter is recorded again. The store sets
+	// them; they are ignored in Changes.DeadLetters.
+	FirstReason string `json:"first_reason,omitempty"`
+	FirstError  string `json:"first_error,omitempty"`
+	// Replays is the replay history, oldest first (see
+	// DeadLetterReplayer); the store sets it, and it is ignored in
+	// Changes.DeadLetters.
+	Replays []Replay `json:"replays,omitempty"`
 }
 
 // LoadParams lists what a unit of work needs before applying a batch.

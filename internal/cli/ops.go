@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -23,6 +24,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
@@ -32,9 +35,6 @@ import (
 // letter does not exist, a replay failed, the database failed mid-way), 2 a
 // usage or configuration problem (bad flags, no or unsupported store,
 // unreachable server, schema not migrated).
-
-// pageSize is how many dead letters --all fetches per round trip.
-const pageSize = 500
 
 // failed is an error met after the store was opened: exit code 1.
 func failed(err error) error { return &exitError{code: 1, err: err} }
@@ -133,20 +133,24 @@ func newDLQList() *cobra.Command {
 		asJSON   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "ls [--saga-type T] [--limit N] [--after ID] [--json]",
+		Use:   "ls [--type T] [--limit N] [--after ID] [--json]",
 		Short: "List dead letters, one page at a time, ordered by ID",
 		Long: `List dead letters ordered by ID, one page at a time: a table with the ID, the
 reason, the message type, the saga (type/key, or - when the message never
 reached one), the number of attempts and the time of the last failure (UTC).
 
---saga-type keeps the dead letters of one saga type. --limit is the page size
+--type keeps the dead letters of one saga type (as in idem sagas ls and
+idem timers ls; --saga-type is its deprecated spelling). --limit is the page size
 (default 100). --after is the cursor: the list starts after that ID, so pass
 the last ID of the previous page. When a page is full, a hint on stderr gives
 the command for the next page; stdout holds only the table or the JSON.
 
 --json prints a JSON array instead (an empty page is []). Each element has
-id, envelope, reason, error, saga_type, key, attempts, first_failed_at and
-last_failed_at (RFC 3339, UTC). The envelope's body is a string: the body
+id, envelope, reason, error, saga_type, key, attempts, first_failed_at,
+last_failed_at (RFC 3339, UTC), first_reason and first_error (the first
+failure's, kept when the message fails again), replays (each replay's time,
+outcome — pending, succeeded, failed or not_sent — settled_at, and the new
+failure's reason and error) and history (replays in one line). The envelope's body is a string: the body
 itself when it is valid UTF-8 ("body_encoding": "utf-8"), which keeps JSON
 bodies readable with jq, and its standard base64 otherwise
 ("body_encoding": "base64").
@@ -186,7 +190,9 @@ bodies readable with jq, and its standard base64 otherwise
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&sagaType, "type", "", "only dead letters of this saga type")
 	cmd.Flags().StringVar(&sagaType, "saga-type", "", "only dead letters of this saga type")
+	_ = cmd.Flags().MarkHidden("saga-type") // the old spelling, kept working
 	cmd.Flags().IntVar(&limit, "limit", 100, "page size, at least 1")
 	cmd.Flags().StringVar(&after, "after", "", "list IDs after this one: the last ID of the previous page")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of dead letters (body as a UTF-8 string, or base64; see body_encoding)")
@@ -221,7 +227,10 @@ func newDLQShow() *cobra.Command {
 		Use:   "show ID [--json]",
 		Short: "Show one dead letter in full",
 		Long: `Show one dead letter in full: its reason, saga, attempts and failure times, the
-envelope's fields and headers, the body and the full error chain.
+envelope's fields and headers, the body, the full error chain, and its
+history: the first failure and every replay with its time and outcome
+(pending until an engine consumes the replayed message; then succeeded, or
+failed again with the new failure; or not sent).
 
 The body is printed indented when it is JSON, as it is when it is other
 printable text, and as a hex dump otherwise (binary data, or text with
@@ -309,6 +318,7 @@ func writeDeadLetter(w io.Writer, d *store.DeadLetter) {
 	}
 	fmt.Fprintln(w, "Error:")
 	fmt.Fprint(w, indent(cleanText(d.Error)))
+	writeHistory(w, d)
 }
 
 // renderBody returns the body as people should see it and what it is.
@@ -387,15 +397,19 @@ func cleanText(s string) string {
 // when it is UTF-8 (JSON bodies, the common case), base64 otherwise, and
 // body_encoding says which. saga_type and key are always present.
 type deadLetterJSON struct {
-	ID            string       `json:"id"`
-	Envelope      envelopeJSON `json:"envelope"`
-	Reason        string       `json:"reason"`
-	Error         string       `json:"error"`
-	SagaType      string       `json:"saga_type"`
-	Key           string       `json:"key"`
-	Attempts      int          `json:"attempts"`
-	FirstFailedAt time.Time    `json:"first_failed_at"`
-	LastFailedAt  time.Time    `json:"last_failed_at"`
+	ID            string         `json:"id"`
+	Envelope      envelopeJSON   `json:"envelope"`
+	Reason        string         `json:"reason"`
+	Error         string         `json:"error"`
+	SagaType      string         `json:"saga_type"`
+	Key           string         `json:"key"`
+	Attempts      int            `json:"attempts"`
+	FirstFailedAt time.Time      `json:"first_failed_at"`
+	LastFailedAt  time.Time      `json:"last_failed_at"`
+	FirstReason   string         `json:"first_reason"`
+	FirstError    string         `json:"first_error"`
+	Replays       []store.Replay `json:"replays"`
+	History       string         `json:"history"`
 }
 
 type envelopeJSON struct {
@@ -430,6 +444,7 @@ func toJSON(d *store.DeadLetter) deadLetterJSON {
 	return deadLetterJSON{
 		ID: d.ID, Envelope: toEnvelopeJSON(&d.Envelope), Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
 		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
+		FirstReason: d.FirstReason, FirstError: d.FirstError, Replays: replaysOf(d), History: admin.History(d),
 	}
 }
 
@@ -451,6 +466,7 @@ type selection struct {
 	reason    string
 	msgType   string // the envelope's type
 	olderThan string // parsed by parseAge
+	asOf      string // the mark of a dry run's count (see bound)
 }
 
 // check validates args against the flags; filters need --all.
@@ -458,13 +474,13 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 	switch {
 	case s.all && len(ids) > 0:
 		return usageErrorf("give dead-letter IDs or --all, not both")
-	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != ""):
+	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != ""):
 		s.all = true // replay --reason R --type T selects in bulk
 	case !s.all && len(ids) == 0:
 		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
 	}
 	if !s.all {
-		for _, f := range []string{"saga-type", "reason", "type", "older-than"} {
+		for _, f := range []string{"saga-type", "reason", "type", "older-than", "as-of"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
 			}
@@ -473,36 +489,68 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 	return nil
 }
 
-// each calls fn with every page of dead letters matching s, in ID order.
-// A page is listed before fn runs, and the next page starts after the
-// page's last ID, so dead letters fn deletes or records again are not
-// visited twice.
-func (s *selection) each(ctx context.Context, st store.Queue, cutoff time.Time, fn func([]store.DeadLetter) error) error {
-	after := ""
-	for {
-		page, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: s.sagaType, After: after, Limit: pageSize})
-		if err != nil {
-			return failed(fmt.Errorf("list dead letters: %w", err))
-		}
-		if len(page) == 0 {
-			return nil
-		}
-		after = page[len(page)-1].ID
+// filter is s as an inspect filter, bound to s.asOf.
+func (s *selection) filter() *inspect.DeadLetterFilter {
+	return &inspect.DeadLetterFilter{SagaType: s.sagaType, Reason: s.reason, MessageType: s.msgType, AsOf: s.asOf}
+}
+
+// bound takes the mark of the dead letters s selects now, unless --as-of
+// gave one: the command then acts on those only, never on one recorded
+// (or failed again) while it runs, or since the dry run that printed the
+// mark.
+func (s *selection) bound(ctx context.Context, st store.Store) error {
+	if s.asOf != "" {
+		return nil
+	}
+	c, err := inspect.CountByReason(ctx, st, s.filter())
+	if err != nil {
+		return failed(err)
+	}
+	s.asOf = c.AsOf
+	return nil
+}
+
+// each calls fn with every page of dead letters matching s as of its mark,
+// in ID order, last failed before cutoff when it is set. A page is listed
+// before fn runs, and the next page starts after the page's last ID, so
+// dead letters fn deletes or records again are not visited twice.
+func (s *selection) each(ctx context.Context, st store.Store, cutoff time.Time, fn func([]store.DeadLetter) error) error {
+	err := inspect.EachDeadLetter(ctx, st, s.filter(), func(page []store.DeadLetter) error {
 		match := page[:0]
 		for _, d := range page {
-			if (s.reason == "" || d.Reason == s.reason) && (s.msgType == "" || d.Envelope.Type == s.msgType) && (cutoff.IsZero() || d.LastFailedAt.Before(cutoff)) {
+			if cutoff.IsZero() || d.LastFailedAt.Before(cutoff) {
 				match = append(match, d)
 			}
 		}
-		if len(match) > 0 {
-			if err := fn(match); err != nil {
-				return err
-			}
-		}
-		if len(page) < pageSize {
+		if len(match) == 0 {
 			return nil
 		}
+		return fn(match)
+	})
+	var ee *exitError
+	if err != nil && !errors.As(err, &ee) {
+		return failed(err)
 	}
+	return err
+}
+
+// asOfHint is the line a dry run ends with: the command that acts on
+// exactly what it counted.
+func asOfHint(cmd *cobra.Command, s *selection) string {
+	var b strings.Builder
+	b.WriteString(cmd.CommandPath())
+	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}} {
+		if f.v != "" {
+			fmt.Fprintf(&b, " --%s %s", f.name, strconv.Quote(f.v))
+		}
+	}
+	if cmd.Name() == "purge" {
+		b.WriteString(" --all --yes")
+	}
+	if s.asOf == "" {
+		return "to act on them: " + b.String() + " (this store cannot bind the set counted: dead letters recorded meanwhile are included)"
+	}
+	return "to act on exactly these, and on none recorded or failed again since: " + b.String() + " --as-of " + s.asOf
 }
 
 // parseAge parses --older-than: a Go duration (90m, 72h) or whole days (7d).
@@ -555,18 +603,22 @@ func newDLQReplay() *cobra.Command {
 		dryRun       bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replay ID... | --all | --reason R | --type T [--saga-type S] [--dry-run]",
-		Short: "Publish dead letters onto the queue again, with their original IDs",
-		Long: `Replay dead letters: each is deleted and its envelope published again, with its
-original ID and body, onto the store's own queue (the same PostgreSQL schema
+		Use:   "replay ID... | --all | --reason R | --type T [--saga-type S] [--dry-run] [--as-of MARK]",
+		Short: "Re-queue dead letters, with their original IDs",
+		Long: `Replay dead letters: each envelope is published again, with its original ID
+and body (and the header idem-replayed-at), onto the store's own queue (the same PostgreSQL schema
 or SQLite file), or onto the broker --transport names (default
 IDEM_TRANSPORT: nats://host:4222, amqp://user:pass@host:5672/vhost or
 redis://user:pass@host:6379/0), where the engine consumes it as a new
 delivery. Give the transport, --namespace and --partitions the engines use:
 replay refuses a JetStream stream that does not exist and a RabbitMQ or
-Redis partition count that differs from the namespace's, and leaves the engines' JetStream consumer as it is. If the
-publish fails, the dead letter is recorded again. A message that fails again
-becomes a new dead letter.
+Redis partition count that differs from the namespace's, and leaves the engines' JetStream consumer as it is.
+
+The dead letter is kept, with the replay in its history: pending until an
+engine consumes the message, then succeeded (consumed without failing
+again) or failed (dead-lettered again, with the new failure; the first
+failure is kept), or not sent when the publish fails. Replay only
+re-queues: idem dlq show ID (or the console) shows the outcome.
 
 Use it once the cause is fixed (a handler bug deployed, a missing saga type
 registered). An engine on an embedded NATS server (` + transportEmbedded + `) is
@@ -577,7 +629,10 @@ keeps those with one reason (for example malformed_body, unknown_type,
 saga_not_found, permanent_error, retries_exhausted), --type those of one
 message type and --saga-type those of one saga type. A filter without IDs
 selects in bulk, as --all does. --dry-run prints what would be replayed and
-the count, and changes nothing.
+the count, and changes nothing; it ends with the command that replays
+exactly those, --as-of MARK, so that a dead letter recorded (or failed
+again) after the dry run is left alone. Without --as-of a bulk replay acts on
+the dead letters as of its start.
 
 Prints one line per dead letter and a count. Exits 1 if any replay failed or
 a named ID does not exist (the others are still replayed).
@@ -628,10 +683,13 @@ a named ID does not exist (the others are still replayed).
 					fmt.Fprintf(errOut, "replay %s: %v\n", clean(id), err)
 				default:
 					done++
-					fmt.Fprintf(out, "replayed %s (%s)\n", clean(id), clean(typ))
+					fmt.Fprintf(out, "re-queued %s (%s)\n", clean(id), clean(typ))
 				}
 			}
 			if sel.all {
+				if err := sel.bound(ctx, st); err != nil {
+					return err
+				}
 				err = sel.each(ctx, st, time.Time{}, func(page []store.DeadLetter) error {
 					for _, d := range page {
 						if ctx.Err() != nil {
@@ -657,16 +715,19 @@ a named ID does not exist (the others are still replayed).
 			}
 			switch {
 			case err != nil:
-				fmt.Fprintf(out, "replayed %s before stopping\n", deadLetters(done))
+				fmt.Fprintf(out, "re-queued %s before stopping\n", deadLetters(done))
 				return err
 			case bad > 0:
-				return failed(fmt.Errorf("replayed %d of %s; %d failed", done, deadLetters(done+bad), bad))
+				return failed(fmt.Errorf("re-queued %d of %s; %d failed", done, deadLetters(done+bad), bad))
 			case done == 0:
 				fmt.Fprintln(out, "no dead letters match")
 			case dryRun:
 				fmt.Fprintf(out, "would replay %s (dry run: nothing changed)\n", deadLetters(done))
+				if sel.all {
+					fmt.Fprintln(out, asOfHint(cmd, &sel))
+				}
 			default:
-				fmt.Fprintf(out, "replayed %s\n", deadLetters(done))
+				fmt.Fprintf(out, "re-queued %s: each replay is pending until an engine consumes it; idem dlq show ID shows whether it succeeded or failed again\n", deadLetters(done))
 			}
 			return nil
 		},
@@ -679,18 +740,20 @@ a named ID does not exist (the others are still replayed).
 	cmd.Flags().IntVar(&trPartitions, "partitions", 0, "with a RabbitMQ or Redis --transport: the engines' partition count (default 16); a different count is refused")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only dead letters with this reason (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type (selects in bulk without IDs)")
+	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "act only on the dead letters counted by the dry run that printed this mark")
 	sf.register(cmd)
 	return cmd
 }
 
 func newDLQPurge() *cobra.Command {
 	var (
-		sf  storeFlags
-		sel selection
-		yes bool
+		sf     storeFlags
+		sel    selection
+		yes    bool
+		dryRun bool
 	)
 	cmd := &cobra.Command{
-		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--older-than DURATION] --yes",
+		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--older-than DURATION] (--dry-run | --yes [--as-of MARK])",
 		Short: "Delete dead letters for good",
 		Long: `Delete dead letters. The messages are gone for good: list or show them first,
 and replay those worth keeping.
@@ -702,6 +765,11 @@ refuses to run (exit 2) without --yes; with --all, --reason keeps those with
 one reason, --saga-type those of one saga type, and --older-than those whose
 last failure is older than a Go duration (90m, 72h) or a number of days (7d).
 
+--dry-run counts what --all would delete, changes nothing, and ends with the
+command that deletes exactly those, --as-of MARK: a dead letter recorded (or
+failed again) after the dry run is then kept. Without --as-of, purge --all
+acts on the dead letters as of its start.
+
 Prints how many dead letters were deleted.
 ` + storeHelp,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -712,8 +780,8 @@ Prints how many dead letters were deleted.
 			if err != nil {
 				return err
 			}
-			if sel.all && !yes {
-				return usageErrorf("purge --all deletes dead letters for good: add --yes to confirm")
+			if sel.all && !yes && !dryRun {
+				return usageErrorf("purge --all deletes dead letters for good: add --yes to confirm, or --dry-run to count them first")
 			}
 			ctx := cmd.Context()
 			st, _, err := sf.open(ctx, false)
@@ -738,19 +806,26 @@ Prints how many dead letters were deleted.
 			if age > 0 {
 				cutoff = time.Now().Add(-age)
 			}
+			if err := sel.bound(ctx, st); err != nil {
+				return err
+			}
 			total := 0
 			err = sel.each(ctx, st, cutoff, func(page []store.DeadLetter) error {
-				ids := make([]string, len(page))
-				for i := range page {
-					ids[i] = page[i].ID
+				if dryRun {
+					total += len(page)
+					return nil
 				}
-				n, err := st.DeleteDeadLetters(ctx, ids)
+				n, err := inspect.DeleteDeadLetters(ctx, st, sel.filter(), page)
 				total += n
 				if err != nil {
-					return failed(fmt.Errorf("delete dead letters: %w", err))
+					return failed(err)
 				}
 				return nil
 			})
+			if dryRun {
+				fmt.Fprintf(out, "would delete %s (dry run: nothing changed)\n%s\n", deadLetters(total), asOfHint(cmd, &sel))
+				return err
+			}
 			fmt.Fprintf(out, "deleted %s\n", deadLetters(total))
 			return err
 		},
@@ -760,6 +835,46 @@ Prints how many dead letters were deleted.
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "with --all: only dead letters with this reason")
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "with --all: only dead letters of this saga type")
 	cmd.Flags().StringVar(&sel.olderThan, "older-than", "", "with --all: only dead letters last failed longer ago than this (90m, 72h, 7d)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --all: count what would be deleted and print the --as-of that binds it; change nothing")
+	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "with --all: delete only the dead letters counted by the dry run that printed this mark")
 	sf.register(cmd)
 	return cmd
+}
+
+// writeHistory prints the first failure and every replay with its outcome.
+func writeHistory(w io.Writer, d *store.DeadLetter) {
+	fmt.Fprintln(w, "History:")
+	if h := admin.History(d); h != "" {
+		fmt.Fprintf(w, "  %s\n", cleanText(h))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	first, firstErr := cmp.Or(d.FirstReason, d.Reason), cmp.Or(d.FirstError, d.Error)
+	fmt.Fprintf(tw, "  %s\tfirst failure\t%s: %s\n", formatTime(d.FirstFailedAt), clean(first), clean(firstLine(firstErr)))
+	for _, r := range d.Replays {
+		outcome := "pending: re-queued, not consumed yet"
+		switch r.Outcome {
+		case store.ReplayFailed:
+			outcome = fmt.Sprintf("failed again at %s with %s: %s", formatTime(r.SettledAt), clean(r.Reason), clean(firstLine(r.Error)))
+		case store.ReplaySucceeded:
+			outcome = "succeeded at " + formatTime(r.SettledAt) + ": consumed without failing again"
+		case store.ReplayNotSent:
+			outcome = fmt.Sprintf("not sent at %s: %s", formatTime(r.SettledAt), clean(firstLine(r.Error)))
+		}
+		fmt.Fprintf(tw, "  %s\treplayed\t%s\n", formatTime(r.At), outcome)
+	}
+	_ = tw.Flush()
+}
+
+// firstLine is the first line of s.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// replaysOf is d's replays, [] rather than null in JSON.
+func replaysOf(d *store.DeadLetter) []store.Replay {
+	if d.Replays == nil {
+		return []store.Replay{}
+	}
+	return d.Replays
 }

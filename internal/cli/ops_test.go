@@ -367,7 +367,7 @@ func TestDLQReplayMovesTheMessageOntoTheQueue(t *testing.T) {
 
 	code, out, errOut := b.run("dlq", "replay", "r1")
 	wantExit(t, code, out, errOut, 0)
-	if !strings.Contains(out, "replayed r1 (searchimport.SearchRequested)") || !strings.Contains(out, "replayed 1 dead letter\n") {
+	if !strings.Contains(out, "re-queued r1 (searchimport.SearchRequested)") || !strings.Contains(out, "re-queued 1 dead letter: each replay is pending") {
 		t.Errorf("stdout %q", out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -380,15 +380,15 @@ func TestDLQReplayMovesTheMessageOntoTheQueue(t *testing.T) {
 		ds[0].Envelope.Headers["traceparent"] != "00-abc-def-01" {
 		t.Fatalf("received %+v, want r1 with its body and headers", ds)
 	}
-	if _, err := st.GetDeadLetter(context.Background(), "r1"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("dead letter r1 after replay: %v, want ErrNotFound", err)
+	if d, err := st.GetDeadLetter(context.Background(), "r1"); err != nil || len(d.Replays) != 1 || d.Replays[0].Outcome != store.ReplayPending {
+		t.Errorf("dead letter r1 after replay: %+v, %v; want it kept, its replay pending", d, err)
 	}
 
 	// A missing ID fails the command; the others are still replayed.
 	code, out, errOut = b.run("dlq", "replay", "missing", "r2")
 	wantExit(t, code, out, errOut, 1)
-	if !strings.Contains(errOut, "no dead letter with ID missing") || !strings.Contains(errOut, "replayed 1 of 2 dead letters; 1 failed") ||
-		!strings.Contains(out, "replayed r2") {
+	if !strings.Contains(errOut, "no dead letter with ID missing") || !strings.Contains(errOut, "re-queued 1 of 2 dead letters; 1 failed") ||
+		!strings.Contains(out, "re-queued r2") {
 		t.Errorf("stdout %q\nstderr %q", out, errOut)
 	}
 
@@ -398,9 +398,11 @@ func TestDLQReplayMovesTheMessageOntoTheQueue(t *testing.T) {
 	if out != "no dead letters match\n" {
 		t.Errorf("stdout %q", out)
 	}
+	// r2, replayed already, is selected again (kept, pending): the queue
+	// holds it twice, and the inbox applies it once.
 	code, out, errOut = b.run("dlq", "replay", "--all", "--reason", "unknown_type", "--saga-type", "search")
 	wantExit(t, code, out, errOut, 0)
-	if !strings.Contains(out, "replayed r3") || !strings.Contains(out, "replayed 1 dead letter\n") {
+	if !strings.Contains(out, "re-queued r3") || !strings.Contains(out, "re-queued 2 dead letters") {
 		t.Errorf("stdout %q", out)
 	}
 	ds, err = st.Receive(ctx, 10)
@@ -411,11 +413,11 @@ func TestDLQReplayMovesTheMessageOntoTheQueue(t *testing.T) {
 	for _, d := range ds {
 		ids[d.Envelope.ID] = true
 	}
-	if len(ds) != 2 || !ids["r2"] || !ids["r3"] {
-		t.Errorf("queue holds %v, want r2 and r3", ids)
+	if len(ds) != 3 || !ids["r2"] || !ids["r3"] {
+		t.Errorf("queue holds %d: %v, want r2 twice and r3", len(ds), ids)
 	}
-	if left, err := st.ListDeadLetters(context.Background(), nil); err != nil || len(left) != 0 {
-		t.Errorf("dead letters left: %v %v", left, err)
+	if left, err := st.ListDeadLetters(context.Background(), nil); err != nil || len(left) != 3 {
+		t.Errorf("dead letters left: %v %v; want all three, kept with their history", left, err)
 	}
 }
 

@@ -19,6 +19,10 @@ type DeadLetterFilter struct {
 	MessageType string
 	// Key is the saga key.
 	Key string
+	// AsOf, when set, is the mark of a count (ReasonCounts.AsOf): only the dead
+	// letters counted then are selected, not one recorded, or recorded
+	// again, since.
+	AsOf string
 }
 
 // Match reports whether d passes every filter.
@@ -97,28 +101,64 @@ type ReasonCount struct {
 	Count  int    `json:"count"`
 }
 
+// ReasonCounts is what CountByReason returns.
+type ReasonCounts struct {
+	// ByReason is most frequent first.
+	ByReason []ReasonCount
+	Total    int
+	// Exact is false when more dead letters exist than were counted.
+	Exact bool
+	// AsOf is the mark of the count, to pass as DeadLetterFilter.AsOf so
+	// that an action confirmed on this count acts on exactly what was
+	// counted; "" when the store cannot bind one (no
+	// store.DeadLetterQuerier).
+	AsOf string
+}
+
 // CountByReason counts the dead letters f selects by reason, most frequent
-// first: in one query when the store filters (store.DeadLetterQuerier)
-// and f names no message type, otherwise by reading at most MaxScan dead
-// letters; exact is then false when there were more.
-func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (counts []ReasonCount, total int, exact bool, err error) {
-	if dq, ok := st.(store.DeadLetterQuerier); ok && f.MessageType == "" {
-		m, err := dq.CountDeadLetters(ctx, f.query("", 0))
-		if err != nil {
-			return nil, 0, false, fmt.Errorf("count dead letters: %w", err)
-		}
-		counts, total = sortCounts(m)
-		return counts, total, true, nil
+// first, with the mark of the count: the store counts them in one query
+// (store.DeadLetterQuerier) and this function reads only the dead letters
+// of its reasons when f names a message type (matched here, from the
+// envelope); a store without it has at most MaxScan dead letters read.
+func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (*ReasonCounts, error) {
+	dq, ok := st.(store.DeadLetterQuerier)
+	if !ok {
+		return scanCounts(ctx, st, f)
+	}
+	c, err := dq.CountDeadLetters(ctx, f.query("", 0))
+	if err != nil {
+		return nil, fmt.Errorf("count dead letters: %w", err)
+	}
+	out := &ReasonCounts{Exact: true, AsOf: c.AsOf}
+	if f.MessageType == "" {
+		out.ByReason, out.Total = sortCounts(c.ByReason)
+		return out, nil
 	}
 	m := map[string]int{}
-	after := ""
-	for read := 0; ; read += page {
-		if read >= MaxScan {
-			break
+	bound := *f
+	bound.AsOf = c.AsOf
+	err = EachDeadLetter(ctx, st, &bound, func(ds []store.DeadLetter) error {
+		for i := range ds {
+			m[ds[i].Reason]++
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.ByReason, out.Total = sortCounts(m)
+	return out, nil
+}
+
+// scanCounts counts by reading at most MaxScan dead letters.
+func scanCounts(ctx context.Context, st store.Store, f *DeadLetterFilter) (*ReasonCounts, error) {
+	m := map[string]int{}
+	out := &ReasonCounts{}
+	after := ""
+	for read := 0; read < MaxScan; read += page {
 		ds, err := listDeadLetters(ctx, st, f, after, page)
 		if err != nil {
-			return nil, 0, false, err
+			return nil, err
 		}
 		for i := range ds {
 			if f.Match(&ds[i]) {
@@ -126,13 +166,34 @@ func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (co
 			}
 		}
 		if len(ds) < page {
-			exact = true
+			out.Exact = true
 			break
 		}
 		after = ds[len(ds)-1].ID
 	}
-	counts, total = sortCounts(m)
-	return counts, total, exact, nil
+	out.ByReason, out.Total = sortCounts(m)
+	return out, nil
+}
+
+// DeleteDeadLetters deletes the dead letters ds (selected with f) as of
+// f.AsOf: one recorded again since is kept.
+func DeleteDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, ds []store.DeadLetter) (int, error) {
+	ids := make([]string, len(ds))
+	for i := range ds {
+		ids[i] = ds[i].ID
+	}
+	if dq, ok := st.(store.DeadLetterQuerier); ok {
+		n, err := dq.DeleteDeadLettersAsOf(ctx, ids, f.AsOf)
+		if err != nil {
+			return n, fmt.Errorf("delete %d dead letters: %w", len(ids), err)
+		}
+		return n, nil
+	}
+	n, err := st.DeleteDeadLetters(ctx, ids)
+	if err != nil {
+		return n, fmt.Errorf("delete %d dead letters: %w", len(ids), err)
+	}
+	return n, nil
 }
 
 // sortCounts lists m most frequent first, and sums it.
@@ -149,7 +210,7 @@ func sortCounts(m map[string]int) (counts []ReasonCount, total int) {
 
 // query is f as a store.DeadLetterQuery.
 func (f *DeadLetterFilter) query(after string, limit int) *store.DeadLetterQuery {
-	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, After: after, Limit: limit}
+	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, AsOf: f.AsOf, After: after, Limit: limit}
 }
 
 // listDeadLetters reads one page of dead letters after the ID after: those

@@ -43,6 +43,8 @@ type Store struct {
 	dead      map[string]*store.DeadLetter
 	schedules map[string]*store.Schedule // by name; see schedule.go
 	tokens    map[string]time.Time       // token inbox: ID → minted at
+	// deadMarks numbers the recordings of dead letters (deadletters.go).
+	deadMarks deadMarks
 }
 
 type outboxRow struct {
@@ -260,10 +262,7 @@ func (s *Store) apply(c *store.Changes) {
 		s.journal[k] = append(s.journal[k], j)
 	}
 	for _, d := range c.DeadLetters {
-		if old := s.dead[d.ID]; old != nil && old.FirstFailedAt.Before(d.FirstFailedAt) {
-			d.FirstFailedAt = old.FirstFailedAt
-		}
-		s.dead[d.ID] = cloneDeadLetter(&d)
+		s.recordDeadLetter(&d)
 	}
 }
 
@@ -619,7 +618,7 @@ func (s *Store) DeleteDeadLetters(ctx context.Context, ids []string) (int, error
 	n := 0
 	for _, id := range ids {
 		if s.dead[id] != nil {
-			delete(s.dead, id)
+			s.deleteDeadLetter(id)
 			n++
 		}
 	}
@@ -669,5 +668,6 @@ func cloneTimer(t store.Timer) store.Timer {
 func cloneDeadLetter(d *store.DeadLetter) *store.DeadLetter {
 	c := *d
 	c.Envelope = d.Envelope.Clone()
+	c.Replays = slices.Clone(d.Replays)
 	return &c
 }

@@ -63,7 +63,7 @@ func TestConsoleScaleQueries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]int{"malformed_body": 10, "retries_exhausted": 20}; !mapsEqual(counts, want) {
+	if want := map[string]int{"malformed_body": 10, "retries_exhausted": 20}; !mapsEqual(counts.ByReason, want) {
 		t.Fatalf("counts of key k-0 = %v, want %v", counts, want)
 	}
 
@@ -72,7 +72,7 @@ func TestConsoleScaleQueries(t *testing.T) {
 		if ds, err := s.QueryDeadLetters(ctx, &store.DeadLetterQuery{Key: hostile, Reason: hostile}); err != nil || len(ds) != 0 {
 			t.Errorf("QueryDeadLetters(key %q) = %d, %v; want none and no error", hostile, len(ds), err)
 		}
-		if c, err := s.CountDeadLetters(ctx, &store.DeadLetterQuery{SagaType: hostile}); err != nil || len(c) != 0 {
+		if c, err := s.CountDeadLetters(ctx, &store.DeadLetterQuery{SagaType: hostile}); err != nil || len(c.ByReason) != 0 {
 			t.Errorf("CountDeadLetters(type %q) = %v, %v; want none and no error", hostile, c, err)
 		}
 		if ts, err := s.TimersOf(ctx, store.Key{SagaType: "order", Key: hostile}); err != nil || len(ts) != 0 {

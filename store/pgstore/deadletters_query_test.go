@@ -11,3 +11,7 @@ import (
 func TestDeadLetterQuerierConformance(t *testing.T) {
 	storetest.RunDeadLetterQuerier(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
 }
+
+func TestDeadLetterReplayerConformance(t *testing.T) {
+	storetest.RunDeadLetterReplayer(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
+}

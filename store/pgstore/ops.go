@@ -342,12 +342,12 @@ func (s *Store) OutboxBacklog(ctx context.Context) (int, time.Time, error) {
 	return n, oldest.Time.UTC(), nil
 }
 
-const deadLetterCols = `id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at`
+const deadLetterCols = `id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at, first_reason, first_error`
 
 func scanDeadLetter(row pgx.Row) (*store.DeadLetter, error) {
 	var d store.DeadLetter
 	var meta, body []byte
-	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &d.FirstFailedAt, &d.LastFailedAt); err != nil {
+	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &d.FirstFailedAt, &d.LastFailedAt, &d.FirstReason, &d.FirstError); err != nil {
 		return nil, err
 	}
 	env, err := sqlq.DecodeEnvelope(meta, body)
@@ -382,7 +382,10 @@ ORDER BY id COLLATE "C" LIMIT $3`, p.SagaType, p.After, sqlq.Limit(p.Limit))
 		}
 		out = append(out, *d)
 	}
-	return out, translate(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: list dead letters: %w", translate(err))
+	}
+	return out, s.withReplays(ctx, out)
 }
 
 // GetDeadLetter returns one dead letter or an error wrapping
@@ -398,7 +401,11 @@ func (s *Store) GetDeadLetter(ctx context.Context, id string) (*store.DeadLetter
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: dead letter %s: %w", id, translate(err))
 	}
-	return d, nil
+	ds := []store.DeadLetter{*d}
+	if err := s.withReplays(ctx, ds); err != nil {
+		return nil, err
+	}
+	return &ds[0], nil
 }
 
 // DeleteDeadLetters removes dead letters by ID and returns how many.

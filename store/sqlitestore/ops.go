@@ -460,14 +460,14 @@ func (s *Store) OutboxBacklog(ctx context.Context) (int, time.Time, error) {
 	return n, fromNullMicros(oldest), nil
 }
 
-const deadLetterCols = `id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at`
+const deadLetterCols = `id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at, first_reason, first_error`
 
 func scanDeadLetter(row scanner) (*store.DeadLetter, error) {
 	var d store.DeadLetter
 	var meta string
 	var body []byte
 	var first, last int64
-	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &first, &last); err != nil {
+	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &first, &last, &d.FirstReason, &d.FirstError); err != nil {
 		return nil, err
 	}
 	env, err := sqlq.DecodeEnvelope([]byte(meta), body)
@@ -509,7 +509,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, p *store.ListParams) ([]sto
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlitestore: list dead letters: %w", err)
 	}
-	return out, nil
+	return out, s.withReplays(ctx, s.rdb, out)
 }
 
 // GetDeadLetter returns one dead letter or an error wrapping
@@ -525,7 +525,11 @@ func (s *Store) GetDeadLetter(ctx context.Context, id string) (*store.DeadLetter
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: dead letter %s: %w", id, err)
 	}
-	return d, nil
+	ds := []store.DeadLetter{*d}
+	if err := s.withReplays(ctx, s.rdb, ds); err != nil {
+		return nil, err
+	}
+	return &ds[0], nil
 }
 
 // DeleteDeadLetters removes dead letters by ID and returns how many.

@@ -1,0 +1,139 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// ReplayDeadLetter publishes the dead letter's envelope again, with its
+// original ID, for the engines to consume as a new delivery. It re-queues
+// the message; whether the replay worked is known only later, from the
+// dead letter's history.
+//
+// On a store that keeps the history (store.DeadLetterReplayer, every
+// bundled store), the dead letter is kept: the replay is recorded as
+// pending before the publish, and the envelope carries the header
+// store.HeaderReplay. The replay is settled as failed when the message is
+// dead-lettered again, as succeeded when an engine consumes it without
+// dead-lettering it, and as not sent when the publish fails. On another
+// store, the dead letter is deleted before the publish and recorded again
+// if the publish fails.
+//
+// The error wraps store.ErrNotFound when there is no such dead letter.
+func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) (err error) {
+	ctx, end := e.background(ctx, TaskReplay)
+	defer func() { end(btoi(err == nil), err) }()
+	dl, err := e.store.GetDeadLetter(ctx, id)
+	if err != nil {
+		return fmt.Errorf("idem: replay dead letter %s: %w", id, err)
+	}
+	if e.replayer == nil {
+		return e.replayDeleting(ctx, dl)
+	}
+	at := e.cfg.Clock().UTC()
+	if err := e.replayer.BeginReplay(ctx, id, at); err != nil {
+		return fmt.Errorf("idem: replay dead letter %s: record the replay: %w", id, err)
+	}
+	env := dl.Envelope
+	env.Headers = maps.Clone(env.Headers)
+	if env.Headers == nil {
+		env.Headers = map[string]string{}
+	}
+	env.Headers[store.HeaderReplay] = at.Format(time.RFC3339Nano)
+	if perr := e.tr.Publish(ctx, []Envelope{env}); perr != nil {
+		p := &store.SettleReplaysParams{IDs: []string{id}, Outcome: store.ReplayNotSent, At: e.cfg.Clock().UTC(), Error: perr.Error()}
+		if err := e.replayer.SettleReplays(context.WithoutCancel(ctx), p); err != nil {
+			return fmt.Errorf("idem: replay dead letter %s: publish: %w; record the failure: %w", id, perr, err)
+		}
+		return fmt.Errorf("idem: replay dead letter %s: publish: %w (the dead letter is kept)", id, perr)
+	}
+	return nil
+}
+
+// replayDeleting replays on a store without history: delete, publish, and
+// record the dead letter again if the publish fails. (Deleting first means
+// a replay that fails again records a new dead letter that stays.)
+func (e *Engine) replayDeleting(ctx context.Context, dl *store.DeadLetter) error {
+	if _, err := e.store.DeleteDeadLetters(ctx, []string{dl.ID}); err != nil {
+		return fmt.Errorf("idem: replay dead letter %s: delete: %w", dl.ID, err)
+	}
+	if perr := e.tr.Publish(ctx, []Envelope{dl.Envelope}); perr != nil {
+		if err := e.restoreDeadLetter(context.WithoutCancel(ctx), dl); err != nil {
+			return fmt.Errorf("idem: replay dead letter %s: publish: %w; restore: %w", dl.ID, perr, err)
+		}
+		return fmt.Errorf("idem: replay dead letter %s: publish: %w (the dead letter is kept)", dl.ID, perr)
+	}
+	return nil
+}
+
+func (e *Engine) restoreDeadLetter(ctx context.Context, dl *store.DeadLetter) error {
+	uow, err := e.store.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	return uow.Commit(ctx, &store.Changes{DeadLetters: []store.DeadLetter{*dl}})
+}
+
+// noteReplay keeps the items that carry a replay, for consumedReplays.
+func (l *lane) noteReplay(it *item) {
+	if l.e.replayer != nil && it.d.Envelope.Headers[store.HeaderReplay] != "" {
+		l.replays = append(l.replays, it)
+	}
+}
+
+// consumedReplays returns the dead-letter IDs of the replayed items this
+// unit of work acknowledges without dead-lettering them: applied, found
+// applied already, or ignored. An item returned for a retry is not
+// settled yet.
+func (l *lane) consumedReplays() []string {
+	if len(l.replays) == 0 {
+		return nil
+	}
+	dead := map[string]bool{}
+	for _, d := range l.ch.DeadLetters {
+		dead[d.ID] = true
+	}
+	acked := map[string]bool{}
+	for _, d := range l.res.acks {
+		acked[d.Envelope.ID] = true
+	}
+	var ids []string
+	for _, it := range l.replays {
+		if acked[it.d.Envelope.ID] && !dead[it.msgID] {
+			ids = append(ids, it.msgID)
+			dead[it.msgID] = true // once
+		}
+	}
+	return ids
+}
+
+// settleReplays records, after the commit, that these dead letters'
+// replays succeeded. It is best effort: a crash before it leaves the
+// replay pending although the message was consumed.
+func (e *Engine) settleReplays(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	p := &store.SettleReplaysParams{IDs: ids, Outcome: store.ReplaySucceeded, At: e.cfg.Clock().UTC()}
+	if err := e.replayer.SettleReplays(ctx, p); err != nil {
+		e.log.WarnContext(ctx, "recording replays as succeeded failed; they stay pending", "dead_letters", len(ids), "error", err)
+	}
+}
+
+// replayOpen reports whether dl's message was re-queued and has not failed
+// since: it is no longer a dead letter's final word.
+func replayOpen(dl *store.DeadLetter) bool {
+	r := dl.LastReplay()
+	return r != nil && (r.Outcome == store.ReplayPending || r.Outcome == store.ReplaySucceeded)
+}
+
+// replayPending reports whether dl's last replay is pending.
+func replayPending(dl *store.DeadLetter) bool {
+	r := dl.LastReplay()
+	return r != nil && r.Outcome == store.ReplayPending
+}

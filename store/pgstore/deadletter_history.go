@@ -1,0 +1,234 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/internal/sqlq"
+	"github.com/idemhq/idem/store"
+)
+
+var (
+	_ store.DeadLetterQuerier  = (*Store)(nil)
+	_ store.DeadLetterReplayer = (*Store)(nil)
+)
+
+// snapshotMark is the text of a pg_snapshot (xmin:xmax:xip,...), the mark
+// CountDeadLetters returns.
+var snapshotMark = regexp.MustCompile(`^[0-9]{1,20}:[0-9]{1,20}:([0-9]{1,20}(,[0-9]{1,20})*)?$`)
+
+// asOfFilter is the condition of a mark, parameter $n, or nothing without
+// one. The condition is left out rather than guarded: the planner may fold
+// a cast of the empty string and fail.
+func asOfFilter(asOf string, n int) (string, error) {
+	if asOf == "" {
+		return "", nil
+	}
+	if len(asOf) > 1<<16 || !snapshotMark.MatchString(asOf) {
+		return "", fmt.Errorf("pgstore: dead letters as of %.40q: not a mark this store made (pass the as_of a count returned)", asOf)
+	}
+	return fmt.Sprintf(` AND pg_visible_in_snapshot(recorded_xid, $%d::pg_snapshot)`, n), nil
+}
+
+// QueryDeadLetters returns one page of the dead letters q selects; see
+// store.DeadLetterQuerier.
+func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetter, error) {
+	if err := s.check("query dead letters"); err != nil {
+		return nil, err
+	}
+	if q == nil {
+		q = &store.DeadLetterQuery{}
+	}
+	asOf, err := asOfFilter(q.AsOf, 6)
+	if err != nil {
+		return nil, err
+	}
+	if !representable(q.SagaType, q.Key, q.Reason, q.After) {
+		return nil, nil // no stored dead letter holds such a value
+	}
+	args := append(deadLetterArgs(q), sqlq.Limit(q.Limit))
+	if asOf != "" {
+		args = append(args, q.AsOf)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+`
+ORDER BY id COLLATE "C" LIMIT $5`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: query dead letters: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []store.DeadLetter
+	for rows.Next() {
+		d, err := scanDeadLetter(rows)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: query dead letters: %w", err)
+		}
+		out = append(out, *d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: query dead letters: %w", translate(err))
+	}
+	return out, s.withReplays(ctx, out)
+}
+
+// CountDeadLetters counts the dead letters q selects by reason, and reads
+// the mark (the snapshot) in the same read-only, repeatable-read
+// transaction; see store.DeadLetterQuerier.
+func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) (*store.DeadLetterCount, error) {
+	if err := s.check("count dead letters"); err != nil {
+		return nil, err
+	}
+	if q == nil {
+		q = &store.DeadLetterQuery{}
+	}
+	asOf, err := asOfFilter(q.AsOf, 5)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	out := &store.DeadLetterCount{ByReason: map[string]int{}}
+	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&out.AsOf); err != nil {
+		return nil, fmt.Errorf("pgstore: count dead letters: mark: %w", translate(err))
+	}
+	if q.AsOf != "" {
+		out.AsOf = q.AsOf // counted within the given mark: it stays the bound
+	}
+	if !representable(q.SagaType, q.Key, q.Reason) {
+		return out, nil
+	}
+	c := *q
+	c.After = ""
+	args := deadLetterArgs(&c)
+	if asOf != "" {
+		args = append(args, q.AsOf)
+	}
+	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+` GROUP BY reason`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r string
+		var n int
+		if err := rows.Scan(&r, &n); err != nil {
+			return nil, fmt.Errorf("pgstore: count dead letters: %w", err)
+		}
+		out.ByReason[r] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
+	}
+	return out, nil
+}
+
+// DeleteDeadLettersAsOf removes the dead letters among ids that the mark
+// asOf selects; see store.DeadLetterQuerier.
+func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf string) (int, error) {
+	if asOf == "" {
+		return s.DeleteDeadLetters(ctx, ids)
+	}
+	if err := s.check("delete dead letters"); err != nil {
+		return 0, err
+	}
+	if _, err := asOfFilter(asOf, 2); err != nil {
+		return 0, err
+	}
+	ct, err := s.pool.Exec(ctx, `DELETE FROM idem_dead_letters WHERE id = ANY($1) AND pg_visible_in_snapshot(recorded_xid, $2::pg_snapshot)`, ids, asOf)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: delete %d dead letters as of a count: %w", len(ids), translate(err))
+	}
+	return int(ct.RowsAffected()), nil
+}
+
+// BeginReplay appends a pending replay to the history of dead letter id;
+// see store.DeadLetterReplayer.
+func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error {
+	if err := s.check("begin replay"); err != nil {
+		return err
+	}
+	if !representable(id) {
+		return fmt.Errorf("pgstore: replay dead letter %q: %w", id, store.ErrNotFound)
+	}
+	ct, err := s.pool.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
+SELECT id, $2, 'pending' FROM idem_dead_letters WHERE id = $1`, id, at)
+	if err != nil {
+		return fmt.Errorf("pgstore: replay dead letter %s: %w", id, translate(err))
+	}
+	if ct.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: replay dead letter %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// SettleReplays settles the pending latest replay of each dead letter
+// p.IDs names; see store.DeadLetterReplayer.
+func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams) error {
+	if err := s.check("settle replays"); err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(p.IDs))
+	for _, id := range p.IDs {
+		if representable(id) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE idem_dead_letter_replays r SET outcome = $2, settled_at = $3, error = $4
+FROM (SELECT dead_letter_id, max(seq) AS seq FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) GROUP BY dead_letter_id) l
+WHERE r.seq = l.seq AND r.outcome = 'pending'`, ids, string(p.Outcome), p.At, storableText(p.Error))
+	if err != nil {
+		return fmt.Errorf("pgstore: settle replays of %d dead letters: %w", len(ids), translate(err))
+	}
+	return nil
+}
+
+// withReplays reads the replay history of ds.
+func (s *Store) withReplays(ctx context.Context, ds []store.DeadLetter) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	ids := make([]string, len(ds))
+	at := make(map[string]int, len(ds))
+	for i := range ds {
+		ids[i], at[ds[i].ID] = ds[i].ID, i
+	}
+	rows, err := s.pool.Query(ctx, `SELECT dead_letter_id, replayed_at, outcome, settled_at, reason, error
+FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) ORDER BY seq`, ids)
+	if err != nil {
+		return fmt.Errorf("pgstore: replays of %d dead letters: %w", len(ids), translate(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, outcome string
+		var r store.Replay
+		var settled *time.Time
+		if err := rows.Scan(&id, &r.At, &outcome, &settled, &r.Reason, &r.Error); err != nil {
+			return fmt.Errorf("pgstore: replays of %d dead letters: %w", len(ids), err)
+		}
+		r.Outcome, r.At = store.ReplayOutcome(outcome), r.At.UTC()
+		if settled != nil {
+			r.SettledAt = settled.UTC()
+		}
+		d := &ds[at[id]]
+		d.Replays = append(d.Replays, r)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgstore: replays of %d dead letters: %w", len(ids), translate(err))
+	}
+	return nil
+}
+
+// storableText is s as a text column takes it: valid UTF-8 without U+0000.
+func storableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\\x00")
+}
