@@ -844,6 +844,13 @@ func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, i
 	}
 	if m, ok := e.machines[typ]; ok {
 		env.CorrelationID = e.correlationID(m, msg)
+	} else {
+		// Consumed elsewhere (a handler, another engine): the message
+		// continues the conversation of the one that caused it.
+		env.CorrelationID = it.d.Envelope.CorrelationID
+		if env.CorrelationID == "" {
+			env.CorrelationID = it.key
+		}
 	}
 	return env, nil
 }
