@@ -458,6 +458,7 @@ type lane struct {
 	inBatch map[store.InboxKey]bool
 	blocked map[store.Key]time.Duration // keys with a message to retry
 	spans   []openSpan                  // message spans awaiting the commit
+	sends   []SendSpan                  // emissions' send spans awaiting the commit
 	uow     store.UnitOfWork
 	tokens  map[store.InboxKey]string // token of each tokened message
 	claimed map[string]bool           // tokens this unit of work claims
@@ -791,6 +792,7 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: env.Type,
 		FromState: from, ToState: inst.State, Version: version, At: now,
 	})
+	l.traceSends(out, sched)
 	markSeen()
 	l.mint(out)
 	for _, o := range out {
