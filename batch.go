@@ -490,6 +490,9 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 	}
 	uow, err := e.store.Begin(ctx)
 	if err != nil {
+		if l.spans != nil { // the handlers' message spans
+			l.endSpans(err)
+		}
 		return nil, &beginError{err}
 	}
 	defer func() { _ = uow.Rollback(ctx) }()

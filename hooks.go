@@ -205,17 +205,6 @@ func (e *Engine) runLane(ctx context.Context, items []*item) UnitOfWorkEnd {
 	return end
 }
 
-// uowStart describes the unit of work of items to the Tracer.
-func (t *tracing) uowStart(items []*item) UnitOfWorkStart {
-	u := UnitOfWorkStart{SagaType: commonType(items), Messages: len(items), Transport: &t.desc}
-	for _, it := range items {
-		if tp := it.d.Envelope.Headers[transport.HeaderTraceParent]; tp != "" {
-			u.TraceParents = append(u.TraceParents, tp)
-		}
-	}
-	return u
-}
-
 func commonType(items []*item) string {
 	typ := items[0].typ
 	for _, it := range items[1:] {

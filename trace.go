@@ -98,6 +98,17 @@ func newTracing(t Tracer, tr transport.Transport) tracing {
 	return out
 }
 
+// uowStart describes the unit of work of items to the Tracer.
+func (t *tracing) uowStart(items []*item) UnitOfWorkStart {
+	u := UnitOfWorkStart{SagaType: commonType(items), Messages: len(items), Transport: &t.desc}
+	for _, it := range items {
+		if tp := it.d.Envelope.Headers[transport.HeaderTraceParent]; tp != "" {
+			u.TraceParents = append(u.TraceParents, tp)
+		}
+	}
+	return u
+}
+
 // sendSpans are the open send spans of one Publish.
 type sendSpans []SendSpan
 

@@ -710,3 +710,54 @@ func TestPublishContinuesTheCallersTrace(t *testing.T) {
 		t.Errorf("delivered headers %v, want x-app and traceparent %s", delivered.Headers, want)
 	}
 }
+
+// failBeginOnce fails the next Begin once armed: the store becomes
+// unreachable while a plain handler runs, outside any unit of work.
+type failBeginOnce struct {
+	store.Store
+	armed atomic.Bool
+}
+
+func (f *failBeginOnce) Begin(ctx context.Context) (store.UnitOfWork, error) {
+	if f.armed.CompareAndSwap(true, false) {
+		return nil, errors.New("test: the database is unreachable")
+	}
+	return f.Store.Begin(ctx)
+}
+
+// A handler's message span ends, with outcome failed, when the unit of
+// work that would record the handler's inbox row cannot begin.
+func TestHandlerSpanEndsWhenTheUnitOfWorkCannotBegin(t *testing.T) {
+	s := newSetup(t)
+	mem := memstore.New(nil)
+	t.Cleanup(func() { mem.Close() })
+	st := &failBeginOnce{Store: mem}
+	tr := memtransport.New(nil)
+	t.Cleanup(func() { tr.Close() })
+	var calls atomic.Int32
+	e := startEngine(t, st, tr, &idem.Config{Tracer: s.tracer, RetryBase: time.Millisecond, RetryMax: time.Millisecond}, func(e *idem.Engine) {
+		if err := e.Handle(shipType, func(context.Context, idem.Envelope) error {
+			if calls.Add(1) == 1 {
+				st.armed.Store(true)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	if err := e.Publish(ctx, envelope(t, e, "ship-1", Ship{Order: "o-1"}, "")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the handler's second run, recorded", func() bool { return e.Stats().Applied == 1 })
+	if err := e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for _, sp := range s.spans("idem.message " + shipType) {
+		outcomes = append(outcomes, attr(sp, otelidem.AttrOutcome).AsString())
+	}
+	if len(outcomes) != 2 || outcomes[0] != idem.OutcomeFailed || outcomes[1] != idem.OutcomeApplied {
+		t.Errorf("ended message spans of %s: outcomes %q, want [failed applied]", shipType, outcomes)
+	}
+}
