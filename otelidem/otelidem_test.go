@@ -761,3 +761,69 @@ func TestHandlerSpanEndsWhenTheUnitOfWorkCannotBegin(t *testing.T) {
 		t.Errorf("ended message spans of %s: outcomes %q, want [failed applied]", shipType, outcomes)
 	}
 }
+
+// Remind is the timer message of the reminder saga.
+type Remind struct {
+	Order string `json:"order"`
+}
+
+func reminderMachine() *saga.Machine[orderData] {
+	m := saga.New[orderData]("reminder")
+	waiting, done := m.State("Waiting"), m.Final("Done")
+	placed := saga.NewEvent[Placed](m, func(p Placed) string { return p.Order })
+	remind := saga.NewEvent[Remind](m, func(r Remind) string { return r.Order })
+	m.Initially(saga.When(placed).Then(func(c *saga.Context[orderData], p Placed) error {
+		c.Schedule("remind", time.Hour, Remind(p))
+		return nil
+	}).TransitionTo(waiting))
+	m.During(waiting, saga.Ignore(placed), saga.When(remind).TransitionTo(done))
+	return m
+}
+
+// A timer continues the trace of the message that scheduled it: when it
+// fires, its message span is the child of the send span started when the
+// saga scheduled it.
+func TestTimerContinuesTheSchedulersTrace(t *testing.T) {
+	s := newSetup(t)
+	st := memstore.New(nil)
+	t.Cleanup(func() { st.Close() })
+	tr := memtransport.New(nil)
+	t.Cleanup(func() { tr.Close() })
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := startEngine(t, st, tr, &idem.Config{Tracer: s.tracer, Clock: clock, TimerInterval: time.Hour}, func(e *idem.Engine) {
+		if err := e.Register(reminderMachine()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	if err := e.Publish(ctx, envelope(t, e, "placed-1", Placed{Order: "o-1"}, "")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the scheduling transition", func() bool { return e.Stats().Applied == 1 })
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	if n, err := e.RunTimers(ctx); err != nil || n != 1 {
+		t.Fatalf("RunTimers: got %d, %v; want 1, nil", n, err)
+	}
+	waitFor(t, "the timer's transition", func() bool { return e.Stats().Applied == 2 })
+	if err := e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	remindType := saga.MessageType(Remind{})
+	send := s.spans("idem.send " + remindType)
+	placed := s.spans("idem.message "+saga.MessageType(Placed{}), otelidem.AttrOutcome.String(idem.OutcomeApplied))
+	fired := s.spans("idem.message "+remindType, otelidem.AttrOutcome.String(idem.OutcomeApplied))
+	if len(send) != 1 || len(placed) != 1 || len(fired) != 1 {
+		t.Fatalf("got %d send spans of the timer, %d applied Placed and %d applied timer spans, want 1 each", len(send), len(placed), len(fired))
+	}
+	if send[0].Parent().SpanID() != placed[0].SpanContext().SpanID() {
+		t.Errorf("the timer's send span: parent %s, want the scheduling message span %s", send[0].Parent().SpanID(), placed[0].SpanContext().SpanID())
+	}
+	if fired[0].Parent().SpanID() != send[0].SpanContext().SpanID() || fired[0].SpanContext().TraceID() != placed[0].SpanContext().TraceID() {
+		t.Errorf("the fired timer's span: parent %s in trace %s, want the send span %s in trace %s",
+			fired[0].Parent().SpanID(), fired[0].SpanContext().TraceID(), send[0].SpanContext().SpanID(), placed[0].SpanContext().TraceID())
+	}
+}
