@@ -463,6 +463,7 @@ type lane struct {
 	inBatch map[store.InboxKey]bool
 	blocked map[store.Key]time.Duration // keys with a message to retry
 	spans   []openSpan                  // message spans awaiting the commit
+	sends   []SendSpan                  // emissions' send spans awaiting the commit
 	uow     store.UnitOfWork
 	tokens  map[store.InboxKey]string // token of each tokened message
 	claimed map[string]bool           // tokens this unit of work claims
@@ -495,6 +496,9 @@ func (e *Engine) unitOfWork(ctx context.Context, items []*item) (*laneResult, er
 	}
 	uow, err := e.store.Begin(ctx)
 	if err != nil {
+		if l.spans != nil { // the handlers' message spans
+			l.endSpans(err)
+		}
 		return nil, &beginError{err}
 	}
 	defer func() { _ = uow.Rollback(ctx) }()
@@ -799,6 +803,7 @@ func (l *lane) applyOne(w *working, it *item, ik store.InboxKey) (time.Duration,
 		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: env.Type,
 		FromState: from, ToState: inst.State, Version: version, At: now,
 	})
+	l.traceSends(out, sched)
 	markSeen()
 	l.mint(out)
 	for _, o := range out {
@@ -852,6 +857,13 @@ func (e *Engine) emission(it *item, typ string, msg any, intent, timer string, i
 	}
 	if m, ok := e.machines[typ]; ok {
 		env.CorrelationID = e.correlationID(m, msg)
+	} else {
+		// Consumed elsewhere (a handler, another engine): the message
+		// continues the conversation of the one that caused it.
+		env.CorrelationID = it.d.Envelope.CorrelationID
+		if env.CorrelationID == "" {
+			env.CorrelationID = it.key
+		}
 	}
 	return env, nil
 }

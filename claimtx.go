@@ -156,7 +156,7 @@ func (e *Engine) runClaimed(ctx context.Context, c *claimedBatch, lr *laneRun) {
 		e.applyClaimed(ctx, c)
 		return
 	}
-	ctx, span := t.StartUnitOfWork(ctx, UnitOfWorkStart{SagaType: commonType(c.items), Messages: len(c.items)})
+	ctx, span := t.StartUnitOfWork(ctx, e.trace.uowStart(c.items))
 	span.End(e.applyClaimed(ctx, c))
 }
 

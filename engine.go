@@ -82,6 +82,7 @@ type Engine struct {
 	byType sync.Map      // saga type → *typeCounters
 	order  *keyOrder     // set by Start when several consumers share one stream
 	slots  chan struct{} // one per unit of work open at once (Config.Lanes)
+	trace  tracing       // traces sends (trace.go)
 }
 
 // NewEngine returns an engine that keeps state in st and exchanges messages
@@ -109,6 +110,7 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 		sagas:    map[string]Machine{},
 		handlers: map[string]HandlerFunc{},
 		slots:    make(chan struct{}, c.Lanes),
+		trace:    newTracing(c.Tracer, tr),
 	}
 	e.replayer, _ = st.(store.DeadLetterReplayer)
 	if err := fitBodyLimit(&e.cfg, cfg, tr); err != nil {
@@ -274,7 +276,7 @@ func checkPublish(i int, env *Envelope) error {
 }
 
 // publish sets SentAt where zero on envs (the caller's copies) and hands
-// them to the transport.
+// them to the transport, each in a send span when sends are traced.
 func (e *Engine) publish(ctx context.Context, envs []Envelope) error {
 	now := e.cfg.Clock()
 	for i := range envs {
@@ -282,7 +284,10 @@ func (e *Engine) publish(ctx context.Context, envs []Envelope) error {
 			envs[i].SentAt = now
 		}
 	}
-	if err := e.tr.Publish(ctx, envs); err != nil {
+	spans := e.trace.startPublish(ctx, envs)
+	err := e.tr.Publish(ctx, envs)
+	spans.end(err)
+	if err != nil {
 		return fmt.Errorf("idem: publish %d messages: %w", len(envs), err)
 	}
 	return nil

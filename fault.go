@@ -55,6 +55,9 @@ func (l *lane) fault(it *item, reason string, err error) {
 	if !ok {
 		return
 	}
+	if l.e.trace.send != nil {
+		l.sends = append(l.sends, l.e.trace.startEmission(l.ctx, &env))
+	}
 	l.ch.Outbox = append(l.ch.Outbox, store.OutboxMessage{Envelope: env, CreatedAt: l.now})
 	l.res.outbox = append(l.res.outbox, env)
 	l.res.counts.emitted++

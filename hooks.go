@@ -14,6 +14,8 @@ import (
 // messages inside them and background passes. Set it in Config.Tracer; the
 // otelidem package implements it with OpenTelemetry, and this package
 // imports nothing of a tracing library. A nil Tracer costs a nil check.
+// A Tracer may also be a SendTracer (sends) and a RequestTracer (the admin
+// API's requests).
 //
 // Methods are called from the engine's goroutines, concurrently, and must
 // not block. Every span returned is ended exactly once. The context a Start
@@ -48,8 +50,10 @@ type UnitOfWorkSpan interface {
 // MessageSpan is a message's span (see Tracer.StartMessage).
 type MessageSpan interface {
 	// TraceParent returns the span's W3C traceparent header value, which
-	// every message or timer the message emits carries. When it returns
-	// "", emissions copy the incoming message's traceparent instead.
+	// every message or timer the message emits carries, unless the Tracer
+	// is a SendTracer (each emission then carries its own send span's).
+	// When it returns "", emissions copy the incoming message's
+	// traceparent instead.
 	TraceParent() string
 	// End ends the span with the message's outcome.
 	End(MessageEnd)
@@ -68,6 +72,13 @@ type UnitOfWorkStart struct {
 	SagaType string
 	// Messages is how many deliveries the unit of work holds.
 	Messages int
+	// TraceParents are the traceparent headers of its messages that carry
+	// one: their creation contexts, which the unit of work's span links
+	// to.
+	TraceParents []string
+	// Transport describes the transport the messages came from (see
+	// transport.Describer). Tracers must not modify it.
+	Transport *transport.Description
 }
 
 // Unit-of-work outcomes (UnitOfWorkEnd.Outcome).
@@ -114,9 +125,13 @@ type MessageStart struct {
 	Envelope *Envelope
 	// Attempt counts the transport's deliveries of the message, from 1.
 	Attempt int
-	// TraceParent is the envelope's W3C traceparent header: the producer's
-	// span, which the message's span links to. "" when it has none.
+	// TraceParent is the envelope's W3C traceparent header: the message's
+	// creation context (its send span), the parent of the message's span.
+	// "" when it has none.
 	TraceParent string
+	// Transport describes the transport the message came from (see
+	// transport.Describer). Tracers must not modify it.
+	Transport *transport.Description
 }
 
 // Message outcomes (MessageEnd.Outcome), as the inbox and the saga decided.
@@ -184,7 +199,7 @@ func (e *Engine) runLane(ctx context.Context, items []*item) UnitOfWorkEnd {
 	if t == nil {
 		return e.runUnit(ctx, items)
 	}
-	ctx, span := t.StartUnitOfWork(ctx, UnitOfWorkStart{SagaType: commonType(items), Messages: len(items)})
+	ctx, span := t.StartUnitOfWork(ctx, e.trace.uowStart(items))
 	end := e.runUnit(ctx, items)
 	span.End(end)
 	return end
@@ -233,9 +248,12 @@ func (l *lane) applyObserved(it *item) {
 		tp := it.d.Envelope.Headers[transport.HeaderTraceParent]
 		ctx, s := t.StartMessage(l.ctx, MessageStart{
 			SagaType: it.typ, Key: it.key, MessageID: it.msgID, Envelope: &it.d.Envelope,
-			Attempt: it.d.Attempt, TraceParent: tp,
+			Attempt: it.d.Attempt, TraceParent: tp, Transport: &l.e.trace.desc,
 		})
-		span, it.tp = s, s.TraceParent()
+		span = s
+		if l.e.trace.send == nil {
+			it.tp = s.TraceParent() // what emissions carry
+		}
 		saved := l.ctx
 		l.ctx = ctx
 		defer func() { l.ctx = saved }()
@@ -275,8 +293,13 @@ func (l *lane) applyObserved(it *item) {
 	}
 }
 
-// endSpans ends the attempt's message spans once its commit returned err.
+// endSpans ends the attempt's message spans, and the send spans of their
+// emissions, once its commit returned err.
 func (l *lane) endSpans(err error) {
+	for _, s := range l.sends {
+		s.End(err)
+	}
+	l.sends = nil
 	for _, s := range l.spans {
 		end := s.end
 		if err != nil {

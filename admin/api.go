@@ -350,6 +350,8 @@ func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 const submitExample = `{"id": "order-1-placed", "type": "orders.OrderPlaced", "body": {"OrderID": "order-1", "Items": 2}}`
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	w, r, end := s.traceRequest(w, r, "/api/messages")
+	defer end()
 	// A JSON content type forces browsers to preflight, which no origin
 	// passes: a web page cannot submit messages.
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {

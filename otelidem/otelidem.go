@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/transport"
 )
 
 // ScopeName is the instrumentation scope of the tracer's spans.
@@ -36,8 +37,25 @@ const (
 	AttrLink            = attribute.Key("idem.link")
 	attrMsgSystem       = attribute.Key("messaging.system")
 	attrMsgOperation    = attribute.Key("messaging.operation.type")
+	attrMsgOpName       = attribute.Key("messaging.operation.name")
+	attrMsgDestination  = attribute.Key("messaging.destination.name")
+	attrMsgGroup        = attribute.Key("messaging.consumer.group.name")
+	attrMsgBatchCount   = attribute.Key("messaging.batch.message_count")
 	attrMsgID           = attribute.Key("messaging.message.id")
 	attrMsgConversation = attribute.Key("messaging.message.conversation_id")
+	attrErrorType       = attribute.Key("error.type")
+)
+
+// Operation names (messaging.operation.name and messaging.operation.type).
+const (
+	opProcess = "process"
+	opSend    = "send"
+)
+
+// Link attribute values (AttrLink).
+const (
+	linkProducer   = "producer"
+	linkUnitOfWork = "unit_of_work"
 )
 
 // Option configures NewTracer.
@@ -59,7 +77,10 @@ type Tracer struct {
 	t trace.Tracer
 }
 
-var _ idem.Tracer = (*Tracer)(nil)
+var (
+	_ idem.SendTracer    = (*Tracer)(nil)
+	_ idem.RequestTracer = (*Tracer)(nil)
+)
 
 // NewTracer returns a tracer for idem.Config.Tracer. Without
 // WithTracerProvider it uses the global TracerProvider, including one set
@@ -75,14 +96,49 @@ func NewTracer(opts ...Option) *Tracer {
 	return &Tracer{t: o.provider.Tracer(ScopeName)}
 }
 
-// StartUnitOfWork implements idem.Tracer.
+// StartUnitOfWork implements idem.Tracer. The span links to the creation
+// context of each of its messages, as the messaging conventions ask of a
+// span that processes a batch.
 func (t *Tracer) StartUnitOfWork(ctx context.Context, u idem.UnitOfWorkStart) (context.Context, idem.UnitOfWorkSpan) {
-	attrs := []attribute.KeyValue{AttrUoWMessages.Int(u.Messages)}
+	attrs := consumerAttrs(u.Transport, AttrUoWMessages.Int(u.Messages), attrMsgBatchCount.Int(u.Messages))
 	if u.SagaType != "" {
 		attrs = append(attrs, AttrSagaType.String(u.SagaType))
 	}
-	ctx, s := t.t.Start(ctx, "idem.unit_of_work", trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
+	if len(u.TraceParents) > 0 {
+		links := make([]trace.Link, 0, len(u.TraceParents))
+		for _, tp := range u.TraceParents {
+			if sc := parseTraceParent(tp); sc.IsValid() {
+				links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{AttrLink.String(linkProducer)}})
+			}
+		}
+		opts = append(opts, trace.WithLinks(links...))
+	}
+	ctx, s := t.t.Start(ctx, "idem.unit_of_work", opts...)
 	return ctx, uowSpan{s}
+}
+
+// system is the messaging.system of d: "idem" when the transport does not
+// describe itself.
+func system(d *transport.Description) string {
+	if d == nil || d.System == "" {
+		return "idem"
+	}
+	return d.System
+}
+
+// consumerAttrs are the messaging attributes of a span that processes
+// messages taken from d, followed by more.
+func consumerAttrs(d *transport.Description, more ...attribute.KeyValue) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, len(more)+5)
+	attrs = append(attrs, attrMsgSystem.String(system(d)), attrMsgOperation.String(opProcess), attrMsgOpName.String(opProcess))
+	if d != nil && d.Destination != "" {
+		attrs = append(attrs, attrMsgDestination.String(d.Destination))
+	}
+	if d != nil && d.ConsumerGroup != "" {
+		attrs = append(attrs, attrMsgGroup.String(d.ConsumerGroup))
+	}
+	return append(attrs, more...)
 }
 
 type uowSpan struct{ s trace.Span }
@@ -91,19 +147,23 @@ func (u uowSpan) End(end idem.UnitOfWorkEnd) {
 	u.s.SetAttributes(AttrUoWAttempts.Int(end.Attempts), AttrUoWConflicts.Int(max(end.Attempts-1, 0)), AttrUoWOutcome.String(end.Outcome))
 	if end.Err != nil && end.Outcome != idem.UnitSplit {
 		u.s.RecordError(end.Err)
+		u.s.SetAttributes(attrErrorType.String(end.Outcome))
 		u.s.SetStatus(codes.Error, end.Outcome)
 	}
 	u.s.End()
 }
 
-// StartMessage implements idem.Tracer.
+// StartMessage implements idem.Tracer. The span is a child of the
+// message's creation context (its send span, parsed from the envelope's
+// traceparent), so that it continues the producer's trace, and links to
+// it and to the unit of work (ctx's span); a message without a valid
+// traceparent gets a child of the unit of work.
 func (t *Tracer) StartMessage(ctx context.Context, m idem.MessageStart) (context.Context, idem.MessageSpan) {
 	env := m.Envelope
-	attrs := []attribute.KeyValue{
-		attrMsgSystem.String("idem"), attrMsgOperation.String("process"),
+	attrs := consumerAttrs(m.Transport,
 		attrMsgID.String(env.ID), AttrMessageType.String(env.Type), AttrDedupID.String(m.MessageID),
 		AttrAttempt.Int(m.Attempt),
-	}
+	)
 	if env.CorrelationID != "" {
 		attrs = append(attrs, attrMsgConversation.String(env.CorrelationID))
 	}
@@ -112,7 +172,12 @@ func (t *Tracer) StartMessage(ctx context.Context, m idem.MessageStart) (context
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
 	if sc := parseTraceParent(m.TraceParent); sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{AttrLink.String("producer")}}))
+		links := []trace.Link{{SpanContext: sc, Attributes: []attribute.KeyValue{AttrLink.String(linkProducer)}}}
+		if uow := trace.SpanContextFromContext(ctx); uow.IsValid() {
+			links = append(links, trace.Link{SpanContext: uow, Attributes: []attribute.KeyValue{AttrLink.String(linkUnitOfWork)}})
+		}
+		opts = append(opts, trace.WithLinks(links...))
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
 	ctx, s := t.t.Start(ctx, "idem.message "+env.Type, opts...)
 	return ctx, msgSpan{s}
@@ -130,6 +195,9 @@ func (m msgSpan) End(end idem.MessageEnd) {
 	if end.Reason != "" {
 		attrs = append(attrs, AttrReason.String(end.Reason))
 	}
+	if et := messageErrorType(end); et != "" {
+		attrs = append(attrs, attrErrorType.String(et))
+	}
 	m.s.SetAttributes(attrs...)
 	if end.Outcome == idem.OutcomeDeadLettered || end.Outcome == idem.OutcomeFailed {
 		if end.Err != nil {
@@ -138,6 +206,23 @@ func (m msgSpan) End(end idem.MessageEnd) {
 		m.s.SetStatus(codes.Error, end.Outcome)
 	}
 	m.s.End()
+}
+
+// messageErrorType is the error.type of a message whose processing
+// failed in the attempt: the dead letter's reason, or the outcome of an
+// attempt that did not apply it (retried, conflict, failed); "" when it
+// did not fail.
+func messageErrorType(end idem.MessageEnd) string {
+	switch end.Outcome {
+	case idem.OutcomeDeadLettered:
+		if end.Reason != "" {
+			return end.Reason
+		}
+		return end.Outcome
+	case idem.OutcomeRetried, idem.OutcomeConflict, idem.OutcomeFailed:
+		return end.Outcome
+	}
+	return ""
 }
 
 // StartBackground implements idem.Tracer. The span is recorded when the
