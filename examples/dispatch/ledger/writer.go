@@ -205,7 +205,8 @@ func (w *Writer) Publish(ctx context.Context, evs []Event) error {
 
 // Unresolved returns how many of evs are not settled yet. An event is
 // settled when the ledger holds its patient's sequence number (this event,
-// or another that won the number) or when it was dead-lettered.
+// or another that won the number) or when it was dead-lettered and is not
+// being replayed (its latest replay is not pending).
 func (w *Writer) Unresolved(ctx context.Context, evs []Event) (int, error) {
 	rows, err := w.db.Rows(ctx, Strict)
 	if err != nil {
@@ -226,7 +227,11 @@ func (w *Writer) Unresolved(ctx context.Context, evs []Event) (int, error) {
 			return 0, fmt.Errorf("list dead letters: %w", err)
 		}
 		for _, d := range dls {
-			dead[d.Envelope.ID] = true
+			// A dead letter being replayed is not settled yet: the
+			// engine has its envelope again (its history says pending).
+			if n := len(d.Replays); n == 0 || d.Replays[n-1].Outcome != store.ReplayPending {
+				dead[d.Envelope.ID] = true
+			}
 		}
 		if len(dls) < 500 {
 			break
