@@ -9,3 +9,7 @@ var StatsCounts = (*Store).statsCounts
 // EndStalled runs one pass of s's watchdog, as its loop does every
 // stalledEvery.
 func EndStalled(ctx context.Context, s *Store) { s.endStalled(ctx) }
+
+// SessionParams is the session settings Open gives every connection for a
+// lease.
+var SessionParams = sessionParams

@@ -92,20 +92,24 @@ func (s *Store) stalledEvery() time.Duration {
 	return max(s.cfg.Lease/4, time.Second)
 }
 
+// userTimeoutFloor is the smallest TCP user timeout Open sets.
+const userTimeoutFloor = 2 * time.Minute
+
 // sessionParams are the session settings Open gives every connection so
 // that the server notices a partition within about Lease on its own: TCP
 // keepalives that start after a third of the lease of silence and give up
-// after three unanswered probes, and a TCP user timeout of one lease (at
-// least 10s) for unacknowledged data. Linux also applies the user timeout
-// to a client that stops reading: the floor keeps a short test lease from
-// dropping a connection whose client was only descheduled.
+// after three unanswered probes. The client's kernel answers them however
+// slowly the client reads. The TCP user timeout, which bounds data left
+// unacknowledged, is four leases and at least two minutes: Linux applies it
+// also to a client that stops reading (a full receive window), so at one
+// lease it dropped a connection whose client paused a large result.
 func sessionParams(lease time.Duration) map[string]string {
 	secs := max(int64(lease/time.Second), 3)
 	return map[string]string{
 		"tcp_keepalives_idle":     strconv.FormatInt(max(secs/3, 1), 10),
 		"tcp_keepalives_interval": strconv.FormatInt(max(secs/9, 1), 10),
 		"tcp_keepalives_count":    "3",
-		"tcp_user_timeout":        strconv.FormatInt(max(lease, 10*time.Second).Milliseconds(), 10),
+		"tcp_user_timeout":        strconv.FormatInt(max(4*lease, userTimeoutFloor).Milliseconds(), 10),
 	}
 }
 

@@ -228,3 +228,25 @@ func TestWatchdogDoesNotEndASessionAfterALongStatement(t *testing.T) {
 		t.Errorf("the session's pipeline, once synced: %v", err)
 	}
 }
+
+// The TCP user timeout does not end a connection whose client only pauses
+// reading a large result: it is minutes, not the lease. Keepalives, which
+// the client's kernel answers however slowly the client reads, bound a
+// partition within about the lease.
+func TestSessionParamsLeaveRoomForSlowReaders(t *testing.T) {
+	for _, tc := range []struct {
+		lease       time.Duration
+		userTimeout string
+		idle        string
+	}{
+		{time.Second, "120000", "1"},
+		{30 * time.Second, "120000", "10"},
+		{time.Minute, "240000", "20"},
+	} {
+		p := pgstore.SessionParams(tc.lease)
+		if p["tcp_user_timeout"] != tc.userTimeout || p["tcp_keepalives_idle"] != tc.idle {
+			t.Errorf("lease %v: tcp_user_timeout %s ms, tcp_keepalives_idle %s s; want %s (four leases, at least two minutes) and %s",
+				tc.lease, p["tcp_user_timeout"], p["tcp_keepalives_idle"], tc.userTimeout, tc.idle)
+		}
+	}
+}

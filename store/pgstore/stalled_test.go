@@ -226,8 +226,8 @@ func TestOpenSetsPartitionTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if userTimeout != "30000" || idle != "10" || interval != "3" || count != "3" {
-		t.Errorf("tcp_user_timeout %s ms, tcp_keepalives_idle %s s, interval %s s, count %s; want 30000, 10, 3, 3 for a 30s lease", userTimeout, idle, interval, count)
+	if userTimeout != "120000" || idle != "10" || interval != "3" || count != "3" {
+		t.Errorf("tcp_user_timeout %s ms, tcp_keepalives_idle %s s, interval %s s, count %s; want 120000, 10, 3, 3 for a 30s lease", userTimeout, idle, interval, count)
 	}
 	if want := "idem/" + s.Schema(); app != want || pgstore.ApplicationName(s.Schema()) != want {
 		t.Errorf("application_name %q, ApplicationName %q; want %q", app, pgstore.ApplicationName(s.Schema()), want)
