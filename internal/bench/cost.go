@@ -179,7 +179,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool) (bool, int64, error) {
 	defer tick.Stop()
 	for queries := int64(1); ; queries++ {
 		var backends int32
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'idem' AND datname = current_database()`).Scan(&backends)
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE (application_name = 'idem' OR application_name LIKE 'idem/%') AND datname = current_database()`).Scan(&backends)
 		if err != nil {
 			return false, 0, fmt.Errorf("cost: wait for the pool to settle: %w", err)
 		}

@@ -159,6 +159,8 @@ type Store struct {
 	lcancel  context.CancelFunc
 
 	stalledOnce sync.Once // starts watchStalled
+	smu         sync.Mutex
+	stalls      map[stallSeen]time.Time // guarded by smu: when endStalled first saw each wait
 
 	notifyOn bool
 	notify   chan struct{} // capacity 1: a pending notification
@@ -180,7 +182,7 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	}
 	pc.MaxConns = c.MaxConns
 	pc.ConnConfig.RuntimeParams["search_path"] = SearchPath(c.Schema)
-	pc.ConnConfig.RuntimeParams["application_name"] = "idem"
+	pc.ConnConfig.RuntimeParams["application_name"] = ApplicationName(c.Schema)
 	for k, v := range sessionParams(c.Lease) {
 		pc.ConnConfig.RuntimeParams[k] = v
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,16 +216,37 @@ func waitStalled(t *testing.T, app string) {
 
 // Open gives each connection TCP settings derived from the lease, so
 // that the server notices a real partition (dropped packets) within about
-// one lease instead of TCP's default of hours.
+// one lease instead of TCP's default of hours, and the application_name of
+// its deployment, which its watchdog matches.
 func TestOpenSetsPartitionTimeouts(t *testing.T) {
 	s := openStore(t, pgstore.Config{Lease: 30 * time.Second})
-	var userTimeout, idle, interval, count string
+	var userTimeout, idle, interval, count, app string
 	err := s.Pool().QueryRow(context.Background(), `SELECT current_setting('tcp_user_timeout'), current_setting('tcp_keepalives_idle'),
-		current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count')`).Scan(&userTimeout, &idle, &interval, &count)
+		current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count'), current_setting('application_name')`).Scan(&userTimeout, &idle, &interval, &count, &app)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if userTimeout != "30000" || idle != "10" || interval != "3" || count != "3" {
-		t.Errorf("tcp_user_timeout %s ms, tcp_keepalives_idle %s s, interval %s s, count %s; want 30000, 10, 3, 3 for a 30s lease", userTimeout, idle, interval, count)
+	if userTimeout != "120000" || idle != "10" || interval != "3" || count != "3" {
+		t.Errorf("tcp_user_timeout %s ms, tcp_keepalives_idle %s s, interval %s s, count %s; want 120000, 10, 3, 3 for a 30s lease", userTimeout, idle, interval, count)
+	}
+	if want := "idem/" + s.Schema(); app != want || pgstore.ApplicationName(s.Schema()) != want {
+		t.Errorf("application_name %q, ApplicationName %q; want %q", app, pgstore.ApplicationName(s.Schema()), want)
+	}
+}
+
+// ApplicationName fits PostgreSQL's 63 bytes and printable ASCII, and
+// keeps schemas apart that differ only beyond what fits.
+func TestApplicationNameFits(t *testing.T) {
+	long := strings.Repeat("s", 62)
+	seen := map[string]string{}
+	for _, schema := range []string{"idem", long + "a", long + "b", "Tenant_é", "Tenant_è", "x<script>\x00"} {
+		name := pgstore.ApplicationName(schema)
+		if len(name) > 63 || !strings.HasPrefix(name, "idem/") || strings.IndexFunc(name, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
+			t.Errorf("ApplicationName(%q) = %q: want at most 63 bytes of printable ASCII beginning idem/", schema, name)
+		}
+		if other, dup := seen[name]; dup {
+			t.Errorf("ApplicationName(%q) = ApplicationName(%q) = %q", schema, other, name)
+		}
+		seen[name] = schema
 	}
 }
