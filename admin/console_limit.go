@@ -12,9 +12,12 @@ import (
 // Failed logins (a wrong token on the console's form or in an API
 // request's Authorization header) are limited by two token buckets: one
 // per client address (an IPv6 address counts by its /64), one for all
-// clients together. While either is empty every attempt of that client is
-// answered 429 with Retry-After, the right token too, so that guessing
-// gains nothing. Successful logins cost nothing.
+// clients together. While either is empty a wrong token is answered 429
+// with Retry-After instead of 401. The limit is checked only once a token
+// has been found wrong: the right token (and a console session) is always
+// served, so that guessers, or many clients behind one proxy, cannot lock
+// the operator or Prometheus out. Successful logins and requests without
+// a token cost nothing.
 const (
 	clientBurst = 10              // failures a client may make at once
 	clientEvery = 6 * time.Second // then one more every 6 s (10 a minute)
@@ -54,39 +57,55 @@ type loginLimiter struct {
 	mu      sync.Mutex
 	global  bucket
 	clients map[string]*bucket
+	// others is the bucket of the addresses clients has no room for: they
+	// share it rather than each escaping the per-client limit.
+	others bucket
+	swept  time.Time // when clients was last swept of refilled buckets
+	max    int       // addresses clients may hold
 }
 
-func newLoginLimiter() *loginLimiter { return &loginLimiter{clients: map[string]*bucket{}} }
+func newLoginLimiter() *loginLimiter {
+	return &loginLimiter{clients: map[string]*bucket{}, max: maxClients}
+}
 
-// client returns the bucket of addr, creating it; a full table forgets
-// the clients whose buckets have refilled. Call with mu held.
+// client returns the bucket of addr. A new address gets its own when
+// clients has room, after forgetting (at most once a second) the clients
+// whose buckets have refilled; otherwise it shares others. Call with mu
+// held.
 func (l *loginLimiter) client(addr string, now time.Time) *bucket {
 	b := l.clients[addr]
-	if b == nil {
-		if len(l.clients) >= maxClients {
-			for a, c := range l.clients {
-				if c.fill(now, clientBurst, clientEvery).tokens >= clientBurst {
-					delete(l.clients, a)
-				}
+	if b == nil && len(l.clients) >= l.max && now.Sub(l.swept) >= time.Second {
+		l.swept = now
+		for a, c := range l.clients {
+			if c.fill(now, clientBurst, clientEvery).tokens >= clientBurst {
+				delete(l.clients, a)
 			}
 		}
+	}
+	if b == nil && len(l.clients) < l.max {
 		b = &bucket{}
-		if len(l.clients) < maxClients {
-			l.clients[addr] = b
-		}
+		l.clients[addr] = b
+	}
+	if b == nil {
+		b = &l.others
 	}
 	return b.fill(now, clientBurst, clientEvery)
 }
 
-// wait is how long addr must wait before its next attempt (0: it may try
-// now), and whether this refusal is the first of the client's spell,
-// which is worth a log line.
-func (l *loginLimiter) wait(addr string, now time.Time) (time.Duration, bool) {
+// failed records a wrong token from addr. While addr's bucket or the
+// global one is empty it takes nothing and returns how long until addr
+// may fail again, and whether this refusal is the first of the client's
+// spell, which is worth a log line; otherwise it takes a token from both
+// and returns 0.
+func (l *loginLimiter) failed(addr string, now time.Time) (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.client(addr, now)
-	d := max(c.wait(clientEvery), l.global.fill(now, globalBurst, globalEvery).wait(globalEvery))
+	g := l.global.fill(now, globalBurst, globalEvery)
+	d := max(c.wait(clientEvery), g.wait(globalEvery))
 	if d == 0 {
+		c.tokens--
+		g.tokens--
 		return 0, false
 	}
 	first := now.Sub(c.warned) >= clientBurst*clientEvery
@@ -94,14 +113,6 @@ func (l *loginLimiter) wait(addr string, now time.Time) (time.Duration, bool) {
 		c.warned = now
 	}
 	return d, first
-}
-
-// failed takes a token from addr's bucket and from the global one.
-func (l *loginLimiter) failed(addr string, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.client(addr, now).tokens--
-	l.global.fill(now, globalBurst, globalEvery).tokens--
 }
 
 // clientAddr is the address r came from, an IPv6 one cut to its /64 (one
@@ -118,33 +129,27 @@ func clientAddr(r *http.Request) string {
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
-// loginRefused answers 429 with Retry-After, and returns true, while r's
-// client may not try a token; api chooses a JSON answer over the login
-// page. The token tried is never logged.
-func (s *Server) loginRefused(w http.ResponseWriter, r *http.Request, api bool) bool {
+// wrongToken records a wrong token from r's client, and logs it without
+// the token. While the client is over the limit it answers 429 with
+// Retry-After and returns true (api chooses a JSON answer over the login
+// page); otherwise the caller answers 401.
+func (s *Server) wrongToken(w http.ResponseWriter, r *http.Request, api bool) bool {
 	addr := clientAddr(r)
-	d, first := s.sessions.limit.wait(addr, s.sessions.now())
+	d, first := s.sessions.limit.failed(addr, s.sessions.now())
 	if d == 0 {
+		s.log.WarnContext(r.Context(), "admin: login failed: wrong admin token", "client", addr, "path", r.URL.Path)
 		return false
 	}
 	secs := int(math.Ceil(d.Seconds()))
 	if first {
-		s.log.WarnContext(r.Context(), "admin: login refused: too many wrong admin tokens from this client; refusing its attempts for a while", "client", addr, "path", r.URL.Path, "retry_after_seconds", secs)
+		s.log.WarnContext(r.Context(), "admin: login refused: too many wrong admin tokens; answering this client's wrong tokens 429 for a while (the right token still works)", "client", addr, "path", r.URL.Path, "retry_after_seconds", secs)
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	msg := "Too many wrong tokens: wait " + strconv.Itoa(secs) + " s, then try again."
 	if api {
-		writeError(w, http.StatusTooManyRequests, "too many wrong admin tokens from this client: retry after %d s", secs)
+		writeError(w, http.StatusTooManyRequests, "too many wrong admin tokens: retry after %d s", secs)
 	} else {
 		s.render(w, r, http.StatusTooManyRequests, "login", "Sign in", map[string]string{"Next": safeNext(r.PostFormValue("next")), "Error": msg})
 	}
 	return true
-}
-
-// loginFailed records a wrong token from r's client and logs it, without
-// the token.
-func (s *Server) loginFailed(r *http.Request) {
-	addr := clientAddr(r)
-	s.sessions.limit.failed(addr, s.sessions.now())
-	s.log.WarnContext(r.Context(), "admin: login failed: wrong admin token", "client", addr, "path", r.URL.Path)
 }

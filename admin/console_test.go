@@ -426,8 +426,9 @@ func (l *safeLog) String() string {
 	return l.b.String()
 }
 
-// Wrong tokens are limited: once the client has used its attempts, even
-// the right token is answered 429 with Retry-After until the window ends.
+// Wrong tokens are limited: once the client has used its attempts, its
+// wrong tokens are answered 429 with Retry-After until the window ends;
+// the right token is still accepted.
 func TestConsoleLoginRateLimited(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -450,20 +451,23 @@ func TestConsoleLoginRateLimited(t *testing.T) {
 	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
 		t.Errorf("429 with Retry-After %q, want a number of seconds", resp.Header.Get("Retry-After"))
 	}
-	if resp, _ := br.post("/login", url.Values{"token": {"s3cret-token"}}); resp.StatusCode != http.StatusTooManyRequests {
-		t.Errorf("the right token within the window: status %d, want 429", resp.StatusCode)
+	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer guess-api"); code != http.StatusTooManyRequests {
+		t.Errorf("the API with a wrong token from the same client within the window: status %d, want 429", code)
 	}
-	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer s3cret-token"); code != http.StatusTooManyRequests {
-		t.Errorf("the API with the right token from the same client within the window: status %d, want 429", code)
+	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer s3cret-token"); code != http.StatusOK {
+		t.Errorf("the API with the right token from the same client within the window: status %d, want 200", code)
 	}
 	if !strings.Contains(logs.String(), "login refused") || strings.Contains(logs.String(), "guess-") {
 		t.Errorf("log: want a line about the refused logins, without the tokens tried:\n%s", logs.String())
 	}
-	// A minute later the client may try again, and the right token works.
-	admin.SetClock(h, func() time.Time { return time.Now().Add(time.Minute) })
 	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}})
 	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Set-Cookie"), "idem_session=") {
-		t.Errorf("the right token after the window: status %d, want 303 and a session", resp.StatusCode)
+		t.Errorf("the right token within the window: status %d, want 303 and a session", resp.StatusCode)
+	}
+	// A minute later the client may fail again: 401, not 429.
+	admin.SetClock(h, func() time.Time { return time.Now().Add(time.Minute) })
+	if resp, _ = br.post("/login", url.Values{"token": {"guess-later"}}); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a wrong token after the window: status %d, want 401", resp.StatusCode)
 	}
 }
 
