@@ -375,6 +375,14 @@ func TestConsoleTimersOfFinishedSaga(t *testing.T) {
 	if n := timerCount(t, b, "o-3"); n != 1 {
 		t.Errorf("after refused actions: %d timers of o-3, want 1", n)
 	}
+	// Nor is the question asked, for a finished saga or a gone one.
+	addTimer(t, b, "order", "o-gone")
+	for _, key := range []string{"o-3", "o-gone"} {
+		path := "/timers/cancel?type=order&key=" + key + "&name=reminder&back=%2Ftimers"
+		if code, page := br.get(path); code != http.StatusConflict || strings.Contains(page, `name="confirm"`) {
+			t.Errorf("GET %s: status %d, want 409 and no confirmation form:\n%s", path, code, page)
+		}
+	}
 }
 
 // Cancelling a timer asks first, as purging a dead letter does.
