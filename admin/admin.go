@@ -178,15 +178,19 @@ func (s *Server) authorize(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A guess is limited (see console_limit.go); a request without a
+		// token is none.
+		tried := r.Header.Get("Authorization") != ""
+		if tried && s.limited(w, r, true) {
+			return
+		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		// Hashing both sides first makes the comparison constant-time in
 		// the token's length too.
 		sum := sha256.Sum256([]byte(got))
 		if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 || !ok {
-			// A guess is limited (see console_limit.go); a request without
-			// a token is none.
-			if r.Header.Get("Authorization") != "" && s.wrongToken(w, r, true) {
-				return
+			if tried {
+				s.wrongToken(r)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong admin token: send the header Authorization: Bearer <IDEM_ADMIN_TOKEN>")

@@ -12,12 +12,15 @@ import (
 // Failed logins (a wrong token on the console's form or in an API
 // request's Authorization header) are limited by two token buckets: one
 // per client address (an IPv6 address counts by its /64), one for all
-// clients together. While either is empty a wrong token is answered 429
-// with Retry-After instead of 401. The limit is checked only once a token
-// has been found wrong: the right token (and a console session) is always
-// served, so that guessers, or many clients behind one proxy, cannot lock
-// the operator or Prometheus out. Successful logins and requests without
-// a token cost nothing.
+// clients together. A wrong token takes one from each.
+//
+// A client whose own bucket is empty is answered 429 with Retry-After for
+// every token it sends, the right one too: otherwise a guesser ignoring the
+// 429s would still learn which guess was right. The global bucket refuses
+// only clients that have failed recently (their own bucket is not full):
+// many guessing addresses then get about one guess each, and a client
+// with a clean history (the operator, Prometheus) is never locked out by
+// others. Requests without a token, and console sessions, cost nothing.
 const (
 	clientBurst = 10              // failures a client may make at once
 	clientEvery = 6 * time.Second // then one more every 6 s (10 a minute)
@@ -92,20 +95,21 @@ func (l *loginLimiter) client(addr string, now time.Time) *bucket {
 	return b.fill(now, clientBurst, clientEvery)
 }
 
-// failed records a wrong token from addr. While addr's bucket or the
-// global one is empty it takes nothing and returns how long until addr
-// may fail again, and whether this refusal is the first of the client's
-// spell, which is worth a log line; otherwise it takes a token from both
-// and returns 0.
-func (l *loginLimiter) failed(addr string, now time.Time) (time.Duration, bool) {
+// refused reports how long addr must wait before a token it sends is
+// looked at: 0 when it may try now. The second result says whether this
+// refusal is the first of the client's spell, which is worth a log line.
+func (l *loginLimiter) refused(addr string, now time.Time) (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.client(addr, now)
-	g := l.global.fill(now, globalBurst, globalEvery)
-	d := max(c.wait(clientEvery), g.wait(globalEvery))
+	c := l.known(addr, now)
+	if c == nil {
+		return 0, false // a clean history
+	}
+	d := c.wait(clientEvery)
+	if c.tokens < clientBurst {
+		d = max(d, l.global.fill(now, globalBurst, globalEvery).wait(globalEvery))
+	}
 	if d == 0 {
-		c.tokens--
-		g.tokens--
 		return 0, false
 	}
 	first := now.Sub(c.warned) >= clientBurst*clientEvery
@@ -113,6 +117,29 @@ func (l *loginLimiter) failed(addr string, now time.Time) (time.Duration, bool) 
 		c.warned = now
 	}
 	return d, first
+}
+
+// known is addr's bucket, filled up to now, or nil when addr has none (no
+// recent failure). Call with mu held.
+func (l *loginLimiter) known(addr string, now time.Time) *bucket {
+	b := l.clients[addr]
+	if b == nil && len(l.clients) >= l.max && l.others.at != (time.Time{}) {
+		b = &l.others
+	}
+	if b == nil {
+		return nil
+	}
+	return b.fill(now, clientBurst, clientEvery)
+}
+
+// failed records a wrong token from addr: it takes a token from addr's
+// bucket and from the global one.
+func (l *loginLimiter) failed(addr string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range []*bucket{l.client(addr, now), l.global.fill(now, globalBurst, globalEvery)} {
+		b.tokens = math.Max(0, b.tokens-1)
+	}
 }
 
 // clientAddr is the address r came from, an IPv6 one cut to its /64 (one
@@ -129,20 +156,18 @@ func clientAddr(r *http.Request) string {
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
-// wrongToken records a wrong token from r's client, and logs it without
-// the token. While the client is over the limit it answers 429 with
-// Retry-After and returns true (api chooses a JSON answer over the login
-// page); otherwise the caller answers 401.
-func (s *Server) wrongToken(w http.ResponseWriter, r *http.Request, api bool) bool {
+// limited answers 429 with Retry-After, and returns true, when r's client
+// may not try a token now (see refused); api chooses a JSON answer over
+// the login page. Call it before looking at the token.
+func (s *Server) limited(w http.ResponseWriter, r *http.Request, api bool) bool {
 	addr := clientAddr(r)
-	d, first := s.sessions.limit.failed(addr, s.sessions.now())
+	d, first := s.sessions.limit.refused(addr, s.sessions.now())
 	if d == 0 {
-		s.log.WarnContext(r.Context(), "admin: login failed: wrong admin token", "client", addr, "path", r.URL.Path)
 		return false
 	}
 	secs := int(math.Ceil(d.Seconds()))
 	if first {
-		s.log.WarnContext(r.Context(), "admin: login refused: too many wrong admin tokens; answering this client's wrong tokens 429 for a while (the right token still works)", "client", addr, "path", r.URL.Path, "retry_after_seconds", secs)
+		s.log.WarnContext(r.Context(), "admin: login refused: too many wrong admin tokens; answering this client 429 for a while", "client", addr, "path", r.URL.Path, "retry_after_seconds", secs)
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	msg := "Too many wrong tokens: wait " + strconv.Itoa(secs) + " s, then try again."
@@ -152,4 +177,12 @@ func (s *Server) wrongToken(w http.ResponseWriter, r *http.Request, api bool) bo
 		s.render(w, r, http.StatusTooManyRequests, "login", "Sign in", map[string]string{"Next": safeNext(r.PostFormValue("next")), "Error": msg})
 	}
 	return true
+}
+
+// wrongToken records a wrong token from r's client, and logs it without
+// the token.
+func (s *Server) wrongToken(r *http.Request) {
+	addr := clientAddr(r)
+	s.sessions.limit.failed(addr, s.sessions.now())
+	s.log.WarnContext(r.Context(), "admin: login failed: wrong admin token", "client", addr, "path", r.URL.Path)
 }

@@ -40,12 +40,11 @@ func (l *limited) get(addr, path, token string) *httptest.ResponseRecorder {
 	return w
 }
 
-// Wrong tokens from many addresses exhaust the limits, and are answered
-// 429 with Retry-After; the right token is still served, from a fresh
-// address and from an exhausted one, on the API and on /metrics (issue 23:
-// behind a proxy every client shares one address, and ten wrong tokens
-// locked everyone out, Prometheus included).
-func TestRightTokenIsNeverLimited(t *testing.T) {
+// Many guessing addresses exhaust the limits: each is then refused
+// whatever it sends, the right token too (a 429 must not tell a guesser
+// which guess was right), while an address with a clean history still
+// gets its token looked at and the right one served.
+func TestLimitRefusesGuessersNotOthers(t *testing.T) {
 	t.Parallel()
 	l := newLimited(t)
 	limited := 0
@@ -67,18 +66,21 @@ func TestRightTokenIsNeverLimited(t *testing.T) {
 	if limited == 0 {
 		t.Fatal("200 wrong tokens from 20 addresses: none answered 429")
 	}
-	if w := l.get("10.0.0.0", "/api/overview", "guess-x"); w.Code != http.StatusTooManyRequests {
-		t.Errorf("a wrong token from an exhausted address: status %d, want 429", w.Code)
-	}
-	if w := l.get("10.9.9.9", "/api/overview", "guess-x"); w.Code != http.StatusTooManyRequests {
-		t.Errorf("a wrong token from a fresh address with the global limit exhausted: status %d, want 429", w.Code)
-	}
-	for _, addr := range []string{"10.9.9.9", "10.0.0.0"} {
-		for _, path := range []string{"/api/overview", "/metrics"} {
-			if w := l.get(addr, path, "s3cret-token"); w.Code != http.StatusOK {
-				t.Errorf("GET %s from %s with the right token: status %d %s, want 200", path, addr, w.Code, w.Body)
-			}
+	for _, path := range []string{"/api/overview", "/metrics"} {
+		if w := l.get("10.0.0.0", path, "s3cret-token"); w.Code != http.StatusTooManyRequests {
+			t.Errorf("GET %s with the right token from an exhausted address: status %d, want 429", path, w.Code)
 		}
+		if w := l.get("10.9.9.7", path, "s3cret-token"); w.Code != http.StatusOK {
+			t.Errorf("GET %s with the right token from a fresh address, the global limit exhausted: status %d %s, want 200", path, w.Code, w.Body)
+		}
+	}
+	// A fresh guesser gets one guess looked at, then the exhausted global
+	// limit refuses it.
+	if w := l.get("10.9.9.9", "/api/overview", "guess-x"); w.Code != http.StatusUnauthorized {
+		t.Errorf("a fresh address's first wrong token: status %d, want 401", w.Code)
+	}
+	if w := l.get("10.9.9.9", "/api/overview", "s3cret-token"); w.Code != http.StatusTooManyRequests {
+		t.Errorf("the same address's next try, the global limit exhausted: status %d, want 429", w.Code)
 	}
 	if w := l.get("10.9.9.8", "/api/overview", ""); w.Code != http.StatusUnauthorized {
 		t.Errorf("no token: status %d, want 401", w.Code)
@@ -109,7 +111,12 @@ func TestLimitWithFullClientTable(t *testing.T) {
 			t.Errorf("wrong token from new address %d with the table full: status %d, want %d", a, w.Code, want)
 		}
 	}
-	if w := l.get("10.1.0.99", "/api/overview", "s3cret-token"); w.Code != http.StatusOK {
-		t.Errorf("the right token from a new address with the table full: status %d, want 200", w.Code)
+	// They share its penalty too, whatever token they send.
+	if w := l.get("10.1.0.99", "/api/overview", "s3cret-token"); w.Code != http.StatusTooManyRequests {
+		t.Errorf("the right token from a new address with the table full and its shared bucket empty: status %d, want 429", w.Code)
+	}
+	// And an address the table holds stays in its own penalty.
+	if w := l.get("10.0.0.0", "/api/overview", "s3cret-token"); w.Code != http.StatusTooManyRequests {
+		t.Errorf("the right token from an exhausted address: status %d, want 429", w.Code)
 	}
 }

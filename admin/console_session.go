@@ -203,11 +203,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	tried := r.PostFormValue("token")
+	if tried != "" && s.limited(w, r, false) { // see console_limit.go
+		return
+	}
 	got := sha256.Sum256([]byte(tried))
 	next := safeNext(r.PostFormValue("next"))
 	if subtle.ConstantTimeCompare(got[:], s.token[:]) != 1 {
-		if tried != "" && s.wrongToken(w, r, false) { // limited: see console_limit.go
-			return
+		if tried != "" {
+			s.wrongToken(r)
 		}
 		s.render(w, r, http.StatusUnauthorized, "login", "Sign in", map[string]string{"Next": next, "Error": "That token is not the admin token."})
 		return

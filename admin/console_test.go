@@ -462,18 +462,22 @@ func TestConsoleLoginRateLimited(t *testing.T) {
 	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer guess-api"); code != http.StatusTooManyRequests {
 		t.Errorf("the API with a wrong token from the same client within the window: status %d, want 429", code)
 	}
-	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer s3cret-token"); code != http.StatusOK {
-		t.Errorf("the API with the right token from the same client within the window: status %d, want 200", code)
+	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer s3cret-token"); code != http.StatusTooManyRequests {
+		t.Errorf("the API with the right token from the same client within the window: status %d, want 429 (a guesser must not learn which guess was right)", code)
 	}
 	if !strings.Contains(logs.String(), "login refused") || strings.Contains(logs.String(), "guess-") {
 		t.Errorf("log: want a line about the refused logins, without the tokens tried:\n%s", logs.String())
 	}
+	if resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}}); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the right token within the window: status %d, want 429", resp.StatusCode)
+	}
+	// A minute later the client may try again: the right token signs in,
+	// and a wrong one is 401, not 429.
+	admin.SetClock(h, func() time.Time { return time.Now().Add(time.Minute) })
 	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}})
 	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Set-Cookie"), "idem_session=") {
-		t.Errorf("the right token within the window: status %d, want 303 and a session", resp.StatusCode)
+		t.Errorf("the right token after the window: status %d, want 303 and a session", resp.StatusCode)
 	}
-	// A minute later the client may fail again: 401, not 429.
-	admin.SetClock(h, func() time.Time { return time.Now().Add(time.Minute) })
 	if resp, _ = br.post("/login", url.Values{"token": {"guess-later"}}); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a wrong token after the window: status %d, want 401", resp.StatusCode)
 	}
