@@ -178,7 +178,10 @@ func (s *Server) authorize(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.loginRefused(w, r, true) { // failed tokens are limited: see console_limit.go
+		// A guess is limited (see console_limit.go); a request without a
+		// token is none.
+		tried := r.Header.Get("Authorization") != ""
+		if tried && s.limited(w, r, true) {
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -186,8 +189,8 @@ func (s *Server) authorize(h http.Handler) http.Handler {
 		// the token's length too.
 		sum := sha256.Sum256([]byte(got))
 		if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 || !ok {
-			if r.Header.Get("Authorization") != "" { // a guess; a request without a token is none
-				s.loginFailed(r)
+			if tried {
+				s.wrongToken(r)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong admin token: send the header Authorization: Bearer <IDEM_ADMIN_TOKEN>")

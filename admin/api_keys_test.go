@@ -220,3 +220,43 @@ func TestAPIUsesSnakeCase(t *testing.T) {
 	}
 	checkSnake(t, "POST /api/messages", v)
 }
+
+// A key's timers page like every timer: the next cursor of
+// /api/timers?key= is accepted back, and a malformed one is a 400.
+func TestAPITimersOfOneKeyPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var c store.Changes
+	for i, name := range []string{"n0", "n1", "n2"} {
+		c.Timers = append(c.Timers, store.Timer{SagaType: "po", Key: "K", Name: name, DueAt: now.Add(time.Duration(i) * time.Minute),
+			Envelope: idem.Envelope{ID: "t-" + name, Type: "T", Body: []byte(`{}`)}})
+	}
+	uow, err := b.st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uow.Commit(ctx, &c); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/api/timers?type=po&key=K&limit=2", "/api/timers?key=K&limit=2"} {
+		var l admin.TimerList
+		b.getJSON(t, path, &l)
+		if len(l.Timers) != 2 || l.Next == "" {
+			t.Fatalf("GET %s: %+v, want 2 timers and a next cursor", path, l)
+		}
+		p := path + "&after=" + l.Next
+		l = admin.TimerList{}
+		b.getJSON(t, p, &l)
+		if len(l.Timers) != 1 || l.Timers[0].Name != "n2" || l.Next != "" {
+			t.Errorf("GET %s: %+v, want timer n2 and no next cursor", p, l)
+		}
+		for _, bad := range []string{"po%00K", "%21%21", "bm90IGpzb24", "%3Cscript%3E"} {
+			code, body := b.do(t, http.MethodGet, path+"&after="+bad, "")
+			if code != http.StatusBadRequest || !strings.Contains(body, "cursor") {
+				t.Errorf("GET %s&after=%s: %d %s, want 400 naming the cursor", path, bad, code, body)
+			}
+		}
+	}
+}

@@ -12,9 +12,15 @@ import (
 // Failed logins (a wrong token on the console's form or in an API
 // request's Authorization header) are limited by two token buckets: one
 // per client address (an IPv6 address counts by its /64), one for all
-// clients together. While either is empty every attempt of that client is
-// answered 429 with Retry-After, the right token too, so that guessing
-// gains nothing. Successful logins cost nothing.
+// clients together. A wrong token takes one from each.
+//
+// A client whose own bucket is empty is answered 429 with Retry-After for
+// every token it sends, the right one too: otherwise a guesser ignoring the
+// 429s would still learn which guess was right. The global bucket refuses
+// only clients that have failed recently (their own bucket is not full):
+// many guessing addresses then get about one guess each, and a client
+// with a clean history (the operator, Prometheus) is never locked out by
+// others. Requests without a token, and console sessions, cost nothing.
 const (
 	clientBurst = 10              // failures a client may make at once
 	clientEvery = 6 * time.Second // then one more every 6 s (10 a minute)
@@ -54,38 +60,55 @@ type loginLimiter struct {
 	mu      sync.Mutex
 	global  bucket
 	clients map[string]*bucket
+	// others is the bucket of the addresses clients has no room for: they
+	// share it rather than each escaping the per-client limit.
+	others bucket
+	swept  time.Time // when clients was last swept of refilled buckets
+	max    int       // addresses clients may hold
 }
 
-func newLoginLimiter() *loginLimiter { return &loginLimiter{clients: map[string]*bucket{}} }
+func newLoginLimiter() *loginLimiter {
+	return &loginLimiter{clients: map[string]*bucket{}, max: maxClients}
+}
 
-// client returns the bucket of addr, creating it; a full table forgets
-// the clients whose buckets have refilled. Call with mu held.
+// client returns the bucket of addr. A new address gets its own when
+// clients has room, after forgetting (at most once a second) the clients
+// whose buckets have refilled; otherwise it shares others. Call with mu
+// held.
 func (l *loginLimiter) client(addr string, now time.Time) *bucket {
 	b := l.clients[addr]
-	if b == nil {
-		if len(l.clients) >= maxClients {
-			for a, c := range l.clients {
-				if c.fill(now, clientBurst, clientEvery).tokens >= clientBurst {
-					delete(l.clients, a)
-				}
+	if b == nil && len(l.clients) >= l.max && now.Sub(l.swept) >= time.Second {
+		l.swept = now
+		for a, c := range l.clients {
+			if c.fill(now, clientBurst, clientEvery).tokens >= clientBurst {
+				delete(l.clients, a)
 			}
 		}
+	}
+	if b == nil && len(l.clients) < l.max {
 		b = &bucket{}
-		if len(l.clients) < maxClients {
-			l.clients[addr] = b
-		}
+		l.clients[addr] = b
+	}
+	if b == nil {
+		b = &l.others
 	}
 	return b.fill(now, clientBurst, clientEvery)
 }
 
-// wait is how long addr must wait before its next attempt (0: it may try
-// now), and whether this refusal is the first of the client's spell,
-// which is worth a log line.
-func (l *loginLimiter) wait(addr string, now time.Time) (time.Duration, bool) {
+// refused reports how long addr must wait before a token it sends is
+// looked at: 0 when it may try now. The second result says whether this
+// refusal is the first of the client's spell, which is worth a log line.
+func (l *loginLimiter) refused(addr string, now time.Time) (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.client(addr, now)
-	d := max(c.wait(clientEvery), l.global.fill(now, globalBurst, globalEvery).wait(globalEvery))
+	c := l.known(addr, now)
+	if c == nil {
+		return 0, false // a clean history
+	}
+	d := c.wait(clientEvery)
+	if c.tokens < clientBurst {
+		d = max(d, l.global.fill(now, globalBurst, globalEvery).wait(globalEvery))
+	}
 	if d == 0 {
 		return 0, false
 	}
@@ -96,12 +119,27 @@ func (l *loginLimiter) wait(addr string, now time.Time) (time.Duration, bool) {
 	return d, first
 }
 
-// failed takes a token from addr's bucket and from the global one.
+// known is addr's bucket, filled up to now, or nil when addr has none (no
+// recent failure). Call with mu held.
+func (l *loginLimiter) known(addr string, now time.Time) *bucket {
+	b := l.clients[addr]
+	if b == nil && len(l.clients) >= l.max && l.others.at != (time.Time{}) {
+		b = &l.others
+	}
+	if b == nil {
+		return nil
+	}
+	return b.fill(now, clientBurst, clientEvery)
+}
+
+// failed records a wrong token from addr: it takes a token from addr's
+// bucket and from the global one.
 func (l *loginLimiter) failed(addr string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.client(addr, now).tokens--
-	l.global.fill(now, globalBurst, globalEvery).tokens--
+	for _, b := range []*bucket{l.client(addr, now), l.global.fill(now, globalBurst, globalEvery)} {
+		b.tokens = math.Max(0, b.tokens-1)
+	}
 }
 
 // clientAddr is the address r came from, an IPv6 one cut to its /64 (one
@@ -118,32 +156,32 @@ func clientAddr(r *http.Request) string {
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
-// loginRefused answers 429 with Retry-After, and returns true, while r's
-// client may not try a token; api chooses a JSON answer over the login
-// page. The token tried is never logged.
-func (s *Server) loginRefused(w http.ResponseWriter, r *http.Request, api bool) bool {
+// limited answers 429 with Retry-After, and returns true, when r's client
+// may not try a token now (see refused); api chooses a JSON answer over
+// the login page. Call it before looking at the token.
+func (s *Server) limited(w http.ResponseWriter, r *http.Request, api bool) bool {
 	addr := clientAddr(r)
-	d, first := s.sessions.limit.wait(addr, s.sessions.now())
+	d, first := s.sessions.limit.refused(addr, s.sessions.now())
 	if d == 0 {
 		return false
 	}
 	secs := int(math.Ceil(d.Seconds()))
 	if first {
-		s.log.WarnContext(r.Context(), "admin: login refused: too many wrong admin tokens from this client; refusing its attempts for a while", "client", addr, "path", r.URL.Path, "retry_after_seconds", secs)
+		s.log.WarnContext(r.Context(), "admin: login refused: too many wrong admin tokens; answering this client 429 for a while", "client", addr, "path", r.URL.Path, "retry_after_seconds", secs)
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	msg := "Too many wrong tokens: wait " + strconv.Itoa(secs) + " s, then try again."
 	if api {
-		writeError(w, http.StatusTooManyRequests, "too many wrong admin tokens from this client: retry after %d s", secs)
+		writeError(w, http.StatusTooManyRequests, "too many wrong admin tokens: retry after %d s", secs)
 	} else {
 		s.render(w, r, http.StatusTooManyRequests, "login", "Sign in", map[string]string{"Next": safeNext(r.PostFormValue("next")), "Error": msg})
 	}
 	return true
 }
 
-// loginFailed records a wrong token from r's client and logs it, without
+// wrongToken records a wrong token from r's client, and logs it without
 // the token.
-func (s *Server) loginFailed(r *http.Request) {
+func (s *Server) wrongToken(r *http.Request) {
 	addr := clientAddr(r)
 	s.sessions.limit.failed(addr, s.sessions.now())
 	s.log.WarnContext(r.Context(), "admin: login failed: wrong admin token", "client", addr, "path", r.URL.Path)

@@ -431,12 +431,16 @@ func (s *Server) pageCancelTimer(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	t, err := inspect.FindTimer(ctx, s.st, store.TimerKey{SagaType: q.Get("type"), Key: key, Name: q.Get("name")})
+	k := store.TimerKey{SagaType: q.Get("type"), Key: key, Name: q.Get("name")}
+	t, err := inspect.FindTimer(ctx, s.st, k)
 	if errors.Is(err, store.ErrNotFound) {
 		s.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
 		return
 	} else if err != nil {
 		s.storeFailed(w, r, "find timer", err)
+		return
+	}
+	if !s.timerActionable(ctx, w, r, k) { // ask nothing the POST would refuse
 		return
 	}
 	s.render(w, r, http.StatusOK, "timercancel", "Cancel timer", &timerConfirmView{T: t, Back: safeNext(q.Get("back")), Now: time.Now()})

@@ -202,15 +202,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if s.loginRefused(w, r, false) {
+	tried := r.PostFormValue("token")
+	if tried != "" && s.limited(w, r, false) { // see console_limit.go
 		return
 	}
-	tried := r.PostFormValue("token")
 	got := sha256.Sum256([]byte(tried))
 	next := safeNext(r.PostFormValue("next"))
 	if subtle.ConstantTimeCompare(got[:], s.token[:]) != 1 {
 		if tried != "" {
-			s.loginFailed(r)
+			s.wrongToken(r)
 		}
 		s.render(w, r, http.StatusUnauthorized, "login", "Sign in", map[string]string{"Next": next, "Error": "That token is not the admin token."})
 		return

@@ -375,6 +375,14 @@ func TestConsoleTimersOfFinishedSaga(t *testing.T) {
 	if n := timerCount(t, b, "o-3"); n != 1 {
 		t.Errorf("after refused actions: %d timers of o-3, want 1", n)
 	}
+	// Nor is the question asked, for a finished saga or a gone one.
+	addTimer(t, b, "order", "o-gone")
+	for _, key := range []string{"o-3", "o-gone"} {
+		path := "/timers/cancel?type=order&key=" + key + "&name=reminder&back=%2Ftimers"
+		if code, page := br.get(path); code != http.StatusConflict || strings.Contains(page, `name="confirm"`) {
+			t.Errorf("GET %s: status %d, want 409 and no confirmation form:\n%s", path, code, page)
+		}
+	}
 }
 
 // Cancelling a timer asks first, as purging a dead letter does.
@@ -426,8 +434,9 @@ func (l *safeLog) String() string {
 	return l.b.String()
 }
 
-// Wrong tokens are limited: once the client has used its attempts, even
-// the right token is answered 429 with Retry-After until the window ends.
+// Wrong tokens are limited: once the client has used its attempts, its
+// wrong tokens are answered 429 with Retry-After until the window ends;
+// the right token is still accepted.
 func TestConsoleLoginRateLimited(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -450,20 +459,27 @@ func TestConsoleLoginRateLimited(t *testing.T) {
 	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
 		t.Errorf("429 with Retry-After %q, want a number of seconds", resp.Header.Get("Retry-After"))
 	}
-	if resp, _ := br.post("/login", url.Values{"token": {"s3cret-token"}}); resp.StatusCode != http.StatusTooManyRequests {
-		t.Errorf("the right token within the window: status %d, want 429", resp.StatusCode)
+	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer guess-api"); code != http.StatusTooManyRequests {
+		t.Errorf("the API with a wrong token from the same client within the window: status %d, want 429", code)
 	}
 	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer s3cret-token"); code != http.StatusTooManyRequests {
-		t.Errorf("the API with the right token from the same client within the window: status %d, want 429", code)
+		t.Errorf("the API with the right token from the same client within the window: status %d, want 429 (a guesser must not learn which guess was right)", code)
 	}
 	if !strings.Contains(logs.String(), "login refused") || strings.Contains(logs.String(), "guess-") {
 		t.Errorf("log: want a line about the refused logins, without the tokens tried:\n%s", logs.String())
 	}
-	// A minute later the client may try again, and the right token works.
+	if resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}}); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the right token within the window: status %d, want 429", resp.StatusCode)
+	}
+	// A minute later the client may try again: the right token signs in,
+	// and a wrong one is 401, not 429.
 	admin.SetClock(h, func() time.Time { return time.Now().Add(time.Minute) })
 	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}})
 	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Set-Cookie"), "idem_session=") {
 		t.Errorf("the right token after the window: status %d, want 303 and a session", resp.StatusCode)
+	}
+	if resp, _ = br.post("/login", url.Values{"token": {"guess-later"}}); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a wrong token after the window: status %d, want 401", resp.StatusCode)
 	}
 }
 

@@ -31,9 +31,11 @@ type demoOptions struct {
 	loseAcks                  float64
 	timeout                   time.Duration
 	json, progress            bool
-	store, db, addr           string
+	store, db                 string
 	kills                     int
 	serve                     bool
+	// web is what --serve serves with: the listening flags of idem serve.
+	web serveOptions
 }
 
 func newDemo() *cobra.Command {
@@ -74,7 +76,7 @@ by reason. The exit code is 1 if an invariant fails.`,
 	f.StringVar(&o.db, "db", "", "with --store sqlite: the database file to use and keep (default: a temporary file, removed afterwards)")
 	f.IntVar(&o.kills, "kills", 3, "with --store sqlite: at least this many SIGKILLs of a worker process")
 	f.BoolVar(&o.serve, "serve", false, "with --store sqlite: afterwards, keep serving the demo's database over HTTP (idem serve) until interrupted")
-	f.StringVar(&o.addr, "addr", defaultServeAddr, "with --serve: host:port to listen on")
+	o.web.listenFlags(f, "with --serve: ")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload and fault schedule (goroutine scheduling still varies)")
 	f.Float64Var(&o.loseAcks, "lose-acks", 0.02, "with --store memory: fraction of acknowledgements the transport silently loses (0..1)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up (and fail) if the workload has not settled by then")
@@ -199,6 +201,11 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	}
 	if err := o.validate(); err != nil {
 		return err
+	}
+	if o.serve { // refused now, not after the run
+		if _, err := o.web.checkListen(); err != nil {
+			return err
+		}
 	}
 	if o.store == "sqlite" {
 		return runSQLiteDemo(ctx, o, stdout, stderr)

@@ -203,9 +203,15 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	err = finishReport(r, o, stdout)
 	if o.serve {
-		fmt.Fprintf(stderr, "idem demo: serving the demo's database; open the console at http://%s/ (API under /api/, interrupt to stop)\n", o.addr)
+		scheme := "http"
+		if o.web.tlsCert != "" {
+			scheme = "https"
+		}
+		fmt.Fprintf(stderr, "idem demo: serving the demo's database; open the console at %s://%s/ (API under /api/, interrupt to stop)\n", scheme, o.web.addr)
 		st.Close()
-		if serr := runServe(ctx, &serveOptions{store: storeFlags{url: "sqlite://" + path}, addr: o.addr, maxBody: 1 << 20}, stderr); serr != nil {
+		web := o.web
+		web.store, web.maxBody = storeFlags{url: "sqlite://" + path}, 1<<20
+		if serr := runServe(ctx, &web, stderr); serr != nil {
 			return serr
 		}
 	}

@@ -161,3 +161,44 @@ func TestCursorsCanBeTyped(t *testing.T) {
 		}
 	}
 }
+
+// timers ls --key pages too: the next cursor it prints is accepted back,
+// and a malformed one is a usage error, as without --key.
+func TestTimersOfOneKeyPage(t *testing.T) {
+	t.Parallel()
+	url := seedKeys(t)
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, strings.TrimPrefix(url, "sqlite://"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var c store.Changes
+	for _, name := range []string{"remind", "escalate"} {
+		c.Timers = append(c.Timers, store.Timer{SagaType: "po", Key: "a-1", Name: name, DueAt: now.Add(time.Hour),
+			Envelope: transport.Envelope{ID: "t-" + name, Type: "orders.PaymentOverdue", Body: []byte(`{}`)}})
+	}
+	uow, err := st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uow.Commit(ctx, &c); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	args := []string{"timers", "ls", "--type", "po", "--key", "a-1", "--store", url, "--limit", "2"}
+	keys, next := page(t, args...)
+	if len(keys) != 2 || next == "" {
+		t.Fatalf("%q: got %q, next %q; want 2 timers and a next cursor", args, keys, next)
+	}
+	if keys, next = page(t, append(args, "--after", next)...); len(keys) != 1 || next != "" {
+		t.Errorf("%q page 2: got %q, next %q; want the third timer and no next cursor", args, keys, next)
+	}
+	for _, bad := range []string{"po\x00a-1", "!!", "bm90IGpzb24"} {
+		code, _, errOut := run(t, append(args, "--after", bad)...)
+		if code != 2 || !strings.Contains(errOut, "--after") || !strings.Contains(errOut, "cursor") {
+			t.Errorf("%q --after %q: exit %d, err %q; want usage error 2 naming the cursor", args, bad, code, errOut)
+		}
+	}
+}

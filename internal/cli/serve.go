@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
@@ -98,14 +99,49 @@ the HTTP server, then lets the engine finish the batch in flight.`,
 	cmd.Flags().IntVar(&o.natsReplicas, "nats-replicas", envInt("IDEM_NATS_REPLICAS", 1),
 		"NATS only: replicas of the JetStream stream (3 on a three-node cluster): created so, and start-up is refused when the stream has fewer (default from IDEM_NATS_REPLICAS)")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", "idem-data", "directory for an embedded broker's files (--transport "+transportEmbedded+")")
-	cmd.Flags().StringVar(&o.addr, "addr", defaultServeAddr, "host:port to listen on; a non-loopback address needs IDEM_ADMIN_TOKEN or --token-file, and --tls-cert/--tls-key or --insecure-http")
-	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "file holding the admin token (instead of IDEM_ADMIN_TOKEN)")
+	o.listenFlags(cmd.Flags(), "")
 	cmd.Flags().Int64Var(&o.maxBody, "max-body", admin.DefaultMaxBodyBytes, "largest admin API request body, in bytes")
-	cmd.Flags().StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
-	cmd.Flags().StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
-	cmd.Flags().BoolVar(&o.insecureHTTP, "insecure-http", false, "allow plain HTTP on a non-loopback --addr, which sends the admin token and session cookie in clear: only behind a TLS-terminating proxy or on a network you trust")
 	cmd.Flags().BoolVar(&o.readOnly, "read-only", false, "hide and refuse every mutating control of the console and the API (replay, purge, timers, message submission)")
 	return cmd
+}
+
+// listenFlags registers --addr, --token-file, --tls-cert, --tls-key and
+// --insecure-http, each description starting with when (as "with --serve:
+// ") for a command that serves only on request.
+func (o *serveOptions) listenFlags(f *pflag.FlagSet, when string) {
+	f.StringVar(&o.addr, "addr", defaultServeAddr, when+"host:port to listen on; a non-loopback address needs IDEM_ADMIN_TOKEN or --token-file, and --tls-cert/--tls-key or --insecure-http")
+	f.StringVar(&o.tokenFile, "token-file", "", when+"file holding the admin token (instead of IDEM_ADMIN_TOKEN)")
+	f.StringVar(&o.tlsCert, "tls-cert", "", when+"serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
+	f.StringVar(&o.tlsKey, "tls-key", "", when+"the PEM private key of --tls-cert")
+	f.BoolVar(&o.insecureHTTP, "insecure-http", false, when+"allow plain HTTP on a non-loopback --addr, which sends the admin token and session cookie in clear: only behind a TLS-terminating proxy or on a network you trust")
+}
+
+// listener is what the listening flags resolve to.
+type listener struct {
+	token string
+	tls   *tls.Config // nil: plain HTTP
+}
+
+// checkListen validates the listening flags: --addr, the admin token it
+// needs beyond loopback, and TLS. Its errors are usage errors naming the
+// flags to pass.
+func (o *serveOptions) checkListen() (*listener, error) {
+	token, err := o.adminToken()
+	if err != nil {
+		return nil, err
+	}
+	host, _, err := net.SplitHostPort(o.addr)
+	if err != nil {
+		return nil, usageErrorf("--addr %q is not host:port: pass --addr 127.0.0.1:8080, say", o.addr)
+	}
+	if !loopback(host) && token == "" {
+		return nil, usageErrorf("--addr %s accepts connections from other machines, and no admin token is set: set IDEM_ADMIN_TOKEN (or pass --token-file), or listen on 127.0.0.1", o.addr)
+	}
+	tlsConf, err := o.tlsConfig(host)
+	if err != nil {
+		return nil, err
+	}
+	return &listener{token: token, tls: tlsConf}, nil
 }
 
 // adminToken reads the token from --token-file, else IDEM_ADMIN_TOKEN.
@@ -170,21 +206,11 @@ func envInt(name string, def int) int {
 }
 
 func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
-	token, err := o.adminToken()
+	l, err := o.checkListen()
 	if err != nil {
 		return err
 	}
-	host, _, err := net.SplitHostPort(o.addr)
-	if err != nil {
-		return usageErrorf("--addr %q is not host:port: pass --addr 127.0.0.1:8080, say", o.addr)
-	}
-	if !loopback(host) && token == "" {
-		return usageErrorf("--addr %s accepts connections from other machines, and no admin token is set: set IDEM_ADMIN_TOKEN (or pass --token-file), or listen on 127.0.0.1", o.addr)
-	}
-	tlsConf, err := o.tlsConfig(host)
-	if err != nil {
-		return err
-	}
+	token, tlsConf := l.token, l.tls
 	if o.maxBody < 1 {
 		return usageErrorf("--max-body %d is not positive: pass a size in bytes, 1048576 say", o.maxBody)
 	}

@@ -74,17 +74,27 @@ func timerListAfter(t *store.Timer) string {
 // parseTimerCursor turns a cursor TimerCursor made into the store's form;
 // "" stays "".
 func parseTimerCursor(s string) (string, error) {
+	t, err := timerAfter(s)
+	if t == nil || err != nil {
+		return "", err
+	}
+	return timerListAfter(t), nil
+}
+
+// timerAfter is the timer a cursor TimerCursor made names: nil for "" (the
+// first page). Its error wraps ErrBadCursor and quotes s.
+func timerAfter(s string) (*store.Timer, error) {
 	if s == "" {
-		return "", nil
+		return nil, nil
 	}
 	var c timerCursorJSON
 	if err := decodeCursor(s, &c); err != nil {
-		return "", err
+		return nil, err
 	}
 	if c.D.IsZero() || c.T == "" || c.K == "" || c.N == "" {
-		return "", badCursor(s)
+		return nil, badCursor(s)
 	}
-	return timerListAfter(&store.Timer{DueAt: c.D, SagaType: c.T, Key: c.K, Name: c.N}), nil
+	return &store.Timer{DueAt: c.D, SagaType: c.T, Key: c.K, Name: c.N}, nil
 }
 
 func encodeCursor(v any) string {

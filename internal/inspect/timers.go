@@ -130,7 +130,7 @@ func sagaTimers(ctx context.Context, st store.Store, f *TimerFilter, limit int) 
 	}
 	after, err := timerAfter(f.After)
 	if err != nil {
-		return nil, "", fmt.Errorf("list timers: %w", err)
+		return nil, "", err
 	}
 	out := ts[:0]
 	for _, t := range ts {
@@ -142,17 +142,4 @@ func sagaTimers(ctx context.Context, st store.Store, f *TimerFilter, limit int) 
 		return out[:limit], TimerCursor(&out[limit-1]), nil
 	}
 	return out, "", nil
-}
-
-// timerAfter is the position that the cursor after names: nil for the
-// first page.
-func timerAfter(after string) (*store.Timer, error) {
-	if after == "" {
-		return nil, nil
-	}
-	due, typ, key, name, err := sqlq.TimerCursor(after)
-	if err != nil {
-		return nil, err
-	}
-	return &store.Timer{DueAt: due, SagaType: typ, Key: key, Name: name}, nil
 }

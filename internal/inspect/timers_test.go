@@ -86,3 +86,42 @@ func TestTimersOfOneSagaBeyondTheScan(t *testing.T) {
 		})
 	}
 }
+
+// The next cursor of a page of one key's timers is accepted back: page 2
+// holds the rest, and a cursor this program never printed is refused with
+// ErrBadCursor (the admin API answers it 400, not 500).
+func TestTimersOfOneKeyNextPage(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			base := time.Now().UTC().Truncate(time.Microsecond)
+			var ts []store.Timer
+			for i := range 3 {
+				ts = append(ts, store.Timer{SagaType: "po", Key: "K", Name: fmt.Sprintf("n%d", i),
+					DueAt: base.Add(time.Duration(i) * time.Second), Envelope: transport.Envelope{ID: fmt.Sprint(i), Type: "T", Body: []byte(`{}`)}})
+			}
+			uow, err := st.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := uow.Commit(ctx, &store.Changes{Timers: ts}); err != nil {
+				t.Fatal(err)
+			}
+			for _, typ := range []string{"po", ""} {
+				got, next, err := inspect.Timers(ctx, st, &inspect.TimerFilter{SagaType: typ, Key: "K", Limit: 2})
+				if err != nil || len(got) != 2 || next == "" {
+					t.Fatalf("page 1 of key K (type %q): got %d timers, next %q, %v; want 2 and a next cursor", typ, len(got), next, err)
+				}
+				got, next, err = inspect.Timers(ctx, st, &inspect.TimerFilter{SagaType: typ, Key: "K", Limit: 2, After: next})
+				if err != nil || len(got) != 1 || got[0].Name != "n2" || next != "" {
+					t.Fatalf("page 2 of key K (type %q): got %v, next %q, %v; want timer n2 and no next cursor", typ, got, next, err)
+				}
+			}
+			for _, bad := range []string{"po\x00K", "<script>", "\xff", "e30"} {
+				if _, _, err := inspect.Timers(ctx, st, &inspect.TimerFilter{Key: "K", After: bad}); !errors.Is(err, inspect.ErrBadCursor) {
+					t.Errorf("key K after %q: got %v, want ErrBadCursor", bad, err)
+				}
+			}
+		})
+	}
+}
