@@ -239,8 +239,13 @@ func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 }
 
 // internalError logs err and answers 500 (or 503 when the store timed out)
-// without the error's text, which may name hosts or paths.
+// without the error's text, which may name hosts or paths. A mark the
+// store refused (store.ErrBadMark) is the caller's error: 400, not logged.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
+	if errors.Is(err, store.ErrBadMark) {
+		writeError(w, http.StatusBadRequest, "%s: as_of is not a mark this store made: pass the as_of a count returned (GET /api/dead-letters/counts)", op)
+		return
+	}
 	s.log.ErrorContext(r.Context(), "admin: "+op, "error", err, "method", r.Method, "path", r.URL.Path)
 	if errors.Is(err, context.DeadlineExceeded) {
 		writeError(w, http.StatusServiceUnavailable, "%s: the store did not answer in time: retry later; see the server log", op)

@@ -206,10 +206,20 @@ type BulkResult struct {
 	DryRun bool `json:"dry_run"`
 	// AsOf is the mark the action was bound to: the as_of given, else one
 	// taken when the request began. Dead letters recorded, or failed
-	// again, after it are left alone.
+	// again, after it are left alone when their page is read: a purge
+	// re-checks it as it deletes, but a replay does not, so a dead letter
+	// of the page being replayed that fails again before its turn is
+	// replayed anyway.
 	AsOf string `json:"as_of,omitempty"`
+	// Skipped is how many of the dead letters matched were gone by their
+	// turn (purged, or replayed by a store without replay history, since
+	// the page that held them was read): neither done nor failed.
+	Skipped int `json:"skipped,omitempty"`
 	// Message says what was done and where to see the outcome.
 	Message string `json:"message"`
+	// Error, set with a 500 or 503, says why the action stopped before
+	// the end; Done and Skipped count what it did until then.
+	Error string `json:"error,omitempty"`
 }
 
 func (s *Server) apiBulkDeadLetters(replay bool) http.HandlerFunc {
@@ -219,17 +229,36 @@ func (s *Server) apiBulkDeadLetters(replay bool) http.HandlerFunc {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*s.timeout)
 		defer cancel()
 		res, err := s.bulkDeadLetters(ctx, deadLetterFilter(q), replay, dry)
-		if err != nil {
+		if err != nil && (res == nil || errors.Is(err, store.ErrBadMark)) {
 			s.internalError(w, r, "bulk dead letters", err)
+			return
+		}
+		if err != nil {
+			s.bulkFailed(w, r, res, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
 	}
 }
 
+// bulkFailed logs err and answers 500 (503 when the store timed out) with
+// what the bulk action did before it stopped; the error's text, which may
+// name hosts or paths, stays in the log.
+func (s *Server) bulkFailed(w http.ResponseWriter, r *http.Request, res *BulkResult, err error) {
+	s.log.ErrorContext(r.Context(), "admin: bulk dead letters", "error", err, "method", r.Method, "path", r.URL.Path, "done", res.Done)
+	status := http.StatusInternalServerError
+	res.Error = fmt.Sprintf("stopped after %d done: see the server log for the cause, then retry", res.Done)
+	if errors.Is(err, context.DeadlineExceeded) {
+		status = http.StatusServiceUnavailable
+		res.Error = fmt.Sprintf("stopped after %d done: the store did not answer in time: retry later; see the server log", res.Done)
+	}
+	writeJSON(w, status, res)
+}
+
 // bulkDeadLetters replays (or purges) every dead letter f selects as of
 // f.AsOf, or as of now when f has no mark: never one recorded after the
-// count the caller confirmed.
+// count the caller confirmed. On error it returns, with the error, what it
+// did until then (nil when it did not start).
 func (s *Server) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilter, replay, dry bool) (*BulkResult, error) {
 	res := &BulkResult{DryRun: dry}
 	if f.AsOf == "" {
@@ -251,14 +280,22 @@ func (s *Server) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilte
 			return err
 		}
 		for i := range ds {
-			if err := s.e.ReplayDeadLetter(ctx, ds[i].ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			err := s.e.ReplayDeadLetter(ctx, ds[i].ID)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				res.Skipped++ // gone since its page was read
+			case err != nil:
 				return fmt.Errorf("replay dead letter %s: %w", ds[i].ID, err)
+			default:
+				res.Done++
 			}
-			res.Done++
 		}
 		return nil
 	})
 	res.Message = bulkMessage(res, replay)
+	if res.Skipped > 0 {
+		res.Message += fmt.Sprintf(" (%d skipped: gone since they were listed)", res.Skipped)
+	}
 	return res, err
 }
 

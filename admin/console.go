@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -11,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/idemhq/idem/store"
 )
 
 //go:embed templates/*.html
@@ -111,8 +114,13 @@ func (s *Server) consoleError(w http.ResponseWriter, r *http.Request, status int
 	s.render(w, r, status, "error", http.StatusText(status), msg)
 }
 
-// storeFailed logs err and renders a 500 or 503 page.
+// storeFailed logs err and renders a 500 or 503 page; a mark the store
+// refused (store.ErrBadMark) renders a 400 page instead, not logged.
 func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
+	if errors.Is(err, store.ErrBadMark) {
+		s.consoleError(w, r, http.StatusBadRequest, "The count this form was confirmed on is not one this store made ("+op+"). Go back to the dead letters page and count again.")
+		return
+	}
 	s.log.ErrorContext(r.Context(), "admin console: "+op, "error", err, "path", r.URL.Path)
 	s.consoleError(w, r, http.StatusServiceUnavailable, "The store did not answer ("+op+"). See the server log, then reload.")
 }

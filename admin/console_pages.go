@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -285,11 +286,16 @@ func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	res, err := s.bulkDeadLetters(ctx, f, action == "replay", false)
+	done := map[string]string{"replay": "replayed", "purge": "purged"}[action]
+	if err != nil && res != nil && !errors.Is(err, store.ErrBadMark) {
+		s.log.ErrorContext(r.Context(), "admin console: "+action+" dead letters", "error", err, "path", r.URL.Path, "done", res.Done)
+		s.consoleError(w, r, http.StatusInternalServerError, fmt.Sprintf("Stopped after %d dead letter(s) %s. See the server log, then retry.", res.Done, done))
+		return
+	}
 	if err != nil {
 		s.storeFailed(w, r, action+" dead letters", err)
 		return
 	}
-	done := map[string]string{"replay": "replayed", "purge": "purged"}[action]
 	http.Redirect(w, r, basePath(r)+"/dead-letters?done="+done+"&n="+strconv.Itoa(res.Done), http.StatusSeeOther)
 }
 

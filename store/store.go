@@ -42,6 +42,12 @@ var ErrConflict = errors.New("concurrent modification")
 // returns it.
 var ErrNotFound = errors.New("not found")
 
+// ErrBadMark is wrapped by the DeadLetterQuerier methods when a mark
+// (DeadLetterQuery.AsOf, DeleteDeadLettersAsOf's asOf) is not one this
+// store makes: it is bad input, refused before any query, never a store
+// failure. Check with errors.Is.
+var ErrBadMark = errors.New("not a mark this store made (pass the as_of a count returned)")
+
 // ErrRejected is wrapped by Load and Commit when the database refused the
 // data itself rather than failing to store it: a value the store cannot
 // represent (PostgreSQL refuses U+0000 in text and jsonb), a string too

@@ -10,7 +10,10 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-var asOfRE = regexp.MustCompile(`--as-of (\S+)`)
+var (
+	asOfRE         = regexp.MustCompile(`--as-of (\S+)`)
+	failedBeforeRE = regexp.MustCompile(`--failed-before "?([^"\s]+)`)
+)
 
 // A bulk replay or purge confirmed on a dry run's count acts on what was
 // counted: a dead letter that arrives in between is left alone.
@@ -52,7 +55,7 @@ func TestDLQBulkActsOnWhatWasCounted(t *testing.T) {
 		t.Errorf("u4, which arrived after the count: %v; want it kept", err)
 	}
 	code, out, errOut = b.run("dlq", "purge", "--all", "--yes", "--as-of", "not-a-mark")
-	wantExit(t, code, out, errOut, 1)
+	wantExit(t, code, out, errOut, 2)
 	if !strings.Contains(errOut, "not a mark") {
 		t.Errorf("purge with a bad --as-of: stderr %q, want it to say so", errOut)
 	}
@@ -99,5 +102,67 @@ func TestDLQTypeFlagAndHistory(t *testing.T) {
 	wantExit(t, code, out, errOut, 0)
 	if !strings.Contains(out, `"outcome": "`+string(store.ReplayFailed)+`"`) || !strings.Contains(out, `"first_error"`) {
 		t.Errorf("dlq show h1 --json: want the replays and the first failure in\n%s", out)
+	}
+}
+
+// A malformed --as-of is a usage error (exit 2) naming it, on every
+// command that takes one.
+func TestDLQBadAsOfIsUsageError(t *testing.T) {
+	t.Parallel()
+	b := setupPG(t)
+	seed(t, b.open(), deadLetter("u1", "unknown_type", time.Hour))
+	for _, mark := range []string{"<script>", "5:3:", "99999999999999999999"} {
+		for _, args := range [][]string{
+			{"dlq", "replay", "--reason", "unknown_type", "--as-of", mark},
+			{"dlq", "purge", "--all", "--yes", "--as-of", mark},
+			{"dlq", "purge", "--all", "--dry-run", "--as-of", mark},
+		} {
+			code, out, errOut := b.run(args...)
+			wantExit(t, code, out, errOut, 2)
+			if !strings.Contains(errOut, "as_of") && !strings.Contains(errOut, "as-of") {
+				t.Errorf("%v: stderr %q, want it to name --as-of", args, errOut)
+			}
+		}
+	}
+}
+
+// A purge confirmed on a dry run deletes what the dry run counted: the
+// dry run's --older-than becomes an absolute cutoff in its hint, and a
+// relative --older-than together with --as-of is refused (it would be
+// recomputed at the confirm, and catch dead letters that aged past it).
+func TestDLQPurgeOlderThanBindsTheCutoff(t *testing.T) {
+	t.Parallel()
+	b := setupPG(t)
+	st := b.open()
+	seed(t, st, deadLetter("old", "unknown_type", 8*24*time.Hour), deadLetter("young", "unknown_type", 7*24*time.Hour-time.Hour))
+	code, out, errOut := b.run("dlq", "purge", "--all", "--older-than", "7d", "--dry-run")
+	wantExit(t, code, out, errOut, 0)
+	m := asOfRE.FindStringSubmatch(out)
+	c := failedBeforeRE.FindStringSubmatch(out)
+	if !strings.Contains(out, "would delete 1 dead letter") || m == nil || c == nil || strings.Contains(out, "--older-than") {
+		t.Fatalf("dry run: %q; want 1, --failed-before CUTOFF and --as-of MARK in the hint, no --older-than", out)
+	}
+	cutoff, err := time.Parse(time.RFC3339Nano, c[1])
+	if err != nil {
+		t.Fatalf("--failed-before %q: %v", c[1], err)
+	}
+	code, out, errOut = b.run("dlq", "purge", "--all", "--older-than", "7d", "--yes", "--as-of", m[1])
+	wantExit(t, code, out, errOut, 2)
+	if !strings.Contains(errOut, "--failed-before") {
+		t.Errorf("--older-than with --as-of: stderr %q, want it to say to pass --failed-before", errOut)
+	}
+	if !cutoff.Before(time.Now().Add(-7*24*time.Hour + time.Minute)) {
+		t.Errorf("--failed-before %s: want now - 7d", cutoff)
+	}
+	code, out, errOut = b.run("dlq", "purge", "--all", "--failed-before", c[1], "--yes", "--as-of", m[1])
+	wantExit(t, code, out, errOut, 0)
+	if !strings.Contains(out, "deleted 1 dead letter") {
+		t.Errorf("confirmed run: %q, want 1 deleted", out)
+	}
+	if _, err := st.GetDeadLetter(context.Background(), "old"); err == nil {
+		t.Errorf("old was counted and is kept")
+	}
+	if _, err := st.GetDeadLetter(context.Background(), "young"); err != nil {
+		t.Errorf("young was not counted and is gone: %v", err)
 	}
 }

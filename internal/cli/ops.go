@@ -37,7 +37,13 @@ import (
 // unreachable server, schema not migrated).
 
 // failed is an error met after the store was opened: exit code 1.
-func failed(err error) error { return &exitError{code: 1, err: err} }
+// A mark the store refused (store.ErrBadMark) is the caller's: exit 2.
+func failed(err error) error {
+	if errors.Is(err, store.ErrBadMark) {
+		return usageErrorf("--as-of: %v", err)
+	}
+	return &exitError{code: 1, err: err}
+}
 
 // newMigrate is `idem migrate`.
 func newMigrate() *cobra.Command {
@@ -466,7 +472,10 @@ type selection struct {
 	reason    string
 	msgType   string // the envelope's type
 	olderThan string // parsed by parseAge
-	asOf      string // the mark of a dry run's count (see bound)
+	// failedBefore is purge's absolute cutoff (RFC 3339), the one a dry
+	// run's hint passes instead of its --older-than.
+	failedBefore string
+	asOf         string // the mark of a dry run's count (see bound)
 }
 
 // check validates args against the flags; filters need --all.
@@ -480,7 +489,7 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
 	}
 	if !s.all {
-		for _, f := range []string{"saga-type", "reason", "type", "older-than", "as-of"} {
+		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
 			}
@@ -539,7 +548,7 @@ func (s *selection) each(ctx context.Context, st store.Store, cutoff time.Time, 
 func asOfHint(cmd *cobra.Command, s *selection) string {
 	var b strings.Builder
 	b.WriteString(cmd.CommandPath())
-	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}} {
+	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}} {
 		if f.v != "" {
 			fmt.Fprintf(&b, " --%s %s", f.name, strconv.Quote(f.v))
 		}
@@ -753,7 +762,7 @@ func newDLQPurge() *cobra.Command {
 		dryRun bool
 	)
 	cmd := &cobra.Command{
-		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--older-than DURATION] (--dry-run | --yes [--as-of MARK])",
+		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--older-than DURATION | --failed-before TIME] (--dry-run | --yes [--as-of MARK])",
 		Short: "Delete dead letters for good",
 		Long: `Delete dead letters. The messages are gone for good: list or show them first,
 and replay those worth keeping.
@@ -763,11 +772,15 @@ does not exist makes the command exit 1 after deleting the others (a typo
 should not pass silently). Or pass --all to delete every dead letter, which
 refuses to run (exit 2) without --yes; with --all, --reason keeps those with
 one reason, --saga-type those of one saga type, and --older-than those whose
-last failure is older than a Go duration (90m, 72h) or a number of days (7d).
+last failure is older than a Go duration (90m, 72h) or a number of days (7d),
+--failed-before those whose last failure is before an RFC 3339 time.
 
 --dry-run counts what --all would delete, changes nothing, and ends with the
 command that deletes exactly those, --as-of MARK: a dead letter recorded (or
-failed again) after the dry run is then kept. Without --as-of, purge --all
+failed again) after the dry run is then kept. That command passes the dry
+run's --older-than as the time it stood for, --failed-before TIME, so that a
+dead letter too young at the dry run is kept even if it has aged past it
+since; --older-than with --as-of is refused (exit 2). Without --as-of, purge --all
 acts on the dead letters as of its start.
 
 Prints how many dead letters were deleted.
@@ -776,7 +789,7 @@ Prints how many dead letters were deleted.
 			if err := sel.check(cmd, args); err != nil {
 				return err
 			}
-			age, err := parseAge(sel.olderThan)
+			cutoff, err := purgeCutoff(&sel)
 			if err != nil {
 				return err
 			}
@@ -801,10 +814,6 @@ Prints how many dead letters were deleted.
 					return failed(fmt.Errorf("%d of the %s named did not exist", len(ids)-n, deadLetters(len(ids))))
 				}
 				return nil
-			}
-			var cutoff time.Time
-			if age > 0 {
-				cutoff = time.Now().Add(-age)
 			}
 			if err := sel.bound(ctx, st); err != nil {
 				return err
@@ -835,10 +844,38 @@ Prints how many dead letters were deleted.
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "with --all: only dead letters with this reason")
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "with --all: only dead letters of this saga type")
 	cmd.Flags().StringVar(&sel.olderThan, "older-than", "", "with --all: only dead letters last failed longer ago than this (90m, 72h, 7d)")
+	cmd.Flags().StringVar(&sel.failedBefore, "failed-before", "", "with --all: only dead letters last failed before this time (RFC 3339), as a dry run's --older-than prints it")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --all: count what would be deleted and print the --as-of that binds it; change nothing")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "with --all: delete only the dead letters counted by the dry run that printed this mark")
 	sf.register(cmd)
 	return cmd
+}
+
+// purgeCutoff is the time a purge's dead letters last failed before (zero:
+// any), from --failed-before, or --older-than taken from now. A dry run's
+// hint then passes it as --failed-before: a relative --older-than would
+// be recomputed at the confirmed run and catch dead letters that aged past
+// it since the count, so it is refused together with --as-of.
+func purgeCutoff(sel *selection) (time.Time, error) {
+	switch {
+	case sel.olderThan != "" && sel.failedBefore != "":
+		return time.Time{}, usageErrorf("give --older-than or --failed-before, not both")
+	case sel.olderThan != "" && sel.asOf != "":
+		return time.Time{}, usageErrorf("--older-than is counted from now, so with --as-of it would select dead letters the dry run did not count: pass the --failed-before TIME the dry run printed instead")
+	case sel.failedBefore != "":
+		t, err := time.Parse(time.RFC3339Nano, sel.failedBefore)
+		if err != nil {
+			return time.Time{}, usageErrorf("--failed-before %.40q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", sel.failedBefore)
+		}
+		return t, nil
+	}
+	age, err := parseAge(sel.olderThan)
+	if err != nil || age <= 0 {
+		return time.Time{}, err
+	}
+	cutoff := time.Now().UTC().Add(-age)
+	sel.olderThan, sel.failedBefore = "", cutoff.Format(time.RFC3339Nano)
+	return cutoff, nil
 }
 
 // writeHistory prints the first failure and every replay with its outcome.

@@ -66,7 +66,7 @@ func parseMark(asOf string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(asOf, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("memstore: dead letters as of %.40q: not a mark this store made (pass the as_of a count returned)", asOf)
+		return 0, fmt.Errorf("memstore: dead letters as of %.40q: %w", asOf, store.ErrBadMark)
 	}
 	return n, nil
 }

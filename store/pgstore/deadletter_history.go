@@ -3,7 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,10 +18,6 @@ var (
 	_ store.DeadLetterReplayer = (*Store)(nil)
 )
 
-// snapshotMark is the text of a pg_snapshot (xmin:xmax:xip,...), the mark
-// CountDeadLetters returns.
-var snapshotMark = regexp.MustCompile(`^[0-9]{1,20}:[0-9]{1,20}:([0-9]{1,20}(,[0-9]{1,20})*)?$`)
-
 // asOfFilter is the condition of a mark, parameter $n, or nothing without
 // one. The condition is left out rather than guarded: the planner may fold
 // a cast of the empty string and fail.
@@ -29,10 +25,47 @@ func asOfFilter(asOf string, n int) (string, error) {
 	if asOf == "" {
 		return "", nil
 	}
-	if len(asOf) > 1<<16 || !snapshotMark.MatchString(asOf) {
-		return "", fmt.Errorf("pgstore: dead letters as of %.40q: not a mark this store made (pass the as_of a count returned)", asOf)
+	if err := checkSnapshotMark(asOf); err != nil {
+		return "", err
 	}
 	return fmt.Sprintf(` AND pg_visible_in_snapshot(recorded_xid, $%d::pg_snapshot)`, n), nil
+}
+
+// checkSnapshotMark accepts only what PostgreSQL's pg_snapshot input
+// accepts (xmin:xmax:xip,... with 0 < xmin <= xmax and each xip ascending
+// in [xmin, xmax)), so that a bad mark is refused as store.ErrBadMark
+// before any query instead of coming back as the server's 22P02.
+func checkSnapshotMark(asOf string) error {
+	bad := fmt.Errorf("pgstore: dead letters as of %.40q: %w", asOf, store.ErrBadMark)
+	parts := strings.Split(asOf, ":")
+	if len(asOf) > 1<<16 || len(parts) != 3 {
+		return bad
+	}
+	xmin, err1 := parseXid(parts[0])
+	xmax, err2 := parseXid(parts[1])
+	if err1 != nil || err2 != nil || xmin == 0 || xmax < xmin {
+		return bad
+	}
+	if parts[2] == "" {
+		return nil
+	}
+	last := xmin
+	for _, x := range strings.Split(parts[2], ",") {
+		xip, err := parseXid(x)
+		if err != nil || xip < last || xip >= xmax {
+			return bad
+		}
+		last = xip
+	}
+	return nil
+}
+
+// parseXid reads one unsigned decimal transaction ID, digits only.
+func parseXid(s string) (uint64, error) {
+	if s == "" || strings.Trim(s, "0123456789") != "" {
+		return 0, store.ErrBadMark
+	}
+	return strconv.ParseUint(s, 10, 64)
 }
 
 // QueryDeadLetters returns one page of the dead letters q selects; see

@@ -29,7 +29,7 @@ func parseMark(asOf string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(asOf, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("sqlitestore: dead letters as of %.40q: not a mark this store made (pass the as_of a count returned)", asOf)
+		return 0, fmt.Errorf("sqlitestore: dead letters as of %.40q: %w", asOf, store.ErrBadMark)
 	}
 	return n, nil
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,6 +15,7 @@ var deadLetterQuerierCases = []testCase{
 	{"CountDeadLettersByReason", testCountDeadLettersByReason},
 	{"DeadLetterQueryHostileFilterMatchesNothing", testDeadLetterQueryHostile},
 	{"DeadLetterMarkSelectsWhatWasCounted", testDeadLetterMark},
+	{"DeadLetterHostileMarkIsErrBadMark", testDeadLetterHostileMark},
 }
 
 // RunDeadLetterQuerier runs the cases of the optional
@@ -140,5 +142,32 @@ func testDeadLetterQueryHostile(t *testing.T, s store.Store) {
 		if _, err := dq.QueryDeadLetters(t.Context(), &store.DeadLetterQuery{AsOf: hostile}); err == nil {
 			t.Errorf("query dead letters as of %q: got no error, want one saying it is not a mark", hostile)
 		}
+	}
+}
+
+// hostileMarks are marks no store makes: markup, NUL, invalid UTF-8, a
+// snapshot whose xmin follows its xmax, numbers no integer holds.
+var hostileMarks = []string{"<script>", "1\x00", "\xff", "5:3:", "0:0:", "5:9:2", "5:9:7,6",
+	"99999999999999999999", "99999999999999999999:99999999999999999999:", "-1", " 1", "1:", "1:2:3:4"}
+
+// testDeadLetterHostileMark: a mark the store did not make is refused
+// with an error wrapping store.ErrBadMark by every method that takes one,
+// before it reaches the database, so callers can say it is bad input.
+func testDeadLetterHostileMark(t *testing.T, s store.Store) {
+	seedDeadLetters(t, s)
+	dq := s.(store.DeadLetterQuerier)
+	for _, mark := range hostileMarks {
+		if _, err := dq.QueryDeadLetters(t.Context(), &store.DeadLetterQuery{AsOf: mark}); !errors.Is(err, store.ErrBadMark) {
+			t.Errorf("query dead letters as of %q: got %v, want an error wrapping store.ErrBadMark", mark, err)
+		}
+		if _, err := dq.CountDeadLetters(t.Context(), &store.DeadLetterQuery{AsOf: mark}); !errors.Is(err, store.ErrBadMark) {
+			t.Errorf("count dead letters as of %q: got %v, want an error wrapping store.ErrBadMark", mark, err)
+		}
+		if _, err := dq.DeleteDeadLettersAsOf(t.Context(), []string{"d-00"}, mark); !errors.Is(err, store.ErrBadMark) {
+			t.Errorf("delete dead letters as of %q: got %v, want an error wrapping store.ErrBadMark", mark, err)
+		}
+	}
+	if _, err := s.GetDeadLetter(t.Context(), "d-00"); err != nil {
+		t.Errorf("d-00 after deletes with bad marks: %v, want it kept", err)
 	}
 }
