@@ -35,6 +35,26 @@ func asOfFilter(asOf string, n int) (string, error) {
 	return fmt.Sprintf(` AND pg_visible_in_snapshot(recorded_xid, $%d::pg_snapshot)`, n), nil
 }
 
+// latestOutcome is the outcome of a dead letter's latest replay, NULL
+// when it has none (read from the index on (dead_letter_id, seq)).
+const latestOutcome = `(SELECT r.outcome FROM idem_dead_letter_replays r WHERE r.dead_letter_id = idem_dead_letters.id ORDER BY r.seq DESC LIMIT 1)`
+
+// stateFilter is the condition of a state, or nothing for every one.
+func stateFilter(st store.DeadLetterState) (string, error) {
+	switch st {
+	case "", store.DeadLettersAll:
+		return "", nil
+	case store.DeadLettersUnresolved:
+		return ` AND coalesce(` + latestOutcome + `, '') NOT IN ('pending', 'succeeded')`, nil
+	case store.DeadLettersResolved:
+		return ` AND ` + latestOutcome + ` = 'succeeded'`, nil
+	case store.DeadLettersPending:
+		return ` AND ` + latestOutcome + ` = 'pending'`, nil
+	}
+	_, err := store.ParseDeadLetterState(string(st))
+	return "", fmt.Errorf("pgstore: %w", err)
+}
+
 // QueryDeadLetters returns one page of the dead letters q selects; see
 // store.DeadLetterQuerier.
 func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetter, error) {
@@ -48,6 +68,10 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
+	state, err := stateFilter(q.State)
+	if err != nil {
+		return nil, err
+	}
 	if !representable(q.SagaType, q.Key, q.Reason, q.After) {
 		return nil, nil // no stored dead letter holds such a value
 	}
@@ -55,7 +79,7 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if asOf != "" {
 		args = append(args, q.AsOf)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+`
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+`
 ORDER BY id COLLATE "C" LIMIT $5`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query dead letters: %w", translate(err))
@@ -89,6 +113,10 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
+	state, err := stateFilter(q.State)
+	if err != nil {
+		return nil, err
+	}
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
@@ -110,7 +138,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if asOf != "" {
 		args = append(args, q.AsOf)
 	}
-	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+` GROUP BY reason`, args...)
+	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+` GROUP BY reason`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
 	}
@@ -157,13 +185,28 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	if !representable(id) {
 		return fmt.Errorf("pgstore: replay dead letter %q: %w", id, store.ErrNotFound)
 	}
-	ct, err := s.pool.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
-SELECT id, $2, 'pending' FROM idem_dead_letters WHERE id = $1`, id, at)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The dead letter's row lock orders concurrent replays; each
+		// statement after it reads the replays committed before it.
+		ct, err := tx.Exec(ctx, `SELECT 1 FROM idem_dead_letters WHERE id = $1 FOR UPDATE`, id)
+		if err != nil {
+			return translate(err)
+		}
+		if ct.RowsAffected() == 0 {
+			return store.ErrNotFound
+		}
+		ct, err = tx.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
+SELECT id, $2, 'pending' FROM idem_dead_letters WHERE id = $1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, at)
+		if err != nil {
+			return translate(err)
+		}
+		if ct.RowsAffected() == 0 {
+			return store.ErrReplayPending
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("pgstore: replay dead letter %s: %w", id, translate(err))
-	}
-	if ct.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: replay dead letter %s: %w", id, store.ErrNotFound)
+		return fmt.Errorf("pgstore: replay dead letter %s: %w", id, err)
 	}
 	return nil
 }

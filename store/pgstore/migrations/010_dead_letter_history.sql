@@ -1,8 +1,9 @@
 -- Version 10: a dead letter keeps its history. A replay no longer deletes
 -- it: idem_dead_letter_replays records each replay and its outcome, and
 -- recording the dead letter again (the same message failed again) keeps
--- the first failure's reason and error and settles the pending replay as
--- failed. recorded_xid is the transaction that last recorded the dead
+-- the first failure's reason and error and, when it comes from a replayed
+-- copy, settles the pending replay as failed. At most one replay is
+-- pending at a time (the store refuses another). recorded_xid is the transaction that last recorded the dead
 -- letter: a count's mark is the snapshot it read (pg_current_snapshot), and
 -- a bulk action confirmed on that count acts only on the dead letters that
 -- snapshot sees, exactly those counted. Needs PostgreSQL 13 (xid8).
@@ -25,6 +26,8 @@ CREATE INDEX IF NOT EXISTS idem_dead_letter_replays_of ON idem_dead_letter_repla
 
 CREATE OR REPLACE FUNCTION idem_dead_letter_recorded() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    replayed boolean;
 BEGIN
     NEW.recorded_xid := pg_current_xact_id();
     IF TG_OP = 'INSERT' THEN
@@ -35,9 +38,20 @@ BEGIN
         NEW.first_error := OLD.first_error;
         -- The table is named with the trigger's schema: the session's
         -- search_path need not hold it.
-        EXECUTE format('UPDATE %1$I.idem_dead_letter_replays SET outcome = ''failed'', settled_at = $1, reason = $2, error = $3
-            WHERE seq = (SELECT max(seq) FROM %1$I.idem_dead_letter_replays WHERE dead_letter_id = $4) AND outcome = ''pending''',
-            TG_TABLE_SCHEMA) USING NEW.last_failed_at, NEW.reason, NEW.error, NEW.id;
+        -- Only a replayed copy (header idem-replayed-at) settles the
+        -- pending replay: a late copy of the original message failing
+        -- again does not. An envelope the json operators cannot read (a
+        -- \u0000 in a key) is searched as text.
+        BEGIN
+            replayed := json_extract_path(NEW.envelope, 'headers', 'idem-replayed-at') IS NOT NULL;
+        EXCEPTION WHEN others THEN
+            replayed := strpos(NEW.envelope::text, '"idem-replayed-at"') > 0;
+        END;
+        IF replayed THEN
+            EXECUTE format('UPDATE %1$I.idem_dead_letter_replays SET outcome = ''failed'', settled_at = $1, reason = $2, error = $3
+                WHERE seq = (SELECT max(seq) FROM %1$I.idem_dead_letter_replays WHERE dead_letter_id = $4) AND outcome = ''pending''',
+                TG_TABLE_SCHEMA) USING NEW.last_failed_at, NEW.reason, NEW.error, NEW.id;
+        END IF;
     END IF;
     RETURN NEW;
 END;
