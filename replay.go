@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -23,8 +24,29 @@ import (
 // store, the dead letter is deleted before the publish and recorded again
 // if the publish fails.
 //
+// A dead letter whose latest replay succeeded is not replayed again (the
+// error wraps ErrReplaySucceeded: its message would run twice once the
+// inbox forgot it); ForceReplayDeadLetter replays it. One whose latest
+// replay is pending is never replayed again before it is settled (the
+// error wraps store.ErrReplayPending).
+//
 // The error wraps store.ErrNotFound when there is no such dead letter.
-func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) (err error) {
+func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) error {
+	return e.replayDeadLetter(ctx, id, false)
+}
+
+// ForceReplayDeadLetter is ReplayDeadLetter that also replays a dead letter
+// whose latest replay succeeded, running its message again unless the
+// inbox still remembers it. A pending replay still refuses it.
+func (e *Engine) ForceReplayDeadLetter(ctx context.Context, id string) error {
+	return e.replayDeadLetter(ctx, id, true)
+}
+
+// ErrReplaySucceeded is returned by ReplayDeadLetter for a dead letter
+// whose latest replay succeeded.
+var ErrReplaySucceeded = errors.New("the dead letter's latest replay succeeded: replaying it again would run its message again (force it to)")
+
+func (e *Engine) replayDeadLetter(ctx context.Context, id string, force bool) (err error) {
 	ctx, end := e.background(ctx, TaskReplay)
 	defer func() { end(btoi(err == nil), err) }()
 	dl, err := e.store.GetDeadLetter(ctx, id)
@@ -33,6 +55,9 @@ func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) (err error) {
 	}
 	if e.replayer == nil {
 		return e.replayDeleting(ctx, dl)
+	}
+	if dl.State() == store.DeadLettersResolved && !force {
+		return fmt.Errorf("idem: replay dead letter %s: %w", id, ErrReplaySucceeded)
 	}
 	at := e.cfg.Clock().UTC()
 	if err := e.replayer.BeginReplay(ctx, id, at); err != nil {

@@ -133,14 +133,14 @@ func (s *Server) querySagas(w http.ResponseWriter, r *http.Request) {
 // deadLetterFilter reads type (saga type), reason, message_type, key and
 // as_of (the mark of a count).
 func deadLetterFilter(q url.Values) *inspect.DeadLetterFilter {
-	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: canon.Lookup(q.Get("key")), AsOf: q.Get("as_of")}
+	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: canon.Lookup(q.Get("key")), AsOf: q.Get("as_of"), State: store.DeadLetterState(q.Get("state"))}
 }
 
 // queryDeadLetters serves GET /api/dead-letters, with the reason,
 // message_type and key filters when given.
 func (s *Server) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("reason") == "" && q.Get("message_type") == "" && q.Get("key") == "" {
+	if q.Get("reason") == "" && q.Get("message_type") == "" && q.Get("key") == "" && q.Get("state") == "" {
 		s.listDeadLetters(w, r)
 		return
 	}
@@ -251,7 +251,7 @@ func (s *Server) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilte
 			return err
 		}
 		for i := range ds {
-			if err := s.e.ReplayDeadLetter(ctx, ds[i].ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err := s.e.ReplayDeadLetter(ctx, ds[i].ID); err != nil && !errors.Is(err, store.ErrNotFound) && replayRefused(err) == "" {
 				return fmt.Errorf("replay dead letter %s: %w", ds[i].ID, err)
 			}
 			res.Done++
