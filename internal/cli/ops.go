@@ -467,6 +467,7 @@ type selection struct {
 	msgType   string // the envelope's type
 	olderThan string // parsed by parseAge
 	asOf      string // the mark of a dry run's count (see bound)
+	state     string // unresolved (default), pending, resolved or all
 }
 
 // check validates args against the flags; filters need --all.
@@ -474,24 +475,28 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 	switch {
 	case s.all && len(ids) > 0:
 		return usageErrorf("give dead-letter IDs or --all, not both")
-	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != ""):
+	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != "" || s.state != ""):
 		s.all = true // replay --reason R --type T selects in bulk
 	case !s.all && len(ids) == 0:
 		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
 	}
 	if !s.all {
-		for _, f := range []string{"saga-type", "reason", "type", "older-than", "as-of"} {
+		for _, f := range []string{"saga-type", "reason", "type", "older-than", "as-of", "state"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
 			}
 		}
 	}
+	if _, err := store.ParseDeadLetterState(s.state); err != nil {
+		return usageErrorf("--state: %v", err)
+	}
 	return nil
 }
 
-// filter is s as an inspect filter, bound to s.asOf.
+// filter is s as an inspect filter, bound to s.asOf: the unresolved dead
+// letters unless --state says otherwise.
 func (s *selection) filter() *inspect.DeadLetterFilter {
-	return &inspect.DeadLetterFilter{SagaType: s.sagaType, Reason: s.reason, MessageType: s.msgType, AsOf: s.asOf}
+	return &inspect.DeadLetterFilter{SagaType: s.sagaType, Reason: s.reason, MessageType: s.msgType, AsOf: s.asOf, State: store.DeadLetterState(s.state)}
 }
 
 // bound takes the mark of the dead letters s selects now, unless --as-of
@@ -539,7 +544,7 @@ func (s *selection) each(ctx context.Context, st store.Store, cutoff time.Time, 
 func asOfHint(cmd *cobra.Command, s *selection) string {
 	var b strings.Builder
 	b.WriteString(cmd.CommandPath())
-	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}} {
+	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"state", s.state}} {
 		if f.v != "" {
 			fmt.Fprintf(&b, " --%s %s", f.name, strconv.Quote(f.v))
 		}
@@ -601,6 +606,7 @@ func newDLQReplay() *cobra.Command {
 		trNamespace  string
 		trPartitions int
 		dryRun       bool
+		force        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "replay ID... | --all | --reason R | --type T [--saga-type S] [--dry-run] [--as-of MARK]",
@@ -673,11 +679,21 @@ a named ID does not exist (the others are still replayed).
 					fmt.Fprintf(out, "would replay %s (%s)\n", clean(id), clean(typ))
 					return
 				}
-				err := eng.ReplayDeadLetter(ctx, id)
+				replayFn := eng.ReplayDeadLetter
+				if force && !sel.all {
+					replayFn = eng.ForceReplayDeadLetter
+				}
+				err := replayFn(ctx, id)
 				switch {
 				case errors.Is(err, store.ErrNotFound):
 					bad++
 					fmt.Fprintf(errOut, "no dead letter with ID %s\n", clean(id))
+				case errors.Is(err, idem.ErrReplaySucceeded):
+					bad++
+					fmt.Fprintf(errOut, "not replayed %s: its latest replay succeeded; replaying it again would run its message again (pass --force to replay it anyway)\n", clean(id))
+				case errors.Is(err, store.ErrReplayPending):
+					bad++
+					fmt.Fprintf(errOut, "not replayed %s: its latest replay is still pending (idem dlq show %s shows when it is settled)\n", clean(id), clean(id))
 				case err != nil:
 					bad++
 					fmt.Fprintf(errOut, "replay %s: %v\n", clean(id), err)
@@ -741,6 +757,8 @@ a named ID does not exist (the others are still replayed).
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only dead letters with this reason (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "act only on the dead letters counted by the dry run that printed this mark")
+	cmd.Flags().StringVar(&sel.state, "state", "", "select by the latest replay: unresolved (default: never replayed, or it failed or was not sent), pending, resolved (it succeeded) or all")
+	cmd.Flags().BoolVar(&force, "force", false, "replay the named dead letters even if their latest replay succeeded (their messages run again)")
 	sf.register(cmd)
 	return cmd
 }
@@ -837,6 +855,7 @@ Prints how many dead letters were deleted.
 	cmd.Flags().StringVar(&sel.olderThan, "older-than", "", "with --all: only dead letters last failed longer ago than this (90m, 72h, 7d)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --all: count what would be deleted and print the --as-of that binds it; change nothing")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "with --all: delete only the dead letters counted by the dry run that printed this mark")
+	cmd.Flags().StringVar(&sel.state, "state", "", "with --all: select by the latest replay: unresolved (default), pending, resolved (it succeeded) or all")
 	sf.register(cmd)
 	return cmd
 }
