@@ -10,8 +10,13 @@
 ALTER TABLE idem_dead_letters
     ADD COLUMN IF NOT EXISTS first_reason text NOT NULL DEFAULT '',
     ADD COLUMN IF NOT EXISTS first_error  text NOT NULL DEFAULT '',
-    ADD COLUMN IF NOT EXISTS recorded_xid xid8 NOT NULL DEFAULT pg_current_xact_id();
-UPDATE idem_dead_letters SET first_reason = reason, first_error = error;
+    ADD COLUMN IF NOT EXISTS recorded_xid xid8 NOT NULL DEFAULT '1'::xid8;
+-- Constant defaults add the columns without rewriting the table or
+-- updating its rows: a dead letter stored before this migration reads as
+-- recorded by transaction 1, which every snapshot sees (it was recorded
+-- before any mark), and its empty first_reason as "the first failure is
+-- the current one" (the reads and the trigger take reason and error then).
+-- The trigger sets both for every row recorded since.
 
 CREATE TABLE IF NOT EXISTS idem_dead_letter_replays (
     seq            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -34,8 +39,13 @@ BEGIN
         NEW.first_reason := NEW.reason;
         NEW.first_error := NEW.error;
     ELSE
-        NEW.first_reason := OLD.first_reason;
-        NEW.first_error := OLD.first_error;
+        IF OLD.first_reason = '' THEN -- stored before this migration
+            NEW.first_reason := OLD.reason;
+            NEW.first_error := OLD.error;
+        ELSE
+            NEW.first_reason := OLD.first_reason;
+            NEW.first_error := OLD.first_error;
+        END IF;
         -- The table is named with the trigger's schema: the session's
         -- search_path need not hold it.
         -- Only a replayed copy (header idem-replayed-at) settles the
