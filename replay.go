@@ -137,19 +137,6 @@ func (l *lane) consumedReplays() []string {
 	return ids
 }
 
-// settleReplays records, after the commit, that these dead letters'
-// replays succeeded. It is best effort: a crash before it leaves the
-// replay pending although the message was consumed.
-func (e *Engine) settleReplays(ctx context.Context, ids []string) {
-	if len(ids) == 0 {
-		return
-	}
-	p := &store.SettleReplaysParams{IDs: ids, Outcome: store.ReplaySucceeded, At: e.cfg.Clock().UTC()}
-	if err := e.replayer.SettleReplays(ctx, p); err != nil {
-		e.log.WarnContext(ctx, "recording replays as succeeded failed; they stay pending", "dead_letters", len(ids), "error", err)
-	}
-}
-
 // replayOpen reports whether dl's message was re-queued and has not failed
 // since: it is no longer a dead letter's final word.
 func replayOpen(dl *store.DeadLetter) bool {

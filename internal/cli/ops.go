@@ -640,6 +640,12 @@ exactly those, --as-of MARK, so that a dead letter recorded (or failed
 again) after the dry run is left alone. Without --as-of a bulk replay acts on
 the dead letters as of its start.
 
+A bulk replay selects the unresolved dead letters only (never replayed, or
+the latest replay failed or was not sent): --state pending, resolved or all
+selects the others. A dead letter whose latest replay is pending is never
+replayed again until it is settled; one whose latest replay succeeded is
+replayed by ID only with --force (its message runs again).
+
 Prints one line per dead letter and a count. Exits 1 if any replay failed or
 a named ID does not exist (the others are still replayed).
 ` + storeHelp,
@@ -786,7 +792,9 @@ last failure is older than a Go duration (90m, 72h) or a number of days (7d).
 --dry-run counts what --all would delete, changes nothing, and ends with the
 command that deletes exactly those, --as-of MARK: a dead letter recorded (or
 failed again) after the dry run is then kept. Without --as-of, purge --all
-acts on the dead letters as of its start.
+acts on the dead letters as of its start. --all selects the unresolved dead
+letters only (never replayed, or the latest replay failed or was not sent);
+--state pending, resolved or all selects the others.
 
 Prints how many dead letters were deleted.
 ` + storeHelp,

@@ -179,6 +179,13 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 	if err := s.check(ctx, "settle replays"); err != nil {
 		return err
 	}
+	s.settleReplays(p)
+	return nil
+}
+
+// settleReplays settles the pending latest replays p names. The caller
+// holds s.mu for writing.
+func (s *Store) settleReplays(p *store.SettleReplaysParams) {
 	for _, id := range p.IDs {
 		d := s.dead[id]
 		if d == nil {
@@ -190,5 +197,4 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 			r.Outcome, r.SettledAt, r.Error = p.Outcome, p.At, p.Error
 		}
 	}
-	return nil
 }

@@ -217,22 +217,33 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 	if err := s.check("settle replays"); err != nil {
 		return err
 	}
-	ids := make([]string, 0, len(p.IDs))
-	for _, id := range p.IDs {
-		if representable(id) {
-			ids = append(ids, id)
-		}
-	}
+	ids := representableIDs(p.IDs)
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, `UPDATE idem_dead_letter_replays r SET outcome = $2, settled_at = $3, error = $4
-FROM (SELECT dead_letter_id, max(seq) AS seq FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) GROUP BY dead_letter_id) l
-WHERE r.seq = l.seq AND r.outcome = 'pending'`, ids, string(p.Outcome), p.At, storableText(p.Error))
+	_, err := s.pool.Exec(ctx, settleReplaysSQL, ids, string(p.Outcome), p.At, storableText(p.Error))
 	if err != nil {
 		return fmt.Errorf("pgstore: settle replays of %d dead letters: %w", len(ids), translate(err))
 	}
 	return nil
+}
+
+// settleReplaysSQL settles the latest replay of each dead letter $1 names
+// if it is pending.
+const settleReplaysSQL = `UPDATE idem_dead_letter_replays r SET outcome = $2, settled_at = $3, error = $4
+FROM (SELECT dead_letter_id, max(seq) AS seq FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) GROUP BY dead_letter_id) l
+WHERE r.seq = l.seq AND r.outcome = 'pending'`
+
+// representableIDs is ids without those PostgreSQL cannot take (no
+// stored dead letter has them).
+func representableIDs(ids []string) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if representable(id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // withReplays reads the replay history of ds.

@@ -209,9 +209,7 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 	errText := strings.ToValidUTF8(p.Error, "\uFFFD")
 	err := s.write(ctx, "settle replays", 0, func(w *writer) error {
 		for _, id := range p.IDs {
-			_, err := w.exec(`UPDATE idem_dead_letter_replays SET outcome = ?2, settled_at = ?3, error = ?4
-WHERE seq = (SELECT max(seq) FROM idem_dead_letter_replays WHERE dead_letter_id = ?1) AND outcome = 'pending'`,
-				id, string(p.Outcome), micros(p.At), errText)
+			_, err := w.exec(settleReplaySQL, id, string(p.Outcome), micros(p.At), errText)
 			if err != nil {
 				return err
 			}
@@ -223,6 +221,10 @@ WHERE seq = (SELECT max(seq) FROM idem_dead_letter_replays WHERE dead_letter_id 
 	}
 	return nil
 }
+
+// settleReplaySQL settles dead letter ?1's latest replay if it is pending.
+const settleReplaySQL = `UPDATE idem_dead_letter_replays SET outcome = ?2, settled_at = ?3, error = ?4
+WHERE seq = (SELECT max(seq) FROM idem_dead_letter_replays WHERE dead_letter_id = ?1) AND outcome = 'pending'`
 
 // querier is what withReplays reads through: the read pool or a
 // transaction.

@@ -18,6 +18,7 @@ var deadLetterReplayerCases = []testCase{
 	{"DeadLetterOneReplayPending", testDeadLetterOneReplayPending},
 	{"DeadLetterOriginalCopySettlesNothing", testDeadLetterOriginalCopy},
 	{"DeadLetterQueryByState", testDeadLetterQueryByState},
+	{"DeadLetterReplaySettledInCommit", testDeadLetterReplaySettledInCommit},
 }
 
 // RunDeadLetterReplayer runs the cases of store.DeadLetterReplayer against
@@ -378,4 +379,24 @@ func testDeadLetterQueryByState(t *testing.T, s store.Store) {
 			t.Errorf("count state %q: got %+v, %v; want %d permanent_error", tc.state, n, err, len(tc.want))
 		}
 	}
+}
+
+// testDeadLetterReplaySettledInCommit: Changes.SettleReplays settles
+// replays in the unit of work's commit, and only a pending latest one.
+func testDeadLetterReplaySettledInCommit(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	t0 := now().Add(-time.Hour)
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{deadLetterAt("d-1", "unknown_type", "e", t0), deadLetterAt("d-2", "unknown_type", "e", t0)}})
+	r := t0.Add(time.Minute)
+	if err := s.(store.DeadLetterReplayer).BeginReplay(ctx, "d-1", r); err != nil {
+		t.Fatalf("begin replay of d-1: got error %v, want nil", err)
+	}
+	done := r.Add(time.Second)
+	ch := &store.Changes{SettleReplays: &store.SettleReplaysParams{IDs: []string{"d-1", "d-2", "no-such-id", "k\x00"}, Outcome: store.ReplaySucceeded, At: done}}
+	if ch.Empty() {
+		t.Fatalf("changes that settle replays: Empty() = true, want false (the engine would skip the commit)")
+	}
+	commit(t, s, ch)
+	checkReplays(t, "d-1 settled in a commit", getDeadLetter(t, s, "d-1").Replays, []store.Replay{{At: r, Outcome: store.ReplaySucceeded, SettledAt: done}})
+	checkReplays(t, "d-2, never replayed", getDeadLetter(t, s, "d-2").Replays, nil)
 }
