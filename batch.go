@@ -437,9 +437,6 @@ type laneResult struct {
 	logs   []logLine
 	counts struct{ applied, ignored, dup, notFound, dead, stale, emitted int64 }
 	byType map[string]*typeDelta // counts by saga type
-	// replayed are the dead letters whose replayed message this unit of
-	// work consumed without dead-lettering it (see replay.go).
-	replayed []string
 }
 
 // working is an instance as the lane's unit of work changes it.
@@ -628,7 +625,10 @@ func (l *lane) markSeen(ik store.InboxKey) {
 
 // collect turns the working instances and timers into changes.
 func (l *lane) collect() {
-	l.res.replayed = l.consumedReplays()
+	if ids := l.consumedReplays(); len(ids) > 0 {
+		// Settled in the commit: a crash after it cannot leave them pending.
+		l.ch.SettleReplays = &store.SettleReplaysParams{IDs: ids, Outcome: store.ReplaySucceeded, At: l.now}
+	}
 	for _, w := range l.work {
 		switch {
 		case w.isNew:
@@ -972,7 +972,6 @@ func (e *Engine) settle(ctx context.Context, res *laneResult) {
 	s.staleTimers.Add(c.stale)
 	s.emitted.Add(c.emitted)
 	e.addTypeCounts(res.byType)
-	e.settleReplays(ctx, res.replayed)
 	if len(res.outbox) > 0 {
 		if err := e.tr.Publish(ctx, res.outbox); err != nil {
 			e.log.WarnContext(ctx, "publish after commit failed; the outbox relay will send", "messages", len(res.outbox), "error", err)

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -23,8 +24,29 @@ import (
 // store, the dead letter is deleted before the publish and recorded again
 // if the publish fails.
 //
+// A dead letter whose latest replay succeeded is not replayed again (the
+// error wraps ErrReplaySucceeded: its message would run twice once the
+// inbox forgot it); ForceReplayDeadLetter replays it. One whose latest
+// replay is pending is never replayed again before it is settled (the
+// error wraps store.ErrReplayPending).
+//
 // The error wraps store.ErrNotFound when there is no such dead letter.
-func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) (err error) {
+func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) error {
+	return e.replayDeadLetter(ctx, id, false)
+}
+
+// ForceReplayDeadLetter is ReplayDeadLetter that also replays a dead letter
+// whose latest replay succeeded, running its message again unless the
+// inbox still remembers it. A pending replay still refuses it.
+func (e *Engine) ForceReplayDeadLetter(ctx context.Context, id string) error {
+	return e.replayDeadLetter(ctx, id, true)
+}
+
+// ErrReplaySucceeded is returned by ReplayDeadLetter for a dead letter
+// whose latest replay succeeded.
+var ErrReplaySucceeded = errors.New("the dead letter's latest replay succeeded: replaying it again would run its message again (force it to)")
+
+func (e *Engine) replayDeadLetter(ctx context.Context, id string, force bool) (err error) {
 	ctx, end := e.background(ctx, TaskReplay)
 	defer func() { end(btoi(err == nil), err) }()
 	dl, err := e.store.GetDeadLetter(ctx, id)
@@ -33,6 +55,9 @@ func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) (err error) {
 	}
 	if e.replayer == nil {
 		return e.replayDeleting(ctx, dl)
+	}
+	if dl.State() == store.DeadLettersResolved && !force {
+		return fmt.Errorf("idem: replay dead letter %s: %w", id, ErrReplaySucceeded)
 	}
 	at := e.cfg.Clock().UTC()
 	if err := e.replayer.BeginReplay(ctx, id, at); err != nil {
@@ -110,19 +135,6 @@ func (l *lane) consumedReplays() []string {
 		}
 	}
 	return ids
-}
-
-// settleReplays records, after the commit, that these dead letters'
-// replays succeeded. It is best effort: a crash before it leaves the
-// replay pending although the message was consumed.
-func (e *Engine) settleReplays(ctx context.Context, ids []string) {
-	if len(ids) == 0 {
-		return
-	}
-	p := &store.SettleReplaysParams{IDs: ids, Outcome: store.ReplaySucceeded, At: e.cfg.Clock().UTC()}
-	if err := e.replayer.SettleReplays(ctx, p); err != nil {
-		e.log.WarnContext(ctx, "recording replays as succeeded failed; they stay pending", "dead_letters", len(ids), "error", err)
-	}
 }
 
 // replayOpen reports whether dl's message was re-queued and has not failed

@@ -92,6 +92,9 @@ type DeadLetter struct {
 	FirstError  string         `json:"first_error,omitempty"`
 	Replays     []store.Replay `json:"replays,omitempty"`
 	History     string         `json:"history,omitempty"`
+	// State is unresolved, resolved (the latest replay succeeded) or
+	// pending (the latest replay is pending).
+	State store.DeadLetterState `json:"state"`
 }
 
 // DeadLetterList is the answer of GET /api/dead-letters.
@@ -178,7 +181,7 @@ func toDeadLetter(d *store.DeadLetter) DeadLetter {
 	return DeadLetter{
 		ID: d.ID, Envelope: toEnvelope(&d.Envelope), Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
 		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
-		FirstReason: d.FirstReason, FirstError: d.FirstError, Replays: d.Replays, History: History(d),
+		FirstReason: d.FirstReason, FirstError: d.FirstError, Replays: d.Replays, History: History(d), State: d.State(),
 	}
 }
 
@@ -319,9 +322,17 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	err := s.e.ReplayDeadLetter(ctx, id)
+	replay := s.e.ReplayDeadLetter
+	if f := r.URL.Query().Get("force"); f == "true" || f == "1" {
+		replay = s.e.ForceReplayDeadLetter
+	}
+	err := replay(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no dead letter with ID %q: list them with GET /api/dead-letters", id)
+		return
+	}
+	if msg := replayRefused(err); msg != "" {
+		writeError(w, http.StatusConflict, "dead letter %q: %s", id, msg)
 		return
 	}
 	if err != nil {

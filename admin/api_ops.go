@@ -133,14 +133,14 @@ func (s *Server) querySagas(w http.ResponseWriter, r *http.Request) {
 // deadLetterFilter reads type (saga type), reason, message_type, key and
 // as_of (the mark of a count).
 func deadLetterFilter(q url.Values) *inspect.DeadLetterFilter {
-	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: canon.Lookup(q.Get("key")), AsOf: q.Get("as_of")}
+	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: canon.Lookup(q.Get("key")), AsOf: q.Get("as_of"), State: store.DeadLetterState(q.Get("state"))}
 }
 
 // queryDeadLetters serves GET /api/dead-letters, with the reason,
 // message_type and key filters when given.
 func (s *Server) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("reason") == "" && q.Get("message_type") == "" && q.Get("key") == "" {
+	if q.Get("reason") == "" && q.Get("message_type") == "" && q.Get("key") == "" && q.Get("state") == "" {
 		s.listDeadLetters(w, r)
 		return
 	}
@@ -282,8 +282,8 @@ func (s *Server) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilte
 		for i := range ds {
 			err := s.e.ReplayDeadLetter(ctx, ds[i].ID)
 			switch {
-			case errors.Is(err, store.ErrNotFound):
-				res.Skipped++ // gone since its page was read
+			case errors.Is(err, store.ErrNotFound) || (err != nil && replayRefused(err) != ""):
+				res.Skipped++ // gone, or its replay resolved or started, since its page was read
 			case err != nil:
 				return fmt.Errorf("replay dead letter %s: %w", ds[i].ID, err)
 			default:

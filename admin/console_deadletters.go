@@ -18,6 +18,8 @@ type dlRow struct {
 	SagaExists bool
 	// History sums up the replays (see History).
 	History string
+	// State is what became of the latest replay (store.DeadLetter.State).
+	State store.DeadLetterState
 }
 
 // deadLetterRows makes the rows of ds, reading which of their sagas exist
@@ -27,7 +29,7 @@ func (s *Server) deadLetterRows(ctx context.Context, ds []store.DeadLetter) []dl
 	rows := make([]dlRow, len(ds))
 	var keys []store.Key
 	for i := range ds {
-		rows[i] = dlRow{DeadLetter: ds[i], History: History(&ds[i])}
+		rows[i] = dlRow{DeadLetter: ds[i], History: History(&ds[i]), State: ds[i].State()}
 		if ds[i].SagaType != "" {
 			keys = append(keys, store.Key{SagaType: ds[i].SagaType, Key: ds[i].Key})
 		}

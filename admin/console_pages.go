@@ -178,7 +178,7 @@ type deadLettersView struct {
 func (s *Server) pageDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &deadLettersView{Filter: map[string]string{}, Flash: flash(r), Now: time.Now()}
-	for _, k := range []string{"type", "reason", "message_type", "key"} {
+	for _, k := range []string{"type", "reason", "message_type", "key", "state"} {
 		v.Filter[k] = q.Get(k)
 	}
 	if c := q.Get("confirm"); c == "replay" || c == "purge" {
@@ -239,6 +239,10 @@ func (s *Server) actReplay(w http.ResponseWriter, r *http.Request) {
 	err := s.e.ReplayDeadLetter(ctx, r.PathValue("id"))
 	if errors.Is(err, store.ErrNotFound) {
 		s.consoleError(w, r, http.StatusNotFound, "There is no such dead letter: it may have been replayed or purged already.")
+		return
+	}
+	if msg := replayRefused(err); msg != "" {
+		s.consoleError(w, r, http.StatusConflict, "Not replayed: "+msg+".")
 		return
 	}
 	if err != nil {

@@ -1,11 +1,13 @@
 package admin
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
 )
 
@@ -34,6 +36,18 @@ func History(d *store.DeadLetter) string {
 		return fmt.Sprintf("replayed %s; the last replay was not sent at %s: %s", n, at(r.SettledAt), firstLine(r.Error))
 	}
 	return fmt.Sprintf("replayed %s; the last replay, at %s, is pending: re-queued, not yet consumed", n, at(r.At))
+}
+
+// replayRefused says why a replay of one dead letter was refused, or ""
+// when it was not.
+func replayRefused(err error) string {
+	switch {
+	case errors.Is(err, idem.ErrReplaySucceeded):
+		return "its latest replay succeeded: replaying it again would run its message again; add force=true to replay it anyway"
+	case errors.Is(err, store.ErrReplayPending):
+		return "its latest replay is still pending: wait until an engine consumes it (its replays show the outcome)"
+	}
+	return ""
 }
 
 // firstLine is the first line of an error chain, shortened.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +185,54 @@ func TestConsoleDeadLetterPage(t *testing.T) {
 		_, page = br.get("/dead-letters/inv-1")
 		return strings.Contains(page, "failed again at")
 	})
+}
+
+// A dead letter whose replay succeeded is resolved: counts, bulk actions
+// and the overview leave it out, a replay of it is refused without force,
+// and the console shows its status instead of the Replay button.
+func TestSucceededReplayIsResolved(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	var all, before admin.DeadLetterCounts
+	b.getJSON(t, "/api/dead-letters/counts", &before)
+	if code, body := b.do(t, http.MethodPost, "/api/dead-letters/placed-o-dead/replay", ""); code != http.StatusAccepted {
+		t.Fatalf("replay placed-o-dead: %d %s; want 202", code, body)
+	}
+	eventually(t, "placed-o-dead's replay to succeed", func() bool {
+		d := getDeadLetter(t, b, "placed-o-dead")
+		return len(d.Replays) == 1 && d.Replays[0].Outcome == store.ReplaySucceeded
+	})
+	var after admin.DeadLetterCounts
+	b.getJSON(t, "/api/dead-letters/counts", &after)
+	b.getJSON(t, "/api/dead-letters/counts?state=all", &all)
+	if after.Total != before.Total-1 || all.Total != before.Total {
+		t.Errorf("counts: %d unresolved and %d in all after the replay succeeded, want %d and %d", after.Total, all.Total, before.Total-1, before.Total)
+	}
+	code, body := b.do(t, http.MethodPost, "/api/dead-letters/replay?dry_run=true", "")
+	if code != http.StatusOK || !strings.Contains(body, `"matched":`+strconv.Itoa(after.Total)+`,`) {
+		t.Errorf("bulk replay dry run: %d %s; want %d matched (not placed-o-dead)", code, body, after.Total)
+	}
+	var resolved admin.DeadLetterList
+	b.getJSON(t, "/api/dead-letters?state=resolved", &resolved)
+	if len(resolved.DeadLetters) != 1 || resolved.DeadLetters[0].ID != "placed-o-dead" || resolved.DeadLetters[0].State != store.DeadLettersResolved {
+		t.Errorf("state=resolved: %+v, want placed-o-dead, resolved", resolved.DeadLetters)
+	}
+	code, body = b.do(t, http.MethodPost, "/api/dead-letters/placed-o-dead/replay", "")
+	if code != http.StatusConflict || !strings.Contains(body, "force=true") {
+		t.Errorf("replay of a resolved dead letter: %d %s; want 409 naming force=true", code, body)
+	}
+	var ov admin.Overview
+	b.getJSON(t, "/api/overview", &ov)
+	if ov.Stored.DeadLetters == nil || ov.Stored.DeadLetters.Count != int64(after.Total) {
+		t.Errorf("overview: stored dead letters %+v, want %d (the unresolved ones)", ov.Stored.DeadLetters, after.Total)
+	}
+	br := newBrowser(t, b)
+	code, page := br.get("/dead-letters/placed-o-dead")
+	if code != http.StatusOK || !strings.Contains(page, "replay succeeded") || strings.Contains(page, `data-action="replay"`) {
+		t.Errorf("console page: %d; want the status 'replay succeeded' instead of the Replay button", code)
+	}
+	if code, body = b.do(t, http.MethodPost, "/api/dead-letters/placed-o-dead/replay?force=true", ""); code != http.StatusAccepted {
+		t.Errorf("forced replay: %d %s; want 202", code, body)
+	}
 }

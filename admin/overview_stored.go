@@ -80,7 +80,31 @@ func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 		}
 		return &StoredCount{Count: e, Accuracy: AccuracyEstimate}
 	}
-	out.DeadLetters = count(store.TableDeadLetters)
+	out.DeadLetters = s.unresolvedCount(ctx)
+	if out.DeadLetters == nil {
+		out.DeadLetters = count(store.TableDeadLetters)
+	}
 	out.Timers = count(store.TableTimers)
 	return out
+}
+
+// unresolvedCount counts, up to StoredCountBound, the dead letters no
+// replay resolved (store.DeadLettersUnresolved): one whose replay succeeded
+// or is pending waits for no one. It returns nil when the store cannot
+// select them, or there are StoredCountBound or more (the caller then
+// counts the table).
+func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
+	dq, ok := s.st.(store.DeadLetterQuerier)
+	if !ok {
+		return nil
+	}
+	ds, err := dq.QueryDeadLetters(ctx, &store.DeadLetterQuery{State: store.DeadLettersUnresolved, Limit: StoredCountBound})
+	if err != nil {
+		s.log.WarnContext(ctx, "admin: count unresolved dead letters", "error", err)
+		return nil
+	}
+	if len(ds) >= StoredCountBound {
+		return nil
+	}
+	return &StoredCount{Count: int64(len(ds)), Accuracy: AccuracyExact}
 }

@@ -2,8 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
+
+// ErrReplayPending is returned by DeadLetterReplayer.BeginReplay when the
+// dead letter's latest replay is still pending.
+var ErrReplayPending = errors.New("store: the dead letter's latest replay is still pending")
 
 // DeadLetterQuerier is implemented by stores that filter and count dead
 // letters in the database instead of handing every row to the caller
@@ -53,10 +59,61 @@ type DeadLetterQuery struct {
 	// arrived, or failed again, since. A mark the store did not make is an
 	// error.
 	AsOf string
+	// State selects by what became of the dead letter's replays; "" (or
+	// DeadLettersAll) selects every one.
+	State DeadLetterState
 	// After is the ID of the last dead letter of the previous page.
 	After string
 	// Limit bounds the page; 0 means the store's default.
 	Limit int
+}
+
+// DeadLetterState is what became of a dead letter's replays, by its latest
+// replay.
+type DeadLetterState string
+
+// The states of a dead letter, as DeadLetterQuery.State selects them.
+const (
+	// DeadLettersAll selects every dead letter.
+	DeadLettersAll DeadLetterState = "all"
+	// DeadLettersUnresolved: never replayed, or the latest replay failed
+	// or was not sent. Its message still waits for an operator.
+	DeadLettersUnresolved DeadLetterState = "unresolved"
+	// DeadLettersResolved: the latest replay succeeded. Replaying it again
+	// would run its message again.
+	DeadLettersResolved DeadLetterState = "resolved"
+	// DeadLettersPending: the latest replay is pending.
+	DeadLettersPending DeadLetterState = "pending"
+)
+
+// ParseDeadLetterState reads a state as DeadLetterQuery.State takes it:
+// all, unresolved, resolved or pending ("" is all).
+func ParseDeadLetterState(s string) (DeadLetterState, error) {
+	switch st := DeadLetterState(s); st {
+	case "", DeadLettersAll, DeadLettersUnresolved, DeadLettersResolved, DeadLettersPending:
+		return st, nil
+	}
+	return "", fmt.Errorf("dead letter state %.40q: want all, unresolved, resolved or pending", s)
+}
+
+// State returns d's state by its latest replay.
+func (d *DeadLetter) State() DeadLetterState {
+	r := d.LastReplay()
+	switch {
+	case r == nil:
+		return DeadLettersUnresolved
+	case r.Outcome == ReplaySucceeded:
+		return DeadLettersResolved
+	case r.Outcome == ReplayPending:
+		return DeadLettersPending
+	}
+	return DeadLettersUnresolved
+}
+
+// Selects reports whether st selects a dead letter in state d ("" and
+// DeadLettersAll select every one).
+func (st DeadLetterState) Selects(d DeadLetterState) bool {
+	return st == "" || st == DeadLettersAll || st == d
 }
 
 // ReplayOutcome is what became of one replay of a dead letter.
@@ -79,7 +136,10 @@ const (
 
 // HeaderReplay marks an envelope published again by a replay: its value is
 // the replay's time (RFC 3339). An engine that consumes such a message
-// without dead-lettering it settles the replay as ReplaySucceeded.
+// without dead-lettering it settles the replay as ReplaySucceeded; a store
+// settles the pending replay as ReplayFailed only when the dead letter is
+// recorded again from an envelope that carries it (a late copy of the
+// original message failing again settles nothing).
 const HeaderReplay = "idem-replayed-at"
 
 // Replay is one replay of a dead letter.
@@ -102,8 +162,11 @@ type Replay struct {
 // it; without it, a replay deletes the dead letter.
 type DeadLetterReplayer interface {
 	// BeginReplay appends a ReplayPending replay at at to the history of
-	// dead letter id, or fails with an error wrapping ErrNotFound. The
-	// dead letter's mark (see DeadLetterQuery.AsOf) does not change.
+	// dead letter id, or fails with an error wrapping ErrNotFound, or
+	// ErrReplayPending when its latest replay is still pending: at most one
+	// replay of a dead letter is pending at a time, so that the outcome
+	// recorded is that of the copy consumed. The dead letter's mark (see
+	// DeadLetterQuery.AsOf) does not change.
 	BeginReplay(ctx context.Context, id string, at time.Time) error
 	// SettleReplays settles the latest replay of each dead letter p.IDs
 	// names, if it is ReplayPending, with p's outcome; missing IDs and

@@ -310,12 +310,19 @@ type Changes struct {
 	// TokenStore); the engine sets them only for a TokenStore.
 	MintTokens  []Token
 	ClaimTokens []string
+	// SettleReplays, when set, settles replays in the same commit, as
+	// DeadLetterReplayer.SettleReplays would: the engine sets it, only on
+	// a DeadLetterReplayer, when the unit of work consumes replayed
+	// messages without dead-lettering them, so that a crash after the
+	// commit cannot leave their replays pending.
+	SettleReplays *SettleReplaysParams
 }
 
 // Empty reports whether c holds no writes.
 func (c *Changes) Empty() bool {
 	return len(c.Inserts)+len(c.Updates)+len(c.Inbox)+len(c.Outbox)+len(c.Timers)+
-		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens) == 0
+		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens) == 0 &&
+		(c.SettleReplays == nil || len(c.SettleReplays.IDs) == 0)
 }
 
 // UnitOfWork is one transaction. It is used by one goroutine at a time. After

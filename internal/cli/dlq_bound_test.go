@@ -39,14 +39,15 @@ func TestDLQBulkActsOnWhatWasCounted(t *testing.T) {
 		t.Errorf("u3, which arrived after the count: %+v, %v; want it kept and not replayed", d, err)
 	}
 
-	code, out, errOut = b.run("dlq", "purge", "--all", "--reason", "unknown_type", "--dry-run")
+	// u1 and u2's replays are pending: --state all selects them too.
+	code, out, errOut = b.run("dlq", "purge", "--all", "--reason", "unknown_type", "--state", "all", "--dry-run")
 	wantExit(t, code, out, errOut, 0)
 	m = asOfRE.FindStringSubmatch(out)
 	if !strings.Contains(out, "would delete 3 dead letters") || m == nil {
 		t.Fatalf("purge dry run: stdout %q; want the count and the --as-of that binds it", out)
 	}
 	seed(t, st, deadLetter("u4", "unknown_type", 0))
-	code, out, errOut = b.run("dlq", "purge", "--all", "--reason", "unknown_type", "--yes", "--as-of", m[1])
+	code, out, errOut = b.run("dlq", "purge", "--all", "--reason", "unknown_type", "--state", "all", "--yes", "--as-of", m[1])
 	wantExit(t, code, out, errOut, 0)
 	if out != "deleted 3 dead letters\n" {
 		t.Errorf("purge as of the dry run: stdout %q, want 3 deleted", out)
@@ -90,6 +91,7 @@ func TestDLQTypeFlagAndHistory(t *testing.T) {
 	// It fails again, as an engine would record it.
 	again := deadLetter("h1", "unknown_type", 0)
 	again.Error = "no saga or handler consumes searchimport.SearchRequested"
+	again.Envelope.Headers = map[string]string{store.HeaderReplay: time.Now().UTC().Format(time.RFC3339Nano)} // the replayed copy
 	seed(t, st, again)
 	code, out, errOut = b.run("dlq", "show", "h1")
 	wantExit(t, code, out, errOut, 0)

@@ -476,6 +476,7 @@ type selection struct {
 	// run's hint passes instead of its --older-than.
 	failedBefore string
 	asOf         string // the mark of a dry run's count (see bound)
+	state        string // unresolved (default), pending, resolved or all
 }
 
 // check validates args against the flags; filters need --all.
@@ -483,24 +484,28 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 	switch {
 	case s.all && len(ids) > 0:
 		return usageErrorf("give dead-letter IDs or --all, not both")
-	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != ""):
+	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != "" || s.state != ""):
 		s.all = true // replay --reason R --type T selects in bulk
 	case !s.all && len(ids) == 0:
 		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
 	}
 	if !s.all {
-		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of"} {
+		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of", "state"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
 			}
 		}
 	}
+	if _, err := store.ParseDeadLetterState(s.state); err != nil {
+		return usageErrorf("--state: %v", err)
+	}
 	return nil
 }
 
-// filter is s as an inspect filter, bound to s.asOf.
+// filter is s as an inspect filter, bound to s.asOf: the unresolved dead
+// letters unless --state says otherwise.
 func (s *selection) filter() *inspect.DeadLetterFilter {
-	return &inspect.DeadLetterFilter{SagaType: s.sagaType, Reason: s.reason, MessageType: s.msgType, AsOf: s.asOf}
+	return &inspect.DeadLetterFilter{SagaType: s.sagaType, Reason: s.reason, MessageType: s.msgType, AsOf: s.asOf, State: store.DeadLetterState(s.state)}
 }
 
 // bound takes the mark of the dead letters s selects now, unless --as-of
@@ -548,7 +553,7 @@ func (s *selection) each(ctx context.Context, st store.Store, cutoff time.Time, 
 func asOfHint(cmd *cobra.Command, s *selection) string {
 	var b strings.Builder
 	b.WriteString(cmd.CommandPath())
-	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}} {
+	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}, {"state", s.state}} {
 		if f.v != "" {
 			fmt.Fprintf(&b, " --%s %s", f.name, strconv.Quote(f.v))
 		}
@@ -610,6 +615,7 @@ func newDLQReplay() *cobra.Command {
 		trNamespace  string
 		trPartitions int
 		dryRun       bool
+		force        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "replay ID... | --all | --reason R | --type T [--saga-type S] [--dry-run] [--as-of MARK]",
@@ -642,6 +648,12 @@ the count, and changes nothing; it ends with the command that replays
 exactly those, --as-of MARK, so that a dead letter recorded (or failed
 again) after the dry run is left alone. Without --as-of a bulk replay acts on
 the dead letters as of its start.
+
+A bulk replay selects the unresolved dead letters only (never replayed, or
+the latest replay failed or was not sent): --state pending, resolved or all
+selects the others. A dead letter whose latest replay is pending is never
+replayed again until it is settled; one whose latest replay succeeded is
+replayed by ID only with --force (its message runs again).
 
 Prints one line per dead letter and a count. Exits 1 if any replay failed or
 a named ID does not exist (the others are still replayed).
@@ -682,11 +694,21 @@ a named ID does not exist (the others are still replayed).
 					fmt.Fprintf(out, "would replay %s (%s)\n", clean(id), clean(typ))
 					return
 				}
-				err := eng.ReplayDeadLetter(ctx, id)
+				replayFn := eng.ReplayDeadLetter
+				if force && !sel.all {
+					replayFn = eng.ForceReplayDeadLetter
+				}
+				err := replayFn(ctx, id)
 				switch {
 				case errors.Is(err, store.ErrNotFound):
 					bad++
 					fmt.Fprintf(errOut, "no dead letter with ID %s\n", clean(id))
+				case errors.Is(err, idem.ErrReplaySucceeded):
+					bad++
+					fmt.Fprintf(errOut, "not replayed %s: its latest replay succeeded; replaying it again would run its message again (pass --force to replay it anyway)\n", clean(id))
+				case errors.Is(err, store.ErrReplayPending):
+					bad++
+					fmt.Fprintf(errOut, "not replayed %s: its latest replay is still pending (idem dlq show %s shows when it is settled)\n", clean(id), clean(id))
 				case err != nil:
 					bad++
 					fmt.Fprintf(errOut, "replay %s: %v\n", clean(id), err)
@@ -750,6 +772,8 @@ a named ID does not exist (the others are still replayed).
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only dead letters with this reason (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "act only on the dead letters counted by the dry run that printed this mark")
+	cmd.Flags().StringVar(&sel.state, "state", "", "select by the latest replay: unresolved (default: never replayed, or it failed or was not sent), pending, resolved (it succeeded) or all")
+	cmd.Flags().BoolVar(&force, "force", false, "replay the named dead letters even if their latest replay succeeded (their messages run again)")
 	sf.register(cmd)
 	return cmd
 }
@@ -781,7 +805,9 @@ failed again) after the dry run is then kept. That command passes the dry
 run's --older-than as the time it stood for, --failed-before TIME, so that a
 dead letter too young at the dry run is kept even if it has aged past it
 since; --older-than with --as-of is refused (exit 2). Without --as-of, purge --all
-acts on the dead letters as of its start.
+acts on the dead letters as of its start. --all selects the unresolved dead
+letters only (never replayed, or the latest replay failed or was not sent);
+--state pending, resolved or all selects the others.
 
 Prints how many dead letters were deleted.
 ` + storeHelp,
@@ -847,6 +873,7 @@ Prints how many dead letters were deleted.
 	cmd.Flags().StringVar(&sel.failedBefore, "failed-before", "", "with --all: only dead letters last failed before this time (RFC 3339), as a dry run's --older-than prints it")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --all: count what would be deleted and print the --as-of that binds it; change nothing")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "with --all: delete only the dead letters counted by the dry run that printed this mark")
+	cmd.Flags().StringVar(&sel.state, "state", "", "with --all: select by the latest replay: unresolved (default), pending, resolved (it succeeded) or all")
 	sf.register(cmd)
 	return cmd
 }

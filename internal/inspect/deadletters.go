@@ -23,12 +23,26 @@ type DeadLetterFilter struct {
 	// letters counted then are selected, not one recorded, or recorded
 	// again, since.
 	AsOf string
+	// State selects by the latest replay; "" is store.DeadLettersUnresolved
+	// (a dead letter whose replay succeeded or is pending is not selected,
+	// so that a bulk replay does not run its message again), and
+	// store.DeadLettersAll selects every one.
+	State store.DeadLetterState
+}
+
+// state is f's state, unresolved by default.
+func (f *DeadLetterFilter) state() store.DeadLetterState {
+	if f.State == "" {
+		return store.DeadLettersUnresolved
+	}
+	return f.State
 }
 
 // Match reports whether d passes every filter.
 func (f *DeadLetterFilter) Match(d *store.DeadLetter) bool {
 	return (f.SagaType == "" || d.SagaType == f.SagaType) && (f.Reason == "" || d.Reason == f.Reason) &&
-		(f.MessageType == "" || d.Envelope.Type == f.MessageType) && (f.Key == "" || d.Key == f.Key)
+		(f.MessageType == "" || d.Envelope.Type == f.MessageType) && (f.Key == "" || d.Key == f.Key) &&
+		f.state().Selects(d.State())
 }
 
 // EachDeadLetter calls fn with every page of dead letters f selects, in ID
@@ -210,7 +224,7 @@ func sortCounts(m map[string]int) (counts []ReasonCount, total int) {
 
 // query is f as a store.DeadLetterQuery.
 func (f *DeadLetterFilter) query(after string, limit int) *store.DeadLetterQuery {
-	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, AsOf: f.AsOf, After: after, Limit: limit}
+	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, AsOf: f.AsOf, State: f.state(), After: after, Limit: limit}
 }
 
 // listDeadLetters reads one page of dead letters after the ID after: those

@@ -25,7 +25,8 @@ type deadMarks struct {
 }
 
 // recordDeadLetter stores d, keeping a stored one's first failure and
-// history and settling its pending replay as failed. The caller holds s.mu
+// history and, when d comes from a replayed copy (store.HeaderReplay),
+// settling its pending replay as failed. The caller holds s.mu
 // for writing.
 func (s *Store) recordDeadLetter(d *store.DeadLetter) {
 	c := cloneDeadLetter(d)
@@ -33,7 +34,9 @@ func (s *Store) recordDeadLetter(d *store.DeadLetter) {
 	if old := s.dead[d.ID]; old != nil {
 		c.FirstFailedAt = minTime(old.FirstFailedAt, d.FirstFailedAt)
 		c.FirstReason, c.FirstError, c.Replays = old.FirstReason, old.FirstError, old.Replays
-		if r := c.LastReplay(); r != nil && r.Outcome == store.ReplayPending {
+		if r := c.LastReplay(); r != nil && r.Outcome == store.ReplayPending && d.Envelope.Headers[store.HeaderReplay] != "" {
+			c.Replays = slices.Clone(c.Replays) // copies handed out share the old array
+			r = c.LastReplay()
 			r.Outcome, r.SettledAt, r.Reason, r.Error = store.ReplayFailed, d.LastFailedAt, d.Reason, d.Error
 		}
 	}
@@ -75,7 +78,7 @@ func parseMark(asOf string) (uint64, error) {
 // by mark. The caller holds s.mu.
 func (s *Store) selects(q *store.DeadLetterQuery, d *store.DeadLetter, mark uint64) bool {
 	return (q.SagaType == "" || d.SagaType == q.SagaType) && (q.Key == "" || d.Key == q.Key) &&
-		(q.Reason == "" || d.Reason == q.Reason) && s.deadMarks.bySeq[d.ID] <= mark
+		(q.Reason == "" || d.Reason == q.Reason) && s.deadMarks.bySeq[d.ID] <= mark && q.State.Selects(d.State())
 }
 
 // QueryDeadLetters returns one page of the dead letters q selects, in ID
@@ -161,6 +164,9 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	if d == nil {
 		return fmt.Errorf("begin replay of dead letter %s: %w", id, store.ErrNotFound)
 	}
+	if d.State() == store.DeadLettersPending {
+		return fmt.Errorf("begin replay of dead letter %s: %w", id, store.ErrReplayPending)
+	}
 	d.Replays = append(slices.Clip(d.Replays), store.Replay{At: at, Outcome: store.ReplayPending})
 	return nil
 }
@@ -173,6 +179,13 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 	if err := s.check(ctx, "settle replays"); err != nil {
 		return err
 	}
+	s.settleReplays(p)
+	return nil
+}
+
+// settleReplays settles the pending latest replays p names. The caller
+// holds s.mu for writing.
+func (s *Store) settleReplays(p *store.SettleReplaysParams) {
 	for _, id := range p.IDs {
 		d := s.dead[id]
 		if d == nil {
@@ -184,5 +197,4 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 			r.Outcome, r.SettledAt, r.Error = p.Outcome, p.At, p.Error
 		}
 	}
-	return nil
 }

@@ -264,6 +264,9 @@ func (s *Store) apply(c *store.Changes) {
 	for _, d := range c.DeadLetters {
 		s.recordDeadLetter(&d)
 	}
+	if c.SettleReplays != nil {
+		s.settleReplays(c.SettleReplays)
+	}
 }
 
 // deleteTimer removes one timer. The caller holds s.mu for writing.

@@ -68,6 +68,26 @@ func parseXid(s string) (uint64, error) {
 	return strconv.ParseUint(s, 10, 64)
 }
 
+// latestOutcome is the outcome of a dead letter's latest replay, NULL
+// when it has none (read from the index on (dead_letter_id, seq)).
+const latestOutcome = `(SELECT r.outcome FROM idem_dead_letter_replays r WHERE r.dead_letter_id = idem_dead_letters.id ORDER BY r.seq DESC LIMIT 1)`
+
+// stateFilter is the condition of a state, or nothing for every one.
+func stateFilter(st store.DeadLetterState) (string, error) {
+	switch st {
+	case "", store.DeadLettersAll:
+		return "", nil
+	case store.DeadLettersUnresolved:
+		return ` AND coalesce(` + latestOutcome + `, '') NOT IN ('pending', 'succeeded')`, nil
+	case store.DeadLettersResolved:
+		return ` AND ` + latestOutcome + ` = 'succeeded'`, nil
+	case store.DeadLettersPending:
+		return ` AND ` + latestOutcome + ` = 'pending'`, nil
+	}
+	_, err := store.ParseDeadLetterState(string(st))
+	return "", fmt.Errorf("pgstore: %w", err)
+}
+
 // QueryDeadLetters returns one page of the dead letters q selects; see
 // store.DeadLetterQuerier.
 func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetter, error) {
@@ -81,6 +101,10 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
+	state, err := stateFilter(q.State)
+	if err != nil {
+		return nil, err
+	}
 	if !representable(q.SagaType, q.Key, q.Reason, q.After) {
 		return nil, nil // no stored dead letter holds such a value
 	}
@@ -88,7 +112,7 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if asOf != "" {
 		args = append(args, q.AsOf)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+`
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+`
 ORDER BY id COLLATE "C" LIMIT $5`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query dead letters: %w", translate(err))
@@ -122,6 +146,10 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
+	state, err := stateFilter(q.State)
+	if err != nil {
+		return nil, err
+	}
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
@@ -143,7 +171,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if asOf != "" {
 		args = append(args, q.AsOf)
 	}
-	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+` GROUP BY reason`, args...)
+	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+` GROUP BY reason`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
 	}
@@ -190,13 +218,28 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	if !representable(id) {
 		return fmt.Errorf("pgstore: replay dead letter %q: %w", id, store.ErrNotFound)
 	}
-	ct, err := s.pool.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
-SELECT id, $2, 'pending' FROM idem_dead_letters WHERE id = $1`, id, at)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The dead letter's row lock orders concurrent replays; each
+		// statement after it reads the replays committed before it.
+		ct, err := tx.Exec(ctx, `SELECT 1 FROM idem_dead_letters WHERE id = $1 FOR UPDATE`, id)
+		if err != nil {
+			return translate(err)
+		}
+		if ct.RowsAffected() == 0 {
+			return store.ErrNotFound
+		}
+		ct, err = tx.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
+SELECT id, $2, 'pending' FROM idem_dead_letters WHERE id = $1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, at)
+		if err != nil {
+			return translate(err)
+		}
+		if ct.RowsAffected() == 0 {
+			return store.ErrReplayPending
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("pgstore: replay dead letter %s: %w", id, translate(err))
-	}
-	if ct.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: replay dead letter %s: %w", id, store.ErrNotFound)
+		return fmt.Errorf("pgstore: replay dead letter %s: %w", id, err)
 	}
 	return nil
 }
@@ -207,22 +250,33 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 	if err := s.check("settle replays"); err != nil {
 		return err
 	}
-	ids := make([]string, 0, len(p.IDs))
-	for _, id := range p.IDs {
-		if representable(id) {
-			ids = append(ids, id)
-		}
-	}
+	ids := representableIDs(p.IDs)
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, `UPDATE idem_dead_letter_replays r SET outcome = $2, settled_at = $3, error = $4
-FROM (SELECT dead_letter_id, max(seq) AS seq FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) GROUP BY dead_letter_id) l
-WHERE r.seq = l.seq AND r.outcome = 'pending'`, ids, string(p.Outcome), p.At, storableText(p.Error))
+	_, err := s.pool.Exec(ctx, settleReplaysSQL, ids, string(p.Outcome), p.At, storableText(p.Error))
 	if err != nil {
 		return fmt.Errorf("pgstore: settle replays of %d dead letters: %w", len(ids), translate(err))
 	}
 	return nil
+}
+
+// settleReplaysSQL settles the latest replay of each dead letter $1 names
+// if it is pending.
+const settleReplaysSQL = `UPDATE idem_dead_letter_replays r SET outcome = $2, settled_at = $3, error = $4
+FROM (SELECT dead_letter_id, max(seq) AS seq FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) GROUP BY dead_letter_id) l
+WHERE r.seq = l.seq AND r.outcome = 'pending'`
+
+// representableIDs is ids without those PostgreSQL cannot take (no
+// stored dead letter has them).
+func representableIDs(ids []string) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if representable(id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // withReplays reads the replay history of ds.

@@ -13,3 +13,6 @@ func EndStalled(ctx context.Context, s *Store) { s.endStalled(ctx) }
 // SessionParams is the session settings Open gives every connection for a
 // lease.
 var SessionParams = sessionParams
+
+// Migrations exposes the embedded migrations, to build an older schema.
+var Migrations = migrations

@@ -342,7 +342,8 @@ func (s *Store) OutboxBacklog(ctx context.Context) (int, time.Time, error) {
 	return n, oldest.Time.UTC(), nil
 }
 
-const deadLetterCols = `id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at, first_reason, first_error`
+const deadLetterCols = `id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at,
+  CASE WHEN first_reason = '' THEN reason ELSE first_reason END, CASE WHEN first_reason = '' THEN error ELSE first_error END`
 
 func scanDeadLetter(row pgx.Row) (*store.DeadLetter, error) {
 	var d store.DeadLetter

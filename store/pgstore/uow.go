@@ -353,6 +353,11 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 		}
 		b.Queue(upsertDeadLettersSQL, ids, envs, bodies, reasons, errs, types, keys, attempts, first, last)
 	}
+	if p := c.SettleReplays; p != nil {
+		if ids := representableIDs(p.IDs); len(ids) > 0 {
+			b.Queue(settleReplaysSQL, ids, string(p.Outcome), p.At, storableText(p.Error))
+		}
+	}
 	if n := len(u.consume); n > 0 {
 		seqs, tokens := make([]int64, n), make([]string, n)
 		for i, d := range u.consume {

@@ -22,6 +22,26 @@ var (
 const deadLetterWhere = `(?1 = '' OR saga_type = ?1) AND (?2 = '' OR key = ?2) AND (?3 = '' OR reason = ?3)
   AND (?4 = '' OR id > ?4) AND recorded_seq <= ?5`
 
+// latestOutcome is the outcome of a dead letter's latest replay, NULL
+// when it has none (read from the index on (dead_letter_id, seq)).
+const latestOutcome = `(SELECT r.outcome FROM idem_dead_letter_replays r WHERE r.dead_letter_id = idem_dead_letters.id ORDER BY r.seq DESC LIMIT 1)`
+
+// stateFilter is the condition of a state, or nothing for every one.
+func stateFilter(st store.DeadLetterState) (string, error) {
+	switch st {
+	case "", store.DeadLettersAll:
+		return "", nil
+	case store.DeadLettersUnresolved:
+		return ` AND coalesce(` + latestOutcome + `, '') NOT IN ('pending', 'succeeded')`, nil
+	case store.DeadLettersResolved:
+		return ` AND ` + latestOutcome + ` = 'succeeded'`, nil
+	case store.DeadLettersPending:
+		return ` AND ` + latestOutcome + ` = 'pending'`, nil
+	}
+	_, err := store.ParseDeadLetterState(string(st))
+	return "", fmt.Errorf("sqlitestore: %w", err)
+}
+
 // parseMark reads a mark CountDeadLetters made; "" is no bound.
 func parseMark(asOf string) (int64, error) {
 	if asOf == "" {
@@ -47,7 +67,11 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterWhere+` ORDER BY id LIMIT ?6`,
+	state, err := stateFilter(q.State)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterWhere+state+` ORDER BY id LIMIT ?6`,
 		q.SagaType, q.Key, q.Reason, q.After, mark, sqlq.Limit(q.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: query dead letters: %w", err)
@@ -80,6 +104,10 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
+	state, err := stateFilter(q.State)
+	if err != nil {
+		return nil, err
+	}
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count dead letters: %w", err)
@@ -90,7 +118,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 		return nil, fmt.Errorf("sqlitestore: count dead letters: mark: %w", err)
 	}
 	out := &store.DeadLetterCount{ByReason: map[string]int{}, AsOf: strconv.FormatInt(min(last, mark), 10)}
-	rows, err := tx.QueryContext(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterWhere+` GROUP BY reason`,
+	rows, err := tx.QueryContext(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterWhere+state+` GROUP BY reason`,
 		q.SagaType, q.Key, q.Reason, "", mark)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count dead letters: %w", err)
@@ -141,18 +169,33 @@ func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf st
 // BeginReplay appends a pending replay to the history of dead letter id;
 // see store.DeadLetterReplayer.
 func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error {
-	var n int64
+	var n, found int64
 	err := s.write(ctx, "begin replay", 0, func(w *writer) error {
 		var err error
 		n, err = w.exec(`INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
-SELECT id, ?2, 'pending' FROM idem_dead_letters WHERE id = ?1`, id, micros(at))
-		return err
+SELECT id, ?2, 'pending' FROM idem_dead_letters WHERE id = ?1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, micros(at))
+		if err != nil || n > 0 {
+			return err
+		}
+		rows, err := w.query(`SELECT count(*) FROM idem_dead_letters WHERE id = ?1`, id)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := rows.Scan(&found); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("sqlitestore: replay dead letter %s: %w", id, err)
-	}
-	if n == 0 {
+	case n == 0 && found == 0:
 		return fmt.Errorf("sqlitestore: replay dead letter %s: %w", id, store.ErrNotFound)
+	case n == 0:
+		return fmt.Errorf("sqlitestore: replay dead letter %s: %w", id, store.ErrReplayPending)
 	}
 	return nil
 }
@@ -166,9 +209,7 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 	errText := strings.ToValidUTF8(p.Error, "\uFFFD")
 	err := s.write(ctx, "settle replays", 0, func(w *writer) error {
 		for _, id := range p.IDs {
-			_, err := w.exec(`UPDATE idem_dead_letter_replays SET outcome = ?2, settled_at = ?3, error = ?4
-WHERE seq = (SELECT max(seq) FROM idem_dead_letter_replays WHERE dead_letter_id = ?1) AND outcome = 'pending'`,
-				id, string(p.Outcome), micros(p.At), errText)
+			_, err := w.exec(settleReplaySQL, id, string(p.Outcome), micros(p.At), errText)
 			if err != nil {
 				return err
 			}
@@ -180,6 +221,10 @@ WHERE seq = (SELECT max(seq) FROM idem_dead_letter_replays WHERE dead_letter_id 
 	}
 	return nil
 }
+
+// settleReplaySQL settles dead letter ?1's latest replay if it is pending.
+const settleReplaySQL = `UPDATE idem_dead_letter_replays SET outcome = ?2, settled_at = ?3, error = ?4
+WHERE seq = (SELECT max(seq) FROM idem_dead_letter_replays WHERE dead_letter_id = ?1) AND outcome = 'pending'`
 
 // querier is what withReplays reads through: the read pool or a
 // transaction.

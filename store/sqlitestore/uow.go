@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/internal/sqlq"
@@ -298,6 +299,11 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 			return nil, err
 		}
 		ops = append(ops, op{sql: upsertDeadLetterSQL, args: []any{d.ID, meta, body, d.Reason, d.Error, d.SagaType, d.Key, d.Attempts, micros(d.FirstFailedAt), micros(d.LastFailedAt)}})
+	}
+	if p := c.SettleReplays; p != nil {
+		for _, id := range p.IDs {
+			ops = append(ops, op{sql: settleReplaySQL, args: []any{id, string(p.Outcome), micros(p.At), strings.ToValidUTF8(p.Error, "\uFFFD")}})
+		}
 	}
 	for _, d := range u.consume {
 		seq, tok, ok := sqlq.ParseToken(d.Token)

@@ -15,6 +15,10 @@ var deadLetterReplayerCases = []testCase{
 	{"DeadLetterReplaySettles", testDeadLetterReplaySettles},
 	{"DeadLetterHistoryGoesWithIt", testDeadLetterHistoryDeleted},
 	{"DeadLetterReplayHostileID", testDeadLetterReplayHostile},
+	{"DeadLetterOneReplayPending", testDeadLetterOneReplayPending},
+	{"DeadLetterOriginalCopySettlesNothing", testDeadLetterOriginalCopy},
+	{"DeadLetterQueryByState", testDeadLetterQueryByState},
+	{"DeadLetterReplaySettledInCommit", testDeadLetterReplaySettledInCommit},
 }
 
 // RunDeadLetterReplayer runs the cases of store.DeadLetterReplayer against
@@ -33,6 +37,17 @@ func deadLetterAt(id, reason, errText string, at time.Time) store.DeadLetter {
 		ID: id, Envelope: envelope(id, at), Reason: reason, Error: errText,
 		SagaType: "order", Key: "k-" + id, Attempts: 1, FirstFailedAt: at, LastFailedAt: at,
 	}
+}
+
+// replayedCopy is d recorded again from a replayed copy of its envelope,
+// one that carries store.HeaderReplay.
+func replayedCopy(d store.DeadLetter) store.DeadLetter {
+	d.Envelope.Headers = maps.Clone(d.Envelope.Headers)
+	if d.Envelope.Headers == nil {
+		d.Envelope.Headers = map[string]string{}
+	}
+	d.Envelope.Headers[store.HeaderReplay] = d.LastFailedAt.UTC().Format(time.RFC3339Nano)
+	return d
 }
 
 func getDeadLetter(t *testing.T, s store.Store, id string) *store.DeadLetter {
@@ -74,7 +89,7 @@ func testDeadLetterReplayHistory(t *testing.T, s store.Store) {
 	}
 	checkReplays(t, "after a replay", getDeadLetter(t, s, "d-1").Replays, []store.Replay{{At: r1, Outcome: store.ReplayPending}})
 
-	again := deadLetterAt("d-1", "permanent_error", "charge: card declined", r1.Add(time.Second))
+	again := replayedCopy(deadLetterAt("d-1", "permanent_error", "charge: card declined", r1.Add(time.Second)))
 	again.FirstFailedAt = again.LastFailedAt // the engine sets both to now
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{again}})
 	d = getDeadLetter(t, s, "d-1")
@@ -93,7 +108,7 @@ func testDeadLetterReplayHistory(t *testing.T, s store.Store) {
 	if err := rp.BeginReplay(ctx, "d-1", r2); err != nil {
 		t.Fatalf("begin second replay of d-1: got error %v, want nil", err)
 	}
-	third := deadLetterAt("d-1", "retries_exhausted", "timeout", r2.Add(time.Second))
+	third := replayedCopy(deadLetterAt("d-1", "retries_exhausted", "timeout", r2.Add(time.Second)))
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{third}})
 	wantReplays := []store.Replay{failed, {At: r2, Outcome: store.ReplayFailed, SettledAt: third.LastFailedAt, Reason: third.Reason, Error: third.Error}}
 	checkReplays(t, "failed twice", getDeadLetter(t, s, "d-1").Replays, wantReplays)
@@ -145,7 +160,7 @@ func testDeadLetterReplaySettles(t *testing.T, s store.Store) {
 	if err := rp.SettleReplays(ctx, &store.SettleReplaysParams{IDs: []string{"d-1"}, Outcome: store.ReplayNotSent, At: done.Add(time.Second)}); err != nil {
 		t.Fatalf("settle d-1 again: got error %v, want nil", err)
 	}
-	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{deadLetterAt("d-1", "permanent_error", "e2", done.Add(time.Minute))}})
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{replayedCopy(deadLetterAt("d-1", "permanent_error", "e2", done.Add(time.Minute)))}})
 	checkReplays(t, "d-1 settled, then failed", getDeadLetter(t, s, "d-1").Replays, []store.Replay{succeeded})
 
 	if err := rp.BeginReplay(ctx, "no-such-id", r); !errors.Is(err, store.ErrNotFound) {
@@ -241,4 +256,147 @@ func testDeadLetterMark(t *testing.T, s store.Store) {
 	if _, err := dq.QueryDeadLetters(ctx, &store.DeadLetterQuery{AsOf: "not a mark"}); err == nil {
 		t.Errorf("query as of %q: got no error, want one saying it is not a mark", "not a mark")
 	}
+}
+
+// testDeadLetterOneReplayPending: a replay is refused while the latest one
+// is pending (store.ErrReplayPending), so that the outcome recorded is
+// that of the copy consumed; once it is settled, a new one is taken.
+func testDeadLetterOneReplayPending(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	rp := s.(store.DeadLetterReplayer)
+	t0 := now().Add(-time.Hour)
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{deadLetterAt("d-1", "unknown_type", "e", t0)}})
+	r1 := t0.Add(time.Minute)
+	if err := rp.BeginReplay(ctx, "d-1", r1); err != nil {
+		t.Fatalf("begin replay of d-1: got error %v, want nil", err)
+	}
+	if err := rp.BeginReplay(ctx, "d-1", r1.Add(time.Second)); !errors.Is(err, store.ErrReplayPending) {
+		t.Fatalf("begin a second replay while the first is pending: got error %v, want one wrapping store.ErrReplayPending", err)
+	}
+	checkReplays(t, "after a refused replay", getDeadLetter(t, s, "d-1").Replays, []store.Replay{{At: r1, Outcome: store.ReplayPending}})
+	done := r1.Add(time.Minute)
+	if err := rp.SettleReplays(ctx, &store.SettleReplaysParams{IDs: []string{"d-1"}, Outcome: store.ReplayNotSent, At: done, Error: "down"}); err != nil {
+		t.Fatalf("settle d-1: got error %v, want nil", err)
+	}
+	r2 := done.Add(time.Minute)
+	if err := rp.BeginReplay(ctx, "d-1", r2); err != nil {
+		t.Fatalf("begin replay of d-1 after the first was settled: got error %v, want nil", err)
+	}
+	if got := getDeadLetter(t, s, "d-1").Replays; len(got) != 2 || got[1].Outcome != store.ReplayPending {
+		t.Errorf("after the second replay: got %+v, want a not_sent replay and a pending one", got)
+	}
+}
+
+// testDeadLetterOriginalCopy: the dead letter recorded again from a copy
+// without store.HeaderReplay (a late redelivery of the original message)
+// leaves the pending replay pending; a replayed copy settles it.
+func testDeadLetterOriginalCopy(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	t0 := now().Add(-time.Hour)
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{deadLetterAt("d-1", "unknown_type", "e", t0)}})
+	r := t0.Add(time.Minute)
+	if err := s.(store.DeadLetterReplayer).BeginReplay(ctx, "d-1", r); err != nil {
+		t.Fatalf("begin replay of d-1: got error %v, want nil", err)
+	}
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{deadLetterAt("d-1", "unknown_type", "late copy", r.Add(time.Second))}})
+	checkReplays(t, "recorded again from the original copy", getDeadLetter(t, s, "d-1").Replays, []store.Replay{{At: r, Outcome: store.ReplayPending}})
+	again := replayedCopy(deadLetterAt("d-1", "permanent_error", "replayed", r.Add(time.Minute)))
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{again}})
+	checkReplays(t, "recorded again from the replayed copy", getDeadLetter(t, s, "d-1").Replays,
+		[]store.Replay{{At: r, Outcome: store.ReplayFailed, SettledAt: again.LastFailedAt, Reason: again.Reason, Error: again.Error}})
+
+	// A replayed copy with hostile headers is recorded and settles too.
+	r2 := r.Add(time.Hour)
+	if err := s.(store.DeadLetterReplayer).BeginReplay(ctx, "d-1", r2); err != nil {
+		t.Fatalf("begin second replay of d-1: got error %v, want nil", err)
+	}
+	hostile := replayedCopy(deadLetterAt("d-1", "permanent_error", "hostile", r2.Add(time.Second)))
+	hostile.Envelope.Headers["bad\x00key\xff"] = "<script>\x00"
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{hostile}})
+	if got := getDeadLetter(t, s, "d-1").LastReplay(); got == nil || got.Outcome != store.ReplayFailed || got.Error != "hostile" {
+		t.Errorf("recorded again from a replayed copy with hostile headers: latest replay %+v, want failed with error hostile", got)
+	}
+}
+
+// testDeadLetterQueryByState: DeadLetterQuery.State selects by the latest
+// replay, in queries and counts, within a mark too.
+func testDeadLetterQueryByState(t *testing.T, s store.Store) {
+	dq, ok := s.(store.DeadLetterQuerier)
+	if !ok {
+		t.Skip("not a store.DeadLetterQuerier")
+	}
+	ctx := t.Context()
+	rp := s.(store.DeadLetterReplayer)
+	t0 := now().Add(-time.Hour)
+	ids := []string{"new", "failed", "not-sent", "ok", "pending", "ok-then-pending"}
+	var dls []store.DeadLetter
+	for _, id := range ids {
+		dls = append(dls, deadLetterAt(id, "permanent_error", "e", t0))
+	}
+	commit(t, s, &store.Changes{DeadLetters: dls})
+	r, done := t0.Add(time.Minute), t0.Add(2*time.Minute)
+	for _, id := range ids[1:] {
+		if err := rp.BeginReplay(ctx, id, r); err != nil {
+			t.Fatalf("begin replay of %s: got error %v, want nil", id, err)
+		}
+	}
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{replayedCopy(deadLetterAt("failed", "permanent_error", "again", done))}})
+	settle := func(id string, o store.ReplayOutcome) {
+		if err := rp.SettleReplays(ctx, &store.SettleReplaysParams{IDs: []string{id}, Outcome: o, At: done}); err != nil {
+			t.Fatalf("settle %s: got error %v, want nil", id, err)
+		}
+	}
+	settle("not-sent", store.ReplayNotSent)
+	settle("ok", store.ReplaySucceeded)
+	settle("ok-then-pending", store.ReplaySucceeded)
+	if err := rp.BeginReplay(ctx, "ok-then-pending", done.Add(time.Minute)); err != nil {
+		t.Fatalf("begin second replay of ok-then-pending: got error %v, want nil", err)
+	}
+	c, err := dq.CountDeadLetters(ctx, nil)
+	if err != nil {
+		t.Fatalf("count dead letters: got error %v, want nil", err)
+	}
+	for _, tc := range []struct {
+		state store.DeadLetterState
+		want  []string
+	}{
+		{"", []string{"failed", "new", "not-sent", "ok", "ok-then-pending", "pending"}},
+		{store.DeadLettersAll, []string{"failed", "new", "not-sent", "ok", "ok-then-pending", "pending"}},
+		{store.DeadLettersUnresolved, []string{"failed", "new", "not-sent"}},
+		{store.DeadLettersResolved, []string{"ok"}},
+		{store.DeadLettersPending, []string{"ok-then-pending", "pending"}},
+	} {
+		q := store.DeadLetterQuery{State: tc.state, Reason: "permanent_error"}
+		if got := queryAll(t, s, q); !slices.Equal(got, tc.want) {
+			t.Errorf("query state %q: got %v, want %v", tc.state, got, tc.want)
+		}
+		q.AsOf = c.AsOf
+		if got := queryAll(t, s, q); !slices.Equal(got, tc.want) {
+			t.Errorf("query state %q as of a count: got %v, want %v", tc.state, got, tc.want)
+		}
+		n, err := dq.CountDeadLetters(ctx, &q)
+		if err != nil || n.ByReason["permanent_error"] != len(tc.want) {
+			t.Errorf("count state %q: got %+v, %v; want %d permanent_error", tc.state, n, err, len(tc.want))
+		}
+	}
+}
+
+// testDeadLetterReplaySettledInCommit: Changes.SettleReplays settles
+// replays in the unit of work's commit, and only a pending latest one.
+func testDeadLetterReplaySettledInCommit(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	t0 := now().Add(-time.Hour)
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{deadLetterAt("d-1", "unknown_type", "e", t0), deadLetterAt("d-2", "unknown_type", "e", t0)}})
+	r := t0.Add(time.Minute)
+	if err := s.(store.DeadLetterReplayer).BeginReplay(ctx, "d-1", r); err != nil {
+		t.Fatalf("begin replay of d-1: got error %v, want nil", err)
+	}
+	done := r.Add(time.Second)
+	ch := &store.Changes{SettleReplays: &store.SettleReplaysParams{IDs: []string{"d-1", "d-2", "no-such-id", "k\x00"}, Outcome: store.ReplaySucceeded, At: done}}
+	if ch.Empty() {
+		t.Fatalf("changes that settle replays: Empty() = true, want false (the engine would skip the commit)")
+	}
+	commit(t, s, ch)
+	checkReplays(t, "d-1 settled in a commit", getDeadLetter(t, s, "d-1").Replays, []store.Replay{{At: r, Outcome: store.ReplaySucceeded, SettledAt: done}})
+	checkReplays(t, "d-2, never replayed", getDeadLetter(t, s, "d-2").Replays, nil)
 }

@@ -1,8 +1,9 @@
 -- Version 6: a dead letter keeps its history. A replay no longer deletes
 -- it: idem_dead_letter_replays records each replay and its outcome, and
 -- recording the dead letter again (the same message failed again) keeps
--- the first failure's reason and error and settles the pending replay as
--- failed. recorded_seq numbers the recordings of dead letters (from
+-- the first failure's reason and error and, when it comes from a replayed
+-- copy, settles the pending replay as failed. At most one replay is
+-- pending at a time (the store refuses another). recorded_seq numbers the recordings of dead letters (from
 -- idem_dead_letter_marks, under SQLite's single writer, so in commit
 -- order): a count's mark is the last number handed out, and a bulk action
 -- confirmed on that count acts only on dead letters recorded before it.
@@ -42,10 +43,14 @@ BEGIN
     UPDATE idem_dead_letter_marks SET last = last + 1 WHERE id = 1;
     UPDATE idem_dead_letters SET recorded_seq = (SELECT last FROM idem_dead_letter_marks WHERE id = 1)
     WHERE id = NEW.id;
+    -- Only a replayed copy (header idem-replayed-at) settles the pending
+    -- replay: a late copy of the original message failing again does not.
     UPDATE idem_dead_letter_replays SET outcome = 'failed', settled_at = NEW.last_failed_at,
         reason = NEW.reason, error = NEW.error
     WHERE seq = (SELECT max(seq) FROM idem_dead_letter_replays WHERE dead_letter_id = NEW.id)
-      AND outcome = 'pending';
+      AND outcome = 'pending'
+      AND CASE WHEN json_valid(NEW.envelope)
+          THEN json_extract(NEW.envelope, '$.headers."idem-replayed-at"') IS NOT NULL ELSE 0 END;
 END;
 
 CREATE TRIGGER idem_dead_letter_deleted AFTER DELETE ON idem_dead_letters
