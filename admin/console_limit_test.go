@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/admin"
 )
@@ -24,6 +25,10 @@ func newLimited(t *testing.T) *limited {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The buckets refill with time: a stopped clock keeps a slow run
+	// (under -race, beside other jobs) from refilling them mid-test.
+	now := time.Now()
+	admin.SetClock(h, func() time.Time { return now })
 	return &limited{t: t, h: h}
 }
 
