@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
 
@@ -14,20 +15,6 @@ var (
 	_ store.RowEstimator = (*Store)(nil)
 	_ store.RowCounter   = (*Store)(nil)
 )
-
-// tables maps the names of store.RowEstimator to this store's tables.
-var tables = map[string]string{
-	store.TableInstances:   "idem_instances",
-	store.TableAttributes:  "idem_saga_attributes",
-	store.TableInbox:       "idem_inbox",
-	store.TableOutbox:      "idem_outbox",
-	store.TableTimers:      "idem_timers",
-	store.TableJournal:     "idem_journal",
-	store.TableDeadLetters: "idem_dead_letters",
-	store.TableQueue:       "idem_queue",
-	store.TableSchedules:   "idem_schedules",
-	store.TableTokens:      "idem_tokens",
-}
 
 // estimateRowsSQL estimates each table's rows as the planner does: the
 // density that the last VACUUM or ANALYZE measured (pg_class.reltuples
@@ -52,15 +39,15 @@ func (s *Store) EstimateRows(ctx context.Context) (map[string]int64, error) {
 	if err := s.check("estimate rows"); err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(tables))
-	for _, t := range tables {
+	names := make([]string, 0, len(sqlq.Tables))
+	for _, t := range sqlq.Tables {
 		names = append(names, t)
 	}
 	rows, err := s.pool.Query(ctx, estimateRowsSQL, names)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: estimate rows: %w", translate(err))
 	}
-	out := make(map[string]int64, len(tables))
+	out := make(map[string]int64, len(sqlq.Tables))
 	var table string
 	var n int64
 	if _, err := pgx.ForEachRow(rows, []any{&table, &n}, func() error {
@@ -78,7 +65,7 @@ func (s *Store) CountRows(ctx context.Context, table string, limit int64) (int64
 	if err := s.check("count rows"); err != nil {
 		return 0, err
 	}
-	t, ok := tables[table]
+	t, ok := sqlq.Tables[table]
 	if !ok {
 		return 0, fmt.Errorf("pgstore: count rows of %q: no such table (want one of the store.Table names)", table)
 	}

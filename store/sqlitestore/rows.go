@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
 
@@ -14,20 +15,6 @@ var (
 	_ store.RowEstimator = (*Store)(nil)
 	_ store.RowCounter   = (*Store)(nil)
 )
-
-// tables maps the names of store.RowEstimator to this store's tables.
-var tables = map[string]string{
-	store.TableInstances:   "idem_instances",
-	store.TableAttributes:  "idem_saga_attributes",
-	store.TableInbox:       "idem_inbox",
-	store.TableOutbox:      "idem_outbox",
-	store.TableTimers:      "idem_timers",
-	store.TableJournal:     "idem_journal",
-	store.TableDeadLetters: "idem_dead_letters",
-	store.TableQueue:       "idem_queue",
-	store.TableSchedules:   "idem_schedules",
-	store.TableTokens:      "idem_tokens",
-}
 
 // btreeProbes is how many root-to-leaf paths EstimateRows reads in each
 // table's b-tree.
@@ -59,9 +46,9 @@ func (s *Store) EstimateRows(ctx context.Context) (map[string]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: estimate rows: %w", err)
 	}
-	out := make(map[string]int64, len(tables))
+	out := make(map[string]int64, len(sqlq.Tables))
 	pr := &pageReader{ctx: ctx, tx: tx, cache: map[uint32][]byte{}}
-	for name, table := range tables {
+	for name, table := range sqlq.Tables {
 		root, ok := roots[table]
 		if !ok {
 			continue // an older schema
@@ -197,7 +184,7 @@ func (s *Store) CountRows(ctx context.Context, table string, limit int64) (int64
 	if err := s.check("count rows"); err != nil {
 		return 0, err
 	}
-	t, ok := tables[table]
+	t, ok := sqlq.Tables[table]
 	if !ok {
 		return 0, fmt.Errorf("sqlitestore: count rows of %q: no such table (want one of the store.Table names)", table)
 	}
