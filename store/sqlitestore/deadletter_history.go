@@ -76,17 +76,9 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: query dead letters: %w", err)
 	}
-	defer rows.Close()
-	var out []store.DeadLetter
-	for rows.Next() {
-		d, err := scanDeadLetter(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlitestore: query dead letters: %w", err)
-		}
-		out = append(out, *d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlitestore: query dead letters: %w", err)
+	out, err := collectDeadLetters(rows, "query dead letters")
+	if err != nil {
+		return nil, err
 	}
 	return out, s.withReplays(ctx, s.rdb, out)
 }
@@ -268,4 +260,22 @@ FROM idem_dead_letter_replays WHERE dead_letter_id IN (`+strings.Join(marks, ","
 		return fmt.Errorf("sqlitestore: replays of %d dead letters: %w", len(ds), err)
 	}
 	return nil
+}
+
+// collectDeadLetters reads and closes rows of deadLetterCols; op names the
+// read in its errors.
+func collectDeadLetters(rows *sql.Rows, op string) ([]store.DeadLetter, error) {
+	defer rows.Close()
+	var out []store.DeadLetter
+	for rows.Next() {
+		d, err := scanDeadLetter(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
+		}
+		out = append(out, *d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
+	}
+	return out, nil
 }

@@ -497,17 +497,9 @@ func (s *Store) ListDeadLetters(ctx context.Context, p *store.ListParams) ([]sto
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list dead letters: %w", err)
 	}
-	defer rows.Close()
-	var out []store.DeadLetter
-	for rows.Next() {
-		d, err := scanDeadLetter(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlitestore: list dead letters: %w", err)
-		}
-		out = append(out, *d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlitestore: list dead letters: %w", err)
+	out, err := collectDeadLetters(rows, "list dead letters")
+	if err != nil {
+		return nil, err
 	}
 	return out, s.withReplays(ctx, s.rdb, out)
 }
