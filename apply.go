@@ -42,7 +42,7 @@ const (
 	applyPollMax = 100 * time.Millisecond
 )
 
-// Apply publishes env and waits until a saga has committed it (or had
+// PublishAndWait publishes env and waits until a saga has committed it (or had
 // committed it before: Result.Duplicate), then returns the saga as the
 // store holds it. It learns the outcome from the store, not from this
 // process, so it works when another replica consumes the message; the
@@ -56,8 +56,10 @@ const (
 // reports it as a duplicate. An event that finds no saga and cannot start
 // one is ignored by default without a record, so Apply waits for it until
 // ctx ends; give such calls a deadline.
-func (e *Engine) Apply(ctx context.Context, env Envelope) (Result, error) {
-	m, key, err := e.applyTarget(&env)
+func (e *Engine) PublishAndWait(ctx context.Context, env Envelope) (Result, error) {
+	e.mu.Lock()
+	m, key, err := applyTarget(e.reg, e.cfg.MaxBodyBytes, &env)
+	e.mu.Unlock()
 	if err != nil {
 		return Result{}, err
 	}
@@ -85,21 +87,27 @@ func (e *Engine) Apply(ctx context.Context, env Envelope) (Result, error) {
 	}
 }
 
-// applyTarget validates env and finds its saga and canonical key.
-func (e *Engine) applyTarget(env *Envelope) (Machine, string, error) {
+// Apply is PublishAndWait.
+//
+// Deprecated: use PublishAndWait; "apply" names the pure transition
+// (saga.Machine.Apply).
+func (e *Engine) Apply(ctx context.Context, env Envelope) (Result, error) {
+	return e.PublishAndWait(ctx, env)
+}
+
+// applyTarget validates env (the caller holds the Engine's lock) and finds its saga and canonical key.
+func applyTarget(reg *registry, maxBody int, env *Envelope) (Machine, string, error) {
 	if env.ID == "" || env.Type == "" {
 		return nil, "", fmt.Errorf("idem: apply: %w: ID and type are required", ErrInvalidEnvelope)
 	}
 	if err := transport.ValidateEnvelope(env); err != nil {
 		return nil, "", fmt.Errorf("idem: apply: %w: %w", ErrInvalidEnvelope, err)
 	}
-	if len(env.ID) > MaxIDBytes || len(env.IdempotencyKey) > MaxIDBytes || len(env.Body) > e.cfg.MaxBodyBytes {
+	if len(env.ID) > MaxIDBytes || len(env.IdempotencyKey) > MaxIDBytes || len(env.Body) > maxBody {
 		return nil, "", fmt.Errorf("idem: apply: %w: ID or idempotency key over %d bytes, or body over Config.MaxBodyBytes (%d): the consumer would dead-letter it",
-			ErrInvalidEnvelope, MaxIDBytes, e.cfg.MaxBodyBytes)
+			ErrInvalidEnvelope, MaxIDBytes, maxBody)
 	}
-	e.mu.Lock()
-	m, ok := e.machines[env.Type]
-	e.mu.Unlock()
+	m, ok := reg.machines[env.Type]
 	if !ok {
 		return nil, "", fmt.Errorf("idem: apply %s: no saga of this engine consumes %q: register it, or use Publish", env.ID, env.Type)
 	}
@@ -107,7 +115,7 @@ func (e *Engine) applyTarget(env *Envelope) (Machine, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("idem: apply %s: %w: %w", env.ID, ErrInvalidEnvelope, err)
 	}
-	key, err := canon.Key(raw, e.cfg.MaxKeyLen)
+	key, err := canon.Key(raw, reg.maxKeyLen)
 	if err != nil {
 		return nil, "", fmt.Errorf("idem: apply %s: %w: correlation key: %w", env.ID, ErrInvalidEnvelope, err)
 	}

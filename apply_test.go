@@ -49,10 +49,10 @@ func TestApplyWaitsForAnotherReplica(t *testing.T) {
 func TestApplyReportsDeadLetter(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	if _, err := b.engine().Apply(b.ctx, b.env("inc-1", Inc{Key: "k", N: 1})); err != nil {
+	if _, err := b.engine().PublishAndWait(b.ctx, b.env("inc-1", Inc{Key: "k", N: 1})); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.engine().Apply(b.ctx, b.env("poke-1", Poke{Key: "k"}))
+	_, err := b.engine().PublishAndWait(b.ctx, b.env("poke-1", Poke{Key: "k"}))
 	if !errors.Is(err, idem.ErrDeadLettered) {
 		t.Fatalf("Apply of an unhandled event: %v, want ErrDeadLettered", err)
 	}
@@ -66,12 +66,12 @@ func TestApplyDeadlineKeepsTheMessage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
 	defer cancel()
 	env := b.env("inc-1", Inc{Key: "k", N: 2})
-	if _, err := b.engine().Apply(ctx, env); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := b.engine().PublishAndWait(ctx, env); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Apply with no consumer: %v, want DeadlineExceeded", err)
 	}
 	b.start()
 	b.settle()
-	r, err := b.engine().Apply(b.ctx, env)
+	r, err := b.engine().PublishAndWait(b.ctx, env)
 	if err != nil || !r.Duplicate || r.Version != 1 {
 		t.Fatalf("Apply after the consumer ran: %+v, %v; want a duplicate at version 1", r, err)
 	}
@@ -86,7 +86,7 @@ func TestApplyRefusesWhatItCannotWaitFor(t *testing.T) {
 		"invalid key":         b.env("y", Inc{Key: "a\x00b", N: 1}),
 		"NUL in ID":           {ID: "a\x00", Type: incType, Body: []byte(`{"key":"k","n":1}`)},
 	} {
-		if _, err := b.engine().Apply(b.ctx, env); err == nil {
+		if _, err := b.engine().PublishAndWait(b.ctx, env); err == nil {
 			t.Errorf("%s: Apply returned no error", name)
 		}
 	}

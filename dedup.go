@@ -59,12 +59,12 @@ func ParseDedup(s string) (Dedup, error) {
 var ErrNoTokens = fmt.Errorf("the store keeps no dedup tokens (store.TokenStore)")
 
 // checkDedup refuses a Dedup the store cannot serve.
-func checkDedup(c *Config, st store.Store) error {
+func checkDedup(c *Config, caps capabilities) error {
 	switch c.Dedup {
 	case DedupRetention:
 		return nil
 	case DedupToken:
-		if _, ok := st.(store.TokenStore); !ok {
+		if caps.tokens == nil {
 			return fmt.Errorf("idem: Config.Dedup is token but %w: use memstore, sqlitestore or pgstore, or DedupRetention", ErrNoTokens)
 		}
 		return nil
@@ -81,49 +81,6 @@ func TokenID(env *Envelope) string { return env.Type + inboxTypeSep + env.DedupI
 // tokened reports whether env says its sender minted a token.
 func tokened(env *Envelope) bool { return env.Headers[transport.HeaderToken] == "1" }
 
-// itemToken is the token the lane must claim to apply it, or "" when it is
-// deduplicated by the retention inbox alone: the message carries no token
-// header, or the store keeps no tokens.
-func (e *Engine) itemToken(it *item) string {
-	if _, ok := e.store.(store.TokenStore); !ok || !tokened(&it.d.Envelope) {
-		return ""
-	}
-	return TokenID(&it.d.Envelope)
-}
-
-// tokenGone reports whether the item is tokened and its token was claimed
-// (before this unit of work's load, or by an earlier message of the lane).
-func (l *lane) tokenGone(ik store.InboxKey) bool {
-	tok, ok := l.tokens[ik]
-	return ok && (!l.loaded.Tokens[tok] || l.claimed[tok])
-}
-
-// claimToken claims the token of the message with inbox key ik, if it has
-// one, in the lane's commit.
-func (l *lane) claimToken(ik store.InboxKey) {
-	tok, ok := l.tokens[ik]
-	if !ok || l.claimed[tok] {
-		return
-	}
-	if l.claimed == nil {
-		l.claimed = map[string]bool{}
-	}
-	l.claimed[tok] = true
-	l.ch.ClaimTokens = append(l.ch.ClaimTokens, tok)
-}
-
-// mint gives each emitted envelope a token, in the lane's commit, when
-// Config.Dedup is DedupToken.
-func (l *lane) mint(out []Envelope) {
-	if l.e.cfg.Dedup != DedupToken {
-		return
-	}
-	for i := range out {
-		out[i].Headers[transport.HeaderToken] = "1"
-		l.ch.MintTokens = append(l.ch.MintTokens, store.Token{ID: TokenID(&out[i]), MintedAt: l.now})
-	}
-}
-
 // PublishWithTokens is Publish for messages from outside Idem that want the
 // token inbox's guarantee: it mints a dedup token for each envelope in the
 // store, then publishes them marked with transport.HeaderToken. The engine
@@ -132,8 +89,8 @@ func (l *lane) mint(out []Envelope) {
 // the store keeps no tokens. If the publish fails the tokens stay; calling
 // again with the same envelopes is safe.
 func (e *Engine) PublishWithTokens(ctx context.Context, envs ...Envelope) error {
-	ts, ok := e.store.(store.TokenStore)
-	if !ok {
+	ts := e.caps.tokens
+	if ts == nil {
 		return fmt.Errorf("idem: publish with tokens: %w", ErrNoTokens)
 	}
 	envs = slices.Clone(envs)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 )
 
@@ -14,18 +13,6 @@ import (
 type msgScope struct {
 	mt   store.MessageTx
 	done bool
-}
-
-// messageTx opens a scope for it when the unit of work supports domain
-// statements, and hands its handle to the saga through in.
-func (l *lane) messageTx(in *saga.Input) *msgScope {
-	d, ok := l.uow.(store.DomainTxUnitOfWork)
-	if !ok {
-		return nil
-	}
-	mt := d.MessageTx(l.ctx)
-	in.Tx, in.Ctx = mt.Handle(), l.ctx
-	return &msgScope{mt: mt}
 }
 
 // keep keeps the statements; an error means they were undone and the

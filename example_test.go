@@ -104,7 +104,7 @@ func ExampleNewEngine() {
 // committed it, with the saga as stored; a repeat is reported as a
 // duplicate and applied no second time. Run runs the engine until its
 // context ends.
-func ExampleEngine_Apply() {
+func ExampleEngine_PublishAndWait() {
 	m := saga.New[Tally]("tally")
 	counting := m.State("Counting")
 	added := saga.NewEvent[Added](m, func(a Added) string { return a.Tally })
@@ -131,7 +131,7 @@ func ExampleEngine_Apply() {
 
 	env, _ := e.NewEnvelope("add-1", Added{Tally: "t", N: 5})
 	for range 2 {
-		r, err := e.Apply(context.Background(), env)
+		r, err := e.PublishAndWait(context.Background(), env)
 		if err != nil {
 			panic(err)
 		}

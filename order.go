@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/transport"
 )
 
 // keyOrder keeps the messages of one saga key in the order they were
@@ -27,6 +26,15 @@ type keyOrder struct {
 	last map[store.Key]chan struct{} // the latest lane holding each key
 }
 
+// keyOrderFor returns the key order of an engine whose consumers take
+// turns on one stream (Config.Consumers > 1 without partitions), or nil.
+func keyOrderFor(cfg *Config, caps capabilities) *keyOrder {
+	if cfg.Consumers == 1 || (caps.partitioned != nil && cfg.PartitionedReceive) {
+		return nil
+	}
+	return newKeyOrder()
+}
+
 func newKeyOrder() *keyOrder {
 	return &keyOrder{turn: make(chan struct{}, 1), last: map[store.Key]chan struct{}{}}
 }
@@ -38,17 +46,6 @@ type laneRun struct {
 	keys  []store.Key
 	after []chan struct{}
 	done  chan struct{}
-}
-
-// orderKey is what the key order serialises an item on: its saga key, or
-// for a plain handler its inbox identity, so that copies of one message
-// received by two consumers run the handler once (the later copy waits,
-// then finds the inbox record).
-func (it *item) orderKey() store.Key {
-	if it.h != nil {
-		return store.Key{SagaType: handlerSagaType, Key: it.key + inboxTypeSep + it.msgID}
-	}
-	return it.sagaKey()
 }
 
 // register makes laneRuns of a batch's lanes; with o set, it records them
@@ -113,64 +110,4 @@ func (lr *laneRun) wait(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// consumeOrdered is consume for one of several consumers sharing the
-// engine's key order: it receives and registers its batch in turn with
-// the others, then runs the batch's lanes, each after the earlier lanes
-// that hold its keys. While its batches come back full, it claims them
-// inside their units of work instead (claimtx.go), in its turn too.
-func (e *Engine) consumeOrdered(loopCtx, workCtx context.Context, receive func(context.Context, int) ([]transport.Delivery, error)) error {
-	backlog := false
-	for {
-		select {
-		case e.order.turn <- struct{}{}:
-		case <-loopCtx.Done():
-			return nil
-		}
-		if backlog && e.claimTx && loopCtx.Err() == nil {
-			if c := e.claim(workCtx, 0, 1); c != nil {
-				lr := e.order.register([][]*item{c.items})[0]
-				<-e.order.turn
-				e.runClaimed(workCtx, c, lr)
-				backlog = !c.lost && len(c.items) == e.cfg.BatchSize // lost: Receive next (claimBatch)
-				continue
-			}
-		}
-		ds, err := receive(loopCtx, e.fetchSize())
-		backlog = len(ds) == e.fetchSize()
-		var lanes []*laneRun
-		if len(ds) > 0 {
-			lanes = e.order.register(e.plan(ds))
-		}
-		<-e.order.turn
-		if len(lanes) > 0 {
-			e.runLanes(workCtx, lanes)
-		}
-		if stop, ferr := e.received(loopCtx, err); stop {
-			return ferr
-		}
-	}
-}
-
-// runLanes runs a batch's lanes in parallel and waits for them. Each lane
-// first waits for the earlier lanes that hold its keys, then for one of
-// the engine's Config.Lanes slots, which every consumer shares: so the
-// units of work open at once, and the connections they hold, never exceed
-// Config.Lanes. (A lane takes its slot only after its predecessors ended,
-// so a waiting lane never holds a slot an earlier one needs.)
-func (e *Engine) runLanes(ctx context.Context, lanes []*laneRun) {
-	var wg sync.WaitGroup
-	for _, lr := range lanes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer e.order.end(lr)
-			lr.wait(ctx)
-			e.slots <- struct{}{}
-			defer func() { <-e.slots }()
-			e.runLane(ctx, lr.items)
-		}()
-	}
-	wg.Wait()
 }

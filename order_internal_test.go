@@ -32,7 +32,7 @@ func TestPlanSplitsIntoTheBatchShareOfLanes(t *testing.T) {
 			for i := range ds {
 				ds[i].Envelope = Envelope{ID: fmt.Sprintf("m-%d", i), Type: "test.Ping", Body: []byte(`{}`)}
 			}
-			if got := len(e.plan(ds)); got != tc.want {
+			if got := len(e.plan.plan(ds)); got != tc.want {
 				t.Errorf("%d lanes, want %d", got, tc.want)
 			}
 		})

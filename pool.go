@@ -2,8 +2,6 @@ package idem
 
 import (
 	"fmt"
-
-	"github.com/idemhq/idem/store"
 )
 
 // poolLoops counts the connections an engine holds besides its lanes: the
@@ -13,19 +11,18 @@ import (
 const poolLoops = 3
 
 // checkPool refuses an engine whose loops need more connections at once
-// than the store's pool holds (store.PoolSizer): each of the Lanes units
+// than the store's pool holds (size, from store.PoolSizer): each of the Lanes units
 // of work open at once (shared by every consumer) holds one, and the loops
 // one each. With fewer, a lane waits for a connection that another part
 // may hold indefinitely (the queue listener does), and even Publish blocks
 // until its deadline. queue says whether the store is also the transport.
 // A store that does not report a size, or reports 0, is not checked.
-func checkPool(st store.Store, cfg Config, queue bool) error {
-	ps, ok := st.(store.PoolSizer)
-	if !ok || ps.PoolSize() <= 0 {
+func checkPool(size int, cfg Config, queue bool) error {
+	if size <= 0 {
 		return nil
 	}
 	need := cfg.Lanes + poolLoops
-	if size := ps.PoolSize(); size < need {
+	if size < need {
 		third := "the outbox relay"
 		if queue {
 			third = "the queue listener"

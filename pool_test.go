@@ -37,7 +37,7 @@ func TestCheckPool(t *testing.T) {
 			want: []string{"needs 11", "outbox relay"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkPool(tc.st, cfg, tc.queue)
+			err := checkPool(resolveCapabilities(tc.st, nil).poolSize, cfg, tc.queue)
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Fatalf("got %v, want nil", err)

@@ -32,35 +32,46 @@ import (
 //
 // The error wraps store.ErrNotFound when there is no such dead letter.
 func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) error {
-	return e.replayDeadLetter(ctx, id, false)
+	return e.replays.replay(ctx, id, false)
 }
 
 // ForceReplayDeadLetter is ReplayDeadLetter that also replays a dead letter
 // whose latest replay succeeded, running its message again unless the
 // inbox still remembers it. A pending replay still refuses it.
 func (e *Engine) ForceReplayDeadLetter(ctx context.Context, id string) error {
-	return e.replayDeadLetter(ctx, id, true)
+	return e.replays.replay(ctx, id, true)
 }
+
+// replays replays dead letters: it publishes a dead letter's message again,
+// keeping its replay history where the store keeps one
+// (store.DeadLetterReplayer), or deleting it first otherwise.
+type replays struct{ *base }
 
 // ErrReplaySucceeded is returned by ReplayDeadLetter for a dead letter
 // whose latest replay succeeded.
 var ErrReplaySucceeded = errors.New("the dead letter's latest replay succeeded: replaying it again would run its message again (force it to)")
 
-func (e *Engine) replayDeadLetter(ctx context.Context, id string, force bool) (err error) {
-	ctx, end := e.background(ctx, TaskReplay)
-	defer func() { end(btoi(err == nil), err) }()
-	dl, err := e.store.GetDeadLetter(ctx, id)
+func (r *replays) replay(ctx context.Context, id string, force bool) (err error) {
+	ctx, end := r.trace.background(ctx, TaskReplay)
+	defer func() {
+		n := 0
+		if err == nil {
+			n = 1
+		}
+		end(n, err)
+	}()
+	dl, err := r.store.GetDeadLetter(ctx, id)
 	if err != nil {
 		return fmt.Errorf("idem: replay dead letter %s: %w", id, err)
 	}
-	if e.replayer == nil {
-		return e.replayDeleting(ctx, dl)
+	if r.caps.replayer == nil {
+		return r.deleting(ctx, dl)
 	}
 	if dl.State() == store.DeadLettersResolved && !force {
 		return fmt.Errorf("idem: replay dead letter %s: %w", id, ErrReplaySucceeded)
 	}
-	at := e.cfg.Clock().UTC()
-	if err := e.replayer.BeginReplay(ctx, id, at); err != nil {
+	at := r.cfg.Clock().UTC()
+	if err := r.caps.replayer.BeginReplay(ctx, id, at); err != nil {
 		return fmt.Errorf("idem: replay dead letter %s: record the replay: %w", id, err)
 	}
 	env := dl.Envelope
@@ -69,9 +80,9 @@ func (e *Engine) replayDeadLetter(ctx context.Context, id string, force bool) (e
 		env.Headers = map[string]string{}
 	}
 	env.Headers[store.HeaderReplay] = at.Format(time.RFC3339Nano)
-	if perr := e.tr.Publish(ctx, []Envelope{env}); perr != nil {
-		p := &store.SettleReplaysParams{IDs: []string{id}, Outcome: store.ReplayNotSent, At: e.cfg.Clock().UTC(), Error: perr.Error()}
-		if err := e.replayer.SettleReplays(context.WithoutCancel(ctx), p); err != nil {
+	if perr := r.tr.Publish(ctx, []Envelope{env}); perr != nil {
+		p := &store.SettleReplaysParams{IDs: []string{id}, Outcome: store.ReplayNotSent, At: r.cfg.Clock().UTC(), Error: perr.Error()}
+		if err := r.caps.replayer.SettleReplays(context.WithoutCancel(ctx), p); err != nil {
 			return fmt.Errorf("idem: replay dead letter %s: publish: %w; record the failure: %w", id, perr, err)
 		}
 		return fmt.Errorf("idem: replay dead letter %s: publish: %w (the dead letter is kept)", id, perr)
@@ -79,15 +90,15 @@ func (e *Engine) replayDeadLetter(ctx context.Context, id string, force bool) (e
 	return nil
 }
 
-// replayDeleting replays on a store without history: delete, publish, and
+// deleting replays on a store without history: delete, publish, and
 // record the dead letter again if the publish fails. (Deleting first means
 // a replay that fails again records a new dead letter that stays.)
-func (e *Engine) replayDeleting(ctx context.Context, dl *store.DeadLetter) error {
-	if _, err := e.store.DeleteDeadLetters(ctx, []string{dl.ID}); err != nil {
+func (r *replays) deleting(ctx context.Context, dl *store.DeadLetter) error {
+	if _, err := r.store.DeleteDeadLetters(ctx, []string{dl.ID}); err != nil {
 		return fmt.Errorf("idem: replay dead letter %s: delete: %w", dl.ID, err)
 	}
-	if perr := e.tr.Publish(ctx, []Envelope{dl.Envelope}); perr != nil {
-		if err := e.restoreDeadLetter(context.WithoutCancel(ctx), dl); err != nil {
+	if perr := r.tr.Publish(ctx, []Envelope{dl.Envelope}); perr != nil {
+		if err := r.restore(context.WithoutCancel(ctx), dl); err != nil {
 			return fmt.Errorf("idem: replay dead letter %s: publish: %w; restore: %w", dl.ID, perr, err)
 		}
 		return fmt.Errorf("idem: replay dead letter %s: publish: %w (the dead letter is kept)", dl.ID, perr)
@@ -95,46 +106,13 @@ func (e *Engine) replayDeleting(ctx context.Context, dl *store.DeadLetter) error
 	return nil
 }
 
-func (e *Engine) restoreDeadLetter(ctx context.Context, dl *store.DeadLetter) error {
-	uow, err := e.store.Begin(ctx)
+func (r *replays) restore(ctx context.Context, dl *store.DeadLetter) error {
+	uow, err := r.store.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = uow.Rollback(ctx) }()
 	return uow.Commit(ctx, &store.Changes{DeadLetters: []store.DeadLetter{*dl}})
-}
-
-// noteReplay keeps the items that carry a replay, for consumedReplays.
-func (l *lane) noteReplay(it *item) {
-	if l.e.replayer != nil && it.d.Envelope.Headers[store.HeaderReplay] != "" {
-		l.replays = append(l.replays, it)
-	}
-}
-
-// consumedReplays returns the dead-letter IDs of the replayed items this
-// unit of work acknowledges without dead-lettering them: applied, found
-// applied already, or ignored. An item returned for a retry is not
-// settled yet.
-func (l *lane) consumedReplays() []string {
-	if len(l.replays) == 0 {
-		return nil
-	}
-	dead := map[string]bool{}
-	for _, d := range l.ch.DeadLetters {
-		dead[d.ID] = true
-	}
-	acked := map[string]bool{}
-	for _, d := range l.res.acks {
-		acked[d.Envelope.ID] = true
-	}
-	var ids []string
-	for _, it := range l.replays {
-		if acked[it.d.Envelope.ID] && !dead[it.msgID] {
-			ids = append(ids, it.msgID)
-			dead[it.msgID] = true // once
-		}
-	}
-	return ids
 }
 
 // replayOpen reports whether dl's message was re-queued and has not failed

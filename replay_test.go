@@ -94,7 +94,7 @@ func TestApplyWaitsOnAReplay(t *testing.T) {
 	if err := b.mstore.BeginReplay(b.ctx, "inc-1", now); err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.engine().Apply(b.ctx, env)
+	r, err := b.engine().PublishAndWait(b.ctx, env)
 	if err != nil || r.Version != 1 {
 		t.Fatalf("Apply of a message whose dead letter is re-queued: %+v, %v; want it applied at version 1", r, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -125,14 +124,14 @@ func (e *Engine) addSchedule(name, spec string, msg any, opts []ScheduleOption) 
 	if _, err := NewEnvelope("probe", msg); err != nil {
 		return fmt.Errorf("idem: schedule %q: %w", name, err)
 	}
-	if _, ok := e.store.(store.Scheduler); !ok {
+	if e.caps.scheduler == nil {
 		return fmt.Errorf("idem: schedule %q: store %T does not keep schedules (store.Scheduler)", name, e.store)
 	}
 	d := &scheduleDef{name: name, spec: spec, msg: msg, missed: store.MissedFireOnce}
 	for _, o := range opts {
 		o(d)
 	}
-	if err := e.checkPollInterval(d); err != nil {
+	if err := checkPollInterval(d, e.cfg.TimerInterval); err != nil {
 		return fmt.Errorf("idem: schedule %q: %w", name, err)
 	}
 	e.mu.Lock()
@@ -140,19 +139,12 @@ func (e *Engine) addSchedule(name, spec string, msg any, opts []ScheduleOption) 
 	if e.started {
 		return ErrRunning
 	}
-	for _, o := range e.schedules {
-		if o.name == name {
-			return fmt.Errorf("idem: schedule %q: already registered", name)
-		}
-	}
-	e.schedules = append(e.schedules, d)
-	return nil
+	return e.reg.addSchedule(d)
 }
 
 // checkPollInterval refuses an Every interval or a SkipMissed grace
 // shorter than the poll interval (see Every and SkipMissed).
-func (e *Engine) checkPollInterval(d *scheduleDef) error {
-	poll := e.cfg.TimerInterval
+func checkPollInterval(d *scheduleDef, poll time.Duration) error {
 	r, err := parseSpec(d.spec) // checked by Every and Cron
 	if err != nil {
 		return err
@@ -185,38 +177,23 @@ func ValidateScheduleName(name string) error {
 }
 
 // saveSchedules stores the registered schedules; Start calls it.
-func (e *Engine) saveSchedules(ctx context.Context) error {
-	if len(e.schedules) == 0 {
+func saveSchedules(ctx context.Context, b *base, reg *registry) error {
+	if len(reg.schedules) == 0 {
 		return nil
 	}
-	sc := e.store.(store.Scheduler) // checked by addSchedule
-	now := e.cfg.Clock()
-	for _, d := range e.schedules {
+	now := b.cfg.Clock()
+	for _, d := range reg.schedules {
 		r, _ := parseSpec(d.spec) // checked by Every and Cron
-		env, err := e.newEnvelopeLocked(d.msg)
+		env, err := reg.template(d.msg)
 		if err != nil {
 			return fmt.Errorf("idem: start: schedule %q: %w", d.name, err)
 		}
 		s := &store.Schedule{Name: d.name, Spec: d.spec, Missed: d.missed, Grace: d.grace, Envelope: env, NextDue: r.next(now), UpdatedAt: now}
-		if err := sc.SaveSchedule(ctx, s); err != nil {
+		if err := b.caps.scheduler.SaveSchedule(ctx, s); err != nil {
 			return fmt.Errorf("idem: start: save schedule %q: %w", d.name, err)
 		}
 	}
 	return nil
-}
-
-// newEnvelopeLocked is NewEnvelope without an ID, with the correlation ID
-// of the machine that consumes msg. The caller holds e.mu.
-func (e *Engine) newEnvelopeLocked(msg any) (Envelope, error) {
-	env, err := NewEnvelope("template", msg)
-	if err != nil {
-		return env, err
-	}
-	env.ID = ""
-	if m, ok := e.machines[env.Type]; ok {
-		env.CorrelationID = e.correlationID(m, msg)
-	}
-	return env, nil
 }
 
 // recurrence is a parsed spec. Tick times have microsecond precision
@@ -288,167 +265,6 @@ func TickID(name string, tick time.Time) string {
 	return ids.Derive("schedule", name, tick.UTC().Format(time.RFC3339Nano))
 }
 
-// RunSchedules fires every due schedule once, by the rules of Cron and
-// SkipMissed, and returns how many ticks it fired (messages published; a
-// tick skipped by SkipMissed advances its schedule and is not counted).
-// The timer poller calls it every Config.TimerInterval on engines that
-// registered a schedule. It fires every due schedule of the store, also
-// those this engine did not register: a tick's message is built from the
-// stored row alone. A tick another replica claimed first is left to it; a
-// row this engine cannot plan is left as it is (see unplanned).
-func (e *Engine) RunSchedules(ctx context.Context) (total int, err error) {
-	ctx, end := e.background(ctx, TaskSchedules)
-	defer func() { end(total, err) }()
-	for {
-		b, err := e.fireScheduleBatch(ctx)
-		total += b.fired
-		if err != nil || !b.more {
-			return total, err
-		}
-	}
-}
-
-// scheduleBatch is what one unit of work of RunSchedules did.
-type scheduleBatch struct {
-	fired    int  // tick messages committed
-	advanced int  // schedules advanced (fired or skipped) by the commit
-	more     bool // more schedules may be due: run another batch
-}
-
-// fireScheduleBatch advances up to BatchSize due schedules in one unit of
-// work. It asks the store for as many more rows as it knows it cannot
-// plan, so that rows it leaves due do not fill every batch; another batch
-// is worth running only when the store returned all it was asked for and
-// this one made progress (advanced a schedule or found a row it cannot
-// plan), so the loop ends.
-func (e *Engine) fireScheduleBatch(ctx context.Context) (scheduleBatch, error) {
-	uow, err := e.store.Begin(ctx)
-	if err != nil {
-		return scheduleBatch{}, fmt.Errorf("fire schedules: %w", err)
-	}
-	defer func() { _ = uow.Rollback(ctx) }()
-	su, ok := uow.(store.ScheduleUnitOfWork)
-	if !ok {
-		return scheduleBatch{}, fmt.Errorf("fire schedules: the units of work of %T are not store.ScheduleUnitOfWork", e.store)
-	}
-	now := e.cfg.Clock()
-	limit := e.cfg.BatchSize + e.unplanned.count()
-	due, err := su.DueSchedules(ctx, now, limit)
-	if err != nil || len(due) == 0 {
-		return scheduleBatch{}, err
-	}
-	advs, envs, found := e.planTicks(ctx, due, now)
-	full := len(due) == limit
-	if len(advs) == 0 {
-		return scheduleBatch{more: full && found}, nil
-	}
-	if err := su.AdvanceSchedules(ctx, advs); err != nil {
-		return scheduleBatch{}, fmt.Errorf("fire schedules: %w", err)
-	}
-	c := &store.Changes{}
-	if e.queue {
-		if err := uow.(store.QueueUnitOfWork).Enqueue(ctx, envs); err != nil {
-			return scheduleBatch{}, fmt.Errorf("fire schedules: %w", err)
-		}
-	} else {
-		for _, env := range envs {
-			c.Outbox = append(c.Outbox, store.OutboxMessage{Envelope: env, CreatedAt: now})
-		}
-	}
-	if err := uow.Commit(ctx, c); errors.Is(err, store.ErrConflict) {
-		// Another replica advanced one of them: it runs the next batch.
-		e.log.DebugContext(ctx, "schedule tick claimed by another replica", "error", err)
-		return scheduleBatch{}, nil
-	} else if err != nil {
-		return scheduleBatch{}, fmt.Errorf("fire %d schedules: %w", len(advs), err)
-	}
-	e.publishTicks(ctx, c.Outbox)
-	return scheduleBatch{fired: len(envs), advanced: len(advs), more: full}, nil
-}
-
-// planTicks plans the due schedules at now. Rows it cannot plan are left
-// out and noted; found reports whether one was new.
-func (e *Engine) planTicks(ctx context.Context, due []store.Schedule, now time.Time) (advs []store.ScheduleAdvance, envs []Envelope, found bool) {
-	for _, s := range due {
-		adv, env, err := planTick(&s, now)
-		if err != nil {
-			if e.unplanned.note(s.Name, err.Error()) {
-				found = true
-				e.log.ErrorContext(ctx, "schedule not fired: this engine cannot plan it, and leaves it as it is for a replica that can; fix it (register it again) or delete it (idem schedules delete)",
-					"schedule", s.Name, "error", err)
-			}
-			continue
-		}
-		e.unplanned.planned(s.Name)
-		advs = append(advs, adv)
-		if env != nil {
-			envs = append(envs, *env)
-		}
-	}
-	return advs, envs, found
-}
-
-// unplanned remembers the stored schedules the poller cannot plan: a spec
-// it cannot parse or that never matches, a missed-tick policy it does not
-// know (a newer build saved the row, say), a template that makes no valid
-// message. Such a row is neither fired, advanced nor paused: pausing it
-// would silence it for every replica, also those of a build that can fire
-// it, and outlive the cause. It stays due, so each poll reads it again;
-// it is logged once per engine and reason, and DueSchedules is asked for
-// that many more rows, so that such rows cannot fill every batch and hold
-// up the schedules behind them.
-type unplanned struct {
-	mu   sync.Mutex
-	rows map[string]string // schedule name → why it cannot be planned
-}
-
-func (u *unplanned) count() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return len(u.rows)
-}
-
-// note records why schedule name cannot be planned; it reports whether
-// that is news (a new row, or a new reason).
-func (u *unplanned) note(name, why string) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if old, ok := u.rows[name]; ok && old == why {
-		return false
-	}
-	if u.rows == nil {
-		u.rows = map[string]string{}
-	}
-	u.rows[name] = why
-	return true
-}
-
-// planned forgets schedule name: it can be planned now (redefined).
-func (u *unplanned) planned(name string) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	delete(u.rows, name)
-}
-
-// publishTicks hands committed outbox rows to the transport at once; the
-// outbox relay sends them later if this fails.
-func (e *Engine) publishTicks(ctx context.Context, rows []store.OutboxMessage) {
-	if len(rows) == 0 {
-		return
-	}
-	envs, ids := make([]Envelope, len(rows)), make([]string, len(rows))
-	for i, r := range rows {
-		envs[i], ids[i] = r.Envelope, r.Envelope.ID
-	}
-	if err := e.tr.Publish(ctx, envs); err != nil {
-		e.log.WarnContext(ctx, "publish of schedule ticks failed; the outbox relay will send", "messages", len(envs), "error", err)
-		return
-	}
-	if err := e.store.MarkSent(ctx, ids, e.cfg.Clock()); err != nil {
-		e.log.WarnContext(ctx, "mark schedule ticks sent", "messages", len(ids), "error", err)
-	}
-}
-
 // planTick decides what a due schedule does at now: which tick it fires
 // (the latest due one; none when MissedSkip finds it later than its grace)
 // and its next due time, the first tick after now. It reads the stored
@@ -487,15 +303,4 @@ func planTick(s *store.Schedule, now time.Time) (store.ScheduleAdvance, *Envelop
 		return store.ScheduleAdvance{}, nil, err
 	}
 	return adv, &env, nil
-}
-
-// fireDue is the timer poller's pass: due timers, then due schedules.
-func (e *Engine) fireDue(ctx context.Context) {
-	e.fireTimers(ctx)
-	if len(e.schedules) == 0 {
-		return
-	}
-	if _, err := e.RunSchedules(ctx); err != nil && ctx.Err() == nil {
-		e.log.Error("fire schedules", "error", err)
-	}
 }

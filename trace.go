@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 
-	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -84,18 +83,55 @@ type RequestSpan interface {
 // tracing is the part of the engine that traces sends, resolved once in
 // NewEngine. Its zero value traces nothing and costs a nil check.
 type tracing struct {
-	send SendTracer // nil: sends are not traced
+	tracer Tracer     // Config.Tracer; nil: nothing is traced
+	send   SendTracer // nil: sends are not traced
 	// desc describes the transport; every span start points to it.
 	desc transport.Description
 }
 
-func newTracing(t Tracer, tr transport.Transport) tracing {
-	var out tracing
+func newTracing(t Tracer, desc transport.Description) *tracing {
+	out := &tracing{tracer: t, desc: desc}
 	out.send, _ = t.(SendTracer)
-	if d, ok := tr.(transport.Describer); ok {
-		out.desc = d.Describe()
-	}
 	return out
+}
+
+// background starts a background pass's span; the function returned ends
+// it.
+func (t *tracing) background(ctx context.Context, task BackgroundTask) (context.Context, func(n int, err error)) {
+	if t.tracer == nil {
+		return ctx, noBackground
+	}
+	ctx, span := t.tracer.StartBackground(ctx, task)
+	return ctx, func(n int, err error) { span.End(BackgroundEnd{Items: n, Err: err}) }
+}
+
+// noBackground ends no span.
+func noBackground(int, error) {}
+
+// startMessage starts the span of one message of an attempt; the context
+// returned is the one its handler, store calls and log lines see. Unless
+// sends are traced, the span's traceparent is what its emissions carry.
+// (tracerObserver ends it.)
+func (t *tracing) startMessage(ctx context.Context, it *item) (context.Context, MessageSpan) {
+	ctx, s := t.tracer.StartMessage(ctx, MessageStart{
+		SagaType: it.typ, Key: it.key, MessageID: it.msgID, Envelope: &it.d.Envelope,
+		Attempt: it.d.Attempt, TraceParent: it.d.Envelope.Headers[transport.HeaderTraceParent], Transport: &t.desc,
+	})
+	if t.send == nil {
+		it.tp = s.TraceParent()
+	}
+	return ctx, s
+}
+
+// commonType is the saga type of every item, or "" when they have several.
+func commonType(items []*item) string {
+	typ := items[0].typ
+	for _, it := range items[1:] {
+		if it.typ != typ {
+			return ""
+		}
+	}
+	return typ
 }
 
 // uowStart describes the unit of work of items to the Tracer.
@@ -151,23 +187,6 @@ func (t *tracing) startSend(ctx context.Context, env *Envelope, emitted, shared 
 	}
 	env.Headers[transport.HeaderTraceParent] = tp
 	return span
-}
-
-// traceSends starts the send spans of a transition's emissions, in the
-// applied message's span, and writes their trace context into the
-// envelopes before the unit of work stores them. The spans end with the
-// commit (endSpans).
-func (l *lane) traceSends(out []Envelope, sched []store.Timer) {
-	t := &l.e.trace
-	if t.send == nil {
-		return
-	}
-	for i := range out {
-		l.sends = append(l.sends, t.startEmission(l.ctx, &out[i]))
-	}
-	for i := range sched {
-		l.sends = append(l.sends, t.startEmission(l.ctx, &sched[i].Envelope))
-	}
 }
 
 // startEmission starts the send span of an envelope the engine built: its

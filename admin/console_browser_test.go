@@ -314,7 +314,7 @@ func seedJob(t *testing.T, b *bundle) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.e.Apply(context.Background(), env); err != nil {
+	if _, err := b.e.PublishAndWait(context.Background(), env); err != nil {
 		t.Fatalf("apply %s: %v", jobKey, err)
 	}
 }

@@ -321,7 +321,7 @@ func finishedTimer(t *testing.T, b *bundle) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.e.Apply(context.Background(), env); err != nil {
+	if _, err := b.e.PublishAndWait(context.Background(), env); err != nil {
 		t.Fatal(err)
 	}
 	addTimer(t, b, "order", "o-3")

@@ -274,7 +274,7 @@ type LoadParams struct {
 // seen beside its saga as it was before that message. A store must not
 // read them in the other order, and a later Load of a unit of work must
 // not see less than an earlier one. The engine relies on both: a stale
-// instance fails its commit's version check, and Engine.Apply reads the
+// instance fails its commit's version check, and Engine.PublishAndWait reads the
 // saga with a second Load once the first saw the message's record.
 type LoadResult struct {
 	Instances map[Key]*Instance

@@ -32,7 +32,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/tuning"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/transport"
 )
@@ -715,7 +714,6 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 	t.claimTx = run.Claim == ClaimTx
 	// Consumers taking turns claim in units of work only in "tx" runs that
 	// set their configuration: the defaults run as the zero Config does.
-	tuning.ClaimInTurn.Store(run.Claim == ClaimTx && !run.Defaults)
 	var tr transport.Transport = t
 	s := &session{st: st, pub: st, schema: schema, tap: t, emitted: "bench_emitted"}
 	if run.Transport != "" {

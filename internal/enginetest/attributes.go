@@ -67,7 +67,7 @@ func Attributes(t *testing.T, q store.Queue) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.Apply(ctx, env)
+		_, err = e.PublishAndWait(ctx, env)
 		return err
 	}
 	find := func(supplier string) []string {

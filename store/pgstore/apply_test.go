@@ -104,7 +104,7 @@ func TestApplyResultIsTheSagaAfterItsCommit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := e.Apply(ctx, env)
+		r, err := e.PublishAndWait(ctx, env)
 		if err != nil {
 			t.Fatal(err)
 		}

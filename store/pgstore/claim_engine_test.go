@@ -101,7 +101,7 @@ func TestEngineClaimsInsideUnitsOfWorkOnlyWhenItCan(t *testing.T) {
 		{"one consumer, one lane", 1, 1, false, false, true},
 		{"partitioned consumers, a lane each", 2, 2, true, false, true},
 		{"one consumer, two lanes", 2, 1, false, false, false},
-		{"consumers sharing one stream (tuning.ClaimInTurn off)", 2, 2, false, false, false},
+		{"consumers sharing one stream", 2, 2, false, false, false},
 		{"consumers sharing one stream, fewer lanes", 1, 2, false, false, false},
 		{"a plain handler", 1, 1, false, true, false},
 	} {

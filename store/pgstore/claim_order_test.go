@@ -10,13 +10,12 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/enginetest"
-	"github.com/idemhq/idem/internal/tuning"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store/pgstore"
 )
 
-// Consumers taking turns on one stream claim inside their units of work
-// and keep each key's order, as the lease path does.
+// Consumers claiming inside their units of work keep each key's order, as
+// the lease path does; consumers taking turns on one stream never claim.
 
 // Step is the N-th message of its key. FailOnce fails its first try
 // (transiently); Conflict makes its first try meet a concurrent writer.
@@ -71,20 +70,18 @@ func stepMachine(st *pgstore.Store, lg *stepLog) *saga.Machine[stepData] {
 	return m
 }
 
-// TestClaimInTurnKeepsKeyOrder: four consumers taking turns on one stream
-// (the zero Config's shape), claiming a backlog inside their units of
-// work, with messages that fail once and commits that conflict: every
-// key's steps apply in order, once. A failing step is its key's last, so
-// the order the lease path keeps is total here: a claimed batch rolled
-// back whole (its failing message returned with the others, or after a
-// conflict) would let a later batch apply those others' successors
-// first.
-func TestClaimInTurnKeepsKeyOrder(t *testing.T) {
-	claimInTurn(t)
+// TestClaimKeepsKeyOrder: four partitioned consumers, each claiming a
+// backlog of its partition inside its units of work, with messages that
+// fail once and commits that conflict: every key's steps apply in order,
+// once. A failing step is its key's last, so the order the lease path
+// keeps is total here: a claimed batch rolled back whole (its failing
+// message returned with the others, or after a conflict) would let a
+// later batch apply those others' successors first.
+func TestClaimKeepsKeyOrder(t *testing.T) {
 	st := openStore(t, pgstore.Config{Lease: 5 * time.Second})
 	c := &claimCounter{Store: st}
 	lg := &stepLog{tries: map[string]int{}}
-	e, err := idem.NewEngine(c, c, &idem.Config{BatchSize: 8, Lanes: 4, Consumers: 4,
+	e, err := idem.NewEngine(c, c, &idem.Config{BatchSize: 8, Lanes: 4, Consumers: 4, PartitionedReceive: true,
 		RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
@@ -149,14 +146,12 @@ func TestClaimInTurnKeepsKeyOrder(t *testing.T) {
 	t.Logf("claimed %d, returned %d, leased %d; stats %+v", c.claimed.Load(), c.returned.Load(), c.leased.Load(), s)
 }
 
-// TestClaimInTurnHotKeysFinish: four consumers and four lanes on a few hot
-// keys, every batch waiting for the one before it, claimed batches holding
-// their slot and connection meanwhile, with a pool of Lanes + 3 (the
-// engine's need, pgstore.DefaultMaxConns): the backlog drains. A claimed
-// batch waiting with its slot for a leased batch that needs one would
-// hang it.
-func TestClaimInTurnHotKeysFinish(t *testing.T) {
-	claimInTurn(t)
+// TestTurnsHotKeysFinish: four consumers taking turns on one stream (the
+// zero Config's shape) on a few hot keys, every batch waiting for the one
+// before it, with a pool of Lanes + 3 (the engine's need,
+// pgstore.DefaultMaxConns): the backlog drains in key order, and no batch
+// is claimed inside a unit of work (consumers in turn lease).
+func TestTurnsHotKeysFinish(t *testing.T) {
 	for _, lanes := range []int{4, 2} {
 		t.Run(fmt.Sprintf("lanes %d", lanes), func(t *testing.T) {
 			t.Parallel()
@@ -203,18 +198,10 @@ func hotKeys(t *testing.T, lanes int) {
 	for _, v := range lg.violations {
 		t.Error(v)
 	}
-	if claims := lanes >= 4; claims != (c.claimed.Load() > 0) {
-		t.Errorf("%d deliveries claimed inside units of work with %d lanes for 4 consumers; want some exactly when lanes ≥ consumers", c.claimed.Load(), lanes)
+	if n := c.claimed.Load(); n != 0 {
+		t.Errorf("%d deliveries claimed inside units of work by consumers taking turns; want none (they lease)", n)
 	}
 	if s := e.Stats(); s.Applied != keys*perKey {
 		t.Errorf("applied %d, want %d", s.Applied, keys*perKey)
 	}
-}
-
-// claimInTurn turns tuning.ClaimInTurn on for the test. The test must not
-// be parallel: the switch is the process's, and parallel tests only start
-// once the sequential ones have ended.
-func claimInTurn(t *testing.T) {
-	tuning.ClaimInTurn.Store(true)
-	t.Cleanup(func() { tuning.ClaimInTurn.Store(false) })
 }

@@ -234,7 +234,7 @@ func apply(t *testing.T, w *ledger.Writer, env idem.Envelope) (idem.Result, erro
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return w.Engine().Apply(ctx, env)
+	return w.Engine().PublishAndWait(ctx, env)
 }
 
 // envelope is the envelope of ev as a writer publishes it.

@@ -235,7 +235,7 @@ func (a *App) Submit(ctx context.Context, raw string) (canonical string, err err
 	if err != nil {
 		return "", err
 	}
-	if _, err := a.Engine.Apply(ctx, env); err != nil {
+	if _, err := a.Engine.PublishAndWait(ctx, env); err != nil {
 		return "", fmt.Errorf("helixqueue: submit %q: %w", raw, err)
 	}
 	return canonical, nil
@@ -259,7 +259,7 @@ func (a *App) TryAssign(ctx context.Context, sample, worker string) (AssignResul
 	if err != nil {
 		return AssignResult{}, err
 	}
-	r, err := a.Engine.Apply(ctx, env)
+	r, err := a.Engine.PublishAndWait(ctx, env)
 	if err != nil {
 		return AssignResult{}, fmt.Errorf("helixqueue: assign %q: %w", sample, err)
 	}
@@ -276,7 +276,7 @@ func (a *App) send(ctx context.Context, prefix string, msg any) (idem.Result, er
 	if err != nil {
 		return idem.Result{}, err
 	}
-	r, err := a.Engine.Apply(ctx, env)
+	r, err := a.Engine.PublishAndWait(ctx, env)
 	if err != nil {
 		return r, fmt.Errorf("helixqueue: %s: %w", prefix, err)
 	}

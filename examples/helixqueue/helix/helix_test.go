@@ -165,7 +165,7 @@ func TestKilledWorkerReclaimedOnce(t *testing.T) {
 		// fenced off, the batch stays RUNNING under B.
 		var lateState string
 		wb := &helix.Worker{ID: "gpu-b", App: a, Work: func(ctx context.Context, s string, at int) (string, error) {
-			r, err := a.Engine.Apply(ctx, mustEnv(t, "late-a", helix.Complete{SampleID: nfc, Worker: "gpu-a", Attempt: 1, Result: "stale"}))
+			r, err := a.Engine.PublishAndWait(ctx, mustEnv(t, "late-a", helix.Complete{SampleID: nfc, Worker: "gpu-a", Attempt: 1, Result: "stale"}))
 			lateState = r.State
 			return "reads:" + s, err
 		}}

@@ -225,7 +225,7 @@ func (a *App) Submit(ctx context.Context, supplier, format, fileName string, con
 	// Apply learns the outcome from the store.
 	wctx, cancel := context.WithTimeout(ctx, a.cfg.ConfirmWait)
 	defer cancel()
-	r, err := a.eng.Apply(wctx, env)
+	r, err := a.eng.PublishAndWait(wctx, env)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return &Submission{JobID: id, Pending: true}, nil // published; applied later

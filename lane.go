@@ -1,0 +1,368 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemhq/idem/saga"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+type nackReq struct {
+	d     transport.Delivery
+	delay time.Duration
+}
+
+type logLine struct {
+	it  *item
+	rec saga.LogRecord
+}
+
+// laneResult is what a committed unit of work leaves to do: the settle
+// part's input (settle.go).
+type laneResult struct {
+	acks   []transport.Delivery
+	nacks  []nackReq
+	outbox []Envelope
+	logs   []logLine
+	att    *attempt // what it decided, for the observers
+}
+
+// working is an instance as the lane's unit of work changes it.
+type working struct {
+	inst    *store.Instance // nil: no saga
+	isNew   bool
+	changed bool
+}
+
+// lane is one attempt of a unit of work in the making: the batch's items
+// of one lane, what the store loaded for them, and the changes and results
+// the per-message steps (steps.go) build. Its life is load, the steps of
+// each item in order, collect, commit; the units (unit.go) run it.
+type lane struct {
+	*base
+	emit    emitter
+	now     time.Time
+	loaded  *store.LoadResult
+	res     *laneResult
+	ch      *store.Changes
+	work    map[store.Key]*working
+	timers  map[store.TimerKey]*store.Timer // nil value: cancel
+	inBatch map[store.InboxKey]bool
+	blocked map[store.Key]time.Duration // keys with a message to retry
+	uow     store.UnitOfWork
+	tokens  map[store.InboxKey]string // token of each tokened message
+	claimed map[string]bool           // tokens this unit of work claims
+	replays []*item                   // items that replay a dead letter
+}
+
+func newLane(b *base, emit emitter, items []*item) *lane {
+	return &lane{
+		base: b, emit: emit, now: b.cfg.Clock(), loaded: &store.LoadResult{},
+		res: &laneResult{att: &attempt{items: items, results: make([]result, 0, len(items))}}, ch: &store.Changes{},
+		work: map[store.Key]*working{}, timers: map[store.TimerKey]*store.Timer{},
+		inBatch: map[store.InboxKey]bool{}, blocked: map[store.Key]time.Duration{},
+	}
+}
+
+// run applies every item in order, each inside its message span when a
+// Tracer is set, and records its outcome.
+func (l *lane) run(ctx context.Context, items []*item) {
+	for _, it := range items {
+		mctx := ctx
+		if t := l.cfg.Tracer; t != nil {
+			var span MessageSpan
+			mctx, span = l.trace.startMessage(ctx, it)
+			l.res.att.spans = append(l.res.att.spans, span)
+		}
+		l.res.att.results = append(l.res.att.results, result{it: it, o: applyItem(mctx, l, it)})
+	}
+}
+
+// readInbox loads the items' inbox records in a unit of work of its own,
+// rolled back at once.
+func (l *lane) readInbox(ctx context.Context, items []*item) error {
+	uow, err := l.store.Begin(ctx)
+	if err != nil {
+		return &beginError{err}
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	return l.load(ctx, uow, items)
+}
+
+// load reads, in one call, every saga and inbox record the items touch.
+func (l *lane) load(ctx context.Context, uow store.UnitOfWork, items []*item) error {
+	p := &store.LoadParams{}
+	seenKey := map[store.Key]bool{}
+	for _, it := range items {
+		if it.reason != "" && !it.late {
+			continue
+		}
+		if it.h == nil && !seenKey[it.sagaKey()] {
+			seenKey[it.sagaKey()] = true
+			p.Keys = append(p.Keys, it.sagaKey())
+		}
+		p.Inbox = append(p.Inbox, it.inboxKey())
+		if tok := l.itemToken(it); tok != "" {
+			if l.tokens == nil {
+				l.tokens = map[store.InboxKey]string{}
+			}
+			l.tokens[it.inboxKey()] = tok
+			p.Tokens = append(p.Tokens, tok)
+		}
+	}
+	if len(p.Inbox) == 0 {
+		return nil
+	}
+	loaded, err := uow.Load(ctx, p)
+	if err != nil {
+		return fmt.Errorf("load %d sagas: %w", len(p.Keys), err)
+	}
+	l.loaded = loaded
+	return nil
+}
+
+// itemToken is the dedup token a tokened message must find unclaimed
+// (Config.Dedup), or "".
+func (l *lane) itemToken(it *item) string {
+	if l.caps.tokens == nil || !tokened(&it.d.Envelope) {
+		return ""
+	}
+	return TokenID(&it.d.Envelope)
+}
+
+// seen reports whether the message of ik was applied before: its inbox
+// record exists, it came twice in this unit of work, or its token was
+// claimed or never minted.
+func (l *lane) seen(ik store.InboxKey) bool {
+	if l.loaded.Seen[ik] || l.inBatch[ik] {
+		return true
+	}
+	tok, ok := l.tokens[ik]
+	return ok && (!l.loaded.Tokens[tok] || l.claimed[tok])
+}
+
+// markSeen records the message of ik in the inbox, and claims its token.
+func (l *lane) markSeen(ik store.InboxKey) {
+	if tok, ok := l.tokens[ik]; ok && !l.claimed[tok] {
+		if l.claimed == nil {
+			l.claimed = map[string]bool{}
+		}
+		l.claimed[tok] = true
+		l.ch.ClaimTokens = append(l.ch.ClaimTokens, tok)
+	}
+	l.inBatch[ik] = true
+	l.ch.Inbox = append(l.ch.Inbox, store.InboxEntry{InboxKey: ik, ProcessedAt: l.now})
+}
+
+// ack settles it as done in this unit of work.
+func (l *lane) ack(it *item) { l.res.acks = append(l.res.acks, it.d) }
+
+// emitted adds a transition's emissions to the outbox, minting their
+// tokens with Config.Dedup token.
+func (l *lane) emitted(out []Envelope) {
+	if l.cfg.Dedup == DedupToken {
+		for i := range out {
+			out[i].Headers[transport.HeaderToken] = "1"
+			l.ch.MintTokens = append(l.ch.MintTokens, store.Token{ID: TokenID(&out[i]), MintedAt: l.now})
+		}
+	}
+	for _, o := range out {
+		l.ch.Outbox = append(l.ch.Outbox, store.OutboxMessage{Envelope: o, CreatedAt: l.now})
+	}
+	l.res.outbox = append(l.res.outbox, out...)
+}
+
+// noteReplay remembers an item that replays a dead letter (the header
+// store.HeaderReplay), when the store keeps replays.
+func (l *lane) noteReplay(it *item) {
+	if l.caps.replayer != nil && it.d.Envelope.Headers[store.HeaderReplay] != "" {
+		l.replays = append(l.replays, it)
+	}
+}
+
+// consumedReplays lists the dead letters whose replayed copies this unit
+// of work settles without dead-lettering them again: their replays
+// succeeded.
+func (l *lane) consumedReplays() []string {
+	if len(l.replays) == 0 {
+		return nil
+	}
+	dead := map[string]bool{}
+	for _, d := range l.ch.DeadLetters {
+		dead[d.ID] = true
+	}
+	acked := map[string]bool{}
+	for _, d := range l.res.acks {
+		acked[d.Envelope.ID] = true
+	}
+	var ids []string
+	for _, it := range l.replays {
+		if acked[it.d.Envelope.ID] && !dead[it.msgID] {
+			ids = append(ids, it.msgID)
+			dead[it.msgID] = true // once
+		}
+	}
+	return ids
+}
+
+// messageTx opens the scope of one message's domain statements in the
+// unit of work (store.DomainTxUnitOfWork): in.Tx and in.Ctx are set, and
+// the statements are kept only if the transition applies. nil when the
+// store has no domain transactions.
+func (l *lane) messageTx(ctx context.Context, in *saga.Input) *msgScope {
+	d, ok := domainTxUnit(l.uow)
+	if !ok {
+		return nil
+	}
+	mt := d.MessageTx(ctx)
+	in.Tx, in.Ctx = mt.Handle(), ctx
+	return &msgScope{mt: mt}
+}
+
+// traceSends starts the send spans of a transition's emissions, in the
+// applied message's span, and writes their trace context into the
+// envelopes before the unit of work stores them. The spans end with the
+// commit (tracerObserver).
+func (l *lane) traceSends(ctx context.Context, envs ...*Envelope) {
+	if l.trace.send == nil {
+		return
+	}
+	for _, env := range envs {
+		l.res.att.sends = append(l.res.att.sends, l.trace.startEmission(ctx, env))
+	}
+}
+
+// collect turns the working instances and timers into changes.
+func (l *lane) collect() {
+	if ids := l.consumedReplays(); len(ids) > 0 {
+		// Settled in the commit: a crash after it cannot leave them pending.
+		l.ch.SettleReplays = &store.SettleReplaysParams{IDs: ids, Outcome: store.ReplaySucceeded, At: l.now}
+	}
+	for _, w := range l.work {
+		switch {
+		case w.isNew:
+			l.ch.Inserts = append(l.ch.Inserts, w.inst)
+		case w.changed:
+			l.ch.Updates = append(l.ch.Updates, w.inst)
+		}
+	}
+	for k, t := range l.timers {
+		if t == nil {
+			l.ch.CancelTimers = append(l.ch.CancelTimers, k)
+		} else {
+			l.ch.Timers = append(l.ch.Timers, *t)
+		}
+	}
+}
+
+// commit writes the changes (on the store's own queue, with the
+// deliveries' consumption and the emitted messages). A commit error that
+// leaves the outcome unknown is returned as an *uncertainCommit.
+func (l *lane) commit(ctx context.Context, n int) (*laneResult, error) {
+	res, ch := l.res, l.ch
+	if q, ok := queueUnit(l.uow); ok && l.caps.queue {
+		if err := q.Consume(ctx, res.acks); err != nil {
+			return nil, fmt.Errorf("consume %d deliveries: %w", len(res.acks), err)
+		}
+		if len(res.outbox) > 0 {
+			if err := q.Enqueue(ctx, res.outbox); err != nil {
+				return nil, fmt.Errorf("enqueue %d messages: %w", len(res.outbox), err)
+			}
+		}
+		res.acks, res.outbox = nil, nil
+		ch.Outbox = nil
+	} else if ch.Empty() {
+		return res, nil
+	}
+	if err := l.uow.Commit(ctx, ch); err != nil {
+		err = fmt.Errorf("commit %d messages: %w", n, err)
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrRejected) || errors.Is(err, transport.ErrLeaseLost) || ctx.Err() != nil {
+			return nil, err
+		}
+		uc := &uncertainCommit{err: err, res: res}
+		for _, in := range ch.Inbox {
+			uc.inbox = append(uc.inbox, in.InboxKey)
+		}
+		for _, d := range ch.DeadLetters {
+			uc.dead = append(uc.dead, d.ID)
+		}
+		return nil, uc
+	}
+	return res, nil
+}
+
+// fail classifies a handler error: permanent errors are dead-lettered at
+// once, transient ones returned to the transport with backoff until
+// Config.MaxAttempts. Work interrupted by Stop is always returned, never
+// dead-lettered. A returned message blocks the later messages of its key
+// in this unit of work.
+func (l *lane) fail(ctx context.Context, it *item, err error) outcome {
+	reason := ""
+	switch {
+	case ctx.Err() != nil:
+		l.giveBack(it, 0)
+		return outcome{kind: OutcomeRetried}
+	case errors.Is(err, saga.ErrUnhandled):
+		reason = ReasonUnhandled
+	case errors.Is(err, saga.ErrSchema):
+		reason = ReasonSchema
+	case errors.Is(err, saga.ErrAttribute):
+		reason = ReasonInvalidAttribute
+	case errors.Is(err, saga.ErrMalformed):
+		reason = ReasonMalformed
+	case errors.Is(err, saga.ErrPanic), IsPermanent(err):
+		reason = ReasonPermanent
+	case it.d.Attempt >= l.cfg.MaxAttempts:
+		reason = ReasonRetriesExhausted
+	}
+	if reason != "" {
+		return l.deadLetter(ctx, it, reason, err)
+	}
+	delay, ok := retryDelay(err)
+	if !ok {
+		delay = l.retry.Delay(it.d.Attempt)
+	}
+	l.log.WarnContext(ctx, "message failed; will retry", logSagaType, it.typ, logSagaKey, it.key, logMessageID, it.msgID,
+		logAttempt, it.d.Attempt, "retry_in", delay, "error", err)
+	l.giveBack(it, delay)
+	return outcome{kind: OutcomeRetried}
+}
+
+// giveBack returns it to the transport after delay; the later messages of a
+// saga's key in this unit of work follow it, unapplied (keepOrder).
+func (l *lane) giveBack(it *item, delay time.Duration) {
+	l.res.nacks = append(l.res.nacks, nackReq{d: it.d, delay: delay})
+	if it.h == nil && it.m != nil {
+		l.blocked[it.sagaKey()] = delay
+	}
+}
+
+// deadLetter records it as a dead letter with reason, and its fault
+// message when its saga asked for one (saga.Request).
+func (l *lane) deadLetter(ctx context.Context, it *item, reason string, err error) outcome {
+	text := storableText(err.Error())
+	l.ch.DeadLetters = append(l.ch.DeadLetters, store.DeadLetter{
+		ID: it.msgID, Envelope: it.d.Envelope, Reason: reason, Error: text,
+		SagaType: it.typ, Key: it.key, Attempts: max(it.d.Attempt, 1), FirstFailedAt: l.now, LastFailedAt: l.now,
+	})
+	l.ack(it)
+	o := outcome{kind: OutcomeDeadLettered, reason: reason, err: deadLetterError(text)}
+	if env, ok := l.emit.fault(&it.d.Envelope, reason, text, l.now); ok {
+		l.traceSends(ctx, &env)
+		l.ch.Outbox = append(l.ch.Outbox, store.OutboxMessage{Envelope: env, CreatedAt: l.now})
+		l.res.outbox = append(l.res.outbox, env)
+		o.emitted = 1
+	}
+	l.res.logs = append(l.res.logs, logLine{it: it, rec: saga.LogRecord{Level: slog.LevelWarn, Msg: "message dead-lettered", Args: []any{logReason, reason, "error", err.Error()}}})
+	return o
+}
+
+// deadLetterError is a dead letter's error as stored, for its span.
+type deadLetterError string
+
+func (d deadLetterError) Error() string { return string(d) }

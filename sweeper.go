@@ -1,0 +1,50 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemhq/idem/store"
+)
+
+// sweeper is the background service that deletes, every
+// Config.SweepInterval and in batches of Config.SweepBatch, finished sagas
+// older than Config.Retention (with their inbox records, timers and
+// journal), handler inbox records older than Config.Retention, and sent
+// outbox rows older than Config.OutboxRetention.
+type sweeper struct{ *base }
+
+// run sweeps until ctx ends.
+func (s *sweeper) run(ctx context.Context) error {
+	repeat(ctx, s.cfg.SweepInterval, func(ctx context.Context) {
+		if _, err := s.pass(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("sweep", "error", err)
+		}
+	})
+	return nil
+}
+
+// pass sweeps until nothing is left to delete.
+func (s *sweeper) pass(ctx context.Context) (total store.SweepResult, err error) {
+	ctx, end := s.trace.background(ctx, TaskSweep)
+	defer func() { end(total.Instances+total.Inbox+total.Outbox, err) }()
+	for {
+		now := s.cfg.Clock()
+		r, err := s.store.Sweep(ctx, &store.SweepParams{
+			FinishedBefore: now.Add(-s.cfg.Retention),
+			InboxBefore:    now.Add(-s.cfg.Retention),
+			SentBefore:     now.Add(-s.cfg.OutboxRetention),
+			Limit:          s.cfg.SweepBatch,
+		})
+		if err != nil {
+			return total, fmt.Errorf("idem: sweep: %w", err)
+		}
+		total.Instances += r.Instances
+		total.Inbox += r.Inbox
+		total.Outbox += r.Outbox
+		if r.Instances < s.cfg.SweepBatch && r.Inbox < s.cfg.SweepBatch && r.Outbox < s.cfg.SweepBatch {
+			s.obs.passed(TaskSweep, total.Instances, 0)
+			return total, nil
+		}
+	}
+}
