@@ -128,16 +128,20 @@ func (c *Config) withDefaults() (Config, error) {
 	if c != nil {
 		out = *c
 	}
-	for name, v := range map[string]int64{
-		"BatchSize": int64(out.BatchSize), "Lanes": int64(out.Lanes), "Consumers": int64(out.Consumers), "MaxAttempts": int64(out.MaxAttempts),
-		"ConflictRetries": int64(out.ConflictRetries), "MaxKeyLen": int64(out.MaxKeyLen), "MaxBodyBytes": int64(out.MaxBodyBytes),
-		"SweepBatch": int64(out.SweepBatch), "RetryBase": int64(out.RetryBase), "RetryMax": int64(out.RetryMax),
-		"Retention": int64(out.Retention), "OutboxRetention": int64(out.OutboxRetention), "SweepInterval": int64(out.SweepInterval),
-		"TimerInterval": int64(out.TimerInterval), "RelayInterval": int64(out.RelayInterval), "RelayAge": int64(out.RelayAge),
-		"ClaimLease": int64(out.ClaimLease), "StopTimeout": int64(out.StopTimeout),
+	// In field order, so that with several bad fields the first is named.
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"BatchSize", int64(out.BatchSize)}, {"Lanes", int64(out.Lanes)}, {"Consumers", int64(out.Consumers)},
+		{"MaxAttempts", int64(out.MaxAttempts)}, {"RetryBase", int64(out.RetryBase)}, {"RetryMax", int64(out.RetryMax)},
+		{"ConflictRetries", int64(out.ConflictRetries)}, {"MaxKeyLen", int64(out.MaxKeyLen)}, {"MaxBodyBytes", int64(out.MaxBodyBytes)},
+		{"Retention", int64(out.Retention)}, {"OutboxRetention", int64(out.OutboxRetention)}, {"SweepInterval", int64(out.SweepInterval)},
+		{"SweepBatch", int64(out.SweepBatch)}, {"TimerInterval", int64(out.TimerInterval)}, {"RelayInterval", int64(out.RelayInterval)},
+		{"RelayAge", int64(out.RelayAge)}, {"ClaimLease", int64(out.ClaimLease)}, {"StopTimeout", int64(out.StopTimeout)},
 	} {
-		if v < 0 {
-			return out, fmt.Errorf("idem: Config.%s is negative (%d): use 0 for the default or a positive value", name, v)
+		if f.v < 0 {
+			return out, fmt.Errorf("idem: Config.%s is negative (%d): use 0 for the default or a positive value", f.name, f.v)
 		}
 	}
 	def := func(p *int, v int) {

@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/idemhq/idem"
@@ -29,5 +30,16 @@ func TestConfigReportsDefaults(t *testing.T) {
 	}
 	if got := e.Config(); got.Lanes != 2 || got.Consumers != 3 {
 		t.Errorf("Config() has Lanes %d, Consumers %d; want the 2 and 3 given", got.Lanes, got.Consumers)
+	}
+}
+
+// TestConfigNamesFirstBadField: with several negative fields, the error
+// names the first in Config's order, every time (a map's order is random).
+func TestConfigNamesFirstBadField(t *testing.T) {
+	for range 20 {
+		_, err := idem.NewEngine(memstore.New(nil), memtransport.New(nil), &idem.Config{StopTimeout: -1, Lanes: -1, SweepBatch: -1})
+		if err == nil || !strings.Contains(err.Error(), "Config.Lanes is negative") {
+			t.Fatalf("got %v, want the error to name Config.Lanes", err)
+		}
 	}
 }
