@@ -29,10 +29,12 @@ type Emission struct {
 	// (sends, publishes and schedules), which makes its ID deterministic.
 	Index int
 	// RequestTimer, for a request sent with Request.Send, names the
-	// request's timeout timer, scheduled with Index-1: the engine gives the
-	// emission the ID RequestID(that timer's envelope ID) instead of one
-	// derived from Index.
-	RequestTimer string
+	// request's timeout timer, and RequestTimerIndex is that timer's Index
+	// (its Scheduled.Index): the engine gives the emission the ID
+	// RequestID(that timer's envelope ID) instead of one derived from
+	// Index.
+	RequestTimer      string
+	RequestTimerIndex int
 }
 
 // Scheduled is a timer a handler scheduled: Msg is delivered to the

@@ -109,14 +109,13 @@ func (r *Request[S, Cmd, Resp]) Send(c *Context[S], cmd Cmd, timeout time.Durati
 	if timeout <= 0 {
 		panic(fmt.Sprintf("saga: request %s: timeout %v is not positive", r.name, timeout))
 	}
+	timer := c.index
 	c.scheduled = append(c.scheduled, Scheduled{
 		Name: r.timer, DueAt: c.now.Add(timeout), Type: r.TimeoutExpired.msgType,
-		Msg: Timeout[Cmd]{SagaKey: c.key, Request: cmd}, Index: c.index,
+		Msg: Timeout[Cmd]{SagaKey: c.key, Request: cmd}, Index: timer,
 	})
 	c.index++
-	// The engine finds the timer by this order: the command's Index is
-	// one more than its timer's.
-	c.emitted = append(c.emitted, Emission{Intent: IntentSend, Type: MessageType(cmd), Msg: cmd, Index: c.index, RequestTimer: r.timer})
+	c.emitted = append(c.emitted, Emission{Intent: IntentSend, Type: MessageType(cmd), Msg: cmd, Index: c.index, RequestTimer: r.timer, RequestTimerIndex: timer})
 	c.index++
 }
 
