@@ -111,38 +111,57 @@ func (c *counters) ended(*attempt, error) {}
 func (c *counters) retried(n int)         { c.n.retries.Add(int64(n)) }
 
 func (c *counters) committed(a *attempt, _ time.Duration, _ int) {
+	// The engine's counters are shared by every lane: add each once per
+	// unit of work. The type's are looked up once per run of a type.
+	var applied, dup, ignored, notFound, dead, stale, emitted int64
+	var t *typeCounters
 	for _, r := range a.results {
-		o, t := &r.o, c.typ(r.it.typ)
-		c.n.emitted.Add(int64(o.emitted))
+		o := &r.o
+		if t == nil || r.it.typ != a.results[0].it.typ {
+			t = c.typ(r.it.typ)
+		}
+		emitted += int64(o.emitted)
 		if o.stale {
-			c.n.staleTimers.Add(1)
+			stale++
 		}
 		if r.it.d.Attempt > 1 {
 			t.redelivered.Add(1)
 		}
 		switch o.kind {
 		case OutcomeApplied:
-			c.n.applied.Add(1)
+			applied++
 			t.applied.Add(1)
 			if r.it.m != nil && r.it.rawKey != r.it.key {
 				t.rawKeys.Add(1)
 			}
 		case OutcomeDuplicate:
-			c.n.duplicates.Add(1)
+			dup++
 			t.dup.Add(1)
 		case OutcomeIgnored:
-			c.n.ignored.Add(1)
+			ignored++
 			t.ignored.Add(1)
 		case OutcomeNotFound:
-			c.n.notFound.Add(1)
+			notFound++
 			t.notFound.Add(1)
 		case OutcomeRetried:
 			t.retried.Add(1)
 		case OutcomeDeadLettered:
-			c.n.deadLettered.Add(1)
+			dead++
 			t.deadLetter(o.reason)
 		}
 	}
+	add := func(n *atomic.Int64, v int64) {
+		if v != 0 {
+			n.Add(v)
+		}
+	}
+	add(&c.n.applied, applied)
+	add(&c.n.duplicates, dup)
+	add(&c.n.ignored, ignored)
+	add(&c.n.notFound, notFound)
+	add(&c.n.deadLettered, dead)
+	add(&c.n.staleTimers, stale)
+	add(&c.n.emitted, emitted)
 }
 
 func (c *counters) conflicted(items []*item) {
