@@ -115,10 +115,11 @@ func (c *counters) committed(a *attempt, _ time.Duration, _ int) {
 	// unit of work. The type's are looked up once per run of a type.
 	var applied, dup, ignored, notFound, dead, stale, emitted int64
 	var t *typeCounters
+	tname := ""
 	for _, r := range a.results {
 		o := &r.o
-		if t == nil || r.it.typ != a.results[0].it.typ {
-			t = c.typ(r.it.typ)
+		if t == nil || r.it.typ != tname {
+			t, tname = c.typ(r.it.typ), r.it.typ
 		}
 		emitted += int64(o.emitted)
 		if o.stale {
