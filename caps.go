@@ -31,10 +31,7 @@ type capabilities struct {
 	// queue is set when the transport is the store's own queue (the same
 	// value): deliveries are consumed and emissions enqueued inside each
 	// unit of work.
-	queue bool
-	// claim is set by Start when the store's units of work can claim
-	// their batch (store.ClaimUnitOfWork).
-	claim        bool
+	queue        bool
 	singleWriter bool
 	tokens       store.TokenStore              // nil: no dedup tokens
 	scheduler    store.Scheduler               // nil: no schedules
