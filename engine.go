@@ -63,6 +63,7 @@ type Engine struct {
 	relay    *relay
 	timers   *timerPoller
 	sweeper  *sweeper
+	firer    *scheduleFirer
 	replays  *replays
 
 	mu      sync.Mutex // guards reg until Start, and the lifecycle
@@ -122,6 +123,7 @@ func newEngine(b *base) *Engine {
 		relay:   &relay{base: b},
 		timers:  &timerPoller{base: b},
 		sweeper: &sweeper{base: b},
+		firer:   &scheduleFirer{base: b},
 		replays: &replays{base: b},
 	}
 	return e
@@ -319,7 +321,7 @@ type service interface {
 // outbox relay unless emissions go to the store's own queue.
 func (e *Engine) services() []service {
 	if len(e.reg.schedules) > 0 {
-		e.timers.schedules = &scheduleFirer{base: e.base}
+		e.timers.schedules = e.firer
 	}
 	out := []service{e.timers, e.sweeper}
 	if !e.caps.queue {
@@ -467,16 +469,7 @@ func (e *Engine) Sweep(ctx context.Context) (store.SweepResult, error) { return 
 // those this engine did not register: a tick's message is built from the
 // stored row alone. A tick another replica claimed first is left to it; a
 // row this engine cannot plan is left as it is.
-func (e *Engine) RunSchedules(ctx context.Context) (int, error) {
-	e.mu.Lock()
-	f := e.timers.schedules
-	if f == nil {
-		f = &scheduleFirer{base: e.base}
-		e.timers.schedules = f
-	}
-	e.mu.Unlock()
-	return f.pass(ctx)
-}
+func (e *Engine) RunSchedules(ctx context.Context) (int, error) { return e.firer.pass(ctx) }
 
 // Stats returns a snapshot of the engine's counters.
 func (e *Engine) Stats() Stats { return e.counters.stats() }
