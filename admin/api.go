@@ -3,7 +3,6 @@ package admin
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/canon"
@@ -64,38 +62,16 @@ type Saga struct {
 // Envelope is a message as the API returns it. Body is the message's JSON
 // when BodyEncoding is "json", a JSON string holding the body's text when
 // it is "utf-8", and the standard base64 of the body when it is "base64".
-type Envelope struct {
-	ID             string            `json:"id"`
-	Type           string            `json:"type"`
-	CorrelationID  string            `json:"correlation_id,omitempty"`
-	CausationID    string            `json:"causation_id,omitempty"`
-	IdempotencyKey string            `json:"idempotency_key,omitempty"`
-	Headers        map[string]string `json:"headers,omitempty"`
-	SentAt         time.Time         `json:"sent_at,omitzero"`
-	Body           json.RawMessage   `json:"body"`
-	BodyEncoding   string            `json:"body_encoding"`
-}
+// idem timers ls --json and idem dlq --json print the same shape.
+type Envelope = inspect.Envelope
 
-// DeadLetter is a dead letter as the API returns it.
-type DeadLetter struct {
-	ID            string    `json:"id"`
-	Envelope      Envelope  `json:"envelope"`
-	Reason        string    `json:"reason"`
-	Error         string    `json:"error"`
-	SagaType      string    `json:"saga_type,omitempty"`
-	Key           string    `json:"key,omitempty"`
-	Attempts      int       `json:"attempts"`
-	FirstFailedAt time.Time `json:"first_failed_at"`
-	LastFailedAt  time.Time `json:"last_failed_at"`
-	// FirstReason, FirstError, Replays and History: see deadletter_history.go.
-	FirstReason string         `json:"first_reason,omitempty"`
-	FirstError  string         `json:"first_error,omitempty"`
-	Replays     []store.Replay `json:"replays,omitempty"`
-	History     string         `json:"history,omitempty"`
-	// State is unresolved, resolved (the latest replay succeeded) or
-	// pending (the latest replay is pending).
-	State store.DeadLetterState `json:"state"`
-}
+// DeadLetter is a dead letter as the API returns it: id, envelope, reason,
+// error, saga_type, key, attempts, first_failed_at, last_failed_at,
+// first_reason, first_error, replays, history (see History) and state
+// (unresolved, resolved when the latest replay succeeded, or pending when
+// it is pending). idem dlq ls --json and idem dlq show --json print the
+// same shape.
+type DeadLetter = inspect.DeadLetter
 
 // DeadLetterList is the answer of GET /api/dead-letters.
 type DeadLetterList struct {
@@ -154,35 +130,6 @@ func toInstance(in *store.Instance) Instance {
 		out.Data = b
 	}
 	return out
-}
-
-func toEnvelope(e *idem.Envelope) Envelope {
-	out := Envelope{
-		ID: e.ID, Type: e.Type, CorrelationID: e.CorrelationID, CausationID: e.CausationID,
-		IdempotencyKey: e.IdempotencyKey, Headers: e.Headers, SentAt: e.SentAt.UTC(),
-	}
-	if e.SentAt.IsZero() {
-		out.SentAt = time.Time{}
-	}
-	switch {
-	case len(e.Body) > 0 && json.Valid(e.Body):
-		out.Body, out.BodyEncoding = e.Body, "json"
-	case utf8.Valid(e.Body):
-		out.Body, _ = json.Marshal(string(e.Body))
-		out.BodyEncoding = "utf-8"
-	default:
-		out.Body, _ = json.Marshal(base64.StdEncoding.EncodeToString(e.Body))
-		out.BodyEncoding = "base64"
-	}
-	return out
-}
-
-func toDeadLetter(d *store.DeadLetter) DeadLetter {
-	return DeadLetter{
-		ID: d.ID, Envelope: toEnvelope(&d.Envelope), Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
-		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
-		FirstReason: d.FirstReason, FirstError: d.FirstError, Replays: d.Replays, History: History(d), State: d.State(),
-	}
 }
 
 // parseLimit reads ?limit=, default 100, at most 1000.
@@ -294,7 +241,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	out := DeadLetterList{DeadLetters: make([]DeadLetter, 0, len(dls))}
 	for i := range dls {
-		out.DeadLetters = append(out.DeadLetters, toDeadLetter(&dls[i]))
+		out.DeadLetters = append(out.DeadLetters, inspect.DeadLetterOf(&dls[i]))
 	}
 	if len(dls) == limit {
 		out.Next = dls[len(dls)-1].ID
@@ -315,7 +262,7 @@ func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "get dead letter", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toDeadLetter(d))
+	writeJSON(w, http.StatusOK, inspect.DeadLetterOf(d))
 }
 
 func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {

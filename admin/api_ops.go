@@ -157,7 +157,7 @@ func (s *Server) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	out := DeadLetterList{DeadLetters: make([]DeadLetter, 0, len(dls)), Next: next}
 	for i := range dls {
-		out.DeadLetters = append(out.DeadLetters, toDeadLetter(&dls[i]))
+		out.DeadLetters = append(out.DeadLetters, inspect.DeadLetterOf(&dls[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -331,7 +331,7 @@ type TimerList struct {
 }
 
 func toTimer(t *store.Timer, now time.Time) Timer {
-	return Timer{SagaType: t.SagaType, Key: t.Key, Name: t.Name, DueAt: t.DueAt.UTC(), Overdue: t.DueAt.Before(now), Envelope: toEnvelope(&t.Envelope)}
+	return Timer{SagaType: t.SagaType, Key: t.Key, Name: t.Name, DueAt: t.DueAt.UTC(), Overdue: t.DueAt.Before(now), Envelope: inspect.EnvelopeOf(&t.Envelope)}
 }
 
 func timerFilter(q url.Values, now time.Time) *inspect.TimerFilter {

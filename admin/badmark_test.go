@@ -28,7 +28,7 @@ func TestBadMarkIsBadRequest(t *testing.T) {
 		}
 		br := newBrowser(t, b)
 		br.get("/dead-letters")
-		resp, _ := br.post("/dead-letters/bulk", url.Values{"csrf": {br.csrf}, "action": {"purge"}, "confirm": {"yes"}, "reason": {"unknown_type"}, "as_of": {mark}})
+		resp, _ := br.post("/dead-letters/bulk", url.Values{"action": {"purge"}, "confirm": {"yes"}, "reason": {"unknown_type"}, "as_of": {mark}})
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("console purge as of %q: %d, want 400", mark, resp.StatusCode)
 		}

@@ -40,7 +40,7 @@ func TestConsoleBulkReplayFailureKeepsTheCount(t *testing.T) {
 	record(t, b, unknownType("inv-a", now), bad)
 	br := newBrowser(t, b)
 	br.get("/dead-letters")
-	resp, page := br.post("/dead-letters/bulk", url.Values{"csrf": {br.csrf}, "action": {"replay"}, "confirm": {"yes"}, "reason": {"unknown_type"}})
+	resp, page := br.post("/dead-letters/bulk", url.Values{"action": {"replay"}, "confirm": {"yes"}, "reason": {"unknown_type"}})
 	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(page, "Stopped after 1 dead letter(s) replayed") {
 		t.Errorf("console replay with a refused envelope: %d %q; want 500 saying 1 was replayed", resp.StatusCode, page)
 	}

@@ -74,10 +74,11 @@ func mustParsePages() map[string]*template.Template {
 
 // view is what every page template receives.
 type view struct {
-	Title    string
-	Nav      string
-	Base     string
-	CSRF     string
+	Title string
+	Nav   string
+	Base  string
+	// SignedIn is set when the browser has a session (Config.Token set).
+	SignedIn bool
 	ReadOnly bool
 	Auth     bool
 	Data     any
@@ -87,9 +88,7 @@ type view struct {
 // sends half a page.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
 	v := view{Title: title, Nav: page, Base: basePath(r), ReadOnly: s.readOnly, Auth: s.auth, Data: data}
-	if sess := sessionOf(r); sess != nil {
-		v.CSRF = sess.csrf
-	}
+	v.SignedIn = sessionOf(r) != nil
 	tmpl := "layout"
 	if r.Header.Get("HX-Request") == "true" && r.Header.Get("HX-Boosted") != "true" {
 		tmpl = "content" // a fragment for htmx polling

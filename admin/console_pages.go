@@ -227,7 +227,7 @@ func (s *Server) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, r, "get dead letter", err)
 		return
 	}
-	v := &deadLetterView{D: toDeadLetter(d), Confirm: r.URL.Query().Get("confirm") == "purge"}
+	v := &deadLetterView{D: inspect.DeadLetterOf(d), Confirm: r.URL.Query().Get("confirm") == "purge"}
 	v.Body, v.BodyKind = bodyText(d.Envelope.Body)
 	v.SagaExists = s.deadLetterRows(ctx, []store.DeadLetter{*d})[0].SagaExists
 	s.render(w, r, http.StatusOK, "deadletter", "Dead letter", v)

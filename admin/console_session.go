@@ -15,16 +15,12 @@ import (
 
 const (
 	sessionCookie = "idem_session"
-	csrfField     = "csrf"
-	csrfHeader    = "X-CSRF-Token"
 	maxSessions   = 10_000
 )
 
-// session is one browser's login: its CSRF token guards every mutating
-// console request.
+// session is one browser's login (with Config.Token set).
 type session struct {
 	id      string
-	csrf    string
 	expires time.Time
 }
 
@@ -63,9 +59,8 @@ func (ss *sessions) create(now time.Time) *session {
 				delete(ss.m, id)
 			}
 		}
-		// Still full: evict the session closest to expiry, so that a page
-		// that fires thousands of requests at a token-less console cannot
-		// lock the operator out.
+		// Still full: evict the session closest to expiry, so that a flood
+		// of logins cannot lock the operator out.
 		var oldest *session
 		for _, s := range ss.m {
 			if oldest == nil || s.expires.Before(oldest.expires) {
@@ -76,7 +71,7 @@ func (ss *sessions) create(now time.Time) *session {
 			delete(ss.m, oldest.id)
 		}
 	}
-	s := &session{id: randomToken(), csrf: randomToken(), expires: now.Add(ss.ttl)}
+	s := &session{id: randomToken(), expires: now.Add(ss.ttl)}
 	ss.m[s.id] = s
 	return s
 }
@@ -132,47 +127,27 @@ func basePath(r *http.Request) string {
 	return strings.TrimSuffix(strings.TrimSuffix(full, r.URL.EscapedPath()), "/")
 }
 
-// consolePage wraps a console handler: it finds (or, without a token,
-// starts) the browser's session, sends browsers without one to the login
-// form, and checks the CSRF token and read-only mode of every POST.
+// consolePage wraps a console handler: with Config.Token set it finds the
+// browser's session and sends browsers without one to the login form; it
+// refuses every POST of a read-only console. CSRF is refused before, for
+// every route, by ServeHTTP's http.CrossOriginProtection: a browser's POST
+// from another origin never gets here, so console forms carry no token.
 func (s *Server) consolePage(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := s.sessions.now()
-		sess := s.sessions.get(r, now)
-		if sess == nil && !s.auth {
-			if sess = s.sessions.create(now); sess == nil {
-				http.Error(w, "too many console sessions: retry later", http.StatusServiceUnavailable)
-				return
-			}
-			setCookie(w, r, sess, 0)
-		}
-		if sess == nil {
+		sess := s.sessions.get(r, s.sessions.now())
+		if sess == nil && s.auth {
 			s.toLogin(w, r)
 			return
 		}
-		if r.Method == http.MethodPost {
-			if s.readOnly && r.URL.Path != "/logout" {
-				s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
-				return
-			}
-			if !validCSRF(r, sess) {
-				s.consoleError(w, r, http.StatusForbidden, "The form's security token is missing or stale: reload the page and try again.")
-				return
-			}
+		if r.Method == http.MethodPost && s.readOnly && r.URL.Path != "/logout" {
+			s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), sessionCtxKey{}, sess)))
+		if sess != nil {
+			r = r.WithContext(context.WithValue(r.Context(), sessionCtxKey{}, sess))
+		}
+		h(w, r)
 	})
-}
-
-// validCSRF compares the request's token (form field or header) with the
-// session's, in constant time.
-func validCSRF(r *http.Request, sess *session) bool {
-	got := r.Header.Get(csrfHeader)
-	if got == "" {
-		got = r.PostFormValue(csrfField)
-	}
-	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(sess.csrf))
-	return got != "" && subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
 func (s *Server) toLogin(w http.ResponseWriter, r *http.Request) {

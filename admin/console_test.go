@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,13 +63,11 @@ func seed(t *testing.T, b *bundle) {
 	}
 }
 
-// browser is an HTTP client with a cookie jar that reads the CSRF token of
-// the pages it gets.
+// browser is an HTTP client with a cookie jar.
 type browser struct {
 	t    *testing.T
 	base string
 	c    *http.Client
-	csrf string
 }
 
 func newBrowser(t *testing.T, b *bundle) *browser {
@@ -80,8 +77,6 @@ func newBrowser(t *testing.T, b *bundle) *browser {
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &browser{t: t, base: b.srv.URL, c: &c}
 }
-
-var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 func (br *browser) get(path string) (int, string) {
 	br.t.Helper()
@@ -93,9 +88,6 @@ func (br *browser) get(path string) (int, string) {
 	var sb bytes.Buffer
 	if _, err := sb.ReadFrom(resp.Body); err != nil {
 		br.t.Fatal(err)
-	}
-	if m := csrfRE.FindStringSubmatch(sb.String()); m != nil {
-		br.csrf = m[1]
 	}
 	return resp.StatusCode, sb.String()
 }
@@ -166,36 +158,42 @@ func TestConsoleEscapesHostileKey(t *testing.T) {
 	}
 }
 
-func TestConsoleRefusesPostWithoutCSRFToken(t *testing.T) {
+// The console's CSRF defence is http.CrossOriginProtection: a POST from
+// another origin is refused, whether the browser says so with
+// Sec-Fetch-Site or only with Origin (no Sec-Fetch-Site over plain HTTP to
+// a non-loopback host), with or without a signed-in session; a same-origin
+// POST needs no token, so a form loaded before a restart still works.
+func TestConsoleRefusesCrossOriginPost(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	seed(t, b)
-	br := newBrowser(t, b)
-	br.get("/timers")
-	if br.csrf == "" {
-		t.Fatal("the timers page holds no CSRF token")
-	}
-	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "back": {"/timers"}}
-	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusForbidden {
-		t.Errorf("cancel without a CSRF token: status %d, want 403", resp.StatusCode)
-	}
-	form.Set("csrf", "forged")
-	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusForbidden {
-		t.Errorf("cancel with a wrong CSRF token: status %d, want 403", resp.StatusCode)
-	}
-	form.Set("csrf", br.csrf)
-	if resp, _ := br.post("/timers/cancel", form, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden {
-		t.Errorf("cross-site cancel with the right token: status %d, want 403", resp.StatusCode)
-	}
-	if n := timerCount(t, b, "o-1"); n != 1 {
-		t.Fatalf("after refused requests: %d timers of o-1, want 1", n)
-	}
-	form.Set("confirm", "yes")
-	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusSeeOther {
-		t.Errorf("cancel with the token: status %d, want 303", resp.StatusCode)
-	}
-	if n := timerCount(t, b, "o-1"); n != 0 {
-		t.Errorf("after cancel: %d timers of o-1, want 0", n)
+	for _, token := range []string{"", "s3cret-token"} {
+		b := setup(t, &admin.Config{Token: token})
+		seed(t, b)
+		br := newBrowser(t, b)
+		if token != "" {
+			if resp, _ := br.post("/login", url.Values{"token": {token}, "next": {"/timers"}}); resp.StatusCode != http.StatusSeeOther {
+				t.Fatalf("login: status %d, want 303", resp.StatusCode)
+			}
+		}
+		form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "back": {"/timers"}, "confirm": {"yes"}}
+		for _, h := range [][]string{
+			{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"},
+			{"Origin", "https://evil.127.0.0.1.nip.io", "Sec-Fetch-Site", "same-site"},
+			{"Origin", "http://evil.example", "Sec-Fetch-Site", ""},
+			{"Origin", "null", "Sec-Fetch-Site", ""},
+		} {
+			if resp, _ := br.post("/timers/cancel", form, h...); resp.StatusCode != http.StatusForbidden {
+				t.Errorf("token %q, cancel with %q: status %d, want 403", token, h, resp.StatusCode)
+			}
+		}
+		if n := timerCount(t, b, "o-1"); n != 1 {
+			t.Fatalf("token %q, after refused requests: %d timers of o-1, want 1", token, n)
+		}
+		if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusSeeOther {
+			t.Errorf("token %q, same-origin cancel: status %d, want 303", token, resp.StatusCode)
+		}
+		if n := timerCount(t, b, "o-1"); n != 0 {
+			t.Errorf("token %q, after cancel: %d timers of o-1, want 0", token, n)
+		}
 	}
 }
 
@@ -228,7 +226,7 @@ func TestConsoleReadOnly(t *testing.T) {
 			t.Errorf("GET %s in read-only mode shows a mutating form", path)
 		}
 	}
-	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "csrf": {br.csrf}}
+	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}}
 	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("console cancel in read-only mode: status %d, want 403", resp.StatusCode)
 	}
@@ -366,7 +364,7 @@ func TestConsoleTimersOfFinishedSaga(t *testing.T) {
 	if row := rowOf(t, page, "o-1"); !strings.Contains(row, "/timers/cancel") || strings.Contains(row, "saga finished") {
 		t.Errorf("the timer of the active saga o-1 lost its actions or is marked finished:\n%s", row)
 	}
-	form := url.Values{"type": {"order"}, "key": {"o-3"}, "name": {"reminder"}, "in": {"1m"}, "confirm": {"yes"}, "csrf": {br.csrf}, "back": {"/timers"}}
+	form := url.Values{"type": {"order"}, "key": {"o-3"}, "name": {"reminder"}, "in": {"1m"}, "confirm": {"yes"}, "back": {"/timers"}}
 	for _, action := range []string{"/timers/reschedule", "/timers/cancel"} {
 		if resp, _ := br.post(action, form); resp.StatusCode != http.StatusConflict {
 			t.Errorf("POST %s on the timer of a finished saga: status %d, want 409", action, resp.StatusCode)
@@ -392,7 +390,7 @@ func TestConsoleCancelTimerAsksFirst(t *testing.T) {
 	seed(t, b)
 	br := newBrowser(t, b)
 	br.get("/timers")
-	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "back": {"/timers"}, "csrf": {br.csrf}}
+	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "back": {"/timers"}}
 	resp, _ := br.post("/timers/cancel", form)
 	loc := resp.Header.Get("Location")
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/timers/cancel?") {
@@ -406,7 +404,6 @@ func TestConsoleCancelTimerAsksFirst(t *testing.T) {
 		t.Fatalf("GET %s: status %d, want 200 and a confirmation form:\n%s", loc, code, page)
 	}
 	form.Set("confirm", "yes")
-	form.Set("csrf", br.csrf)
 	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "done=cancelled") {
 		t.Errorf("confirmed cancel: %d to %q, want 303 with done=cancelled", resp.StatusCode, resp.Header.Get("Location"))
 	}
@@ -493,7 +490,7 @@ func TestConsoleCancelTimerReadOnly(t *testing.T) {
 	if code, _ := br.get("/timers/cancel?type=order&key=o-1&name=overdue&back=%2Ftimers"); code != http.StatusForbidden {
 		t.Errorf("GET the cancel question in read-only mode: status %d, want 403", code)
 	}
-	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "confirm": {"yes"}, "csrf": {br.csrf}}
+	form := url.Values{"type": {"order"}, "key": {"o-1"}, "name": {"overdue"}, "confirm": {"yes"}}
 	if resp, _ := br.post("/timers/cancel", form); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("confirmed cancel in read-only mode: status %d, want 403", resp.StatusCode)
 	}

@@ -127,7 +127,7 @@ func TestBulkActsOnWhatWasCounted(t *testing.T) {
 		t.Fatalf("confirm page: %d, mark %v; want 200, Purge 3 and a hidden as_of", code, m)
 	}
 	record(t, b, unknownType("inv-late-console", now))
-	resp, _ := br.post("/dead-letters/bulk", url.Values{"csrf": {br.csrf}, "action": {"purge"}, "confirm": {"yes"}, "reason": {"unknown_type"}, "as_of": {m[1]}})
+	resp, _ := br.post("/dead-letters/bulk", url.Values{"action": {"purge"}, "confirm": {"yes"}, "reason": {"unknown_type"}, "as_of": {m[1]}})
 	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "n=3") {
 		t.Fatalf("purge: %d to %q, want 303 with n=3", resp.StatusCode, loc)
 	}
@@ -175,7 +175,7 @@ func TestConsoleDeadLetterPage(t *testing.T) {
 
 	// A replay says it re-queued, and the page then shows it pending or
 	// its outcome.
-	resp, _ := br.post("/dead-letters/inv-1/replay", url.Values{"csrf": {br.csrf}})
+	resp, _ := br.post("/dead-letters/inv-1/replay", url.Values{})
 	loc := resp.Header.Get("Location")
 	_, page = br.get(strings.TrimPrefix(loc, b.srv.URL))
 	if !strings.Contains(page, "re-queued") || strings.Contains(page, "will apply") {

@@ -58,9 +58,10 @@
 // The console follows the API's rules (loopback Host without a token).
 // With Config.Token set, a browser signs in once with the token and gets
 // an HttpOnly, SameSite=Strict session cookie; the cookie is not accepted
-// by /api/. Every console POST needs the session's CSRF token (a hidden
-// form field or the X-CSRF-Token header) and passes the cross-origin
-// check. Config.ReadOnly hides every mutating control and refuses every
+// by /api/. Every POST, DELETE and PUT, of the console and the API alike,
+// passes http.CrossOriginProtection: a browser request from another origin
+// (by Sec-Fetch-Site, or Origin against Host) is refused with 403, so
+// console forms carry no token of their own. Config.ReadOnly hides every mutating control and refuses every
 // mutating request of the console and the API with 403. Pages carry a
 // Content-Security-Policy that allows no inline script or style.
 //

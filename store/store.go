@@ -227,29 +227,30 @@ type JournalEntry struct {
 // first failure's FirstReason and FirstError, and the replay history. A
 // store that keeps the history (DeadLetterReplayer) then settles the
 // latest replay, if it is ReplayPending, as ReplayFailed with the new
-// failure's LastFailedAt, Reason and Error.
+// failure's LastFailedAt, Reason and Error. It is not a wire format: the
+// admin API and idem dlq --json show a dead letter as admin.DeadLetter.
 type DeadLetter struct {
-	ID       string             `json:"id"`
-	Envelope transport.Envelope `json:"envelope"`
+	ID       string
+	Envelope transport.Envelope
 	// Reason is a short machine-readable cause, for example "malformed_body".
-	Reason string `json:"reason"`
+	Reason string
 	// Error is the full error chain as text.
-	Error    string `json:"error"`
-	SagaType string `json:"saga_type,omitempty"`
-	Key      string `json:"key,omitempty"`
-	Attempts int    `json:"attempts"`
+	Error    string
+	SagaType string
+	Key      string
+	Attempts int
 	// FirstFailedAt and LastFailedAt bound the failed attempts.
-	FirstFailedAt time.Time `json:"first_failed_at"`
-	LastFailedAt  time.Time `json:"last_failed_at"`
+	FirstFailedAt time.Time
+	LastFailedAt  time.Time
 	// FirstReason and FirstError are the first failure's, which Reason and
 	// Error replace when the dead letter is recorded again. The store sets
 	// them; they are ignored in Changes.DeadLetters.
-	FirstReason string `json:"first_reason,omitempty"`
-	FirstError  string `json:"first_error,omitempty"`
+	FirstReason string
+	FirstError  string
 	// Replays is the replay history, oldest first (see
 	// DeadLetterReplayer); the store sets it, and it is ignored in
 	// Changes.DeadLetters.
-	Replays []Replay `json:"replays,omitempty"`
+	Replays []Replay
 }
 
 // LoadParams lists what a unit of work needs before applying a batch.

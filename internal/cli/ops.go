@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -178,9 +177,9 @@ bodies readable with jq, and its standard base64 otherwise
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				views := make([]deadLetterJSON, len(dls))
+				views := make([]inspect.DeadLetter, len(dls))
 				for i := range dls {
-					views[i] = toJSON(&dls[i])
+					views[i] = inspect.DeadLetterOf(&dls[i])
 				}
 				if err := writeJSON(out, views); err != nil {
 					return failed(err)
@@ -261,7 +260,7 @@ A missing ID exits 1 with "no dead letter with ID …".
 				return err
 			}
 			if asJSON {
-				if err := writeJSON(cmd.OutOrStdout(), toJSON(d)); err != nil {
+				if err := writeJSON(cmd.OutOrStdout(), inspect.DeadLetterOf(d)); err != nil {
 					return failed(err)
 				}
 				return nil
@@ -396,62 +395,6 @@ func cleanText(s string) string {
 		return s
 	}
 	return strconv.Quote(s)
-}
-
-// deadLetterJSON is the --json form of a dead letter. It differs from
-// store.DeadLetter's JSON in the body: a string that people and jq can read
-// when it is UTF-8 (JSON bodies, the common case), base64 otherwise, and
-// body_encoding says which. saga_type and key are always present.
-type deadLetterJSON struct {
-	ID            string         `json:"id"`
-	Envelope      envelopeJSON   `json:"envelope"`
-	Reason        string         `json:"reason"`
-	Error         string         `json:"error"`
-	SagaType      string         `json:"saga_type"`
-	Key           string         `json:"key"`
-	Attempts      int            `json:"attempts"`
-	FirstFailedAt time.Time      `json:"first_failed_at"`
-	LastFailedAt  time.Time      `json:"last_failed_at"`
-	FirstReason   string         `json:"first_reason"`
-	FirstError    string         `json:"first_error"`
-	Replays       []store.Replay `json:"replays"`
-	History       string         `json:"history"`
-}
-
-type envelopeJSON struct {
-	ID             string            `json:"id"`
-	Type           string            `json:"type"`
-	CorrelationID  string            `json:"correlation_id,omitempty"`
-	CausationID    string            `json:"causation_id,omitempty"`
-	IdempotencyKey string            `json:"idempotency_key,omitempty"`
-	Headers        map[string]string `json:"headers,omitempty"`
-	SentAt         time.Time         `json:"sent_at,omitzero"`
-	Body           string            `json:"body"`
-	// BodyEncoding is "utf-8" when Body is the body itself, "base64" when
-	// it is the standard base64 of a body that is not valid UTF-8.
-	BodyEncoding string `json:"body_encoding"`
-}
-
-// toEnvelopeJSON is the --json form of an envelope, in dead letters and
-// timers alike.
-func toEnvelopeJSON(e *transport.Envelope) envelopeJSON {
-	ej := envelopeJSON{
-		ID: e.ID, Type: e.Type, CorrelationID: e.CorrelationID, CausationID: e.CausationID,
-		IdempotencyKey: e.IdempotencyKey, Headers: e.Headers, SentAt: e.SentAt.UTC(),
-		Body: string(e.Body), BodyEncoding: "utf-8",
-	}
-	if !utf8.Valid(e.Body) {
-		ej.Body, ej.BodyEncoding = base64.StdEncoding.EncodeToString(e.Body), "base64"
-	}
-	return ej
-}
-
-func toJSON(d *store.DeadLetter) deadLetterJSON {
-	return deadLetterJSON{
-		ID: d.ID, Envelope: toEnvelopeJSON(&d.Envelope), Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
-		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
-		FirstReason: d.FirstReason, FirstError: d.FirstError, Replays: replaysOf(d), History: admin.History(d),
-	}
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -933,12 +876,4 @@ func writeHistory(w io.Writer, d *store.DeadLetter) {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
-}
-
-// replaysOf is d's replays, [] rather than null in JSON.
-func replaysOf(d *store.DeadLetter) []store.Replay {
-	if d.Replays == nil {
-		return []store.Replay{}
-	}
-	return d.Replays
 }

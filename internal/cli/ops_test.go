@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
@@ -259,21 +261,24 @@ func TestDLQList(t *testing.T) {
 
 	code, out, errOut = b.run("dlq", "ls", "--json")
 	wantExit(t, code, out, errOut, 0)
-	var got []deadLetterJSON
+	// The shape is the API's (admin.DeadLetter): a JSON body as JSON, a
+	// binary one as base64, and the state.
+	var got []admin.DeadLetter
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("not a JSON array: %v\n%s", err, out)
 	}
 	if len(got) != 3 || got[0].ID != "a-first" || got[2].ID != "c-binary" {
 		t.Fatalf("got %+v, want a-first, b-other, c-binary", got)
 	}
-	if e := got[0].Envelope; e.Body != `{"search":"a-first","n":1}` || e.BodyEncoding != "utf-8" || e.Headers["idem-intent"] != "send" {
-		t.Errorf("envelope %+v: want the JSON body as a utf-8 string and the headers", e)
+	var body bytes.Buffer
+	if e := got[0].Envelope; json.Compact(&body, e.Body) != nil || body.String() != `{"search":"a-first","n":1}` || e.BodyEncoding != "json" || e.Headers["idem-intent"] != "send" {
+		t.Errorf("envelope body %s (%s), headers %v: want the JSON body as JSON, body_encoding json, and the headers", e.Body, e.BodyEncoding, e.Headers)
 	}
-	if e := got[2].Envelope; e.BodyEncoding != "base64" || e.Body != base64.StdEncoding.EncodeToString(bin.Envelope.Body) {
-		t.Errorf("binary body %q (%s), want base64", e.Body, e.BodyEncoding)
+	if e := got[2].Envelope; e.BodyEncoding != "base64" || string(e.Body) != `"`+base64.StdEncoding.EncodeToString(bin.Envelope.Body)+`"` {
+		t.Errorf("binary body %s (%s), want a base64 string", e.Body, e.BodyEncoding)
 	}
 	if want := seeded[0]; got[0].Reason != want.Reason || got[0].Attempts != 3 || got[0].SagaType != "search" ||
-		got[0].Key != "k-a-first" || !got[0].LastFailedAt.Equal(want.LastFailedAt) {
+		got[0].Key != "k-a-first" || !got[0].LastFailedAt.Equal(want.LastFailedAt) || got[0].State != store.DeadLettersUnresolved {
 		t.Errorf("first %+v", got[0])
 	}
 
@@ -332,7 +337,7 @@ func TestDLQShow(t *testing.T) {
 
 	code, out, errOut = b.run("dlq", "show", "show-me", "--json")
 	wantExit(t, code, out, errOut, 0)
-	var got deadLetterJSON
+	var got admin.DeadLetter
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}

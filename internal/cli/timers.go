@@ -74,14 +74,14 @@ func newTimersLs() *cobra.Command {
 }
 
 // timerJSON is the --json form of a timer: its envelope as idem dlq ls
-// --json gives it (the body as UTF-8 text, or base64: see body_encoding).
+// --json and the API give it (see admin.Envelope).
 type timerJSON struct {
-	SagaType string       `json:"saga_type"`
-	Key      string       `json:"key"`
-	Name     string       `json:"name"`
-	DueAt    time.Time    `json:"due_at"`
-	Overdue  bool         `json:"overdue"`
-	Envelope envelopeJSON `json:"envelope"`
+	SagaType string           `json:"saga_type"`
+	Key      string           `json:"key"`
+	Name     string           `json:"name"`
+	DueAt    time.Time        `json:"due_at"`
+	Overdue  bool             `json:"overdue"`
+	Envelope inspect.Envelope `json:"envelope"`
 }
 
 // writeTimers prints a page of timers ls: a JSON array, a table, or
@@ -91,7 +91,7 @@ func writeTimers(w io.Writer, ts []store.Timer, now time.Time, asJSON bool) erro
 		out := make([]timerJSON, len(ts))
 		for i := range ts {
 			t := &ts[i]
-			out[i] = timerJSON{SagaType: t.SagaType, Key: t.Key, Name: t.Name, DueAt: t.DueAt.UTC(), Overdue: t.DueAt.Before(now), Envelope: toEnvelopeJSON(&t.Envelope)}
+			out[i] = timerJSON{SagaType: t.SagaType, Key: t.Key, Name: t.Name, DueAt: t.DueAt.UTC(), Overdue: t.DueAt.Before(now), Envelope: inspect.EnvelopeOf(&t.Envelope)}
 		}
 		return writeJSON(w, out)
 	}

@@ -162,10 +162,10 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	}
 	d := s.dead[id]
 	if d == nil {
-		return fmt.Errorf("begin replay of dead letter %s: %w", id, store.ErrNotFound)
+		return fmt.Errorf("memstore: begin replay of dead letter %s: %w", id, store.ErrNotFound)
 	}
 	if d.State() == store.DeadLettersPending {
-		return fmt.Errorf("begin replay of dead letter %s: %w", id, store.ErrReplayPending)
+		return fmt.Errorf("memstore: begin replay of dead letter %s: %w", id, store.ErrReplayPending)
 	}
 	d.Replays = append(slices.Clip(d.Replays), store.Replay{At: at, Outcome: store.ReplayPending})
 	return nil

@@ -17,10 +17,10 @@ import (
 const defaultLimit = 100
 
 // errClosed is wrapped by every method of a closed Store.
-var errClosed = errors.New("memstore: store closed")
+var errClosed = errors.New("store closed")
 
 // errFinished is wrapped by Load and Commit on a finished unit of work.
-var errFinished = errors.New("memstore: unit of work finished")
+var errFinished = errors.New("unit of work finished")
 
 var _ store.Store = (*Store)(nil)
 
@@ -72,14 +72,14 @@ func New(cfg *Config) *Store {
 	}
 }
 
-// check reports ctx's error or errClosed, wrapped with op. The caller holds
-// s.mu.
+// check reports ctx's error or errClosed, wrapped with "memstore: " and
+// op. The caller holds s.mu.
 func (s *Store) check(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
 	if s.closed {
-		return fmt.Errorf("%s: %w", op, errClosed)
+		return fmt.Errorf("memstore: %s: %w", op, errClosed)
 	}
 	return nil
 }
@@ -106,7 +106,7 @@ type unitOfWork struct {
 // have a record.
 func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.LoadResult, error) {
 	if u.done {
-		return nil, fmt.Errorf("load: %w", errFinished)
+		return nil, fmt.Errorf("memstore: load: %w", errFinished)
 	}
 	if p == nil {
 		p = &store.LoadParams{}
@@ -140,7 +140,7 @@ func (u *unitOfWork) Load(ctx context.Context, p *store.LoadParams) (*store.Load
 // The unit of work is finished afterwards, whatever the outcome.
 func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if u.done {
-		return fmt.Errorf("commit: %w", errFinished)
+		return fmt.Errorf("memstore: commit: %w", errFinished)
 	}
 	u.done = true
 	s := u.s
@@ -179,30 +179,30 @@ func (s *Store) validate(c *store.Changes) error {
 	touched := make(map[store.Key]bool, len(c.Inserts)+len(c.Updates))
 	for _, in := range c.Inserts {
 		if in == nil {
-			return errors.New("commit: nil instance in inserts")
+			return errors.New("memstore: commit: nil instance in inserts")
 		}
 		k := store.Key{SagaType: in.SagaType, Key: in.Key}
 		if in.Version != 1 {
-			return fmt.Errorf("commit saga %s/%s: insert with version %d, want 1", k.SagaType, k.Key, in.Version)
+			return fmt.Errorf("memstore: commit saga %s/%s: insert with version %d, want 1", k.SagaType, k.Key, in.Version)
 		}
 		if s.instances[k] != nil || touched[k] {
-			return fmt.Errorf("commit saga %s/%s: insert of existing instance: %w", k.SagaType, k.Key, store.ErrConflict)
+			return fmt.Errorf("memstore: commit saga %s/%s: insert of existing instance: %w", k.SagaType, k.Key, store.ErrConflict)
 		}
 		touched[k] = true
 	}
 	for _, in := range c.Updates {
 		if in == nil {
-			return errors.New("commit: nil instance in updates")
+			return errors.New("memstore: commit: nil instance in updates")
 		}
 		k := store.Key{SagaType: in.SagaType, Key: in.Key}
 		cur := s.instances[k]
 		switch {
 		case touched[k]:
-			return fmt.Errorf("commit saga %s/%s: second write in one commit: %w", k.SagaType, k.Key, store.ErrConflict)
+			return fmt.Errorf("memstore: commit saga %s/%s: second write in one commit: %w", k.SagaType, k.Key, store.ErrConflict)
 		case cur == nil:
-			return fmt.Errorf("commit saga %s/%s: update of missing instance: %w", k.SagaType, k.Key, store.ErrConflict)
+			return fmt.Errorf("memstore: commit saga %s/%s: update of missing instance: %w", k.SagaType, k.Key, store.ErrConflict)
 		case cur.Version != in.Version:
-			return fmt.Errorf("commit saga %s/%s: update of version %d, stored version is %d: %w",
+			return fmt.Errorf("memstore: commit saga %s/%s: update of version %d, stored version is %d: %w",
 				k.SagaType, k.Key, in.Version, cur.Version, store.ErrConflict)
 		}
 		touched[k] = true
@@ -466,7 +466,7 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListParams) ([]*stor
 		} else if p.SagaType != "" {
 			after = store.Key{SagaType: p.SagaType, Key: p.After}
 		} else {
-			return nil, fmt.Errorf("list instances: cursor %q without saga type: want saga type, NUL, key", p.After)
+			return nil, fmt.Errorf("memstore: list instances: cursor %q without saga type: want saga type, NUL, key", p.After)
 		}
 	}
 	s.mu.RLock()
@@ -500,8 +500,8 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListParams) ([]*stor
 func (s *Store) Journal(ctx context.Context, k store.Key) ([]store.JournalEntry, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if err := s.check(ctx, "journal"); err != nil {
-		return nil, fmt.Errorf("saga %s/%s: %w", k.SagaType, k.Key, err)
+	if err := s.check(ctx, "journal of saga "+k.SagaType+"/"+k.Key); err != nil {
+		return nil, err
 	}
 	return slices.Clone(s.journal[k]), nil
 }
@@ -517,11 +517,11 @@ func (s *Store) ListTimers(ctx context.Context, p *store.ListParams) ([]store.Ti
 	if p.After != "" {
 		parts := strings.Split(p.After, "\x00")
 		if len(parts) != 4 {
-			return nil, fmt.Errorf("list timers: cursor %q: want due time, saga type, key, name separated by NUL", p.After)
+			return nil, fmt.Errorf("memstore: list timers: cursor %q: want due time, saga type, key, name separated by NUL", p.After)
 		}
 		due, err := time.Parse(time.RFC3339Nano, parts[0])
 		if err != nil {
-			return nil, fmt.Errorf("list timers: cursor %q: %w", p.After, err)
+			return nil, fmt.Errorf("memstore: list timers: cursor %q: %w", p.After, err)
 		}
 		after = store.Timer{DueAt: due, SagaType: parts[1], Key: parts[2], Name: parts[3]}
 	}
@@ -605,7 +605,7 @@ func (s *Store) GetDeadLetter(ctx context.Context, id string) (*store.DeadLetter
 	}
 	d := s.dead[id]
 	if d == nil {
-		return nil, fmt.Errorf("get dead letter %s: %w", id, store.ErrNotFound)
+		return nil, fmt.Errorf("memstore: get dead letter %s: %w", id, store.ErrNotFound)
 	}
 	return cloneDeadLetter(d), nil
 }

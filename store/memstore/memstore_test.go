@@ -1,8 +1,10 @@
 package memstore_test
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,6 +162,40 @@ func BenchmarkLoadCommit(b *testing.B) {
 		}
 		if err := uow.Commit(ctx, &store.Changes{Updates: []*store.Instance{res.Instances[k]}}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// Every error memstore returns starts with its name, as the other stores'
+// errors do, so that a log line says which store failed.
+func TestErrorsNameThePackage(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New(nil)
+	in := &store.Instance{SagaType: "order", Key: "o-1", State: "open", Version: 1, Data: []byte(`{}`)}
+	commit := func(c *store.Changes) error {
+		u, err := st.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		return u.Commit(ctx, c)
+	}
+	if err := commit(&store.Changes{Inserts: []*store.Instance{in}}); err != nil {
+		t.Fatal(err)
+	}
+	errs := map[string]error{
+		"insert of an existing instance": commit(&store.Changes{Inserts: []*store.Instance{in}}),
+		"update of a stale version":      commit(&store.Changes{Updates: []*store.Instance{{SagaType: "order", Key: "o-1", State: "open", Version: 5, Data: []byte(`{}`)}}}),
+	}
+	_, errs["missing dead letter"] = st.GetDeadLetter(ctx, "nope")
+	errs["replay of a missing dead letter"] = st.BeginReplay(ctx, "nope", time.Now())
+	_, errs["missing schedule"] = st.GetSchedule(ctx, "nope")
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, errs["begin after close"] = st.Begin(ctx)
+	for what, err := range errs {
+		if err == nil || !strings.HasPrefix(err.Error(), "memstore: ") {
+			t.Errorf("%s: got error %v, want one starting with \"memstore: \"", what, err)
 		}
 	}
 }

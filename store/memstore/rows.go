@@ -56,7 +56,7 @@ func (s *Store) CountRows(ctx context.Context, table string, limit int64) (int64
 	}
 	n, ok := s.rows()[table]
 	if !ok {
-		return 0, fmt.Errorf("count rows of %q: no such table (want one of the store.Table names)", table)
+		return 0, fmt.Errorf("memstore: count rows of %q: no such table (want one of the store.Table names)", table)
 	}
 	return min(n, max(limit, 0)), nil
 }

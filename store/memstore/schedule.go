@@ -69,7 +69,7 @@ func (s *Store) GetSchedule(ctx context.Context, name string) (*store.Schedule, 
 	}
 	sc := s.schedules[name]
 	if sc == nil {
-		return nil, fmt.Errorf("get schedule %q: %w", name, store.ErrNotFound)
+		return nil, fmt.Errorf("memstore: get schedule %q: %w", name, store.ErrNotFound)
 	}
 	c := cloneSchedule(*sc)
 	return &c, nil
@@ -84,7 +84,7 @@ func (s *Store) PauseSchedule(ctx context.Context, name string, paused bool, at 
 	}
 	sc := s.schedules[name]
 	if sc == nil {
-		return fmt.Errorf("pause schedule %q: %w", name, store.ErrNotFound)
+		return fmt.Errorf("memstore: pause schedule %q: %w", name, store.ErrNotFound)
 	}
 	sc.Paused, sc.UpdatedAt = paused, at
 	return nil
@@ -98,7 +98,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, name string) error {
 		return err
 	}
 	if s.schedules[name] == nil {
-		return fmt.Errorf("delete schedule %q: %w", name, store.ErrNotFound)
+		return fmt.Errorf("memstore: delete schedule %q: %w", name, store.ErrNotFound)
 	}
 	delete(s.schedules, name)
 	return nil
@@ -108,7 +108,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, name string) error {
 // Commit checks each advance against the stored NextDue.
 func (u *unitOfWork) DueSchedules(ctx context.Context, now time.Time, n int) ([]store.Schedule, error) {
 	if u.done {
-		return nil, fmt.Errorf("due schedules: %w", errFinished)
+		return nil, fmt.Errorf("memstore: due schedules: %w", errFinished)
 	}
 	s := u.s
 	s.mu.RLock()
@@ -137,7 +137,7 @@ func (u *unitOfWork) DueSchedules(ctx context.Context, now time.Time, n int) ([]
 // AdvanceSchedules records advances for Commit.
 func (u *unitOfWork) AdvanceSchedules(_ context.Context, as []store.ScheduleAdvance) error {
 	if u.done {
-		return fmt.Errorf("advance schedules: %w", errFinished)
+		return fmt.Errorf("memstore: advance schedules: %w", errFinished)
 	}
 	u.advance = append(u.advance, as...)
 	return nil
@@ -150,7 +150,7 @@ func (s *Store) checkAdvances(as []store.ScheduleAdvance) error {
 	for _, a := range as {
 		sc := s.schedules[a.Name]
 		if sc == nil || !sc.NextDue.Equal(a.From) || seen[a.Name] {
-			return fmt.Errorf("advance schedule %q from %s: %w: another unit of work advanced, redefined or deleted it",
+			return fmt.Errorf("memstore: advance schedule %q from %s: %w: another unit of work advanced, redefined or deleted it",
 				a.Name, a.From.Format(time.RFC3339Nano), store.ErrConflict)
 		}
 		seen[a.Name] = true

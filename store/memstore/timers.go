@@ -3,7 +3,6 @@ package memstore
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/idemhq/idem/store"
@@ -16,8 +15,8 @@ import (
 func (s *Store) TimersOf(ctx context.Context, k store.Key) ([]store.Timer, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if err := s.check(ctx, "timers of saga"); err != nil {
-		return nil, fmt.Errorf("saga %s/%s: %w", k.SagaType, k.Key, err)
+	if err := s.check(ctx, "timers of saga "+k.SagaType+"/"+k.Key); err != nil {
+		return nil, err
 	}
 	var out []store.Timer
 	if k.Key == "" {

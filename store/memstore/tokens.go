@@ -30,7 +30,7 @@ func (s *Store) validateTokens(c *store.Changes) error {
 	claimed := make(map[string]bool, len(c.ClaimTokens))
 	for _, id := range c.ClaimTokens {
 		if _, ok := s.tokens[id]; !ok || claimed[id] {
-			return fmt.Errorf("commit: claim token %q: already claimed: %w", id, store.ErrConflict)
+			return fmt.Errorf("memstore: commit: claim token %q: already claimed: %w", id, store.ErrConflict)
 		}
 		claimed[id] = true
 	}

@@ -57,8 +57,9 @@ FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bytea[], $5::float8[], $6:
 const claimTimeoutSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
 
 // txClaim is what a unit of work claimed: the claim's token, the rows as
-// claimed, those not yet consumed or returned, and those returned. A nil
-// *txClaim is a unit of work that claimed nothing.
+// claimed, those not yet consumed or returned, and those returned. A unit
+// of work that claimed nothing has none (unitOfWork.claim is nil), and
+// every caller checks that before calling a method.
 type txClaim struct {
 	token   string
 	rows    []claimedRow   // in enqueue order
@@ -205,7 +206,7 @@ func (c *txClaim) queueRequeue(b *pgx.Batch, delays map[int64]time.Duration, tok
 // the failed batch's end) and kept for Lease.
 func (c *txClaim) keeps(ctx context.Context, u *unitOfWork, err error) bool {
 	var pe *pgconn.PgError
-	if c == nil || !errors.As(err, &pe) || ctx.Err() != nil {
+	if !errors.As(err, &pe) || ctx.Err() != nil {
 		return false
 	}
 	if _, rerr := u.conn.Exec(ctx, `ROLLBACK TO SAVEPOINT idem_claim`); rerr != nil {
@@ -219,9 +220,6 @@ func (c *txClaim) keeps(ctx context.Context, u *unitOfWork, err error) bool {
 // rows are deleted already) and returns the others, to be deleted at
 // commit as leased deliveries are.
 func (c *txClaim) consume(ds []transport.Delivery) []transport.Delivery {
-	if c == nil {
-		return ds
-	}
 	var rest []transport.Delivery
 	for _, d := range ds {
 		seq, tok, ok := sqlq.ParseToken(d.Token)
@@ -237,10 +235,10 @@ func (c *txClaim) consume(ds []transport.Delivery) []transport.Delivery {
 // settled refuses a commit that would drop claimed messages nobody
 // consumed or returned, or one after a failed Commit.
 func (c *txClaim) settled() error {
-	if c != nil && c.failed {
+	if c.failed {
 		return fmt.Errorf("pgstore: commit: a previous Commit failed: Lease or Rollback the unit of work")
 	}
-	if c == nil || len(c.pending) == 0 {
+	if len(c.pending) == 0 {
 		return nil
 	}
 	seqs := make([]int64, 0, len(c.pending))

@@ -80,12 +80,13 @@ type Config struct {
 	// notification before looking at the queue again. Default 1s.
 	PollInterval time.Duration
 	// MaxConns is the most connections the pool Open creates holds at
-	// once. The default, DefaultMaxConns, fits an engine with the default
-	// idem.Config on this machine. The smallest accepted is 2: a Receive
-	// keeps one connection listening for notifications, and Publish and
-	// everything else share the others. An engine refuses to start on a
-	// pool smaller than its Lanes × Consumers plus three (the queue
-	// listener or outbox relay, the timer poller, the sweeper).
+	// once. Default DefaultMaxConns(), which fits an engine with the
+	// default idem.Config at this GOMAXPROCS. The smallest accepted is 2: a
+	// Receive keeps one connection listening for notifications, and
+	// Publish and everything else share the others. An engine refuses to
+	// start on a pool smaller than its Lanes plus three (the lanes are
+	// shared by all its Consumers; the three are the queue listener or
+	// outbox relay, the timer poller and the sweeper).
 	MaxConns int32
 	// Logger receives the store's logs. Nil means slog.Default().
 	Logger *slog.Logger
@@ -99,9 +100,10 @@ const minConns = 2
 
 // DefaultMaxConns returns Config.MaxConns's default: 2×GOMAXPROCS + 4, at
 // least 16. An engine with the default idem.Config needs 2×GOMAXPROCS + 3
-// connections (its Lanes default to 2×GOMAXPROCS, one Consumer, and the
-// queue listener or outbox relay, the timer poller and the sweeper); the
-// rest are for the application's own calls (Publish, the admin API).
+// connections at once: its Lanes (default 2×GOMAXPROCS, shared by its
+// Consumers, default 4), plus the queue listener or outbox relay, the
+// timer poller and the sweeper. The one left over, and any below 16, serve
+// the application's own calls (Publish, the admin API).
 func DefaultMaxConns() int32 {
 	return int32(max(16, 2*runtime.GOMAXPROCS(0)+4))
 }

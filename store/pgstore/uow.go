@@ -28,7 +28,9 @@ type unitOfWork struct {
 	consume []transport.Delivery
 	enqueue []transport.Envelope
 	advance []store.ScheduleAdvance // see schedule.go
-	claim   *txClaim                // see claim.go
+	// claim is what this unit of work claimed from the queue (see
+	// claim.go); nil when it claimed nothing, and every use checks.
+	claim *txClaim
 }
 
 // Begin acquires a connection; the transaction starts with the first Load or
@@ -250,7 +252,10 @@ func (u *unitOfWork) Consume(_ context.Context, ds []transport.Delivery) error {
 	if err := u.live("consume"); err != nil {
 		return err
 	}
-	u.consume = append(u.consume, u.claim.consume(ds)...)
+	if u.claim != nil {
+		ds = u.claim.consume(ds)
+	}
+	u.consume = append(u.consume, ds...)
 	return nil
 }
 
@@ -277,111 +282,17 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if err := checkStates(c); err != nil {
 		return err
 	}
-	if err := u.claim.settled(); err != nil {
-		return err
-	}
-	c = lastWins(c)
-	b := &pgx.Batch{}
-	if !u.begun {
-		b.Queue(beginSQL)
-		u.begun = true
-	}
-	if err := queueInstances(b, insertInstancesSQL, c.Inserts, false); err != nil {
-		return err
-	}
-	if err := queueInstances(b, updateInstancesSQL, c.Updates, true); err != nil {
-		return err
-	}
-	if n := len(c.Inbox); n > 0 {
-		a, bb, cc, d := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
-		for i, e := range c.Inbox {
-			a[i], bb[i], cc[i], d[i] = e.SagaType, e.Key, e.MessageID, e.ProcessedAt
-		}
-		b.Queue(insertInboxSQL, a, bb, cc, d)
-	}
-	if n := len(c.Outbox); n > 0 {
-		ids, envs, bodies, at := make([]string, n), make([]string, n), make([][]byte, n), make([]time.Time, n)
-		for i, m := range c.Outbox {
-			meta, body, err := sqlq.EncodeEnvelope(m.Envelope)
-			if err != nil {
-				return err
-			}
-			ids[i], envs[i], bodies[i], at[i] = m.Envelope.ID, meta, body, m.CreatedAt
-		}
-		b.Queue(insertOutboxSQL, ids, envs, bodies, at)
-	}
-	if n := len(c.CancelTimers); n > 0 {
-		a, bb, cc := make([]string, n), make([]string, n), make([]string, n)
-		for i, t := range c.CancelTimers {
-			a[i], bb[i], cc[i] = t.SagaType, t.Key, t.Name
-		}
-		b.Queue(cancelTimersSQL, a, bb, cc)
-	}
-	if n := len(c.Timers); n > 0 {
-		a, bb, cc, due, envs, bodies := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n), make([]string, n), make([][]byte, n)
-		for i, t := range c.Timers {
-			meta, body, err := sqlq.EncodeEnvelope(t.Envelope)
-			if err != nil {
-				return err
-			}
-			a[i], bb[i], cc[i], due[i], envs[i], bodies[i] = t.SagaType, t.Key, t.Name, t.DueAt, meta, body
-		}
-		b.Queue(upsertTimersSQL, a, bb, cc, due, envs, bodies)
-	}
-	if n := len(c.Journal); n > 0 {
-		cols := [7][]string{}
-		for i := range cols {
-			cols[i] = make([]string, n)
-		}
-		versions, at := make([]int64, n), make([]time.Time, n)
-		for i, j := range c.Journal {
-			cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i], cols[6][i] = j.SagaType, j.Key, j.RawKey, j.MessageID, j.EventType, j.FromState, j.ToState
-			versions[i], at[i] = j.Version, j.At
-		}
-		b.Queue(insertJournalSQL, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], versions, at)
-	}
-	if n := len(c.DeadLetters); n > 0 {
-		ids, envs, bodies, reasons, errs, types, keys := make([]string, n), make([]string, n), make([][]byte, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		attempts, first, last := make([]int32, n), make([]time.Time, n), make([]time.Time, n)
-		for i, d := range c.DeadLetters {
-			meta, body, err := sqlq.EncodeEnvelope(d.Envelope)
-			if err != nil {
-				return err
-			}
-			ids[i], envs[i], bodies[i], reasons[i], errs[i], types[i], keys[i] = d.ID, meta, body, d.Reason, d.Error, d.SagaType, d.Key
-			attempts[i], first[i], last[i] = int32(d.Attempts), d.FirstFailedAt, d.LastFailedAt
-		}
-		b.Queue(upsertDeadLettersSQL, ids, envs, bodies, reasons, errs, types, keys, attempts, first, last)
-	}
-	if p := c.SettleReplays; p != nil {
-		if ids := representableIDs(p.IDs); len(ids) > 0 {
-			b.Queue(settleReplaysSQL, ids, string(p.Outcome), p.At, storableText(p.Error))
-		}
-	}
-	if n := len(u.consume); n > 0 {
-		seqs, tokens := make([]int64, n), make([]string, n)
-		for i, d := range u.consume {
-			seq, tok, ok := sqlq.ParseToken(d.Token)
-			if !ok {
-				return fmt.Errorf("pgstore: consume %s: delivery token %q is not from this store", d.Envelope.ID, d.Token)
-			}
-			seqs[i], tokens[i] = seq, tok
-		}
-		b.Queue(consumeSQL, seqs, tokens, int64(n))
-	}
-	if n := len(u.enqueue); n > 0 {
-		if err := queueEnqueue(b, u.enqueue); err != nil {
+	if u.claim != nil {
+		if err := u.claim.settled(); err != nil {
 			return err
 		}
 	}
-	u.queueAdvances(b)
-	queueTokenWrites(b, c)
-	if u.claim != nil {
-		u.claim.queueRequeue(b, u.claim.returns, u.claim.token)
+	b, err := u.commitBatch(lastWins(c))
+	if err != nil {
+		return err
 	}
-	b.Queue(`COMMIT`)
-	err := u.conn.SendBatch(ctx, b).Close()
-	if err != nil && u.claim.keeps(ctx, u, err) {
+	err = u.conn.SendBatch(ctx, b).Close()
+	if err != nil && u.claim != nil && u.claim.keeps(ctx, u, err) {
 		return fmt.Errorf("pgstore: commit: %w", translate(err))
 	}
 	u.finish(ctx, err != nil)
@@ -394,8 +305,178 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	return nil
 }
 
+// commitBatch is the pipeline of Commit: BEGIN unless a Load sent it, one
+// statement per kind of change in c and in u (none for an empty kind),
+// then COMMIT.
+func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
+	b := &pgx.Batch{}
+	if !u.begun {
+		b.Queue(beginSQL)
+		u.begun = true
+	}
+	if err := queueInstances(b, insertInstancesSQL, c.Inserts, false); err != nil {
+		return nil, err
+	}
+	if err := queueInstances(b, updateInstancesSQL, c.Updates, true); err != nil {
+		return nil, err
+	}
+	queueInbox(b, c.Inbox)
+	if err := queueOutbox(b, c.Outbox); err != nil {
+		return nil, err
+	}
+	queueCancelTimers(b, c.CancelTimers)
+	if err := queueTimers(b, c.Timers); err != nil {
+		return nil, err
+	}
+	queueJournal(b, c.Journal)
+	if err := queueDeadLetters(b, c.DeadLetters); err != nil {
+		return nil, err
+	}
+	queueSettleReplays(b, c.SettleReplays)
+	if err := queueConsume(b, u.consume); err != nil {
+		return nil, err
+	}
+	if err := queueEnqueue(b, u.enqueue); err != nil {
+		return nil, err
+	}
+	u.queueAdvances(b)
+	queueTokenWrites(b, c)
+	if u.claim != nil {
+		u.claim.queueRequeue(b, u.claim.returns, u.claim.token)
+	}
+	b.Queue(`COMMIT`)
+	return b, nil
+}
+
+func queueInbox(b *pgx.Batch, inbox []store.InboxEntry) {
+	n := len(inbox)
+	if n == 0 {
+		return
+	}
+	types, keys, ids, at := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
+	for i, e := range inbox {
+		types[i], keys[i], ids[i], at[i] = e.SagaType, e.Key, e.MessageID, e.ProcessedAt
+	}
+	b.Queue(insertInboxSQL, types, keys, ids, at)
+}
+
+func queueOutbox(b *pgx.Batch, outbox []store.OutboxMessage) error {
+	n := len(outbox)
+	if n == 0 {
+		return nil
+	}
+	ids, envs, bodies, at := make([]string, n), make([]string, n), make([][]byte, n), make([]time.Time, n)
+	for i, m := range outbox {
+		meta, body, err := sqlq.EncodeEnvelope(m.Envelope)
+		if err != nil {
+			return err
+		}
+		ids[i], envs[i], bodies[i], at[i] = m.Envelope.ID, meta, body, m.CreatedAt
+	}
+	b.Queue(insertOutboxSQL, ids, envs, bodies, at)
+	return nil
+}
+
+func queueCancelTimers(b *pgx.Batch, cancels []store.TimerKey) {
+	n := len(cancels)
+	if n == 0 {
+		return
+	}
+	types, keys, names := make([]string, n), make([]string, n), make([]string, n)
+	for i, t := range cancels {
+		types[i], keys[i], names[i] = t.SagaType, t.Key, t.Name
+	}
+	b.Queue(cancelTimersSQL, types, keys, names)
+}
+
+func queueTimers(b *pgx.Batch, timers []store.Timer) error {
+	n := len(timers)
+	if n == 0 {
+		return nil
+	}
+	types, keys, names, due, envs, bodies := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n), make([]string, n), make([][]byte, n)
+	for i, t := range timers {
+		meta, body, err := sqlq.EncodeEnvelope(t.Envelope)
+		if err != nil {
+			return err
+		}
+		types[i], keys[i], names[i], due[i], envs[i], bodies[i] = t.SagaType, t.Key, t.Name, t.DueAt, meta, body
+	}
+	b.Queue(upsertTimersSQL, types, keys, names, due, envs, bodies)
+	return nil
+}
+
+func queueJournal(b *pgx.Batch, journal []store.JournalEntry) {
+	n := len(journal)
+	if n == 0 {
+		return
+	}
+	cols := [7][]string{}
+	for i := range cols {
+		cols[i] = make([]string, n)
+	}
+	versions, at := make([]int64, n), make([]time.Time, n)
+	for i, j := range journal {
+		cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i], cols[6][i] = j.SagaType, j.Key, j.RawKey, j.MessageID, j.EventType, j.FromState, j.ToState
+		versions[i], at[i] = j.Version, j.At
+	}
+	b.Queue(insertJournalSQL, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], versions, at)
+}
+
+func queueDeadLetters(b *pgx.Batch, dls []store.DeadLetter) error {
+	n := len(dls)
+	if n == 0 {
+		return nil
+	}
+	ids, envs, bodies, reasons, errs, types, keys := make([]string, n), make([]string, n), make([][]byte, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts, first, last := make([]int32, n), make([]time.Time, n), make([]time.Time, n)
+	for i, d := range dls {
+		meta, body, err := sqlq.EncodeEnvelope(d.Envelope)
+		if err != nil {
+			return err
+		}
+		ids[i], envs[i], bodies[i], reasons[i], errs[i], types[i], keys[i] = d.ID, meta, body, d.Reason, d.Error, d.SagaType, d.Key
+		attempts[i], first[i], last[i] = int32(d.Attempts), d.FirstFailedAt, d.LastFailedAt
+	}
+	b.Queue(upsertDeadLettersSQL, ids, envs, bodies, reasons, errs, types, keys, attempts, first, last)
+	return nil
+}
+
+func queueSettleReplays(b *pgx.Batch, p *store.SettleReplaysParams) {
+	if p == nil {
+		return
+	}
+	if ids := representableIDs(p.IDs); len(ids) > 0 {
+		b.Queue(settleReplaysSQL, ids, string(p.Outcome), p.At, storableText(p.Error))
+	}
+}
+
+// queueConsume deletes the rows of deliveries leased from this store's
+// queue; a token from elsewhere is refused.
+func queueConsume(b *pgx.Batch, ds []transport.Delivery) error {
+	n := len(ds)
+	if n == 0 {
+		return nil
+	}
+	seqs, tokens := make([]int64, n), make([]string, n)
+	for i, d := range ds {
+		seq, tok, ok := sqlq.ParseToken(d.Token)
+		if !ok {
+			return fmt.Errorf("pgstore: consume %s: delivery token %q is not from this store", d.Envelope.ID, d.Token)
+		}
+		seqs[i], tokens[i] = seq, tok
+	}
+	b.Queue(consumeSQL, seqs, tokens, int64(n))
+	return nil
+}
+
+// queueEnqueue queues the insert of msgs into this store's queue: one
+// statement, none when msgs is empty.
 func queueEnqueue(b *pgx.Batch, msgs []transport.Envelope) error {
 	n := len(msgs)
+	if n == 0 {
+		return nil
+	}
 	ids, envs, bodies, pkeys := make([]string, n), make([]string, n), make([][]byte, n), make([]string, n)
 	for i, m := range msgs {
 		meta, body, err := sqlq.EncodeEnvelope(m)

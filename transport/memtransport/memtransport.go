@@ -224,22 +224,22 @@ func New(cfg *Config) *Transport {
 // after Close.
 func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("publish: %w", err)
+		return fmt.Errorf("memtransport: publish: %w", err)
 	}
 	for i := range msgs {
 		switch {
 		case msgs[i].ID == "":
-			return fmt.Errorf("publish envelope %d of %d: missing id", i, len(msgs))
+			return fmt.Errorf("memtransport: publish envelope %d of %d: missing id", i, len(msgs))
 		case msgs[i].Type == "":
-			return fmt.Errorf("publish message %s: missing type", msgs[i].ID)
+			return fmt.Errorf("memtransport: publish message %s: missing type", msgs[i].ID)
 		case t.cfg.MaxMessageBytes > 0 && len(msgs[i].Body) > t.cfg.MaxMessageBytes:
-			return fmt.Errorf("publish message %s: body of %d bytes, limit %d: %w", msgs[i].ID, len(msgs[i].Body), t.cfg.MaxMessageBytes, transport.ErrTooLarge)
+			return fmt.Errorf("memtransport: publish message %s: body of %d bytes, limit %d: %w", msgs[i].ID, len(msgs[i].Body), t.cfg.MaxMessageBytes, transport.ErrTooLarge)
 		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return fmt.Errorf("publish: %w", transport.ErrClosed)
+		return fmt.Errorf("memtransport: publish: %w", transport.ErrClosed)
 	}
 	for i := range msgs {
 		copies := t.cfg.Duplicate
@@ -282,7 +282,7 @@ func (t *Transport) Receive(ctx context.Context, max int) ([]transport.Delivery,
 // error unless 0 <= part < parts.
 func (t *Transport) ReceivePartition(ctx context.Context, max, part, parts int) ([]transport.Delivery, error) {
 	if parts < 1 || part < 0 || part >= parts {
-		return nil, fmt.Errorf("receive partition %d of %d: want 0 <= part < parts", part, parts)
+		return nil, fmt.Errorf("memtransport: receive partition %d of %d: want 0 <= part < parts", part, parts)
 	}
 	return t.receive(ctx, max, part, parts)
 }
@@ -300,11 +300,11 @@ func (t *Transport) receive(ctx context.Context, max, part, parts int) ([]transp
 		}
 		if t.closed {
 			t.mu.Unlock()
-			return nil, fmt.Errorf("receive: %w", transport.ErrClosed)
+			return nil, fmt.Errorf("memtransport: receive: %w", transport.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
 			t.mu.Unlock()
-			return nil, fmt.Errorf("receive: %w", err)
+			return nil, fmt.Errorf("memtransport: receive: %w", err)
 		}
 		now := time.Now()
 		t.promoteLocked(now)
@@ -338,7 +338,7 @@ func (t *Transport) Ack(ctx context.Context, ds []transport.Delivery) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return fmt.Errorf("ack: %w", transport.ErrClosed)
+		return fmt.Errorf("memtransport: ack: %w", transport.ErrClosed)
 	}
 	var errs []error
 	for i := range ds {
@@ -383,7 +383,7 @@ func (t *Transport) Nack(ctx context.Context, d transport.Delivery, delay time.D
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return fmt.Errorf("nack: %w", transport.ErrClosed)
+		return fmt.Errorf("memtransport: nack: %w", transport.ErrClosed)
 	}
 	e, _, err := t.lookupLocked("nack", &d)
 	if e == nil || err != nil || !e.open {
@@ -415,7 +415,7 @@ func (t *Transport) Nack(ctx context.Context, d transport.Delivery, delay time.D
 func (t *Transport) lookupLocked(op string, d *transport.Delivery) (*entry, int32, error) {
 	seq, gen, ok := parseToken(d.Token)
 	if !ok {
-		return nil, 0, fmt.Errorf("%s message %s: malformed delivery token %q", op, d.Envelope.ID, d.Token)
+		return nil, 0, fmt.Errorf("memtransport: %s message %s: malformed delivery token %q", op, d.Envelope.ID, d.Token)
 	}
 	var (
 		cur    int32
@@ -431,11 +431,11 @@ func (t *Transport) lookupLocked(op string, d *transport.Delivery) (*entry, int3
 	}
 	switch {
 	case !found || gen > cur:
-		return nil, 0, fmt.Errorf("%s message %s: unknown delivery token %q", op, d.Envelope.ID, d.Token)
+		return nil, 0, fmt.Errorf("memtransport: %s message %s: unknown delivery token %q", op, d.Envelope.ID, d.Token)
 	case gen < cur && gen <= 64 && nacked&(1<<(gen-1)) != 0:
 		return nil, 0, nil // nacked, then handed out again
 	case gen < cur:
-		return nil, 0, fmt.Errorf("%s message %s attempt %d: %w", op, d.Envelope.ID, gen, transport.ErrLeaseLost)
+		return nil, 0, fmt.Errorf("memtransport: %s message %s attempt %d: %w", op, d.Envelope.ID, gen, transport.ErrLeaseLost)
 	case e == nil:
 		return nil, 0, nil // acked by this delivery
 	}
@@ -450,7 +450,7 @@ func (t *Transport) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return fmt.Errorf("close: %w", transport.ErrClosed)
+		return fmt.Errorf("memtransport: close: %w", transport.ErrClosed)
 	}
 	t.closed = true
 	close(t.done)
@@ -483,7 +483,7 @@ func (t *Transport) Pending(ctx context.Context) (ready, unacked int, err error)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return 0, 0, fmt.Errorf("pending: %w", transport.ErrClosed)
+		return 0, 0, fmt.Errorf("memtransport: pending: %w", transport.ErrClosed)
 	}
 	t.promoteLocked(time.Now())
 	return t.nReady + t.nDelayed, t.nInFly, nil

@@ -567,3 +567,33 @@ func BenchmarkPublishReceiveAck(b *testing.B) {
 		})
 	}
 }
+
+// Every error memtransport returns starts with its name, as the other
+// backends' errors do, so that a log line says which transport failed.
+func TestErrorsNameThePackage(t *testing.T) {
+	ctx := context.Background()
+	tr := memtransport.New(nil)
+	ok := transport.Envelope{ID: "m-1", Type: "t.Ping", Body: []byte(`{}`)}
+	errs := map[string]error{
+		"publish without id":      tr.Publish(ctx, []transport.Envelope{{Type: "t.Ping"}}),
+		"publish without type":    tr.Publish(ctx, []transport.Envelope{{ID: "m-0"}}),
+		"ack of a foreign token":  tr.Ack(ctx, []transport.Delivery{{Envelope: ok, Token: "not-a-token"}}),
+		"nack of a foreign token": tr.Nack(ctx, transport.Delivery{Envelope: ok, Token: "not-a-token"}, 0),
+	}
+	_, errs["receive partition out of range"] = tr.ReceivePartition(ctx, 1, 3, 2)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	errs["publish on a done context"] = tr.Publish(done, []transport.Envelope{ok})
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	errs["publish after close"] = tr.Publish(ctx, []transport.Envelope{ok})
+	_, errs["receive after close"] = tr.Receive(ctx, 1)
+	errs["close twice"] = tr.Close()
+	_, _, errs["pending after close"] = tr.Pending(ctx)
+	for what, err := range errs {
+		if err == nil || !strings.HasPrefix(err.Error(), "memtransport: ") {
+			t.Errorf("%s: got error %v, want one starting with \"memtransport: \"", what, err)
+		}
+	}
+}
