@@ -57,9 +57,7 @@ const (
 // one is ignored by default without a record, so Apply waits for it until
 // ctx ends; give such calls a deadline.
 func (e *Engine) PublishAndWait(ctx context.Context, env Envelope) (Result, error) {
-	e.mu.Lock()
-	m, key, err := applyTarget(e.reg, e.cfg.MaxBodyBytes, &env)
-	e.mu.Unlock()
+	m, key, err := e.applyTarget(&env)
 	if err != nil {
 		return Result{}, err
 	}
@@ -95,8 +93,9 @@ func (e *Engine) Apply(ctx context.Context, env Envelope) (Result, error) {
 	return e.PublishAndWait(ctx, env)
 }
 
-// applyTarget validates env (the caller holds the Engine's lock) and finds its saga and canonical key.
-func applyTarget(reg *registry, maxBody int, env *Envelope) (Machine, string, error) {
+// applyTarget validates env and finds its saga and canonical key.
+func (e *Engine) applyTarget(env *Envelope) (Machine, string, error) {
+	maxBody := e.cfg.MaxBodyBytes
 	if env.ID == "" || env.Type == "" {
 		return nil, "", fmt.Errorf("idem: apply: %w: ID and type are required", ErrInvalidEnvelope)
 	}
@@ -107,7 +106,9 @@ func applyTarget(reg *registry, maxBody int, env *Envelope) (Machine, string, er
 		return nil, "", fmt.Errorf("idem: apply: %w: ID or idempotency key over %d bytes, or body over Config.MaxBodyBytes (%d): the consumer would dead-letter it",
 			ErrInvalidEnvelope, MaxIDBytes, maxBody)
 	}
-	m, ok := reg.machines[env.Type]
+	e.mu.Lock()
+	m, ok := e.reg.machine(env.Type)
+	e.mu.Unlock()
 	if !ok {
 		return nil, "", fmt.Errorf("idem: apply %s: no saga of this engine consumes %q: register it, or use Publish", env.ID, env.Type)
 	}
@@ -115,7 +116,7 @@ func applyTarget(reg *registry, maxBody int, env *Envelope) (Machine, string, er
 	if err != nil {
 		return nil, "", fmt.Errorf("idem: apply %s: %w: %w", env.ID, ErrInvalidEnvelope, err)
 	}
-	key, err := canon.Key(raw, reg.maxKeyLen)
+	key, err := canon.Key(raw, e.cfg.MaxKeyLen)
 	if err != nil {
 		return nil, "", fmt.Errorf("idem: apply %s: %w: correlation key: %w", env.ID, ErrInvalidEnvelope, err)
 	}

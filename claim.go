@@ -75,13 +75,16 @@ func (s *claimSource) run(ctx context.Context) int {
 		return 0
 	}
 	defer func() { <-s.units.slots }()
+	// Rolled back last (a no-op after a commit), in the unit of work's
+	// span when there is one.
 	defer func() { _ = c.uow.Rollback(ctx) }()
 	if ctx.Err() != nil {
 		return 0 // aborting: the rollback returns the batch untouched
 	}
 	if t := s.cfg.Tracer; t != nil {
-		tctx, span := t.StartUnitOfWork(ctx, s.trace.uowStart(c.items))
-		span.End(s.apply(tctx, c))
+		var span UnitOfWorkSpan
+		ctx, span = t.StartUnitOfWork(ctx, s.trace.uowStart(c.items))
+		span.End(s.apply(ctx, c))
 	} else {
 		s.apply(ctx, c)
 	}

@@ -110,59 +110,93 @@ func (c *counters) received(n int)        { c.n.received.Add(int64(n)) }
 func (c *counters) ended(*attempt, error) {}
 func (c *counters) retried(n int)         { c.n.retries.Add(int64(n)) }
 
+// committed counts a unit of work that landed. Every lane shares the
+// engine's counters and a type's: each is added once per unit of work (a
+// type's once per run of messages of that type), not once per message.
 func (c *counters) committed(a *attempt, _ time.Duration, _ int) {
-	// The engine's counters are shared by every lane: add each once per
-	// unit of work. The type's are looked up once per run of a type.
-	var applied, dup, ignored, notFound, dead, stale, emitted int64
-	var t *typeCounters
-	tname := ""
-	for _, r := range a.results {
-		o := &r.o
-		if t == nil || r.it.typ != tname {
-			t, tname = c.typ(r.it.typ), r.it.typ
+	var all, run tally
+	typ := ""
+	for i, r := range a.results {
+		if i > 0 && r.it.typ != typ {
+			run.addTo(c.typ(typ))
+			run = tally{}
 		}
-		emitted += int64(o.emitted)
-		if o.stale {
-			stale++
-		}
-		if r.it.d.Attempt > 1 {
-			t.redelivered.Add(1)
-		}
-		switch o.kind {
-		case OutcomeApplied:
-			applied++
-			t.applied.Add(1)
-			if r.it.m != nil && r.it.rawKey != r.it.key {
-				t.rawKeys.Add(1)
-			}
-		case OutcomeDuplicate:
-			dup++
-			t.dup.Add(1)
-		case OutcomeIgnored:
-			ignored++
-			t.ignored.Add(1)
-		case OutcomeNotFound:
-			notFound++
-			t.notFound.Add(1)
-		case OutcomeRetried:
-			t.retried.Add(1)
-		case OutcomeDeadLettered:
-			dead++
-			t.deadLetter(o.reason)
-		}
+		typ = r.it.typ
+		run.count(&r)
+		all.count(&r)
 	}
-	add := func(n *atomic.Int64, v int64) {
-		if v != 0 {
-			n.Add(v)
-		}
+	if len(a.results) > 0 {
+		run.addTo(c.typ(typ))
 	}
-	add(&c.n.applied, applied)
-	add(&c.n.duplicates, dup)
-	add(&c.n.ignored, ignored)
-	add(&c.n.notFound, notFound)
-	add(&c.n.deadLettered, dead)
-	add(&c.n.staleTimers, stale)
-	add(&c.n.emitted, emitted)
+	add(&c.n.applied, all.applied)
+	add(&c.n.duplicates, all.dup)
+	add(&c.n.ignored, all.ignored)
+	add(&c.n.notFound, all.notFound)
+	add(&c.n.deadLettered, all.dead)
+	add(&c.n.staleTimers, all.stale)
+	add(&c.n.emitted, all.emitted)
+}
+
+// tally is what some results add to the counters.
+type tally struct {
+	applied, dup, ignored, notFound, retried, dead, stale, emitted, redelivered, rawKeys int64
+	reasons                                                                              map[string]int64
+}
+
+func (t *tally) count(r *result) {
+	o := &r.o
+	t.emitted += int64(o.emitted)
+	if o.stale {
+		t.stale++
+	}
+	if r.it.d.Attempt > 1 {
+		t.redelivered++
+	}
+	switch o.kind {
+	case OutcomeApplied:
+		t.applied++
+		if r.it.m != nil && r.it.rawKey != r.it.key {
+			t.rawKeys++
+		}
+	case OutcomeDuplicate:
+		t.dup++
+	case OutcomeIgnored:
+		t.ignored++
+	case OutcomeNotFound:
+		t.notFound++
+	case OutcomeRetried:
+		t.retried++
+	case OutcomeDeadLettered:
+		t.dead++
+		if t.reasons == nil {
+			t.reasons = map[string]int64{}
+		}
+		t.reasons[o.reason]++
+	}
+}
+
+// addTo adds the tally to one type's counters.
+func (t *tally) addTo(tc *typeCounters) {
+	add(&tc.applied, t.applied)
+	add(&tc.dup, t.dup)
+	add(&tc.ignored, t.ignored)
+	add(&tc.notFound, t.notFound)
+	add(&tc.retried, t.retried)
+	add(&tc.redelivered, t.redelivered)
+	add(&tc.rawKeys, t.rawKeys)
+	for reason, n := range t.reasons {
+		v, ok := tc.dead.Load(reason)
+		if !ok {
+			v, _ = tc.dead.LoadOrStore(reason, new(atomic.Int64))
+		}
+		v.(*atomic.Int64).Add(n)
+	}
+}
+
+func add(n *atomic.Int64, v int64) {
+	if v != 0 {
+		n.Add(v)
+	}
 }
 
 func (c *counters) conflicted(items []*item) {
@@ -200,14 +234,6 @@ func (c *counters) typ(name string) *typeCounters {
 	}
 	t, _ := c.byType.LoadOrStore(name, &typeCounters{})
 	return t.(*typeCounters)
-}
-
-func (t *typeCounters) deadLetter(reason string) {
-	v, ok := t.dead.Load(reason)
-	if !ok {
-		v, _ = t.dead.LoadOrStore(reason, new(atomic.Int64))
-	}
-	v.(*atomic.Int64).Add(1)
 }
 
 func (c *counters) stats() Stats {

@@ -128,7 +128,8 @@ func faultFor(m Machine, typ string) string {
 // requestIDs gives each request sent with saga.Request.Send (in r.Emitted,
 // encoded as out) an ID derived from the envelope ID of its own timeout
 // timer (sched, encoded from r.Scheduled, found by the emission's
-// RequestTimer and RequestTimerIndex), so that the saga recognises the
+// RequestTimer and RequestTimerIndex; a Machine that leaves the index 0
+// pairs by the older rule, the timer at Index-1), so that the saga recognises the
 // request's response by that timer alone. A request whose timer was unscheduled in the same
 // handler keeps its own ID.
 func requestIDs(r *saga.Result, out []Envelope, sched []store.Timer) {
@@ -137,7 +138,7 @@ func requestIDs(r *saga.Result, out []Envelope, sched []store.Timer) {
 			continue
 		}
 		for j, s := range r.Scheduled {
-			if s.Name == em.RequestTimer && s.Index == em.RequestTimerIndex {
+			if s.Name == em.RequestTimer && (s.Index == em.RequestTimerIndex || em.RequestTimerIndex == 0 && s.Index == em.Index-1) {
 				out[i].ID = saga.RequestID(sched[j].Envelope.ID)
 			}
 		}

@@ -106,10 +106,11 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 // newEngine assembles the parts around b.
 func newEngine(b *base) *Engine {
 	cnt := &counters{}
-	obs := observers{cnt}
-	if b.cfg.Observe != nil {
+	var obs observers
+	if b.cfg.Observe != nil { // told before the counters count the unit of work
 		obs = append(obs, observeFunc{fn: b.cfg.Observe})
 	}
+	obs = append(obs, cnt)
 	if b.cfg.Tracer != nil {
 		obs = append(obs, tracerObserver{})
 	}
@@ -186,8 +187,11 @@ func (e *Engine) NewEnvelope(id string, msg any) (Envelope, error) {
 		return env, err
 	}
 	e.mu.Lock()
-	env.CorrelationID, _ = e.reg.correlationID(env.Type, msg)
+	m, ok := e.reg.machine(env.Type)
 	e.mu.Unlock()
+	if ok { // the machine's code runs without the lock
+		env.CorrelationID = correlationID(m, msg, e.cfg.MaxKeyLen)
+	}
 	return env, nil
 }
 
@@ -211,11 +215,17 @@ func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
 }
 
 // correlate sets env's empty CorrelationID from the saga that consumes it
-// (registry.correlate).
+// (see correlate), decoding the body without the engine's lock.
 func (e *Engine) correlate(env *Envelope) {
+	if env.CorrelationID != "" {
+		return
+	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.reg.correlate(env)
+	m, ok := e.reg.machine(env.Type)
+	e.mu.Unlock()
+	if ok {
+		correlate(m, env, e.cfg.MaxKeyLen)
+	}
 }
 
 func checkPublish(i int, env *Envelope) error {

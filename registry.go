@@ -80,46 +80,21 @@ func (r *registry) addSchedule(d *scheduleDef) error {
 	return nil
 }
 
-// correlate sets an envelope's empty CorrelationID to the canonical key a
-// saga of this engine correlates its body to, so that partitions follow
-// the key. A body that does not decode, or has no valid key, is left
-// alone: its consumer dead-letters it with the reason.
-func (r *registry) correlate(env *Envelope) {
-	if env.CorrelationID != "" {
-		return
-	}
-	m, ok := r.machines[env.Type]
-	if !ok {
-		return
-	}
-	_, raw, err := m.Decode(env.Type, env.Body)
-	if err != nil {
-		return
-	}
-	if key, err := canon.Key(raw, r.maxKeyLen); err == nil {
-		env.CorrelationID = key
-	}
+// machine returns the machine that consumes message type typ.
+func (r *registry) machine(typ string) (Machine, bool) {
+	m, ok := r.machines[typ]
+	return m, ok
 }
 
 // correlationID is the canonical key the saga consuming typ correlates
-// msg to; ok is false when no saga of this engine consumes typ. The key is
-// "" when msg has none or an invalid one (its consumer dead-letters it):
-// an envelope's CorrelationID is always a value every transport can carry,
-// and the NFC and NFD forms of a key partition alike.
+// msg to (see correlationID); ok is false when no saga of this engine
+// consumes typ.
 func (r *registry) correlationID(typ string, msg any) (key string, ok bool) {
 	m, ok := r.machines[typ]
 	if !ok {
 		return "", false
 	}
-	raw, found := m.Correlate(msg)
-	if !found {
-		return "", true
-	}
-	key, err := canon.Key(raw, r.maxKeyLen)
-	if err != nil {
-		return "", true
-	}
-	return key, true
+	return correlationID(m, msg, r.maxKeyLen), true
 }
 
 // template is NewEnvelope without an ID, with the correlation ID of the
@@ -132,4 +107,38 @@ func (r *registry) template(msg any) (Envelope, error) {
 	env.ID = ""
 	env.CorrelationID, _ = r.correlationID(env.Type, msg)
 	return env, nil
+}
+
+// correlate sets an envelope's empty CorrelationID to the canonical key m
+// correlates its body to, so that partitions follow the key. A body that
+// does not decode, or has no valid key, is left alone: its consumer
+// dead-letters it with the reason. It runs the machine's code, so callers
+// hold no lock.
+func correlate(m Machine, env *Envelope, maxKeyLen int) {
+	if env.CorrelationID != "" {
+		return
+	}
+	_, raw, err := m.Decode(env.Type, env.Body)
+	if err != nil {
+		return
+	}
+	if key, err := canon.Key(raw, maxKeyLen); err == nil {
+		env.CorrelationID = key
+	}
+}
+
+// correlationID is the canonical key m correlates msg to, or "" when msg
+// has none or an invalid one (its consumer dead-letters it): an
+// envelope's CorrelationID is always a value every transport can carry,
+// and the NFC and NFD forms of a key partition alike.
+func correlationID(m Machine, msg any, maxKeyLen int) string {
+	raw, found := m.Correlate(msg)
+	if !found {
+		return ""
+	}
+	key, err := canon.Key(raw, maxKeyLen)
+	if err != nil {
+		return ""
+	}
+	return key
 }
