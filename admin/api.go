@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )

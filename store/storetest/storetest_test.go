@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 	"github.com/idemhq/idem/store/sqlitestore"
@@ -346,7 +345,7 @@ func (p *partitioned) ReceivePartition(ctx context.Context, limit, part, parts i
 		}
 		p.mu.Lock()
 		for _, d := range ds {
-			k := canon.PartitionKey(d.Envelope.CorrelationID, d.Envelope.ID)
+			k := transport.PartitionKey(&d.Envelope)
 			if p.bug == "queue-partitions-by-raw-key" && d.Envelope.CorrelationID != "" {
 				k = d.Envelope.CorrelationID
 			}
