@@ -48,6 +48,20 @@ var ErrNotFound = errors.New("not found")
 // failure. Check with errors.Is.
 var ErrBadMark = errors.New("not a mark this store made (pass the as_of a count returned)")
 
+// ErrNotMigrated is wrapped by a store's constructor (pgstore.Open and
+// New, sqlitestore.Open) when the database holds no schema of Idem's or
+// one older than the store's package, and the store was told not to
+// migrate it: run `idem migrate` (or let the store migrate). Check with
+// errors.Is.
+var ErrNotMigrated = errors.New("schema not migrated")
+
+// ErrSchemaTooNew is wrapped by a store's constructor when the database's
+// schema was migrated by a newer version of Idem than the store's package
+// knows, and the store refuses to run on it (sqlitestore does; pgstore
+// checks only that no migration is missing): upgrade Idem. Check with
+// errors.Is.
+var ErrSchemaTooNew = errors.New("schema newer than this version of Idem")
+
 // ErrRejected is wrapped by Load and Commit when the database refused the
 // data itself rather than failing to store it: a value the store cannot
 // represent (PostgreSQL refuses U+0000 in text and jsonb), a string too

@@ -6,7 +6,14 @@
 // batches, and settles each delivery with Ack or Nack. Every implementation
 // must pass the conformance suite in package transporttest.
 //
-// This package imports only the standard library.
+// A transport that partitions (PartitionedConsumer) routes each envelope
+// to PartitionOf(PartitionKey(env), parts), the rule pgstore's queue and
+// every bundled transport follow; this package exports it so that a
+// transport written elsewhere honours it without copying code.
+//
+// This package imports only the standard library and package canon (for
+// the canonical form of a correlation ID, which needs
+// golang.org/x/text/unicode/norm).
 package transport
 
 import (
@@ -148,14 +155,15 @@ type Consumer interface {
 
 // PartitionedConsumer is implemented by transports that can hand out only
 // the messages of one partition: those whose partition key hashes to part
-// modulo parts. The partition key is the canonical form of the
-// CorrelationID (Unicode NFC, surrounding white space trimmed), or the ID
-// without one, so that the NFC and NFD forms of one saga key share a
-// partition and so an order; the hash is PostgreSQL's hashtext, which
-// pgstore computes in SQL. An engine with several consumers gives each its
-// own partitions, so that concurrent batches do not contend for the same
-// saga keys. The same contract as Receive applies otherwise; ReceivePartition
-// returns an error unless 0 <= part < parts. transporttest checks it with
+// modulo parts, PartitionOf(PartitionKey(env), parts). The partition key
+// is the canonical form of the CorrelationID (Unicode NFC, surrounding
+// white space trimmed), or the ID without one, so that the NFC and NFD
+// forms of one saga key share a partition and so an order; the hash is
+// PostgreSQL's hashtext (PartitionHash), which pgstore computes in SQL.
+// An engine with several consumers gives each its own partitions, so that
+// concurrent batches do not contend for the same saga keys. The same
+// contract as Receive applies otherwise; ReceivePartition returns an error
+// unless 0 <= part < parts. transporttest checks it with
 // Features.Partitioned.
 type PartitionedConsumer interface {
 	ReceivePartition(ctx context.Context, max, part, parts int) ([]Delivery, error)

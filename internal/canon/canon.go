@@ -1,137 +1,48 @@
-// Package canon canonicalises saga keys: Unicode NFC, surrounding white
-// space trimmed; empty keys, invalid UTF-8, control characters and keys
-// longer than a limit are refused.
+// Package canon forwards to the public package
+// github.com/idemhq/idem/canon, where key and attribute canonicalisation
+// now live, so that the root package compiles unchanged while it is
+// restructured. Nothing new should import it: use package canon (and
+// transport.PartitionKey for the partition key). Delete it once the root
+// imports the public package.
 package canon
 
-import (
-	"errors"
-	"fmt"
-	"strings"
-	"unicode"
-	"unicode/utf8"
+import "github.com/idemhq/idem/canon"
 
-	"golang.org/x/text/unicode/norm"
-)
+// DefaultMaxLen is canon.DefaultMaxLen.
+const DefaultMaxLen = canon.DefaultMaxLen
 
-// DefaultMaxLen is the default limit on a canonical key, in bytes.
-const DefaultMaxLen = 256
-
-// Errors wrapped by Key; each names one reason a key is refused.
-var (
-	ErrEmpty    = errors.New("empty key")
-	ErrTooLong  = errors.New("key too long")
-	ErrControl  = errors.New("key contains a control character")
-	ErrEncoding = errors.New("key is not valid UTF-8")
-)
-
-// Key returns the canonical form of raw, or an error wrapping one of the
-// package's errors. maxLen < 1 means DefaultMaxLen.
-func Key(raw string, maxLen int) (string, error) {
-	if maxLen < 1 {
-		maxLen = DefaultMaxLen
-	}
-	if !utf8.ValidString(raw) {
-		return "", fmt.Errorf("key %q: %w", raw, ErrEncoding)
-	}
-	k := strings.TrimSpace(norm.NFC.String(raw))
-	if k == "" {
-		return "", ErrEmpty
-	}
-	if len(k) > maxLen {
-		return "", fmt.Errorf("key of %d bytes, limit %d: %w", len(k), maxLen, ErrTooLong)
-	}
-	for i, r := range k {
-		if unicode.IsControl(r) || r == utf8.RuneError {
-			return "", fmt.Errorf("key %q at byte %d: %w", k, i, ErrControl)
-		}
-	}
-	return k, nil
-}
-
-// PartitionKey is the string a transport hashes to choose an envelope's
-// partition: the canonical form of correlationID, so that the NFC and NFD
-// forms of one key always share a partition (and so a consumer, and so an
-// order). A correlation ID that is not a valid key is used as it is (the
-// consumer dead-letters it), and an empty one falls back to id.
-func PartitionKey(correlationID, id string) string {
-	if correlationID == "" {
-		return id
-	}
-	// No length limit here (NFC can make a key up to three times longer
-	// than its raw form): the limit is the engine's to enforce.
-	if k, err := Key(correlationID, 3*len(correlationID)+4); err == nil {
-		return k
-	}
-	return correlationID
-}
-
-// MaxAttributeBytes bounds the canonical form of an attribute value, and
-// MaxAttributeName an attribute's name, in bytes: both are indexed.
+// MaxAttributeBytes and MaxAttributeName are canon's limits.
 const (
-	MaxAttributeBytes = 256
-	MaxAttributeName  = 64
+	MaxAttributeBytes = canon.MaxAttributeBytes
+	MaxAttributeName  = canon.MaxAttributeName
 )
 
-// Errors wrapped by AttributeValue and AttributeName.
+// The errors are canon's own values, so errors.Is matches either name.
 var (
-	ErrAttributeValue = errors.New("invalid attribute value")
-	ErrAttributeName  = errors.New("invalid attribute name")
+	ErrEmpty          = canon.ErrEmpty
+	ErrTooLong        = canon.ErrTooLong
+	ErrControl        = canon.ErrControl
+	ErrEncoding       = canon.ErrEncoding
+	ErrAttributeValue = canon.ErrAttributeValue
+	ErrAttributeName  = canon.ErrAttributeName
 )
 
-// AttributeValue returns the canonical (NFC) form of an attribute value, or
-// an error wrapping ErrAttributeValue when v is not valid UTF-8, holds a
-// control character (U+0000, which PostgreSQL cannot store, a newline or
-// a terminal escape, which would garble what the CLI prints) or is longer
-// than MaxAttributeBytes once canonical. The empty value is valid: it means the
-// attribute is absent.
-func AttributeValue(v string) (string, error) {
-	if !utf8.ValidString(v) {
-		return "", fmt.Errorf("%w: %q is not valid UTF-8", ErrAttributeValue, v)
-	}
-	for i, r := range v {
-		if unicode.IsControl(r) {
-			return "", fmt.Errorf("%w: %q holds the control character %U at byte %d", ErrAttributeValue, v, r, i)
-		}
-	}
-	c := norm.NFC.String(v)
-	if len(c) > MaxAttributeBytes {
-		return "", fmt.Errorf("%w: %d bytes, limit %d", ErrAttributeValue, len(c), MaxAttributeBytes)
-	}
-	return c, nil
-}
+// Key is canon.Key.
+func Key(raw string, maxLen int) (string, error) { return canon.Key(raw, maxLen) }
 
-// AttributeName reports whether name is a valid attribute name: 1 to
-// MaxAttributeName bytes of ASCII letters, digits, '_', '-' and '.',
-// starting with a letter. The error wraps ErrAttributeName.
-func AttributeName(name string) error {
-	if name == "" || len(name) > MaxAttributeName {
-		return fmt.Errorf("%w: %q must have 1 to %d bytes", ErrAttributeName, name, MaxAttributeName)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
-		if letter || i > 0 && (c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			continue
-		}
-		return fmt.Errorf("%w: %q: only ASCII letters, digits, '_', '-' and '.', starting with a letter", ErrAttributeName, name)
-	}
-	return nil
-}
+// Lookup is canon.Lookup.
+func Lookup(raw string) string { return canon.Lookup(raw) }
 
-// AttributeFilter returns the canonical form of a query's attribute
-// filters (name to value), and false when one of them can match no stored
-// attribute: an invalid name, or an empty or invalid value.
+// Prefix is canon.Prefix.
+func Prefix(raw string) string { return canon.Prefix(raw) }
+
+// AttributeValue is canon.AttributeValue.
+func AttributeValue(v string) (string, error) { return canon.AttributeValue(v) }
+
+// AttributeName is canon.AttributeName.
+func AttributeName(name string) error { return canon.AttributeName(name) }
+
+// AttributeFilter is canon.AttributeFilter.
 func AttributeFilter(attrs map[string]string) (map[string]string, bool) {
-	if len(attrs) == 0 {
-		return nil, true
-	}
-	out := make(map[string]string, len(attrs))
-	for name, v := range attrs {
-		c, err := AttributeValue(v)
-		if err != nil || c == "" || AttributeName(name) != nil {
-			return nil, false
-		}
-		out[name] = c
-	}
-	return out, true
+	return canon.AttributeFilter(attrs)
 }

@@ -112,7 +112,7 @@ func (f *storeFlags) open(ctx context.Context, migrate bool) (store.Queue, int, 
 func (f *storeFlags) openError(err error) error {
 	var ce *pgconn.ConnectError
 	switch {
-	case errors.Is(err, pgstore.ErrNotMigrated) || errors.Is(err, sqlitestore.ErrNotMigrated):
+	case errors.Is(err, store.ErrNotMigrated):
 		fix := "idem migrate"
 		if f.source() == "--store" {
 			fix += " --store " + shellWord(redactURL(f.url))

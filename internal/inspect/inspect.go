@@ -13,7 +13,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/store"
 )
 

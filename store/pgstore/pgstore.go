@@ -45,9 +45,13 @@ var (
 // before they are durable and Config.AllowUnsafeCommit is not set.
 var ErrUnsafeCommit = errors.New("postgresql acknowledges commits before they are durable")
 
-// ErrNotMigrated is returned by Open when the schema is missing or older
-// than this version of Idem and Config.Migrate is off.
-var ErrNotMigrated = errors.New("schema not migrated")
+// ErrNotMigrated is store.ErrNotMigrated, which Open and New wrap when the
+// schema is missing or older than this version of Idem and Config.Migrate
+// is off.
+//
+// Deprecated: test for store.ErrNotMigrated, which every store wraps; this
+// name stays so that existing errors.Is checks keep matching.
+var ErrNotMigrated = store.ErrNotMigrated
 
 // Config configures a Store. The zero value means the defaults.
 type Config struct {
@@ -263,7 +267,7 @@ func (s *Store) checkSearchPath(ctx context.Context) error {
 	case current.Valid && current.String == s.cfg.Schema:
 		return nil
 	case !current.Valid && !s.cfg.Migrate:
-		return fmt.Errorf("pgstore: %w: schema %s does not exist: run `idem migrate --store <url>` (or set Config.Migrate)", ErrNotMigrated, s.cfg.Schema)
+		return fmt.Errorf("pgstore: %w: schema %s does not exist: run `idem migrate --store <url>` (or set Config.Migrate)", store.ErrNotMigrated, s.cfg.Schema)
 	}
 	var setting string
 	if err := s.pool.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&setting); err != nil {
@@ -412,7 +416,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	}
 	if want := SchemaVersion(); current < want {
 		return fmt.Errorf("pgstore: %w: schema %s is at version %d, this Idem needs %d: run `idem migrate --store <url>` (or set Config.Migrate)",
-			ErrNotMigrated, s.cfg.Schema, current, want)
+			store.ErrNotMigrated, s.cfg.Schema, current, want)
 	}
 	return nil
 }

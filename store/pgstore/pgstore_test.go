@@ -50,7 +50,7 @@ func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 func TestStoreConformance(t *testing.T) {
 	testenv.PostgresURL(t)
 	const lease = time.Second
-	f := storetest.Features{Queue: true, Lease: lease, Partitioned: true, Pending: true, Claim: true, Tokens: true, TamperJournal: tamperJournal, DomainTx: domainTxFeature}
+	f := storetest.Features{Queue: true, Lease: lease, Partitioned: true, Pending: true, Claim: true, Tokens: true, TamperJournal: tamperJournal, DomainTx: domainTxFeature, Schema: schemaFeature}
 	storetest.Run(t, f, func(t *testing.T) store.Store {
 		return openStore(t, pgstore.Config{Lease: lease, PollInterval: 100 * time.Millisecond})
 	})

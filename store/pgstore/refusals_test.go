@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/internal/testenv"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 )
 
@@ -45,8 +46,11 @@ func TestOpenRefusesMissingSchemaWithoutMigrate(t *testing.T) {
 	t.Parallel()
 	u := testenv.PostgresURL(t)
 	_, err := pgstore.Open(context.Background(), u, &pgstore.Config{Schema: "never_migrated_" + randHex()})
-	if !errors.Is(err, pgstore.ErrNotMigrated) || !strings.Contains(err.Error(), "idem migrate") {
-		t.Fatalf("Open on an empty schema: got %v, want ErrNotMigrated saying to run idem migrate", err)
+	if !errors.Is(err, store.ErrNotMigrated) || !strings.Contains(err.Error(), "idem migrate") {
+		t.Fatalf("Open on an empty schema: got %v, want store.ErrNotMigrated saying to run idem migrate", err)
+	}
+	if old := pgstore.ErrNotMigrated; !errors.Is(err, old) {
+		t.Fatalf("Open on an empty schema: got %v, which pgstore.ErrNotMigrated does not match", err)
 	}
 }
 

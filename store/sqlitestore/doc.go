@@ -25,7 +25,7 @@
 // in-memory database or URI, a path whose directory is missing or not
 // writable (SQLite creates the -wal and -shm files beside the database), a
 // file that is not a SQLite database, a file system on which WAL mode is
-// unavailable, and a schema newer than this package (ErrSchemaTooNew).
+// unavailable, and a schema newer than this package (store.ErrSchemaTooNew).
 //
 // # Migrations
 //
@@ -34,7 +34,7 @@
 // BEGIN IMMEDIATE transaction so that processes opening one file at once
 // take turns: the user of an embedded database expects a new path to just
 // work. Config.SkipMigrate makes Open refuse a missing or old schema with
-// ErrNotMigrated instead, for deployments that run `idem migrate` as a step
+// store.ErrNotMigrated instead, for deployments that run `idem migrate` as a step
 // of their own.
 //
 // # Concurrency

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
@@ -130,8 +131,11 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	}
 	for _, cfg := range []*sqlitestore.Config{{Logger: quiet}, {SkipMigrate: true, Logger: quiet}} {
 		_, err = sqlitestore.Open(context.Background(), path, cfg)
-		if !errors.Is(err, sqlitestore.ErrSchemaTooNew) {
-			t.Fatalf("Open (config %+v) of a file at schema version %d: got %v, want ErrSchemaTooNew", cfg, next, err)
+		if !errors.Is(err, store.ErrSchemaTooNew) {
+			t.Fatalf("Open (config %+v) of a file at schema version %d: got %v, want store.ErrSchemaTooNew", cfg, next, err)
+		}
+		if old := sqlitestore.ErrSchemaTooNew; !errors.Is(err, old) {
+			t.Fatalf("Open of a file at schema version %d: got %v, which sqlitestore.ErrSchemaTooNew does not match", next, err)
 		}
 		wantErr(t, "newer schema", err, "upgrade Idem")
 	}
@@ -142,8 +146,11 @@ func TestSkipMigrateRefusesMissingAndOldSchema(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.db")
 	_, err := sqlitestore.Open(context.Background(), missing, &sqlitestore.Config{SkipMigrate: true, Logger: quiet})
-	if !errors.Is(err, sqlitestore.ErrNotMigrated) || !strings.Contains(err.Error(), "idem migrate") {
-		t.Fatalf("SkipMigrate on a missing file: got %v, want ErrNotMigrated saying to run idem migrate", err)
+	if !errors.Is(err, store.ErrNotMigrated) || !strings.Contains(err.Error(), "idem migrate") {
+		t.Fatalf("SkipMigrate on a missing file: got %v, want store.ErrNotMigrated saying to run idem migrate", err)
+	}
+	if old := sqlitestore.ErrNotMigrated; !errors.Is(err, old) {
+		t.Fatalf("SkipMigrate on a missing file: got %v, which sqlitestore.ErrNotMigrated does not match", err)
 	}
 	if _, serr := os.Stat(missing); !errors.Is(serr, os.ErrNotExist) {
 		t.Errorf("Open with SkipMigrate created %s", missing)
@@ -155,8 +162,8 @@ func TestSkipMigrateRefusesMissingAndOldSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = sqlitestore.Open(context.Background(), other, &sqlitestore.Config{SkipMigrate: true, Logger: quiet})
-	if !errors.Is(err, sqlitestore.ErrNotMigrated) {
-		t.Fatalf("SkipMigrate on a database without Idem's schema: got %v, want ErrNotMigrated", err)
+	if !errors.Is(err, store.ErrNotMigrated) {
+		t.Fatalf("SkipMigrate on a database without Idem's schema: got %v, want store.ErrNotMigrated", err)
 	}
 
 	// Migrated by default, then accepted with SkipMigrate.

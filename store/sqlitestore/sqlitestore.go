@@ -40,13 +40,20 @@ var (
 	_ transport.PendingCounter = (*Store)(nil)
 )
 
-// ErrNotMigrated is returned by Open when Config.SkipMigrate is set and the
-// database is missing or its schema is older than this package.
-var ErrNotMigrated = errors.New("schema not migrated")
+// ErrNotMigrated is store.ErrNotMigrated, which Open wraps when
+// Config.SkipMigrate is set and the database is missing or its schema is
+// older than this package.
+//
+// Deprecated: test for store.ErrNotMigrated, which every store wraps; this
+// name stays so that existing errors.Is checks keep matching.
+var ErrNotMigrated = store.ErrNotMigrated
 
-// ErrSchemaTooNew is returned by Open when the database was migrated by a
-// newer version of Idem than this one.
-var ErrSchemaTooNew = errors.New("schema newer than this version of Idem")
+// ErrSchemaTooNew is store.ErrSchemaTooNew, which Open wraps when the
+// database was migrated by a newer version of Idem than this one.
+//
+// Deprecated: test for store.ErrSchemaTooNew; this name stays so that
+// existing errors.Is checks keep matching.
+var ErrSchemaTooNew = store.ErrSchemaTooNew
 
 // Config configures a Store. The zero value means the defaults.
 type Config struct {
@@ -202,7 +209,7 @@ func checkPath(path string, mustExist bool) (string, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if mustExist {
-			return "", fmt.Errorf("sqlitestore: open %s: %w: no database at this path; run `idem migrate` first or leave Config.SkipMigrate off", path, ErrNotMigrated)
+			return "", fmt.Errorf("sqlitestore: open %s: %w: no database at this path; run `idem migrate` first or leave Config.SkipMigrate off", path, store.ErrNotMigrated)
 		}
 		return abs, nil
 	case err != nil:
@@ -384,7 +391,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		if current < want {
 			return fmt.Errorf("sqlitestore: open %s: %w: the schema is at version %d, this Idem needs %d: run `idem migrate` or leave Config.SkipMigrate off",
-				s.path, ErrNotMigrated, current, want)
+				s.path, store.ErrNotMigrated, current, want)
 		}
 		return nil
 	}
@@ -440,7 +447,7 @@ func (s *Store) schemaVersion(ctx context.Context) (int, error) {
 func (s *Store) checkVersion(current, want int) error {
 	if current > want {
 		return fmt.Errorf("sqlitestore: open %s: %w: the schema is at version %d, this Idem knows up to %d: upgrade Idem to the version that migrated this file",
-			s.path, ErrSchemaTooNew, current, want)
+			s.path, store.ErrSchemaTooNew, current, want)
 	}
 	return nil
 }

@@ -59,6 +59,12 @@ type Features struct {
 	// store.DomainTxUnitOfWork, and says how to run statements through a
 	// MessageTx's handle. Nil when they do not (memstore).
 	DomainTx *DomainTx
+
+	// Schema, when set, declares that the store's database schema is
+	// versioned and checked when the store opens, and says how to open
+	// the store on a schema at a given version. Nil when the store has no
+	// schema (memstore).
+	Schema *Schema
 }
 
 // validate reports an inconsistent f.
@@ -69,7 +75,7 @@ func (f Features) validate() error {
 	case !f.Queue && (f.Partitioned || f.Pending || f.Claim):
 		return errors.New("Features.Partitioned, Features.Pending and Features.Claim describe a queue: set Features.Queue too")
 	}
-	return nil
+	return f.Schema.validate()
 }
 
 // redeliveryWait bounds the wait for a redelivery after a lease expiry.

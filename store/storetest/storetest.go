@@ -198,6 +198,13 @@ func Run(t *testing.T, f Features, newStore func(t *testing.T) store.Store) {
 			tc.fn(t, open(t))
 		})
 	}
+	t.Run("SchemaVersionChecked", func(t *testing.T) {
+		t.Parallel()
+		if f.Schema == nil {
+			t.Skip("Features.Schema is nil: the store has no versioned schema")
+		}
+		testSchemaVersionChecked(t, f.Schema)
+	})
 	for _, fc := range featureCases {
 		t.Run(fc.name, func(t *testing.T) {
 			t.Parallel()

@@ -3,6 +3,7 @@ package storetest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 	"github.com/idemhq/idem/store/sqlitestore"
@@ -42,6 +42,7 @@ var mutants = []struct {
 	{"queue-consume-drops-lost-lease", "QueueConsumeOfLostLeaseFails"},
 	{"queue-pending-counts-leased-as-ready", "QueuePending"},
 	{"queue-partitions-by-raw-key", "QueuePartitionsByCanonicalKey"},
+	{"schema-refusal-unwrapped", "SchemaVersionChecked"},
 }
 
 // TestSuiteCatchesBrokenStores runs the suite, in a child process, on stores
@@ -120,6 +121,9 @@ func runMutant(t *testing.T, bug string) {
 				return s.(*mutant).tamper(k)
 			}
 		}
+		if bug == "schema-refusal-unwrapped" || control {
+			f.Schema = schemaOpener(bug)
+		}
 		storetest.Run(t, f, func(t *testing.T) store.Store { return proto.fresh() })
 	case "queue", "partitioned":
 		lease := 250 * time.Millisecond
@@ -147,6 +151,25 @@ func runMutant(t *testing.T, bug string) {
 	default:
 		t.Fatalf("unknown mutant %q", bug)
 	}
+}
+
+// schemaOpener stands for a store at schema version 3 whose Open refuses
+// other versions: with the sentinels wrapped, or, with the bug, with errors
+// that only say the same words.
+func schemaOpener(bug string) *storetest.Schema {
+	refuse := func(sentinel error) error { return fmt.Errorf("open: %w: run idem migrate", sentinel) }
+	if bug != "" {
+		refuse = func(sentinel error) error { return errors.New("open: " + sentinel.Error()) }
+	}
+	return &storetest.Schema{Version: 3, RefusesNewer: true, OpenAt: func(t *testing.T, v int) error {
+		switch {
+		case v < 3:
+			return refuse(store.ErrNotMigrated)
+		case v > 3:
+			return refuse(store.ErrSchemaTooNew)
+		}
+		return nil
+	}}
 }
 
 // mutant is a memstore.Store with one bug.
@@ -346,7 +369,7 @@ func (p *partitioned) ReceivePartition(ctx context.Context, limit, part, parts i
 		}
 		p.mu.Lock()
 		for _, d := range ds {
-			k := canon.PartitionKey(d.Envelope.CorrelationID, d.Envelope.ID)
+			k := transport.PartitionKey(&d.Envelope)
 			if p.bug == "queue-partitions-by-raw-key" && d.Envelope.CorrelationID != "" {
 				k = d.Envelope.CorrelationID
 			}

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemhq/idem/internal/canon"
-	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -246,12 +244,13 @@ func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) erro
 		if t.cfg.DuplicateRandom && copies > 0 {
 			copies = t.rng.IntN(copies + 1)
 		}
-		group := canon.PartitionKey(msgs[i].CorrelationID, "")
-		if group == "" {
+		key := transport.PartitionKey(&msgs[i])
+		group := key
+		if msgs[i].CorrelationID == "" {
 			// Each uncorrelated envelope (with its copies) is its own group.
 			group = "\x00" + msgs[i].ID
 		}
-		hash := partition.Of(msgs[i].CorrelationID, msgs[i].ID)
+		hash := transport.PartitionHash(key)
 		for c := 0; c <= copies; c++ {
 			t.nextSeq++
 			e := &entry{seq: t.nextSeq, env: msgs[i].Clone(), group: group, hash: hash}

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -449,7 +448,7 @@ type meta struct {
 // Config.Partitions, as pgstore and rabbitmq partition: the NFC and NFD
 // forms of a saga key share a subject.
 func (t *Transport) Subject(env *transport.Envelope) string {
-	part := partition.Index(env.CorrelationID, env.ID, t.cfg.Partitions)
+	part := transport.PartitionOf(transport.PartitionKey(env), t.cfg.Partitions)
 	return t.cfg.Stream + "." + strconv.Itoa(part) + "." + subjectToken(env.Type)
 }
 

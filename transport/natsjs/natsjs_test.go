@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
 	"github.com/idemhq/idem/transport/natsjs/natsembed"
@@ -199,19 +198,19 @@ func TestPublishSetsMsgIDAndSubject(t *testing.T) {
 func TestSubjectPartitionsByCanonicalKey(t *testing.T) {
 	tr := open(t, natsjs.Config{Partitions: 16})
 	nfc, nfd := "caf\u00e9", "cafe\u0301"
-	if partition.Hash(nfc)%16 == partition.Hash(nfd)%16 {
+	if transport.PartitionHash(nfc)%16 == transport.PartitionHash(nfd)%16 {
 		t.Fatal("the raw forms hash alike modulo 16; the test needs forms that do not")
 	}
 	want := tr.Subject(&transport.Envelope{ID: "a", Type: "T", CorrelationID: nfc})
-	if got := strings.Split(want, ".")[1]; got != strconv.Itoa(int(partition.Hash(nfc)%16)) {
-		t.Fatalf("subject %q: partition %s, want hashtext(%q) mod 16 = %d", want, got, nfc, partition.Hash(nfc)%16)
+	if got := strings.Split(want, ".")[1]; got != strconv.Itoa(int(transport.PartitionHash(nfc)%16)) {
+		t.Fatalf("subject %q: partition %s, want hashtext(%q) mod 16 = %d", want, got, nfc, transport.PartitionHash(nfc)%16)
 	}
 	for _, key := range []string{nfd, " " + nfd + " ", "\t" + nfc} {
 		if got := tr.Subject(&transport.Envelope{ID: "b", Type: "T", CorrelationID: key}); got != want {
 			t.Errorf("Subject with correlation ID %q = %q, want %q, the subject of %q", key, got, want, nfc)
 		}
 	}
-	if got, want := strings.Split(tr.Subject(&transport.Envelope{ID: "msg-9", Type: "T"}), ".")[1], strconv.Itoa(int(partition.Hash("msg-9")%16)); got != want {
+	if got, want := strings.Split(tr.Subject(&transport.Envelope{ID: "msg-9", Type: "T"}), ".")[1], strconv.Itoa(int(transport.PartitionHash("msg-9")%16)); got != want {
 		t.Errorf("subject partition without a correlation ID: %s, want hashtext(ID) mod 16 = %s", got, want)
 	}
 }

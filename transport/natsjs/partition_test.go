@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
 )
@@ -40,7 +39,7 @@ func TestReceivePartitionKeepsKeysApart(t *testing.T) {
 	defer cancel()
 	want := make([]int, parts) // messages per part
 	for _, e := range envs {
-		want[partition.Index(e.CorrelationID, "", parts)]++
+		want[transport.PartitionOf(transport.PartitionKey(&e), parts)]++
 	}
 	var mu sync.Mutex
 	owner := map[string]int{} // key -> the part that received it
@@ -68,7 +67,7 @@ func TestReceivePartitionKeepsKeysApart(t *testing.T) {
 						fail(fmt.Errorf("key %s received by parts %d and %d", key, o, part))
 					}
 					owner[key] = part
-					if want := partition.Index(key, "", parts); want != part {
+					if want := transport.PartitionOf(transport.PartitionKey(&d.Envelope), parts); want != part {
 						fail(fmt.Errorf("key %s received by part %d, its hash names part %d", key, part, want))
 					}
 					if seq != strconv.Itoa(next[key]) {

@@ -10,7 +10,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -44,7 +43,7 @@ func (t *Transport) forward(s *session, part int, ch *amqp.Channel, dl <-chan am
 				Attempt:  attempt,
 				Token:    strconv.FormatUint(s.gen, 10) + "." + strconv.Itoa(part) + "." + strconv.FormatUint(d.DeliveryTag, 10),
 			},
-			hash: partition.Of(env.CorrelationID, env.ID),
+			hash: transport.PartitionHash(transport.PartitionKey(&env)),
 			sess: s,
 			ch:   ch,
 			tag:  d.DeliveryTag,

@@ -10,7 +10,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -74,7 +73,7 @@ func (t *Transport) message(env *transport.Envelope, headers amqp.Table) (amqp.P
 		Type:          env.Type,
 		Timestamp:     env.SentAt,
 		Body:          body,
-	}, partition.Of(env.CorrelationID, env.ID), nil
+	}, transport.PartitionHash(transport.PartitionKey(env)), nil
 }
 
 // DefaultMaxMessageSize is the default Config.MaxMessageSize: RabbitMQ 4's

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemhq/idem/internal/canon"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -70,7 +69,7 @@ func gcd(a, b int) int {
 
 // partitionOf is the partition of an envelope.
 func (t *Transport) partitionOf(correlationID, id string) (int, uint32) {
-	h := partitionHash(canon.PartitionKey(correlationID, id))
+	h := partitionHash(transport.PartitionKey(&transport.Envelope{ID: id, CorrelationID: correlationID}))
 	return int(h % uint32(t.cfg.Partitions)), h
 }
 

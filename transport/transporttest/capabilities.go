@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -83,7 +82,7 @@ func (s *suite) partitionedReceive(t *testing.T) {
 		want[i] = map[string]bool{}
 	}
 	for _, e := range envs {
-		p := partition.Index(e.CorrelationID, e.ID, parts)
+		p := transport.PartitionOf(transport.PartitionKey(&e), parts)
 		want[p][e.ID] = true
 		where[e.ID] = fmt.Sprintf("%s (correlation ID %q) belongs to partition %d", e.ID, e.CorrelationID, p)
 	}
@@ -112,21 +111,21 @@ func (s *suite) partitionedKeyForms(t *testing.T) {
 	// elsewhere and it overtakes (or is overtaken by) its start.
 	parts := 0
 	for n := 2; n <= 64 && parts == 0; n++ {
-		if partition.Hash(forms[0])%uint32(n) != partition.Hash(forms[1])%uint32(n) {
+		if transport.PartitionHash(forms[0])%uint32(n) != transport.PartitionHash(forms[1])%uint32(n) {
 			parts = n
 		}
 	}
 	if parts == 0 {
 		t.Fatal("transporttest: the raw forms of the key hash alike modulo 2 to 64; change the case")
 	}
-	part := partition.Index(forms[0], "", parts)
+	part := transport.PartitionOf(transport.PartitionKey(&transport.Envelope{CorrelationID: forms[0]}), parts)
 	envs := envelopes("form", len(forms))
 	want := map[string]bool{}
 	where := map[string]string{}
 	for i := range envs {
 		envs[i].CorrelationID = forms[i]
 		want[envs[i].ID] = true
-		where[envs[i].ID] = fmt.Sprintf("%s (correlation ID %q, raw hash in partition %d)", envs[i].ID, forms[i], partition.Hash(forms[i])%uint32(parts))
+		where[envs[i].ID] = fmt.Sprintf("%s (correlation ID %q, raw hash in partition %d)", envs[i].ID, forms[i], transport.PartitionHash(forms[i])%uint32(parts))
 	}
 	publish(t, tr, envs...)
 	receivePartition(t, tr, pc, part, parts, want, promptWait, func(id string) string {

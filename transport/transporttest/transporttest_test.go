@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/partition"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/memtransport"
 	"github.com/idemhq/idem/transport/transporttest"
@@ -157,7 +156,7 @@ func (m *mutant) ReceivePartition(ctx context.Context, max, part, parts int) ([]
 				if key == "" {
 					key = d.Envelope.ID
 				}
-				if parts < 2 || int(partition.Hash(key)%uint32(parts)) == part {
+				if parts < 2 || int(transport.PartitionHash(key)%uint32(parts)) == part {
 					own = append(own, d)
 				} else if err := m.Transport.Nack(ctx, d, lease/5); err != nil {
 					return nil, err

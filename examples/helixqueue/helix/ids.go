@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/canon"
 )
 
 // CanonicalID returns the canonical form of a raw sample ID, the saga key
-// the engine files it under (Unicode NFC, as internal/canon defines it), or
+// the engine files it under (Unicode NFC, as package canon defines it), or
 // an error naming what is wrong with it (empty, a control character such
 // as NUL, invalid UTF-8, too long).
 func CanonicalID(raw string) (string, error) {

@@ -56,24 +56,6 @@ func FuzzKey(f *testing.F) {
 	})
 }
 
-// PartitionKey maps the NFC and NFD forms of a key to one string, even
-// when NFC makes the key longer than its raw form.
-func TestPartitionKeyTwins(t *testing.T) {
-	for _, pair := range [][2]string{
-		{"caf\u00e9", "cafe\u0301"},
-		{"\uFB2C", "\u05E9\u05BC\u05C1"}, // NFC of U+FB2C is longer than U+FB2C
-		{" k ", "k"},
-	} {
-		a, b := PartitionKey(pair[0], "id-a"), PartitionKey(pair[1], "id-b")
-		if a != b {
-			t.Errorf("PartitionKey(%q) = %q, PartitionKey(%q) = %q: want one key", pair[0], a, pair[1], b)
-		}
-	}
-	if got := PartitionKey("", "id"); got != "id" {
-		t.Errorf("PartitionKey without a correlation ID = %q, want the ID", got)
-	}
-}
-
 func TestLookupAndPrefix(t *testing.T) {
 	for _, tc := range []struct {
 		fn       func(string) string
