@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/ids"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 )

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 
-	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/ids"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"

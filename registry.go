@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/idemhq/idem/internal/canon"
+	"github.com/idemhq/idem/canon"
 )
 
 // registry holds what an engine consumes and schedules: saga machines by
