@@ -1,6 +1,12 @@
 package pgstore
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/store"
+)
 
 // StatsCounts exposes the statistics path of EstimateInstanceCounts, which
 // runs only above ExactCountBelow instances.
@@ -16,3 +22,12 @@ var SessionParams = sessionParams
 
 // Migrations exposes the embedded migrations, to build an older schema.
 var Migrations = migrations
+
+// QueueInstanceWrites queues on b the statements Commit sends for inserts
+// and for updates guarded by their versions.
+func QueueInstanceWrites(b *pgx.Batch, inserts, updates []*store.Instance) error {
+	if err := queueInstances(b, insertInstancesSQL, inserts, false); err != nil {
+		return err
+	}
+	return queueInstances(b, updateInstancesSQL, updates, true)
+}
