@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/bench"
+	"github.com/idemhq/idem/cmd/idem/internal/bench"
 )
 
 // newBench is the benchmark command.

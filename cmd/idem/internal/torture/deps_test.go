@@ -27,8 +27,8 @@ func TestIdemBinaryDoesNotLinkTesting(t *testing.T) {
 		}
 		return false
 	}
-	if !has("github.com/idemhq/idem/internal/torture") {
-		t.Fatalf("go list -deps of cmd/idem lacks internal/torture; is the check looking at the right package?\n%s", out)
+	if !has("github.com/idemhq/idem/cmd/idem/internal/torture") {
+		t.Fatalf("go list -deps of cmd/idem lacks cmd/idem/internal/torture; is the check looking at the right package?\n%s", out)
 	}
 	for _, pkg := range []string{"testing", "github.com/idemhq/idem/internal/enginetest"} {
 		if has(pkg) {
