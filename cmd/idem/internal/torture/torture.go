@@ -8,7 +8,6 @@ package torture
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,7 +21,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -205,584 +203,278 @@ func (o *Options) validate() error {
 
 func (o *Options) has(f string) bool { return slices.Contains(o.Faults, f) }
 
-// worker is one worker slot: the current process and its generation.
-// Only the driver's goroutine reads and writes it (the goroutine that
-// waits for the process reports its exit on a channel), so it never reads
-// cmd.ProcessState, which cmd.Wait writes.
-type worker struct {
-	cmd      *exec.Cmd
-	gen      int
-	alive    bool // started, exit not yet handled
-	killedBy bool // the driver sent SIGKILL
-}
-
-type exitEvent struct {
-	slot, gen int
-	state     *os.ProcessState
-}
-
 // Run drives one torture run and checks it. The error is for a run that
 // could not be carried out; a run that found violations returns a report
 // whose Pass is false.
+//
+// A run has four phases: setup (open the backends, start the workers),
+// drive (send the workload and inject faults for Duration), settle (wait
+// until nothing is in flight) and report (check the history).
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	logf := func(format string, args ...any) {
-		if o.Log != nil {
-			fmt.Fprintf(o.Log, "torture: "+format+"\n", args...)
-		}
+	r, err := setup(ctx, o)
+	defer r.close()
+	if err != nil {
+		return nil, err
 	}
-	start := time.Now()
-	dir := o.Dir
-	temp := false
-	if dir == "" {
+	if err := r.drive(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.settle(ctx); err != nil {
+		return nil, err
+	}
+	return r.report(ctx)
+}
+
+// driver is one torture run: what setup opened, which the other phases use.
+// Only the driver's goroutine uses it, except for the counts the sender
+// updates under sender.mu.
+type driver struct {
+	o     Options
+	rep   *Report
+	start time.Time
+	dir   string
+	temp  bool // dir is a temporary directory, removed after a passing run
+	// storeSpec is the store as the workers open it (sqlite: the file);
+	// schema is the run's PostgreSQL schema, empty on SQLite.
+	storeSpec, schema string
+	// brokerSpec is the broker's URL (the embedded server's, if any).
+	brokerSpec string
+	bo         BrokerOptions
+	nats       *embeddedNATS
+	logger     *slog.Logger
+	rng        *rand.Rand // the fault schedule's draws
+	// pubs are the two publishers; pubs[0] comes with st.
+	pubs   []transport.Transport
+	st     store.Store
+	broker transport.PendingCounter // nil on the store's own queue
+	db     *sql.DB
+	hist   *history
+	sched  store.Scheduler
+	copier *tickCopier
+	// faultLog is where the workers note the faults they inflict.
+	faultLog string
+	workers  *pool
+	closers  []func() // run by close, last first
+}
+
+// logf writes one progress line, if the run has a log.
+func (r *driver) logf(format string, args ...any) {
+	if r.o.Log != nil {
+		fmt.Fprintf(r.o.Log, "torture: "+format+"\n", args...)
+	}
+}
+
+// deferClose adds fn to what close runs.
+func (r *driver) deferClose(fn func()) { r.closers = append(r.closers, fn) }
+
+// close releases what setup opened, in the reverse order.
+func (r *driver) close() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
+	r.closers = nil
+}
+
+// setup opens the run's directory, broker, publishers, database and
+// history, and starts the workers. The driver it returns is never nil, so
+// that its close runs even when setup failed.
+func setup(ctx context.Context, o Options) (*driver, error) {
+	r := &driver{o: o, start: time.Now(), logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		rng: rand.New(rand.NewPCG(o.Seed, 0x7047))}
+	if err := r.workDir(); err != nil {
+		return r, err
+	}
+	if err := r.startBroker(ctx); err != nil {
+		return r, err
+	}
+	if err := r.openBackends(ctx); err != nil {
+		return r, err
+	}
+	if err := r.openHistory(ctx); err != nil {
+		return r, err
+	}
+	r.workers = newPool(r)
+	r.deferClose(r.workers.kill)
+	return r, r.workers.startAll()
+}
+
+// workDir creates the run's directory and the report, and names the store.
+func (r *driver) workDir() error {
+	o := &r.o
+	r.dir = o.Dir
+	if r.dir == "" {
 		d, err := os.MkdirTemp("", "idem-torture-")
 		if err != nil {
-			return nil, fmt.Errorf("create a work directory: %w", err)
+			return fmt.Errorf("create a work directory: %w", err)
 		}
-		dir, temp = d, true
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dir, err)
+		r.dir, r.temp = d, true
+	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", r.dir, err)
 	}
-	rep := &Report{Store: o.Store, Transport: redactURL(o.Transport), Seed: o.Seed, Workers: o.Workers, Dir: dir, Faults: map[string]int{}}
-	if rep.Transport == "" {
-		rep.Transport = "the store's own queue"
+	r.rep = &Report{Store: o.Store, Transport: redactURL(o.Transport), Seed: o.Seed, Workers: o.Workers, Dir: r.dir, Faults: map[string]int{}}
+	if r.rep.Transport == "" {
+		r.rep.Transport = "the store's own queue"
 	}
-	storeSpec, schema := o.Store, ""
+	r.storeSpec = o.Store
 	if o.Store == "sqlite" {
-		storeSpec = filepath.Join(dir, "idem.db")
+		r.storeSpec = filepath.Join(r.dir, "idem.db")
 	} else {
-		schema = fmt.Sprintf("torture_%d_%d", o.Seed, time.Now().UnixNano()%1e9)
-		rep.Store = "postgres (schema " + schema + ")"
+		r.schema = fmt.Sprintf("torture_%d_%d", o.Seed, time.Now().UnixNano()%1e9)
+		r.rep.Store = "postgres (schema " + r.schema + ")"
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rng := rand.New(rand.NewPCG(o.Seed, 0x7047))
+	return nil
+}
 
-	// A broker gets the run's own namespace, so nothing another run left
-	// is counted or delivered; nats-embedded is one server in this process
-	// that every publisher and worker connects to.
-	brokerSpec := o.Transport
-	bo := BrokerOptions{Lease: workerLease}
-	var nats *embeddedNATS
+// startBroker gives a broker the run's own namespace, so nothing another
+// run left is counted or delivered; nats-embedded is one server in this
+// process that every publisher and worker connects to.
+func (r *driver) startBroker(ctx context.Context) error {
+	o := &r.o
+	r.brokerSpec = o.Transport
+	r.bo = BrokerOptions{Lease: workerLease}
 	if o.Transport != "" {
-		bo.Namespace = fmt.Sprintf("torture_%d_%d", o.Seed, time.Now().UnixNano()%1e9)
+		r.bo.Namespace = fmt.Sprintf("torture_%d_%d", o.Seed, time.Now().UnixNano()%1e9)
 	}
 	if o.Transport == TransportEmbedded {
-		var err error
-		if nats, err = startNATS(ctx, filepath.Join(dir, "nats")); err != nil {
-			return nil, err
+		nats, err := startNATS(ctx, filepath.Join(r.dir, "nats"))
+		if err != nil {
+			return err
 		}
-		defer nats.stop()
-		brokerSpec = nats.url
-		rep.Transport = "nats-embedded (" + nats.url + ", files in " + nats.dir + ")"
+		r.nats = nats
+		r.deferClose(nats.stop)
+		r.brokerSpec = nats.url
+		r.rep.Transport = "nats-embedded (" + nats.url + ", files in " + nats.dir + ")"
 	}
 	if o.Transport != "" {
-		rep.Transport += ", namespace " + bo.Namespace
+		r.rep.Transport += ", namespace " + r.bo.Namespace
 	}
+	return nil
+}
 
-	// Two publishers, on their own connections: copies of one message go
-	// through both at once.
-	var pubs []transport.Transport
-	var st store.Store
+// openBackends opens two publishers, on their own connections (copies of
+// one message go through both at once), the broker's backlog counter and
+// the database the checker reads.
+func (r *driver) openBackends(ctx context.Context) error {
 	for i := range 2 {
 		s, tr, closeFn, err := retryOpen(ctx, func() (store.Store, transport.Transport, func(), error) {
-			return openBackend(ctx, storeSpec, schema, brokerSpec, bo, logger, false)
+			return openBackend(ctx, r.storeSpec, r.schema, r.brokerSpec, r.bo, r.logger, false)
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		defer closeFn()
+		r.deferClose(closeFn)
 		if i == 0 {
-			st = s
+			r.st = s
 		}
-		pubs = append(pubs, tr)
+		r.pubs = append(r.pubs, tr)
 	}
 	// natsjs counts the backlog across every process; rabbitmq counts the
 	// ready messages of every queue, and only its own unacknowledged
 	// deliveries (AMQP 0-9-1 cannot see other connections'). The settle
 	// rule (docs/reliability.md) is sound with either.
-	var broker transport.PendingCounter
-	if o.Transport != "" {
+	if r.o.Transport != "" {
 		var ok bool
-		if broker, ok = pubs[0].(transport.PendingCounter); !ok {
-			return nil, fmt.Errorf("--transport %s: the transport (%T) cannot count its backlog (no Pending method), so the run could not tell when it settled", o.Transport, pubs[0])
+		if r.broker, ok = r.pubs[0].(transport.PendingCounter); !ok {
+			return fmt.Errorf("--transport %s: the transport (%T) cannot count its backlog (no Pending method), so the run could not tell when it settled", r.o.Transport, r.pubs[0])
 		}
 	}
-	db, err := openDB(storeSpec, schema)
+	db, err := openDB(r.storeSpec, r.schema)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer db.Close()
-	hist, err := createHistory(filepath.Join(dir, "history.jsonl"))
+	r.db = db
+	r.deferClose(func() { db.Close() })
+	return nil
+}
+
+// openHistory creates the history and installs the schedules' audit:
+// they are audited from their creation by the first worker.
+func (r *driver) openHistory(ctx context.Context) error {
+	hist, err := createHistory(filepath.Join(r.dir, "history.jsonl"))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// The schedules: audited from their creation by the first worker.
-	if err := installScheduleAudit(ctx, storeSpec, schema); err != nil {
-		return nil, err
+	r.hist = hist
+	if err := installScheduleAudit(ctx, r.storeSpec, r.schema); err != nil {
+		return err
 	}
 	if err := hist.append(scheduleRecords(runSchedules)...); err != nil {
-		return nil, err
+		return err
 	}
-	sched := st.(store.Scheduler) // both SQL stores are
-	copier := &tickCopier{st: sched, pub: pubs[1], db: db}
-	faultLog := filepath.Join(dir, "faults.log")
+	r.sched = r.st.(store.Scheduler) // both SQL stores are
+	r.copier = &tickCopier{st: r.sched, pub: r.pubs[1], db: r.db}
+	r.faultLog = filepath.Join(r.dir, "faults.log")
+	return nil
+}
 
-	// Workers.
-	wc := workerConfig{Store: storeSpec, Schema: schema, Transport: brokerSpec, Namespace: bo.Namespace, Lease: workerLease,
-		Break: o.Break, FaultLog: faultLog}
-	if o.has(FaultCommitKill) {
-		wc.KillAfterCommit = 0.01
-		wc.KillAfterScheduleFire = 0.05 // about 2.4 passes a second fire a tick
+// report counts the workers' own faults, checks the history against the
+// database, and removes what a passing run leaves behind.
+func (r *driver) report(ctx context.Context) (*Report, error) {
+	rep := r.rep
+	r.countWorkerFaults()
+	if rep.Kills < r.o.MinKills {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("only %d worker kills, want at least %d (--kills): run longer", rep.Kills, r.o.MinKills))
 	}
-	if o.has(FaultUoWKill) {
-		wc.KillInUoW = 0.002
-		wc.KillInSchedulePass = 0.05
-	}
-	if o.Break == BreakAckBeforeCommit {
-		wc.KillInUoW = 0.02 // the breakage shows only when a crash lands between receive and commit
-	}
-	if o.has(FaultStall) {
-		wc.Stall = 0.002
-	}
-	workers := make([]*worker, o.Workers)
-	exits := make(chan exitEvent, 64)
-	workerOut := &lockedWriter{w: io.Discard}
-	if o.Log != nil {
-		workerOut.w = o.Log
-	}
-	gen := 0
-	startWorker := func(slot int) error {
-		gen++
-		c := wc
-		c.Seed = o.Seed*1000 + uint64(gen)
-		b, err := json.Marshal(c)
-		if err != nil {
-			return err
-		}
-		cmd := o.Command()
-		cmd.Env = append(os.Environ(), WorkerEnv+"="+string(b))
-		cmd.Stdout, cmd.Stderr = workerOut, workerOut
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start worker: %w", err)
-		}
-		w := &worker{cmd: cmd, gen: gen, alive: true}
-		workers[slot] = w
-		go func() {
-			_ = cmd.Wait()
-			exits <- exitEvent{slot: slot, gen: w.gen, state: cmd.ProcessState}
-		}()
-		return nil
-	}
-	for i := range workers {
-		if err := startWorker(i); err != nil {
-			return nil, err
-		}
-	}
-	stopping := false
-	defer func() {
-		for _, w := range workers {
-			if w != nil && w.alive {
-				_ = w.cmd.Process.Kill()
-			}
-		}
-	}()
-	handleExit := func(ev exitEvent) error {
-		w := workers[ev.slot]
-		if w == nil || w.gen != ev.gen {
-			return nil
-		}
-		w.alive = false
-		ws, _ := ev.state.Sys().(syscall.WaitStatus)
-		switch {
-		case w.killedBy:
-			rep.Kills++
-		case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
-			rep.Kills++ // self-inflicted; the fault log says which kind
-		case stopping:
-			return nil
-		default:
-			rep.UnexpectedExits++
-			logf("worker %d exited by itself (%s); restarting it", ev.slot, ev.state)
-		}
-		if stopping {
-			return nil
-		}
-		return startWorker(ev.slot)
-	}
-
-	// The sender: waves of messages, every message 1–4 times.
-	gen0 := &generator{rng: rand.New(rand.NewPCG(o.Seed, 0x3a7e)), bad: o.has(FaultBadInput)}
-	sendCtx, stopSending := context.WithCancel(ctx)
-	defer stopSending()
-	var sendMu sync.Mutex // guards sendErr and rep's counts while the sender runs
-	count := func(fault string, n int) {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		rep.Faults[fault] += n
-	}
-	var sendErr error
-	sendDone := make(chan struct{})
-	// firstWave closes once a wave is published: the run lasts until then
-	// even past its Duration, because a run that sent nothing (its workers
-	// were slow to start on a loaded machine) proves nothing.
-	firstWave := make(chan struct{})
-	var firstOnce sync.Once
-	go func() {
-		defer close(sendDone)
-		srng := rand.New(rand.NewPCG(o.Seed, 0x5e4d))
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sendCtx.Done():
-				return
-			case <-t.C:
-			}
-			wave := gen0.next()
-			perPub := make([][]idem.Envelope, len(pubs))
-			for _, s := range wave {
-				copies := 1
-				if o.has(FaultDuplicates) {
-					copies = 1 + srng.IntN(4)
-				}
-				s.rec.Copies = copies
-				first := srng.IntN(len(pubs))
-				for c := range copies {
-					p := (first + c) % len(pubs)
-					perPub[p] = append(perPub[p], s.env.Clone())
-				}
-			}
-			recs := make([]*Record, len(wave))
-			for i := range wave {
-				recs[i] = wave[i].rec
-			}
-			// Recorded before it is published: a send the workers never
-			// see is then a loss the checker reports.
-			if err := hist.append(recs...); err != nil {
-				sendMu.Lock()
-				sendErr = err
-				sendMu.Unlock()
-				return
-			}
-			var wg sync.WaitGroup
-			for p := range pubs {
-				srng.Shuffle(len(perPub[p]), func(i, j int) { perPub[p][i], perPub[p][j] = perPub[p][j], perPub[p][i] })
-				wg.Go(func() {
-					if err := publishRetry(ctx, pubs[p], perPub[p]); err != nil {
-						sendMu.Lock()
-						sendErr = err
-						sendMu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			sendMu.Lock()
-			rep.Sent += len(wave)
-			for _, s := range wave {
-				rep.Published += s.rec.Copies
-				if s.rec.Copies > 1 {
-					rep.Faults["duplicate copies published"] += s.rec.Copies - 1
-				}
-				if s.rec.Kind == kindBad {
-					rep.Faults["bad inputs"]++
-				}
-			}
-			sendMu.Unlock()
-			firstOnce.Do(func() { close(firstWave) })
-		}
-	}()
-
-	// The fault schedule.
-	deadline := start.Add(o.Duration)
-	nextKill := time.Now().Add(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
-	nextRestart := start.Add(o.Duration * 2 / 5)
-	brokerRestarts := o.has(FaultBrokerRestart) && (nats != nil || o.Transport != "" && o.BrokerRestartCmd != "")
-	nextBrokerRestart := start.Add(o.Duration * 3 / 5)
-	// A broker restart runs beside the schedule (a RabbitMQ node takes
-	// seconds to come back): workers keep dying meanwhile.
-	restarted := make(chan error, 1)
-	restarting := false
-	restartBroker := func() error {
-		if nats != nil {
-			logf("restarting the embedded NATS server")
-			return nats.restart(ctx)
-		}
-		logf("restarting the broker: %s", o.BrokerRestartCmd)
-		return runRestartCmd(ctx, "--broker-restart-cmd", o.BrokerRestartCmd)
-	}
-	timers := map[string]store.Timer{}
-	replayed := map[string]bool{}
-	nextTimerScan := time.Now()
-	nextTickCopy := time.Now()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	logf("running %s on %s with %d workers (seed %d), work in %s", o.Duration, rep.Store, o.Workers, o.Seed, dir)
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case ev := <-exits:
-			if err := handleExit(ev); err != nil {
-				return nil, err
-			}
-			continue
-		case err := <-restarted:
-			if err != nil {
-				return nil, err
-			}
-			restarting = false
-			count("broker restarts", 1)
-			nextBrokerRestart = time.Now().Add(max(30*time.Second, o.Duration/3))
-			continue
-		case <-tick.C:
-		}
-		now := time.Now()
-		if o.has(FaultKill) && now.After(nextKill) {
-			i := rng.IntN(len(workers))
-			w := workers[i]
-			if w.alive && !w.killedBy {
-				w.killedBy = true
-				_ = w.cmd.Process.Signal(syscall.SIGKILL)
-				count("SIGKILL by the driver", 1)
-			}
-			nextKill = now.Add(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
-		}
-		if o.has(FaultPGRestart) && isPostgres(o.Store) && o.PGRestartCmd != "" && now.After(nextRestart) {
-			logf("restarting PostgreSQL: %s", o.PGRestartCmd)
-			if err := runRestartCmd(ctx, "--pg-restart-cmd", o.PGRestartCmd); err != nil {
-				return nil, err
-			}
-			count("PostgreSQL restarts", 1)
-			nextRestart = now.Add(max(30*time.Second, o.Duration/3))
-		}
-		if brokerRestarts && !restarting && now.After(nextBrokerRestart) {
-			restarting = true
-			go func() { restarted <- restartBroker() }()
-		}
-		if o.has(FaultStaleTimer) && now.After(nextTimerScan) {
-			nextTimerScan = now.Add(300 * time.Millisecond)
-			n, err := replayStaleTimers(ctx, st, pubs[0], hist, timers, replayed)
-			if err != nil {
-				logf("stale timer scan: %v", err) // the database may be restarting
-			}
-			count("stale timer deliveries", n)
-		}
-		if o.has(FaultDuplicates) && now.After(nextTickCopy) {
-			nextTickCopy = now.Add(300 * time.Millisecond)
-			n, err := copier.copyNew(ctx)
-			if err != nil {
-				logf("copy schedule ticks: %v", err) // the database may be restarting
-			}
-			count("duplicate schedule ticks", n)
-		}
-	}
-	if restarting {
-		if err := <-restarted; err != nil {
-			return nil, err
-		}
-		count("broker restarts", 1)
-	}
-	select {
-	case <-firstWave:
-	case <-sendDone: // the sender failed: its error is reported below
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	stopSending()
-	<-sendDone
-	// The schedules are workload too: they stop with it.
-	if err := pauseSchedules(ctx, sched, runSchedules); err != nil {
-		return nil, err
-	}
-	sendMu.Lock()
-	err = sendErr
-	sendMu.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("send the workload: %w", err)
-	}
-	if err := hist.close(); err != nil {
-		return nil, err
-	}
-	logf("sent %d messages (%d copies); settling", rep.Sent, rep.Published)
-
-	// Settle (docs/reliability.md, "When a run has settled"): the workers
-	// keep running (restarted if they die) until nothing has been in
-	// flight for a quiet window, then they stop, and nothing may be left
-	// once they are gone; if something is, they start again.
-	quiet := time.Second
-	if o.Transport != "" {
-		// Longer than a lease: a delivery a stalled or dead worker holds,
-		// which a broker may not count, is requeued within it.
-		quiet = workerLease + time.Second
-	}
-	const poll = 200 * time.Millisecond
-	backlog := func() (int, error) {
-		n, err := inFlight(ctx, db, o.Transport == "")
-		if err != nil || broker == nil {
-			return n, err
-		}
-		ready, unacked, err := broker.Pending(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("count the broker's backlog: %w", err)
-		}
-		return n + ready + unacked, nil
-	}
-	// quietFor polls backlog until it has been 0 for d; it returns the
-	// last count, which is not 0 when the settle deadline passed first or,
-	// with eager, as soon as the count is not 0 (-1: never counted).
-	settleBy := time.Now().Add(o.Settle)
-	quietFor := func(d time.Duration, eager bool) (int, error) {
-		var since time.Time // when the backlog was last seen non-zero
-		left := -1
-		for {
-			select {
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case ev := <-exits:
-				if err := handleExit(ev); err != nil {
-					return 0, err
-				}
-				since = time.Time{}
-				continue
-			case <-time.After(poll): // polling the database and broker with a deadline
-			}
-			n, err := backlog()
-			switch {
-			case err != nil:
-				logf("settle: %v", err) // a restarting server
-				since = time.Time{}
-			case n > 0 && eager:
-				return n, nil
-			case n > 0:
-				left, since = n, time.Time{}
-			case since.IsZero():
-				left, since = 0, time.Now()
-			case time.Since(since) >= d:
-				return 0, nil
-			}
-			if time.Now().After(settleBy) {
-				return left, nil
-			}
-		}
-	}
-	stopWorkers := func() error {
-		stopping = true
-		for _, w := range workers {
-			if w.alive {
-				_ = w.cmd.Process.Signal(syscall.SIGTERM)
-			}
-		}
-		timeout := time.After(20 * time.Second)
-		for slices.ContainsFunc(workers, func(w *worker) bool { return w.alive }) {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case ev := <-exits:
-				if err := handleExit(ev); err != nil {
-					return err
-				}
-			case <-timeout:
-				rep.Problems = append(rep.Problems, "a worker did not stop within 20s of SIGTERM")
-				for _, w := range workers {
-					if w.alive {
-						_ = w.cmd.Process.Kill()
-					}
-				}
-				timeout = nil
-			}
-		}
-		return nil
-	}
-	for round := 1; ; round++ {
-		left, err := quietFor(quiet, false)
-		if err != nil {
-			return nil, err
-		}
-		if left != 0 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("not settled after %s: %d messages and timers still in flight", o.Settle, left))
-			if err := stopWorkers(); err != nil {
-				return nil, err
-			}
-			break
-		}
-		if err := stopWorkers(); err != nil {
-			return nil, err
-		}
-		// Nobody consumes now: whatever a worker held unacknowledged is
-		// back in the broker's count (RabbitMQ requeues a closed
-		// connection's deliveries, JetStream counts them pending), so a
-		// count of zero over a second is everything.
-		if left, err = quietFor(time.Second, true); err != nil {
-			return nil, err
-		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(settleBy) {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("not settled after %s: %d messages and timers left once the workers stopped", o.Settle, left))
-			break
-		}
-		logf("settle round %d: %d messages or timers left once the workers stopped; starting them again", round, left)
-		stopping = false
-		for i := range workers {
-			if err := startWorker(i); err != nil {
-				return nil, err
-			}
-		}
-	}
-
-	// Count the workers' own faults.
-	if b, err := os.ReadFile(faultLog); err == nil {
-		for _, l := range strings.Fields(string(b)) {
-			switch l {
-			case faultKillAfterCommit:
-				rep.Faults["SIGKILL after commit (self)"]++
-			case faultKillInUoW:
-				rep.Faults["SIGKILL before commit (self)"]++
-			case faultStall:
-				rep.Faults["lease expiry (stalled worker)"]++
-			case faultKillInSchedule:
-				rep.Faults["SIGKILL in schedule pass"]++
-			case faultKillAfterFire:
-				rep.Faults["SIGKILL after schedule fire"]++
-			}
-		}
-	}
-	if rep.Kills < o.MinKills {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("only %d worker kills, want at least %d (--kills): run longer", rep.Kills, o.MinKills))
-	}
-
-	records, err := ReadHistory(filepath.Join(dir, "history.jsonl"))
+	records, err := ReadHistory(filepath.Join(r.dir, "history.jsonl"))
 	if err != nil {
 		return nil, err
 	}
-	if rep.Violations, rep.Ticks, err = check(ctx, records, st, db); err != nil {
+	if rep.Violations, rep.Ticks, err = check(ctx, records, r.st, r.db); err != nil {
 		return nil, err
 	}
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM idem_journal`).Scan(&rep.Journal); err != nil {
+	if err := r.db.QueryRowContext(ctx, `SELECT count(*) FROM idem_journal`).Scan(&rep.Journal); err != nil {
 		return nil, fmt.Errorf("count the journal: %w", err)
 	}
-	rep.Elapsed = time.Since(start)
-	if d, ok := pubs[0].(NamespaceDeleter); ok && rep.Pass() && nats == nil {
-		if err := d.DeleteNamespace(ctx); err != nil {
-			logf("delete the broker namespace %s: %v", bo.Namespace, err)
-		}
-	}
-	if nats != nil {
-		nats.stop() // before its files go
-	}
-	if temp && rep.Pass() {
-		os.RemoveAll(dir)
-		rep.Dir += " (removed: the run passed)"
-	}
-	if schema != "" && rep.Pass() {
-		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			logf("drop schema %s: %v", schema, err)
-		}
-	}
+	rep.Elapsed = time.Since(r.start)
+	r.cleanUp(ctx)
 	return rep, nil
+}
+
+// countWorkerFaults counts the faults the workers noted in the fault log.
+func (r *driver) countWorkerFaults() {
+	b, err := os.ReadFile(r.faultLog)
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Fields(string(b)) {
+		switch l {
+		case faultKillAfterCommit:
+			r.rep.Faults["SIGKILL after commit (self)"]++
+		case faultKillInUoW:
+			r.rep.Faults["SIGKILL before commit (self)"]++
+		case faultStall:
+			r.rep.Faults["lease expiry (stalled worker)"]++
+		case faultKillInSchedule:
+			r.rep.Faults["SIGKILL in schedule pass"]++
+		case faultKillAfterFire:
+			r.rep.Faults["SIGKILL after schedule fire"]++
+		}
+	}
+}
+
+// cleanUp removes a passing run's broker namespace, directory and schema.
+func (r *driver) cleanUp(ctx context.Context) {
+	pass := r.rep.Pass()
+	if d, ok := r.pubs[0].(NamespaceDeleter); ok && pass && r.nats == nil {
+		if err := d.DeleteNamespace(ctx); err != nil {
+			r.logf("delete the broker namespace %s: %v", r.bo.Namespace, err)
+		}
+	}
+	if r.nats != nil {
+		r.nats.stop() // before its files go
+	}
+	if r.temp && pass {
+		os.RemoveAll(r.dir)
+		r.rep.Dir += " (removed: the run passed)"
+	}
+	if r.schema != "" && pass {
+		if _, err := r.db.ExecContext(ctx, "DROP SCHEMA "+pgx.Identifier{r.schema}.Sanitize()+" CASCADE"); err != nil {
+			r.logf("drop schema %s: %v", r.schema, err)
+		}
+	}
 }
 
 // inFlight counts what is still to be processed: queued messages (when
