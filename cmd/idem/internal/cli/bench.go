@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -16,25 +18,8 @@ import (
 	"github.com/idemhq/idem/cmd/idem/internal/bench"
 )
 
-// newBench is the benchmark command.
-func newBench() *cobra.Command {
-	var (
-		sf             storeFlags
-		o              bench.Options
-		batches, lanes string
-		sagas, inbox   string
-		dedups         string
-		consumers      string
-		claims         string
-		asJSON, quiet  bool
-		traced         bool
-		transportSpecs []string
-		cpuProfile     string
-	)
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure saga transitions per second on PostgreSQL against straight-SQL baselines",
-		Long: `Measure the engine on PostgreSQL (pgstore as store and queue) with a counter
+// benchLong is idem bench's help.
+const benchLong = `Measure the engine on PostgreSQL (pgstore as store and queue) with a counter
 saga whose every transition writes the instance, an inbox record and one
 emitted message, on a stream of messages that includes duplicates.
 
@@ -100,118 +85,193 @@ else to do), and every configuration runs again on SQLite (a temporary
 file) with its commits and rows written counted by the driver's hooks.
 
 Exit code 1 if exactly-once is violated in any run, 2 for bad flags or when
-the database cannot be used.`,
-		Example: `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
+the database cannot be used.`
+
+// benchExample is idem bench's examples.
+const benchExample = `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
   idem bench --store "$IDEM_STORE" --transport nats-embedded --transport amqp://guest:guest@127.0.0.1:5672/ --batch 100 --lanes 4
   idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 1,4 --json
   idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 4 --dedup retention,token
-  idem bench --store "$IDEM_STORE" --messages 20000 --batch 64,100 --lanes 1,4 --consumers 1,4 --claim lease,tx`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if o.Batches, err = intList("--batch", batches); err != nil {
-				return usageErrorf("%v", err)
-			}
-			if o.Lanes, err = intList("--lanes", lanes); err != nil {
-				return usageErrorf("%v", err)
-			}
-			if o.Dedups, err = dedupList(dedups); err != nil {
-				return usageErrorf("%v", err)
-			}
-			if o.Sagas, o.InboxRows, err = scaleLists(sagas, inbox); err != nil {
-				return usageErrorf("%v", err)
-			}
-			if o.Consumers, err = intList("--consumers", consumers); err != nil {
-				return usageErrorf("%v", err)
-			}
-			o.Claims = strings.Split(claims, ",")
-			if o.URL, err = sf.benchURL(); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return usageErrorf("%v", err)
-			}
-			o.SchemaPrefix, o.AllowUnsafeCommit = sf.schema, sf.allowUnsafeCommit
-			if !quiet {
-				o.Log = cmd.ErrOrStderr()
-			}
-			seen := map[string]bool{}
-			for _, spec := range transportSpecs {
-				name := transportName(spec)
-				if seen[name] {
-					return usageErrorf("--transport %s given twice: give each kind of broker once", name)
-				}
-				seen[name] = true
-				open, stop, err := benchTransport(cmd.Context(), spec)
-				if err != nil {
-					return err
-				}
-				defer stop()
-				o.Brokers = append(o.Brokers, bench.Broker{Name: transportName(spec), New: open})
-			}
-			if traced {
-				tracer, stop := benchTracer()
-				defer stop()
-				o.Tracer = tracer
-			}
-			if cpuProfile != "" {
-				stop, err := startCPUProfile(cpuProfile)
-				if err != nil {
-					return err
-				}
-				defer stop()
-			}
-			rep, err := bench.Run(cmd.Context(), o)
-			if err != nil {
-				return &exitError{code: 2, err: err}
-			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				err = enc.Encode(rep)
-			} else {
-				err = rep.WriteText(cmd.OutOrStdout())
-			}
-			if err != nil {
-				return err
-			}
-			if !rep.ExactlyOnce {
-				return &exitError{code: 1, err: errors.New("exactly-once violated: see the report")}
-			}
-			return nil
-		},
+  idem bench --store "$IDEM_STORE" --messages 20000 --batch 64,100 --lanes 1,4 --consumers 1,4 --claim lease,tx`
+
+// newBench is the benchmark command.
+func newBench() *cobra.Command {
+	bf := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:     "bench",
+		Short:   "Measure saga transitions per second on PostgreSQL against straight-SQL baselines",
+		Long:    benchLong,
+		Example: benchExample,
+		Args:    cobra.NoArgs,
+		RunE:    bf.run,
 	}
-	sf.registerReadOnly(cmd)
+	bf.register(cmd)
+	return cmd
+}
+
+// benchFlags are idem bench's flags: the bench.Options that flags set as
+// they are, and the lists and switches parsed before a run.
+type benchFlags struct {
+	sf                storeFlags
+	o                 bench.Options
+	batches, lanes    string
+	sagas, inbox      string
+	dedups, consumers string
+	claims            string
+	asJSON, quiet     bool
+	traced            bool
+	transportSpecs    []string
+	cpuProfile        string
+}
+
+// register registers the flags on cmd.
+func (bf *benchFlags) register(cmd *cobra.Command) {
+	bf.sf.registerReadOnly(cmd)
 	cmd.Flags().Lookup("store").Usage = "PostgreSQL server to measure on: postgres://user@host:port/db (default from IDEM_STORE); SQLite is not measured"
 	f := cmd.Flags()
-	f.IntVar(&o.Messages, "messages", 20000, "deliveries per run, duplicates included")
-	f.IntVar(&o.Keys, "keys", 1000, "number of counter sagas (keys)")
-	f.Float64Var(&o.Dup, "dup", 0.2, "fraction of deliveries that repeat an earlier message ID, in [0, 1)")
-	f.StringVar(&batches, "batch", "1,10,100", "engine batch sizes to run, comma-separated")
-	f.StringVar(&lanes, "lanes", "1,4,16", "engine lane counts to run, comma-separated (every batch × lanes pair runs)")
-	f.StringVar(&consumers, "consumers", "4", "engine consumers to run, comma-separated: batches received and committed concurrently (Config.Consumers)")
-	f.BoolVar(&o.Partitioned, "partitioned", false, "run every configuration on the PostgreSQL queue but the defaults with Config.PartitionedReceive: each consumer receives its own partitions of the keys instead of taking turns on one stream (runs with a --transport always set it)")
-	f.StringVar(&claims, "claim", "tx", "how the engine may take messages from the PostgreSQL queue, comma-separated, each configuration once per way: lease (Receive leases a batch, its unit of work deletes it), tx (the engine claims a backlog inside the unit of work that applies it, where it can: one lane per batch, no plain handlers; consumers taking turns claim so only in tx runs that set the configuration, not in the defaults run, as the zero Config does not)")
-	f.BoolVar(&o.Defaults, "defaults", true, "first run the engine with the zero Config (every default) and pgstore's default pool, labelled \"defaults\"")
-	f.IntVar(&o.BaselineClients, "baseline-clients", 8, "concurrent clients of the baselines")
-	f.IntVar(&o.BaselineBatch, "baseline-batch", 100, "messages per transaction of baseline (b)")
-	f.Float64Var(&o.LatencyLoad, "latency-load", 0.7, "rate of the latency phase as a fraction of the measured throughput; 0 skips it")
-	f.DurationVar(&o.LatencyDuration, "latency-duration", 3*time.Second, "how long the latency phase publishes and measures, after --latency-warmup")
-	f.DurationVar(&o.LatencyWarmup, "latency-warmup", 2*time.Second, "how long the latency phase publishes at its pace before it measures (the engine's pool connects and prepares its statements, the first backlog drains); 0 measures from the start")
-	f.Uint64Var(&o.Seed, "seed", 1, "seed of the workload")
-	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on a phase that has not finished by then")
-	f.BoolVar(&o.KeepSchemas, "keep-schemas", false, "keep the benchmark's schemas for inspection instead of dropping them")
-	f.StringArrayVar(&transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222, nats-embedded, amqp://user:pass@host:5672/vhost or redis://host:6379/0 (repeat the flag for several)")
-	f.StringVar(&dedups, "dedup", "retention", "dedup modes to run, comma-separated: retention (the inbox with its retention window), token (the token inbox, Config.Dedup = DedupToken)")
-	f.BoolVar(&traced, "trace", false, "also run each configuration with OpenTelemetry tracing (otelidem, every span sampled, exported to a discarding exporter) to measure its cost")
-	f.StringVar(&sagas, "sagas", "", "preload the store of every engine run with this many live counter sagas, comma-separated for several sizes (each configuration runs once per size); the workload's keys are then drawn from them instead of --keys")
-	f.StringVar(&inbox, "inbox-rows", "", "inbox records preloaded over the --sagas sagas, one value per --sagas value (default 10 per saga)")
-	f.IntVar(&o.Finished, "finished", 0, "with --sagas, also run each size with this many finished sagas past retention preloaded, and the engine's sweeper deleting them during the measured phase")
-	f.BoolVar(&o.Cost, "cost", false, "also measure each run's cost per message (statements, round trips, commits, rows written, WAL records, fsyncs; PostgreSQL 15 or later, on a server with nothing else running) and run every configuration on SQLite too")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (baselines and engine runs) to this file, for go tool pprof")
-	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	f.BoolVarP(&quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
-	return cmd
+	f.IntVar(&bf.o.Messages, "messages", 20000, "deliveries per run, duplicates included")
+	f.IntVar(&bf.o.Keys, "keys", 1000, "number of counter sagas (keys)")
+	f.Float64Var(&bf.o.Dup, "dup", 0.2, "fraction of deliveries that repeat an earlier message ID, in [0, 1)")
+	f.StringVar(&bf.batches, "batch", "1,10,100", "engine batch sizes to run, comma-separated")
+	f.StringVar(&bf.lanes, "lanes", "1,4,16", "engine lane counts to run, comma-separated (every batch × lanes pair runs)")
+	f.StringVar(&bf.consumers, "consumers", "4", "engine consumers to run, comma-separated: batches received and committed concurrently (Config.Consumers)")
+	f.BoolVar(&bf.o.Partitioned, "partitioned", false, "run every configuration on the PostgreSQL queue but the defaults with Config.PartitionedReceive: each consumer receives its own partitions of the keys instead of taking turns on one stream (runs with a --transport always set it)")
+	f.StringVar(&bf.claims, "claim", "tx", "how the engine may take messages from the PostgreSQL queue, comma-separated, each configuration once per way: lease (Receive leases a batch, its unit of work deletes it), tx (the engine claims a backlog inside the unit of work that applies it, where it can: one lane per batch, no plain handlers; consumers taking turns claim so only in tx runs that set the configuration, not in the defaults run, as the zero Config does not)")
+	f.BoolVar(&bf.o.Defaults, "defaults", true, "first run the engine with the zero Config (every default) and pgstore's default pool, labelled \"defaults\"")
+	f.IntVar(&bf.o.BaselineClients, "baseline-clients", 8, "concurrent clients of the baselines")
+	f.IntVar(&bf.o.BaselineBatch, "baseline-batch", 100, "messages per transaction of baseline (b)")
+	f.Float64Var(&bf.o.LatencyLoad, "latency-load", 0.7, "rate of the latency phase as a fraction of the measured throughput; 0 skips it")
+	f.DurationVar(&bf.o.LatencyDuration, "latency-duration", 3*time.Second, "how long the latency phase publishes and measures, after --latency-warmup")
+	f.DurationVar(&bf.o.LatencyWarmup, "latency-warmup", 2*time.Second, "how long the latency phase publishes at its pace before it measures (the engine's pool connects and prepares its statements, the first backlog drains); 0 measures from the start")
+	f.Uint64Var(&bf.o.Seed, "seed", 1, "seed of the workload")
+	f.DurationVar(&bf.o.Timeout, "timeout", 10*time.Minute, "give up on a phase that has not finished by then")
+	f.BoolVar(&bf.o.KeepSchemas, "keep-schemas", false, "keep the benchmark's schemas for inspection instead of dropping them")
+	f.StringArrayVar(&bf.transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: nats://host:4222, nats-embedded, amqp://user:pass@host:5672/vhost or redis://host:6379/0 (repeat the flag for several)")
+	f.StringVar(&bf.dedups, "dedup", "retention", "dedup modes to run, comma-separated: retention (the inbox with its retention window), token (the token inbox, Config.Dedup = DedupToken)")
+	f.BoolVar(&bf.traced, "trace", false, "also run each configuration with OpenTelemetry tracing (otelidem, every span sampled, exported to a discarding exporter) to measure its cost")
+	f.StringVar(&bf.sagas, "sagas", "", "preload the store of every engine run with this many live counter sagas, comma-separated for several sizes (each configuration runs once per size); the workload's keys are then drawn from them instead of --keys")
+	f.StringVar(&bf.inbox, "inbox-rows", "", "inbox records preloaded over the --sagas sagas, one value per --sagas value (default 10 per saga)")
+	f.IntVar(&bf.o.Finished, "finished", 0, "with --sagas, also run each size with this many finished sagas past retention preloaded, and the engine's sweeper deleting them during the measured phase")
+	f.BoolVar(&bf.o.Cost, "cost", false, "also measure each run's cost per message (statements, round trips, commits, rows written, WAL records, fsyncs; PostgreSQL 15 or later, on a server with nothing else running) and run every configuration on SQLite too")
+	f.StringVar(&bf.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (baselines and engine runs) to this file, for go tool pprof")
+	f.BoolVar(&bf.asJSON, "json", false, "print the report as JSON")
+	f.BoolVarP(&bf.quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
+}
+
+// run sets the benchmark up from the flags, runs it and reports it.
+func (bf *benchFlags) run(cmd *cobra.Command, _ []string) error {
+	if err := bf.options(cmd); err != nil {
+		return err
+	}
+	stop, err := bf.prepare(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer stop()
+	rep, err := bench.Run(cmd.Context(), bf.o)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	return bf.report(cmd.OutOrStdout(), rep)
+}
+
+// options completes bf.o from the flags' lists and the store, and
+// validates it.
+func (bf *benchFlags) options(cmd *cobra.Command) error {
+	o := &bf.o
+	var err error
+	if o.Batches, err = intList("--batch", bf.batches); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if o.Lanes, err = intList("--lanes", bf.lanes); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if o.Dedups, err = dedupList(bf.dedups); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if o.Sagas, o.InboxRows, err = scaleLists(bf.sagas, bf.inbox); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if o.Consumers, err = intList("--consumers", bf.consumers); err != nil {
+		return usageErrorf("%v", err)
+	}
+	o.Claims = strings.Split(bf.claims, ",")
+	if o.URL, err = bf.sf.benchURL(); err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return usageErrorf("%v", err)
+	}
+	o.SchemaPrefix, o.AllowUnsafeCommit = bf.sf.schema, bf.sf.allowUnsafeCommit
+	if !bf.quiet {
+		o.Log = cmd.ErrOrStderr()
+	}
+	return nil
+}
+
+// prepare opens what the run uses besides its store: the brokers of
+// --transport, the tracer of --trace and the profile of --cpuprofile. stop
+// releases them, the last opened first; prepare releases them itself when
+// it fails.
+func (bf *benchFlags) prepare(ctx context.Context) (stop func(), err error) {
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stopAll()
+		}
+	}()
+	seen := map[string]bool{}
+	for _, spec := range bf.transportSpecs {
+		name := transportName(spec)
+		if seen[name] {
+			return nil, usageErrorf("--transport %s given twice: give each kind of broker once", name)
+		}
+		seen[name] = true
+		open, stopBroker, err := benchTransport(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, stopBroker)
+		bf.o.Brokers = append(bf.o.Brokers, bench.Broker{Name: transportName(spec), New: open})
+	}
+	if bf.traced {
+		tracer, stopTracer := benchTracer()
+		stops = append(stops, stopTracer)
+		bf.o.Tracer = tracer
+	}
+	if bf.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(bf.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, stopProfile)
+	}
+	return stopAll, nil
+}
+
+// report prints the report, as text or JSON; a run that broke
+// exactly-once exits 1.
+func (bf *benchFlags) report(w io.Writer, rep *bench.Report) error {
+	var err error
+	if bf.asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = rep.WriteText(w)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.ExactlyOnce {
+		return &exitError{code: 1, err: errors.New("exactly-once violated: see the report")}
+	}
+	return nil
 }
 
 // benchURL returns the PostgreSQL URL of the flags, refusing other stores
