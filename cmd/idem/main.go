@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/idemhq/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 )
 
 func main() {

@@ -1,5 +1,5 @@
 // Package countersaga is the counter saga that the engine tests
-// (internal/enginetest) and the torture harness (internal/torture) run: its
+// (internal/enginetest) and the torture harness (cmd/idem/internal/torture) run: its
 // increments publish an event and its first increment schedules a timer,
 // so that one workload exercises the inbox, the outbox and the timers.
 //

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/cmd/idem/internal/torture"
 	"github.com/idemhq/idem/internal/testenv"
-	"github.com/idemhq/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/redisstreams"
 )

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemhq/idem/internal/torture"
+	"github.com/idemhq/idem/cmd/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs"
 	"github.com/idemhq/idem/transport/natsjs/natsembed"

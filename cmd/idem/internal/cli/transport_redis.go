@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemhq/idem/internal/torture"
+	"github.com/idemhq/idem/cmd/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/redisstreams"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemhq/idem/internal/torture"
+	"github.com/idemhq/idem/cmd/idem/internal/torture"
 )
 
 func newTorture() *cobra.Command {

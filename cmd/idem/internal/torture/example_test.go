@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/idemhq/idem/internal/torture"
+	"github.com/idemhq/idem/cmd/idem/internal/torture"
 )
 
 // A run on SQLite with the idem binary's hidden worker subcommand; it

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/torture"
+	"github.com/idemhq/idem/cmd/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/natsjs/natsembed"
 )

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/internal/bench"
+	"github.com/idemhq/idem/cmd/idem/internal/bench"
 	"github.com/idemhq/idem/internal/testenv"
 )
 

@@ -1,0 +1,539 @@
+// Package torture is the harness of `idem torture`: it runs worker
+// processes of the idem binary on one store, drives a workload of many
+// sagas through them while injecting faults on a schedule drawn from a
+// seed, records every send in an append-only history, and after the run
+// settles checks the history against the database (see Check).
+package torture
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// Fault names for Options.Faults.
+const (
+	FaultDuplicates = "dup"         // every message published 1–4 times, copies through different publishers at once
+	FaultKill       = "kill"        // the driver SIGKILLs a random worker at random moments
+	FaultCommitKill = "commit-kill" // a worker SIGKILLs itself right after a commit, before ack and outbox send
+	FaultUoWKill    = "uow-kill"    // a worker SIGKILLs itself between load and commit
+	FaultStall      = "stall"       // a worker stalls past its lease before committing
+	FaultStaleTimer = "stale-timer" // timers re-delivered after the saga moved on
+	FaultBadInput   = "bad-input"   // malformed, unknown, badly keyed and oversized messages mixed in
+	FaultPGRestart  = "pg-restart"  // PostgreSQL restarted while work is in flight (needs PGRestartCmd)
+	// FaultBrokerRestart restarts the broker while work is in flight: the
+	// driver's own embedded NATS server, or any broker with
+	// BrokerRestartCmd.
+	FaultBrokerRestart = "broker-restart"
+)
+
+// TransportEmbedded is the Options.Transport that makes the driver start
+// one nats-server in its own process, with JetStream files under the run's
+// directory, and give its URL to the publishers and workers.
+const TransportEmbedded = "nats-embedded"
+
+// AllFaults is the default fault mix.
+var AllFaults = []string{FaultDuplicates, FaultKill, FaultCommitKill, FaultUoWKill, FaultStall, FaultStaleTimer, FaultBadInput, FaultPGRestart, FaultBrokerRestart}
+
+// Options configure a run.
+type Options struct {
+	// Store is "sqlite" (a file in Dir) or a postgres:// URL (a fresh
+	// schema per run). The store is also the queue unless Transport is set.
+	Store string
+	// Transport is a broker spec opened with OpenTransport (nats://…,
+	// amqp://…) or TransportEmbedded; empty means the store's own queue.
+	Transport string
+	// Duration is how long the workload is sent and faults injected; the
+	// run then settles (at most Settle) and is checked.
+	Duration, Settle time.Duration
+	// Seed draws the workload and the fault schedule.
+	Seed uint64
+	// Workers is the number of worker processes. Default 3.
+	Workers int
+	// Faults is the fault mix (Fault* names). Nil means AllFaults.
+	Faults []string
+	// MinKills fails the run if fewer worker kills happened.
+	MinKills int
+	// PGRestartCmd is a shell command that restarts the PostgreSQL server
+	// (run with sh -c), for FaultPGRestart.
+	PGRestartCmd string
+	// BrokerRestartCmd is a shell command that restarts the broker (run
+	// with sh -c), for FaultBrokerRestart with an external broker. With
+	// TransportEmbedded the driver restarts its own server and ignores it.
+	BrokerRestartCmd string
+	// Dir holds the history, the fault log and the SQLite file. Empty
+	// means a temporary directory, removed after a passing run.
+	Dir string
+	// Break names a deliberate breakage (BreakSkipInbox,
+	// BreakAckBeforeCommit), to show the checker fails.
+	Break string
+	// Command returns the command that starts one worker process; the
+	// driver adds WorkerEnv to its environment.
+	Command func() *exec.Cmd
+	// Log receives progress lines. Nil discards them.
+	Log io.Writer
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Store, Transport string
+	Seed             uint64
+	Workers          int
+	Dir              string
+	Elapsed          time.Duration
+	// Sent counts logical messages; Published counts copies.
+	Sent, Published int
+	// Faults counts each fault injected, by name.
+	Faults map[string]int
+	// Kills is the total of worker SIGKILLs (driver and self-inflicted).
+	Kills int
+	// UnexpectedExits counts workers that exited by themselves.
+	UnexpectedExits int
+	Journal         int
+	// Ticks counts the schedules' ticks, from the audit of their advances.
+	Ticks      TickCounts
+	Violations []Violation
+	// Problems are failures of the run itself (not settled, too few kills).
+	Problems []string
+}
+
+// Pass reports whether no invariant failed and the run did what it should.
+func (r *Report) Pass() bool { return len(r.Violations) == 0 && len(r.Problems) == 0 }
+
+// Print writes the report for people.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "idem torture: store %s, transport %s, %d workers, seed %d, %s\n", r.Store, r.Transport, r.Workers, r.Seed, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "  messages sent: %d logical, %d published copies; journal entries: %d\n", r.Sent, r.Published, r.Journal)
+	fmt.Fprintf(w, "  schedule ticks: %d fired, %d coalesced (fire once), %d skipped (skip missed)\n", r.Ticks.Fired, r.Ticks.Coalesced, r.Ticks.Skipped)
+	fmt.Fprintln(w, "  faults injected:")
+	names := make([]string, 0, len(r.Faults))
+	for k := range r.Faults {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "    %-28s %d\n", k, r.Faults[k])
+	}
+	fmt.Fprintf(w, "    %-28s %d\n", "worker kills (total)", r.Kills)
+	if r.UnexpectedExits > 0 {
+		fmt.Fprintf(w, "  workers that exited by themselves (restarted): %d\n", r.UnexpectedExits)
+	}
+	fmt.Fprintf(w, "  history and fault log: %s\n", r.Dir)
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  PROBLEM: %s\n", p)
+	}
+	if len(r.Violations) > 0 {
+		by := map[string]int{}
+		for _, v := range r.Violations {
+			by[v.Invariant]++
+		}
+		invs := make([]string, 0, len(by))
+		for k, n := range by {
+			invs = append(invs, fmt.Sprintf("%s %d", k, n))
+		}
+		sort.Strings(invs)
+		fmt.Fprintf(w, "  %d violations (%s):\n", len(r.Violations), strings.Join(invs, ", "))
+		for i, v := range r.Violations {
+			if i == 50 {
+				fmt.Fprintf(w, "    ... and %d more\n", len(r.Violations)-50)
+				break
+			}
+			fmt.Fprintf(w, "    %s\n", v)
+		}
+	}
+	if r.Pass() {
+		fmt.Fprintln(w, "PASS: every message and schedule tick applied exactly once, every saga in its predicted state")
+	} else {
+		fmt.Fprintln(w, "FAIL")
+	}
+}
+
+const workerLease = 2 * time.Second
+
+func (o *Options) validate() error {
+	if o.Workers == 0 {
+		o.Workers = 3
+	}
+	if o.Faults == nil {
+		o.Faults = AllFaults
+	}
+	if o.Settle == 0 {
+		o.Settle = 3 * time.Minute
+	}
+	switch {
+	case o.Store == "memory":
+		return errors.New("--store memory: the in-memory store lives in one process and cannot be shared by worker processes, nor survive their kills; use sqlite or postgres://")
+	case o.Store != "sqlite" && !isPostgres(o.Store):
+		return fmt.Errorf("--store %q: want sqlite or a postgres:// URL", o.Store)
+	case o.Workers < 1:
+		return fmt.Errorf("--workers must be at least 1, got %d", o.Workers)
+	case o.Duration <= 0:
+		return fmt.Errorf("--duration must be positive, got %s", o.Duration)
+	case o.Command == nil:
+		return errors.New("torture: Options.Command is nil")
+	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit:
+		return fmt.Errorf("unknown breakage %q", o.Break)
+	}
+	for _, f := range o.Faults {
+		if !slices.Contains(AllFaults, f) {
+			return fmt.Errorf("unknown fault %q: known faults are %s", f, strings.Join(AllFaults, ","))
+		}
+	}
+	return nil
+}
+
+func (o *Options) has(f string) bool { return slices.Contains(o.Faults, f) }
+
+// Run drives one torture run and checks it. The error is for a run that
+// could not be carried out; a run that found violations returns a report
+// whose Pass is false.
+//
+// A run has four phases: setup (open the backends, start the workers),
+// drive (send the workload and inject faults for Duration), settle (wait
+// until nothing is in flight) and report (check the history).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	r, err := setup(ctx, o)
+	defer r.close()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.drive(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.settle(ctx); err != nil {
+		return nil, err
+	}
+	return r.report(ctx)
+}
+
+// driver is one torture run: what setup opened, which the other phases use.
+// Only the driver's goroutine uses it, except for the counts the sender
+// updates under sender.mu.
+type driver struct {
+	o     Options
+	rep   *Report
+	start time.Time
+	dir   string
+	temp  bool // dir is a temporary directory, removed after a passing run
+	// storeSpec is the store as the workers open it (sqlite: the file);
+	// schema is the run's PostgreSQL schema, empty on SQLite.
+	storeSpec, schema string
+	// brokerSpec is the broker's URL (the embedded server's, if any).
+	brokerSpec string
+	bo         BrokerOptions
+	nats       *embeddedNATS
+	logger     *slog.Logger
+	rng        *rand.Rand // the fault schedule's draws
+	// pubs are the two publishers; pubs[0] comes with st.
+	pubs   []transport.Transport
+	st     store.Store
+	broker transport.PendingCounter // nil on the store's own queue
+	db     *sql.DB
+	hist   *history
+	sched  store.Scheduler
+	copier *tickCopier
+	// faultLog is where the workers note the faults they inflict.
+	faultLog string
+	workers  *pool
+	closers  []func() // run by close, last first
+}
+
+// logf writes one progress line, if the run has a log.
+func (r *driver) logf(format string, args ...any) {
+	if r.o.Log != nil {
+		fmt.Fprintf(r.o.Log, "torture: "+format+"\n", args...)
+	}
+}
+
+// deferClose adds fn to what close runs.
+func (r *driver) deferClose(fn func()) { r.closers = append(r.closers, fn) }
+
+// close releases what setup opened, in the reverse order.
+func (r *driver) close() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
+	r.closers = nil
+}
+
+// setup opens the run's directory, broker, publishers, database and
+// history, and starts the workers. The driver it returns is never nil, so
+// that its close runs even when setup failed.
+func setup(ctx context.Context, o Options) (*driver, error) {
+	r := &driver{o: o, start: time.Now(), logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		rng: rand.New(rand.NewPCG(o.Seed, 0x7047))}
+	if err := r.workDir(); err != nil {
+		return r, err
+	}
+	if err := r.startBroker(ctx); err != nil {
+		return r, err
+	}
+	if err := r.openBackends(ctx); err != nil {
+		return r, err
+	}
+	if err := r.openHistory(ctx); err != nil {
+		return r, err
+	}
+	r.workers = newPool(r)
+	r.deferClose(r.workers.kill)
+	return r, r.workers.startAll()
+}
+
+// workDir creates the run's directory and the report, and names the store.
+func (r *driver) workDir() error {
+	o := &r.o
+	r.dir = o.Dir
+	if r.dir == "" {
+		d, err := os.MkdirTemp("", "idem-torture-")
+		if err != nil {
+			return fmt.Errorf("create a work directory: %w", err)
+		}
+		r.dir, r.temp = d, true
+	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", r.dir, err)
+	}
+	r.rep = &Report{Store: o.Store, Transport: redactURL(o.Transport), Seed: o.Seed, Workers: o.Workers, Dir: r.dir, Faults: map[string]int{}}
+	if r.rep.Transport == "" {
+		r.rep.Transport = "the store's own queue"
+	}
+	r.storeSpec = o.Store
+	if o.Store == "sqlite" {
+		r.storeSpec = filepath.Join(r.dir, "idem.db")
+	} else {
+		r.schema = fmt.Sprintf("torture_%d_%d", o.Seed, time.Now().UnixNano()%1e9)
+		r.rep.Store = "postgres (schema " + r.schema + ")"
+	}
+	return nil
+}
+
+// startBroker gives a broker the run's own namespace, so nothing another
+// run left is counted or delivered; nats-embedded is one server in this
+// process that every publisher and worker connects to.
+func (r *driver) startBroker(ctx context.Context) error {
+	o := &r.o
+	r.brokerSpec = o.Transport
+	r.bo = BrokerOptions{Lease: workerLease}
+	if o.Transport != "" {
+		r.bo.Namespace = fmt.Sprintf("torture_%d_%d", o.Seed, time.Now().UnixNano()%1e9)
+	}
+	if o.Transport == TransportEmbedded {
+		nats, err := startNATS(ctx, filepath.Join(r.dir, "nats"))
+		if err != nil {
+			return err
+		}
+		r.nats = nats
+		r.deferClose(nats.stop)
+		r.brokerSpec = nats.url
+		r.rep.Transport = "nats-embedded (" + nats.url + ", files in " + nats.dir + ")"
+	}
+	if o.Transport != "" {
+		r.rep.Transport += ", namespace " + r.bo.Namespace
+	}
+	return nil
+}
+
+// openBackends opens two publishers, on their own connections (copies of
+// one message go through both at once), the broker's backlog counter and
+// the database the checker reads.
+func (r *driver) openBackends(ctx context.Context) error {
+	for i := range 2 {
+		s, tr, closeFn, err := retryOpen(ctx, func() (store.Store, transport.Transport, func(), error) {
+			return openBackend(ctx, r.storeSpec, r.schema, r.brokerSpec, r.bo, r.logger, false)
+		})
+		if err != nil {
+			return err
+		}
+		r.deferClose(closeFn)
+		if i == 0 {
+			r.st = s
+		}
+		r.pubs = append(r.pubs, tr)
+	}
+	// natsjs counts the backlog across every process; rabbitmq counts the
+	// ready messages of every queue, and only its own unacknowledged
+	// deliveries (AMQP 0-9-1 cannot see other connections'). The settle
+	// rule (docs/reliability.md) is sound with either.
+	if r.o.Transport != "" {
+		var ok bool
+		if r.broker, ok = r.pubs[0].(transport.PendingCounter); !ok {
+			return fmt.Errorf("--transport %s: the transport (%T) cannot count its backlog (no Pending method), so the run could not tell when it settled", r.o.Transport, r.pubs[0])
+		}
+	}
+	db, err := openDB(r.storeSpec, r.schema)
+	if err != nil {
+		return err
+	}
+	r.db = db
+	r.deferClose(func() { db.Close() })
+	return nil
+}
+
+// openHistory creates the history and installs the schedules' audit:
+// they are audited from their creation by the first worker.
+func (r *driver) openHistory(ctx context.Context) error {
+	hist, err := createHistory(filepath.Join(r.dir, "history.jsonl"))
+	if err != nil {
+		return err
+	}
+	r.hist = hist
+	if err := installScheduleAudit(ctx, r.storeSpec, r.schema); err != nil {
+		return err
+	}
+	if err := hist.append(scheduleRecords(runSchedules)...); err != nil {
+		return err
+	}
+	r.sched = r.st.(store.Scheduler) // both SQL stores are
+	r.copier = &tickCopier{st: r.sched, pub: r.pubs[1], db: r.db}
+	r.faultLog = filepath.Join(r.dir, "faults.log")
+	return nil
+}
+
+// report counts the workers' own faults, checks the history against the
+// database, and removes what a passing run leaves behind.
+func (r *driver) report(ctx context.Context) (*Report, error) {
+	rep := r.rep
+	r.countWorkerFaults()
+	if rep.Kills < r.o.MinKills {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("only %d worker kills, want at least %d (--kills): run longer", rep.Kills, r.o.MinKills))
+	}
+	records, err := ReadHistory(filepath.Join(r.dir, "history.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	if rep.Violations, rep.Ticks, err = check(ctx, records, r.st, r.db); err != nil {
+		return nil, err
+	}
+	if err := r.db.QueryRowContext(ctx, `SELECT count(*) FROM idem_journal`).Scan(&rep.Journal); err != nil {
+		return nil, fmt.Errorf("count the journal: %w", err)
+	}
+	rep.Elapsed = time.Since(r.start)
+	r.cleanUp(ctx)
+	return rep, nil
+}
+
+// countWorkerFaults counts the faults the workers noted in the fault log.
+func (r *driver) countWorkerFaults() {
+	b, err := os.ReadFile(r.faultLog)
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Fields(string(b)) {
+		switch l {
+		case faultKillAfterCommit:
+			r.rep.Faults["SIGKILL after commit (self)"]++
+		case faultKillInUoW:
+			r.rep.Faults["SIGKILL before commit (self)"]++
+		case faultStall:
+			r.rep.Faults["lease expiry (stalled worker)"]++
+		case faultKillInSchedule:
+			r.rep.Faults["SIGKILL in schedule pass"]++
+		case faultKillAfterFire:
+			r.rep.Faults["SIGKILL after schedule fire"]++
+		}
+	}
+}
+
+// cleanUp removes a passing run's broker namespace, directory and schema.
+func (r *driver) cleanUp(ctx context.Context) {
+	pass := r.rep.Pass()
+	if d, ok := r.pubs[0].(NamespaceDeleter); ok && pass && r.nats == nil {
+		if err := d.DeleteNamespace(ctx); err != nil {
+			r.logf("delete the broker namespace %s: %v", r.bo.Namespace, err)
+		}
+	}
+	if r.nats != nil {
+		r.nats.stop() // before its files go
+	}
+	if r.temp && pass {
+		os.RemoveAll(r.dir)
+		r.rep.Dir += " (removed: the run passed)"
+	}
+	if r.schema != "" && pass {
+		if _, err := r.db.ExecContext(ctx, "DROP SCHEMA "+pgx.Identifier{r.schema}.Sanitize()+" CASCADE"); err != nil {
+			r.logf("drop schema %s: %v", r.schema, err)
+		}
+	}
+}
+
+// inFlight counts what is still to be processed: queued messages (when
+// the store is the queue), timers and unsent outbox rows.
+func inFlight(ctx context.Context, db *sql.DB, queue bool) (int, error) {
+	q := `SELECT (SELECT count(*) FROM idem_timers) + (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL)`
+	if queue {
+		q += ` + (SELECT count(*) FROM idem_queue)`
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count what is in flight: %w", err)
+	}
+	return n, nil
+}
+
+// publishRetry publishes envs, retrying while the database is unavailable
+// (a PostgreSQL restart) for up to a minute.
+func publishRetry(ctx context.Context, p transport.Publisher, envs []idem.Envelope) error {
+	deadline := time.Now().Add(time.Minute)
+	for start := 0; start < len(envs); {
+		end := min(start+200, len(envs))
+		err := p.Publish(ctx, envs[start:end])
+		if err == nil {
+			start = end
+			continue
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("publish %d messages: %w", end-start, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond): // the database is coming back
+		}
+	}
+	return nil
+}
+
+// lockedWriter serialises the writes of several worker processes.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// redactURL hides the password of a URL (a broker's), for reports.
+func redactURL(raw string) string {
+	var out []string
+	for _, one := range strings.Split(raw, ",") {
+		if u, err := url.Parse(one); err == nil && u.User != nil {
+			one = u.Redacted()
+		}
+		out = append(out, one)
+	}
+	return strings.Join(out, ",")
+}
