@@ -123,8 +123,10 @@ const (
 	// own) and deleted by the unit of work that applies it.
 	ClaimLease = "lease"
 	// ClaimTx lets the engine claim batches inside the unit of work that
-	// applies them (DELETE … RETURNING) where it can: Config.Lanes 1 and
-	// a backlog (see claimtx.go in package idem).
+	// applies them (DELETE … RETURNING) where it can: one lane per batch,
+	// a consumer with its stream or partition to itself, and a backlog
+	// (see claim.go in package idem). Consumers taking turns on one stream
+	// lease whatever this says.
 	ClaimTx = "tx"
 )
 
