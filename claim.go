@@ -139,7 +139,7 @@ func (s *claimSource) apply(ctx context.Context, c *claimed) UnitOfWorkEnd {
 	if err := l.load(ctx, c.uow, c.items); err != nil {
 		return s.unclaimed(ctx, c, err)
 	}
-	l.run(ctx, c.items)
+	runSteps(ctx, l, c.items)
 	l.collect()
 	returned := len(l.res.nacks)
 	for _, n := range l.res.nacks {

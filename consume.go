@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemhq/idem/transport"
 )
@@ -115,15 +114,4 @@ func consumers(b *base, plan *planner, u *units, claim bool) []*consumer {
 		}
 	}
 	return out
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -60,7 +60,7 @@ func (s *Stats) add(o Stats) {
 func SumStats(es ...*Engine) Stats {
 	var s Stats
 	for _, e := range es {
-		s.add(e.Stats())
+		s.add(e.counters.stats())
 	}
 	return s
 }

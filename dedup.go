@@ -1,11 +1,8 @@
 package idem
 
 import (
-	"context"
 	"fmt"
-	"slices"
 
-	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -80,37 +77,3 @@ func TokenID(env *Envelope) string { return env.Type + inboxTypeSep + env.DedupI
 
 // tokened reports whether env says its sender minted a token.
 func tokened(env *Envelope) bool { return env.Headers[transport.HeaderToken] == "1" }
-
-// PublishWithTokens is Publish for messages from outside Idem that want the
-// token inbox's guarantee: it mints a dedup token for each envelope in the
-// store, then publishes them marked with transport.HeaderToken. The engine
-// that applies one claims its token, and every later copy of it (same type
-// and DedupID) is a duplicate, however late. It fails with ErrNoTokens when
-// the store keeps no tokens. If the publish fails the tokens stay; calling
-// again with the same envelopes is safe.
-func (e *Engine) PublishWithTokens(ctx context.Context, envs ...Envelope) error {
-	ts := e.caps.tokens
-	if ts == nil {
-		return fmt.Errorf("idem: publish with tokens: %w", ErrNoTokens)
-	}
-	envs = slices.Clone(envs)
-	now := e.cfg.Clock()
-	tokens := make([]store.Token, len(envs))
-	for i := range envs {
-		if err := checkPublish(i, &envs[i]); err != nil {
-			return err
-		}
-		h := make(map[string]string, len(envs[i].Headers)+1)
-		for k, v := range envs[i].Headers {
-			h[k] = v
-		}
-		h[transport.HeaderToken] = "1"
-		envs[i].Headers = h
-		e.correlate(&envs[i])
-		tokens[i] = store.Token{ID: TokenID(&envs[i]), MintedAt: now}
-	}
-	if err := ts.MintTokens(ctx, tokens); err != nil {
-		return fmt.Errorf("idem: publish with tokens: mint %d tokens: %w", len(tokens), err)
-	}
-	return e.publish(ctx, envs)
-}

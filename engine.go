@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -195,67 +194,6 @@ func (e *Engine) NewEnvelope(id string, msg any) (Envelope, error) {
 	return env, nil
 }
 
-// Publish hands envelopes to the transport. Each needs an ID and a type;
-// SentAt is set when zero, and CorrelationID when empty and a saga of this
-// engine consumes the type (on copies: the caller's envelopes are not
-// modified). An envelope with the header transport.HeaderToken is refused:
-// use PublishWithTokens, which mints the token the header promises.
-func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
-	envs = slices.Clone(envs)
-	for i := range envs {
-		if err := checkPublish(i, &envs[i]); err != nil {
-			return err
-		}
-		if _, ok := envs[i].Headers[transport.HeaderToken]; ok {
-			return fmt.Errorf("idem: publish envelope %d: %w: header %s is only set by PublishWithTokens (without a minted token the consumer would drop the message as a duplicate)", i, ErrInvalidEnvelope, transport.HeaderToken)
-		}
-		e.correlate(&envs[i])
-	}
-	return e.publish(ctx, envs)
-}
-
-// correlate sets env's empty CorrelationID from the saga that consumes it
-// (see correlate), decoding the body without the engine's lock.
-func (e *Engine) correlate(env *Envelope) {
-	if env.CorrelationID != "" {
-		return
-	}
-	e.mu.Lock()
-	m, ok := e.reg.machine(env.Type)
-	e.mu.Unlock()
-	if ok {
-		correlate(m, env, e.cfg.MaxKeyLen)
-	}
-}
-
-func checkPublish(i int, env *Envelope) error {
-	if env.ID == "" || env.Type == "" {
-		return fmt.Errorf("idem: publish envelope %d (id %q, type %q): %w: ID and type are required", i, env.ID, env.Type, ErrInvalidEnvelope)
-	}
-	if err := transport.ValidateEnvelope(env); err != nil {
-		return fmt.Errorf("idem: publish envelope %d: %w: %w", i, ErrInvalidEnvelope, err)
-	}
-	return nil
-}
-
-// publish sets SentAt where zero on envs (the caller's copies) and hands
-// them to the transport, each in a send span when sends are traced.
-func (e *Engine) publish(ctx context.Context, envs []Envelope) error {
-	now := e.cfg.Clock()
-	for i := range envs {
-		if envs[i].SentAt.IsZero() {
-			envs[i].SentAt = now
-		}
-	}
-	spans := e.trace.startPublish(ctx, envs)
-	err := e.tr.Publish(ctx, envs)
-	spans.end(err)
-	if err != nil {
-		return fmt.Errorf("idem: publish %d messages: %w", len(envs), err)
-	}
-	return nil
-}
-
 // Start launches the consumer loops, the outbox relay, the timer poller
 // and the sweeper, and returns. They run until Stop or until ctx is
 // cancelled.
@@ -353,20 +291,6 @@ func (e *Engine) wait(g *errgroup.Group, done chan struct{}) {
 	e.runErr = err
 	e.mu.Unlock()
 	close(done)
-}
-
-// repeat calls fn every d until ctx ends.
-func repeat(ctx context.Context, d time.Duration, fn func(context.Context)) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn(ctx)
-		}
-	}
 }
 
 // Run starts the engine, blocks until ctx ends or a background loop fails

@@ -69,20 +69,6 @@ func newLane(b *base, emit emitter, items []*item) *lane {
 	}
 }
 
-// run applies every item in order, each inside its message span when a
-// Tracer is set, and records its outcome.
-func (l *lane) run(ctx context.Context, items []*item) {
-	for _, it := range items {
-		mctx := ctx
-		if t := l.cfg.Tracer; t != nil {
-			var span MessageSpan
-			mctx, span = l.trace.startMessage(ctx, it)
-			l.res.att.spans = append(l.res.att.spans, span)
-		}
-		l.res.att.results = append(l.res.att.results, result{it: it, o: applyItem(mctx, l, it)})
-	}
-}
-
 // readInbox loads the items' inbox records in a unit of work of its own,
 // rolled back at once.
 func (l *lane) readInbox(ctx context.Context, items []*item) error {

@@ -25,6 +25,20 @@ import (
 // Each step returns the message's outcome. A new per-message concern is a
 // step here.
 
+// runSteps takes every item of the lane through the steps, in order, each
+// inside its message span when a Tracer is set, and records its outcome.
+func runSteps(ctx context.Context, l *lane, items []*item) {
+	for _, it := range items {
+		mctx := ctx
+		if t := l.cfg.Tracer; t != nil {
+			var span MessageSpan
+			mctx, span = l.trace.startMessage(ctx, it)
+			l.res.att.spans = append(l.res.att.spans, span)
+		}
+		l.res.att.results = append(l.res.att.results, result{it: it, o: applyItem(mctx, l, it)})
+	}
+}
+
 // applyItem takes one item through the steps and returns its outcome.
 func applyItem(ctx context.Context, l *lane, it *item) outcome {
 	l.noteReplay(it)

@@ -84,7 +84,7 @@ func (u *units) unitOfWork(ctx context.Context, items []*item) (*laneResult, err
 		if err := l.readInbox(ctx, items); err != nil {
 			return nil, err
 		}
-		l.run(ctx, items)
+		runSteps(ctx, l, items)
 	}
 	uow, err := u.store.Begin(ctx)
 	if err != nil {
@@ -97,7 +97,7 @@ func (u *units) unitOfWork(ctx context.Context, items []*item) (*laneResult, err
 		if err := l.load(ctx, uow, items); err != nil {
 			return nil, err
 		}
-		l.run(ctx, items)
+		runSteps(ctx, l, items)
 	}
 	l.collect()
 	res, err := l.commit(ctx, len(items))
