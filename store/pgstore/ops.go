@@ -240,7 +240,6 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListParams) ([]*stor
 	if err := s.check("list instances"); err != nil {
 		return nil, err
 	}
-	s.buildReadIndexes()
 	if p == nil {
 		p = &store.ListParams{}
 	}

@@ -163,11 +163,6 @@ type Store struct {
 	wake     chan struct{} // closed and replaced on each notification
 	lwg      sync.WaitGroup
 	lcancel  context.CancelFunc
-	// readIndexing and readIndexed (guarded by lmu) say whether the
-	// background build of readIndexes is running, or has succeeded;
-	// readIndexAfter is when a read may start one again after a failure.
-	readIndexing, readIndexed bool
-	readIndexAfter            time.Time
 
 	stalledOnce sync.Once // starts watchStalled
 	smu         sync.Mutex

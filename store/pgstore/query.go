@@ -19,7 +19,7 @@ var _ store.InstanceQuerier = (*Store)(nil)
 // The filters shared by both orders: $1 saga type, $2 state, $3 status,
 // $4 key prefix (an empty value means any).
 // Each filter compares in COLLATE "C" (equality is the same in every
-// deterministic collation) so that the "C" indexes of readIndexes serve
+// deterministic collation) so that the "C" indexes of migration 009 serve
 // it, the key prefix as a range of idem_instances_keyset.
 const queryFilters = `($1 = '' OR saga_type COLLATE "C" = $1) AND ($2 = '' OR state COLLATE "C" = $2)
   AND ($3 = '' OR ($3 = 'active') = (finished_at IS NULL))
@@ -50,7 +50,6 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	if err := s.check("query instances"); err != nil {
 		return nil, err
 	}
-	s.buildReadIndexes()
 	if p == nil {
 		p = &store.InstanceQuery{}
 	}
@@ -106,7 +105,6 @@ func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]store.St
 	if err := s.check("count instances"); err != nil {
 		return nil, err
 	}
-	s.buildReadIndexes()
 	rows, err := s.pool.Query(ctx, countInstancesSQL, sagaType)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count instances: %w", translate(err))
