@@ -30,7 +30,8 @@ type ScheduleList struct {
 }
 
 // routeSchedules adds the schedule routes: list, pause, resume, delete.
-// Mutations follow the API's rules (token or session, CSRF, read-only).
+// Mutations follow the API's rules (the bearer token, cross-origin
+// protection in ServeHTTP, read-only).
 func (s *Server) routeSchedules() {
 	s.mux.Handle("GET /api/schedules", s.authorize(http.HandlerFunc(s.apiSchedules)))
 	s.mux.Handle("POST /api/schedules/{name}/pause", s.authorize(s.writable(s.apiPauseSchedule(true))))

@@ -7,7 +7,7 @@
 // For a Config.Namespace ns and Config.Partitions n, the transport uses:
 //
 //   - streams {ns}:p0 … {ns}:p<n-1>: Publish adds an envelope to stream
-//     PostgreSQL-hashtext(canon.PartitionKey(CorrelationID, ID)) mod n,
+//     transport.PartitionHash(transport.PartitionKey(env)) mod n (PostgreSQL's hashtext),
 //     the hash pgstore partitions its queue by and package rabbitmq routes
 //     by, so the messages of one saga key share a stream;
 //   - one consumer group, "idem", on every stream, shared by every
