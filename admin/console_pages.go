@@ -118,6 +118,7 @@ type instanceView struct {
 	Journal     []store.JournalEntry
 	Timers      []timerRow
 	DeadLetters []dlRow
+	Why         *whyPanel
 	Back        string
 	Flash       string
 	Now         time.Time
@@ -150,8 +151,8 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 	for _, t := range ts {
 		v.Timers = append(v.Timers, timerRow{Timer: t, Finished: in.Status() == store.StatusFinished})
 	}
+	var dls []store.DeadLetter
 	if err == nil {
-		var dls []store.DeadLetter
 		dls, _, err = inspect.DeadLetters(ctx, s.st, &inspect.DeadLetterFilter{SagaType: typ, Key: key}, "", consolePage)
 		v.DeadLetters = s.deadLetterRows(ctx, dls)
 	}
@@ -159,6 +160,8 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, r, "read saga details", err)
 		return
 	}
+	m, _ := s.e.Sagas()[typ].(grapher)
+	v.Why = buildWhy(whyInput{In: in, Machine: m, Timers: ts, DeadLetters: dls, Now: v.Now})
 	s.render(w, r, http.StatusOK, "instance", typ+" "+shorten(key, 40), v)
 }
 
