@@ -123,6 +123,10 @@ func TestBrowserConsole(t *testing.T) {
 	if !strings.Contains(text, "OrderPlaced") || !strings.Contains(text, "Initial → AwaitingPayment") {
 		t.Errorf("journal of o-1: got\n%s", text)
 	}
+	run(t, ctx, "why", chromedp.Text("#why", &text))
+	if !strings.Contains(text, "waiting for one of: PaymentReceived, PaymentOverdue") || !strings.Contains(text, "PaymentReceived → Shipped") {
+		t.Errorf("Why panel of o-1: got\n%s", text)
+	}
 	screenshot(t, ctx, "instance")
 
 	// Cancel a timer from the saga's page.
