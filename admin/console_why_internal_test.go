@@ -35,7 +35,7 @@ func TestWhyVerdict(t *testing.T) {
 		{"finished", whyInput{In: &store.Instance{State: "Done", FinishedAt: now}, Machine: g, DeadLetters: []store.DeadLetter{dl("r", 0)}}, "finished"},
 		{"two dead letters, latest named", whyInput{In: active("Waiting"), Machine: g, DeadLetters: []store.DeadLetter{dl("old", time.Hour), dl("new", time.Minute)}}, "2 messages are dead-lettered (latest: new)"},
 		{"request past deadline", whyInput{In: active("Waiting"), Machine: g, Timers: []store.Timer{timer("t", -time.Minute), timer(saga.RequestTimerPrefix+"auth", -2*time.Minute)}}, "a request is past its deadline by 2m 0s (auth)"},
-		{"timer overdue", whyInput{In: active("Waiting"), Machine: g, Timers: []store.Timer{timer("t", -3 * time.Minute), timer("later", time.Hour)}}, "a timer is overdue by 3m 0s (t)"},
+		{"timer overdue", whyInput{In: active("Waiting"), Machine: g, Timers: []store.Timer{timer("t", -3*time.Minute), timer("later", time.Hour)}}, "a timer is overdue by 3m 0s (t)"},
 		{"waiting, events once each", whyInput{In: active("Waiting"), Machine: g, Timers: []store.Timer{timer("later", time.Hour)}}, "waiting for one of: Paid, Nudged"},
 		{"no event accepted", whyInput{In: active("Idle"), Machine: g}, `stuck: state "Idle" accepts no event`},
 		{"unknown state", whyInput{In: active("Gone"), Machine: g}, `stuck: the registered machine has no state "Gone"`},
