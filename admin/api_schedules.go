@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -53,25 +54,67 @@ func (s *Server) apiSchedules(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sc, ok := s.scheduler(w)
-	if !ok {
-		return
-	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	list, err := sc.ListSchedules(ctx, &store.ListParams{After: r.URL.Query().Get("after"), Limit: limit})
+	out, err := s.listSchedules(ctx, r.URL.Query().Get("after"), limit)
+	if errors.Is(err, errNoSchedules) {
+		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
+		return
+	}
 	if err != nil {
 		s.internalError(w, r, "list schedules", err)
 		return
 	}
-	out := ScheduleList{Schedules: make([]Schedule, 0, len(list))}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// errNoSchedules is the error of a store that is no store.Scheduler.
+var errNoSchedules = errors.New("the store keeps no schedules")
+
+// badScheduleName is the error of a name idem.ValidateScheduleName refuses.
+type badScheduleName struct{ err error }
+
+func (e badScheduleName) Error() string { return e.err.Error() }
+func (e badScheduleName) Unwrap() error { return e.err }
+
+// listSchedules reads the page of at most limit schedules after the name
+// after, for GET /api/schedules and the console; the error wraps
+// errNoSchedules when the store keeps none.
+func (s *Server) listSchedules(ctx context.Context, after string, limit int) (*ScheduleList, error) {
+	sc, ok := s.st.(store.Scheduler)
+	if !ok {
+		return nil, fmt.Errorf("list schedules: store %T: %w", s.st, errNoSchedules)
+	}
+	list, err := sc.ListSchedules(ctx, &store.ListParams{After: after, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("list schedules: %w", err)
+	}
+	out := &ScheduleList{Schedules: make([]Schedule, 0, len(list))}
 	for _, x := range list {
 		out.Schedules = append(out.Schedules, toSchedule(&x))
 	}
 	if len(list) == limit {
 		out.Next = list[len(list)-1].Name
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
+}
+
+// pauseSchedule sets (paused) or clears the paused flag of schedule name,
+// for the API and the console. The error is a badScheduleName, wraps
+// errNoSchedules, or wraps store.ErrNotFound when there is no such
+// schedule.
+func (s *Server) pauseSchedule(ctx context.Context, name string, paused bool) error {
+	if err := idem.ValidateScheduleName(name); err != nil {
+		return badScheduleName{err}
+	}
+	sc, ok := s.st.(store.Scheduler)
+	if !ok {
+		return fmt.Errorf("pause schedule: store %T: %w", s.st, errNoSchedules)
+	}
+	if err := sc.PauseSchedule(ctx, name, paused, time.Now()); err != nil {
+		return fmt.Errorf("pause schedule %q: %w", name, err)
+	}
+	return nil
 }
 
 func toSchedule(x *store.Schedule) Schedule {
@@ -96,17 +139,10 @@ func scheduleName(w http.ResponseWriter, r *http.Request) (string, bool) {
 func (s *Server) apiPauseSchedule(paused bool) http.HandlerFunc {
 	verb := map[bool]string{true: "paused", false: "resumed"}[paused]
 	return func(w http.ResponseWriter, r *http.Request) {
-		name, ok := scheduleName(w, r)
-		if !ok {
-			return
-		}
-		sc, ok := s.scheduler(w)
-		if !ok {
-			return
-		}
+		name := r.PathValue("name")
 		ctx, cancel := s.storeCtx(r)
 		defer cancel()
-		if err := sc.PauseSchedule(ctx, name, paused, time.Now()); err != nil {
+		if err := s.pauseSchedule(ctx, name, paused); err != nil {
 			s.scheduleError(w, r, name, err)
 			return
 		}
@@ -133,6 +169,15 @@ func (s *Server) apiDeleteSchedule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) scheduleError(w http.ResponseWriter, r *http.Request, name string, err error) {
+	var bad badScheduleName
+	switch {
+	case errors.As(err, &bad):
+		writeError(w, http.StatusBadRequest, "%v: path-escape the name as GET /api/schedules returns it", bad.err)
+		return
+	case errors.Is(err, errNoSchedules):
+		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
+		return
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no schedule %q: list them with GET /api/schedules", name)
 		return

@@ -140,6 +140,7 @@ func (s *Server) routeConsole() {
 	page("GET /timers/cancel", s.pageCancelTimer)
 	page("POST /timers/cancel", s.actCancelTimer)
 	page("POST /timers/reschedule", s.actRescheduleTimer)
+	s.routeConsoleSchedules()
 	page("POST /logout", s.logout)
 	s.mux.HandleFunc("GET /login", s.loginForm)
 	s.mux.HandleFunc("POST /login", s.login)

@@ -24,6 +24,10 @@
 //	GET    /api/timers?type=&key=&overdue=true&after=&limit=   soonest due first
 //	DELETE /api/timers/{type}/{key}/{name}   cancel a timer
 //	POST   /api/timers/{type}/{key}/{name}/reschedule   {"in": "10m"} or {"due_at": "..."}
+//	GET    /api/schedules?after=&limit=      recurring schedules by name (501 when the store keeps none)
+//	POST   /api/schedules/{name}/pause       pause a schedule
+//	POST   /api/schedules/{name}/resume      resume it (missed ticks follow its policy)
+//	DELETE /api/schedules/{name}             delete it
 //	POST   /api/messages                     submit a message (202)
 //
 // Path values ({key}, {id}) are path-escaped by the client: a key with a
@@ -51,9 +55,10 @@
 // embedded, htmx for polling and navigation) served by the same Server at
 // /: overview, saga types drawn as SVG, instances with filters and a
 // stuck view, each instance's journal, timers and dead letters, dead
-// letters with single and bulk replay and purge, and timers with cancel
-// and reschedule. Mount the Server at a prefix with http.StripPrefix: the
-// console finds its prefix from the request.
+// letters with single and bulk replay and purge, timers with cancel
+// and reschedule, and recurring schedules with pause and resume. Mount
+// the Server at a prefix with http.StripPrefix: the console finds its
+// prefix from the request.
 //
 // The console follows the API's rules (loopback Host without a token).
 // With Config.Token set, a browser signs in once with the token and gets
