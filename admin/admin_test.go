@@ -22,13 +22,13 @@ import (
 
 type bundle struct {
 	e   *idem.Engine
-	st  *sqlitestore.Store
+	st  consoleStore
 	obs *admin.Observer
 	srv *httptest.Server
 }
 
-// setup runs an engine with the orders saga on a fresh SQLite file that is
-// also the queue, and serves it with cfg.
+// setup runs an engine with the orders saga on a fresh store that is also
+// the queue (SQLite, or what IDEM_CONSOLE_STORE names), and serves it with cfg.
 func setup(t *testing.T, cfg *admin.Config) *bundle {
 	t.Helper()
 	return setupWith(t, cfg, 0)
@@ -40,10 +40,7 @@ func setupWith(t *testing.T, cfg *admin.Config, maxKeyLen int, extra ...idem.Mac
 	t.Helper()
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openConsoleStore(t, logger)
 	obs := admin.NewObserver()
 	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, Observe: obs.Observe, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, TimerInterval: 50 * time.Millisecond,
 		MaxKeyLen: maxKeyLen})
