@@ -259,6 +259,21 @@ func parseSpec(spec string) (recurrence, error) {
 	return cronSpec{s}, nil
 }
 
+// FireSchedule fires schedule name's next tick now, instead of at its
+// time, and advances the schedule to the tick after it: an operator's
+// "fire now". The tick's message has the ID TickID(name, tick), the one
+// a replica firing that tick on time derives, and the advance commits
+// only if no replica advanced the schedule meanwhile (the error then
+// wraps store.ErrConflict): the tick is sent once either way. A paused
+// schedule is fired too, and stays paused. The error wraps
+// store.ErrNotFound when there is no such schedule.
+func (e *Engine) FireSchedule(ctx context.Context, name string) (*FiredTick, error) {
+	if err := ValidateScheduleName(name); err != nil {
+		return nil, err
+	}
+	return e.firer.fireNow(ctx, name)
+}
+
 // TickID is the message ID of schedule name's tick at tick: every replica
 // derives the same one.
 func TickID(name string, tick time.Time) string {

@@ -68,28 +68,85 @@ func (f *scheduleFirer) batch(ctx context.Context) (scheduleBatch, error) {
 	if len(advs) == 0 {
 		return scheduleBatch{more: full && found}, nil
 	}
-	if err := su.AdvanceSchedules(ctx, advs); err != nil {
-		return scheduleBatch{}, fmt.Errorf("idem: fire schedules: %w", err)
-	}
-	c := &store.Changes{}
-	if q, ok := queueUnit(uow); ok && f.caps.queue {
-		if err := q.Enqueue(ctx, envs); err != nil {
-			return scheduleBatch{}, fmt.Errorf("idem: fire schedules: %w", err)
-		}
-	} else {
-		for _, env := range envs {
-			c.Outbox = append(c.Outbox, store.OutboxMessage{Envelope: env, CreatedAt: now})
-		}
-	}
-	if err := uow.Commit(ctx, c); errors.Is(err, store.ErrConflict) {
+	outbox, err := f.commitTicks(ctx, uow, su, advs, envs, now)
+	if errors.Is(err, store.ErrConflict) {
 		// Another replica advanced one of them: it runs the next batch.
 		f.log.DebugContext(ctx, "schedule tick claimed by another replica", "error", err)
 		return scheduleBatch{}, nil
 	} else if err != nil {
 		return scheduleBatch{}, fmt.Errorf("idem: fire %d schedules: %w", len(advs), err)
 	}
-	f.publish(ctx, c.Outbox)
+	f.publish(ctx, outbox)
 	return scheduleBatch{fired: len(envs), advanced: len(advs), more: full}, nil
+}
+
+// commitTicks advances the schedules and writes their tick messages
+// (enqueued when the store is the queue, else into the outbox) in uow,
+// and commits it. It returns the outbox rows to publish; an error wraps
+// store.ErrConflict when another replica advanced a schedule first.
+func (f *scheduleFirer) commitTicks(ctx context.Context, uow store.UnitOfWork, su store.ScheduleUnitOfWork, advs []store.ScheduleAdvance, envs []Envelope, now time.Time) ([]store.OutboxMessage, error) {
+	if err := su.AdvanceSchedules(ctx, advs); err != nil {
+		return nil, err
+	}
+	c := &store.Changes{}
+	if q, ok := queueUnit(uow); ok && f.caps.queue {
+		if err := q.Enqueue(ctx, envs); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, env := range envs {
+			c.Outbox = append(c.Outbox, store.OutboxMessage{Envelope: env, CreatedAt: now})
+		}
+	}
+	if err := uow.Commit(ctx, c); err != nil {
+		return nil, err
+	}
+	return c.Outbox, nil
+}
+
+// FiredTick is a tick Engine.FireSchedule fired.
+type FiredTick struct {
+	// Tick is the tick fired: the schedule's next one, fired early.
+	Tick time.Time
+	// MessageID is the tick's message ID, TickID(name, Tick): the same a
+	// replica firing that tick on time derives, so the tick is sent once.
+	MessageID string
+	// NextDue is the schedule's next tick after it.
+	NextDue time.Time
+}
+
+// fireNow fires schedule name's next tick at once and advances the
+// schedule past it (see Engine.FireSchedule).
+func (f *scheduleFirer) fireNow(ctx context.Context, name string) (*FiredTick, error) {
+	if f.caps.scheduler == nil {
+		return nil, fmt.Errorf("idem: fire schedule %q: store %T does not keep schedules (store.Scheduler)", name, f.store)
+	}
+	s, err := f.caps.scheduler.GetSchedule(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("idem: fire schedule %q: %w", name, err)
+	}
+	// Planned as if it were the next tick's time: that tick, and no other.
+	adv, env, err := planTick(s, s.NextDue)
+	if err != nil {
+		return nil, fmt.Errorf("idem: fire schedule %q: %w", name, err)
+	}
+	now := f.cfg.Clock()
+	env.SentAt = now
+	uow, err := f.store.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("idem: fire schedule %q: %w", name, err)
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	su, ok := scheduleUnit(uow)
+	if !ok {
+		return nil, fmt.Errorf("idem: fire schedule %q: the units of work of %T are not store.ScheduleUnitOfWork", name, f.store)
+	}
+	outbox, err := f.commitTicks(ctx, uow, su, []store.ScheduleAdvance{adv}, []Envelope{*env}, now)
+	if err != nil {
+		return nil, fmt.Errorf("idem: fire schedule %q: its tick at %s fired meanwhile, or the schedule changed: %w", name, adv.Fired.UTC().Format(time.RFC3339), err)
+	}
+	f.publish(ctx, outbox)
+	return &FiredTick{Tick: adv.Fired, MessageID: env.ID, NextDue: adv.To}, nil
 }
 
 // planTicks plans the due schedules at now. Rows it cannot plan are left

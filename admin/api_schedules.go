@@ -38,6 +38,53 @@ func (s *Server) routeSchedules() {
 	s.mux.Handle("POST /api/schedules/{name}/pause", s.authorize(s.writable(s.apiPauseSchedule(true))))
 	s.mux.Handle("POST /api/schedules/{name}/resume", s.authorize(s.writable(s.apiPauseSchedule(false))))
 	s.mux.Handle("DELETE /api/schedules/{name}", s.authorize(s.writable(http.HandlerFunc(s.apiDeleteSchedule))))
+	s.mux.Handle("POST /api/schedules/{name}/fire", s.authorize(s.writable(http.HandlerFunc(s.apiFireSchedule))))
+}
+
+// FiredTick is the answer of POST /api/schedules/{name}/fire.
+type FiredTick struct {
+	Name string `json:"name"`
+	// Tick is the tick fired: the schedule's next one, fired early.
+	Tick time.Time `json:"tick"`
+	// MessageID is the tick's message ID (idem.TickID), the same a replica
+	// firing it on time would have used.
+	MessageID string    `json:"message_id"`
+	NextDue   time.Time `json:"next_due"`
+}
+
+func (s *Server) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
+	name, ok := scheduleName(w, r)
+	if !ok {
+		return
+	}
+	if _, ok := s.scheduler(w); !ok {
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	f, err := s.e.FireSchedule(ctx, name)
+	if status, msg := fireError(name, err); status == http.StatusInternalServerError {
+		s.internalError(w, r, "fire schedule", err)
+		return
+	} else if status != 0 {
+		writeError(w, status, "%s", msg)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, FiredTick{Name: name, Tick: f.Tick.UTC(), MessageID: f.MessageID, NextDue: f.NextDue.UTC()})
+}
+
+// fireError maps FireSchedule's error to a status and a sentence; 0 for
+// none.
+func fireError(name string, err error) (int, string) {
+	switch {
+	case err == nil:
+		return 0, ""
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound, fmt.Sprintf("no schedule %q: list them with GET /api/schedules", name)
+	case errors.Is(err, store.ErrConflict):
+		return http.StatusConflict, fmt.Sprintf("schedule %q fired that tick meanwhile, or changed: read it again; firing now again fires its next tick", name)
+	}
+	return http.StatusInternalServerError, ""
 }
 
 // scheduler returns the store's schedules, or answers 501 itself.

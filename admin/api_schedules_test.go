@@ -2,11 +2,13 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -84,5 +86,40 @@ func TestAPISchedulesReadOnly(t *testing.T) {
 	}
 	if code, _ := b.do(t, http.MethodDelete, "/api/schedules/nightly", ""); code != http.StatusForbidden {
 		t.Errorf("delete on a read-only server: %d, want 403", code)
+	}
+}
+
+// Fire now sends the schedule's next tick under that tick's ID and moves
+// the schedule past it; a missing schedule is a 404, a read-only server
+// refuses.
+func TestAPIFireSchedule(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	saveSchedules(t, b.st, "nightly")
+	s, err := b.st.GetSchedule(t.Context(), "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := b.do(t, "POST", "/api/schedules/nightly/fire", "")
+	var f admin.FiredTick
+	if code != http.StatusAccepted || json.Unmarshal([]byte(body), &f) != nil {
+		t.Fatalf("POST fire: %d %s", code, body)
+	}
+	if !f.Tick.Equal(s.NextDue) || f.MessageID != idem.TickID("nightly", s.NextDue) || !f.NextDue.After(f.Tick) {
+		t.Errorf("fired %+v; want the tick at %s with its TickID, next due after it", f, s.NextDue)
+	}
+	if after, _ := b.st.GetSchedule(t.Context(), "nightly"); !after.LastTick.Equal(s.NextDue) || !after.NextDue.Equal(f.NextDue) {
+		t.Errorf("the schedule after fire: last tick %s, next due %s; want %s and %s", after.LastTick, after.NextDue, s.NextDue, f.NextDue)
+	}
+	// Nothing consumes report.Due here: the tick arrives as a dead letter
+	// under its tick ID, which shows it was sent.
+	eventually(t, "the tick to arrive", func() bool { _, err := b.st.GetDeadLetter(t.Context(), f.MessageID); return err == nil })
+	if code, body := b.do(t, "POST", "/api/schedules/absent/fire", ""); code != http.StatusNotFound {
+		t.Errorf("fire a missing schedule: %d %s; want 404", code, body)
+	}
+	ro := setup(t, &admin.Config{ReadOnly: true})
+	saveSchedules(t, ro.st, "nightly")
+	if code, _ := ro.do(t, "POST", "/api/schedules/nightly/fire", ""); code != http.StatusForbidden {
+		t.Errorf("fire on a read-only server: %d; want 403", code)
 	}
 }

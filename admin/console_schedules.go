@@ -27,7 +27,7 @@ type schedulesView struct {
 	After   string
 	Problem string
 	Confirm *scheduleRow
-	// Action is "pause" or "resume": what Confirm asks.
+	// Action is "pause", "resume" or "fire": what Confirm asks.
 	Action string
 	Flash  string
 	Now    time.Time
@@ -40,12 +40,13 @@ func (s *Server) routeConsoleSchedules() {
 	s.mux.Handle("GET /schedules", s.consolePage(s.pageSchedules))
 	s.mux.Handle("POST /schedules/pause", s.consolePage(s.actPauseSchedule("pause")))
 	s.mux.Handle("POST /schedules/resume", s.consolePage(s.actPauseSchedule("resume")))
+	s.mux.Handle("POST /schedules/fire", s.consolePage(s.actFireSchedule))
 }
 
 // scheduleFlash turns ?done= into a fixed sentence: the query cannot
 // inject text of its own.
 func scheduleFlash(done string) string {
-	return map[string]string{"paused": "1 schedule paused.", "resumed": "1 schedule resumed."}[done]
+	return map[string]string{"paused": "1 schedule paused.", "resumed": "1 schedule resumed.", "fired": "1 schedule fired: its next tick was sent now, and it is due again at the tick after."}[done]
 }
 
 func (s *Server) pageSchedules(w http.ResponseWriter, r *http.Request) {
@@ -53,7 +54,7 @@ func (s *Server) pageSchedules(w http.ResponseWriter, r *http.Request) {
 	v := &schedulesView{After: q.Get("after"), Flash: scheduleFlash(q.Get("done")), Now: time.Now()}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	if a := q.Get("confirm"); a == "pause" || a == "resume" {
+	if a := q.Get("confirm"); a == "pause" || a == "resume" || a == "fire" {
 		v.Action = a
 		if !s.askSchedule(ctx, w, r, v, q.Get("name")) {
 			return
@@ -132,4 +133,33 @@ func (s *Server) actPauseSchedule(action string) http.HandlerFunc {
 			http.Redirect(w, r, basePath(r)+"/schedules"+query("after", after, "done", done, "n", "1"), http.StatusSeeOther)
 		}
 	}
+}
+
+// actFireSchedule fires the schedule's next tick now once the form says
+// confirm=yes; before that it asks, on the schedules page.
+func (s *Server) actFireSchedule(w http.ResponseWriter, r *http.Request) {
+	name, after := r.PostFormValue("name"), r.PostFormValue("after")
+	if r.PostFormValue("confirm") != "yes" {
+		http.Redirect(w, r, basePath(r)+"/schedules"+query("confirm", "fire", "name", name, "after", after), http.StatusSeeOther)
+		return
+	}
+	if idem.ValidateScheduleName(name) != nil {
+		s.consoleError(w, r, http.StatusBadRequest, "That is not a schedule name: names are 1 to 200 bytes of printable UTF-8.")
+		return
+	}
+	if _, ok := s.st.(store.Scheduler); !ok {
+		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no schedules.")
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	_, err := s.e.FireSchedule(ctx, name)
+	if status, msg := fireError(name, err); status == http.StatusInternalServerError {
+		s.storeFailed(w, r, "fire schedule", err)
+		return
+	} else if status != 0 {
+		s.consoleError(w, r, status, msg+".")
+		return
+	}
+	http.Redirect(w, r, basePath(r)+"/schedules"+query("after", after, "done", "fired", "n", "1"), http.StatusSeeOther)
 }

@@ -190,4 +190,28 @@ func TestBrowserSchedules(t *testing.T) {
 	if !schedulePaused(t, b, "nightly") {
 		t.Error("after the confirmed pause in the browser: the schedule is not paused")
 	}
+
+	// Fire now: asked first, then the next tick is sent and the schedule
+	// moves on, still paused.
+	before, err := b.st.GetSchedule(t.Context(), "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "fire", chromedp.Click(`tr[data-schedule="nightly"] button[data-action="fire"]`), chromedp.WaitVisible("#confirm-schedule-yes"),
+		chromedp.Text("#confirm-title", &text))
+	if !strings.Contains(text, "Fire now") {
+		t.Errorf("the fire question: %q", text)
+	}
+	if s, _ := b.st.GetSchedule(t.Context(), "nightly"); !s.LastTick.Equal(before.LastTick) {
+		t.Fatal("fire clicked, not confirmed: the schedule fired")
+	}
+	screenshot(t, ctx, "schedule-fire-confirm")
+	run(t, ctx, "confirm fire", chromedp.Click("#confirm-schedule-yes"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+	if !strings.Contains(text, "fired") {
+		t.Errorf("the flash after fire: %q", text)
+	}
+	after, err := b.st.GetSchedule(t.Context(), "nightly")
+	if err != nil || !after.LastTick.Equal(before.NextDue) || !after.Paused {
+		t.Errorf("after fire in the browser: %+v, %v; want last tick %s, still paused", after, err, before.NextDue)
+	}
 }

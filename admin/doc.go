@@ -28,6 +28,7 @@
 //	POST   /api/schedules/{name}/pause       pause a schedule
 //	POST   /api/schedules/{name}/resume      resume it (missed ticks follow its policy)
 //	DELETE /api/schedules/{name}             delete it
+//	POST   /api/schedules/{name}/fire        fire its next tick now, under that tick's ID (202)
 //	POST   /api/messages                     submit a message (202)
 //
 // Path values ({key}, {id}) are path-escaped by the client: a key with a
