@@ -37,7 +37,7 @@ func TestAPISendEventToSaga(t *testing.T) {
 		want int
 		text string
 	}{
-		{`{"type":"` + pay + `","body":{"OrderID":"o-2","Amount":5}}`, http.StatusBadRequest, `correlates to saga key "o-2", not "o-1"`},
+		{`{"type":"` + pay + `","body":{"OrderID":"o-2","Amount":5}}`, http.StatusBadRequest, `correlates to saga key`},
 		{`{"type":"billing.InvoiceSent","body":{}}`, http.StatusBadRequest, "takes no message of type"},
 		{`{"type":"` + pay + `","body":{"OrderID":1}}`, http.StatusBadRequest, "does not fit"},
 	}
@@ -63,8 +63,11 @@ func TestAPISendEventToSaga(t *testing.T) {
 	if last.EventType != pay || last.Actor != "api (loopback): alice <script>" {
 		t.Errorf("last journal entry: %s by %q; want %s by %q", last.EventType, last.Actor, pay, "api (loopback): alice <script>")
 	}
-	if code, body := b.do(t, "POST", "/api/sagas/order/o-2/events", `{"type":"`+pay+`","body":{"OrderID":"o-2","Amount":5}}`, admin.ActorHeader, "bad\x01"); code != http.StatusBadRequest {
-		t.Errorf("a control character in %s: %d %s; want 400", admin.ActorHeader, code, body)
+	if code, body := b.do(t, "POST", "/api/sagas/order/o-2/events", `{"type":"`+pay+`","body":{"OrderID":"o-2","Amount":5}}`, admin.ActorHeader, "bob\u200b"); code != http.StatusBadRequest {
+		t.Errorf("an invisible character in %s: %d %s; want 400", admin.ActorHeader, code, body)
+	}
+	if code, body := b.do(t, "POST", "/api/sagas/order/o-2/events", `{"type":"`+pay+`","body":{"OrderID":"o-2","Amount":5}}`, admin.ActorHeader, strings.Repeat("a", 101)); code != http.StatusBadRequest {
+		t.Errorf("101 bytes in %s: %d %s; want 400", admin.ActorHeader, code, body)
 	}
 }
 
@@ -156,5 +159,51 @@ func TestConsoleActionsAskFirst(t *testing.T) {
 	}
 	if _, page := robr.get("/instances/order/o-1"); strings.Contains(page, `id="end-form"`) {
 		t.Error("a read-only console shows the end form")
+	}
+}
+
+// A batch end runs on the set it counted: a digest from before a new saga
+// matched is refused, and the recount's digest ends exactly the sagas
+// counted.
+func TestAPIEndSagasByFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	const filter = "?type=order&prefix=o-"
+	var sel struct {
+		Count  int    `json:"count"`
+		Digest string `json:"digest"`
+	}
+	b.getJSON(t, "/api/sagas/select"+filter, &sel)
+	if sel.Count != 3 || sel.Digest == "" {
+		t.Fatalf("select %s: %+v; want o-1, o-2 and o-3 with a digest", filter, sel)
+	}
+	env, err := b.e.NewEnvelope("placed-o-4", orders.OrderPlaced{OrderID: "o-4", Items: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.e.Publish(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "o-4 to exist", func() bool { in, err := loadInstance(b, "o-4"); return err == nil && in != nil })
+	if code, body := b.do(t, "POST", "/api/sagas/end"+filter, `{"reason":"test orders","digest":"`+sel.Digest+`"}`); code != http.StatusConflict {
+		t.Fatalf("end with the digest of before o-4: %d %s; want 409", code, body)
+	}
+	if in, _ := loadInstance(b, "o-1"); in.State == string(saga.Ended) {
+		t.Fatal("a refused batch ended a saga")
+	}
+	b.getJSON(t, "/api/sagas/select"+filter, &sel)
+	code, body := b.do(t, "POST", "/api/sagas/end"+filter, `{"reason":"test orders","digest":"`+sel.Digest+`"}`)
+	var res inspect.BatchResult
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &res) != nil || res.Done != 4 || sel.Count != 4 {
+		t.Fatalf("end with the recount's digest: %d %s (counted %d); want 4 done", code, body, sel.Count)
+	}
+	for _, k := range []string{"o-1", "o-2", "o-3", "o-4"} {
+		if in, _ := loadInstance(b, k); in.State != string(saga.Ended) {
+			t.Errorf("%s after the batch: %q; want %s", k, in.State, saga.Ended)
+		}
+	}
+	if in, _ := loadInstance(b, "x-9"); in.State == string(saga.Ended) {
+		t.Error("the batch ended x-9, which its filter does not select")
 	}
 }

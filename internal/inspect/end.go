@@ -91,7 +91,12 @@ func EndSaga(ctx context.Context, st store.Store, k store.Key, e *End) (*store.J
 	case e.Version != 0 && in.Version != e.Version:
 		return nil, fmt.Errorf("end saga %s/%q: it is at version %d, not %d: %w", k.SagaType, k.Key, in.Version, e.Version, store.ErrConflict)
 	}
-	ch, entry := endChanges(in, e)
+	// The stored timers too, should any have outlived the instance's map.
+	stored, _, err := Timers(ctx, st, &TimerFilter{SagaType: k.SagaType, Key: k.Key})
+	if err != nil {
+		return nil, fmt.Errorf("end saga: list its timers: %w", err)
+	}
+	ch, entry := endChanges(in, stored, e)
 	if err := uow.Commit(ctx, ch); err != nil {
 		return nil, fmt.Errorf("end saga %s/%q: %w", k.SagaType, k.Key, err)
 	}
@@ -99,11 +104,16 @@ func EndSaga(ctx context.Context, st store.Store, k store.Key, e *End) (*store.J
 }
 
 // endChanges are the writes that end in.
-func endChanges(in *store.Instance, e *End) (*store.Changes, *store.JournalEntry) {
+func endChanges(in *store.Instance, stored []store.Timer, e *End) (*store.Changes, *store.JournalEntry) {
 	up := *in
 	up.State, up.FinishedAt, up.UpdatedAt, up.Timers = string(saga.Ended), e.Now, e.Now, nil
 	ch := &store.Changes{Updates: []*store.Instance{&up}}
-	for _, name := range slices.Sorted(maps.Keys(in.Timers)) {
+	names := slices.Collect(maps.Keys(in.Timers))
+	for _, t := range stored {
+		names = append(names, t.Name)
+	}
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
 		ch.CancelTimers = append(ch.CancelTimers, store.TimerKey{SagaType: in.SagaType, Key: in.Key, Name: name})
 	}
 	payload, _ := json.Marshal(endReason{Reason: e.Reason}) // a string field: cannot fail

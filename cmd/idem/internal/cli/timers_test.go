@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,5 +113,34 @@ func TestDLQReplayByTypeDryRun(t *testing.T) {
 	// Kept, with the replay pending in its history.
 	if code, out, _ := run(t, "dlq", "show", "m-1", "--store", url); code != 0 || !strings.Contains(out, "is pending") {
 		t.Errorf("after replay, dlq show m-1: exit %d, out %q; want its replay pending", code, out)
+	}
+}
+
+// idem sagas end ends an active saga with its timers, refuses a finished
+// one and a missing reason, and the journal names the reason.
+func TestSagasEnd(t *testing.T) {
+	t.Parallel()
+	url := seedSQLite(t)
+	if code, _, errOut := run(t, "sagas", "end", "order", "a-1", "--store", url); code != 2 || !strings.Contains(errOut, "reason is required") {
+		t.Errorf("sagas end without --reason: exit %d, stderr %q; want 2 and the reason asked for", code, errOut)
+	}
+	if code, _, errOut := run(t, "sagas", "end", "order", "b-1", "--reason", "r", "--store", url); code != 1 || !strings.Contains(errOut, "finished already") {
+		t.Errorf("sagas end of a finished saga: exit %d, stderr %q; want 1 and finished already", code, errOut)
+	}
+	code, out, errOut := run(t, "sagas", "end", "order", "a-1", "--reason", "customer called", "--store", url)
+	if code != 0 || !strings.Contains(out, "ended saga order/\"a-1\"") {
+		t.Fatalf("sagas end: exit %d, out %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = run(t, "sagas", "show", "order", "a-1", "--json", "--store", url)
+	var shown struct {
+		State   string               `json:"state"`
+		Journal []store.JournalEntry `json:"journal"`
+	}
+	if err := json.Unmarshal([]byte(out), &shown); code != 0 || err != nil || shown.State != "idem.ended" || len(shown.Journal) != 1 ||
+		!strings.Contains(string(shown.Journal[0].Payload), "customer called") || !strings.HasPrefix(shown.Journal[0].Actor, "cli") {
+		t.Errorf("sagas show after the end: exit %d, %v, %s; want state idem.ended and the reason and actor in the journal", code, err, out)
+	}
+	if code, out, _ := run(t, "timers", "ls", "--key", "a-1", "--store", url); code != 0 || strings.Contains(out, "overdue") {
+		t.Errorf("timers of a-1 after the end: exit %d, %q; want none", code, out)
 	}
 }
