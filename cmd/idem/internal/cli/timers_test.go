@@ -144,3 +144,24 @@ func TestSagasEnd(t *testing.T) {
 		t.Errorf("timers of a-1 after the end: exit %d, %q; want none", code, out)
 	}
 }
+
+// idem sagas end by filter counts first, and ends only the set counted.
+func TestSagasEndByFilter(t *testing.T) {
+	t.Parallel()
+	url := seedSQLite(t)
+	if code, _, errOut := run(t, "sagas", "end", "--type", "order", "--reason", "r", "--store", url); code != 2 || !strings.Contains(errOut, "--dry-run") {
+		t.Errorf("sagas end by filter without --dry-run or --yes: exit %d, %q; want 2", code, errOut)
+	}
+	code, out, errOut := run(t, "sagas", "end", "--type", "order", "--prefix", "a-", "--reason", "r", "--dry-run", "--store", url)
+	digest, ok := strings.CutPrefix(strings.TrimSpace(out), "2 sagas selected; to end them: --yes --digest ")
+	if code != 0 || !ok {
+		t.Fatalf("sagas end --dry-run: exit %d, out %q, stderr %q; want 2 sagas and a digest", code, out, errOut)
+	}
+	if code, _, errOut := run(t, "sagas", "end", "--type", "order", "--prefix", "a-1", "--reason", "r", "--yes", "--digest", digest, "--store", url); code != 1 || !strings.Contains(errOut, "changed since") {
+		t.Errorf("a digest used with another filter: exit %d, %q; want 1, the set changed", code, errOut)
+	}
+	code, out, errOut = run(t, "sagas", "end", "--type", "order", "--prefix", "a-", "--reason", "r", "--yes", "--digest", digest, "--store", url)
+	if code != 0 || !strings.Contains(out, "ended 2 sagas") {
+		t.Errorf("sagas end --yes: exit %d, out %q, stderr %q; want 2 ended", code, out, errOut)
+	}
+}
