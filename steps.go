@@ -159,6 +159,7 @@ func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.Inbo
 	l.ch.Journal = append(l.ch.Journal, store.JournalEntry{
 		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: env.Type,
 		FromState: from, ToState: to, Version: version, At: l.now,
+		JournalDetail: store.JournalDetail{Actor: env.Headers[transport.HeaderActor]},
 	})
 	for i := range out {
 		l.traceSends(ctx, &out[i])

@@ -24,6 +24,8 @@ func flash(r *http.Request) string {
 	what := map[string]string{
 		"replayed": "dead letter(s) re-queued. Each replay is pending until an engine consumes the message: the dead letter's page then says whether it succeeded or failed again.",
 		"purged":   "dead letter(s) purged.", "cancelled": "timer cancelled.", "rescheduled": "timer rescheduled.",
+		"ended": "saga ended: its timers are cancelled, and it ignores every event from now on.",
+		"sent":  "event sent. The journal shows it once an engine has applied it.",
 	}[r.URL.Query().Get("done")]
 	if what == "" {
 		return ""
@@ -119,6 +121,7 @@ type instanceView struct {
 	Timers      []timerRow
 	DeadLetters []dlRow
 	Why         *whyPanel
+	Act         *actionsView
 	Back        string
 	Flash       string
 	Now         time.Time
@@ -162,6 +165,7 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 	}
 	m, _ := s.e.Sagas()[typ].(grapher)
 	v.Why = buildWhy(whyInput{In: in, Machine: m, Timers: ts, DeadLetters: dls, Now: v.Now})
+	v.Act = s.actionsFor(r, in, v.Why)
 	s.render(w, r, http.StatusOK, "instance", typ+" "+shorten(key, 40), v)
 }
 

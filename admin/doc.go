@@ -13,6 +13,10 @@
 //	GET    /api/sagas?status=&prefix=&stuck=true&type=&state=&after=&limit=   filtered
 //	GET    /api/sagas?attr=name%3Dvalue&attr=...   by business attribute (repeatable, ANDed, NFC); combines with the filters above
 //	GET    /api/sagas/{type}/{key}           one instance with its journal
+//	POST   /api/sagas/{type}/{key}/events    {"type": T, "body": {...}}: send the saga an event (202); Idem-Actor names the caller
+//	POST   /api/sagas/{type}/{key}/end       {"reason": R, "version": N}: end it (final state idem.ended, timers cancelled)
+//	GET    /api/sagas/select?<filter>        count the active sagas a filter selects (at most 1,000), with the set's digest
+//	POST   /api/sagas/end?<filter>           {"reason": R, "digest": D}: end exactly the set counted (409 when it changed)
 //	GET    /api/dead-letters?type=&after=&limit=
 //	GET    /api/dead-letters?reason=&message_type=&key=&type=&after=&limit=
 //	GET    /api/dead-letters/counts?reason=&message_type=&key=&type=   counts by reason, and the count's as_of mark

@@ -118,7 +118,7 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 	switch {
 	case h == nil && !in.Exists:
 		return Result{Outcome: NotFound, From: from, To: from}, nil
-	case h == nil && (m.final[from] || m.unhandled == UnhandledIgnore):
+	case h == nil && (m.IsFinal(from) || m.unhandled == UnhandledIgnore):
 		return Result{Outcome: Ignored, From: from, To: from}, nil
 	case h == nil:
 		return Result{}, fmt.Errorf("saga %s: %w: %s in %s", m.name, ErrUnhandled, in.MsgType, from)

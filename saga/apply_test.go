@@ -42,6 +42,8 @@ func TestApplyOutcomes(t *testing.T) {
 		{"final state ignores the creating event", existing(f.paid, f.paidData, f.placedMsg), saga.Ignored, f.paid, f.paid, false, nil, nil},
 		{"final state handles explicitly", existing(f.paid, f.paidData, f.refundMsg), saga.Applied, f.paid, f.paid, true,
 			&Order{ID: "o-1", Total: 100, Paid: 100, Refunded: 40}, nil},
+		{"an ended saga ignores every event", existing(saga.Ended, f.awaitingData, f.paymentMsg), saga.Ignored, saga.Ended, saga.Ended, false, nil, nil},
+		{"an ended saga ignores the creating event", existing(saga.Ended, f.awaitingData, f.placedMsg), saga.Ignored, saga.Ended, saga.Ended, false, nil, nil},
 		{"unknown message type", existing(f.awaiting, f.awaitingData, ShipOrder{}), 0, "", "", false, nil, saga.ErrUnknownType},
 		{"message does not match its type name", mismatched, 0, "", "", false, nil, saga.ErrMalformed},
 		{"corrupt stored document", corrupt, 0, "", "", false, nil, saga.ErrSchema},

@@ -17,6 +17,12 @@ type State string
 // declares the behaviours that may start a saga from it.
 const Initial State = "Initial"
 
+// Ended is the state of a saga an operator ended (the console's "end saga",
+// idem sagas end): it is final, no machine declares it, and every event
+// that arrives for the saga afterwards is ignored, as a final state that
+// does not handle it ignores it. Declaring a state of this name panics.
+const Ended State = "idem.ended"
+
 // UnhandledPolicy says what happens to an event that arrives in a state that
 // neither handles nor ignores it.
 type UnhandledPolicy int
@@ -163,7 +169,7 @@ func (m *Machine[S]) Final(name string) State {
 
 func (m *Machine[S]) declare(name string, final bool) State {
 	s := State(name)
-	if name == "" || s == Initial || slices.Contains(m.states, s) {
+	if name == "" || s == Initial || s == Ended || slices.Contains(m.states, s) {
 		panic(fmt.Sprintf("saga %s: invalid or duplicate state %q", m.name, name))
 	}
 	m.states = append(m.states, s)
@@ -176,8 +182,9 @@ func (m *Machine[S]) declare(name string, final bool) State {
 // States returns the declared states in declaration order.
 func (m *Machine[S]) States() []State { return slices.Clone(m.states) }
 
-// IsFinal reports whether s is a final state.
-func (m *Machine[S]) IsFinal(s State) bool { return m.final[s] }
+// IsFinal reports whether s is a final state: a declared final state, or
+// Ended.
+func (m *Machine[S]) IsFinal(s State) bool { return m.final[s] || s == Ended }
 
 // OnUnhandled sets the policy for events a state neither handles nor
 // ignores. The default is UnhandledError.

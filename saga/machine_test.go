@@ -370,6 +370,9 @@ func TestMachinePanics(t *testing.T) {
 			saga.NewEvent[*namedByPointer](f.m, func(*namedByPointer) string { return "" })
 			saga.NewEvent[*namedByValue](f.m, func(*namedByValue) string { return "" })
 		}, `message type "orders.v1.Named" bound twice`},
+		{"the reserved Ended state", func(f fixture) {
+			f.m.State(string(saga.Ended))
+		}, `invalid or duplicate state "idem.ended"`},
 		{"upgrade from version 0", func(f fixture) {
 			f.m.Upgrade(0, func(b json.RawMessage) (json.RawMessage, error) { return b, nil })
 		}, "invalid or duplicate upgrade from version 0"},

@@ -233,6 +233,7 @@ type JournalEntry struct {
 	// the order Journal returns.
 	Version int64     `json:"version"`
 	At      time.Time `json:"at"`
+	JournalDetail
 }
 
 // DeadLetter is a message the engine gave up on, with why. ID is the

@@ -39,6 +39,11 @@ const (
 	// when the message is dead-lettered. Set when the saga declared that it
 	// handles faults of the message's type (saga.NewFault, saga.NewRequest).
 	HeaderFault = "idem-fault"
+	// HeaderActor names the operator who sent the message from the admin
+	// console or API ("console session 1a2b3c4d", "api: alice"); the
+	// engine records it as the journal entry's Actor. Any producer can set
+	// it: it says who the message claims sent it, not who proved it.
+	HeaderActor = "idem-actor"
 )
 
 // ErrClosed is returned by a Transport that has been closed.

@@ -259,7 +259,7 @@ func (s *Store) apply(c *store.Changes) {
 	}
 	for _, j := range c.Journal {
 		k := store.Key{SagaType: j.SagaType, Key: j.Key}
-		s.journal[k] = append(s.journal[k], j)
+		s.journal[k] = append(s.journal[k], cloneJournalEntry(j))
 	}
 	for _, d := range c.DeadLetters {
 		s.recordDeadLetter(&d)
@@ -503,7 +503,7 @@ func (s *Store) Journal(ctx context.Context, k store.Key) ([]store.JournalEntry,
 	if err := s.check(ctx, "journal of saga "+k.SagaType+"/"+k.Key); err != nil {
 		return nil, err
 	}
-	return slices.Clone(s.journal[k]), nil
+	return cloneJournal(s.journal[k]), nil
 }
 
 // ListTimers returns up to p.Limit timers ordered by (DueAt, SagaType, Key,

@@ -208,10 +208,11 @@ ON CONFLICT (saga_type, key, name) DO UPDATE
 SET due_at = excluded.due_at, envelope = excluded.envelope, body = excluded.body, lease_until = NULL`
 
 const insertJournalSQL = `
-INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at)
-SELECT u.saga_type, u.key, u.raw_key, u.message_id, u.event_type, u.from_state, u.to_state, u.version, u.at
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[]) WITH ORDINALITY
-  AS u(saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, ord)
+INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail)
+SELECT u.saga_type, u.key, u.raw_key, u.message_id, u.event_type, u.from_state, u.to_state, u.version, u.at, u.payload, u.diff, NULLIF(u.detail, '')
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[],
+            $10::bytea[], $11::bytea[], $12::text[]) WITH ORDINALITY
+  AS u(saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail, ord)
 ORDER BY u.ord`
 
 const upsertDeadLettersSQL = `
@@ -328,7 +329,9 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 	if err := queueTimers(b, c.Timers); err != nil {
 		return nil, err
 	}
-	queueJournal(b, c.Journal)
+	if err := queueJournal(b, c.Journal); err != nil {
+		return nil, err
+	}
 	if err := queueDeadLetters(b, c.DeadLetters); err != nil {
 		return nil, err
 	}
@@ -406,10 +409,14 @@ func queueTimers(b *pgx.Batch, timers []store.Timer) error {
 	return nil
 }
 
-func queueJournal(b *pgx.Batch, journal []store.JournalEntry) {
+func queueJournal(b *pgx.Batch, journal []store.JournalEntry) error {
 	n := len(journal)
 	if n == 0 {
-		return
+		return nil
+	}
+	det, err := journalDetails(journal)
+	if err != nil {
+		return err
 	}
 	cols := [7][]string{}
 	for i := range cols {
@@ -420,7 +427,8 @@ func queueJournal(b *pgx.Batch, journal []store.JournalEntry) {
 		cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i], cols[6][i] = j.SagaType, j.Key, j.RawKey, j.MessageID, j.EventType, j.FromState, j.ToState
 		versions[i], at[i] = j.Version, j.At
 	}
-	b.Queue(insertJournalSQL, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], versions, at)
+	b.Queue(insertJournalSQL, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], versions, at, det.payloads, det.diffs, det.details)
+	return nil
 }
 
 func queueDeadLetters(b *pgx.Batch, dls []store.DeadLetter) error {

@@ -375,7 +375,7 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListParams) ([]*stor
 }
 
 const journalSQL = `
-SELECT saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at
+SELECT saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail
 FROM idem_journal WHERE saga_type = ?1 AND key = ?2 ORDER BY id`
 
 // Journal returns the journal of one instance in commit order.
@@ -392,10 +392,14 @@ func (s *Store) Journal(ctx context.Context, k store.Key) ([]store.JournalEntry,
 	for rows.Next() {
 		var j store.JournalEntry
 		var at int64
-		if err := rows.Scan(&j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &at); err != nil {
+		var d detailCols
+		if err := rows.Scan(&j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &at, &d.payload, &d.diff, &d.detail); err != nil {
 			return nil, fmt.Errorf("sqlitestore: journal %s/%s: %w", k.SagaType, k.Key, err)
 		}
 		j.At = fromMicros(at)
+		if err := d.decode(&j); err != nil {
+			return nil, fmt.Errorf("sqlitestore: journal %s/%s: %w", k.SagaType, k.Key, err)
+		}
 		out = append(out, j)
 	}
 	if err := rows.Err(); err != nil {

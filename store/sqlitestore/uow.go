@@ -176,8 +176,8 @@ ON CONFLICT (saga_type, key, name) DO UPDATE
 SET due_at = excluded.due_at, envelope_id = excluded.envelope_id, envelope = excluded.envelope, body = excluded.body, lease_until = NULL`
 
 const insertJournalSQL = `
-INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
+INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`
 
 const upsertDeadLetterSQL = `
 INSERT INTO idem_dead_letters (id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at)
@@ -291,7 +291,11 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 		ops = append(ops, op{sql: upsertTimerSQL, args: []any{t.SagaType, t.Key, t.Name, micros(t.DueAt), t.Envelope.ID, meta, body}})
 	}
 	for _, j := range c.Journal {
-		ops = append(ops, op{sql: insertJournalSQL, args: []any{j.SagaType, j.Key, j.RawKey, j.MessageID, j.EventType, j.FromState, j.ToState, j.Version, micros(j.At)}})
+		args, err := journalArgs(&j)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, op{sql: insertJournalSQL, args: args})
 	}
 	for _, d := range c.DeadLetters {
 		meta, body, err := sqlq.EncodeEnvelope(d.Envelope)

@@ -560,7 +560,7 @@ func checkJournalEntry(t *testing.T, what string, got, want store.JournalEntry) 
 	t.Helper()
 	g, w := got, want
 	g.At, w.At = time.Time{}, time.Time{}
-	if g != w || !got.At.Equal(want.At) {
+	if !reflect.DeepEqual(g, w) || !got.At.Equal(want.At) {
 		t.Errorf("%s: got %+v, want %+v", what, got, want)
 	}
 }

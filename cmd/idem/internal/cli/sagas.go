@@ -23,7 +23,7 @@ import (
 func newSagas() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sagas",
-		Short: "List saga instances and show one with its journal",
+		Short: "List saga instances, show one with its journal, end one",
 		Long: `Read saga instances straight from the store: ls lists them a page at a
 time, ordered by saga type and key; show prints one instance with its state
 document and its journal of transitions.
@@ -32,7 +32,7 @@ The store comes from --store (default IDEM_STORE): postgres://… or
 sqlite:///path. Exit status: 0 done; 1 the named saga does not exist; 2 usage
 or configuration errors.`,
 	}
-	cmd.AddCommand(newSagasLs(), newSagasShow())
+	cmd.AddCommand(newSagasLs(), newSagasShow(), newSagasEnd())
 	return cmd
 }
 

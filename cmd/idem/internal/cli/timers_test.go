@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,5 +113,55 @@ func TestDLQReplayByTypeDryRun(t *testing.T) {
 	// Kept, with the replay pending in its history.
 	if code, out, _ := run(t, "dlq", "show", "m-1", "--store", url); code != 0 || !strings.Contains(out, "is pending") {
 		t.Errorf("after replay, dlq show m-1: exit %d, out %q; want its replay pending", code, out)
+	}
+}
+
+// idem sagas end ends an active saga with its timers, refuses a finished
+// one and a missing reason, and the journal names the reason.
+func TestSagasEnd(t *testing.T) {
+	t.Parallel()
+	url := seedSQLite(t)
+	if code, _, errOut := run(t, "sagas", "end", "order", "a-1", "--store", url); code != 2 || !strings.Contains(errOut, "reason is required") {
+		t.Errorf("sagas end without --reason: exit %d, stderr %q; want 2 and the reason asked for", code, errOut)
+	}
+	if code, _, errOut := run(t, "sagas", "end", "order", "b-1", "--reason", "r", "--store", url); code != 1 || !strings.Contains(errOut, "finished already") {
+		t.Errorf("sagas end of a finished saga: exit %d, stderr %q; want 1 and finished already", code, errOut)
+	}
+	code, out, errOut := run(t, "sagas", "end", "order", "a-1", "--reason", "customer called", "--store", url)
+	if code != 0 || !strings.Contains(out, "ended saga order/\"a-1\"") {
+		t.Fatalf("sagas end: exit %d, out %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = run(t, "sagas", "show", "order", "a-1", "--json", "--store", url)
+	var shown struct {
+		State   string               `json:"state"`
+		Journal []store.JournalEntry `json:"journal"`
+	}
+	if err := json.Unmarshal([]byte(out), &shown); code != 0 || err != nil || shown.State != "idem.ended" || len(shown.Journal) != 1 ||
+		!strings.Contains(string(shown.Journal[0].Payload), "customer called") || !strings.HasPrefix(shown.Journal[0].Actor, "cli") {
+		t.Errorf("sagas show after the end: exit %d, %v, %s; want state idem.ended and the reason and actor in the journal", code, err, out)
+	}
+	if code, out, _ := run(t, "timers", "ls", "--key", "a-1", "--store", url); code != 0 || strings.Contains(out, "overdue") {
+		t.Errorf("timers of a-1 after the end: exit %d, %q; want none", code, out)
+	}
+}
+
+// idem sagas end by filter counts first, and ends only the set counted.
+func TestSagasEndByFilter(t *testing.T) {
+	t.Parallel()
+	url := seedSQLite(t)
+	if code, _, errOut := run(t, "sagas", "end", "--type", "order", "--reason", "r", "--store", url); code != 2 || !strings.Contains(errOut, "--dry-run") {
+		t.Errorf("sagas end by filter without --dry-run or --yes: exit %d, %q; want 2", code, errOut)
+	}
+	code, out, errOut := run(t, "sagas", "end", "--type", "order", "--prefix", "a-", "--reason", "r", "--dry-run", "--store", url)
+	digest, ok := strings.CutPrefix(strings.TrimSpace(out), "2 sagas selected; to end them: --yes --digest ")
+	if code != 0 || !ok {
+		t.Fatalf("sagas end --dry-run: exit %d, out %q, stderr %q; want 2 sagas and a digest", code, out, errOut)
+	}
+	if code, _, errOut := run(t, "sagas", "end", "--type", "order", "--prefix", "a-1", "--reason", "r", "--yes", "--digest", digest, "--store", url); code != 1 || !strings.Contains(errOut, "changed since") {
+		t.Errorf("a digest used with another filter: exit %d, %q; want 1, the set changed", code, errOut)
+	}
+	code, out, errOut = run(t, "sagas", "end", "--type", "order", "--prefix", "a-", "--reason", "r", "--yes", "--digest", digest, "--store", url)
+	if code != 0 || !strings.Contains(out, "ended 2 sagas") {
+		t.Errorf("sagas end --yes: exit %d, out %q, stderr %q; want 2 ended", code, out, errOut)
 	}
 }
