@@ -21,7 +21,7 @@ SET saga_type = excluded.saga_type, key = excluded.key, message_id = excluded.me
 
 const retriesOfSQL = `SELECT ` + retryCols + ` FROM idem_retries WHERE saga_type = ?1 AND key = ?2 ORDER BY first_failed_at, id LIMIT ?3`
 
-// queryRetriesSQL: ?1 the saga type or '', ?2 and ?3 the cursor, ?4
+// queryRetriesSQL: ?1 the saga type (empty for any), ?2 and ?3 the cursor, ?4
 // whether there is one, ?5 the limit.
 const queryRetriesSQL = `
 SELECT ` + retryCols + ` FROM idem_retries
