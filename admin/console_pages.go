@@ -156,12 +156,16 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 		dls, _, err = inspect.DeadLetters(ctx, s.st, &inspect.DeadLetterFilter{SagaType: typ, Key: key}, "", consolePage)
 		v.DeadLetters = s.deadLetterRows(ctx, dls)
 	}
+	var rs []store.Retry
+	if err == nil {
+		rs, err = s.retriesOf(ctx, k)
+	}
 	if err != nil {
 		s.storeFailed(w, r, "read saga details", err)
 		return
 	}
 	m, _ := s.e.Sagas()[typ].(grapher)
-	v.Why = buildWhy(whyInput{In: in, Machine: m, Timers: ts, DeadLetters: dls, Now: v.Now})
+	v.Why = buildWhy(whyInput{In: in, Machine: m, Timers: ts, DeadLetters: dls, Retries: rs, Now: v.Now})
 	s.render(w, r, http.StatusOK, "instance", typ+" "+shorten(key, 40), v)
 }
 
