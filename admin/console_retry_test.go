@@ -17,7 +17,7 @@ func recordRetry(t *testing.T, b *bundle, id, key string) store.Retry {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	r := store.Retry{ID: id, SagaType: "order", Key: key, MessageID: id, MessageType: "orders.PaymentReceived", Attempts: 3,
-		Error: "charge card: gateway said <script>alert(1)</script> \x00 \xff\nwrapped: connection reset",
+		Error:         "charge card: gateway said <script>alert(1)</script> \x00 \xff\nwrapped: connection reset",
 		FirstFailedAt: now.Add(-time.Minute), LastFailedAt: now, NextAttemptAt: now.Add(3 * time.Minute)}
 	if err := b.st.RecordRetry(t.Context(), &r); err != nil {
 		t.Fatal(err)
