@@ -65,6 +65,9 @@ type instancesView struct {
 	// is the query string of the next page, every filter kept.
 	Attrs     []string
 	NextQuery string
+	// Reasons says, in the stuck view, why each row is listed
+	// (console_retry.go).
+	Reasons []string
 }
 
 func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
@@ -96,7 +99,10 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	v.Rows, err = inspect.Instances(ctx, s.st, p)
 	if errors.Is(err, inspect.ErrUnsupported) {
 		v.Problem = "This store cannot list stuck instances."
-	} else if err != nil {
+	} else if err == nil && p.Stuck {
+		v.Reasons, err = s.stuckReasons(ctx, v.Rows, time.Now())
+	}
+	if err != nil && !errors.Is(err, inspect.ErrUnsupported) {
 		s.storeFailed(w, r, "list instances", err)
 		return
 	}

@@ -42,3 +42,40 @@ func (p *whyPanel) retrying(in *store.Instance, now time.Time) (string, bool) {
 	}
 	return v, true
 }
+
+// stuckReasons says, for each instance of a page of the stuck view, why
+// it is listed, the most urgent reason first: a message being retried, a
+// request past its deadline, an overdue timer, else how long it has had no
+// event in its (non-final) state. Two indexed reads per row (its retries,
+// its timers).
+func (s *Server) stuckReasons(ctx context.Context, rows []*store.Instance, now time.Time) ([]string, error) {
+	out := make([]string, len(rows))
+	for i, in := range rows {
+		k := store.Key{SagaType: in.SagaType, Key: in.Key}
+		rs, err := s.retriesOf(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		ts, err := s.st.TimersOf(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		p := buildWhy(whyInput{In: in, Timers: ts, Retries: rs, Now: now})
+		out[i] = p.stuckReason(in, now)
+	}
+	return out, nil
+}
+
+// stuckReason is the stuck view's reason for one instance, from its Why
+// panel (built without its machine or dead letters).
+func (p *whyPanel) stuckReason(in *store.Instance, now time.Time) string {
+	if v, ok := p.retrying(in, now); ok {
+		return v
+	}
+	if t, ok := p.mostOverdue(); ok && t.RequestID != "" {
+		return "a request is past its deadline by " + span(t.Overdue) + " (" + t.Name + ")"
+	} else if ok {
+		return "a timer is overdue by " + span(t.Overdue) + " (" + t.Name + ")"
+	}
+	return "no event for " + span(now.Sub(in.UpdatedAt)) + " in state " + strconv.Quote(in.State)
+}

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 )
 
@@ -77,5 +79,60 @@ func TestAPISagaRetries(t *testing.T) {
 	}
 	if code, body := b.do(t, http.MethodGet, "/api/sagas/order/"+url.PathEscape("bad\x01key")+"/retries", ""); code != http.StatusBadRequest || !strings.Contains(body, "not a valid key") {
 		t.Errorf("retries of a bad key: %d %s, want 400 naming the key", code, body)
+	}
+}
+
+// The stuck view says why each row is listed: a retrying message, a
+// request past its deadline, an overdue timer, or how long the saga has
+// had no event in its state. The engine is stopped first, so nothing fires
+// the overdue timers.
+func TestConsoleStuckViewSaysWhy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	ctx := t.Context()
+	if err := b.e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recordRetry(t, b, "pay-o-1", "o-1")
+	now := time.Now().UTC()
+	timer := func(key, name string) store.Timer {
+		return store.Timer{SagaType: "order", Key: key, Name: name, DueAt: now.Add(-90 * time.Second),
+			Envelope: idem.Envelope{ID: "timer-" + key, Type: "idem.Timeout@order", Body: []byte(`{}`)}}
+	}
+	uow, err := b.st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uow.Commit(ctx, &store.Changes{Timers: []store.Timer{timer("o-2", "reminder"), timer("o-3", saga.RequestTimerPrefix+"authorize")}}); err != nil {
+		t.Fatal(err)
+	}
+	code, page := newBrowser(t, b).get("/instances?stuck=on&type=order")
+	if code != http.StatusOK {
+		t.Fatalf("stuck view: status %d", code)
+	}
+	if !strings.Contains(page, "<th>Why listed</th>") {
+		t.Fatalf("stuck view has no Why listed column:\n%s", page)
+	}
+	rows := map[string]string{}
+	for _, tr := range strings.Split(page, "<tr>")[1:] {
+		for _, k := range []string{"o-1", "o-2", "o-3", "x-9"} {
+			if strings.Contains(tr, "/instances/order/"+k+`"`) {
+				rows[k] = tr
+			}
+		}
+	}
+	for k, want := range map[string][2]string{
+		"o-1": {"retrying: orders.PaymentReceived failed 3 time(s)", "next attempt in "},
+		"o-2": {"a timer is overdue by ", " (reminder)</td>"},
+		"o-3": {"a request is past its deadline by ", " (authorize)</td>"},
+		"x-9": {"no event for ", " in state &#34;AwaitingPayment&#34;</td>"},
+	} {
+		if !strings.Contains(rows[k], `<td class="why-listed">`+want[0]) || !strings.Contains(rows[k], want[1]) {
+			t.Errorf("stuck view row %s: want why-listed %q … %q, got\n%s", k, want[0], want[1], rows[k])
+		}
+	}
+	if code, page := newBrowser(t, b).get("/instances?type=order"); code != http.StatusOK || strings.Contains(page, "Why listed") {
+		t.Errorf("the plain instance list (status %d) shows the Why listed column", code)
 	}
 }
