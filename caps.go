@@ -36,6 +36,7 @@ type capabilities struct {
 	tokens       store.TokenStore              // nil: no dedup tokens
 	scheduler    store.Scheduler               // nil: no schedules
 	replayer     store.DeadLetterReplayer      // nil: a replay deletes the dead letter
+	retries      store.RetryRecorder           // nil: no retry state is kept
 	partitioned  transport.PartitionedConsumer // nil: one stream
 	maxMessage   int                           // the transport's body limit; 0: none
 	poolSize     int                           // the store's pool size; 0: unknown
@@ -51,6 +52,7 @@ func resolveCapabilities(st store.Store, tr transport.Transport) capabilities {
 	c.tokens, _ = st.(store.TokenStore)
 	c.scheduler, _ = st.(store.Scheduler)
 	c.replayer, _ = st.(store.DeadLetterReplayer)
+	c.retries, _ = st.(store.RetryRecorder)
 	c.partitioned, _ = tr.(transport.PartitionedConsumer)
 	if l, ok := tr.(transport.SizeLimiter); ok {
 		c.maxMessage = l.MaxMessageBytes()

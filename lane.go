@@ -29,7 +29,10 @@ type laneResult struct {
 	nacks  []nackReq
 	outbox []Envelope
 	logs   []logLine
-	att    *attempt // what it decided, for the observers
+	// retries are the retry states of the messages given back after a
+	// failure, which the settler records (only on a store.RetryRecorder).
+	retries []store.Retry
+	att     *attempt // what it decided, for the observers
 }
 
 // working is an instance as the lane's unit of work changes it.
@@ -225,6 +228,7 @@ func (l *lane) traceSends(ctx context.Context, envs ...*Envelope) {
 
 // collect turns the working instances and timers into changes.
 func (l *lane) collect() {
+	l.ch.ClearRetries = l.clearRetries()
 	if ids := l.consumedReplays(); len(ids) > 0 {
 		// Settled in the commit: a crash after it cannot leave them pending.
 		l.ch.SettleReplays = &store.SettleReplaysParams{IDs: ids, Outcome: store.ReplaySucceeded, At: l.now}
@@ -316,7 +320,39 @@ func (l *lane) fail(ctx context.Context, it *item, err error) outcome {
 	l.log.WarnContext(ctx, "message failed; will retry", logSagaType, it.typ, logSagaKey, it.key, logMessageID, it.msgID,
 		logAttempt, it.d.Attempt, "retry_in", delay, "error", err)
 	l.giveBack(it, delay)
+	l.noteRetry(it, delay, err)
 	return outcome{kind: OutcomeRetried}
+}
+
+// noteRetry keeps the retry state of it, given back after delay because
+// of err, for the settler to record: only on failure, so a message that
+// succeeds at once costs nothing.
+func (l *lane) noteRetry(it *item, delay time.Duration, err error) {
+	if l.caps.retries == nil {
+		return
+	}
+	l.res.retries = append(l.res.retries, store.Retry{
+		ID: it.msgID, SagaType: it.typ, Key: it.key, MessageID: it.d.Envelope.ID, MessageType: it.d.Envelope.Type,
+		Attempts: max(it.d.Attempt, 1), Error: store.RetryText(err.Error()),
+		FirstFailedAt: l.now, LastFailedAt: l.now, NextAttemptAt: l.now.Add(delay),
+	})
+}
+
+// clearRetries lists the retry states this unit of work ends: those of
+// the messages it settles after an earlier failed delivery (Attempt > 1),
+// and of the messages it dead-letters (the dead letter supersedes its
+// retry). A message settled at its first delivery adds nothing.
+func (l *lane) clearRetries() []string {
+	if l.caps.retries == nil {
+		return nil
+	}
+	var ids []string
+	for _, r := range l.res.att.results {
+		if r.o.kind != OutcomeRetried && (r.it.d.Attempt > 1 || r.o.kind == OutcomeDeadLettered) {
+			ids = append(ids, r.it.msgID)
+		}
+	}
+	return ids
 }
 
 // giveBack returns it to the transport after delay; the later messages of a

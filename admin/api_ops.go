@@ -30,6 +30,7 @@ func (s *Server) routeAPI() {
 	write("DELETE /api/timers/{type}/{key}/{name}", s.apiCancelTimer)
 	write("POST /api/timers/{type}/{key}/{name}/reschedule", s.apiRescheduleTimer)
 	s.routeSchedules()
+	s.routeRetries()
 }
 
 // writable refuses h in read-only mode.

@@ -67,6 +67,9 @@ type instancesView struct {
 	// is the query string of the next page, every filter kept.
 	Attrs     []string
 	NextQuery string
+	// Reasons says, in the stuck view, why each row is listed
+	// (console_retry.go).
+	Reasons []string
 }
 
 func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
@@ -98,7 +101,10 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	v.Rows, err = inspect.Instances(ctx, s.st, p)
 	if errors.Is(err, inspect.ErrUnsupported) {
 		v.Problem = "This store cannot list stuck instances."
-	} else if err != nil {
+	} else if err == nil && p.Stuck {
+		v.Reasons, err = s.stuckReasons(ctx, v.Rows, time.Now())
+	}
+	if err != nil && !errors.Is(err, inspect.ErrUnsupported) {
 		s.storeFailed(w, r, "list instances", err)
 		return
 	}
@@ -159,12 +165,16 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 		dls, _, err = inspect.DeadLetters(ctx, s.st, &inspect.DeadLetterFilter{SagaType: typ, Key: key}, "", consolePage)
 		v.DeadLetters = s.deadLetterRows(ctx, dls)
 	}
+	var rs []store.Retry
+	if err == nil {
+		rs, err = s.retriesOf(ctx, k)
+	}
 	if err != nil {
 		s.storeFailed(w, r, "read saga details", err)
 		return
 	}
 	m, _ := s.e.Sagas()[typ].(grapher)
-	v.Why = buildWhy(whyInput{In: in, Machine: m, Timers: ts, DeadLetters: dls, Now: v.Now})
+	v.Why = buildWhy(whyInput{In: in, Machine: m, Timers: ts, DeadLetters: dls, Retries: rs, Now: v.Now})
 	v.Act = s.actionsFor(r, in, v.Why)
 	s.render(w, r, http.StatusOK, "instance", typ+" "+shorten(key, 40), v)
 }

@@ -26,6 +26,8 @@ type whyPanel struct {
 	Timers       []whyTimer
 	Requests     []whyTimer
 	DeadLetters  []store.DeadLetter
+	// Retries are the saga's messages being retried (console_retry.go).
+	Retries []store.Retry
 }
 
 // acceptedEvent is one event the saga's current state handles.
@@ -49,6 +51,7 @@ type whyInput struct {
 	Machine     grapher
 	Timers      []store.Timer
 	DeadLetters []store.DeadLetter
+	Retries     []store.Retry
 	Now         time.Time
 }
 
@@ -77,7 +80,11 @@ func buildWhy(in whyInput) *whyPanel {
 	if len(p.DeadLetters) > maxWhyDeadLetters {
 		p.DeadLetters = p.DeadLetters[:maxWhyDeadLetters]
 	}
+	p.Retries = in.Retries
 	p.Verdict, p.Kind = p.verdict(in.In, len(in.DeadLetters))
+	if v, ok := p.retrying(in.In, in.Now); ok {
+		p.Verdict, p.Kind = v, "warn"
+	}
 	return p
 }
 

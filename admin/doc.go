@@ -17,6 +17,7 @@
 //	POST   /api/sagas/{type}/{key}/end       {"reason": R, "version": N}: end it (final state idem.ended, timers cancelled)
 //	GET    /api/sagas/select?<filter>        count the active sagas a filter selects (at most 1,000), with the set's digest
 //	POST   /api/sagas/end?<filter>           {"reason": R, "digest": D}: end exactly the set counted (409 when it changed)
+//	GET    /api/sagas/{type}/{key}/retries   its messages being retried: attempt, last error, next attempt (501 when the store keeps none)
 //	GET    /api/dead-letters?type=&after=&limit=
 //	GET    /api/dead-letters?reason=&message_type=&key=&type=&after=&limit=
 //	GET    /api/dead-letters/counts?reason=&message_type=&key=&type=   counts by reason, and the count's as_of mark

@@ -332,12 +332,17 @@ type Changes struct {
 	// messages without dead-lettering them, so that a crash after the
 	// commit cannot leave their replays pending.
 	SettleReplays *SettleReplaysParams
+	// ClearRetries are the IDs of retries (see RetryRecorder) to delete in
+	// the same commit: the engine sets them, only on a RetryRecorder, for
+	// messages applied or dead-lettered after a failed delivery. A missing
+	// ID is not an error; a store without RetryRecorder ignores them.
+	ClearRetries []string
 }
 
 // Empty reports whether c holds no writes.
 func (c *Changes) Empty() bool {
 	return len(c.Inserts)+len(c.Updates)+len(c.Inbox)+len(c.Outbox)+len(c.Timers)+
-		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens) == 0 &&
+		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens)+len(c.ClearRetries) == 0 &&
 		(c.SettleReplays == nil || len(c.SettleReplays.IDs) == 0)
 }
 

@@ -45,6 +45,7 @@ type Store struct {
 	tokens    map[string]time.Time       // token inbox: ID → minted at
 	// deadMarks numbers the recordings of dead letters (deadletters.go).
 	deadMarks deadMarks
+	retries   map[string]*store.Retry // by ID; see retry.go
 }
 
 type outboxRow struct {
@@ -266,6 +267,9 @@ func (s *Store) apply(c *store.Changes) {
 	}
 	if c.SettleReplays != nil {
 		s.settleReplays(c.SettleReplays)
+	}
+	for _, id := range c.ClearRetries {
+		delete(s.retries, id)
 	}
 }
 

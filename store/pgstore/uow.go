@@ -336,6 +336,7 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 		return nil, err
 	}
 	queueSettleReplays(b, c.SettleReplays)
+	queueClearRetries(b, c)
 	if err := queueConsume(b, u.consume); err != nil {
 		return nil, err
 	}

@@ -323,6 +323,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 		}})
 	}
 	ops = append(ops, tokenOps(c)...)
+	ops = append(ops, clearRetryOps(c)...)
 	if len(u.enqueue) > 0 {
 		now := micros(time.Now())
 		for _, m := range u.enqueue {

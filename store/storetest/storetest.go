@@ -192,7 +192,7 @@ func Run(t *testing.T, f Features, newStore func(t *testing.T) store.Store) {
 		})
 		return s
 	}
-	for _, tc := range append(testCases, scheduleCases...) {
+	for _, tc := range slices.Concat(testCases, scheduleCases, retryCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, open(t))

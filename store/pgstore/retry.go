@@ -1,0 +1,104 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.RetryRecorder = (*Store)(nil)
+
+const retryCols = `id, saga_type, key, message_id, message_type, attempts, error, first_failed_at, last_failed_at, next_attempt_at`
+
+// recordRetrySQL replaces a retry but keeps its first_failed_at.
+const recordRetrySQL = `
+INSERT INTO idem_retries (` + retryCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+ON CONFLICT (id) DO UPDATE
+SET saga_type = excluded.saga_type, key = excluded.key, message_id = excluded.message_id, message_type = excluded.message_type,
+    attempts = excluded.attempts, error = excluded.error, last_failed_at = excluded.last_failed_at, next_attempt_at = excluded.next_attempt_at`
+
+const retriesOfSQL = `SELECT ` + retryCols + ` FROM idem_retries WHERE saga_type = $1 AND key = $2 ORDER BY first_failed_at, id LIMIT $3`
+
+// queryRetriesSQL: $1 the saga type (empty for any), $2 and $3 the
+// cursor, $4 whether there is one, $5 the limit.
+const queryRetriesSQL = `
+SELECT ` + retryCols + ` FROM idem_retries
+WHERE ($1 = '' OR saga_type = $1) AND (NOT $4 OR (first_failed_at, id) > ($2, $3))
+ORDER BY first_failed_at, id LIMIT $5`
+
+const clearRetriesSQL = `DELETE FROM idem_retries WHERE id = ANY($1::text[])`
+
+// RecordRetry stores r (see store.RetryRecorder) in a statement of its
+// own.
+func (s *Store) RecordRetry(ctx context.Context, r *store.Retry) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("pgstore: record retry: %w", err)
+	}
+	_, err := s.pool.Exec(ctx, recordRetrySQL, r.ID, r.SagaType, r.Key, r.MessageID, r.MessageType, r.Attempts, store.RetryText(r.Error),
+		r.FirstFailedAt, r.LastFailedAt, r.NextAttemptAt)
+	if err != nil {
+		return fmt.Errorf("pgstore: record retry %q: %w", r.ID, translate(err))
+	}
+	return nil
+}
+
+// Retries returns the retries of the saga k (see store.RetryRecorder).
+func (s *Store) Retries(ctx context.Context, k store.Key) ([]store.Retry, error) {
+	if !representable(k.SagaType, k.Key) {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, retriesOfSQL, k.SagaType, k.Key, store.MaxRetriesOf)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: retries of %s/%s: %w", k.SagaType, k.Key, translate(err))
+	}
+	out, err := scanRetries(rows)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: retries of %s/%s: %w", k.SagaType, k.Key, translate(err))
+	}
+	return out, nil
+}
+
+// QueryRetries returns one page of the retries q selects (see
+// store.RetryRecorder).
+func (s *Store) QueryRetries(ctx context.Context, q *store.RetryQuery) ([]store.Retry, error) {
+	if q == nil {
+		q = &store.RetryQuery{}
+	}
+	if !representable(q.SagaType, q.AfterID) {
+		return nil, fmt.Errorf("pgstore: query retries: %w", &store.RejectedError{Field: "retry query", Err: fmt.Errorf("saga type %.60q or cursor %.60q is not valid UTF-8 without U+0000", q.SagaType, q.AfterID)})
+	}
+	cursor := q.AfterID != "" || !q.AfterFirstFailedAt.IsZero()
+	rows, err := s.pool.Query(ctx, queryRetriesSQL, q.SagaType, q.AfterFirstFailedAt, q.AfterID, cursor, q.PageLimit())
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: query retries: %w", translate(err))
+	}
+	out, err := scanRetries(rows)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: query retries: %w", translate(err))
+	}
+	return out, nil
+}
+
+func scanRetries(rows pgx.Rows) ([]store.Retry, error) {
+	defer rows.Close()
+	var out []store.Retry
+	for rows.Next() {
+		var r store.Retry
+		if err := rows.Scan(&r.ID, &r.SagaType, &r.Key, &r.MessageID, &r.MessageType, &r.Attempts, &r.Error, &r.FirstFailedAt, &r.LastFailedAt, &r.NextAttemptAt); err != nil {
+			return nil, err
+		}
+		r.FirstFailedAt, r.LastFailedAt, r.NextAttemptAt = r.FirstFailedAt.UTC(), r.LastFailedAt.UTC(), r.NextAttemptAt.UTC()
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// queueClearRetries deletes the retries c clears, in the commit's batch.
+func queueClearRetries(b *pgx.Batch, c *store.Changes) {
+	if ids := representableIDs(c.ClearRetries); len(ids) > 0 {
+		b.Queue(clearRetriesSQL, ids)
+	}
+}
