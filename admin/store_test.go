@@ -25,6 +25,7 @@ type consoleStore interface {
 	transport.Transport
 	store.Scheduler
 	store.TokenStore
+	store.RetryRecorder
 	Close() error
 }
 
