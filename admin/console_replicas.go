@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemhq/idem/store"
 )
 
@@ -175,4 +177,25 @@ func lagText(sec float64) string {
 		return d.Round(time.Millisecond).String()
 	}
 	return span(d)
+}
+
+// collectReplicas exports idem_replicas: the replicas by state, when the
+// store keeps heartbeats. Every state has a sample, zero included.
+func (c *collector) collectReplicas(ctx context.Context, now time.Time, gauge func(*prometheus.Desc, float64, ...string)) {
+	rr, ok := c.st.(store.ReplicaRegistry)
+	if !ok {
+		return
+	}
+	rs, err := rr.Replicas(ctx, maxLimit)
+	if err != nil {
+		c.log.Warn("metrics: list the replicas", "error", err)
+		return
+	}
+	var n ReplicaCounts
+	for i := range rs {
+		n.add(rs[i].State(now))
+	}
+	gauge(c.replicas, float64(n.Alive), store.ReplicaAlive)
+	gauge(c.replicas, float64(n.Stopped), store.ReplicaStopped)
+	gauge(c.replicas, float64(n.Gone), store.ReplicaGone)
 }

@@ -121,3 +121,19 @@ func TestReplicasWithoutRegistry(t *testing.T) {
 		t.Errorf("GET /replicas: %d, want 200 saying the store keeps no heartbeats:\n%s", rec.Code, rec.Body)
 	}
 }
+
+// /metrics counts the replicas by state, read from the store at scrape.
+func TestMetricsReplicas(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	beatReplicas(t, b)
+	code, body := newBrowser(t, b).get("/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	for _, want := range []string{`idem_replicas{state="alive"} 1`, `idem_replicas{state="gone"} 1`, `idem_replicas{state="stopped"} 1`} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
