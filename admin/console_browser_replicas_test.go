@@ -66,6 +66,11 @@ func TestBrowserReplicas(t *testing.T) {
 	ctx, dialog := chrome(t)
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
+			shot := func(name string) { // the docs show SQLite's
+				if kind == "sqlite" {
+					screenshot(t, ctx, name)
+				}
+			}
 			st := openReplicaStore(t, kind)
 			var es []*idem.Engine
 			for range 2 {
@@ -86,6 +91,18 @@ func TestBrowserReplicas(t *testing.T) {
 			row := func(e *idem.Engine, state string) string {
 				return `tr[data-replica="` + e.ReplicaID() + `"][data-state="` + state + `"]`
 			}
+			// One message applied: a replica has a last batch to show.
+			env, err := served.NewEnvelope("inc-1", enginetest.Inc{Key: "k-1", N: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := served.PublishAndWait(context.Background(), env); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "a replica's heartbeat with its last batch", func() bool {
+				rs, err := st.Replicas(context.Background(), 10)
+				return err == nil && len(rs) == 2 && (!rs[0].LastBatchAt.IsZero() || !rs[1].LastBatchAt.IsZero())
+			})
 			var text string
 			run(t, ctx, "replicas page", chromedp.Navigate(srv.URL+"/replicas"),
 				chromedp.WaitVisible(row(served, "alive")), chromedp.WaitVisible(row(other, "alive")), chromedp.Text("#replica-counts", &text))
@@ -96,7 +113,11 @@ func TestBrowserReplicas(t *testing.T) {
 			if !strings.Contains(text, "this console") || !strings.Contains(text, "sagas="+enginetest.SagaType) {
 				t.Errorf("row of the console's replica: %q, want it marked and its configuration summary", text)
 			}
-			screenshot(t, ctx, "replicas-"+kind)
+			run(t, ctx, "the replicas table", chromedp.Text("#replicas", &text))
+			if strings.Count(text, "none yet") > 1 {
+				t.Errorf("replicas table after one applied message: %q, want a replica with a last batch", text)
+			}
+			shot("replicas")
 
 			if err := other.Stop(context.Background()); err != nil {
 				t.Fatal(err)
@@ -112,7 +133,7 @@ func TestBrowserReplicas(t *testing.T) {
 			if nested != 1 {
 				t.Errorf("after a refresh the page holds %d #replicas-live regions, want 1 (the poll nests its response)", nested)
 			}
-			screenshot(t, ctx, "replicas-stopped-"+kind)
+			shot("replicas-stopped")
 		})
 	}
 	if dialog.Load() {
