@@ -121,6 +121,10 @@ type Config struct {
 	// StopTimeout is how long Run waits, once its context ends, for the
 	// batch in flight to commit and settle. Default 10s.
 	StopTimeout time.Duration
+	// HeartbeatInterval is the pause between the heartbeats this replica
+	// writes to a store.ReplicaRegistry; a replica silent for three
+	// intervals is listed as gone. Default 10s.
+	HeartbeatInterval time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -139,6 +143,7 @@ func (c *Config) withDefaults() (Config, error) {
 		{"Retention", int64(out.Retention)}, {"OutboxRetention", int64(out.OutboxRetention)}, {"SweepInterval", int64(out.SweepInterval)},
 		{"SweepBatch", int64(out.SweepBatch)}, {"TimerInterval", int64(out.TimerInterval)}, {"RelayInterval", int64(out.RelayInterval)},
 		{"RelayAge", int64(out.RelayAge)}, {"ClaimLease", int64(out.ClaimLease)}, {"StopTimeout", int64(out.StopTimeout)},
+		{"HeartbeatInterval", int64(out.HeartbeatInterval)},
 	} {
 		if f.v < 0 {
 			return out, fmt.Errorf("idem: Config.%s is negative (%d): use 0 for the default or a positive value", f.name, f.v)
@@ -178,6 +183,7 @@ func (c *Config) withDefaults() (Config, error) {
 	defd(&out.RelayAge, 5*time.Second)
 	defd(&out.ClaimLease, 30*time.Second)
 	defd(&out.StopTimeout, 10*time.Second)
+	defd(&out.HeartbeatInterval, 10*time.Second)
 	if out.RetryMax < out.RetryBase {
 		return out, fmt.Errorf("idem: Config.RetryMax (%s) is below Config.RetryBase (%s): raise RetryMax", out.RetryMax, out.RetryBase)
 	}

@@ -64,6 +64,7 @@ type Engine struct {
 	sweeper  *sweeper
 	firer    *scheduleFirer
 	replays  *replays
+	beat     *heartbeat
 
 	mu      sync.Mutex // guards reg until Start, and the lifecycle
 	started bool
@@ -109,7 +110,8 @@ func newEngine(b *base) *Engine {
 	if b.cfg.Observe != nil { // told before the counters count the unit of work
 		obs = append(obs, observeFunc{fn: b.cfg.Observe})
 	}
-	obs = append(obs, cnt)
+	hb := newHeartbeat(b)
+	obs = append(obs, cnt, hb)
 	if b.cfg.Tracer != nil {
 		obs = append(obs, tracerObserver{})
 	}
@@ -125,6 +127,7 @@ func newEngine(b *base) *Engine {
 		sweeper: &sweeper{base: b},
 		firer:   &scheduleFirer{base: b},
 		replays: &replays{base: b},
+		beat:    hb,
 	}
 	return e
 }
@@ -271,7 +274,8 @@ func (e *Engine) services() []service {
 	if len(e.reg.schedules) > 0 {
 		e.timers.schedules = e.firer
 	}
-	out := []service{e.timers, e.sweeper}
+	e.beat.reg = e.reg
+	out := []service{e.timers, e.sweeper, e.beat}
 	if !e.caps.queue {
 		out = append(out, e.relay)
 	}

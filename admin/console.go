@@ -142,6 +142,7 @@ func (s *Server) routeConsole() {
 	page("POST /timers/reschedule", s.actRescheduleTimer)
 	s.routeConsoleSchedules()
 	s.routeActions()
+	s.routeConsoleReplicas()
 	page("POST /logout", s.logout)
 	s.mux.HandleFunc("GET /login", s.loginForm)
 	s.mux.HandleFunc("POST /login", s.login)

@@ -34,6 +34,7 @@
 //	POST   /api/schedules/{name}/resume      resume it (missed ticks follow its policy)
 //	DELETE /api/schedules/{name}             delete it
 //	POST   /api/schedules/{name}/fire        fire its next tick now, under that tick's ID (202)
+//	GET    /api/replicas?limit=              engine replicas from their heartbeats, with their state (501 when the store keeps none)
 //	POST   /api/messages                     submit a message (202)
 //
 // Path values ({key}, {id}) are path-escaped by the client: a key with a
@@ -62,7 +63,8 @@
 // /: overview, saga types drawn as SVG, instances with filters and a
 // stuck view, each instance's journal, timers and dead letters, dead
 // letters with single and bulk replay and purge, timers with cancel
-// and reschedule, and recurring schedules with pause and resume. Mount
+// and reschedule, recurring schedules with pause and resume, and the
+// engine replicas with their heartbeats. Mount
 // the Server at a prefix with http.StripPrefix: the console finds its
 // prefix from the request.
 //

@@ -104,6 +104,7 @@ type collector struct {
 
 	typeMessages, typeDead, typeConflicts, typeLeaseLost, typeRedelivered, typeRawKeys *prometheus.Desc
 	queueReady, queueUnacked, queueUp, rows                                            *prometheus.Desc
+	replicas                                                                           *prometheus.Desc // console_replicas.go
 }
 
 func newCollector(e *idem.Engine, st store.Store, log *slog.Logger, timeout time.Duration) *collector {
@@ -136,6 +137,7 @@ func newCollector(e *idem.Engine, st store.Store, log *slog.Logger, timeout time
 		queueUnacked:    d("idem_queue_unacked", "Messages the transport handed out that are not settled yet, when the transport can count them."),
 		queueUp:         d("idem_queue_up", "1 when the transport answered the last scrape's count, 0 otherwise; absent when it cannot count."),
 		rows:            d("idem_store_rows", "Estimated rows by table, when the store can estimate them without a scan.", "table"),
+		replicas:        d("idem_replicas", "Engine replicas by state (alive, stopped, gone) from the heartbeats in the store, when it keeps them: every replica reports the same numbers, so aggregate with max.", "state"),
 	}
 }
 
@@ -143,7 +145,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.messages, c.received, c.conflicts, c.retries, c.stale, c.emitted,
 		c.relayed, c.fired, c.swept, c.backlog, c.oldest, c.timerLag, c.storeUp,
 		c.typeMessages, c.typeDead, c.typeConflicts, c.typeLeaseLost, c.typeRedelivered, c.typeRawKeys,
-		c.queueReady, c.queueUnacked, c.queueUp, c.rows} {
+		c.queueReady, c.queueUnacked, c.queueUp, c.rows, c.replicas} {
 		ch <- d
 	}
 }
@@ -234,4 +236,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.rows, float64(n), table)
 		}
 	}
+	c.collectReplicas(ctx, now, gauge)
 }

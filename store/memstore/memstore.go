@@ -43,6 +43,7 @@ type Store struct {
 	dead      map[string]*store.DeadLetter
 	schedules map[string]*store.Schedule // by name; see schedule.go
 	tokens    map[string]time.Time       // token inbox: ID → minted at
+	replicas  map[string]*store.Replica  // by ID; see replica.go
 	// deadMarks numbers the recordings of dead letters (deadletters.go).
 	deadMarks deadMarks
 	retries   map[string]*store.Retry // by ID; see retry.go

@@ -1,0 +1,104 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemhq/idem/internal/sqlq"
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.ReplicaRegistry = (*Store)(nil)
+
+// heartbeatSQL replaces the replica unless the stored beat is later.
+const heartbeatSQL = `
+INSERT INTO idem_replicas (id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+ON CONFLICT (id) DO UPDATE
+SET host = excluded.host, version = excluded.version, started_at = excluded.started_at, config = excluded.config,
+    lanes = excluded.lanes, consumers = excluded.consumers, last_batch_at = excluded.last_batch_at, lag_ns = excluded.lag_ns,
+    interval_ns = excluded.interval_ns, beat_at = excluded.beat_at, stopped_at = excluded.stopped_at
+WHERE excluded.beat_at >= idem_replicas.beat_at`
+
+const replicaCols = `id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at`
+
+// Heartbeat creates or replaces the replica r.ID, unless the stored one has
+// a later BeatAt. A string PostgreSQL cannot store (U+0000, invalid UTF-8)
+// fails with an error wrapping store.ErrRejected.
+func (s *Store) Heartbeat(ctx context.Context, r *store.Replica) error {
+	if err := s.check("heartbeat"); err != nil {
+		return err
+	}
+	cfg, err := sqlq.ReplicaConfigJSON(r.Config)
+	if err != nil {
+		return fmt.Errorf("pgstore: heartbeat %q: %w", r.ID, err)
+	}
+	_, err = s.pool.Exec(ctx, heartbeatSQL, r.ID, r.Host, r.Version, r.StartedAt, cfg, r.Lanes, r.Consumers,
+		nullTime(r.LastBatchAt), int64(r.Lag), int64(r.Interval), r.BeatAt, nullTime(r.StoppedAt))
+	if err != nil {
+		return fmt.Errorf("pgstore: heartbeat %q: %w", r.ID, translate(err))
+	}
+	return nil
+}
+
+// Replicas returns at most limit replicas, the most recently started first.
+func (s *Store) Replicas(ctx context.Context, limit int) ([]store.Replica, error) {
+	if err := s.check("replicas"); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+replicaCols+` FROM idem_replicas ORDER BY started_at DESC, id COLLATE "C" LIMIT $1`, sqlq.Limit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: replicas: %w", translate(err))
+	}
+	out, err := scanReplicas(rows)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: replicas: %w", translate(err))
+	}
+	return out, nil
+}
+
+// PruneReplicas deletes the replicas whose last beat is before before.
+func (s *Store) PruneReplicas(ctx context.Context, before time.Time) (int, error) {
+	if err := s.check("prune replicas"); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idem_replicas WHERE beat_at < $1`, before)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: prune replicas: %w", translate(err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func nullTime(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
+
+func scanReplicas(rows pgx.Rows) ([]store.Replica, error) {
+	defer rows.Close()
+	var out []store.Replica
+	for rows.Next() {
+		var r store.Replica
+		var cfg string
+		var lag, interval int64
+		var lastBatch, stopped pgtype.Timestamptz
+		if err := rows.Scan(&r.ID, &r.Host, &r.Version, &r.StartedAt, &cfg, &r.Lanes, &r.Consumers, &lastBatch, &lag, &interval, &r.BeatAt, &stopped); err != nil {
+			return nil, err
+		}
+		c, err := sqlq.DecodeReplicaConfig([]byte(cfg))
+		if err != nil {
+			return nil, fmt.Errorf("replica %q: %w", r.ID, err)
+		}
+		r.Config, r.Lag, r.Interval = c, time.Duration(lag), time.Duration(interval)
+		if lastBatch.Valid {
+			r.LastBatchAt = lastBatch.Time
+		}
+		if stopped.Valid {
+			r.StoppedAt = stopped.Time
+		}
+		normalizeTimes(&r.StartedAt, &r.BeatAt, &r.LastBatchAt, &r.StoppedAt)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

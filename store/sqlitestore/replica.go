@@ -1,0 +1,95 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem/internal/sqlq"
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.ReplicaRegistry = (*Store)(nil)
+
+// heartbeatSQL replaces the replica unless the stored beat is later.
+const heartbeatSQL = `
+INSERT INTO idem_replicas (id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+ON CONFLICT (id) DO UPDATE
+SET host = excluded.host, version = excluded.version, started_at = excluded.started_at, config = excluded.config,
+    lanes = excluded.lanes, consumers = excluded.consumers, last_batch_at = excluded.last_batch_at, lag_ns = excluded.lag_ns,
+    interval_ns = excluded.interval_ns, beat_at = excluded.beat_at, stopped_at = excluded.stopped_at
+WHERE excluded.beat_at >= idem_replicas.beat_at`
+
+const replicaCols = `id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at`
+
+// Heartbeat creates or replaces the replica r.ID, unless the stored one has
+// a later BeatAt.
+func (s *Store) Heartbeat(ctx context.Context, r *store.Replica) error {
+	cfg, err := sqlq.ReplicaConfigJSON(r.Config)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: heartbeat %q: %w", r.ID, err)
+	}
+	err = s.write(ctx, "heartbeat", 0, func(w *writer) error {
+		_, err := w.exec(heartbeatSQL, r.ID, r.Host, r.Version, micros(r.StartedAt), cfg, r.Lanes, r.Consumers,
+			nullMicros(r.LastBatchAt), int64(r.Lag), int64(r.Interval), micros(r.BeatAt), nullMicros(r.StoppedAt))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: heartbeat %q: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Replicas returns at most limit replicas, the most recently started first.
+func (s *Store) Replicas(ctx context.Context, limit int) ([]store.Replica, error) {
+	if err := s.check("replicas"); err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+replicaCols+` FROM idem_replicas ORDER BY started_at DESC, id LIMIT ?1`, sqlq.Limit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: replicas: %w", err)
+	}
+	out, err := scanReplicas(rows)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: replicas: %w", err)
+	}
+	return out, nil
+}
+
+// PruneReplicas deletes the replicas whose last beat is before before.
+func (s *Store) PruneReplicas(ctx context.Context, before time.Time) (int, error) {
+	var n int64
+	err := s.write(ctx, "prune replicas", 0, func(w *writer) error {
+		var err error
+		n, err = w.exec(`DELETE FROM idem_replicas WHERE beat_at < ?1`, micros(before))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: prune replicas: %w", err)
+	}
+	return int(n), nil
+}
+
+func scanReplicas(rows *sql.Rows) ([]store.Replica, error) {
+	defer rows.Close()
+	var out []store.Replica
+	for rows.Next() {
+		var r store.Replica
+		var started, beat, lag, interval int64
+		var cfg string
+		var lastBatch, stopped sql.NullInt64
+		if err := rows.Scan(&r.ID, &r.Host, &r.Version, &started, &cfg, &r.Lanes, &r.Consumers, &lastBatch, &lag, &interval, &beat, &stopped); err != nil {
+			return nil, err
+		}
+		c, err := sqlq.DecodeReplicaConfig([]byte(cfg))
+		if err != nil {
+			return nil, fmt.Errorf("replica %q: %w", r.ID, err)
+		}
+		r.Config, r.Lag, r.Interval = c, time.Duration(lag), time.Duration(interval)
+		r.StartedAt, r.BeatAt, r.LastBatchAt, r.StoppedAt = fromMicros(started), fromMicros(beat), fromNullMicros(lastBatch), fromNullMicros(stopped)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
