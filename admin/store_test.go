@@ -26,6 +26,7 @@ type consoleStore interface {
 	store.Scheduler
 	store.TokenStore
 	store.RetryRecorder
+	store.ReplicaRegistry
 	Close() error
 }
 
