@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,6 +105,9 @@ type collector struct {
 
 	typeMessages, typeDead, typeConflicts, typeLeaseLost, typeRedelivered, typeRawKeys *prometheus.Desc
 	queueReady, queueUnacked, queueUp, rows                                            *prometheus.Desc
+
+	stored    *storeGauges
+	buildInfo prometheus.Metric
 }
 
 func newCollector(e *idem.Engine, st store.Store, log *slog.Logger, timeout time.Duration) *collector {
@@ -136,6 +140,8 @@ func newCollector(e *idem.Engine, st store.Store, log *slog.Logger, timeout time
 		queueUnacked:    d("idem_queue_unacked", "Messages the transport handed out that are not settled yet, when the transport can count them."),
 		queueUp:         d("idem_queue_up", "1 when the transport answered the last scrape's count, 0 otherwise; absent when it cannot count."),
 		rows:            d("idem_store_rows", "Estimated rows by table, when the store can estimate them without a scan.", "table"),
+		stored:          newStoreGauges(st, log),
+		buildInfo:       newBuildInfo(debug.ReadBuildInfo()),
 	}
 }
 
@@ -146,6 +152,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.queueReady, c.queueUnacked, c.queueUp, c.rows} {
 		ch <- d
 	}
+	c.stored.describe(ch)
+	ch <- c.buildInfo.Desc()
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -212,7 +220,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.timerLag, lag)
 	}
+	if !c.stored.collect(ctx, ch, now) {
+		up = 0
+	}
 	gauge(c.storeUp, up)
+	ch <- c.buildInfo
 
 	if pc, ok := c.e.Transport().(transport.PendingCounter); ok {
 		ready, unacked, err := pc.Pending(ctx)
