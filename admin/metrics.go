@@ -374,7 +374,11 @@ func (r *storeRead) read(ctx context.Context) {
 		for _, c := range counts {
 			r.gauge(r.g.sagas, float64(c.Count), c.SagaType, c.State, c.Status)
 		}
-		r.gauge(r.g.sagasEstimated, map[bool]float64{true: 0, false: 1}[exact])
+		estimated := 1.0
+		if exact {
+			estimated = 0
+		}
+		r.gauge(r.g.sagasEstimated, estimated)
 	}
 	if ts, ok := st.(store.TokenSweeper); ok {
 		n, err := ts.CountStaleTokens(ctx, &store.StaleTokens{MintedBefore: r.now.Add(-UnclaimedTokenAge), Limit: StoreGaugeBound})

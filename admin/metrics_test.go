@@ -378,3 +378,89 @@ func metricsStores(t *testing.T) map[string]store.Store {
 	out["postgres"] = pg
 	return out
 }
+
+// metricsScaleSchema is BenchmarkMetricsStoreGauges's schema: the console
+// benchmark's data (1,000,000 instances, 100,000 dead letters, 50,000
+// timers), seeded once and kept; drop it to reseed.
+const metricsScaleSchema = "bench_metrics_v1"
+
+// BenchmarkMetricsStoreGauges measures one read of the store gauges on
+// PostgreSQL at the console benchmark's scale: each op is the first scrape
+// of a new handler, so it reads the store (the later scrapes of a minute
+// repeat its values).
+//
+//	IDEM_TEST_PG_URL=postgres://... go test -run '^$' -bench BenchmarkMetricsStoreGauges -benchtime 20x ./admin/
+func BenchmarkMetricsStoreGauges(b *testing.B) {
+	url := os.Getenv("IDEM_TEST_PG_URL")
+	if url == "" {
+		b.Skip("IDEM_TEST_PG_URL is not set: the metrics scale benchmark needs PostgreSQL")
+	}
+	ctx := context.Background()
+	st, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: metricsScaleSchema, Migrate: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	var n int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM idem_dead_letters`).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	if n == 0 {
+		start := time.Now()
+		for _, q := range scaleSeedSQL {
+			if _, err := st.Pool().Exec(ctx, q); err != nil {
+				b.Fatalf("seed %s: %v", metricsScaleSchema, err)
+			}
+		}
+		b.Logf("seeded %s in %s", metricsScaleSchema, time.Since(start).Round(time.Second))
+	}
+	e, err := idem.NewEngine(st, st, &idem.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		h, err := admin.New(e, st, &admin.Config{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil))
+		if !strings.Contains(rec.Body.String(), "idem_store_up 1") {
+			b.Fatalf("metrics: the store did not answer:\n%s", rec.Body)
+		}
+	}
+}
+
+// A stored saga type or state that Prometheus refuses as a label value
+// (invalid UTF-8) leaves that gauge out; markup and NUL are exported as
+// text, and the other gauges still are.
+func TestMetricsStoreGaugesHostileLabels(t *testing.T) {
+	st := memstore.New(nil)
+	defer st.Close()
+	now := time.Now()
+	inst := func(typ, state string) *store.Instance {
+		return &store.Instance{SagaType: typ, Key: "k", State: state, Data: []byte(`{}`), Version: 1, CreatedAt: now, UpdatedAt: now}
+	}
+	commitChanges(t, st, &store.Changes{Inserts: []*store.Instance{
+		inst("bad\xff", "S"), inst("order", "<script>alert(1)</script>"), inst("nul\x00type", "S"),
+	}})
+	tr := memtransport.New(nil)
+	defer tr.Close()
+	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(e, st, &admin.Config{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := scrape(t, h)
+	wantLines(t, body,
+		`idem_sagas{saga_type="order",state="<script>alert(1)</script>",status="active"} 1`+"\n",
+		"idem_sagas_estimated 0\n", "idem_store_up 1\n")
+	if strings.Contains(body, "bad") {
+		t.Errorf("metrics: a saga type with invalid UTF-8 was exported:\n%s", body)
+	}
+}
