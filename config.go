@@ -105,6 +105,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// SweepBatch bounds the rows one sweep statement deletes. Default 1000.
 	SweepBatch int
+	// TokenRetention is how long a dedup token minted and never claimed
+	// is kept before the sweeper deletes it, on a store that is a
+	// store.TokenSweeper. A message whose token was deleted is skipped as
+	// a duplicate if it arrives later, or is replayed from the dead
+	// letters: keep it longer than any message can wait, dead letters
+	// included. Default DefaultTokenRetention (30 days).
+	TokenRetention time.Duration
 
 	// TimerInterval is the pause between polls for due timers and, on an
 	// engine that registered schedules, for due schedule ticks. Default 1s.
@@ -141,7 +148,7 @@ func (c *Config) withDefaults() (Config, error) {
 		{"MaxAttempts", int64(out.MaxAttempts)}, {"RetryBase", int64(out.RetryBase)}, {"RetryMax", int64(out.RetryMax)},
 		{"ConflictRetries", int64(out.ConflictRetries)}, {"MaxKeyLen", int64(out.MaxKeyLen)}, {"MaxBodyBytes", int64(out.MaxBodyBytes)},
 		{"Retention", int64(out.Retention)}, {"OutboxRetention", int64(out.OutboxRetention)}, {"SweepInterval", int64(out.SweepInterval)},
-		{"SweepBatch", int64(out.SweepBatch)}, {"TimerInterval", int64(out.TimerInterval)}, {"RelayInterval", int64(out.RelayInterval)},
+		{"SweepBatch", int64(out.SweepBatch)}, {"TokenRetention", int64(out.TokenRetention)}, {"TimerInterval", int64(out.TimerInterval)}, {"RelayInterval", int64(out.RelayInterval)},
 		{"RelayAge", int64(out.RelayAge)}, {"ClaimLease", int64(out.ClaimLease)}, {"StopTimeout", int64(out.StopTimeout)},
 		{"HeartbeatInterval", int64(out.HeartbeatInterval)},
 	} {
@@ -178,6 +185,7 @@ func (c *Config) withDefaults() (Config, error) {
 	defd(&out.Retention, 7*24*time.Hour)
 	defd(&out.OutboxRetention, time.Hour)
 	defd(&out.SweepInterval, time.Minute)
+	defd(&out.TokenRetention, DefaultTokenRetention)
 	defd(&out.TimerInterval, time.Second)
 	defd(&out.RelayInterval, time.Second)
 	defd(&out.RelayAge, 5*time.Second)
@@ -192,3 +200,8 @@ func (c *Config) withDefaults() (Config, error) {
 
 // defaultMaxKeyLen is Config.MaxKeyLen's default.
 const defaultMaxKeyLen = 256
+
+// DefaultTokenRetention is Config.TokenRetention's default: four times
+// Config.Retention's, so that a dead letter kept a few weeks can still be
+// replayed with its token.
+const DefaultTokenRetention = 30 * 24 * time.Hour

@@ -133,12 +133,37 @@ type Observation struct {
 	// ("idem.handler" for plain handlers, "" for messages refused before
 	// their saga was known).
 	SagaTypes []string
+
+	results   []result  // the unit of work's outcomes, for PublishToCommit
+	committed time.Time // when its commit ended
 }
 
-// observeFunc is Config.Observe as an observer.
+// PublishToCommit calls yield, in order, with the publish-to-commit latency
+// of each message the unit of work applied: the time from its envelope's
+// SentAt to the end of the commit, on this process's clock. Messages
+// without a SentAt are left out; a SentAt after the commit (the sender's
+// clock ahead of this one) counts as 0. It stops when yield returns false.
+// It allocates nothing, and may be called only during the Config.Observe
+// call that received o: the engine reuses what it reads afterwards.
+func (o Observation) PublishToCommit(yield func(time.Duration) bool) {
+	for i := range o.results {
+		r := &o.results[i]
+		sent := r.it.d.Envelope.SentAt
+		if r.o.kind != OutcomeApplied || sent.IsZero() {
+			continue
+		}
+		if !yield(max(o.committed.Sub(sent), 0)) {
+			return
+		}
+	}
+}
+
+// observeFunc is Config.Observe as an observer. now, nil for time.Now,
+// dates the commits for Observation.PublishToCommit.
 type observeFunc struct {
 	quiet
-	fn func(Observation)
+	fn  func(Observation)
+	now func() time.Time
 }
 
 func (f observeFunc) committed(a *attempt, took time.Duration, tries int) {
@@ -154,7 +179,12 @@ func (f observeFunc) committed(a *attempt, took time.Duration, tries int) {
 			types = append(types, it.typ)
 		}
 	}
-	f.fn(Observation{Messages: len(a.items), Applied: applied, Duration: took, Conflicts: tries - 1, SagaTypes: types})
+	now := time.Now
+	if f.now != nil {
+		now = f.now
+	}
+	f.fn(Observation{Messages: len(a.items), Applied: applied, Duration: took, Conflicts: tries - 1, SagaTypes: types,
+		results: a.results, committed: now()})
 }
 
 // tracerObserver ends the spans of Config.Tracer: each message's span with

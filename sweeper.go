@@ -10,8 +10,10 @@ import (
 // sweeper is the background service that deletes, every
 // Config.SweepInterval and in batches of Config.SweepBatch, finished sagas
 // older than Config.Retention (with their inbox records, timers and
-// journal), handler inbox records older than Config.Retention, and sent
-// outbox rows older than Config.OutboxRetention.
+// journal), handler inbox records older than Config.Retention, sent
+// outbox rows older than Config.OutboxRetention and, on a store that is a
+// store.TokenSweeper, dedup tokens nobody claimed within
+// Config.TokenRetention.
 type sweeper struct{ *base }
 
 // run sweeps until ctx ends.
@@ -43,8 +45,35 @@ func (s *sweeper) pass(ctx context.Context) (total store.SweepResult, err error)
 		total.Inbox += r.Inbox
 		total.Outbox += r.Outbox
 		if r.Instances < s.cfg.SweepBatch && r.Inbox < s.cfg.SweepBatch && r.Outbox < s.cfg.SweepBatch {
+			if err := s.sweepTokens(ctx); err != nil {
+				return total, err
+			}
 			s.obs.passed(TaskSweep, total.Instances, 0)
 			return total, nil
+		}
+	}
+}
+
+// sweepTokens deletes the tokens minted before Config.TokenRetention ago,
+// in batches, when the store can (store.TokenSweeper).
+func (s *sweeper) sweepTokens(ctx context.Context) error {
+	ts, ok := s.store.(store.TokenSweeper)
+	if !ok {
+		return nil
+	}
+	p := &store.StaleTokens{MintedBefore: s.cfg.Clock().Add(-s.cfg.TokenRetention), Limit: s.cfg.SweepBatch}
+	swept := 0
+	for {
+		n, err := ts.SweepTokens(ctx, p)
+		swept += n
+		if err != nil {
+			return fmt.Errorf("idem: sweep tokens: %w", err)
+		}
+		if n < p.Limit {
+			if swept > 0 {
+				s.log.InfoContext(ctx, "swept unclaimed dedup tokens", "tokens", swept, "minted_before", p.MintedBefore)
+			}
+			return nil
 		}
 	}
 }

@@ -3,18 +3,23 @@ package admin
 import (
 	"context"
 	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
 
 // Observer records the duration of every committed unit of work in the
 // histograms idem_unit_of_work_seconds and, by saga type,
-// idem_transition_seconds. Create it with NewObserver before the engine, set
+// idem_transition_seconds, and the publish-to-commit latency of every
+// applied message in idem_publish_to_commit_seconds. Create it with NewObserver before the engine, set
 // its Observe method as idem.Config.Observe, and pass it in Config.Observer.
 // It is a prometheus.Collector of its histograms. Its methods are safe for
 // concurrent use and never block.
@@ -22,6 +27,7 @@ type Observer struct {
 	uow        prometheus.Histogram
 	messages   prometheus.Histogram
 	transition *prometheus.HistogramVec
+	publish    prometheus.Histogram
 }
 
 var _ prometheus.Collector = (*Observer)(nil)
@@ -47,14 +53,24 @@ func NewObserver() *Observer {
 			Help:    "Time from Begin to the end of Commit of each committed unit of work, once for each saga type among its messages.",
 			Buckets: latencyBuckets,
 		}, []string{"saga_type"}),
+		publish: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idem_publish_to_commit_seconds",
+			Help:    "Time from each applied message's SentAt (stamped by its sender) to the end of the commit that applied it: queueing, retries and the unit of work together. Clock skew between sender and engine shifts it; a SentAt in the future counts as 0.",
+			Buckets: publishBuckets,
+		}),
 	}
 }
+
+// publishBuckets span 1ms to about 9 minutes: a message may wait in the
+// queue, or be retried, far longer than a unit of work takes.
+var publishBuckets = prometheus.ExponentialBuckets(0.001, 2, 20)
 
 // Describe implements prometheus.Collector.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.uow.Describe(ch)
 	o.messages.Describe(ch)
 	o.transition.Describe(ch)
+	o.publish.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -62,6 +78,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.uow.Collect(ch)
 	o.messages.Collect(ch)
 	o.transition.Collect(ch)
+	o.publish.Collect(ch)
 }
 
 // typeLabel is the saga_type label of a type: "none" for messages refused
@@ -81,6 +98,10 @@ func (o *Observer) Observe(ob idem.Observation) {
 	for _, t := range ob.SagaTypes {
 		o.transition.WithLabelValues(typeLabel(t)).Observe(ob.Duration.Seconds())
 	}
+	ob.PublishToCommit(func(d time.Duration) bool {
+		o.publish.Observe(d.Seconds())
+		return true
+	})
 }
 
 // RowEstimator is store.RowEstimator, which /metrics exports as
@@ -105,6 +126,9 @@ type collector struct {
 	typeMessages, typeDead, typeConflicts, typeLeaseLost, typeRedelivered, typeRawKeys *prometheus.Desc
 	queueReady, queueUnacked, queueUp, rows                                            *prometheus.Desc
 	replicas                                                                           *prometheus.Desc // console_replicas.go
+
+	stored    *storeGauges
+	buildInfo prometheus.Metric
 }
 
 func newCollector(e *idem.Engine, st store.Store, log *slog.Logger, timeout time.Duration) *collector {
@@ -138,6 +162,8 @@ func newCollector(e *idem.Engine, st store.Store, log *slog.Logger, timeout time
 		queueUp:         d("idem_queue_up", "1 when the transport answered the last scrape's count, 0 otherwise; absent when it cannot count."),
 		rows:            d("idem_store_rows", "Estimated rows by table, when the store can estimate them without a scan.", "table"),
 		replicas:        d("idem_replicas", "Engine replicas by state (alive, stopped, gone) from the heartbeats in the store, when it keeps them: every replica reports the same numbers, so aggregate with max.", "state"),
+		stored:          newStoreGauges(st, log),
+		buildInfo:       newBuildInfo(debug.ReadBuildInfo()),
 	}
 }
 
@@ -148,6 +174,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.queueReady, c.queueUnacked, c.queueUp, c.rows, c.replicas} {
 		ch <- d
 	}
+	c.stored.describe(ch)
+	ch <- c.buildInfo.Desc()
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -214,7 +242,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.timerLag, lag)
 	}
+	if !c.stored.collect(ctx, ch, now) {
+		up = 0
+	}
 	gauge(c.storeUp, up)
+	ch <- c.buildInfo
 
 	if pc, ok := c.e.Transport().(transport.PendingCounter); ok {
 		ready, unacked, err := pc.Pending(ctx)
@@ -237,4 +269,219 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	c.collectReplicas(ctx, now, gauge)
+}
+
+// StoreGaugeInterval is how often /metrics reads the store's gauges
+// (idem_dead_letters_stored, idem_dead_letters_unresolved,
+// idem_timers_pending, idem_sagas, idem_tokens_unclaimed_stale): the
+// first scrape after it reads them, and the scrapes in between repeat the
+// last values. Each read costs one query per gauge, so their cost does not
+// grow with the scrape rate or the number of Prometheus servers.
+const StoreGaugeInterval = time.Minute
+
+// StoreGaugeBound is how many rows a store gauge counts exactly: above it,
+// idem_dead_letters_stored and idem_timers_pending are the store's
+// estimate (store.RowEstimator), and idem_tokens_unclaimed_stale stays at
+// the bound.
+const StoreGaugeBound = 10_000
+
+// UnclaimedTokenAge is how old an unclaimed dedup token must be to count
+// in idem_tokens_unclaimed_stale: a tokened message is claimed within
+// seconds, or within minutes when it is retried, so an older token's
+// message was lost, is dead-lettered, or waits for a consumer that is
+// down.
+const UnclaimedTokenAge = time.Hour
+
+// storeGauges reads what the store holds, every process's alike, at most
+// once per StoreGaugeInterval.
+type storeGauges struct {
+	st  store.Store
+	log *slog.Logger
+
+	deadLetters, unresolved, timers, sagas, sagasEstimated, staleTokens *prometheus.Desc
+
+	mu     sync.Mutex
+	readAt time.Time
+	last   []prometheus.Metric
+}
+
+func newStoreGauges(st store.Store, log *slog.Logger) *storeGauges {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &storeGauges{
+		st: st, log: log,
+		deadLetters:    d("idem_dead_letters_stored", "Dead letters the store holds, resolved or not: exact up to 10000, the store's estimate above."),
+		unresolved:     d("idem_dead_letters_unresolved", "Stored dead letters no replay resolved (never replayed, or the latest replay failed): the ones waiting for an operator."),
+		timers:         d("idem_timers_pending", "Timers the store holds, due or not: exact up to 10000, the store's estimate above."),
+		sagas:          d("idem_sagas", "Saga instances by saga type, state and status (active, finished); an estimate on PostgreSQL above 200000 instances (see idem_sagas_estimated).", "saga_type", "state", "status"),
+		sagasEstimated: d("idem_sagas_estimated", "1 when idem_sagas holds estimates (PostgreSQL statistics or a sample), 0 when it holds exact counts."),
+		staleTokens:    d("idem_tokens_unclaimed_stale", "Dedup tokens minted over an hour ago and never claimed, counted up to 10000."),
+	}
+}
+
+func (g *storeGauges) describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{g.deadLetters, g.unresolved, g.timers, g.sagas, g.sagasEstimated, g.staleTokens} {
+		ch <- d
+	}
+}
+
+// collect sends the store gauges, reading them again when the last read is
+// StoreGaugeInterval old. It reports false when a read failed: the gauges
+// that failed are left out, and the next scrape reads again.
+func (g *storeGauges) collect(ctx context.Context, ch chan<- prometheus.Metric, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ok := true
+	if g.readAt.IsZero() || now.Sub(g.readAt) >= StoreGaugeInterval || now.Before(g.readAt) {
+		r := storeRead{g: g, now: now}
+		r.read(ctx)
+		g.last, ok = r.out, !r.failed
+		if ok {
+			g.readAt = now
+		} else {
+			g.readAt = time.Time{}
+		}
+	}
+	for _, m := range g.last {
+		ch <- m
+	}
+	return ok
+}
+
+// storeRead is one read of the store gauges.
+type storeRead struct {
+	g      *storeGauges
+	now    time.Time
+	out    []prometheus.Metric
+	failed bool
+	est    map[string]int64
+}
+
+func (r *storeRead) read(ctx context.Context) {
+	st := r.g.st
+	r.count(ctx, r.g.deadLetters, store.TableDeadLetters)
+	r.count(ctx, r.g.timers, store.TableTimers)
+	if dq, ok := st.(store.DeadLetterQuerier); ok {
+		c, err := dq.CountDeadLetters(ctx, &store.DeadLetterQuery{State: store.DeadLettersUnresolved})
+		if r.check(err, "count unresolved dead letters") {
+			n := 0
+			for _, k := range c.ByReason {
+				n += k
+			}
+			r.gauge(r.g.unresolved, float64(n))
+		}
+	}
+	counts, exact, err := inspect.Counts(ctx, st)
+	if r.check(err, "count sagas by state") {
+		for _, c := range counts {
+			r.gauge(r.g.sagas, float64(c.Count), c.SagaType, c.State, c.Status)
+		}
+		estimated := 1.0
+		if exact {
+			estimated = 0
+		}
+		r.gauge(r.g.sagasEstimated, estimated)
+	}
+	if ts, ok := st.(store.TokenSweeper); ok {
+		n, err := ts.CountStaleTokens(ctx, &store.StaleTokens{MintedBefore: r.now.Add(-UnclaimedTokenAge), Limit: StoreGaugeBound})
+		if r.check(err, "count stale tokens") {
+			r.gauge(r.g.staleTokens, float64(n))
+		}
+	}
+}
+
+// check logs err, if any, and reports whether there was none.
+func (r *storeRead) check(err error, what string) bool {
+	if err != nil {
+		r.g.log.Warn("metrics: "+what, "error", err)
+		r.failed = true
+	}
+	return err == nil
+}
+
+// gauge adds a gauge; a label value Prometheus refuses (invalid UTF-8 in a
+// stored saga type or state) leaves that one out, logged.
+func (r *storeRead) gauge(d *prometheus.Desc, v float64, labels ...string) {
+	m, err := prometheus.NewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	if err != nil {
+		r.g.log.Warn("metrics: a store gauge has a label Prometheus refuses", "error", err)
+		return
+	}
+	r.out = append(r.out, m)
+}
+
+// count adds the rows of table: counted exactly up to StoreGaugeBound
+// (store.RowCounter), estimated above (store.RowEstimator). A store that
+// can do neither has no such gauge.
+func (r *storeRead) count(ctx context.Context, d *prometheus.Desc, table string) {
+	rc, counts := r.g.st.(store.RowCounter)
+	re, estimates := r.g.st.(store.RowEstimator)
+	n := int64(0)
+	switch {
+	case counts:
+		var err error
+		if n, err = rc.CountRows(ctx, table, StoreGaugeBound); !r.check(err, "count "+table) {
+			return
+		}
+		if n < StoreGaugeBound || !estimates {
+			r.gauge(d, float64(n))
+			return
+		}
+	case !estimates:
+		return
+	}
+	if r.est == nil {
+		est, err := re.EstimateRows(ctx)
+		if !r.check(err, "estimate rows") {
+			return
+		}
+		r.est = est
+	}
+	r.gauge(d, float64(max(n, r.est[table]))) // the estimate may lag the bound
+}
+
+// newBuildInfo is idem_build_info: the version and VCS revision of Idem in
+// the running binary, and the Go version it was built with.
+func newBuildInfo(bi *debug.BuildInfo, ok bool) prometheus.Metric {
+	version, revision := buildVersion(bi, ok)
+	return prometheus.MustNewConstMetric(
+		prometheus.NewDesc("idem_build_info", "Always 1: the labels say which Idem runs (its module version, or (devel); the VCS revision of the binary, or unknown) and the Go version it was built with.",
+			nil, prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()}),
+		prometheus.GaugeValue, 1)
+}
+
+// modulePath is Idem's module path, to find its version in a program that
+// imports it.
+const modulePath = "github.com/idemhq/idem"
+
+// buildVersion returns Idem's module version in bi ("(devel)" when the
+// binary was built from a checkout, or bi is missing) and the binary's VCS
+// revision ("unknown" without one).
+func buildVersion(bi *debug.BuildInfo, ok bool) (version, revision string) {
+	version, revision = "(devel)", "unknown"
+	if !ok || bi == nil {
+		return version, revision
+	}
+	m := &bi.Main
+	if m.Path != modulePath {
+		for _, d := range bi.Deps {
+			if d.Path == modulePath {
+				m = d
+				if d.Replace != nil && d.Replace.Version != "" {
+					m = d.Replace
+				}
+				break
+			}
+		}
+	}
+	if m.Path == modulePath && m.Version != "" {
+		version = m.Version
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && s.Value != "" {
+			revision = s.Value
+		}
+	}
+	return version, revision
 }

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -14,8 +16,8 @@ type Token struct {
 	// ID is the message's dedup identity: its type, U+001F, and its
 	// envelope's DedupID.
 	ID string `json:"id"`
-	// MintedAt is when the token was minted, for operators; no sweep
-	// deletes tokens by age.
+	// MintedAt is when the token was minted: operators see it, and
+	// TokenSweeper counts and deletes unclaimed tokens by it.
 	MintedAt time.Time `json:"minted_at"`
 }
 
@@ -30,7 +32,8 @@ type Token struct {
 //   - claiming a token that no longer exists (another unit of work claimed
 //     it since Load) fails the commit with an error wrapping ErrConflict,
 //     so that the engine reloads and finds the message a duplicate;
-//   - Sweep never deletes tokens, whatever its parameters.
+//   - Sweep never deletes tokens, whatever its parameters (only
+//     TokenSweeper.SweepTokens does).
 type TokenStore interface {
 	Store
 	// MintTokens stores tokens outside any unit of work, for messages
@@ -38,4 +41,41 @@ type TokenStore interface {
 	MintTokens(ctx context.Context, ts []Token) error
 	// CountTokens counts the tokens minted and not yet claimed.
 	CountTokens(ctx context.Context) (int, error)
+}
+
+// TokenSweeper is implemented by token stores that find and delete tokens
+// nobody claimed, by their MintedAt, through an index on it: their cost
+// grows with the tokens they select, not with the tokens stored. A token
+// minted and never claimed belongs to a message that was lost before its
+// consumer applied it, is dead-lettered, or waits for a consumer that is
+// down; once it is deleted, that message is skipped as a duplicate if it
+// ever arrives. Implementations must pass storetest.
+type TokenSweeper interface {
+	// CountStaleTokens counts the tokens minted before p.MintedBefore, up
+	// to p.Limit: it returns p.Limit when there are p.Limit or more.
+	CountStaleTokens(ctx context.Context, p *StaleTokens) (int, error)
+	// SweepTokens deletes at most p.Limit tokens minted before
+	// p.MintedBefore, oldest first, and returns how many it deleted.
+	SweepTokens(ctx context.Context, p *StaleTokens) (int, error)
+}
+
+// StaleTokens selects unclaimed tokens by age for TokenSweeper.
+type StaleTokens struct {
+	// MintedBefore selects the tokens minted before it; the zero time
+	// selects none.
+	MintedBefore time.Time
+	// Limit bounds the tokens counted or deleted; it must be positive.
+	Limit int
+}
+
+// Validate returns an error naming what is wrong with p: a nil p, or a
+// Limit that is not positive.
+func (p *StaleTokens) Validate() error {
+	switch {
+	case p == nil:
+		return errors.New("stale tokens: no parameters (nil *StaleTokens)")
+	case p.Limit <= 0:
+		return fmt.Errorf("stale tokens: Limit is %d: want a positive bound", p.Limit)
+	}
+	return nil
 }

@@ -1,8 +1,11 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -76,4 +79,60 @@ func (s *Store) CountTokens(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return len(s.tokens), nil
+}
+
+var _ store.TokenSweeper = (*Store)(nil)
+
+// staleTokens returns the IDs of the tokens minted before p.MintedBefore,
+// oldest first. The caller holds s.mu.
+func (s *Store) staleTokens(p *store.StaleTokens) []string {
+	var ids []string
+	for id, at := range s.tokens {
+		if at.Before(p.MintedBefore) {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		return cmp.Or(s.tokens[a].Compare(s.tokens[b]), strings.Compare(a, b))
+	})
+	return ids
+}
+
+// CountStaleTokens counts the tokens minted before p.MintedBefore, up to
+// p.Limit; see store.TokenSweeper.
+func (s *Store) CountStaleTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("memstore: count %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx, "count stale tokens"); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, at := range s.tokens {
+		if at.Before(p.MintedBefore) {
+			n++
+		}
+	}
+	return min(n, p.Limit), nil
+}
+
+// SweepTokens deletes at most p.Limit tokens minted before p.MintedBefore,
+// oldest first; see store.TokenSweeper.
+func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("memstore: sweep %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "sweep tokens"); err != nil {
+		return 0, err
+	}
+	ids := s.staleTokens(p)
+	ids = ids[:min(len(ids), p.Limit)]
+	for _, id := range ids {
+		delete(s.tokens, id)
+	}
+	return len(ids), nil
 }

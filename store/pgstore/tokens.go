@@ -91,3 +91,55 @@ func (s *Store) CountTokens(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+var _ store.TokenSweeper = (*Store)(nil)
+
+// countStaleTokensSQL reads at most $2 entries of idem_tokens_minted_at
+// (migration 016).
+const countStaleTokensSQL = `
+SELECT count(*) FROM (SELECT 1 FROM idem_tokens WHERE minted_at < $1 LIMIT $2) AS t`
+
+// sweepTokensSQL deletes the $2 oldest tokens minted before $1, skipping
+// those another sweeper holds.
+const sweepTokensSQL = `
+DELETE FROM idem_tokens WHERE id IN (
+  SELECT id FROM idem_tokens WHERE minted_at < $1 ORDER BY minted_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)`
+
+// CountStaleTokens counts the tokens minted before p.MintedBefore, up to
+// p.Limit; see store.TokenSweeper.
+func (s *Store) CountStaleTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("pgstore: count %w", err)
+	}
+	if err := s.check("count stale tokens"); err != nil {
+		return 0, err
+	}
+	if p.MintedBefore.IsZero() {
+		return 0, nil
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, countStaleTokensSQL, p.MintedBefore, p.Limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: count stale tokens: %w", translate(err))
+	}
+	return n, nil
+}
+
+// SweepTokens deletes at most p.Limit tokens minted before p.MintedBefore,
+// oldest first; see store.TokenSweeper.
+func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("pgstore: sweep %w", err)
+	}
+	if err := s.check("sweep tokens"); err != nil {
+		return 0, err
+	}
+	if p.MintedBefore.IsZero() {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, sweepTokensSQL, p.MintedBefore, p.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: sweep tokens minted before %s: %w", p.MintedBefore.Format(time.RFC3339), translate(err))
+	}
+	return int(tag.RowsAffected()), nil
+}

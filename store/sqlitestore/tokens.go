@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemhq/idem/store"
 )
@@ -86,4 +87,57 @@ func (s *Store) CountTokens(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("sqlitestore: count tokens: %w", err)
 	}
 	return n, nil
+}
+
+var _ store.TokenSweeper = (*Store)(nil)
+
+// countStaleTokensSQL reads at most ?2 entries of idem_tokens_minted_at
+// (migration 016).
+const countStaleTokensSQL = `
+SELECT count(*) FROM (SELECT 1 FROM idem_tokens WHERE minted_at < ?1 LIMIT ?2)`
+
+// sweepTokensSQL deletes the ?2 oldest tokens minted before ?1.
+const sweepTokensSQL = `
+DELETE FROM idem_tokens WHERE id IN (
+  SELECT id FROM idem_tokens WHERE minted_at < ?1 ORDER BY minted_at LIMIT ?2
+)`
+
+// CountStaleTokens counts the tokens minted before p.MintedBefore, up to
+// p.Limit; see store.TokenSweeper.
+func (s *Store) CountStaleTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlitestore: count %w", err)
+	}
+	if err := s.check("count stale tokens"); err != nil {
+		return 0, err
+	}
+	if p.MintedBefore.IsZero() {
+		return 0, nil
+	}
+	var n int
+	if err := s.rdb.QueryRowContext(ctx, countStaleTokensSQL, micros(p.MintedBefore), p.Limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlitestore: count stale tokens: %w", err)
+	}
+	return n, nil
+}
+
+// SweepTokens deletes at most p.Limit tokens minted before p.MintedBefore,
+// oldest first; see store.TokenSweeper.
+func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlitestore: sweep %w", err)
+	}
+	if p.MintedBefore.IsZero() {
+		return 0, nil
+	}
+	var n int64
+	err := s.write(ctx, "sweep tokens", 0, func(w *writer) error {
+		var err error
+		n, err = w.exec(sweepTokensSQL, micros(p.MintedBefore), p.Limit)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: sweep tokens minted before %s: %w", p.MintedBefore.Format(time.RFC3339), err)
+	}
+	return int(n), nil
 }

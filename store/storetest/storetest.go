@@ -168,6 +168,8 @@ var featureCases = []featureCase{
 	{"TokensClaimOfClaimedConflicts", needTokens, testTokensClaimOfClaimedConflicts},
 	{"TokensMintOutsideUnitOfWork", needTokens, testTokensMintOutsideUnitOfWork},
 	{"TokensSurviveSweep", needTokens, testTokensSurviveSweep},
+	{"TokensSweepByAge", needTokens, testTokensSweepByAge},
+	{"TokensSweepBadInput", needTokens, testTokensSweepBadInput},
 }
 
 // Run runs the conformance suite against the stores newStore returns, one

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,5 +116,89 @@ func testTokensSurviveSweep(t *testing.T, s store.Store, _ Features) {
 	}
 	if !loadTokens(t, s, tokenA)[tokenA] {
 		t.Fatal("a year-old token is gone after a sweep, want it kept: tokens have no retention window")
+	}
+}
+
+func staleTokens(t *testing.T, s store.Store) store.TokenSweeper {
+	t.Helper()
+	ts, ok := s.(store.TokenSweeper)
+	if !ok {
+		t.Fatalf("%T keeps tokens but is not a store.TokenSweeper: want unclaimed tokens counted and swept by age", s)
+	}
+	return ts
+}
+
+// CountStaleTokens counts the tokens minted before a time, up to its
+// bound; SweepTokens deletes them oldest first, at most its limit at a
+// time, and leaves younger tokens, and a token minted exactly at the time,
+// alone.
+func testTokensSweepByAge(t *testing.T, s store.Store, _ Features) {
+	ts := staleTokens(t, s)
+	at := now()
+	mint := []store.Token{{ID: tokenB, MintedAt: at.Add(-2 * time.Hour)}, {ID: tokenA, MintedAt: at.Add(-3 * time.Hour)}, {ID: tokenC, MintedAt: at.Add(-time.Hour)}}
+	commit(t, s, &store.Changes{MintTokens: mint})
+	cutoff := at.Add(-time.Hour) // C is minted exactly then: not before it
+	count := func(p store.StaleTokens) int {
+		t.Helper()
+		n, err := ts.CountStaleTokens(t.Context(), &p)
+		if err != nil {
+			t.Fatalf("CountStaleTokens(%+v): got error %v, want nil", p, err)
+		}
+		return n
+	}
+	sweep := func(limit int) int {
+		t.Helper()
+		n, err := ts.SweepTokens(t.Context(), &store.StaleTokens{MintedBefore: cutoff, Limit: limit})
+		if err != nil {
+			t.Fatalf("SweepTokens(limit %d): got error %v, want nil", limit, err)
+		}
+		return n
+	}
+	if n := count(store.StaleTokens{MintedBefore: cutoff, Limit: 10}); n != 2 {
+		t.Fatalf("CountStaleTokens before the cutoff: got %d, want 2 (A and B; C is minted at it)", n)
+	}
+	if n := count(store.StaleTokens{MintedBefore: cutoff, Limit: 1}); n != 1 {
+		t.Fatalf("CountStaleTokens with Limit 1: got %d, want 1 (the bound)", n)
+	}
+	if n := count(store.StaleTokens{Limit: 10}); n != 0 {
+		t.Fatalf("CountStaleTokens with a zero MintedBefore: got %d, want 0", n)
+	}
+	if n := sweep(1); n != 1 {
+		t.Fatalf("first SweepTokens(limit 1): deleted %d, want 1", n)
+	}
+	if got := loadTokens(t, s, tokenA, tokenB, tokenC); got[tokenA] || !got[tokenB] || !got[tokenC] {
+		t.Fatalf("after sweeping one token: loaded %v, want B and C (the oldest, A, deleted first)", got)
+	}
+	if n := sweep(10); n != 1 {
+		t.Fatalf("second SweepTokens: deleted %d, want 1 (B)", n)
+	}
+	if n := sweep(10); n != 0 {
+		t.Fatalf("third SweepTokens: deleted %d, want 0", n)
+	}
+	if got := loadTokens(t, s, tokenA, tokenB, tokenC); got[tokenA] || got[tokenB] || !got[tokenC] {
+		t.Fatalf("after the sweeps: loaded %v, want C only", got)
+	}
+	if n, err := ts.SweepTokens(t.Context(), &store.StaleTokens{Limit: 10}); err != nil || n != 0 {
+		t.Fatalf("SweepTokens with a zero MintedBefore: got %d, %v; want 0, nil", n, err)
+	}
+}
+
+// A limit that is not positive, or no parameters, is an error that names
+// the limit; nothing is deleted.
+func testTokensSweepBadInput(t *testing.T, s store.Store, _ Features) {
+	ts := staleTokens(t, s)
+	commit(t, s, &store.Changes{MintTokens: []store.Token{{ID: tokenA, MintedAt: now().Add(-time.Hour)}}})
+	for _, p := range []*store.StaleTokens{nil, {MintedBefore: now(), Limit: 0}, {MintedBefore: now(), Limit: -1}} {
+		if _, err := ts.SweepTokens(t.Context(), p); err == nil {
+			t.Errorf("SweepTokens(%+v): got nil error, want one naming the limit", p)
+		} else if p != nil && !strings.Contains(err.Error(), "Limit") {
+			t.Errorf("SweepTokens(%+v): error %q does not name Limit", p, err)
+		}
+		if _, err := ts.CountStaleTokens(t.Context(), p); err == nil {
+			t.Errorf("CountStaleTokens(%+v): got nil error, want one naming the limit", p)
+		}
+	}
+	if !loadTokens(t, s, tokenA)[tokenA] {
+		t.Fatal("a refused sweep deleted a token")
 	}
 }
