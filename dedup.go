@@ -22,7 +22,9 @@ const (
 	// the claim is a duplicate, however late. It needs a store that
 	// implements store.TokenStore shared by senders and consumers, and a
 	// consumer of each message type in an engine on that store: a token
-	// nobody claims stays until an operator deletes it. Costs one more row
+	// nobody claims stays until the sweeper deletes it, after
+	// Config.TokenRetention; a copy arriving later is then a duplicate
+	// too. Costs one more row
 	// written per emitted message and one more row read and deleted per
 	// consumed one, in the unit of work's existing round trips.
 	DedupToken

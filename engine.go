@@ -108,7 +108,7 @@ func newEngine(b *base) *Engine {
 	cnt := &counters{}
 	var obs observers
 	if b.cfg.Observe != nil { // told before the counters count the unit of work
-		obs = append(obs, observeFunc{fn: b.cfg.Observe})
+		obs = append(obs, observeFunc{fn: b.cfg.Observe, now: b.cfg.Clock})
 	}
 	hb := newHeartbeat(b)
 	obs = append(obs, cnt, hb)
