@@ -69,7 +69,7 @@ type historyBundle struct {
 // and "postgres" (the store is the queue) or "memory" (memstore with the
 // outbox and memtransport), journaling with Config.JournalPayloadLimit
 // limit.
-func setupHistory(t *testing.T, backend string, limit int) *historyBundle {
+func setupHistory(t testing.TB, backend string, limit int) *historyBundle {
 	t.Helper()
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -119,7 +119,7 @@ func setupHistory(t *testing.T, backend string, limit int) *historyBundle {
 }
 
 // openHistoryPG opens a pgstore in a schema of its own, dropped at the end.
-func openHistoryPG(t *testing.T, logger *slog.Logger) *pgstore.Store {
+func openHistoryPG(t testing.TB, logger *slog.Logger) *pgstore.Store {
 	t.Helper()
 	url := testenv.PostgresURL(t)
 	var b [6]byte

@@ -5,6 +5,7 @@
 package history
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"time"
@@ -97,7 +98,7 @@ func headers(h map[string]string, limit int) (map[string]string, bool) {
 // operations that fit in limit bytes, and whether it dropped any. It
 // returns nil when the states are equal or either is not JSON.
 func Diff(before, after []byte, limit int) ([]byte, bool) {
-	if len(after) == 0 {
+	if len(after) == 0 || bytes.Equal(before, after) {
 		return nil, false
 	}
 	if len(before) == 0 {
