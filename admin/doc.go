@@ -13,6 +13,7 @@
 //	GET    /api/sagas?status=&prefix=&stuck=true&type=&state=&after=&limit=   filtered
 //	GET    /api/sagas?attr=name%3Dvalue&attr=...   by business attribute (repeatable, ANDed, NFC); combines with the filters above
 //	GET    /api/sagas/{type}/{key}           one instance with its journal
+//	GET    /api/sagas/{type}/{key}/history   its whole history: each journal entry's payload, headers, IDs, emitted messages (sent or not), diff, duration
 //	GET    /api/dead-letters?type=&after=&limit=
 //	GET    /api/dead-letters?reason=&message_type=&key=&type=&after=&limit=
 //	GET    /api/dead-letters/counts?reason=&message_type=&key=&type=   counts by reason, and the count's as_of mark
