@@ -8,7 +8,8 @@ import (
 )
 
 // Config configures an Engine. The zero value means the defaults given in
-// each field's comment; negative values are refused by NewEngine.
+// each field's comment; negative values are refused by NewEngine, except
+// where a field's comment gives them a meaning.
 type Config struct {
 	// Logger receives the engine's logs. Nil means slog.Default().
 	Logger *slog.Logger
@@ -132,6 +133,11 @@ type Config struct {
 	// writes to a store.ReplicaRegistry; a replica silent for three
 	// intervals is listed as gone. Default 10s.
 	HeartbeatInterval time.Duration
+	// JournalPayloadLimit bounds, in bytes, each of what a journal entry
+	// keeps of its message's payload and headers and of the state diff
+	// (store.JournalDetail; beyond it they are cut and marked truncated).
+	// Default 4096; at most 16 MiB; negative: none of the three is kept.
+	JournalPayloadLimit int
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -192,6 +198,10 @@ func (c *Config) withDefaults() (Config, error) {
 	defd(&out.ClaimLease, 30*time.Second)
 	defd(&out.StopTimeout, 10*time.Second)
 	defd(&out.HeartbeatInterval, 10*time.Second)
+	def(&out.JournalPayloadLimit, defaultJournalPayloadLimit)
+	if out.JournalPayloadLimit > maxJournalPayloadLimit {
+		return out, fmt.Errorf("idem: Config.JournalPayloadLimit is %d, above the maximum %d: lower it, or make it negative to keep no payload", out.JournalPayloadLimit, maxJournalPayloadLimit)
+	}
 	if out.RetryMax < out.RetryBase {
 		return out, fmt.Errorf("idem: Config.RetryMax (%s) is below Config.RetryBase (%s): raise RetryMax", out.RetryMax, out.RetryBase)
 	}
@@ -205,3 +215,5 @@ const defaultMaxKeyLen = 256
 // Config.Retention's, so that a dead letter kept a few weeks can still be
 // replayed with its token.
 const DefaultTokenRetention = 30 * 24 * time.Hour
+// Config.JournalPayloadLimit's default and maximum.
+const defaultJournalPayloadLimit, maxJournalPayloadLimit = 4096, 16 << 20

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -111,6 +112,7 @@ func ownTimer(it *item) string {
 // work.
 func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.InboxKey) outcome {
 	env := &it.d.Envelope
+	start := l.cfg.Clock()
 	timerName := ownTimer(it)
 	if timerName != "" && (w.inst == nil || w.inst.Timers[timerName] != env.ID) {
 		// Unscheduled or rescheduled meanwhile: harmless by construction.
@@ -159,7 +161,8 @@ func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.Inbo
 	l.ch.Journal = append(l.ch.Journal, store.JournalEntry{
 		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: env.Type,
 		FromState: from, ToState: to, Version: version, At: l.now,
-		JournalDetail: store.JournalDetail{Actor: env.Headers[transport.HeaderActor]},
+		JournalDetail: history.Detail(&history.Step{Msg: env, Before: in.Data, After: r.Data, Emitted: out,
+			Duration: l.cfg.Clock().Sub(start), Limit: l.cfg.JournalPayloadLimit}),
 	})
 	for i := range out {
 		l.traceSends(ctx, &out[i])

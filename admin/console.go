@@ -56,7 +56,7 @@ func sub(root view, rows any, back string, now time.Time) subView {
 }
 
 func mustParsePages() map[string]*template.Template {
-	layout := template.Must(template.New("layout").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/parts.html"))
+	layout := template.Must(template.New("layout").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/parts.html", "templates/history.html"))
 	names, err := fs.Glob(templateFiles, "templates/*.html")
 	if err != nil {
 		panic(err)
@@ -64,7 +64,7 @@ func mustParsePages() map[string]*template.Template {
 	out := map[string]*template.Template{}
 	for _, n := range names {
 		name := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
-		if name == "layout" || name == "parts" {
+		if name == "layout" || name == "parts" || name == "history" {
 			continue
 		}
 		out[name] = template.Must(template.Must(layout.Clone()).ParseFS(templateFiles, n))
@@ -143,6 +143,7 @@ func (s *Server) routeConsole() {
 	s.routeConsoleSchedules()
 	s.routeActions()
 	s.routeConsoleReplicas()
+	s.routeHistory()
 	page("POST /logout", s.logout)
 	s.mux.HandleFunc("GET /login", s.loginForm)
 	s.mux.HandleFunc("POST /login", s.login)

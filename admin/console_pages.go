@@ -124,6 +124,7 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 type instanceView struct {
 	In          *store.Instance
 	Journal     []store.JournalEntry
+	History     []historyRow // Journal with each entry's detail
 	Timers      []timerRow
 	DeadLetters []dlRow
 	Why         *whyPanel
@@ -157,6 +158,7 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 	if v.Journal, err = s.st.Journal(ctx, k); err == nil {
 		ts, _, err = inspect.Timers(ctx, s.st, &inspect.TimerFilter{SagaType: typ, Key: key})
 	}
+	v.History = s.historyRows(ctx, v.Journal)
 	for _, t := range ts {
 		v.Timers = append(v.Timers, timerRow{Timer: t, Finished: in.Status() == store.StatusFinished})
 	}

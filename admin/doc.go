@@ -18,6 +18,7 @@
 //	GET    /api/sagas/select?<filter>        count the active sagas a filter selects (at most 1,000), with the set's digest
 //	POST   /api/sagas/end?<filter>           {"reason": R, "digest": D}: end exactly the set counted (409 when it changed)
 //	GET    /api/sagas/{type}/{key}/retries   its messages being retried: attempt, last error, next attempt (501 when the store keeps none)
+//	GET    /api/sagas/{type}/{key}/history   its whole history: each journal entry's payload, headers, IDs, emitted messages (sent or not), diff, duration
 //	GET    /api/dead-letters?type=&after=&limit=
 //	GET    /api/dead-letters?reason=&message_type=&key=&type=&after=&limit=
 //	GET    /api/dead-letters/counts?reason=&message_type=&key=&type=   counts by reason, and the count's as_of mark

@@ -24,16 +24,23 @@ func init() { testCases = append(testCases, historyCases...) }
 func testJournalDetailRoundTrip(t *testing.T, s store.Store) {
 	at := now()
 	plain := store.JournalEntry{SagaType: "order", Key: "d", MessageID: "m-1", EventType: "orders.Placed", FromState: "Initial", ToState: "Open", Version: 1, At: at}
-	full := store.JournalEntry{SagaType: "order", Key: "d", MessageID: "m-2", EventType: "orders.Paid", FromState: "Open", ToState: "Paid", Version: 2, At: at,
-		JournalDetail: store.JournalDetail{
-			Payload: []byte(`{"amount":42}`), PayloadTruncated: true,
-			Headers: map[string]string{"traceparent": "00-abc-01", "x-tenant": "t1"}, HeadersTruncated: true,
-			CausationID: "m-1", CorrelationID: "corr-1",
-			Emitted: []store.EmittedMessage{{ID: "e-2", Type: "orders.Ship"}, {ID: "e-1", Type: "orders.Receipt"}},
-			Diff:    []byte(`[{"op":"replace","path":"/paid","value":true}]`), DiffTruncated: true,
-			Duration: 1500 * time.Microsecond, Actor: "token:ops",
-		}}
-	commit(t, s, &store.Changes{Journal: []store.JournalEntry{plain, full}})
+	// full builds the entry afresh each time, so that what the store was
+	// given and what it is compared with share no memory.
+	full := func() store.JournalEntry {
+		return store.JournalEntry{SagaType: "order", Key: "d", MessageID: "m-2", EventType: "orders.Paid", FromState: "Open", ToState: "Paid", Version: 2, At: at,
+			JournalDetail: store.JournalDetail{
+				Payload: []byte(`{"amount":42}`), PayloadTruncated: true,
+				Headers: map[string]string{"traceparent": "00-abc-01", "x-tenant": "t1"}, HeadersTruncated: true,
+				CausationID: "m-1", CorrelationID: "corr-1",
+				Emitted: []store.EmittedMessage{{ID: "e-2", Type: "orders.Ship"}, {ID: "e-1", Type: "orders.Receipt"}},
+				Diff:    []byte(`[{"op":"replace","path":"/paid","value":true}]`), DiffTruncated: true,
+				Duration: 1500 * time.Microsecond, Actor: "token:ops",
+			}}
+	}
+	given := full()
+	commit(t, s, &store.Changes{Journal: []store.JournalEntry{plain, given}})
+	// The store keeps its own copy: changing what was committed changes nothing.
+	given.Payload[0], given.Headers["x-tenant"], given.Emitted[0].ID = 'Y', "changed", "changed"
 	got, err := s.Journal(t.Context(), key("order", "d"))
 	if err != nil {
 		t.Fatalf("Journal: %v", err)
@@ -42,14 +49,14 @@ func testJournalDetailRoundTrip(t *testing.T, s store.Store) {
 		t.Fatalf("journal: got %d entries, want 2", len(got))
 	}
 	checkJournalEntry(t, "entry without detail", got[0], plain)
-	checkJournalEntry(t, "entry with detail", got[1], full)
+	checkJournalEntry(t, "entry with detail", got[1], full())
 	// The store keeps its own copy: changing what was read changes nothing.
 	got[1].Payload[0], got[1].Headers["x-tenant"], got[1].Emitted[0].ID = 'X', "changed", "changed"
 	again, err := s.Journal(t.Context(), key("order", "d"))
 	if err != nil {
 		t.Fatalf("Journal again: %v", err)
 	}
-	checkJournalEntry(t, "entry with detail, read again after mutating a read copy", again[1], full)
+	checkJournalEntry(t, "entry with detail, read again after mutating a read copy", again[1], full())
 }
 
 // Hostile strings in a journal entry's detail survive byte for byte on

@@ -43,6 +43,9 @@ type Options struct {
 	URL string
 	// SchemaPrefix starts the names of the throwaway schemas.
 	SchemaPrefix string
+	// JournalPayloadLimit is the engine's Config.JournalPayloadLimit: 0
+	// the default, negative no payload, headers or diff in the journal.
+	JournalPayloadLimit int
 	// AllowUnsafeCommit accepts a server with synchronous_commit=off.
 	AllowUnsafeCommit bool
 	// Messages is the number of deliveries per run, duplicates included.
@@ -736,7 +739,7 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 	}
 	cfg := &idem.Config{
 		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, PartitionedReceive: run.Partitioned, Tracer: r.tracer(run), Dedup: dedupOf(run), SweepInterval: sweepInterval(run),
-		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})),
+		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})), JournalPayloadLimit: r.o.JournalPayloadLimit,
 	}
 	e, err := idem.NewEngine(t, tr, cfg)
 	if err == nil {

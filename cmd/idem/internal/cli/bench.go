@@ -154,6 +154,7 @@ func (bf *benchFlags) register(cmd *cobra.Command) {
 	f.IntVar(&bf.o.Finished, "finished", 0, "with --sagas, also run each size with this many finished sagas past retention preloaded, and the engine's sweeper deleting them during the measured phase")
 	f.BoolVar(&bf.o.Cost, "cost", false, "also measure each run's cost per message (statements, round trips, commits, rows written, WAL records, fsyncs; PostgreSQL 15 or later, on a server with nothing else running) and run every configuration on SQLite too")
 	f.StringVar(&bf.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (baselines and engine runs) to this file, for go tool pprof")
+	f.IntVar(&bf.o.JournalPayloadLimit, "journal-payload-limit", 0, "the engines' Config.JournalPayloadLimit: bytes of payload, headers and diff kept per journal entry (0: the default 4096; negative: none)")
 	f.BoolVar(&bf.asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&bf.quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
 }
