@@ -215,5 +215,6 @@ const defaultMaxKeyLen = 256
 // Config.Retention's, so that a dead letter kept a few weeks can still be
 // replayed with its token.
 const DefaultTokenRetention = 30 * 24 * time.Hour
+
 // Config.JournalPayloadLimit's default and maximum.
 const defaultJournalPayloadLimit, maxJournalPayloadLimit = 4096, 16 << 20
