@@ -174,6 +174,12 @@ func TestBrowserCountsAndPages(t *testing.T) {
 	if !strings.Contains(count, "5 timer(s) match") {
 		t.Errorf("timers due before %s: count %q, want 5", to, count)
 	}
+	// The filtered page is live: its fields hold what the page came with.
+	var state string
+	if err := chromedp.Run(ctx, chromedp.Poll(`document.querySelector("#live-toggle").dataset.state === "live"`, nil, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		run(t, ctx, "indicator", chromedp.Text("#live-toggle", &state))
+		t.Errorf("the page filtered by due time is not live: indicator %q", state)
+	}
 	screenshot(t, ctx, "timers-range")
 }
 

@@ -71,8 +71,11 @@ func thousands(n int) string {
 // UTC), RFC 3339, or a date.
 var rangeLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano, "2006-01-02"}
 
-// formLayout is how a time filter goes back into its datetime-local field.
-const formLayout = "2006-01-02T15:04:05"
+// formLayout is how a time filter goes back into its datetime-local
+// field: as the browser writes it, without seconds when they are zero
+// (else the field's value differs from the one the page came with, and
+// the page reads as edited: console.js would not refresh it).
+const formLayout, formLayoutMinutes = "2006-01-02T15:04:05", "2006-01-02T15:04"
 
 // timeRange reads the [from, to) filter of the query parameters named
 // from and to; what names the field in the error (as "Updated").
@@ -103,8 +106,11 @@ func timeRange(q url.Values, what string) (from, to time.Time, err error) {
 
 // formTime is t as its datetime-local field shows it ("" for zero).
 func formTime(t time.Time) string {
-	if t.IsZero() {
+	switch {
+	case t.IsZero():
 		return ""
+	case t.Second() == 0:
+		return t.UTC().Format(formLayoutMinutes)
 	}
 	return t.UTC().Format(formLayout)
 }
