@@ -40,6 +40,10 @@ var funcs = template.FuncMap{
 	"deref":    func(p *int) int { return *p },
 	"contains": strings.Contains,
 	"sub":      sub,
+	"tm":       func(t time.Time) template.HTML { return timeTag(t, time.Now()) },
+	"tmAt":     timeTag,
+	"live":     livePage,
+	"count":    countText,
 }
 
 // subView is what the shared tables of parts.html receive.

@@ -63,10 +63,12 @@ type instancesView struct {
 	Rows    []*store.Instance
 	Next    string
 	Problem string
-	// Attrs are the attribute filters (name=value) as given; NextQuery
-	// is the query string of the next page, every filter kept.
-	Attrs     []string
-	NextQuery string
+	// Attrs are the attribute filters (name=value) as given.
+	Attrs []string
+	Now   time.Time
+	// pager has the count, and the query strings of the previous and next
+	// pages, every filter kept.
+	pager
 	// Reasons says, in the stuck view, why each row is listed
 	// (console_retry.go).
 	Reasons []string
@@ -74,8 +76,8 @@ type instancesView struct {
 
 func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	v := &instancesView{Filter: map[string]string{}, Attrs: attrFilters(q)}
-	for _, k := range []string{"type", "state", "status", "prefix", "stuck"} {
+	v := &instancesView{Filter: map[string]string{}, Attrs: attrFilters(q), Now: time.Now()}
+	for _, k := range []string{"type", "state", "status", "prefix", "stuck", "from", "to"} {
 		v.Filter[k] = q.Get(k)
 	}
 	for name, m := range s.e.Sagas() {
@@ -90,6 +92,9 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.Sort(v.Types)
 	p, err := instanceQuery(q)
+	if err == nil {
+		err = liveInstanceQuery(q, p)
+	}
 	if err != nil {
 		v.Problem = err.Error()
 		s.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
@@ -98,25 +103,20 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	p.Limit, v.Q = consolePage, p
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	v.Rows, err = inspect.Instances(ctx, s.st, p)
+	page, err := s.instancePage(ctx, p)
 	if errors.Is(err, inspect.ErrUnsupported) {
-		v.Problem = "This store cannot list stuck instances."
-	} else if err == nil && p.Stuck {
-		v.Reasons, err = s.stuckReasons(ctx, v.Rows, time.Now())
-	}
-	if err != nil && !errors.Is(err, inspect.ErrUnsupported) {
+		v.Problem = "This store cannot list stuck instances, previous pages or time ranges."
+		page = &instanceRows{}
+	} else if err != nil {
 		s.storeFailed(w, r, "list instances", err)
 		return
 	}
-	if len(v.Rows) == consolePage {
-		v.Next = encodeCursor(v.Rows[len(v.Rows)-1])
-		next := url.Values{"attr": v.Attrs, "after": {v.Next}}
-		for k, f := range v.Filter {
-			if f != "" {
-				next.Set(k, f)
-			}
+	v.instanceLinks(p, page)
+	if p.Stuck && len(v.Rows) > 0 {
+		if v.Reasons, err = s.stuckReasons(ctx, v.Rows, time.Now()); err != nil {
+			s.storeFailed(w, r, "explain the stuck instances", err)
+			return
 		}
-		v.NextQuery = "?" + next.Encode()
 	}
 	s.render(w, r, http.StatusOK, "instances", "Instances", v)
 }
@@ -323,12 +323,14 @@ func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
 }
 
 type timersView struct {
-	Filter map[string]string
-	Rows   []timerRow
-	Next   string
-	Now    time.Time
-	Back   string
-	Flash  string
+	Filter  map[string]string
+	Rows    []timerRow
+	Now     time.Time
+	Back    string
+	Flash   string
+	Problem string
+	// pager has the count and the links of the previous and next pages.
+	pager
 }
 
 // timerRow is a timer as the console lists it. The timer of a finished
@@ -347,13 +349,26 @@ func (s *Server) pageTimers(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	now := time.Now()
 	v := &timersView{Filter: map[string]string{"type": q.Get("type"), "key": q.Get("key"), "overdue": q.Get("overdue")}, Now: now, Back: r.URL.RequestURI(), Flash: flash(r)}
-	f := timerFilter(q, now)
-	f.Limit = consolePage
+	from, to, err := timeRange(q, "Due")
+	var p *store.TimerQuery
+	if err == nil {
+		p, err = timerQuery(q, from, to, now)
+	}
+	if err != nil {
+		v.Problem = err.Error()
+		s.render(w, r, http.StatusBadRequest, "timers", "Timers", v)
+		return
+	}
+	v.Filter["from"], v.Filter["to"] = formTime(from), formTime(to)
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	ts, next, err := inspect.Timers(ctx, s.st, f)
+	var ts []store.Timer
+	if tq, ok := s.st.(store.TimerQuerier); ok && v.Filter["key"] == "" {
+		ts, err = s.timerPage(ctx, tq, p, v)
+	} else {
+		ts, err = s.keyTimers(ctx, q, p, v)
+	}
 	if err == nil {
-		v.Next = next
 		v.Rows, err = s.timerRows(ctx, ts)
 	}
 	if err != nil {

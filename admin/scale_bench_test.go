@@ -161,6 +161,9 @@ func BenchmarkConsolePages(b *testing.B) {
 		{"dead_letter", "/dead-letters/msg-" + md5hex(b, st, "dl70")},
 		{"timers", "/timers"},
 		{"timers_overdue", "/timers?overdue=true"},
+		{"instances_deep_previous", "/instances?before=" + deep},
+		{"instances_updated_between", "/instances?type=order&from=" + url.QueryEscape(time.Now().Add(-24*time.Hour).UTC().Format(time.RFC3339)) + "&to=" + url.QueryEscape(time.Now().Add(-23*time.Hour).UTC().Format(time.RFC3339))},
+		{"timers_due_between", "/timers?from=" + url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)) + "&to=" + url.QueryEscape(time.Now().Add(2*time.Hour).UTC().Format(time.RFC3339))},
 	}
 	for _, p := range pages {
 		b.Run(p.name, func(b *testing.B) {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -43,10 +44,18 @@ type InstanceQuery struct {
 	// Stuck selects active instances only and orders them by UpdatedAt,
 	// oldest first, then by (SagaType, Key).
 	Stuck bool
+	// UpdatedFrom and UpdatedBefore, when set, select instances updated at
+	// or after UpdatedFrom and before UpdatedBefore.
+	UpdatedFrom, UpdatedBefore time.Time
 	// After is the keyset cursor: the last instance of the previous page
 	// (its SagaType and Key, and with Stuck its UpdatedAt). Nil for the
 	// first page.
 	After *InstanceCursor
+	// Before is the backward keyset cursor: the first instance of the
+	// page after the one wanted. The page is then the Limit instances
+	// just before it, still in the query's order (an empty page: none is
+	// before it). After and Before must not both be set.
+	Before *InstanceCursor
 	// Limit bounds the page; 0 means 100.
 	Limit int
 }
@@ -71,3 +80,88 @@ type StateCount struct {
 	Status string `json:"status"`
 	Count  int    `json:"count"`
 }
+
+// CountBound is the bound the console counts up to: an exact count up
+// to it, "more than CountBound" (with an estimate when the store has one)
+// above it.
+const CountBound = 10_000
+
+// QueryCounter is implemented by stores that count what an InstanceQuery
+// or a TimerQuery selects, reading at most bound+1 matching rows, so that
+// a count costs no more than a page of bound rows however many match. It
+// is optional; implementations must pass storetest's RunQueryCounter.
+// Cursors and limits of the query are ignored.
+type QueryCounter interface {
+	// CountInstanceQuery counts the instances p selects, up to bound.
+	CountInstanceQuery(ctx context.Context, p *InstanceQuery, bound int) (Count, error)
+	// CountTimerQuery counts the timers p selects, up to bound.
+	CountTimerQuery(ctx context.Context, p *TimerQuery, bound int) (Count, error)
+}
+
+// Count is a bounded count.
+type Count struct {
+	// N is how many match when Exact. Otherwise more than N match: N is
+	// the bound.
+	N int `json:"n"`
+	// Exact is false when more than the bound match.
+	Exact bool `json:"exact"`
+	// Estimate, when not Exact, is the store's estimate of how many match
+	// (from its planner's statistics); 0 when the store has none.
+	Estimate int `json:"estimate,omitempty"`
+}
+
+// BoundedCount is the Count of n rows read with a bound: exact when n is
+// at most bound, else "more than bound".
+func BoundedCount(n, bound int) Count {
+	if n > bound {
+		return Count{N: bound}
+	}
+	return Count{N: n, Exact: true}
+}
+
+// TimerQuerier is implemented by stores that filter timers by saga type
+// and due time and page through them in both directions. It is optional:
+// operations tools type-assert a Store for it and fall back to paging
+// ListTimers. Implementations must pass storetest's RunTimerQuerier.
+type TimerQuerier interface {
+	// QueryTimers returns one page of the timers p selects in (DueAt,
+	// SagaType, Key, Name) order. An empty page means there are no more.
+	QueryTimers(ctx context.Context, p *TimerQuery) ([]Timer, error)
+}
+
+// TimerQuery selects timers for TimerQuerier.QueryTimers. The zero value
+// selects every timer, first page of the default size. Every non-empty
+// filter must match.
+type TimerQuery struct {
+	// SagaType, when set, is the only saga type listed.
+	SagaType string
+	// DueFrom and DueBefore, when set, select timers due at or after
+	// DueFrom and before DueBefore.
+	DueFrom, DueBefore time.Time
+	// After is the keyset cursor: the last timer of the previous page. Nil
+	// for the first page.
+	After *TimerCursor
+	// Before is the backward keyset cursor: the first timer of the page
+	// after the one wanted. The page is then the Limit timers just before
+	// it, still in due order. After and Before must not both be set.
+	Before *TimerCursor
+	// Limit bounds the page; 0 means 100.
+	Limit int
+}
+
+// TimerCursor is the position of a timer in due order.
+type TimerCursor struct {
+	DueAt    time.Time
+	SagaType string
+	Key      string
+	Name     string
+}
+
+// TimerCursorOf returns the cursor of t.
+func TimerCursorOf(t *Timer) *TimerCursor {
+	return &TimerCursor{DueAt: t.DueAt, SagaType: t.SagaType, Key: t.Key, Name: t.Name}
+}
+
+// ErrBothCursors is wrapped by the error of a query with both After and
+// Before set.
+var ErrBothCursors = errors.New("a query has either an After or a Before cursor, not both")

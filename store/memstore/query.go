@@ -3,6 +3,7 @@ package memstore
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -35,18 +36,30 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	if !ok {
 		return nil, nil
 	}
-	var after *store.Instance
-	if p.After != nil {
-		after = &store.Instance{SagaType: p.After.SagaType, Key: p.After.Key, UpdatedAt: p.After.UpdatedAt}
+	if p.After != nil && p.Before != nil {
+		return nil, fmt.Errorf("memstore: query instances: %w", store.ErrBothCursors)
+	}
+	// The cursor's side: > 0 after it, < 0 before it.
+	cursor, side := p.After, 1
+	if p.Before != nil {
+		cursor, side = p.Before, -1
 	}
 	var list []*store.Instance
 	for _, in := range s.instances {
-		if matches(p, in) && hasAttributes(in, attrs) && (after == nil || order(in, after) > 0) {
-			list = append(list, in)
+		if !matches(p, in) || !hasAttributes(in, attrs) {
+			continue
 		}
+		if cursor != nil && order(in, &store.Instance{SagaType: cursor.SagaType, Key: cursor.Key, UpdatedAt: cursor.UpdatedAt})*side <= 0 {
+			continue
+		}
+		list = append(list, in)
 	}
 	slices.SortFunc(list, order)
-	list = list[:min(len(list), limit(p.Limit))]
+	if n := limit(p.Limit); side < 0 {
+		list = list[max(0, len(list)-n):] // the nearest before the cursor
+	} else {
+		list = list[:min(len(list), n)]
+	}
 	out := make([]*store.Instance, len(list))
 	for i, in := range list {
 		out[i] = in.Clone()
@@ -62,7 +75,9 @@ func matches(p *store.InstanceQuery, in *store.Instance) bool {
 	return (p.SagaType == "" || in.SagaType == p.SagaType) &&
 		(p.State == "" || in.State == p.State) &&
 		(status == "" || in.Status() == status) &&
-		strings.HasPrefix(in.Key, p.KeyPrefix)
+		strings.HasPrefix(in.Key, p.KeyPrefix) &&
+		(p.UpdatedFrom.IsZero() || !in.UpdatedAt.Before(p.UpdatedFrom)) &&
+		(p.UpdatedBefore.IsZero() || in.UpdatedAt.Before(p.UpdatedBefore))
 }
 
 func hasAttributes(in *store.Instance, attrs map[string]string) bool {

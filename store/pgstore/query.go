@@ -3,46 +3,58 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
 
 var _ store.InstanceQuerier = (*Store)(nil)
 
-// The filters shared by both orders: $1 saga type, $2 state, $3 status,
-// $4 key prefix (an empty value means any).
+// The filters shared by every order: $1 saga type, $2 state, $3 status,
+// $4 key prefix (an empty value means any), $5 and $6 the UpdatedAt range
+// [from, before) (NULL when open); %s stands for the attribute filters.
 // Each filter compares in COLLATE "C" (equality is the same in every
 // deterministic collation) so that the "C" indexes of migration 009 serve
 // it, the key prefix as a range of idem_instances_keyset.
 const queryFilters = `($1 = '' OR saga_type COLLATE "C" = $1) AND ($2 = '' OR state COLLATE "C" = $2)
   AND ($3 = '' OR ($3 = 'active') = (finished_at IS NULL))
-  AND ($4 = '' OR starts_with(key COLLATE "C", $4))`
+  AND ($4 = '' OR starts_with(key COLLATE "C", $4))
+  AND ($5::timestamptz IS NULL OR updated_at >= $5) AND ($6::timestamptz IS NULL OR updated_at < $6)%s`
 
-// $5 has a cursor, $6 saga type, $7 key, $8 limit; %s stands for the
-// attribute filters.
-const queryInstancesSQL = `
-SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes
-FROM idem_instances
-WHERE ` + queryFilters + `%s
-  AND (NOT $5 OR (saga_type COLLATE "C", key COLLATE "C") > ($6 COLLATE "C", $7 COLLATE "C"))
+const instanceCols = `saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes`
+
+// The pages of each order, after a cursor and before one: $7 has a
+// cursor, $8 saga type, $9 key, $10 limit, and in the stuck order $11
+// updated at. A page before a cursor is read in reverse and turned round.
+const (
+	queryInstancesSQL = `
+SELECT ` + instanceCols + ` FROM idem_instances
+WHERE ` + queryFilters + `
+  AND (NOT $7 OR (saga_type COLLATE "C", key COLLATE "C") > ($8 COLLATE "C", $9 COLLATE "C"))
 ORDER BY saga_type COLLATE "C", key COLLATE "C"
-LIMIT $8`
-
-// $5 has a cursor, $6 saga type, $7 key, $8 limit, $9 updated at.
-const queryStuckSQL = `
-SELECT saga_type, key, state, data, schema_version, version, timers, created_at, updated_at, finished_at, attributes
-FROM idem_instances
-WHERE finished_at IS NULL AND ` + queryFilters + `%s
-  AND (NOT $5 OR (updated_at, saga_type COLLATE "C", key COLLATE "C") > ($9, $6 COLLATE "C", $7 COLLATE "C"))
+LIMIT $10`
+	queryInstancesBeforeSQL = `
+SELECT ` + instanceCols + ` FROM idem_instances
+WHERE ` + queryFilters + `
+  AND $7 AND (saga_type COLLATE "C", key COLLATE "C") < ($8 COLLATE "C", $9 COLLATE "C")
+ORDER BY saga_type COLLATE "C" DESC, key COLLATE "C" DESC
+LIMIT $10`
+	queryStuckSQL = `
+SELECT ` + instanceCols + ` FROM idem_instances
+WHERE finished_at IS NULL AND ` + queryFilters + `
+  AND (NOT $7 OR (updated_at, saga_type COLLATE "C", key COLLATE "C") > ($11, $8 COLLATE "C", $9 COLLATE "C"))
 ORDER BY updated_at, saga_type COLLATE "C", key COLLATE "C"
-LIMIT $8`
+LIMIT $10`
+	queryStuckBeforeSQL = `
+SELECT ` + instanceCols + ` FROM idem_instances
+WHERE finished_at IS NULL AND ` + queryFilters + `
+  AND $7 AND (updated_at, saga_type COLLATE "C", key COLLATE "C") < ($11, $8 COLLATE "C", $9 COLLATE "C")
+ORDER BY updated_at DESC, saga_type COLLATE "C" DESC, key COLLATE "C" DESC
+LIMIT $10`
+)
 
 // QueryInstances returns one page of the instances p selects; see
 // store.InstanceQuerier.
@@ -53,29 +65,24 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	if p == nil {
 		p = &store.InstanceQuery{}
 	}
-	var c store.InstanceCursor
-	if p.After != nil {
-		c = *p.After
+	if p.After != nil && p.Before != nil {
+		return nil, fmt.Errorf("pgstore: query instances: %w", store.ErrBothCursors)
 	}
-	q, args := queryInstancesSQL, []any{p.SagaType, p.State, p.Status, p.KeyPrefix, p.After != nil, c.SagaType, c.Key, sqlq.Limit(p.Limit)}
-	if p.Stuck {
-		q, args = queryStuckSQL, append(args, c.UpdatedAt)
-	}
-	attrs, ok := canon.AttributeFilter(p.Attributes)
+	q, c := pickInstanceQuery(p)
+	args, attrArgs, ok := instanceFilterArgs(p)
 	if !ok {
 		return nil, nil
 	}
-	var filters strings.Builder
-	for _, name := range slices.Sorted(maps.Keys(attrs)) {
-		fmt.Fprintf(&filters, `
-  AND EXISTS (SELECT 1 FROM idem_saga_attributes a WHERE a.name = $%d AND a.value = $%d
-    AND a.saga_type = idem_instances.saga_type AND a.key = idem_instances.key)`, len(args)+1, len(args)+2)
-		args = append(args, name, attrs[name])
+	args = append(args, p.After != nil || p.Before != nil, c.SagaType, c.Key, sqlq.Limit(p.Limit))
+	if p.Stuck {
+		args = append(args, c.UpdatedAt)
 	}
+	filters := attributeFilters(len(attrArgs)/2, len(args)+1)
+	args = append(args, attrArgs...)
 	// An unnamed statement is planned with its values, so an empty filter
 	// drops out and a prefix becomes an index range; a cached generic plan
 	// would keep every "$n = '' OR" and scan (see docs/benchmarks.md).
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(q, filters.String()), append([]any{pgx.QueryExecModeExec}, args...)...)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(q, filters), append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query instances: %w", translate(err))
 	}
@@ -90,6 +97,9 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: query instances: %w", translate(err))
+	}
+	if p.Before != nil {
+		slices.Reverse(out)
 	}
 	return out, nil
 }

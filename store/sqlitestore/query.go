@@ -3,39 +3,52 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
-	"strings"
 
-	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
 
 var _ store.InstanceQuerier = (*Store)(nil)
 
-// The filters shared by both orders: ?1 saga type, ?2 state, ?3 status,
-// ?4 key prefix (an empty value means any).
+// The filters shared by every order: ?1 saga type, ?2 state, ?3 status,
+// ?4 key prefix (an empty value means any), ?5 and ?6 the UpdatedAt range
+// [from, before) in microseconds (the smallest and largest int64 when
+// open); %s stands for the attribute filters.
 const queryFilters = `(?1 = '' OR saga_type = ?1) AND (?2 = '' OR state = ?2)
   AND (?3 = '' OR (?3 = 'active') = (finished_at IS NULL))
-  AND (?4 = '' OR (key >= ?4 AND substr(key, 1, length(?4)) = ?4))`
+  AND (?4 = '' OR (key >= ?4 AND substr(key, 1, length(?4)) = ?4))
+  AND updated_at >= ?5 AND updated_at < ?6%s`
 
-// ?5 has a cursor, ?6 saga type, ?7 key, ?8 limit; %s stands for the
-// attribute filters.
-const queryInstancesSQL = `
+// The pages of each order, after a cursor and before one: ?7 has a
+// cursor, ?8 saga type, ?9 key, ?10 limit, ?11 updated at. A page before
+// a cursor is read in reverse and turned round.
+const (
+	queryInstancesSQL = `
 SELECT ` + instanceCols + ` FROM idem_instances
-WHERE ` + queryFilters + `%s
-  AND (NOT ?5 OR (saga_type, key) > (?6, ?7))
+WHERE ` + queryFilters + `
+  AND (NOT ?7 OR (saga_type, key) > (?8, ?9))
 ORDER BY saga_type, key
-LIMIT ?8`
-
-// ?5 has a cursor, ?6 saga type, ?7 key, ?8 limit, ?9 updated at.
-const queryStuckSQL = `
+LIMIT ?10`
+	queryInstancesBeforeSQL = `
 SELECT ` + instanceCols + ` FROM idem_instances
-WHERE finished_at IS NULL AND ` + queryFilters + `%s
-  AND (NOT ?5 OR (updated_at, saga_type, key) > (?9, ?6, ?7))
+WHERE ` + queryFilters + `
+  AND (saga_type, key) < (?8, ?9)
+ORDER BY saga_type DESC, key DESC
+LIMIT ?10`
+	queryStuckSQL = `
+SELECT ` + instanceCols + ` FROM idem_instances
+WHERE finished_at IS NULL AND ` + queryFilters + `
+  AND (NOT ?7 OR (updated_at, saga_type, key) > (?11, ?8, ?9))
 ORDER BY updated_at, saga_type, key
-LIMIT ?8`
+LIMIT ?10`
+	queryStuckBeforeSQL = `
+SELECT ` + instanceCols + ` FROM idem_instances
+WHERE finished_at IS NULL AND ` + queryFilters + `
+  AND (updated_at, saga_type, key) < (?11, ?8, ?9)
+ORDER BY updated_at DESC, saga_type DESC, key DESC
+LIMIT ?10`
+)
 
 // QueryInstances returns one page of the instances p selects; see
 // store.InstanceQuerier.
@@ -46,28 +59,29 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	if p == nil {
 		p = &store.InstanceQuery{}
 	}
-	var c store.InstanceCursor
-	if p.After != nil {
-		c = *p.After
+	if p.After != nil && p.Before != nil {
+		return nil, fmt.Errorf("sqlitestore: query instances: %w", store.ErrBothCursors)
 	}
-	attrs, ok := canon.AttributeFilter(p.Attributes)
+	hasCursor := p.After != nil || p.Before != nil
+	c, q := p.After, queryInstancesSQL
+	switch {
+	case p.Before != nil && p.Stuck:
+		c, q = p.Before, queryStuckBeforeSQL
+	case p.Before != nil:
+		c, q = p.Before, queryInstancesBeforeSQL
+	case p.Stuck:
+		q = queryStuckSQL
+	}
+	if c == nil {
+		c = &store.InstanceCursor{}
+	}
+	args, filters, ok := instanceFilterArgs(p)
 	if !ok {
 		return nil, nil
 	}
-	q := queryInstancesSQL
-	if p.Stuck {
-		q = queryStuckSQL
-	}
-	args := []any{p.SagaType, p.State, p.Status, p.KeyPrefix,
-		p.After != nil, c.SagaType, c.Key, sqlq.Limit(p.Limit), micros(c.UpdatedAt)}
-	var filters strings.Builder
-	for _, name := range slices.Sorted(maps.Keys(attrs)) {
-		fmt.Fprintf(&filters, `
-  AND EXISTS (SELECT 1 FROM idem_saga_attributes a WHERE a.name = ?%d AND a.value = ?%d
-    AND a.saga_type = idem_instances.saga_type AND a.key = idem_instances.key)`, len(args)+1, len(args)+2)
-		args = append(args, name, attrs[name])
-	}
-	rows, err := s.rdb.QueryContext(ctx, fmt.Sprintf(q, filters.String()), args...)
+	args = append(args, hasCursor, c.SagaType, c.Key, sqlq.Limit(p.Limit), micros(c.UpdatedAt))
+	args = append(args, filters...)
+	rows, err := s.rdb.QueryContext(ctx, fmt.Sprintf(q, attributeFilters(len(filters)/2, 12)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: query instances: %w", err)
 	}
@@ -82,6 +96,9 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlitestore: query instances: %w", err)
+	}
+	if p.Before != nil {
+		slices.Reverse(out)
 	}
 	return out, nil
 }

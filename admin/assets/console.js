@@ -1,0 +1,182 @@
+// Idem console: live regions and the absolute/relative time toggle.
+// Loaded in <head> without defer, so the chosen time form applies before
+// the first paint; everything else waits for the DOM.
+(function () {
+  "use strict";
+  var root = document.documentElement;
+  function stored(k, def) {
+    try { return localStorage.getItem(k) || def; } catch (e) { return def; }
+  }
+  function store(k, v) {
+    try { localStorage.setItem(k, v); } catch (e) { /* private mode: not remembered */ }
+  }
+
+  // Time: <time> elements hold both forms; a class on <html> shows one.
+  // Without JavaScript the relative form shows (the absolute one is in
+  // the title).
+  function applyTime() {
+    var abs = stored("idem.time", "relative") === "absolute";
+    root.classList.toggle("time-abs", abs);
+    var b = document.getElementById("time-toggle");
+    if (b) {
+      b.textContent = abs ? "Times: absolute (UTC)" : "Times: relative";
+      b.setAttribute("aria-pressed", abs ? "true" : "false");
+    }
+  }
+  applyTime();
+
+  // Live: the element marked data-live re-fetches its page every
+  // data-live seconds and swaps in the new content, unless paused.
+  var userPaused = stored("idem.live", "on") === "off";
+  var timer = null;
+
+  // pauseReason says why the region must not be replaced now, or "".
+  function pauseReason(region) {
+    if (userPaused) return "paused";
+    if (document.hidden) return "paused: tab hidden";
+    var a = document.activeElement;
+    if (a && a !== document.body && (a.matches("input, textarea, select") || a.isContentEditable)) return "paused: typing";
+    var sel = window.getSelection && window.getSelection();
+    if (sel && !sel.isCollapsed && String(sel).trim() !== "") return "paused: text selected";
+    var fields = document.querySelectorAll("input, textarea, select");
+    for (var i = 0; i < fields.length; i++) {
+      var f = fields[i];
+      if ((f.type === "checkbox" || f.type === "radio") ? f.checked !== f.defaultChecked : f.tagName === "SELECT" ? dirtySelect(f) : (f.type !== "hidden" && f.value !== f.defaultValue)) {
+        return f.type === "checkbox" ? "paused: box ticked" : "paused: unsent input";
+      }
+    }
+    if (region.querySelector("details[open]")) return "paused: details open";
+    if (region.querySelector("[role=alertdialog]")) return "paused: confirming";
+    return "";
+  }
+  // dirtySelect: a choice other than the one the page came with (the
+  // option marked selected, or the first one).
+  function dirtySelect(s) {
+    var def = 0;
+    for (var i = 0; i < s.options.length; i++) {
+      if (s.options[i].defaultSelected) { def = i; break; }
+    }
+    return s.options.length > 0 && s.selectedIndex !== def;
+  }
+
+  function indicate(region, reason) {
+    var b = document.getElementById("live-toggle");
+    if (!b) return;
+    b.hidden = false;
+    b.dataset.state = reason ? "paused" : "live";
+    b.textContent = reason ? "❚❚ " + reason : "● live";
+    b.title = userPaused ? "Live updates are off: click to resume" : reason ? "Live updates wait until you are done here; click to turn them off" : "This page updates itself every " + region.dataset.live + " s; click to pause";
+  }
+
+  // morphChildren turns the children of live into those of next (a
+  // parsed copy of the new content) in place: a node that is still there
+  // is kept and patched, so a row the page already had stays the same
+  // element (hover, scroll and a click under way survive a refresh), and
+  // only what changed is touched.
+  function morphChildren(live, next) {
+    var a = live.firstChild, b = next.firstChild;
+    while (b) {
+      var nb = b.nextSibling;
+      // Whitespace between elements may be on one side only (the parser
+      // drops it at the start of a fragment): it does not shift the rest.
+      if (a && blank(a) && !(b.nodeType === 3)) { a = a.nextSibling; continue; }
+      if (blank(b) && a && a.nodeType !== 3) { b = nb; continue; }
+      if (!a) {
+        live.appendChild(b);
+      } else if (a.nodeType === b.nodeType && a.nodeName === b.nodeName && (a.nodeType !== 1 || a.id === b.id)) {
+        morph(a, b);
+        a = a.nextSibling;
+      } else {
+        var na = a.nextSibling;
+        live.replaceChild(b, a);
+        a = na;
+      }
+      b = nb;
+    }
+    while (a) {
+      var n = a.nextSibling;
+      live.removeChild(a);
+      a = n;
+    }
+  }
+  function blank(n) { return n.nodeType === 3 && n.nodeValue.trim() === ""; }
+  function morph(live, next) {
+    if (live.nodeType !== 1) {
+      if (live.nodeValue !== next.nodeValue) live.nodeValue = next.nodeValue;
+      return;
+    }
+    var i, at;
+    for (i = 0; i < next.attributes.length; i++) {
+      at = next.attributes[i];
+      if (live.getAttribute(at.name) !== at.value) live.setAttribute(at.name, at.value);
+    }
+    for (i = live.attributes.length - 1; i >= 0; i--) {
+      at = live.attributes[i];
+      if (!next.hasAttribute(at.name)) live.removeAttribute(at.name);
+    }
+    morphChildren(live, next);
+  }
+
+  function tick() {
+    var region = document.querySelector("[data-live][id]");
+    timer = null;
+    if (!region) return;
+    region.dataset.liveTicks = String(Number(region.dataset.liveTicks || 0) + 1);
+    var reason = pauseReason(region);
+    indicate(region, reason);
+    var next = function () { schedule(region); };
+    if (reason) { next(); return; }
+    var url = location.pathname + location.search;
+    fetch(url, { headers: { "HX-Request": "true" }, credentials: "same-origin" }).then(function (res) {
+      if (!res.ok || res.redirected) throw new Error("live refresh: " + res.status);
+      return res.text();
+    }).then(function (text) {
+      var now = document.getElementById(region.id);
+      // The operator may have started something, or left, meanwhile.
+      if (now !== region || location.pathname + location.search !== url || pauseReason(region)) return;
+      var doc = new DOMParser().parseFromString(text, "text/html");
+      morphChildren(region, doc.body);
+      if (window.htmx) window.htmx.process(region);
+      applyTime();
+    }).catch(function () { /* the page stays as it was */ }).then(next);
+  }
+  function schedule(region) {
+    if (timer === null) timer = setTimeout(tick, 1000 * (Number(region.dataset.live) || 3));
+  }
+
+  function start() {
+    applyTime();
+    var t = document.getElementById("time-toggle");
+    if (t) {
+      t.hidden = false;
+      t.addEventListener("click", function () {
+        store("idem.time", root.classList.contains("time-abs") ? "relative" : "absolute");
+        applyTime();
+      });
+    }
+    var region = document.querySelector("[data-live][id]");
+    var b = document.getElementById("live-toggle");
+    if (b) {
+      b.hidden = !region;
+      b.addEventListener("click", function () {
+        userPaused = !userPaused;
+        store("idem.live", userPaused ? "off" : "on");
+        var r = document.querySelector("[data-live][id]");
+        if (r) indicate(r, pauseReason(r));
+      });
+    }
+    if (region) {
+      indicate(region, pauseReason(region));
+      schedule(region);
+    }
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+  // A boosted navigation swaps the body: look for the new page's region.
+  document.addEventListener("htmx:afterSettle", function (e) {
+    if (e.target === document.body) {
+      if (timer !== null) { clearTimeout(timer); timer = null; }
+      start();
+    }
+  });
+})();

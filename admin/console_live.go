@@ -1,0 +1,349 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html"
+	"html/template"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/store"
+)
+
+// Live updates, counts, paging both ways, time ranges and the time
+// toggle of the console's lists (issue 25, items 5 and 7).
+
+// livePages is how often, in seconds, each live page re-fetches itself
+// (console.js swaps the new <main> in unless the operator is busy there).
+var livePages = map[string]int{
+	"overview": 2, "sagas": 5, "instances": 3, "instance": 3, "deadletters": 3,
+	"deadletter": 3, "timers": 3, "schedules": 5,
+}
+
+// livePage is the refresh period of page in seconds; 0 for a page that is
+// not live (a form, an error).
+func livePage(page string) int { return livePages[page] }
+
+// timeLayout is the console's absolute time: UTC, to the second.
+const timeLayout = "2006-01-02 15:04:05 MST"
+
+// timeTag renders t as a <time> element holding both forms, relative to
+// now and absolute in UTC; the layout's toggle shows one (the relative one
+// without JavaScript, the absolute one then in the title). The zero time
+// renders as a dash. Only formatted times go in, escaped all the same.
+func timeTag(t, now time.Time) template.HTML {
+	if t.IsZero() {
+		return "—"
+	}
+	abs := html.EscapeString(t.UTC().Format(timeLayout))
+	return template.HTML(`<time datetime="` + html.EscapeString(t.UTC().Format(time.RFC3339Nano)) + `" title="` + abs + `"><span class="t-rel">` +
+		html.EscapeString(agoAt(t, now)) + `</span><span class="t-abs">` + abs + `</span></time>`)
+}
+
+// countText says how many a list's filters select, as "1,234" or "more
+// than 10,000 (about 1,200,000)".
+func countText(c store.Count) string {
+	if c.Exact {
+		return thousands(c.N)
+	}
+	s := "more than " + thousands(c.N)
+	if c.Estimate > c.N {
+		s += " (about " + thousands(c.Estimate) + ")"
+	}
+	return s
+}
+
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// The forms a time filter accepts: the browser's datetime-local (read as
+// UTC), RFC 3339, or a date.
+var rangeLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano, "2006-01-02"}
+
+// formLayout is how a time filter goes back into its datetime-local
+// field: as the browser writes it, without seconds when they are zero
+// (else the field's value differs from the one the page came with, and
+// the page reads as edited: console.js would not refresh it).
+const formLayout, formLayoutMinutes = "2006-01-02T15:04:05", "2006-01-02T15:04"
+
+// timeRange reads the [from, to) filter of the query parameters named
+// from and to; what names the field in the error (as "Updated").
+func timeRange(q url.Values, what string) (from, to time.Time, err error) {
+	parse := func(name, label string) (time.Time, error) {
+		v := q.Get(name)
+		if v == "" {
+			return time.Time{}, nil
+		}
+		for _, l := range rangeLayouts {
+			if t, err := time.Parse(l, v); err == nil {
+				return t.UTC(), nil
+			}
+		}
+		return time.Time{}, fmt.Errorf("%s %s: %q is not a time: give it as 2026-11-26T08:00 (UTC) or in RFC 3339", what, label, shorten(strings.ToValidUTF8(v, "\uFFFD"), 40))
+	}
+	if from, err = parse("from", "from"); err != nil {
+		return from, to, err
+	}
+	if to, err = parse("to", "before"); err != nil {
+		return from, to, err
+	}
+	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
+		return from, to, fmt.Errorf("%s: the range from %s to %s is empty: the end must come after the start", what, from.Format(timeLayout), to.Format(timeLayout))
+	}
+	return from, to, nil
+}
+
+// formTime is t as its datetime-local field shows it ("" for zero).
+func formTime(t time.Time) string {
+	switch {
+	case t.IsZero():
+		return ""
+	case t.Second() == 0:
+		return t.UTC().Format(formLayoutMinutes)
+	}
+	return t.UTC().Format(formLayout)
+}
+
+// pager is the count and the links of a list page.
+type pager struct {
+	// Count is nil when the store cannot count the list's filters.
+	Count *store.Count
+	// PrevQuery and NextQuery are query strings ("?..."), "" when there is
+	// no such page; FirstQuery is set on a page past the end.
+	PrevQuery, NextQuery, FirstQuery string
+}
+
+// pageLinks sets the links of a page from its filters (every parameter
+// kept but the cursors), the cursors of its first and last rows ("" when
+// it is empty), and whether rows exist before and after it. An empty
+// page reached through a cursor links to the first page.
+func (p *pager) pageLinks(filters url.Values, first, last string, hasPrev, hasNext bool) {
+	link := func(k, v string) string {
+		q := url.Values{}
+		for name, vs := range filters {
+			if name != "after" && name != "before" {
+				q[name] = vs
+			}
+		}
+		if k != "" {
+			q.Set(k, v)
+		}
+		return "?" + q.Encode()
+	}
+	if first == "" {
+		if hasPrev {
+			p.FirstQuery = link("", "")
+		}
+		return
+	}
+	if hasPrev {
+		p.PrevQuery = link("before", first)
+	}
+	if hasNext {
+		p.NextQuery = link("after", last)
+	}
+}
+
+// trimPage cuts a page read with one row more than limit to limit rows,
+// and says which neighbours exist: a page read forwards has one after it
+// when the extra row came, and one before it when it started at a
+// cursor; read backwards, the other way round.
+func trimPage[T any](rows []T, limit int, backward, cursor bool) (page []T, hasPrev, hasNext bool) {
+	extra := len(rows) > limit
+	switch {
+	case backward && extra:
+		return rows[1:], true, true
+	case backward:
+		return rows, false, true
+	case extra:
+		return rows[:limit], cursor, true
+	}
+	return rows, cursor, false
+}
+
+// errBothCursors is the console's answer to a query with both cursors.
+var errBothCursors = errors.New("give either after or before, not both")
+
+// liveInstanceQuery adds the time range and the backward cursor of the
+// query parameters to p.
+func liveInstanceQuery(q url.Values, p *store.InstanceQuery) error {
+	var err error
+	if p.UpdatedFrom, p.UpdatedBefore, err = timeRange(q, "Updated"); err != nil {
+		return err
+	}
+	if b := q.Get("before"); b != "" {
+		if p.After != nil {
+			return errBothCursors
+		}
+		if p.Before, err = decodeCursor(b); err != nil {
+			return fmt.Errorf("before: %w", err)
+		}
+	}
+	return nil
+}
+
+// instancePage reads the page p selects (one row more, to know whether
+// another page follows), and its count when the store can count. A page
+// before a cursor that comes back short is the start of the list: the
+// first page is read instead, so that it is full.
+func (s *Server) instancePage(ctx context.Context, p *store.InstanceQuery) (*instanceRows, error) {
+	_, queries := s.st.(store.InstanceQuerier)
+	if !queries && (p.Before != nil || !p.UpdatedFrom.IsZero() || !p.UpdatedBefore.IsZero()) {
+		return nil, fmt.Errorf("previous pages and time ranges: %w", inspect.ErrUnsupported)
+	}
+	limit := p.Limit
+	p.Limit++
+	defer func() { p.Limit = limit }()
+	rows, err := inspect.Instances(ctx, s.st, p)
+	if err == nil && p.Before != nil && len(rows) < limit {
+		p.Before = nil
+		rows, err = inspect.Instances(ctx, s.st, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &instanceRows{}
+	out.Rows, out.HasPrev, out.HasNext = trimPage(rows, limit, p.Before != nil, p.After != nil)
+	qc, ok := s.st.(store.QueryCounter)
+	if !ok {
+		return out, nil
+	}
+	c, err := qc.CountInstanceQuery(ctx, p, store.CountBound)
+	if err != nil {
+		return nil, fmt.Errorf("count instances: %w", err)
+	}
+	out.Count = &c
+	return out, nil
+}
+
+// instanceRows is a page of instances, its neighbours and its count.
+type instanceRows struct {
+	Rows             []*store.Instance
+	HasPrev, HasNext bool
+	Count            *store.Count
+}
+
+// instanceLinks sets the rows and the pager of an instance page.
+func (v *instancesView) instanceLinks(p *store.InstanceQuery, page *instanceRows) {
+	v.Rows, v.Count = page.Rows, page.Count
+	v.Filter["from"], v.Filter["to"] = formTime(p.UpdatedFrom), formTime(p.UpdatedBefore)
+	filters := url.Values{"attr": v.Attrs}
+	for k, f := range v.Filter {
+		if f != "" {
+			filters.Set(k, f)
+		}
+	}
+	var first, last string
+	if len(v.Rows) > 0 {
+		first, last = encodeCursor(v.Rows[0]), encodeCursor(v.Rows[len(v.Rows)-1])
+	}
+	v.pageLinks(filters, first, last, page.HasPrev, page.HasNext)
+	if v.NextQuery != "" {
+		v.Next = last
+	}
+}
+
+// timerPage reads the timers page of the console through
+// store.TimerQuerier (one row more, to know whether another page
+// follows), and its count when the store can count.
+func (s *Server) timerPage(ctx context.Context, tq store.TimerQuerier, p *store.TimerQuery, v *timersView) ([]store.Timer, error) {
+	limit := p.Limit
+	p.Limit++
+	ts, err := tq.QueryTimers(ctx, p)
+	if err == nil && p.Before != nil && len(ts) < limit {
+		p.Before = nil
+		ts, err = tq.QueryTimers(ctx, p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("query timers: %w", err)
+	}
+	ts, hasPrev, hasNext := trimPage(ts, limit, p.Before != nil, p.After != nil)
+	v.timerLinks(ts, hasPrev, hasNext)
+	if qc, ok := s.st.(store.QueryCounter); ok {
+		c, err := qc.CountTimerQuery(ctx, p, store.CountBound)
+		if err != nil {
+			return nil, fmt.Errorf("count timers: %w", err)
+		}
+		v.Count = &c
+	}
+	return ts, nil
+}
+
+// timerQuery turns the timers page's parameters into a store.TimerQuery:
+// overdue bounds the range at now.
+func timerQuery(q url.Values, from, to, now time.Time) (*store.TimerQuery, error) {
+	var err error
+	p := &store.TimerQuery{SagaType: q.Get("type"), DueFrom: from, DueBefore: to, Limit: consolePage}
+	if q.Get("overdue") != "" && (to.IsZero() || now.Before(to)) {
+		p.DueBefore = now
+	}
+	if a, b := q.Get("after"), q.Get("before"); a != "" && b != "" {
+		return nil, errBothCursors
+	}
+	if p.After, err = inspect.ParseTimerCursor(q.Get("after")); err != nil {
+		return nil, fmt.Errorf("after: %w", err)
+	}
+	if p.Before, err = inspect.ParseTimerCursor(q.Get("before")); err != nil {
+		return nil, fmt.Errorf("before: %w", err)
+	}
+	return p, nil
+}
+
+// timerLinks sets the pager of a timers page.
+func (v *timersView) timerLinks(ts []store.Timer, hasPrev, hasNext bool) {
+	filters := url.Values{}
+	for k, f := range v.Filter {
+		if f != "" {
+			filters.Set(k, f)
+		}
+	}
+	var first, last string
+	if len(ts) > 0 {
+		first, last = inspect.TimerCursor(&ts[0]), inspect.TimerCursor(&ts[len(ts)-1])
+	}
+	v.pageLinks(filters, first, last, hasPrev, hasNext)
+}
+
+// keyTimers reads the timers page through inspect.Timers: the timers of
+// one key (through the store's index), or every timer of a store without
+// store.TimerQuerier. A key has few timers: its range start is applied to
+// the page, its count is exact, and its previous page is its first.
+func (s *Server) keyTimers(ctx context.Context, q url.Values, p *store.TimerQuery, v *timersView) ([]store.Timer, error) {
+	f := timerFilter(q, v.Now)
+	f.DueBefore, f.Limit = p.DueBefore, consolePage
+	if f.Key == "" && (!p.DueFrom.IsZero() || p.Before != nil) {
+		v.Problem = "This store cannot list timers from a due time, or previous pages."
+		return nil, nil
+	}
+	if p.Before != nil {
+		f.After = ""
+	}
+	ts, next, err := inspect.Timers(ctx, s.st, f)
+	if err != nil {
+		return nil, err
+	}
+	ts = slices.DeleteFunc(ts, func(t store.Timer) bool { return t.DueAt.Before(p.DueFrom) })
+	if f.Key != "" {
+		f.After, f.Limit = "", store.CountBound+1
+		all, _, err := inspect.Timers(ctx, s.st, f)
+		if err != nil {
+			return nil, err
+		}
+		all = slices.DeleteFunc(all, func(t store.Timer) bool { return t.DueAt.Before(p.DueFrom) })
+		c := store.BoundedCount(len(all), store.CountBound)
+		v.Count = &c
+	}
+	v.timerLinks(ts, f.After != "", next != "")
+	return ts, nil
+}

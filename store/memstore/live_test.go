@@ -1,0 +1,17 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/storetest"
+)
+
+func TestTimerQuerierConformance(t *testing.T) {
+	storetest.RunTimerQuerier(t, func(t *testing.T) store.Store { return memstore.New(nil) })
+}
+
+func TestQueryCounterConformance(t *testing.T) {
+	storetest.RunQueryCounter(t, func(t *testing.T) store.Store { return memstore.New(nil) })
+}
