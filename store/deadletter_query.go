@@ -43,8 +43,8 @@ type DeadLetterCount struct {
 }
 
 // DeadLetterQuery selects dead letters for DeadLetterQuerier. Every
-// non-empty filter must match; the zero value selects every dead letter,
-// first page of the default size. There is no message-type filter: the
+// non-empty filter must match; the zero value selects every dead letter
+// that is not archived, first page of the default size. There is no message-type filter: the
 // envelope is kept exactly as it arrived, possibly unreadable by the
 // database (a U+0000 in its type), so callers match the type themselves.
 type DeadLetterQuery struct {
@@ -62,6 +62,16 @@ type DeadLetterQuery struct {
 	// State selects by what became of the dead letter's replays; "" (or
 	// DeadLettersAll) selects every one.
 	State DeadLetterState
+	// Fingerprint selects the dead letters of one fingerprint (see
+	// Fingerprint), or with FingerprintNone those recorded before
+	// fingerprints.
+	Fingerprint string
+	// Archived selects by archival: ArchivedExclude (the zero value)
+	// leaves archived dead letters out (see DeadLetterArchiver).
+	Archived ArchivedFilter
+	// ArchivedBefore, when set, selects only the dead letters archived
+	// before it, whatever Archived says.
+	ArchivedBefore time.Time
 	// After is the ID of the last dead letter of the previous page.
 	After string
 	// Limit bounds the page; 0 means the store's default.
