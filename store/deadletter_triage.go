@@ -112,8 +112,8 @@ func (q *DeadLetterQuery) SelectsTriage(d *DeadLetter) bool {
 		return false
 	case q.Fingerprint != "" && q.Fingerprint != FingerprintNone && d.Fingerprint != q.Fingerprint:
 		return false
-	case !q.ArchivedBefore.IsZero() && !(d.Archived() && d.ArchivedAt.Before(q.ArchivedBefore)):
-		return false
+	case !q.ArchivedBefore.IsZero():
+		return d.Archived() && d.ArchivedAt.Before(q.ArchivedBefore)
 	}
 	return q.Archived.Selects(d.Archived())
 }

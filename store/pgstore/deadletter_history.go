@@ -105,14 +105,15 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.After) {
+	if !representable(q.SagaType, q.Key, q.Reason, q.After, q.Fingerprint) {
 		return nil, nil // no stored dead letter holds such a value
 	}
 	args := append(deadLetterArgs(q), sqlq.Limit(q.Limit))
 	if asOf != "" {
 		args = append(args, q.AsOf)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+`
+	triage, args := triageFilter(q, args)
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+triage+`
 ORDER BY id COLLATE "C" LIMIT $5`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query dead letters: %w", translate(err))
@@ -162,7 +163,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if q.AsOf != "" {
 		out.AsOf = q.AsOf // counted within the given mark: it stays the bound
 	}
-	if !representable(q.SagaType, q.Key, q.Reason) {
+	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint) {
 		return out, nil
 	}
 	c := *q
@@ -171,7 +172,8 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if asOf != "" {
 		args = append(args, q.AsOf)
 	}
-	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+` GROUP BY reason`, args...)
+	triage, args := triageFilter(q, args)
+	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+triage+` GROUP BY reason`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
 	}

@@ -71,8 +71,9 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterWhere+state+` ORDER BY id LIMIT ?6`,
-		q.SagaType, q.Key, q.Reason, q.After, mark, sqlq.Limit(q.Limit))
+	triage, fp, before := triageWhere(q)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterWhere+state+triage+` ORDER BY id LIMIT ?6`,
+		q.SagaType, q.Key, q.Reason, q.After, mark, sqlq.Limit(q.Limit), fp, before)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: query dead letters: %w", err)
 	}
@@ -110,8 +111,9 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 		return nil, fmt.Errorf("sqlitestore: count dead letters: mark: %w", err)
 	}
 	out := &store.DeadLetterCount{ByReason: map[string]int{}, AsOf: strconv.FormatInt(min(last, mark), 10)}
-	rows, err := tx.QueryContext(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterWhere+state+` GROUP BY reason`,
-		q.SagaType, q.Key, q.Reason, "", mark)
+	triage, fp, before := triageWhere(q)
+	rows, err := tx.QueryContext(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterWhere+state+triage+` GROUP BY reason`,
+		q.SagaType, q.Key, q.Reason, "", mark, 0, fp, before)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count dead letters: %w", err)
 	}
