@@ -137,4 +137,3 @@ func (s *Store) eachDeadLetter(ctx context.Context, op string, ids []string, stm
 	}
 	return n, nil
 }
-
