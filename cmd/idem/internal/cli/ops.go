@@ -96,7 +96,7 @@ permission denied, or the server does not commit durably.`,
 func newDLQ() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "List, show, replay and purge dead letters",
+		Short: "List, show, replay, group, archive, restore and purge dead letters",
 		Long: `Inspect and act on dead letters: messages the engine gave up on (a malformed
 body, an unknown message type, a permanent error, retries exhausted), kept
 with the reason, the full error and the attempt count until an operator
@@ -114,10 +114,10 @@ errors (bad flags, no or unsupported store, unreachable server, schema not
 migrated: run idem migrate).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErrorf("dlq needs a subcommand: ls, show, replay or purge (see idem dlq --help)")
+			return usageErrorf("dlq needs a subcommand: ls, show, replay, purge, groups, archive or restore (see idem dlq --help)")
 		},
 	}
-	cmd.AddCommand(newDLQList(), newDLQShow(), newDLQReplay(), newDLQPurge())
+	cmd.AddCommand(newDLQList(), newDLQShow(), newDLQReplay(), newDLQPurge(), newDLQGroups(), newDLQArchive("archive"), newDLQArchive("restore"))
 	return cmd
 }
 
@@ -420,6 +420,10 @@ type selection struct {
 	failedBefore string
 	asOf         string // the mark of a dry run's count (see bound)
 	state        string // unresolved (default), pending, resolved or all
+	// fingerprint and archived select as the API's filters do (archive,
+	// restore; see dlq_triage.go).
+	fingerprint string
+	archived    store.ArchivedFilter
 }
 
 // check validates args against the flags; filters need --all.
@@ -427,13 +431,13 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 	switch {
 	case s.all && len(ids) > 0:
 		return usageErrorf("give dead-letter IDs or --all, not both")
-	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != "" || s.state != ""):
+	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != "" || s.state != "" || s.fingerprint != ""):
 		s.all = true // replay --reason R --type T selects in bulk
 	case !s.all && len(ids) == 0:
 		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
 	}
 	if !s.all {
-		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of", "state"} {
+		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of", "state", "fingerprint"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
 			}
@@ -448,7 +452,8 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 // filter is s as an inspect filter, bound to s.asOf: the unresolved dead
 // letters unless --state says otherwise.
 func (s *selection) filter() *inspect.DeadLetterFilter {
-	return &inspect.DeadLetterFilter{SagaType: s.sagaType, Reason: s.reason, MessageType: s.msgType, AsOf: s.asOf, State: store.DeadLetterState(s.state)}
+	return &inspect.DeadLetterFilter{SagaType: s.sagaType, Reason: s.reason, MessageType: s.msgType, AsOf: s.asOf, State: store.DeadLetterState(s.state),
+		Fingerprint: s.fingerprint, Archived: s.archived}
 }
 
 // bound takes the mark of the dead letters s selects now, unless --as-of
@@ -496,12 +501,12 @@ func (s *selection) each(ctx context.Context, st store.Store, cutoff time.Time, 
 func asOfHint(cmd *cobra.Command, s *selection) string {
 	var b strings.Builder
 	b.WriteString(cmd.CommandPath())
-	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}, {"state", s.state}} {
+	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}, {"state", s.state}, {"fingerprint", s.fingerprint}} {
 		if f.v != "" {
 			fmt.Fprintf(&b, " --%s %s", f.name, strconv.Quote(f.v))
 		}
 	}
-	if cmd.Name() == "purge" {
+	if cmd.Name() == "purge" || cmd.Name() == "archive" || cmd.Name() == "restore" {
 		b.WriteString(" --all --yes")
 	}
 	if s.asOf == "" {
@@ -561,7 +566,7 @@ func newDLQReplay() *cobra.Command {
 		force        bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replay ID... | --all | --reason R | --type T [--saga-type S] [--dry-run] [--as-of MARK]",
+		Use:   "replay ID... | --all | --reason R | --type T | --fingerprint F [--saga-type S] [--dry-run] [--as-of MARK]",
 		Short: "Re-queue dead letters, with their original IDs",
 		Long: `Replay dead letters: each envelope is published again, with its original ID
 and body (and the header idem-replayed-at), onto the store's own queue (the same PostgreSQL schema
@@ -585,7 +590,8 @@ reached through its admin API instead: POST /api/dead-letters/{id}/replay.
 Name the dead letters by ID, or pass --all to replay every one; --reason
 keeps those with one reason (for example malformed_body, unknown_type,
 saga_not_found, permanent_error, retries_exhausted), --type those of one
-message type and --saga-type those of one saga type. A filter without IDs
+message type, --saga-type those of one saga type and --fingerprint those of
+one failure group (idem dlq groups lists them). A filter without IDs
 selects in bulk, as --all does. --dry-run prints what would be replayed and
 the count, and changes nothing; it ends with the command that replays
 exactly those, --as-of MARK, so that a dead letter recorded (or failed
@@ -716,6 +722,7 @@ a named ID does not exist (the others are still replayed).
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "act only on the dead letters counted by the dry run that printed this mark")
 	cmd.Flags().StringVar(&sel.state, "state", "", "select by the latest replay: unresolved (default: never replayed, or it failed or was not sent), pending, resolved (it succeeded) or all")
+	cmd.Flags().StringVar(&sel.fingerprint, "fingerprint", "", "only the dead letters of this group (idem dlq groups; none for those recorded before fingerprints)")
 	cmd.Flags().BoolVar(&force, "force", false, "replay the named dead letters even if their latest replay succeeded (their messages run again)")
 	sf.register(cmd)
 	return cmd
