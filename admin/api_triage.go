@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/internal/inspect"
@@ -259,4 +260,15 @@ func uniqueIDs(ids []string) []string {
 		}
 	}
 	return out
+}
+
+// replayActor is who a request replays dead letters as, recorded with
+// each replay it begins (store.WithReplayBy): "api" for the API, else
+// "console". A single admin token names no one further; a session's ID is
+// a secret and is never recorded.
+func replayActor(r *http.Request) string {
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		return "api"
+	}
+	return "console"
 }

@@ -50,8 +50,8 @@ func TestBrowserDeadLetterTriage(t *testing.T) {
 		return true
 	})
 	run(t, ctx, "replay history", chromedp.Navigate(base+"/dead-letters/ch-1"), chromedp.WaitVisible("#history table.replays"), chromedp.Text("#history", &text))
-	if !strings.Contains(text, "first failure") || !strings.Contains(text, "replayed") || !strings.Contains(text, "failed again") || !strings.Contains(text, "unknown_type") {
-		t.Errorf("history of ch-1: %q, want the first failure and a replay that failed again with unknown_type", text)
+	if !strings.Contains(text, "first failure") || !strings.Contains(text, "replayed") || !strings.Contains(text, "failed again") || !strings.Contains(text, "unknown_type") || !strings.Contains(text, "by console") {
+		t.Errorf("history of ch-1: %q, want the first failure and a replay by console that failed again with unknown_type", text)
 	}
 	screenshot(t, ctx, "dead-letter-replays")
 

@@ -130,14 +130,15 @@ func (s *Server) triage(ctx context.Context, f *inspect.DeadLetterFilter) (*tria
 
 // purgeBefore bounds a console purge to the dead letters archived longer
 // ago than inspect.PurgeRetention: it sets f.ArchivedBefore to that
-// cutoff when unset (the first, unconfirmed, POST), and returns it as the
+// cutoff when unset on the first, unconfirmed, POST, and returns it as the
 // confirmation carries it ("" for other actions). The confirmation then
-// acts on exactly the dead letters it counted with that cutoff.
-func purgeBefore(action string, f *inspect.DeadLetterFilter) string {
+// acts on exactly the dead letters it counted with that cutoff; a
+// confirmed purge without one is refused (purgeRefused).
+func purgeBefore(action string, f *inspect.DeadLetterFilter, confirmed bool) string {
 	if action != "purge" {
 		return ""
 	}
-	if f.ArchivedBefore.IsZero() {
+	if f.ArchivedBefore.IsZero() && !confirmed {
 		f.ArchivedBefore = time.Now().UTC().Add(-inspect.PurgeRetention)
 	}
 	return f.ArchivedBefore.Format(time.RFC3339Nano)

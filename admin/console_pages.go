@@ -301,7 +301,7 @@ func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm()
 	f := deadLetterFilter(r.PostForm) // with the as_of of the count confirmed
 	filters := query("type", f.SagaType, "reason", f.Reason, "message_type", f.MessageType, "key", f.Key,
-		"state", r.PostFormValue("state"), "fingerprint", f.Fingerprint, "archived", r.PostFormValue("archived"), "archived_before", purgeBefore(action, f))
+		"state", r.PostFormValue("state"), "fingerprint", f.Fingerprint, "archived", r.PostFormValue("archived"), "archived_before", purgeBefore(action, f, r.PostFormValue("confirm") == "yes"))
 	if msg := s.purgeRefused(action, f); msg != "" {
 		s.consoleError(w, r, http.StatusBadRequest, msg)
 		return

@@ -97,6 +97,30 @@ func TestTriageArchiveRestoreAPI(t *testing.T) {
 	}
 }
 
+// A replay records who began it: the API, or the console.
+func TestReplayRecordsWho(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seedTriage(t, b)
+	if code, body := b.do(t, http.MethodPost, "/api/dead-letters/inv-1/replay", ""); code != http.StatusAccepted {
+		t.Fatalf("replay inv-1: %d %s", code, body)
+	}
+	if rs := getDeadLetter(t, b, "inv-1").Replays; len(rs) != 1 || rs[0].By != "api" {
+		t.Errorf("replays of inv-1 after an API replay: %+v, want one by api", rs)
+	}
+	br := newBrowser(t, b)
+	if resp, _ := br.post("/dead-letters/ch-1/replay", url.Values{}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("console replay of ch-1: %d", resp.StatusCode)
+	}
+	if rs := getDeadLetter(t, b, "ch-1").Replays; len(rs) != 1 || rs[0].By != "console" {
+		t.Errorf("replays of ch-1 after a console replay: %+v, want one by console", rs)
+	}
+	_, page := br.get("/dead-letters/ch-1")
+	if !strings.Contains(page, "by console") {
+		t.Error("ch-1's page does not say who replayed it")
+	}
+}
+
 func TestTriageReadOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &admin.Config{ReadOnly: true})

@@ -164,6 +164,9 @@ type Replay struct {
 	// publish error for ReplayNotSent.
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// By is who replayed it, as WithReplayBy said when it began ("" when
+	// unknown).
+	By string `json:"by,omitempty"`
 }
 
 // DeadLetterReplayer is implemented by stores that keep a dead letter's
@@ -176,7 +179,8 @@ type DeadLetterReplayer interface {
 	// ErrReplayPending when its latest replay is still pending: at most one
 	// replay of a dead letter is pending at a time, so that the outcome
 	// recorded is that of the copy consumed. The dead letter's mark (see
-	// DeadLetterQuery.AsOf) does not change.
+	// DeadLetterQuery.AsOf) does not change. The replay's By is
+	// ReplayBy(ctx).
 	BeginReplay(ctx context.Context, id string, at time.Time) error
 	// SettleReplays settles the latest replay of each dead letter p.IDs
 	// names, if it is ReplayPending, with p's outcome; missing IDs and

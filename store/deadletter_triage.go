@@ -170,3 +170,20 @@ type ArchiveParams struct {
 	// clock.
 	At time.Time
 }
+
+// replayByKey is the context key of WithReplayBy.
+type replayByKey struct{}
+
+// WithReplayBy returns ctx carrying who replays dead letters ("console",
+// "api", "cli: alice@host"): a DeadLetterReplayer's BeginReplay records it
+// as the replay's By. It is how an operations tool says who acted without
+// changing the engine's ReplayDeadLetter.
+func WithReplayBy(ctx context.Context, by string) context.Context {
+	return context.WithValue(ctx, replayByKey{}, by)
+}
+
+// ReplayBy returns who WithReplayBy says replays, or "".
+func ReplayBy(ctx context.Context) string {
+	by, _ := ctx.Value(replayByKey{}).(string)
+	return by
+}

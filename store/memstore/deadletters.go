@@ -169,7 +169,7 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	if d.State() == store.DeadLettersPending {
 		return fmt.Errorf("memstore: begin replay of dead letter %s: %w", id, store.ErrReplayPending)
 	}
-	d.Replays = append(slices.Clip(d.Replays), store.Replay{At: at, Outcome: store.ReplayPending})
+	d.Replays = append(slices.Clip(d.Replays), store.Replay{At: at, Outcome: store.ReplayPending, By: store.ReplayBy(ctx)})
 	return nil
 }
 

@@ -230,8 +230,8 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 		if ct.RowsAffected() == 0 {
 			return store.ErrNotFound
 		}
-		ct, err = tx.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
-SELECT id, $2, 'pending' FROM idem_dead_letters WHERE id = $1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, at)
+		ct, err = tx.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome, replayed_by)
+SELECT id, $2, 'pending', $3 FROM idem_dead_letters WHERE id = $1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, at, storableText(store.ReplayBy(ctx)))
 		if err != nil {
 			return translate(err)
 		}
@@ -291,7 +291,7 @@ func (s *Store) withReplays(ctx context.Context, ds []store.DeadLetter) error {
 	for i := range ds {
 		ids[i], at[ds[i].ID] = ds[i].ID, i
 	}
-	rows, err := s.pool.Query(ctx, `SELECT dead_letter_id, replayed_at, outcome, settled_at, reason, error
+	rows, err := s.pool.Query(ctx, `SELECT dead_letter_id, replayed_at, outcome, settled_at, reason, error, replayed_by
 FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) ORDER BY seq`, ids)
 	if err != nil {
 		return fmt.Errorf("pgstore: replays of %d dead letters: %w", len(ids), translate(err))
@@ -301,7 +301,7 @@ FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) ORDER BY seq`, ids)
 		var id, outcome string
 		var r store.Replay
 		var settled *time.Time
-		if err := rows.Scan(&id, &r.At, &outcome, &settled, &r.Reason, &r.Error); err != nil {
+		if err := rows.Scan(&id, &r.At, &outcome, &settled, &r.Reason, &r.Error, &r.By); err != nil {
 			return fmt.Errorf("pgstore: replays of %d dead letters: %w", len(ids), err)
 		}
 		r.Outcome, r.At = store.ReplayOutcome(outcome), r.At.UTC()

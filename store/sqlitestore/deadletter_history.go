@@ -166,8 +166,8 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	var n, found int64
 	err := s.write(ctx, "begin replay", 0, func(w *writer) error {
 		var err error
-		n, err = w.exec(`INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
-SELECT id, ?2, 'pending' FROM idem_dead_letters WHERE id = ?1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, micros(at))
+		n, err = w.exec(`INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome, replayed_by)
+SELECT id, ?2, 'pending', ?3 FROM idem_dead_letters WHERE id = ?1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, micros(at), strings.ToValidUTF8(store.ReplayBy(ctx), "\uFFFD"))
 		if err != nil || n > 0 {
 			return err
 		}
@@ -240,7 +240,7 @@ func (s *Store) withReplays(ctx context.Context, db querier, ds []store.DeadLett
 	for i := range ds {
 		args[i], marks[i] = ds[i].ID, "?"
 	}
-	rows, err := db.QueryContext(ctx, `SELECT dead_letter_id, replayed_at, outcome, settled_at, reason, error
+	rows, err := db.QueryContext(ctx, `SELECT dead_letter_id, replayed_at, outcome, settled_at, reason, error, replayed_by
 FROM idem_dead_letter_replays WHERE dead_letter_id IN (`+strings.Join(marks, ",")+`) ORDER BY seq`, args...)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: replays of %d dead letters: %w", len(ds), err)
@@ -251,7 +251,7 @@ FROM idem_dead_letter_replays WHERE dead_letter_id IN (`+strings.Join(marks, ","
 		var replayed int64
 		var settled sql.NullInt64
 		var r store.Replay
-		if err := rows.Scan(&id, &replayed, &outcome, &settled, &r.Reason, &r.Error); err != nil {
+		if err := rows.Scan(&id, &replayed, &outcome, &settled, &r.Reason, &r.Error, &r.By); err != nil {
 			return fmt.Errorf("sqlitestore: replays of %d dead letters: %w", len(ds), err)
 		}
 		r.At, r.Outcome, r.SettledAt = fromMicros(replayed), store.ReplayOutcome(outcome), fromNullMicros(settled)

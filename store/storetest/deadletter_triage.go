@@ -20,6 +20,7 @@ var deadLetterTriageCases = []testCase{
 	{"DeadLetterRecordedAgainIsRestored", testDeadLetterRecordedAgainRestored},
 	{"DeadLetterArchivedBefore", testDeadLetterArchivedBefore},
 	{"DeadLetterTriageHostile", testDeadLetterTriageHostile},
+	{"DeadLetterReplayRecordsWho", testDeadLetterReplayWho},
 }
 
 // RunDeadLetterTriage runs the cases of store.DeadLetterGrouper and
@@ -290,5 +291,24 @@ func testDeadLetterTriageHostile(t *testing.T, s store.Store) {
 		if n, err := s.(store.DeadLetterArchiver).RestoreDeadLetters(t.Context(), []string{bad}); err != nil || n != 0 {
 			t.Errorf("restore ID %q: got %d, %v; want 0, nil", bad, n, err)
 		}
+	}
+}
+
+func testDeadLetterReplayWho(t *testing.T, s store.Store) {
+	t0 := now().Add(-time.Hour)
+	seedTriage(t, s, t0)
+	rp := s.(store.DeadLetterReplayer)
+	if err := rp.BeginReplay(store.WithReplayBy(t.Context(), "cli: <alice>@host"), "d-0", t0.Add(time.Minute)); err != nil {
+		t.Fatalf("begin replay: %v", err)
+	}
+	if err := rp.SettleReplays(t.Context(), &store.SettleReplaysParams{IDs: []string{"d-0"}, Outcome: store.ReplayNotSent, At: t0.Add(2 * time.Minute), Error: "down"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.BeginReplay(t.Context(), "d-0", t0.Add(3*time.Minute)); err != nil {
+		t.Fatalf("begin second replay: %v", err)
+	}
+	rs := getDeadLetter(t, s, "d-0").Replays
+	if len(rs) != 2 || rs[0].By != "cli: <alice>@host" || rs[1].By != "" {
+		t.Errorf("replays: got %+v, want the first by cli: <alice>@host and the second by nobody known", rs)
 	}
 }

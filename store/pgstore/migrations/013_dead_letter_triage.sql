@@ -11,3 +11,6 @@ ALTER TABLE idem_dead_letters
     ADD COLUMN IF NOT EXISTS archived_at timestamptz;
 -- The dead letters of one group, in the list's order.
 CREATE INDEX IF NOT EXISTS idem_dead_letters_fingerprint ON idem_dead_letters (fingerprint COLLATE "C", id COLLATE "C");
+-- Who began each replay (store.WithReplayBy): "console", "api", "cli: …",
+-- '' when unknown (every replay before this migration).
+ALTER TABLE idem_dead_letter_replays ADD COLUMN IF NOT EXISTS replayed_by text NOT NULL DEFAULT '';

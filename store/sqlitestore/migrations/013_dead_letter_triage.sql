@@ -8,3 +8,6 @@
 ALTER TABLE idem_dead_letters ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
 ALTER TABLE idem_dead_letters ADD COLUMN archived_at INTEGER;
 CREATE INDEX idem_dead_letters_fingerprint ON idem_dead_letters (fingerprint, id);
+-- Who began each replay (store.WithReplayBy): "console", "api", "cli: …",
+-- '' when unknown (every replay before this migration).
+ALTER TABLE idem_dead_letter_replays ADD COLUMN replayed_by TEXT NOT NULL DEFAULT '';

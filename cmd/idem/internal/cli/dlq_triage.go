@@ -3,6 +3,8 @@ package cli
 import (
 	"cmp"
 	"fmt"
+	"os"
+	"os/user"
 	"text/tabwriter"
 	"time"
 
@@ -211,4 +213,20 @@ Prints how many dead letters were ` + past + `.
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "with --all: act only on the dead letters counted by the dry run that printed this mark")
 	sf.register(cmd)
 	return cmd
+}
+
+// cliActor is who replays from this command line, as the dead letter's
+// history records it: "cli: user@host", or "cli" when neither is known.
+func cliActor() string {
+	name := ""
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		name += "@" + h
+	}
+	if name == "" {
+		return "cli"
+	}
+	return "cli: " + name
 }

@@ -611,7 +611,7 @@ a named ID does not exist (the others are still replayed).
 			if err := sel.check(cmd, args); err != nil {
 				return err
 			}
-			ctx := cmd.Context()
+			ctx := store.WithReplayBy(cmd.Context(), cliActor()) // recorded with each replay
 			st, _, err := sf.open(ctx, false)
 			if err != nil {
 				return err
@@ -874,7 +874,11 @@ func writeHistory(w io.Writer, d *store.DeadLetter) {
 		case store.ReplayNotSent:
 			outcome = fmt.Sprintf("not sent at %s: %s", formatTime(r.SettledAt), clean(firstLine(r.Error)))
 		}
-		fmt.Fprintf(tw, "  %s\treplayed\t%s\n", formatTime(r.At), outcome)
+		what := "replayed"
+		if r.By != "" {
+			what += " by " + clean(r.By)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", formatTime(r.At), what, outcome)
 	}
 	_ = tw.Flush()
 }
