@@ -18,21 +18,52 @@ const FingerprintNone = "none"
 // maxMasked bounds the text MaskError reads, in bytes.
 const maxMasked = 4 << 10
 
-// maskers turn what varies between two occurrences of one failure into
-// placeholders, in this order: quoted strings first (their content is
-// data), then UUIDs, 0x hex, long hex runs, and every word that holds a
-// digit (IDs, numbers, durations, addresses).
-var maskers = []struct {
+// quoted masks quoted strings (their content is data): double-quoted
+// with escapes, backquoted, and single-quoted after a non-word character
+// (an apostrophe inside a word is not a quote).
+var quoted = []struct {
 	re   *regexp.Regexp
 	repl string
 }{
 	{regexp.MustCompile(`"(?:[^"\\]|\\.)*"`), `"…"`},
 	{regexp.MustCompile("`[^`]*`"), "`…`"},
 	{regexp.MustCompile(`(^|[^A-Za-z0-9_])'[^']*'`), `${1}'…'`},
-	{regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`), `#`},
-	{regexp.MustCompile(`(?i)\b0x[0-9a-f]+\b`), `#`},
-	{regexp.MustCompile(`(?i)\b[0-9a-f]{8,}\b`), `#`},
-	{regexp.MustCompile(`[A-Za-z0-9_-]*[0-9][A-Za-z0-9_-]*`), `#`},
+}
+
+// wordByte reports whether c belongs to a word as maskWords splits them:
+// ASCII letters, digits, '_' and '-' (so that UUIDs and IDs like ord-42
+// are one word).
+func wordByte(c byte) bool {
+	return c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// maskWords replaces with # every word that holds a digit (IDs, numbers,
+// UUIDs, durations, addresses) or is a run of 8 or more hex digits.
+func maskWords(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		if !wordByte(s[i]) {
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		j := i
+		digit, hex := false, true
+		for j < len(s) && wordByte(s[j]) {
+			c := s[j]
+			digit = digit || '0' <= c && c <= '9'
+			hex = hex && ('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F')
+			j++
+		}
+		if digit || (hex && j-i >= 8) {
+			b.WriteByte('#')
+		} else {
+			b.WriteString(s[i:j])
+		}
+		i = j
+	}
+	return b.String()
 }
 
 // MaskError returns the first line of an error chain with what varies
@@ -46,10 +77,10 @@ func MaskError(errText string) string {
 		line = line[:maxMasked]
 	}
 	line = strings.ToValidUTF8(line, "\uFFFD")
-	for _, m := range maskers {
+	for _, m := range quoted {
 		line = m.re.ReplaceAllString(line, m.repl)
 	}
-	return strings.Join(strings.Fields(line), " ")
+	return strings.Join(strings.Fields(maskWords(line)), " ")
 }
 
 // Fingerprint returns the fingerprint of a failure: 16 lowercase hex
