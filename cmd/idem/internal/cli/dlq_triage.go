@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"os/user"
@@ -229,4 +230,14 @@ func cliActor() string {
 		return "cli"
 	}
 	return "cli: " + name
+}
+
+// listDLQ reads one page of idem dlq ls: through store.DeadLetterQuerier,
+// which leaves archived dead letters out unless q.Archived says otherwise,
+// or ListDeadLetters on a store without it (which archives nothing).
+func listDLQ(ctx context.Context, st store.Store, q *store.DeadLetterQuery) ([]store.DeadLetter, error) {
+	if dq, ok := st.(store.DeadLetterQuerier); ok {
+		return dq.QueryDeadLetters(ctx, q)
+	}
+	return st.ListDeadLetters(ctx, &store.ListParams{SagaType: q.SagaType, After: q.After, Limit: q.Limit})
 }

@@ -68,6 +68,16 @@ func TestDLQTriage(t *testing.T) {
 		t.Errorf("dlq groups --archived only --json: %q, want the archived group of 3", out)
 	}
 
+	code, out, errOut = run(t, "dlq", "ls", "--store", url)
+	wantExit(t, code, out, errOut, 0)
+	if strings.Contains(out, "c-1") || !strings.Contains(out, "u-1") {
+		t.Errorf("dlq ls after archiving: %q, want u-1 and no archived c-*", out)
+	}
+	code, out, errOut = run(t, "dlq", "ls", "--archived", "only", "--store", url)
+	wantExit(t, code, out, errOut, 0)
+	if !strings.Contains(out, "c-0") || !strings.Contains(out, "c-2") || strings.Contains(out, "u-1") {
+		t.Errorf("dlq ls --archived only: %q, want the archived c-0..c-2 only", out)
+	}
 	code, out, errOut = run(t, "dlq", "restore", "c-1", "missing", "--store", url)
 	wantExit(t, code, out, errOut, 1)
 	if !strings.Contains(out, "restored 1 dead letter") || !strings.Contains(errOut, "1 of the 2 dead letters named") {

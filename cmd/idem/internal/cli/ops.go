@@ -136,9 +136,10 @@ func newDLQList() *cobra.Command {
 		limit    int
 		after    string
 		asJSON   bool
+		archived string
 	)
 	cmd := &cobra.Command{
-		Use:   "ls [--type T] [--limit N] [--after ID] [--json]",
+		Use:   "ls [--type T] [--archived exclude|only|include] [--limit N] [--after ID] [--json]",
 		Short: "List dead letters, one page at a time, ordered by ID",
 		Long: `List dead letters ordered by ID, one page at a time: a table with the ID, the
 reason, the message type, the saga (type/key, or - when the message never
@@ -149,6 +150,8 @@ idem timers ls; --saga-type is its deprecated spelling). --limit is the page siz
 (default 100). --after is the cursor: the list starts after that ID, so pass
 the last ID of the previous page. When a page is full, a hint on stderr gives
 the command for the next page; stdout holds only the table or the JSON.
+Archived dead letters (idem dlq archive) are left out: --archived only lists
+them, --archived include lists both.
 
 --json prints a JSON array instead (an empty page is []). Each element has
 id, envelope, reason, error, saga_type, key, attempts, first_failed_at,
@@ -165,13 +168,17 @@ bodies readable with jq, and its standard base64 otherwise
 			if limit < 1 {
 				return usageErrorf("--limit %d: want at least 1", limit)
 			}
+			a, err := store.ParseArchivedFilter(archived)
+			if err != nil {
+				return usageErrorf("--archived: %v", err)
+			}
 			ctx := cmd.Context()
 			st, _, err := sf.open(ctx, false)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			dls, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: sagaType, After: after, Limit: limit})
+			dls, err := listDLQ(ctx, st, &store.DeadLetterQuery{SagaType: sagaType, After: after, Limit: limit, Archived: a, State: store.DeadLettersAll})
 			if err != nil {
 				return failed(fmt.Errorf("list dead letters: %w", err))
 			}
@@ -199,6 +206,7 @@ bodies readable with jq, and its standard base64 otherwise
 	cmd.Flags().StringVar(&sagaType, "saga-type", "", "only dead letters of this saga type")
 	_ = cmd.Flags().MarkHidden("saga-type") // the old spelling, kept working
 	cmd.Flags().IntVar(&limit, "limit", 100, "page size, at least 1")
+	cmd.Flags().StringVar(&archived, "archived", "", "exclude (default), only or include the archived dead letters")
 	cmd.Flags().StringVar(&after, "after", "", "list IDs after this one: the last ID of the previous page")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of dead letters (body as a UTF-8 string, or base64; see body_encoding)")
 	sf.registerReadOnly(cmd)
