@@ -241,3 +241,15 @@ func listDLQ(ctx context.Context, st store.Store, q *store.DeadLetterQuery) ([]s
 	}
 	return st.ListDeadLetters(ctx, &store.ListParams{SagaType: q.SagaType, After: q.After, Limit: q.Limit})
 }
+
+// purgeArchived is the --archived a purge's dry-run hint repeats ("" for
+// other commands, and for purge's default).
+func purgeArchived(cmd *cobra.Command, s *selection) string {
+	if cmd.Name() != "purge" || s.archived == store.ArchivedInclude {
+		return ""
+	}
+	if s.archived == store.ArchivedExclude {
+		return "exclude"
+	}
+	return string(s.archived)
+}

@@ -78,6 +78,11 @@ func TestDLQTriage(t *testing.T) {
 	if !strings.Contains(out, "c-0") || !strings.Contains(out, "c-2") || strings.Contains(out, "u-1") {
 		t.Errorf("dlq ls --archived only: %q, want the archived c-0..c-2 only", out)
 	}
+	code, out, errOut = run(t, "dlq", "purge", "--all", "--archived", "only", "--dry-run", "--store", url)
+	wantExit(t, code, out, errOut, 0)
+	if !strings.Contains(out, "would delete 3 dead letters") || !strings.Contains(out, `--archived "only"`) {
+		t.Errorf("purge --all --archived only --dry-run: %q, want the 3 archived counted, and the hint keeping --archived only", out)
+	}
 	code, out, errOut = run(t, "dlq", "restore", "c-1", "missing", "--store", url)
 	wantExit(t, code, out, errOut, 1)
 	if !strings.Contains(out, "restored 1 dead letter") || !strings.Contains(errOut, "1 of the 2 dead letters named") {

@@ -509,7 +509,7 @@ func (s *selection) each(ctx context.Context, st store.Store, cutoff time.Time, 
 func asOfHint(cmd *cobra.Command, s *selection) string {
 	var b strings.Builder
 	b.WriteString(cmd.CommandPath())
-	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}, {"state", s.state}, {"fingerprint", s.fingerprint}} {
+	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}, {"state", s.state}, {"fingerprint", s.fingerprint}, {"archived", purgeArchived(cmd, s)}} {
 		if f.v != "" {
 			fmt.Fprintf(&b, " --%s %s", f.name, strconv.Quote(f.v))
 		}
@@ -738,13 +738,14 @@ a named ID does not exist (the others are still replayed).
 
 func newDLQPurge() *cobra.Command {
 	var (
-		sf     storeFlags
-		sel    selection
-		yes    bool
-		dryRun bool
+		sf       storeFlags
+		sel      selection
+		yes      bool
+		dryRun   bool
+		archived string
 	)
 	cmd := &cobra.Command{
-		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--older-than DURATION | --failed-before TIME] (--dry-run | --yes [--as-of MARK])",
+		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--archived include|only|exclude] [--older-than DURATION | --failed-before TIME] (--dry-run | --yes [--as-of MARK])",
 		Short: "Delete dead letters for good",
 		Long: `Delete dead letters. The messages are gone for good: list or show them first,
 and replay those worth keeping.
@@ -765,7 +766,10 @@ dead letter too young at the dry run is kept even if it has aged past it
 since; --older-than with --as-of is refused (exit 2). Without --as-of, purge --all
 acts on the dead letters as of its start. --all selects the unresolved dead
 letters only (never replayed, or the latest replay failed or was not sent);
---state pending, resolved or all selects the others.
+--state pending, resolved or all selects the others. --all selects archived
+dead letters (idem dlq archive) and the others; --archived only keeps the
+archived ones (archive first, purge the archived later), --archived exclude
+the others.
 
 Prints how many dead letters were deleted.
 ` + storeHelp,
@@ -780,6 +784,14 @@ Prints how many dead letters were deleted.
 			if sel.all && !yes && !dryRun {
 				return usageErrorf("purge --all deletes dead letters for good: add --yes to confirm, or --dry-run to count them first")
 			}
+			if archived == "" {
+				archived = string(store.ArchivedInclude)
+			}
+			a, err := store.ParseArchivedFilter(archived)
+			if err != nil {
+				return usageErrorf("--archived: %v", err)
+			}
+			sel.archived = a
 			ctx := cmd.Context()
 			st, _, err := sf.open(ctx, false)
 			if err != nil {
@@ -832,6 +844,7 @@ Prints how many dead letters were deleted.
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --all: count what would be deleted and print the --as-of that binds it; change nothing")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "with --all: delete only the dead letters counted by the dry run that printed this mark")
 	cmd.Flags().StringVar(&sel.state, "state", "", "with --all: select by the latest replay: unresolved (default), pending, resolved (it succeeded) or all")
+	cmd.Flags().StringVar(&archived, "archived", "", "with --all: include (default) the archived dead letters, only them, or exclude them")
 	sf.register(cmd)
 	return cmd
 }
