@@ -155,7 +155,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused: call the admin API from a script or the command line, not from another site")
 		return
 	}
-	s.mux.ServeHTTP(w, r)
+	s.mux.ServeHTTP(w, r.WithContext(store.WithReplayBy(r.Context(), replayActor(r))))
 }
 
 // loopbackHost reports whether a Host header names this machine.

@@ -31,6 +31,7 @@ func (s *Server) routeAPI() {
 	write("POST /api/timers/{type}/{key}/{name}/reschedule", s.apiRescheduleTimer)
 	s.routeSchedules()
 	s.routeRetries()
+	s.routeTriageAPI()
 }
 
 // writable refuses h in read-only mode.
@@ -134,14 +135,19 @@ func (s *Server) querySagas(w http.ResponseWriter, r *http.Request) {
 // deadLetterFilter reads type (saga type), reason, message_type, key and
 // as_of (the mark of a count).
 func deadLetterFilter(q url.Values) *inspect.DeadLetterFilter {
-	return &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: canon.Lookup(q.Get("key")), AsOf: q.Get("as_of"), State: store.DeadLetterState(q.Get("state"))}
+	return triageFilter(q, &inspect.DeadLetterFilter{SagaType: q.Get("type"), Reason: q.Get("reason"), MessageType: q.Get("message_type"), Key: canon.Lookup(q.Get("key")), AsOf: q.Get("as_of"), State: store.DeadLetterState(q.Get("state"))})
 }
 
 // queryDeadLetters serves GET /api/dead-letters, with the reason,
 // message_type and key filters when given.
 func (s *Server) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("reason") == "" && q.Get("message_type") == "" && q.Get("key") == "" && q.Get("state") == "" {
+	if p := triageProblem(q); p != "" {
+		writeError(w, http.StatusBadRequest, "%s", p)
+		return
+	}
+	if q.Get("reason") == "" && q.Get("message_type") == "" && q.Get("key") == "" && q.Get("state") == "" &&
+		q.Get("fingerprint") == "" && q.Get("archived") == "" && q.Get("archived_before") == "" {
 		s.listDeadLetters(w, r)
 		return
 	}

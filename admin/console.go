@@ -140,6 +140,7 @@ func (s *Server) routeConsole() {
 	page("POST /dead-letters/{id}/replay", s.actReplay)
 	page("POST /dead-letters/{id}/purge", s.actPurge)
 	page("POST /dead-letters/bulk", s.actBulk)
+	page("POST /dead-letters/selected", s.actSelected)
 	page("GET /timers", s.pageTimers)
 	page("GET /timers/cancel", s.pageCancelTimer)
 	page("POST /timers/cancel", s.actCancelTimer)

@@ -4,6 +4,12 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/idemhq/idem/internal/inspect"
@@ -89,3 +95,132 @@ func (s *Server) reasonChips(ctx context.Context, f *inspect.DeadLetterFilter) (
 	all.Reason, all.AsOf = "", ""
 	return s.deadLetterCounts(ctx, &all)
 }
+
+// triageView is what the dead-letters page shows for triage: the groups
+// of the dead letters its filters select, and the purge retention.
+type triageView struct {
+	Groups []DeadLetterGroup
+	// Grouped is false when the store cannot group (or the filters name a
+	// message type): the page then shows no groups.
+	Grouped bool
+	// Retention is how long a dead letter stays archived before the
+	// console offers to purge it (inspect.PurgeRetention), as text.
+	Retention string
+}
+
+// consoleGroups bounds the groups the dead-letters page shows.
+const consoleGroups = 20
+
+// triage reads the groups of the dead letters f selects.
+func (s *Server) triage(ctx context.Context, f *inspect.DeadLetterFilter) (*triageView, error) {
+	v := &triageView{Retention: span(inspect.PurgeRetention)}
+	gs, err := inspect.Groups(ctx, s.st, f, consoleGroups)
+	if errors.Is(err, inspect.ErrUnsupported) {
+		return v, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v.Grouped = true
+	for i := range gs {
+		v.Groups = append(v.Groups, groupOf(&gs[i]))
+	}
+	return v, nil
+}
+
+// purgeBefore bounds a console purge to the dead letters archived longer
+// ago than inspect.PurgeRetention: it sets f.ArchivedBefore to that
+// cutoff when unset on the first, unconfirmed, POST, and returns it as the
+// confirmation carries it ("" for other actions). The confirmation then
+// acts on exactly the dead letters it counted with that cutoff; a
+// confirmed purge without one is refused (purgeRefused).
+func purgeBefore(action string, f *inspect.DeadLetterFilter, confirmed bool) string {
+	if action != "purge" {
+		return ""
+	}
+	if f.ArchivedBefore.IsZero() && !confirmed {
+		f.ArchivedBefore = time.Now().UTC().Add(-inspect.PurgeRetention)
+	}
+	return f.ArchivedBefore.Format(time.RFC3339Nano)
+}
+
+// purgeRefused says why the console refuses a bulk purge of f, or "": it
+// purges only archived dead letters, archived longer ago than the
+// retention.
+func (s *Server) purgeRefused(action string, f *inspect.DeadLetterFilter) string {
+	if action != "purge" {
+		return ""
+	}
+	if f.ArchivedBefore.IsZero() || f.ArchivedBefore.After(time.Now().Add(-inspect.PurgeRetention)) {
+		return "The console purges only dead letters archived more than " + span(inspect.PurgeRetention) + " ago: archive them first, and purge them once that has passed."
+	}
+	return ""
+}
+
+// purgeOneRefused says why the console refuses to purge the dead letter
+// id, or "" (a missing one is left to the delete, which counts 0).
+func (s *Server) purgeOneRefused(ctx context.Context, id string) string {
+	d, err := s.st.GetDeadLetter(ctx, id)
+	if err != nil {
+		return ""
+	}
+	if !d.Archived() || d.ArchivedAt.After(time.Now().Add(-inspect.PurgeRetention)) {
+		return "Not purged: the console purges only dead letters archived more than " + span(inspect.PurgeRetention) + " ago. Archive it first; restore it if it is still needed."
+	}
+	return ""
+}
+
+// selectedView is the question asked before acting on the dead letters
+// selected with the list's checkboxes (or one dead letter's page).
+type selectedView struct {
+	// Action is replay, archive or restore.
+	Action string
+	IDs    []string
+	// Back is the list the selection came from.
+	Back string
+}
+
+// actSelected replays, archives or restores the dead letters the form's
+// id fields name (the list's checkboxes), once the form says
+// confirm=yes; before that it asks, naming them.
+func (s *Server) actSelected(w http.ResponseWriter, r *http.Request) {
+	_ = r.ParseForm()
+	action := r.PostFormValue("action")
+	if action != "replay" && action != "archive" && action != "restore" {
+		s.consoleError(w, r, http.StatusBadRequest, "Unknown action on the selected dead letters: want replay, archive or restore.")
+		return
+	}
+	ids := uniqueIDs(r.PostForm["id"])
+	if len(ids) == 0 {
+		s.consoleError(w, r, http.StatusBadRequest, "No dead letter selected: tick the boxes of the dead letters to act on, then press the button again.")
+		return
+	}
+	if len(ids) > maxSelected {
+		s.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("Too many dead letters selected (%d, at most %d): act on a filter instead.", len(ids), maxSelected))
+		return
+	}
+	back := r.PostFormValue("back")
+	if !strings.HasPrefix(back, "/dead-letters") {
+		back = "/dead-letters"
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		s.render(w, r, http.StatusOK, "dlq", "Confirm", &selectedView{Action: action, IDs: ids, Back: back})
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	res, err := s.bulkTriage(ctx, &triageAction{Action: action, Filter: &inspect.DeadLetterFilter{}, IDs: ids})
+	if errors.Is(err, inspect.ErrUnsupported) {
+		s.consoleError(w, r, http.StatusNotImplemented, "This store does not archive dead letters.")
+		return
+	}
+	if err != nil {
+		s.storeFailed(w, r, action+" selected dead letters", err)
+		return
+	}
+	done := map[string]string{"replay": "replayed", "archive": "archived", "restore": "restored"}[action]
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done="+done+"&n="+strconv.Itoa(res.Done), http.StatusSeeOther)
+}
+
+// maxSelected bounds a selection: a page of the list.
+const maxSelected = 500

@@ -24,8 +24,9 @@ func flash(r *http.Request) string {
 	what := map[string]string{
 		"replayed": "dead letter(s) re-queued. Each replay is pending until an engine consumes the message: the dead letter's page then says whether it succeeded or failed again.",
 		"purged":   "dead letter(s) purged.", "cancelled": "timer cancelled.", "rescheduled": "timer rescheduled.",
-		"ended": "saga ended: its timers are cancelled, and it ignores every event from now on.",
-		"sent":  "event sent. The journal shows it once an engine has applied it.",
+		"ended":    "saga ended: its timers are cancelled, and it ignores every event from now on.",
+		"sent":     "event sent. The journal shows it once an engine has applied it.",
+		"archived": "dead letter(s) archived: they are listed with the Archived filter, and can be restored.", "restored": "dead letter(s) restored.",
 	}[r.URL.Query().Get("done")]
 	if what == "" {
 		return ""
@@ -192,16 +193,22 @@ type deadLettersView struct {
 	Confirm string
 	Flash   string
 	Now     time.Time
+	// Triage is the groups and the purge retention (console_deadletters.go).
+	Triage *triageView
 }
 
 func (s *Server) pageDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &deadLettersView{Filter: map[string]string{}, Flash: flash(r), Now: time.Now()}
-	for _, k := range []string{"type", "reason", "message_type", "key", "state"} {
+	for _, k := range []string{"type", "reason", "message_type", "key", "state", "fingerprint", "archived", "archived_before"} {
 		v.Filter[k] = q.Get(k)
 	}
-	if c := q.Get("confirm"); c == "replay" || c == "purge" {
+	if c := q.Get("confirm"); c == "replay" || c == "purge" || c == "archive" || c == "restore" {
 		v.Confirm = c
+	}
+	if p := triageProblem(q); p != "" {
+		s.consoleError(w, r, http.StatusBadRequest, "Bad filter: "+p+".")
+		return
 	}
 	f := deadLetterFilter(q)
 	ctx, cancel := s.storeCtx(r)
@@ -218,6 +225,9 @@ func (s *Server) pageDeadLetters(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		dls, v.Next, err = inspect.DeadLetters(ctx, s.st, f, q.Get("after"), consolePage)
 	}
+	if err == nil {
+		v.Triage, err = s.triage(ctx, f)
+	}
 	if err != nil {
 		s.storeFailed(w, r, "list dead letters", err)
 		return
@@ -232,6 +242,10 @@ type deadLetterView struct {
 	BodyKind   string
 	SagaExists bool
 	Confirm    bool
+	// Purgeable is set when the dead letter was archived longer ago than
+	// Retention: the console offers to purge only those.
+	Purgeable bool
+	Retention string
 }
 
 func (s *Server) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
@@ -246,7 +260,8 @@ func (s *Server) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, r, "get dead letter", err)
 		return
 	}
-	v := &deadLetterView{D: inspect.DeadLetterOf(d), Confirm: r.URL.Query().Get("confirm") == "purge"}
+	v := &deadLetterView{D: inspect.DeadLetterOf(d), Confirm: r.URL.Query().Get("confirm") == "purge", Retention: span(inspect.PurgeRetention)}
+	v.Purgeable = d.Archived() && d.ArchivedAt.Before(time.Now().Add(-inspect.PurgeRetention))
 	v.Body, v.BodyKind = bodyText(d.Envelope.Body)
 	v.SagaExists = s.deadLetterRows(ctx, []store.DeadLetter{*d})[0].SagaExists
 	s.render(w, r, http.StatusOK, "deadletter", "Dead letter", v)
@@ -279,6 +294,10 @@ func (s *Server) actPurge(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
+	if msg := s.purgeOneRefused(ctx, id); msg != "" {
+		s.consoleError(w, r, http.StatusConflict, msg)
+		return
+	}
 	n, err := s.st.DeleteDeadLetters(ctx, []string{id})
 	if err != nil {
 		s.storeFailed(w, r, "purge dead letter", err)
@@ -291,13 +310,18 @@ func (s *Server) actPurge(w http.ResponseWriter, r *http.Request) {
 // once the form says confirm=yes; before that it shows the count.
 func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
 	action := r.PostFormValue("action")
-	if action != "replay" && action != "purge" {
+	if action != "replay" && action != "purge" && action != "archive" && action != "restore" {
 		s.consoleError(w, r, http.StatusBadRequest, "Unknown bulk action.")
 		return
 	}
 	_ = r.ParseForm()
 	f := deadLetterFilter(r.PostForm) // with the as_of of the count confirmed
-	filters := query("type", f.SagaType, "reason", f.Reason, "message_type", f.MessageType, "key", f.Key)
+	filters := query("type", f.SagaType, "reason", f.Reason, "message_type", f.MessageType, "key", f.Key,
+		"state", r.PostFormValue("state"), "fingerprint", f.Fingerprint, "archived", r.PostFormValue("archived"), "archived_before", purgeBefore(action, f, r.PostFormValue("confirm") == "yes"))
+	if msg := s.purgeRefused(action, f); msg != "" {
+		s.consoleError(w, r, http.StatusBadRequest, msg)
+		return
+	}
 	if r.PostFormValue("confirm") != "yes" {
 		sep := "?"
 		if filters != "" {
@@ -308,8 +332,8 @@ func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	res, err := s.bulkDeadLetters(ctx, f, action == "replay", false)
-	done := map[string]string{"replay": "replayed", "purge": "purged"}[action]
+	res, err := s.bulkTriage(ctx, &triageAction{Action: action, Filter: f})
+	done := map[string]string{"replay": "replayed", "purge": "purged", "archive": "archived", "restore": "restored"}[action]
 	if err != nil && res != nil && !errors.Is(err, store.ErrBadMark) {
 		s.log.ErrorContext(r.Context(), "admin console: "+action+" dead letters", "error", err, "path", r.URL.Path, "done", res.Done)
 		s.consoleError(w, r, http.StatusInternalServerError, fmt.Sprintf("Stopped after %d dead letter(s) %s. See the server log, then retry.", res.Done, done))

@@ -121,19 +121,26 @@ func TestBulkActsOnWhatWasCounted(t *testing.T) {
 
 	// The console: count on the confirm page, a late arrival, confirm.
 	br := newBrowser(t, b)
-	code, page := br.get("/dead-letters?reason=unknown_type&confirm=purge")
+	// (The console purges only archived dead letters: archive is its bulk
+	// action on these.)
+	code, page := br.get("/dead-letters?reason=unknown_type&confirm=archive")
 	m := asOfRE.FindStringSubmatch(page)
-	if code != http.StatusOK || m == nil || m[1] == "" || !strings.Contains(page, "Purge 3 dead letter(s)?") {
-		t.Fatalf("confirm page: %d, mark %v; want 200, Purge 3 and a hidden as_of", code, m)
+	if code != http.StatusOK || m == nil || m[1] == "" || !strings.Contains(page, "Archive 3 dead letter(s)?") {
+		t.Fatalf("confirm page: %d, mark %v; want 200, Archive 3 and a hidden as_of", code, m)
 	}
 	record(t, b, unknownType("inv-late-console", now))
-	resp, _ := br.post("/dead-letters/bulk", url.Values{"action": {"purge"}, "confirm": {"yes"}, "reason": {"unknown_type"}, "as_of": {m[1]}})
+	resp, _ := br.post("/dead-letters/bulk", url.Values{"action": {"archive"}, "confirm": {"yes"}, "reason": {"unknown_type"}, "as_of": {m[1]}})
 	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "n=3") {
-		t.Fatalf("purge: %d to %q, want 303 with n=3", resp.StatusCode, loc)
+		t.Fatalf("archive: %d to %q, want 303 with n=3", resp.StatusCode, loc)
 	}
 	b.getJSON(t, "/api/dead-letters/counts?reason=unknown_type", &counts)
 	if counts.Total != 1 {
-		t.Errorf("after the purge: %d unknown_type, want 1 (inv-late-console, which arrived after the count)", counts.Total)
+		t.Errorf("after archiving: %d unknown_type not archived, want 1 (inv-late-console, which arrived after the count)", counts.Total)
+	}
+	// A purge confirmed without the cutoff its question carried is refused.
+	resp, _ = br.post("/dead-letters/bulk", url.Values{"action": {"purge"}, "confirm": {"yes"}, "archived": {"only"}, "as_of": {m[1]}})
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("purge confirmed without archived_before: %d, want 400", resp.StatusCode)
 	}
 	getDeadLetter(t, b, "inv-late-console")
 }

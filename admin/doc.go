@@ -27,6 +27,9 @@
 //	POST   /api/dead-letters/replay?reason=&message_type=&key=&type=&as_of=&dry_run=true   re-queue all matching as of the count
 //	POST   /api/dead-letters/purge?reason=&message_type=&key=&type=&as_of=&dry_run=true    purge all matching as of the count
 //	DELETE /api/dead-letters/{id}            purge one dead letter
+//	GET    /api/dead-letters/groups?reason=&key=&type=&state=&archived=&limit=   failure groups by fingerprint: count, first and last seen, a sample error
+//	POST   /api/dead-letters/archive?id=...  or ?reason=&fingerprint=&key=&type=&state=&as_of=&dry_run=true   archive (keep, out of the default lists)
+//	POST   /api/dead-letters/restore?id=...  or ?reason=&fingerprint=&...&as_of=&dry_run=true               restore archived dead letters
 //	GET    /api/timers?type=&key=&overdue=true&after=&limit=   soonest due first
 //	DELETE /api/timers/{type}/{key}/{name}   cancel a timer
 //	POST   /api/timers/{type}/{key}/{name}/reschedule   {"in": "10m"} or {"due_at": "..."}
@@ -44,7 +47,12 @@
 // page of sagas or timers is an opaque base64url token, passed back as
 // after= (a malformed one is a 400). Every JSON member is named in
 // snake_case. Every error is a JSON object {"error": "..."} that
-// says what is wrong and what to do.
+// says what is wrong and what to do. The filtered dead-letter routes also
+// take fingerprint= (a group's; none for dead letters recorded before
+// fingerprints) and archived= (exclude, the default; only; include); GET
+// /api/dead-letters with no filter lists every dead letter, archived ones
+// included (each with archived_at). Each replay records who began it
+// ("api" or "console") in its by.
 //
 // # Security
 //

@@ -43,8 +43,8 @@ type DeadLetterCount struct {
 }
 
 // DeadLetterQuery selects dead letters for DeadLetterQuerier. Every
-// non-empty filter must match; the zero value selects every dead letter,
-// first page of the default size. There is no message-type filter: the
+// non-empty filter must match; the zero value selects every dead letter
+// that is not archived, first page of the default size. There is no message-type filter: the
 // envelope is kept exactly as it arrived, possibly unreadable by the
 // database (a U+0000 in its type), so callers match the type themselves.
 type DeadLetterQuery struct {
@@ -62,6 +62,16 @@ type DeadLetterQuery struct {
 	// State selects by what became of the dead letter's replays; "" (or
 	// DeadLettersAll) selects every one.
 	State DeadLetterState
+	// Fingerprint selects the dead letters of one fingerprint (see
+	// Fingerprint), or with FingerprintNone those recorded before
+	// fingerprints.
+	Fingerprint string
+	// Archived selects by archival: ArchivedExclude (the zero value)
+	// leaves archived dead letters out (see DeadLetterArchiver).
+	Archived ArchivedFilter
+	// ArchivedBefore, when set, selects only the dead letters archived
+	// before it, whatever Archived says.
+	ArchivedBefore time.Time
 	// After is the ID of the last dead letter of the previous page.
 	After string
 	// Limit bounds the page; 0 means the store's default.
@@ -154,6 +164,9 @@ type Replay struct {
 	// publish error for ReplayNotSent.
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// By is who replayed it, as WithReplayBy said when it began ("" when
+	// unknown).
+	By string `json:"by,omitempty"`
 }
 
 // DeadLetterReplayer is implemented by stores that keep a dead letter's
@@ -166,7 +179,8 @@ type DeadLetterReplayer interface {
 	// ErrReplayPending when its latest replay is still pending: at most one
 	// replay of a dead letter is pending at a time, so that the outcome
 	// recorded is that of the copy consumed. The dead letter's mark (see
-	// DeadLetterQuery.AsOf) does not change.
+	// DeadLetterQuery.AsOf) does not change. The replay's By is
+	// ReplayBy(ctx).
 	BeginReplay(ctx context.Context, id string, at time.Time) error
 	// SettleReplays settles the latest replay of each dead letter p.IDs
 	// names, if it is ReplayPending, with p's outcome; missing IDs and

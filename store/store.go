@@ -266,6 +266,12 @@ type DeadLetter struct {
 	// DeadLetterReplayer); the store sets it, and it is ignored in
 	// Changes.DeadLetters.
 	Replays []Replay
+	// Fingerprint is Fingerprint(Reason, Error), "" for a dead letter
+	// recorded before the stores kept it; ArchivedAt is when it was
+	// archived (DeadLetterArchiver), zero when it is not. The store sets
+	// both; they are ignored in Changes.DeadLetters.
+	Fingerprint string
+	ArchivedAt  time.Time
 }
 
 // LoadParams lists what a unit of work needs before applying a batch.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/idemhq/idem/store"
 )
@@ -28,6 +29,12 @@ type DeadLetterFilter struct {
 	// so that a bulk replay does not run its message again), and
 	// store.DeadLettersAll selects every one.
 	State store.DeadLetterState
+	// Fingerprint, Archived and ArchivedBefore select as the fields of
+	// store.DeadLetterQuery do: by default, archived dead letters are
+	// left out.
+	Fingerprint    string
+	Archived       store.ArchivedFilter
+	ArchivedBefore time.Time
 }
 
 // state is f's state, unresolved by default.
@@ -42,7 +49,7 @@ func (f *DeadLetterFilter) state() store.DeadLetterState {
 func (f *DeadLetterFilter) Match(d *store.DeadLetter) bool {
 	return (f.SagaType == "" || d.SagaType == f.SagaType) && (f.Reason == "" || d.Reason == f.Reason) &&
 		(f.MessageType == "" || d.Envelope.Type == f.MessageType) && (f.Key == "" || d.Key == f.Key) &&
-		f.state().Selects(d.State())
+		f.state().Selects(d.State()) && f.query("", 0).SelectsTriage(d)
 }
 
 // EachDeadLetter calls fn with every page of dead letters f selects, in ID
@@ -224,7 +231,8 @@ func sortCounts(m map[string]int) (counts []ReasonCount, total int) {
 
 // query is f as a store.DeadLetterQuery.
 func (f *DeadLetterFilter) query(after string, limit int) *store.DeadLetterQuery {
-	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, AsOf: f.AsOf, State: f.state(), After: after, Limit: limit}
+	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, AsOf: f.AsOf, State: f.state(), After: after, Limit: limit,
+		Fingerprint: f.Fingerprint, Archived: f.Archived, ArchivedBefore: f.ArchivedBefore}
 }
 
 // listDeadLetters reads one page of dead letters after the ID after: those

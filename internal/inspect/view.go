@@ -50,6 +50,12 @@ type DeadLetter struct {
 	// State is unresolved, resolved (the latest replay succeeded) or
 	// pending (the latest replay is pending).
 	State store.DeadLetterState `json:"state"`
+	// Fingerprint groups dead letters that failed alike (see
+	// store.Fingerprint; "" when recorded before fingerprints);
+	// ArchivedAt is when the dead letter was archived (absent when it is
+	// not).
+	Fingerprint string    `json:"fingerprint,omitempty"`
+	ArchivedAt  time.Time `json:"archived_at,omitzero"`
 }
 
 // EnvelopeOf returns e as the API shows it, times in UTC.
@@ -80,6 +86,7 @@ func DeadLetterOf(d *store.DeadLetter) DeadLetter {
 		ID: d.ID, Envelope: EnvelopeOf(&d.Envelope), Reason: d.Reason, Error: d.Error, SagaType: d.SagaType, Key: d.Key,
 		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt.UTC(), LastFailedAt: d.LastFailedAt.UTC(),
 		FirstReason: d.FirstReason, FirstError: d.FirstError, Replays: d.Replays, History: History(d), State: d.State(),
+		Fingerprint: d.Fingerprint, ArchivedAt: d.ArchivedAt.UTC(),
 	}
 }
 

@@ -31,6 +31,7 @@ type deadMarks struct {
 func (s *Store) recordDeadLetter(d *store.DeadLetter) {
 	c := cloneDeadLetter(d)
 	c.FirstReason, c.FirstError, c.Replays = d.Reason, d.Error, nil
+	c.Fingerprint, c.ArchivedAt = store.Fingerprint(d.Reason, d.Error), time.Time{} // recorded again: restored
 	if old := s.dead[d.ID]; old != nil {
 		c.FirstFailedAt = minTime(old.FirstFailedAt, d.FirstFailedAt)
 		c.FirstReason, c.FirstError, c.Replays = old.FirstReason, old.FirstError, old.Replays
@@ -78,7 +79,8 @@ func parseMark(asOf string) (uint64, error) {
 // by mark. The caller holds s.mu.
 func (s *Store) selects(q *store.DeadLetterQuery, d *store.DeadLetter, mark uint64) bool {
 	return (q.SagaType == "" || d.SagaType == q.SagaType) && (q.Key == "" || d.Key == q.Key) &&
-		(q.Reason == "" || d.Reason == q.Reason) && s.deadMarks.bySeq[d.ID] <= mark && q.State.Selects(d.State())
+		(q.Reason == "" || d.Reason == q.Reason) && s.deadMarks.bySeq[d.ID] <= mark && q.State.Selects(d.State()) &&
+		q.SelectsTriage(d)
 }
 
 // QueryDeadLetters returns one page of the dead letters q selects, in ID
@@ -167,7 +169,7 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	if d.State() == store.DeadLettersPending {
 		return fmt.Errorf("memstore: begin replay of dead letter %s: %w", id, store.ErrReplayPending)
 	}
-	d.Replays = append(slices.Clip(d.Replays), store.Replay{At: at, Outcome: store.ReplayPending})
+	d.Replays = append(slices.Clip(d.Replays), store.Replay{At: at, Outcome: store.ReplayPending, By: store.ReplayBy(ctx)})
 	return nil
 }
 

@@ -105,14 +105,15 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.After) {
+	if !representable(q.SagaType, q.Key, q.Reason, q.After, q.Fingerprint) {
 		return nil, nil // no stored dead letter holds such a value
 	}
 	args := append(deadLetterArgs(q), sqlq.Limit(q.Limit))
 	if asOf != "" {
 		args = append(args, q.AsOf)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+`
+	triage, args := triageFilter(q, args)
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+triage+`
 ORDER BY id COLLATE "C" LIMIT $5`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query dead letters: %w", translate(err))
@@ -162,7 +163,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if q.AsOf != "" {
 		out.AsOf = q.AsOf // counted within the given mark: it stays the bound
 	}
-	if !representable(q.SagaType, q.Key, q.Reason) {
+	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint) {
 		return out, nil
 	}
 	c := *q
@@ -171,7 +172,8 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if asOf != "" {
 		args = append(args, q.AsOf)
 	}
-	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+` GROUP BY reason`, args...)
+	triage, args := triageFilter(q, args)
+	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+triage+` GROUP BY reason`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
 	}
@@ -228,8 +230,8 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 		if ct.RowsAffected() == 0 {
 			return store.ErrNotFound
 		}
-		ct, err = tx.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
-SELECT id, $2, 'pending' FROM idem_dead_letters WHERE id = $1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, at)
+		ct, err = tx.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome, replayed_by)
+SELECT id, $2, 'pending', $3 FROM idem_dead_letters WHERE id = $1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, at, storableText(store.ReplayBy(ctx)))
 		if err != nil {
 			return translate(err)
 		}
@@ -289,7 +291,7 @@ func (s *Store) withReplays(ctx context.Context, ds []store.DeadLetter) error {
 	for i := range ds {
 		ids[i], at[ds[i].ID] = ds[i].ID, i
 	}
-	rows, err := s.pool.Query(ctx, `SELECT dead_letter_id, replayed_at, outcome, settled_at, reason, error
+	rows, err := s.pool.Query(ctx, `SELECT dead_letter_id, replayed_at, outcome, settled_at, reason, error, replayed_by
 FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) ORDER BY seq`, ids)
 	if err != nil {
 		return fmt.Errorf("pgstore: replays of %d dead letters: %w", len(ids), translate(err))
@@ -299,7 +301,7 @@ FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) ORDER BY seq`, ids)
 		var id, outcome string
 		var r store.Replay
 		var settled *time.Time
-		if err := rows.Scan(&id, &r.At, &outcome, &settled, &r.Reason, &r.Error); err != nil {
+		if err := rows.Scan(&id, &r.At, &outcome, &settled, &r.Reason, &r.Error, &r.By); err != nil {
 			return fmt.Errorf("pgstore: replays of %d dead letters: %w", len(ids), err)
 		}
 		r.Outcome, r.At = store.ReplayOutcome(outcome), r.At.UTC()

@@ -347,13 +347,19 @@ func (s *Store) OutboxBacklog(ctx context.Context) (int, time.Time, error) {
 }
 
 const deadLetterCols = `id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at,
-  CASE WHEN first_reason = '' THEN reason ELSE first_reason END, CASE WHEN first_reason = '' THEN error ELSE first_error END`
+  CASE WHEN first_reason = '' THEN reason ELSE first_reason END, CASE WHEN first_reason = '' THEN error ELSE first_error END,
+  fingerprint, archived_at`
 
 func scanDeadLetter(row pgx.Row) (*store.DeadLetter, error) {
 	var d store.DeadLetter
 	var meta, body []byte
-	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &d.FirstFailedAt, &d.LastFailedAt, &d.FirstReason, &d.FirstError); err != nil {
+	var archived *time.Time
+	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &d.FirstFailedAt, &d.LastFailedAt, &d.FirstReason, &d.FirstError,
+		&d.Fingerprint, &archived); err != nil {
 		return nil, err
+	}
+	if archived != nil {
+		d.ArchivedAt = archived.UTC()
 	}
 	env, err := sqlq.DecodeEnvelope(meta, body)
 	if err != nil {

@@ -216,14 +216,15 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 ORDER BY u.ord`
 
 const upsertDeadLettersSQL = `
-INSERT INTO idem_dead_letters (id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at)
-SELECT u.id, u.envelope::json, u.body, u.reason, u.error, u.saga_type, u.key, u.attempts, u.first_failed_at, u.last_failed_at
-FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::timestamptz[])
-  AS u(id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at)
+INSERT INTO idem_dead_letters (id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at, fingerprint)
+SELECT u.id, u.envelope::json, u.body, u.reason, u.error, u.saga_type, u.key, u.attempts, u.first_failed_at, u.last_failed_at, u.fingerprint
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::timestamptz[], $10::timestamptz[], $11::text[])
+  AS u(id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at, fingerprint)
 ON CONFLICT (id) DO UPDATE
 SET envelope = excluded.envelope, body = excluded.body, reason = excluded.reason, error = excluded.error,
     saga_type = excluded.saga_type, key = excluded.key, attempts = excluded.attempts,
-    first_failed_at = least(idem_dead_letters.first_failed_at, excluded.first_failed_at), last_failed_at = excluded.last_failed_at`
+    first_failed_at = least(idem_dead_letters.first_failed_at, excluded.first_failed_at), last_failed_at = excluded.last_failed_at,
+    fingerprint = excluded.fingerprint, archived_at = NULL`
 
 const consumeSQL = `
 WITH gone AS (
@@ -439,6 +440,7 @@ func queueDeadLetters(b *pgx.Batch, dls []store.DeadLetter) error {
 	}
 	ids, envs, bodies, reasons, errs, types, keys := make([]string, n), make([]string, n), make([][]byte, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	attempts, first, last := make([]int32, n), make([]time.Time, n), make([]time.Time, n)
+	fps := make([]string, n)
 	for i, d := range dls {
 		meta, body, err := sqlq.EncodeEnvelope(d.Envelope)
 		if err != nil {
@@ -446,8 +448,9 @@ func queueDeadLetters(b *pgx.Batch, dls []store.DeadLetter) error {
 		}
 		ids[i], envs[i], bodies[i], reasons[i], errs[i], types[i], keys[i] = d.ID, meta, body, d.Reason, d.Error, d.SagaType, d.Key
 		attempts[i], first[i], last[i] = int32(d.Attempts), d.FirstFailedAt, d.LastFailedAt
+		fps[i] = store.Fingerprint(d.Reason, d.Error)
 	}
-	b.Queue(upsertDeadLettersSQL, ids, envs, bodies, reasons, errs, types, keys, attempts, first, last)
+	b.Queue(upsertDeadLettersSQL, ids, envs, bodies, reasons, errs, types, keys, attempts, first, last, fps)
 	return nil
 }
 

@@ -71,8 +71,9 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterWhere+state+` ORDER BY id LIMIT ?6`,
-		q.SagaType, q.Key, q.Reason, q.After, mark, sqlq.Limit(q.Limit))
+	triage, fp, before := triageWhere(q)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterWhere+state+triage+` ORDER BY id LIMIT ?6`,
+		q.SagaType, q.Key, q.Reason, q.After, mark, sqlq.Limit(q.Limit), fp, before)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: query dead letters: %w", err)
 	}
@@ -110,8 +111,9 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 		return nil, fmt.Errorf("sqlitestore: count dead letters: mark: %w", err)
 	}
 	out := &store.DeadLetterCount{ByReason: map[string]int{}, AsOf: strconv.FormatInt(min(last, mark), 10)}
-	rows, err := tx.QueryContext(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterWhere+state+` GROUP BY reason`,
-		q.SagaType, q.Key, q.Reason, "", mark)
+	triage, fp, before := triageWhere(q)
+	rows, err := tx.QueryContext(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterWhere+state+triage+` GROUP BY reason`,
+		q.SagaType, q.Key, q.Reason, "", mark, 0, fp, before)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count dead letters: %w", err)
 	}
@@ -164,8 +166,8 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	var n, found int64
 	err := s.write(ctx, "begin replay", 0, func(w *writer) error {
 		var err error
-		n, err = w.exec(`INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome)
-SELECT id, ?2, 'pending' FROM idem_dead_letters WHERE id = ?1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, micros(at))
+		n, err = w.exec(`INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome, replayed_by)
+SELECT id, ?2, 'pending', ?3 FROM idem_dead_letters WHERE id = ?1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, micros(at), strings.ToValidUTF8(store.ReplayBy(ctx), "\uFFFD"))
 		if err != nil || n > 0 {
 			return err
 		}
@@ -238,7 +240,7 @@ func (s *Store) withReplays(ctx context.Context, db querier, ds []store.DeadLett
 	for i := range ds {
 		args[i], marks[i] = ds[i].ID, "?"
 	}
-	rows, err := db.QueryContext(ctx, `SELECT dead_letter_id, replayed_at, outcome, settled_at, reason, error
+	rows, err := db.QueryContext(ctx, `SELECT dead_letter_id, replayed_at, outcome, settled_at, reason, error, replayed_by
 FROM idem_dead_letter_replays WHERE dead_letter_id IN (`+strings.Join(marks, ",")+`) ORDER BY seq`, args...)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: replays of %d dead letters: %w", len(ds), err)
@@ -249,7 +251,7 @@ FROM idem_dead_letter_replays WHERE dead_letter_id IN (`+strings.Join(marks, ","
 		var replayed int64
 		var settled sql.NullInt64
 		var r store.Replay
-		if err := rows.Scan(&id, &replayed, &outcome, &settled, &r.Reason, &r.Error); err != nil {
+		if err := rows.Scan(&id, &replayed, &outcome, &settled, &r.Reason, &r.Error, &r.By); err != nil {
 			return fmt.Errorf("sqlitestore: replays of %d dead letters: %w", len(ds), err)
 		}
 		r.At, r.Outcome, r.SettledAt = fromMicros(replayed), store.ReplayOutcome(outcome), fromNullMicros(settled)

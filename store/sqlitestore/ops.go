@@ -464,21 +464,24 @@ func (s *Store) OutboxBacklog(ctx context.Context) (int, time.Time, error) {
 	return n, fromNullMicros(oldest), nil
 }
 
-const deadLetterCols = `id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at, first_reason, first_error`
+const deadLetterCols = `id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at, first_reason, first_error,
+  fingerprint, archived_at`
 
 func scanDeadLetter(row scanner) (*store.DeadLetter, error) {
 	var d store.DeadLetter
 	var meta string
 	var body []byte
 	var first, last int64
-	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &first, &last, &d.FirstReason, &d.FirstError); err != nil {
+	var archived sql.NullInt64
+	if err := row.Scan(&d.ID, &meta, &body, &d.Reason, &d.Error, &d.SagaType, &d.Key, &d.Attempts, &first, &last, &d.FirstReason, &d.FirstError,
+		&d.Fingerprint, &archived); err != nil {
 		return nil, err
 	}
 	env, err := sqlq.DecodeEnvelope([]byte(meta), body)
 	if err != nil {
 		return nil, err
 	}
-	d.Envelope, d.FirstFailedAt, d.LastFailedAt = env, fromMicros(first), fromMicros(last)
+	d.Envelope, d.FirstFailedAt, d.LastFailedAt, d.ArchivedAt = env, fromMicros(first), fromMicros(last), fromNullMicros(archived)
 	return &d, nil
 }
 

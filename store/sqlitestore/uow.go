@@ -180,12 +180,13 @@ INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`
 
 const upsertDeadLetterSQL = `
-INSERT INTO idem_dead_letters (id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+INSERT INTO idem_dead_letters (id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at, fingerprint)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
 ON CONFLICT (id) DO UPDATE
 SET envelope = excluded.envelope, body = excluded.body, reason = excluded.reason, error = excluded.error,
     saga_type = excluded.saga_type, key = excluded.key, attempts = excluded.attempts,
-    first_failed_at = min(idem_dead_letters.first_failed_at, excluded.first_failed_at), last_failed_at = excluded.last_failed_at`
+    first_failed_at = min(idem_dead_letters.first_failed_at, excluded.first_failed_at), last_failed_at = excluded.last_failed_at,
+    fingerprint = excluded.fingerprint, archived_at = NULL`
 
 const consumeSQL = `DELETE FROM idem_queue WHERE seq = ?1 AND token = ?2`
 
@@ -302,7 +303,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, op{sql: upsertDeadLetterSQL, args: []any{d.ID, meta, body, d.Reason, d.Error, d.SagaType, d.Key, d.Attempts, micros(d.FirstFailedAt), micros(d.LastFailedAt)}})
+		ops = append(ops, op{sql: upsertDeadLetterSQL, args: []any{d.ID, meta, body, d.Reason, d.Error, d.SagaType, d.Key, d.Attempts, micros(d.FirstFailedAt), micros(d.LastFailedAt), store.Fingerprint(d.Reason, d.Error)}})
 	}
 	if p := c.SettleReplays; p != nil {
 		for _, id := range p.IDs {

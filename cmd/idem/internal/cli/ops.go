@@ -96,7 +96,7 @@ permission denied, or the server does not commit durably.`,
 func newDLQ() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "List, show, replay and purge dead letters",
+		Short: "List, show, replay, group, archive, restore and purge dead letters",
 		Long: `Inspect and act on dead letters: messages the engine gave up on (a malformed
 body, an unknown message type, a permanent error, retries exhausted), kept
 with the reason, the full error and the attempt count until an operator
@@ -114,10 +114,10 @@ errors (bad flags, no or unsupported store, unreachable server, schema not
 migrated: run idem migrate).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErrorf("dlq needs a subcommand: ls, show, replay or purge (see idem dlq --help)")
+			return usageErrorf("dlq needs a subcommand: ls, show, replay, purge, groups, archive or restore (see idem dlq --help)")
 		},
 	}
-	cmd.AddCommand(newDLQList(), newDLQShow(), newDLQReplay(), newDLQPurge())
+	cmd.AddCommand(newDLQList(), newDLQShow(), newDLQReplay(), newDLQPurge(), newDLQGroups(), newDLQArchive("archive"), newDLQArchive("restore"))
 	return cmd
 }
 
@@ -136,9 +136,10 @@ func newDLQList() *cobra.Command {
 		limit    int
 		after    string
 		asJSON   bool
+		archived string
 	)
 	cmd := &cobra.Command{
-		Use:   "ls [--type T] [--limit N] [--after ID] [--json]",
+		Use:   "ls [--type T] [--archived exclude|only|include] [--limit N] [--after ID] [--json]",
 		Short: "List dead letters, one page at a time, ordered by ID",
 		Long: `List dead letters ordered by ID, one page at a time: a table with the ID, the
 reason, the message type, the saga (type/key, or - when the message never
@@ -149,6 +150,8 @@ idem timers ls; --saga-type is its deprecated spelling). --limit is the page siz
 (default 100). --after is the cursor: the list starts after that ID, so pass
 the last ID of the previous page. When a page is full, a hint on stderr gives
 the command for the next page; stdout holds only the table or the JSON.
+Archived dead letters (idem dlq archive) are left out: --archived only lists
+them, --archived include lists both.
 
 --json prints a JSON array instead (an empty page is []). Each element has
 id, envelope, reason, error, saga_type, key, attempts, first_failed_at,
@@ -165,13 +168,17 @@ bodies readable with jq, and its standard base64 otherwise
 			if limit < 1 {
 				return usageErrorf("--limit %d: want at least 1", limit)
 			}
+			a, err := store.ParseArchivedFilter(archived)
+			if err != nil {
+				return usageErrorf("--archived: %v", err)
+			}
 			ctx := cmd.Context()
 			st, _, err := sf.open(ctx, false)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			dls, err := st.ListDeadLetters(ctx, &store.ListParams{SagaType: sagaType, After: after, Limit: limit})
+			dls, err := listDLQ(ctx, st, &store.DeadLetterQuery{SagaType: sagaType, After: after, Limit: limit, Archived: a, State: store.DeadLettersAll})
 			if err != nil {
 				return failed(fmt.Errorf("list dead letters: %w", err))
 			}
@@ -199,6 +206,7 @@ bodies readable with jq, and its standard base64 otherwise
 	cmd.Flags().StringVar(&sagaType, "saga-type", "", "only dead letters of this saga type")
 	_ = cmd.Flags().MarkHidden("saga-type") // the old spelling, kept working
 	cmd.Flags().IntVar(&limit, "limit", 100, "page size, at least 1")
+	cmd.Flags().StringVar(&archived, "archived", "", "exclude (default), only or include the archived dead letters")
 	cmd.Flags().StringVar(&after, "after", "", "list IDs after this one: the last ID of the previous page")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of dead letters (body as a UTF-8 string, or base64; see body_encoding)")
 	sf.registerReadOnly(cmd)
@@ -420,6 +428,10 @@ type selection struct {
 	failedBefore string
 	asOf         string // the mark of a dry run's count (see bound)
 	state        string // unresolved (default), pending, resolved or all
+	// fingerprint and archived select as the API's filters do (archive,
+	// restore; see dlq_triage.go).
+	fingerprint string
+	archived    store.ArchivedFilter
 }
 
 // check validates args against the flags; filters need --all.
@@ -427,13 +439,13 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 	switch {
 	case s.all && len(ids) > 0:
 		return usageErrorf("give dead-letter IDs or --all, not both")
-	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != "" || s.state != ""):
+	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != "" || s.state != "" || s.fingerprint != ""):
 		s.all = true // replay --reason R --type T selects in bulk
 	case !s.all && len(ids) == 0:
 		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
 	}
 	if !s.all {
-		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of", "state"} {
+		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of", "state", "fingerprint"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
 			}
@@ -448,7 +460,8 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 // filter is s as an inspect filter, bound to s.asOf: the unresolved dead
 // letters unless --state says otherwise.
 func (s *selection) filter() *inspect.DeadLetterFilter {
-	return &inspect.DeadLetterFilter{SagaType: s.sagaType, Reason: s.reason, MessageType: s.msgType, AsOf: s.asOf, State: store.DeadLetterState(s.state)}
+	return &inspect.DeadLetterFilter{SagaType: s.sagaType, Reason: s.reason, MessageType: s.msgType, AsOf: s.asOf, State: store.DeadLetterState(s.state),
+		Fingerprint: s.fingerprint, Archived: s.archived}
 }
 
 // bound takes the mark of the dead letters s selects now, unless --as-of
@@ -496,12 +509,12 @@ func (s *selection) each(ctx context.Context, st store.Store, cutoff time.Time, 
 func asOfHint(cmd *cobra.Command, s *selection) string {
 	var b strings.Builder
 	b.WriteString(cmd.CommandPath())
-	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}, {"state", s.state}} {
+	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}, {"state", s.state}, {"fingerprint", s.fingerprint}, {"archived", purgeArchived(cmd, s)}} {
 		if f.v != "" {
 			fmt.Fprintf(&b, " --%s %s", f.name, strconv.Quote(f.v))
 		}
 	}
-	if cmd.Name() == "purge" {
+	if cmd.Name() == "purge" || cmd.Name() == "archive" || cmd.Name() == "restore" {
 		b.WriteString(" --all --yes")
 	}
 	if s.asOf == "" {
@@ -561,7 +574,7 @@ func newDLQReplay() *cobra.Command {
 		force        bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replay ID... | --all | --reason R | --type T [--saga-type S] [--dry-run] [--as-of MARK]",
+		Use:   "replay ID... | --all | --reason R | --type T | --fingerprint F [--saga-type S] [--dry-run] [--as-of MARK]",
 		Short: "Re-queue dead letters, with their original IDs",
 		Long: `Replay dead letters: each envelope is published again, with its original ID
 and body (and the header idem-replayed-at), onto the store's own queue (the same PostgreSQL schema
@@ -585,7 +598,8 @@ reached through its admin API instead: POST /api/dead-letters/{id}/replay.
 Name the dead letters by ID, or pass --all to replay every one; --reason
 keeps those with one reason (for example malformed_body, unknown_type,
 saga_not_found, permanent_error, retries_exhausted), --type those of one
-message type and --saga-type those of one saga type. A filter without IDs
+message type, --saga-type those of one saga type and --fingerprint those of
+one failure group (idem dlq groups lists them). A filter without IDs
 selects in bulk, as --all does. --dry-run prints what would be replayed and
 the count, and changes nothing; it ends with the command that replays
 exactly those, --as-of MARK, so that a dead letter recorded (or failed
@@ -605,7 +619,7 @@ a named ID does not exist (the others are still replayed).
 			if err := sel.check(cmd, args); err != nil {
 				return err
 			}
-			ctx := cmd.Context()
+			ctx := store.WithReplayBy(cmd.Context(), cliActor()) // recorded with each replay
 			st, _, err := sf.open(ctx, false)
 			if err != nil {
 				return err
@@ -716,6 +730,7 @@ a named ID does not exist (the others are still replayed).
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "act only on the dead letters counted by the dry run that printed this mark")
 	cmd.Flags().StringVar(&sel.state, "state", "", "select by the latest replay: unresolved (default: never replayed, or it failed or was not sent), pending, resolved (it succeeded) or all")
+	cmd.Flags().StringVar(&sel.fingerprint, "fingerprint", "", "only the dead letters of this group (idem dlq groups; none for those recorded before fingerprints)")
 	cmd.Flags().BoolVar(&force, "force", false, "replay the named dead letters even if their latest replay succeeded (their messages run again)")
 	sf.register(cmd)
 	return cmd
@@ -723,13 +738,14 @@ a named ID does not exist (the others are still replayed).
 
 func newDLQPurge() *cobra.Command {
 	var (
-		sf     storeFlags
-		sel    selection
-		yes    bool
-		dryRun bool
+		sf       storeFlags
+		sel      selection
+		yes      bool
+		dryRun   bool
+		archived string
 	)
 	cmd := &cobra.Command{
-		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--older-than DURATION | --failed-before TIME] (--dry-run | --yes [--as-of MARK])",
+		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--archived include|only|exclude] [--older-than DURATION | --failed-before TIME] (--dry-run | --yes [--as-of MARK])",
 		Short: "Delete dead letters for good",
 		Long: `Delete dead letters. The messages are gone for good: list or show them first,
 and replay those worth keeping.
@@ -750,7 +766,10 @@ dead letter too young at the dry run is kept even if it has aged past it
 since; --older-than with --as-of is refused (exit 2). Without --as-of, purge --all
 acts on the dead letters as of its start. --all selects the unresolved dead
 letters only (never replayed, or the latest replay failed or was not sent);
---state pending, resolved or all selects the others.
+--state pending, resolved or all selects the others. --all selects archived
+dead letters (idem dlq archive) and the others; --archived only keeps the
+archived ones (archive first, purge the archived later), --archived exclude
+the others.
 
 Prints how many dead letters were deleted.
 ` + storeHelp,
@@ -765,6 +784,14 @@ Prints how many dead letters were deleted.
 			if sel.all && !yes && !dryRun {
 				return usageErrorf("purge --all deletes dead letters for good: add --yes to confirm, or --dry-run to count them first")
 			}
+			if archived == "" {
+				archived = string(store.ArchivedInclude)
+			}
+			a, err := store.ParseArchivedFilter(archived)
+			if err != nil {
+				return usageErrorf("--archived: %v", err)
+			}
+			sel.archived = a
 			ctx := cmd.Context()
 			st, _, err := sf.open(ctx, false)
 			if err != nil {
@@ -817,6 +844,7 @@ Prints how many dead letters were deleted.
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --all: count what would be deleted and print the --as-of that binds it; change nothing")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "with --all: delete only the dead letters counted by the dry run that printed this mark")
 	cmd.Flags().StringVar(&sel.state, "state", "", "with --all: select by the latest replay: unresolved (default), pending, resolved (it succeeded) or all")
+	cmd.Flags().StringVar(&archived, "archived", "", "with --all: include (default) the archived dead letters, only them, or exclude them")
 	sf.register(cmd)
 	return cmd
 }
@@ -867,7 +895,11 @@ func writeHistory(w io.Writer, d *store.DeadLetter) {
 		case store.ReplayNotSent:
 			outcome = fmt.Sprintf("not sent at %s: %s", formatTime(r.SettledAt), clean(firstLine(r.Error)))
 		}
-		fmt.Fprintf(tw, "  %s\treplayed\t%s\n", formatTime(r.At), outcome)
+		what := "replayed"
+		if r.By != "" {
+			what += " by " + clean(r.By)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", formatTime(r.At), what, outcome)
 	}
 	_ = tw.Flush()
 }

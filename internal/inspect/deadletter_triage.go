@@ -1,0 +1,75 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// PurgeRetention is how long a dead letter stays archived before the
+// console and the CLI offer to purge it: they purge only archived dead
+// letters, archived longer ago than this (the CLI's --older-than changes
+// it).
+const PurgeRetention = 7 * 24 * time.Hour
+
+// Groups returns the groups of the dead letters f selects (see
+// store.DeadLetterGrouper), at most limit of them; ErrUnsupported when
+// the store does not group, or f names a message type (the store cannot
+// read it).
+func Groups(ctx context.Context, st store.Store, f *DeadLetterFilter, limit int) ([]store.DeadLetterGroup, error) {
+	g, ok := st.(store.DeadLetterGrouper)
+	if !ok || f.MessageType != "" {
+		return nil, fmt.Errorf("group dead letters: %w", ErrUnsupported)
+	}
+	gs, err := g.GroupDeadLetters(ctx, f.query("", limit))
+	if err != nil {
+		return nil, fmt.Errorf("group dead letters: %w", err)
+	}
+	return gs, nil
+}
+
+// Archiver returns st as a store.DeadLetterArchiver, or ErrUnsupported.
+func Archiver(st store.Store) (store.DeadLetterArchiver, error) {
+	a, ok := st.(store.DeadLetterArchiver)
+	if !ok {
+		return nil, fmt.Errorf("archive dead letters: %w (the store does not implement store.DeadLetterArchiver)", ErrUnsupported)
+	}
+	return a, nil
+}
+
+// ArchiveDeadLetters archives the dead letters ds (selected with f) as of
+// f.AsOf: one recorded again since is left alone.
+func ArchiveDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, ds []store.DeadLetter) (int, error) {
+	a, err := Archiver(st)
+	if err != nil {
+		return 0, err
+	}
+	n, err := a.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids(ds), AsOf: f.AsOf})
+	if err != nil {
+		return n, fmt.Errorf("archive %d dead letters: %w", len(ds), err)
+	}
+	return n, nil
+}
+
+// RestoreDeadLetters restores the archived dead letters among ids.
+func RestoreDeadLetters(ctx context.Context, st store.Store, ids []string) (int, error) {
+	a, err := Archiver(st)
+	if err != nil {
+		return 0, err
+	}
+	n, err := a.RestoreDeadLetters(ctx, ids)
+	if err != nil {
+		return n, fmt.Errorf("restore %d dead letters: %w", len(ids), err)
+	}
+	return n, nil
+}
+
+func ids(ds []store.DeadLetter) []string {
+	out := make([]string, len(ds))
+	for i := range ds {
+		out[i] = ds[i].ID
+	}
+	return out
+}

@@ -1,0 +1,101 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+var (
+	_ store.DeadLetterGrouper  = (*Store)(nil)
+	_ store.DeadLetterArchiver = (*Store)(nil)
+)
+
+// GroupDeadLetters returns the groups of the dead letters q selects; see
+// store.DeadLetterGrouper.
+func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetterGroup, error) {
+	q = cmp.Or(q, &store.DeadLetterQuery{})
+	mark, err := parseMark(q.AsOf)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx, "group dead letters"); err != nil {
+		return nil, err
+	}
+	type gk struct{ fp, reason string }
+	by := map[gk]*store.DeadLetterGroup{}
+	latest := map[gk]*store.DeadLetter{}
+	for _, d := range s.dead {
+		if !s.selects(q, d, mark) {
+			continue
+		}
+		k := gk{d.Fingerprint, d.Reason}
+		g := by[k]
+		if g == nil {
+			g = &store.DeadLetterGroup{Fingerprint: d.Fingerprint, Reason: d.Reason, FirstSeen: d.FirstFailedAt, LastSeen: d.LastFailedAt}
+			by[k] = g
+		}
+		g.Count++
+		g.FirstSeen = minTime(g.FirstSeen, d.FirstFailedAt)
+		if l := latest[k]; l == nil || d.LastFailedAt.After(l.LastFailedAt) || (d.LastFailedAt.Equal(l.LastFailedAt) && d.ID < l.ID) {
+			latest[k], g.LastSeen, g.SampleError = d, d.LastFailedAt, d.Error
+		}
+	}
+	out := make([]store.DeadLetterGroup, 0, len(by))
+	for _, g := range by {
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b store.DeadLetterGroup) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), b.LastSeen.Compare(a.LastSeen), cmp.Compare(a.Fingerprint, b.Fingerprint), cmp.Compare(a.Reason, b.Reason))
+	})
+	return out[:min(len(out), limit(q.Limit))], nil
+}
+
+// ArchiveDeadLetters archives the dead letters among p.IDs that are not
+// archived and that p.AsOf selects; see store.DeadLetterArchiver.
+func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+	mark, err := parseMark(p.AsOf)
+	if err != nil {
+		return 0, err
+	}
+	at := p.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "archive dead letters"); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range p.IDs {
+		if d := s.dead[id]; d != nil && !d.Archived() && s.deadMarks.bySeq[id] <= mark {
+			d.ArchivedAt = at
+			n++
+		}
+	}
+	return n, nil
+}
+
+// RestoreDeadLetters restores the archived dead letters among ids; see
+// store.DeadLetterArchiver.
+func (s *Store) RestoreDeadLetters(ctx context.Context, ids []string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "restore dead letters"); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		if d := s.dead[id]; d != nil && d.Archived() {
+			d.ArchivedAt = time.Time{}
+			n++
+		}
+	}
+	return n, nil
+}

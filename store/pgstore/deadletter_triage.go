@@ -1,0 +1,140 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem/internal/sqlq"
+	"github.com/idemhq/idem/store"
+)
+
+var (
+	_ store.DeadLetterGrouper  = (*Store)(nil)
+	_ store.DeadLetterArchiver = (*Store)(nil)
+)
+
+// triageFilter appends to args (whose first element is the query mode,
+// not a parameter) the values of q's Fingerprint and ArchivedBefore, and
+// returns the conditions that use them with q's Archived.
+func triageFilter(q *store.DeadLetterQuery, args []any) (string, []any) {
+	cond := ""
+	switch q.Fingerprint {
+	case "":
+	case store.FingerprintNone:
+		cond += ` AND fingerprint = ''`
+	default:
+		args = append(args, q.Fingerprint)
+		cond += fmt.Sprintf(` AND fingerprint COLLATE "C" = $%d`, len(args)-1)
+	}
+	switch {
+	case !q.ArchivedBefore.IsZero():
+		args = append(args, q.ArchivedBefore)
+		cond += fmt.Sprintf(` AND archived_at < $%d`, len(args)-1)
+	case q.Archived == store.ArchivedOnly:
+		cond += ` AND archived_at IS NOT NULL`
+	case q.Archived == store.ArchivedInclude:
+	default:
+		cond += ` AND archived_at IS NULL`
+	}
+	return cond, args
+}
+
+// groupDeadLettersSQL groups the dead letters the conditions at %s select
+// (deadLetterFilters and more): per fingerprint and reason, the count,
+// first and last seen, and the error of the latest failure. $5 is the
+// limit.
+const groupDeadLettersSQL = `SELECT fingerprint, reason, n, first_seen, last_seen, error FROM (
+  SELECT fingerprint, reason, error,
+    count(*) OVER w AS n, min(first_failed_at) OVER w AS first_seen, max(last_failed_at) OVER w AS last_seen,
+    row_number() OVER (PARTITION BY fingerprint, reason ORDER BY last_failed_at DESC, id COLLATE "C") AS rn
+  FROM idem_dead_letters WHERE %s
+  WINDOW w AS (PARTITION BY fingerprint, reason)) g
+WHERE rn = 1 ORDER BY n DESC, last_seen DESC, fingerprint COLLATE "C", reason COLLATE "C" LIMIT $5`
+
+// GroupDeadLetters returns the groups of the dead letters q selects; see
+// store.DeadLetterGrouper.
+func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetterGroup, error) {
+	if err := s.check("group dead letters"); err != nil {
+		return nil, err
+	}
+	if q == nil {
+		q = &store.DeadLetterQuery{}
+	}
+	asOf, err := asOfFilter(q.AsOf, 6)
+	if err != nil {
+		return nil, err
+	}
+	state, err := stateFilter(q.State)
+	if err != nil {
+		return nil, err
+	}
+	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint) {
+		return nil, nil
+	}
+	c := *q
+	c.After = ""
+	args := append(deadLetterArgs(&c), sqlq.Limit(q.Limit))
+	if asOf != "" {
+		args = append(args, q.AsOf)
+	}
+	triage, args := triageFilter(q, args)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(groupDeadLettersSQL, deadLetterFilters+asOf+state+triage), args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: group dead letters: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []store.DeadLetterGroup
+	for rows.Next() {
+		var g store.DeadLetterGroup
+		if err := rows.Scan(&g.Fingerprint, &g.Reason, &g.Count, &g.FirstSeen, &g.LastSeen, &g.SampleError); err != nil {
+			return nil, fmt.Errorf("pgstore: group dead letters: %w", err)
+		}
+		g.FirstSeen, g.LastSeen = g.FirstSeen.UTC(), g.LastSeen.UTC()
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: group dead letters: %w", translate(err))
+	}
+	return out, nil
+}
+
+// ArchiveDeadLetters archives the dead letters among p.IDs that are not
+// archived and that p.AsOf selects; see store.DeadLetterArchiver. A zero
+// p.At is the database's now().
+func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+	if err := s.check("archive dead letters"); err != nil {
+		return 0, err
+	}
+	asOf, err := asOfFilter(p.AsOf, 3)
+	if err != nil {
+		return 0, err
+	}
+	var at *time.Time
+	if !p.At.IsZero() {
+		at = &p.At
+	}
+	args := []any{representableIDs(p.IDs), at}
+	if asOf != "" {
+		args = append(args, p.AsOf)
+	}
+	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = coalesce($2::timestamptz, now())
+WHERE id = ANY($1) AND archived_at IS NULL`+asOf, args...)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: archive %d dead letters: %w", len(p.IDs), translate(err))
+	}
+	return int(ct.RowsAffected()), nil
+}
+
+// RestoreDeadLetters restores the archived dead letters among ids; see
+// store.DeadLetterArchiver.
+func (s *Store) RestoreDeadLetters(ctx context.Context, ids []string) (int, error) {
+	if err := s.check("restore dead letters"); err != nil {
+		return 0, err
+	}
+	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = NULL WHERE id = ANY($1) AND archived_at IS NOT NULL`, representableIDs(ids))
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: restore %d dead letters: %w", len(ids), translate(err))
+	}
+	return int(ct.RowsAffected()), nil
+}

@@ -1,0 +1,13 @@
+package sqlitestore_test
+
+import (
+	"testing"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/store/storetest"
+)
+
+func TestDeadLetterTriageConformance(t *testing.T) {
+	storetest.RunDeadLetterTriage(t, func(t *testing.T) store.Store { return openStore(t, sqlitestore.Config{}) })
+}
