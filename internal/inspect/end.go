@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idemhq/idem/internal/ids"
+	idemids "github.com/idemhq/idem/internal/ids"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 )
@@ -119,7 +119,7 @@ func endChanges(in *store.Instance, stored []store.Timer, e *End) (*store.Change
 	payload, _ := json.Marshal(endReason{Reason: e.Reason}) // a string field: cannot fail
 	entry := store.JournalEntry{
 		SagaType: in.SagaType, Key: in.Key,
-		MessageID: ids.Derive(EndEventType, in.SagaType, in.Key, fmt.Sprint(in.Version)),
+		MessageID: idemids.Derive(EndEventType, in.SagaType, in.Key, fmt.Sprint(in.Version)),
 		EventType: EndEventType, FromState: in.State, ToState: string(saga.Ended),
 		Version: in.Version + 1, At: e.Now,
 		JournalDetail: store.JournalDetail{Payload: payload, Actor: e.Actor},

@@ -3,8 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"os"
-	"os/user"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,7 +22,7 @@ func newSagasEnd() *cobra.Command {
 		Short: "End a saga, or the sagas a filter selects: move them to the final state idem.ended and cancel their timers",
 		Long: `End the saga TYPE/KEY: in one transaction it moves to the final state
 idem.ended, its timers (its requests' deadlines included) are cancelled, and
-the journal records the reason and who ended it (cli: the OS user). Every
+the journal records the reason and who ended it (cli: user@host). Every
 event that arrives for it afterwards is ignored. --version N ends it only if
 it is still at version N (see idem sagas show).
 
@@ -130,15 +128,4 @@ func endMany(cmd *cobra.Command, st store.Store, o *endOptions) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "ended %d sagas; %d moved on since the count and were left as they are\n", res.Done, len(res.Skipped))
 	return nil
-}
-
-// cliActor names who runs the CLI for the journal.
-func cliActor() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return "cli: " + u.Username
-	}
-	if h, err := os.Hostname(); err == nil {
-		return "cli@" + h
-	}
-	return "cli"
 }
