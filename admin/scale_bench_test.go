@@ -163,6 +163,11 @@ func BenchmarkConsolePages(b *testing.B) {
 		{"timers_overdue", "/timers?overdue=true"},
 		{"instances_deep_previous", "/instances?before=" + deep},
 		{"instances_updated_between", "/instances?type=order&from=" + url.QueryEscape(time.Now().Add(-24*time.Hour).UTC().Format(time.RFC3339)) + "&to=" + url.QueryEscape(time.Now().Add(-23*time.Hour).UTC().Format(time.RFC3339))},
+		{"dead_letters_archived", "/dead-letters?archived=only"},
+		{"dead_letters_by_fingerprint", "/dead-letters?fingerprint=none"},
+		{"schedules", "/schedules"},
+		{"replicas", "/replicas"},
+		{"instance_ended_saga_actions", "/instances/order/" + url.PathEscape("cust-10/order-10") + "?confirm=end&reason=r&version=1"},
 		{"timers_due_between", "/timers?from=" + url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)) + "&to=" + url.QueryEscape(time.Now().Add(2*time.Hour).UTC().Format(time.RFC3339))},
 	}
 	for _, p := range pages {
