@@ -107,20 +107,28 @@ func (s *Server) sagaKeyOf(r *http.Request) (store.Key, error) {
 	return store.Key{SagaType: typ, Key: key}, nil
 }
 
-func (s *Server) apiEndSaga(w http.ResponseWriter, r *http.Request) {
+// actionRequest reads the saga, the actor and the JSON body of an action
+// on one saga; it answers 400 itself, naming what is wrong, when one is
+// not acceptable.
+func (s *Server) actionRequest(w http.ResponseWriter, r *http.Request, body any, shape string) (store.Key, string, bool) {
 	k, err := s.sagaKeyOf(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
+	if err == nil {
+		var actor string
+		if actor, err = s.apiActor(r); err == nil {
+			if err = json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(body); err == nil {
+				return k, actor, true
+			}
+			err = fmt.Errorf("%s: %w", shape, err)
+		}
 	}
-	actor, err := s.apiActor(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
+	writeError(w, http.StatusBadRequest, "%v", err)
+	return store.Key{}, "", false
+}
+
+func (s *Server) apiEndSaga(w http.ResponseWriter, r *http.Request) {
 	var body EndSaga
-	if err := json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, `request body is not {"reason": "why it is ended"}: %v`, err)
+	k, actor, ok := s.actionRequest(w, r, &body, `request body is not {"reason": "why it is ended"}`)
+	if !ok {
 		return
 	}
 	ctx, cancel := s.storeCtx(r)
@@ -155,19 +163,9 @@ func endError(k store.Key, err error) (int, string) {
 }
 
 func (s *Server) apiSendEvent(w http.ResponseWriter, r *http.Request) {
-	k, err := s.sagaKeyOf(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	actor, err := s.apiActor(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
 	var body SendEvent
-	if err := json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, `request body is not {"type": "...", "body": {...}}: %v`, err)
+	k, actor, ok := s.actionRequest(w, r, &body, `request body is not {"type": "...", "body": {...}}`)
+	if !ok {
 		return
 	}
 	ctx, cancel := s.storeCtx(r)
