@@ -214,4 +214,9 @@ func TestBrowserSchedules(t *testing.T) {
 	if err != nil || !after.LastTick.Equal(before.NextDue) || !after.Paused {
 		t.Errorf("after fire in the browser: %+v, %v; want last tick %s, still paused", after, err, before.NextDue)
 	}
+	run(t, ctx, "resume", chromedp.Click(`tr[data-schedule="nightly"] button[data-action="resume"]`), chromedp.WaitVisible("#confirm-schedule-yes"),
+		chromedp.Click("#confirm-schedule-yes"), chromedp.WaitVisible(".flash"), chromedp.Text(`tr[data-schedule="nightly"]`, &text))
+	if !strings.Contains(text, "running") || schedulePaused(t, b, "nightly") {
+		t.Errorf("after the confirmed resume in the browser: row %q, paused %v; want running", text, schedulePaused(t, b, "nightly"))
+	}
 }
