@@ -178,3 +178,17 @@ func TestSearchimportShape(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDiagramLayout measures one run of dot (the page caches each
+// machine's layout, so a process pays it once per machine).
+func BenchmarkDiagramLayout(b *testing.B) {
+	for name, g := range map[string]saga.Graph{"searchimport": searchimportShape().Graph(), "ingestor.job": ingest.JobMachine().Graph()} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if err := admin.LayoutUncached(g); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,6 +1,10 @@
 package admin
 
-import "github.com/idemhq/idem/saga"
+import (
+	"context"
+
+	"github.com/idemhq/idem/saga"
+)
 
 // Box is an axis-aligned rectangle of a laid-out diagram, in SVG user units
 // (y grows downwards).
@@ -55,4 +59,16 @@ func LayoutGraph(g saga.Graph) (Geometry, error) {
 		out.Edges = append(out.Edges, ge)
 	}
 	return out, nil
+}
+
+// LayoutUncached runs dot on g, bypassing the cache of laid-out machines.
+func LayoutUncached(g saga.Graph) error {
+	st := &SagaType{Name: g.Name, Edges: g.Edges}
+	for _, s := range g.States {
+		st.States = append(st.States, SagaTypeState{Name: string(s.Name), Final: s.Final})
+	}
+	layouts.mu.Lock()
+	defer layouts.mu.Unlock()
+	_, err := runDot(context.Background(), st)
+	return err
 }
