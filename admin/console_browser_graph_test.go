@@ -2,6 +2,8 @@ package admin_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -136,8 +138,17 @@ func TestBrowserDiagramArrows(t *testing.T) {
 		t.Error("a JavaScript dialog opened: a state name ran as script")
 	}
 	screenshot(t, ctx, "diagram-pingpong")
-	run(t, ctx, "scroll to searchimport", chromedp.ScrollIntoView(`#type-searchimport`))
-	screenshot(t, ctx, "diagram-searchimport")
+	dir := os.Getenv("IDEM_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	var png []byte
+	// Let the diagram grow past the page's width for the picture.
+	widen := `for (let e = document.querySelector("#type-searchimport .diagram"); e; e = e.parentElement) { e.style.maxWidth = "none"; e.style.width = "max-content"; }`
+	run(t, ctx, "screenshot searchimport", chromedp.EmulateViewport(1800, 900), chromedp.Evaluate(widen, nil), chromedp.Screenshot(`#type-searchimport .diagram svg`, &png))
+	if err := os.WriteFile(filepath.Join(dir, "diagram-searchimport.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func checkDrawn(t *testing.T, typ string, d drawn) {
