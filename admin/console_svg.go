@@ -344,40 +344,11 @@ func nearest(b dbox, pts []point) (point, float64) {
 	return at, best
 }
 
-// route sets e's path from dot's spline ("e,x,y" is the arrow's tip, then
-// 3n+1 control points) and centres its label on lp.
+// route sets e's path from dot's spline and centres its label on lp.
 func (e *dedge) route(pos, lp string, conv func(point) point) error {
-	var tip *point
-	e.Points = e.Points[:0]
-	for _, f := range strings.Fields(strings.ReplaceAll(pos, "\\\n", "")) {
-		end := strings.HasPrefix(f, "e,")
-		if strings.HasPrefix(f, "s,") {
-			continue // no arrow at the tail
-		}
-		p, err := parsePoint(strings.TrimPrefix(f, "e,"))
-		if err != nil {
-			return fmt.Errorf("pos %q: %w", pos, err)
-		}
-		p = conv(p)
-		if end {
-			tip = &p
-			continue
-		}
-		e.Points = append(e.Points, p)
+	if err := e.spline(pos, conv); err != nil {
+		return fmt.Errorf("pos %q: %w", pos, err)
 	}
-	if len(e.Points) < 4 || (len(e.Points)-1)%3 != 0 {
-		return fmt.Errorf("pos %q: %d control points", pos, len(e.Points))
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "M %.1f %.1f", e.Points[0].X, e.Points[0].Y)
-	for i := 1; i < len(e.Points); i += 3 {
-		fmt.Fprintf(&b, " C %.1f %.1f, %.1f %.1f, %.1f %.1f", e.Points[i].X, e.Points[i].Y, e.Points[i+1].X, e.Points[i+1].Y, e.Points[i+2].X, e.Points[i+2].Y)
-	}
-	if tip != nil {
-		fmt.Fprintf(&b, " L %.1f %.1f", tip.X, tip.Y)
-		e.Points = append(e.Points, *tip)
-	}
-	e.Path = b.String()
 	c, err := parsePoint(lp)
 	if err != nil {
 		return fmt.Errorf("lp %q: %w", lp, err)
@@ -393,6 +364,41 @@ func (e *dedge) route(pos, lp string, conv func(point) point) error {
 	for j := range e.Lines {
 		e.Lines[j].Y = e.Label.Y + lineH*float64(j+1) - 3
 	}
+	return nil
+}
+
+// spline reads dot's edge pos ("e,x,y", the arrow's tip, then 3n+1
+// control points of a cubic Bézier spline) into e.Points and e.Path.
+func (e *dedge) spline(pos string, conv func(point) point) error {
+	var tip *point
+	e.Points = e.Points[:0]
+	for _, f := range strings.Fields(strings.ReplaceAll(pos, "\\\n", "")) {
+		if strings.HasPrefix(f, "s,") {
+			continue // no arrow at the tail
+		}
+		p, err := parsePoint(strings.TrimPrefix(f, "e,"))
+		if err != nil {
+			return err
+		}
+		if p = conv(p); strings.HasPrefix(f, "e,") {
+			tip = &p
+		} else {
+			e.Points = append(e.Points, p)
+		}
+	}
+	if len(e.Points) < 4 || (len(e.Points)-1)%3 != 0 {
+		return fmt.Errorf("%d control points", len(e.Points))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "M %.1f %.1f", e.Points[0].X, e.Points[0].Y)
+	for i := 1; i < len(e.Points); i += 3 {
+		fmt.Fprintf(&b, " C %.1f %.1f, %.1f %.1f, %.1f %.1f", e.Points[i].X, e.Points[i].Y, e.Points[i+1].X, e.Points[i+1].Y, e.Points[i+2].X, e.Points[i+2].Y)
+	}
+	if tip != nil {
+		fmt.Fprintf(&b, " L %.1f %.1f", tip.X, tip.Y)
+		e.Points = append(e.Points, *tip)
+	}
+	e.Path = b.String()
 	return nil
 }
 
