@@ -45,9 +45,12 @@ func searchimportGraph(t *testing.T) saga.Graph {
 // arrow tip first, on its target's, and nothing outside the viewBox.
 func TestDiagramGeometry(t *testing.T) {
 	t.Parallel()
-	opposite := saga.Graph{Name: "ping", States: []saga.GraphState{{Name: "A"}, {Name: "B"}, {Name: "Done", Final: true}},
+	const hostile = "Done\x00\xff<script>\\N\"}"
+	// opposite has two opposite edges, a self-loop, and names that would
+	// break DOT or the page if they reached either unescaped.
+	opposite := saga.Graph{Name: "ping", States: []saga.GraphState{{Name: "A"}, {Name: "B"}, {Name: hostile, Final: true}},
 		Edges: []saga.GraphEdge{{From: saga.Initial, To: "A", Label: "Start"}, {From: "A", To: "B", Label: "Ping"},
-			{From: "B", To: "A", Label: "Pong"}, {From: "B", To: "B", Label: "Again"}, {From: "B", To: "Done", Label: "Stop"}}}
+			{From: "B", To: "A", Label: "Pong"}, {From: "B", To: "B", Label: "Again"}, {From: "B", To: hostile, Label: "Stop\"; x -> y [label=\\N"}}}
 	for name, g := range map[string]saga.Graph{"searchimport": searchimportGraph(t), "ingestor.job": ingest.JobMachine().Graph(), "opposite": opposite} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -66,6 +69,9 @@ func checkGeometry(t *testing.T, g saga.Graph, geo admin.Geometry) {
 	for _, n := range geo.Nodes {
 		nodes[n.Name] = n
 		inside(t, geo.ViewBox, n.Box, "state "+n.Name)
+	}
+	if len(geo.Nodes) != len(g.States)+1 {
+		t.Errorf("%d nodes drawn, want the %d states and Initial", len(geo.Nodes), len(g.States))
 	}
 	pairs := map[[2]string]bool{}
 	for _, e := range g.Edges {
