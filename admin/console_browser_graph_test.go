@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,49 +89,70 @@ func searchimportShape() *saga.Machine[pingPong] {
 	return m
 }
 
+// tipTolerance is how far, in SVG units, an edge may start or end from its
+// state's outline: the rounded corners of a state's box are up to 3 units
+// inside its rectangle.
+const tipTolerance = 4.0
+
+// labelReach is how far a label's box may be from its edge's curve.
+const labelReach = 8.0
+
+type box struct{ X, Y, W, H float64 }
+
+type pt struct{ X, Y float64 }
+
 // drawn is what the browser reports of one diagram.
 type drawn struct {
 	Edges []struct {
-		From, To, Marker, D string
-	}
-	Labels []struct {
-		Text       string
-		X, Y, W, H float64
+		From, To, Marker, D, Text string
+		Label                     box
+		Points                    []pt // along the path, from its start to its end
+		Length                    float64
 	}
 	Nodes []struct {
-		Text       string
-		X, Y, W, H float64
+		Name, Text string
+		Box        box
+		Round      bool
 	}
-	VB struct{ X, Y, W, H float64 }
+	VB box
 }
 
+// readDiagram measures a drawn diagram with getBBox and the path API.
 const readDiagram = `(() => {
   const s = document.getElementById(%q).querySelector(".diagram svg");
-  const box = el => { const b = el.getBBox(); return {text: el.textContent, x: b.x, y: b.y, w: b.width, h: b.height}; };
+  const bb = el => { const b = el.getBBox(); return {x: b.x, y: b.y, w: b.width, h: b.height}; };
+  const along = p => { const n = p.getTotalLength(); return [...Array(65).keys()].map(i => { const q = p.getPointAtLength(n * i / 64); return {x: q.x, y: q.y}; }); };
   const vb = s.viewBox.baseVal;
   return {
-    edges: [...s.querySelectorAll("g.edge")].map(g => ({from: g.dataset.from, to: g.dataset.to,
-      marker: g.querySelector("path").getAttribute("marker-end") || "", d: g.querySelector("path").getAttribute("d")})),
-    labels: [...s.querySelectorAll("g.edge text")].map(box),
-    nodes: [...s.querySelectorAll("g.node")].map(box),
+    edges: [...s.querySelectorAll("g.edge")].map(g => { const p = g.querySelector("path"), t = g.querySelector("text");
+      return {from: g.dataset.from, to: g.dataset.to, marker: p.getAttribute("marker-end") || "", d: p.getAttribute("d"),
+        text: t.textContent, label: bb(t), points: along(p), length: p.getTotalLength()}; }),
+    nodes: [...s.querySelectorAll("g.node")].map(g => ({name: g.dataset.state, text: g.textContent,
+      box: bb(g.querySelector("rect, circle")), round: !!g.querySelector("circle")})),
     vb: {x: vb.x, y: vb.y, w: vb.width, h: vb.height},
   };
 })()`
 
-// TestBrowserDiagramArrows renders the Saga types page and checks, from the
-// boxes the browser measured, that opposite transitions are two arrowed
-// paths, that no two labels overlap, that the viewBox holds every label and
-// state, and that a hostile state name stays text.
+// TestBrowserDiagramArrows renders the Saga types page, reached through the
+// console's (htmx-boosted) navigation, and checks from what the browser
+// measured that every transition is an arrowed path from its source's
+// outline to its target's, with its label on it; that opposite transitions
+// are two paths and a self-loop is drawn; that no label covers another
+// label or a state; that the viewBox holds everything; and that a hostile
+// state name stays text.
 func TestBrowserDiagramArrows(t *testing.T) {
 	t.Parallel()
+	machines := map[string]saga.Graph{"pingpong": pingPongMachine().Graph(), "ingestor.job": ingest.JobMachine().Graph(), "searchimport": searchimportShape().Graph()}
 	b := setupWith(t, nil, 0, pingPongMachine(), ingest.JobMachine(), searchimportShape())
 	ctx, dialog := chrome(t)
-	run(t, ctx, "saga types", chromedp.Navigate(b.srv.URL+"/sagas"), chromedp.WaitVisible(`#type-pingpong .diagram svg .node`))
-	for _, typ := range []string{"type-pingpong", "type-ingestor.job", "type-searchimport"} {
+	run(t, ctx, "saga types", chromedp.Navigate(b.srv.URL+"/"), chromedp.WaitVisible("#overview"),
+		chromedp.Click(`header nav a[href$="/sagas"]`), chromedp.WaitVisible(`#type-pingpong .diagram svg .node`),
+		chromedp.WaitVisible(`#type-searchimport .diagram svg .node`))
+	for name, g := range machines {
 		var d drawn
-		run(t, ctx, "read "+typ, chromedp.Evaluate(fmt.Sprintf(readDiagram, typ), &d))
-		checkDrawn(t, typ, d)
-		if typ == "type-pingpong" {
+		run(t, ctx, "read "+name, chromedp.Evaluate(fmt.Sprintf(readDiagram, "type-"+name), &d))
+		checkDrawn(t, name, g, d)
+		if name == "pingpong" {
 			checkOpposite(t, d)
 		}
 	}
@@ -151,42 +173,72 @@ func TestBrowserDiagramArrows(t *testing.T) {
 	}
 }
 
-func checkDrawn(t *testing.T, typ string, d drawn) {
+func checkDrawn(t *testing.T, typ string, g saga.Graph, d drawn) {
 	t.Helper()
-	if len(d.Edges) == 0 || len(d.Labels) != len(d.Edges) {
-		t.Fatalf("%s: %d edges and %d labels drawn", typ, len(d.Edges), len(d.Labels))
+	pairs := map[[2]string]bool{}
+	for _, e := range g.Edges {
+		pairs[[2]string{string(e.From), string(e.To)}] = true
 	}
-	for i, l := range d.Labels {
-		for _, o := range d.Labels[i+1:] {
-			if l.X < o.X+o.W && o.X < l.X+l.W && l.Y < o.Y+o.H && o.Y < l.Y+l.H {
-				t.Errorf("%s: labels %q %v and %q %v overlap", typ, l.Text, l, o.Text, o)
+	if len(d.Edges) != len(pairs) || len(d.Nodes) != len(g.States)+1 {
+		t.Fatalf("%s: %d edges and %d states drawn, want one edge per pair of states (%d) and the %d states and Initial", typ, len(d.Edges), len(d.Nodes), len(pairs), len(g.States))
+	}
+	nodes := map[string]box{}
+	round := map[string]bool{}
+	for _, n := range d.Nodes {
+		nodes[n.Name], round[n.Name] = n.Box, n.Round
+		inside(t, typ, d.VB, n.Box, "state "+n.Name)
+	}
+	for i, e := range d.Edges {
+		name := fmt.Sprintf("%s: edge %s → %s (%s)", typ, e.From, e.To, e.Text)
+		if !pairs[[2]string{e.From, e.To}] {
+			t.Errorf("%s is not a transition of the machine", name)
+		}
+		if e.Marker == "" {
+			t.Errorf("%s has no arrowhead", name)
+		}
+		if dist := outlineDistance(nodes[e.From], round[e.From], e.Points[0]); dist > tipTolerance {
+			t.Errorf("%s starts %.1f units from %s's outline, at %v (box %v)", name, dist, e.From, e.Points[0], nodes[e.From])
+		}
+		tip := e.Points[len(e.Points)-1]
+		if dist := outlineDistance(nodes[e.To], round[e.To], tip); dist > tipTolerance {
+			t.Errorf("%s ends %.1f units from %s's outline, at %v (box %v)", name, dist, e.To, tip, nodes[e.To])
+		}
+		if dist := boxDistance(e.Label, e.Points); dist > labelReach {
+			t.Errorf("%s: label %v is %.1f units from its edge", name, e.Label, dist)
+		}
+		inside(t, typ, d.VB, e.Label, name+" label")
+		for _, p := range e.Points {
+			inside(t, typ, d.VB, box{X: p.X, Y: p.Y}, name+" path")
+		}
+		for _, o := range d.Edges[i+1:] {
+			if overlap(e.Label, o.Label) {
+				t.Errorf("%s: labels overlap: %q at %v and %q at %v", typ, e.Text, e.Label, o.Text, o.Label)
 			}
 		}
-	}
-	for _, l := range append(d.Labels, d.Nodes...) {
-		if l.X < d.VB.X || l.Y < d.VB.Y || l.X+l.W > d.VB.X+d.VB.W || l.Y+l.H > d.VB.Y+d.VB.H {
-			t.Errorf("%s: %q at %v is cut off by the viewBox %v", typ, l.Text, l, d.VB)
-		}
-	}
-	for _, e := range d.Edges {
-		if e.Marker == "" {
-			t.Errorf("%s: edge %s → %s has no arrowhead", typ, e.From, e.To)
+		for _, n := range d.Nodes {
+			if overlap(e.Label, n.Box) {
+				t.Errorf("%s: its label %v covers state %s %v", name, e.Label, n.Name, n.Box)
+			}
 		}
 	}
 }
 
 func checkOpposite(t *testing.T, d drawn) {
 	t.Helper()
-	paths := map[string]string{}
+	paths := map[string][]pt{}
+	length := map[string]float64{}
 	for _, e := range d.Edges {
-		paths[e.From+"→"+e.To] = e.D
+		paths[e.From+"→"+e.To], length[e.From+"→"+e.To] = e.Points, e.Length
 	}
 	ab, ba := paths["A→B"], paths["B→A"]
-	if ab == "" || ba == "" || ab == ba {
-		t.Errorf("A → B and B → A are not two paths: %q and %q (edges %v)", ab, ba, d.Edges)
+	if ab == nil || ba == nil {
+		t.Fatalf("A → B and B → A are not both drawn (edges %v)", d.Edges)
 	}
-	if paths["B→B"] == "" {
-		t.Errorf("the self-loop B → B is not drawn (edges %v)", d.Edges)
+	if a, b := ab[len(ab)/2], ba[len(ba)/2]; math.Hypot(a.X-b.X, a.Y-b.Y) < 10 {
+		t.Errorf("A → B and B → A are drawn over each other (midpoints %v, %v)", a, b)
+	}
+	if length["B→B"] < 20 {
+		t.Errorf("the self-loop B → B is not drawn: its path is %.1f units long (edges %v)", length["B→B"], d.Edges)
 	}
 	var names []string
 	for _, n := range d.Nodes {
@@ -195,4 +247,40 @@ func checkOpposite(t *testing.T, d drawn) {
 	if !strings.Contains(strings.Join(names, "\n"), hostileState) {
 		t.Errorf("the hostile state name is not shown as text: %q", names)
 	}
+}
+
+func inside(t *testing.T, typ string, vb, b box, what string) {
+	t.Helper()
+	if b.X < vb.X || b.Y < vb.Y || b.X+b.W > vb.X+vb.W || b.Y+b.H > vb.Y+vb.H {
+		t.Errorf("%s: %s at %v is cut off by the viewBox %v", typ, what, b, vb)
+	}
+}
+
+func overlap(a, b box) bool {
+	return a.X < b.X+b.W && b.X < a.X+a.W && a.Y < b.Y+b.H && b.Y < a.Y+a.H
+}
+
+// outlineDistance is how far p is from a state's outline: its circle for
+// the Initial dot, its rectangle for a state.
+func outlineDistance(b box, round bool, p pt) float64 {
+	if round {
+		return math.Abs(math.Hypot(p.X-(b.X+b.W/2), p.Y-(b.Y+b.H/2)) - b.W/2)
+	}
+	dx := math.Max(b.X-p.X, p.X-(b.X+b.W))
+	dy := math.Max(b.Y-p.Y, p.Y-(b.Y+b.H))
+	if dx > 0 || dy > 0 { // outside
+		return math.Hypot(math.Max(dx, 0), math.Max(dy, 0))
+	}
+	return math.Min(-dx, -dy) // inside: to the nearest side
+}
+
+// boxDistance is the distance from b to the nearest of pts.
+func boxDistance(b box, pts []pt) float64 {
+	best := math.Inf(1)
+	for _, p := range pts {
+		dx := math.Max(math.Max(b.X-p.X, p.X-(b.X+b.W)), 0)
+		dy := math.Max(math.Max(b.Y-p.Y, p.Y-(b.Y+b.H)), 0)
+		best = math.Min(best, math.Hypot(dx, dy))
+	}
+	return best
 }
