@@ -109,9 +109,10 @@ type Config struct {
 	// TokenRetention is how long a dedup token minted and never claimed
 	// is kept before the sweeper deletes it, on a store that is a
 	// store.TokenSweeper. A message whose token was deleted is skipped as
-	// a duplicate if it arrives later, or is replayed from the dead
-	// letters: keep it longer than any message can wait, dead letters
-	// included. Default DefaultTokenRetention (30 days).
+	// a duplicate if it arrives later: keep it longer than any message can
+	// wait. The token of a dead-lettered message is kept as long as its
+	// dead letter, so that a replay is applied. Default
+	// DefaultTokenRetention (30 days).
 	TokenRetention time.Duration
 
 	// TimerInterval is the pause between polls for due timers and, on an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -49,7 +50,10 @@ type TokenStore interface {
 // minted and never claimed belongs to a message that was lost before its
 // consumer applied it, is dead-lettered, or waits for a consumer that is
 // down; once it is deleted, that message is skipped as a duplicate if it
-// ever arrives. Implementations must pass storetest.
+// ever arrives. A token whose message has a dead letter is neither counted
+// nor swept: a replay of the dead letter needs it, or the replay would be
+// skipped as a duplicate (TokenDedupID names the dead letter a token
+// belongs to). Implementations must pass storetest.
 type TokenSweeper interface {
 	// CountStaleTokens counts the tokens minted before p.MintedBefore, up
 	// to p.Limit: it returns p.Limit when there are p.Limit or more.
@@ -78,4 +82,17 @@ func (p *StaleTokens) Validate() error {
 		return fmt.Errorf("stale tokens: Limit is %d: want a positive bound", p.Limit)
 	}
 	return nil
+}
+
+// TokenSep separates a token's message type from its message's dedup
+// identity in the token's ID (idem.TokenID).
+const TokenSep = "\x1f"
+
+// TokenDedupID returns the dedup identity in token ID id: the ID of the
+// dead letter its message would have, were it dead-lettered.
+func TokenDedupID(id string) string {
+	if i := strings.Index(id, TokenSep); i >= 0 {
+		return id[i+len(TokenSep):]
+	}
+	return id
 }

@@ -45,7 +45,7 @@ type SagaVersion struct {
 // ignored), at most MaxBatch of them.
 func SelectSagas(ctx context.Context, st store.Store, q *store.InstanceQuery) (*Selection, error) {
 	p := *q
-	p.Status, p.After, p.Limit = store.StatusActive, nil, page
+	p.Status, p.After, p.Before, p.Limit = store.StatusActive, nil, nil, page
 	sel := &Selection{}
 	for {
 		ins, err := Instances(ctx, st, &p)

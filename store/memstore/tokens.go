@@ -88,7 +88,7 @@ var _ store.TokenSweeper = (*Store)(nil)
 func (s *Store) staleTokens(p *store.StaleTokens) []string {
 	var ids []string
 	for id, at := range s.tokens {
-		if at.Before(p.MintedBefore) {
+		if at.Before(p.MintedBefore) && s.dead[store.TokenDedupID(id)] == nil {
 			ids = append(ids, id)
 		}
 	}
@@ -109,13 +109,7 @@ func (s *Store) CountStaleTokens(ctx context.Context, p *store.StaleTokens) (int
 	if err := s.check(ctx, "count stale tokens"); err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, at := range s.tokens {
-		if at.Before(p.MintedBefore) {
-			n++
-		}
-	}
-	return min(n, p.Limit), nil
+	return min(len(s.staleTokens(p)), p.Limit), nil
 }
 
 // SweepTokens deletes at most p.Limit tokens minted before p.MintedBefore,

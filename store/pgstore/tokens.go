@@ -97,13 +97,17 @@ var _ store.TokenSweeper = (*Store)(nil)
 // countStaleTokensSQL reads at most $2 entries of idem_tokens_minted_at
 // (migration 016).
 const countStaleTokensSQL = `
-SELECT count(*) FROM (SELECT 1 FROM idem_tokens WHERE minted_at < $1 LIMIT $2) AS t`
+SELECT count(*) FROM (SELECT 1 FROM idem_tokens t WHERE minted_at < $1 AND ` + notDeadLettered + ` LIMIT $2) AS t`
+
+// notDeadLettered keeps out a token t whose message has a dead letter (its
+// ID is the token's dedup part, after the first U+001F): a replay needs it.
+const notDeadLettered = `NOT EXISTS (SELECT 1 FROM idem_dead_letters d WHERE d.id = substr(t.id, strpos(t.id, chr(31)) + 1))`
 
 // sweepTokensSQL deletes the $2 oldest tokens minted before $1, skipping
 // those another sweeper holds.
 const sweepTokensSQL = `
 DELETE FROM idem_tokens WHERE id IN (
-  SELECT id FROM idem_tokens WHERE minted_at < $1 ORDER BY minted_at LIMIT $2 FOR UPDATE SKIP LOCKED
+  SELECT id FROM idem_tokens t WHERE minted_at < $1 AND ` + notDeadLettered + ` ORDER BY minted_at LIMIT $2 FOR UPDATE SKIP LOCKED
 )`
 
 // CountStaleTokens counts the tokens minted before p.MintedBefore, up to

@@ -94,12 +94,16 @@ var _ store.TokenSweeper = (*Store)(nil)
 // countStaleTokensSQL reads at most ?2 entries of idem_tokens_minted_at
 // (migration 016).
 const countStaleTokensSQL = `
-SELECT count(*) FROM (SELECT 1 FROM idem_tokens WHERE minted_at < ?1 LIMIT ?2)`
+SELECT count(*) FROM (SELECT 1 FROM idem_tokens t WHERE minted_at < ?1 AND ` + notDeadLettered + ` LIMIT ?2)`
+
+// notDeadLettered keeps out a token t whose message has a dead letter (its
+// ID is the token's dedup part, after the first U+001F): a replay needs it.
+const notDeadLettered = `NOT EXISTS (SELECT 1 FROM idem_dead_letters d WHERE d.id = substr(t.id, instr(t.id, char(31)) + 1))`
 
 // sweepTokensSQL deletes the ?2 oldest tokens minted before ?1.
 const sweepTokensSQL = `
 DELETE FROM idem_tokens WHERE id IN (
-  SELECT id FROM idem_tokens WHERE minted_at < ?1 ORDER BY minted_at LIMIT ?2
+  SELECT id FROM idem_tokens t WHERE minted_at < ?1 AND ` + notDeadLettered + ` ORDER BY minted_at LIMIT ?2
 )`
 
 // CountStaleTokens counts the tokens minted before p.MintedBefore, up to
@@ -126,6 +130,9 @@ func (s *Store) CountStaleTokens(ctx context.Context, p *store.StaleTokens) (int
 func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("sqlitestore: sweep %w", err)
+	}
+	if err := s.check("sweep tokens"); err != nil {
+		return 0, err
 	}
 	if p.MintedBefore.IsZero() {
 		return 0, nil

@@ -170,6 +170,7 @@ var featureCases = []featureCase{
 	{"TokensSurviveSweep", needTokens, testTokensSurviveSweep},
 	{"TokensSweepByAge", needTokens, testTokensSweepByAge},
 	{"TokensSweepBadInput", needTokens, testTokensSweepBadInput},
+	{"TokensOfDeadLettersKept", needTokens, testTokensOfDeadLettersKept},
 }
 
 // Run runs the conformance suite against the stores newStore returns, one

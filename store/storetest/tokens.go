@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
 )
 
 func needTokens(f Features) string {
@@ -200,5 +201,35 @@ func testTokensSweepBadInput(t *testing.T, s store.Store, _ Features) {
 	}
 	if !loadTokens(t, s, tokenA)[tokenA] {
 		t.Fatal("a refused sweep deleted a token")
+	}
+}
+
+// A token whose message has a dead letter is neither counted nor swept,
+// however old: replaying the dead letter needs it (without it the replay
+// would be skipped as a duplicate). Once the dead letter is gone, it is.
+func testTokensOfDeadLettersKept(t *testing.T, s store.Store, _ Features) {
+	ts := staleTokens(t, s)
+	at := now()
+	dead, live := "orders.Placed"+store.TokenSep+"m-dead", "orders.Placed"+store.TokenSep+"m-lost"
+	commit(t, s, &store.Changes{
+		MintTokens: []store.Token{{ID: dead, MintedAt: at.Add(-2 * time.Hour)}, {ID: live, MintedAt: at.Add(-2 * time.Hour)}},
+		DeadLetters: []store.DeadLetter{{ID: "m-dead", Envelope: transport.Envelope{ID: "m-dead", Type: "orders.Placed", Body: []byte(`{}`)},
+			Reason: "permanent_error", Error: "boom", Attempts: 1, FirstFailedAt: at, LastFailedAt: at}},
+	})
+	p := store.StaleTokens{MintedBefore: at.Add(-time.Hour), Limit: 10}
+	if n, err := ts.CountStaleTokens(t.Context(), &p); err != nil || n != 1 {
+		t.Errorf("CountStaleTokens: got %d, %v; want 1 (the dead-lettered message's token is not stale)", n, err)
+	}
+	if n, err := ts.SweepTokens(t.Context(), &p); err != nil || n != 1 {
+		t.Fatalf("SweepTokens: got %d, %v; want 1", n, err)
+	}
+	if got := loadTokens(t, s, dead, live); !got[dead] || got[live] {
+		t.Fatalf("tokens after the sweep: %v; want the dead letter's kept and the other swept", got)
+	}
+	if _, err := s.DeleteDeadLetters(t.Context(), []string{"m-dead"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ts.SweepTokens(t.Context(), &p); err != nil || n != 1 {
+		t.Errorf("SweepTokens once the dead letter is purged: got %d, %v; want 1", n, err)
 	}
 }
