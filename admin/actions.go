@@ -214,8 +214,18 @@ func (s *Server) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, acto
 	return env, 0, nil
 }
 
-// actEndSaga ends the saga once the form says confirm=yes; before that it
-// sends the browser to the instance page, which asks.
+// askAction answers an unconfirmed action's POST with the instance page
+// asking about it (q: what the page's actions card reads). The form's
+// values stay in the request body, never in a URL, where a body or a
+// reason would reach browser history and access logs.
+func (s *Server) askAction(w http.ResponseWriter, r *http.Request, q url.Values) {
+	ask := r.Clone(r.Context())
+	ask.Method, ask.URL.RawQuery = http.MethodGet, q.Encode()
+	s.pageInstance(w, ask)
+}
+
+// actEndSaga ends the saga once the form says confirm=yes; before that the
+// instance page asks.
 func (s *Server) actEndSaga(w http.ResponseWriter, r *http.Request) {
 	k, err := s.sagaKeyOf(r)
 	if err != nil {
@@ -225,7 +235,7 @@ func (s *Server) actEndSaga(w http.ResponseWriter, r *http.Request) {
 	page := basePath(r) + "/instances/" + url.PathEscape(k.SagaType) + "/" + url.PathEscape(k.Key)
 	reason := r.PostFormValue("reason")
 	if r.PostFormValue("confirm") != "yes" {
-		http.Redirect(w, r, page+query("confirm", "end", "reason", reason, "version", r.PostFormValue("version"))+"#confirm-action", http.StatusSeeOther)
+		s.askAction(w, r, url.Values{"confirm": {"end"}, "reason": {reason}, "version": {r.PostFormValue("version")}})
 		return
 	}
 	var version int64
@@ -247,7 +257,8 @@ func (s *Server) actEndSaga(w http.ResponseWriter, r *http.Request) {
 }
 
 // actSendEvent sends the event of the form once it says confirm=yes;
-// before that the instance page asks.
+// before that the instance page asks, with the message ID it will have:
+// confirming twice (a double click, a resubmission) sends one message.
 func (s *Server) actSendEvent(w http.ResponseWriter, r *http.Request) {
 	k, err := s.sagaKeyOf(r)
 	if err != nil {
@@ -255,9 +266,13 @@ func (s *Server) actSendEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := basePath(r) + "/instances/" + url.PathEscape(k.SagaType) + "/" + url.PathEscape(k.Key)
-	typ, body := r.PostFormValue("type"), r.PostFormValue("body")
+	typ, body, id := r.PostFormValue("type"), r.PostFormValue("body"), r.PostFormValue("id")
 	if r.PostFormValue("confirm") != "yes" {
-		http.Redirect(w, r, page+query("confirm", "send", "type", typ, "body", body)+"#confirm-action", http.StatusSeeOther)
+		s.askAction(w, r, url.Values{"confirm": {"send"}, "type": {typ}, "body": {body}, "id": {randomToken()}})
+		return
+	}
+	if id == "" {
+		s.consoleError(w, r, http.StatusBadRequest, "The form carries no message ID: open the saga again.")
 		return
 	}
 	if !json.Valid([]byte(body)) {
@@ -266,7 +281,7 @@ func (s *Server) actSendEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	if _, status, err := s.sendEvent(ctx, k, &SendEvent{Type: typ, Body: json.RawMessage(body)}, consoleActor(r)); err != nil {
+	if _, status, err := s.sendEvent(ctx, k, &SendEvent{ID: id, Type: typ, Body: json.RawMessage(body)}, consoleActor(r)); err != nil {
 		if status == http.StatusServiceUnavailable {
 			s.storeFailed(w, r, "send event", err)
 			return
@@ -290,18 +305,29 @@ type actionsView struct {
 	// first in the send form; Others the rest its machine takes.
 	Events []string
 	Others []string
-	// Version is the saga's version when the page was read: an end is
-	// refused if the saga moved on since.
+	// Version and State are the saga's when the page was read: an end is
+	// refused if the saga moved on since. Moved says it moved on since the
+	// operator pressed End (the question shows it as it is now).
 	Version  int64
+	State    string
+	Moved    bool
 	Finished bool
+	// ID is the message ID the question about a send carries.
+	ID string
 }
 
 // actionsFor builds the actions card of saga in, whose Why panel is why.
 func (s *Server) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) *actionsView {
 	q := r.URL.Query()
-	a := &actionsView{Reason: q.Get("reason"), Type: q.Get("type"), Body: q.Get("body"), Version: in.Version, Finished: in.Status() == store.StatusFinished}
+	a := &actionsView{Reason: q.Get("reason"), Type: q.Get("type"), Body: q.Get("body"), ID: q.Get("id"), Version: in.Version, State: in.State,
+		Finished: in.Status() == store.StatusFinished}
 	if c := q.Get("confirm"); c == "end" || c == "send" {
 		a.Confirm = c
+	}
+	// The version the operator read: a saga that moved on since is shown
+	// as it is now, and asked about again.
+	if v := q.Get("version"); a.Confirm == "end" && v != "" && v != fmt.Sprint(in.Version) {
+		a.Moved = true
 	}
 	if why != nil {
 		for _, e := range why.Accepts {

@@ -128,16 +128,19 @@ func TestConsoleActionsAskFirst(t *testing.T) {
 	b := setup(t, nil)
 	seed(t, b)
 	br := newBrowser(t, b)
-	resp, _ := br.post("/instances/order/o-2/end", url.Values{"reason": {"duplicate order"}, "version": {"1"}})
-	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "confirm=end") {
-		t.Fatalf("end without confirm: %d to %q; want a redirect to the question", resp.StatusCode, loc)
+	resp, page := br.post("/instances/order/o-2/end", url.Values{"reason": {"duplicate order"}, "version": {"1"}})
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `id="confirm-action"`) || !strings.Contains(page, "duplicate order") || strings.Contains(page, `id="confirm-moved"`) {
+		t.Fatalf("end without confirm: %d; want the instance page asking, with the reason:\n%.600s", resp.StatusCode, page)
+	}
+	if loc := resp.Header.Get("Location"); loc != "" {
+		t.Errorf("the question is a redirect to %q: the reason would reach the URL", loc)
 	}
 	if in, _ := loadInstance(b, "o-2"); in.State == string(saga.Ended) {
 		t.Fatal("the saga was ended before the question was answered")
 	}
-	_, page := br.get("/instances/order/o-2?confirm=end&reason=duplicate+order&version=1")
-	if !strings.Contains(page, `id="confirm-action"`) || !strings.Contains(page, "duplicate order") {
-		t.Fatalf("the instance page does not ask: %.400s", page)
+	// Pressed on a version the saga has left: the question says so.
+	if _, page := br.post("/instances/order/o-2/end", url.Values{"reason": {"r"}, "version": {"7"}}); !strings.Contains(page, `id="confirm-moved"`) {
+		t.Errorf("end pressed at a stale version: the question does not say the saga moved on:\n%.600s", page)
 	}
 	resp, _ = br.post("/instances/order/o-2/end", url.Values{"reason": {"duplicate order"}, "version": {"1"}, "confirm": {"yes"}})
 	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "done=ended") {
@@ -205,5 +208,45 @@ func TestAPIEndSagasByFilter(t *testing.T) {
 	}
 	if in, _ := loadInstance(b, "x-9"); in.State == string(saga.Ended) {
 		t.Error("the batch ended x-9, which its filter does not select")
+	}
+}
+
+// The console's send question carries the message ID: confirming it twice
+// sends one message, applied once.
+func TestConsoleSendConfirmedTwiceSendsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	pay := paymentType(t, b)
+	br := newBrowser(t, b)
+	form := url.Values{"type": {pay}, "body": {`{"OrderID":"o-1","Amount":3}`}}
+	_, page := br.post("/instances/order/o-1/send", form)
+	i := strings.Index(page, `name="id" value="`)
+	if i < 0 {
+		t.Fatalf("the send question carries no message ID:\n%.600s", page)
+	}
+	id := page[i+len(`name="id" value="`):]
+	id = id[:strings.IndexByte(id, '"')]
+	form.Set("id", id)
+	form.Set("confirm", "yes")
+	for range 2 {
+		if resp, _ := br.post("/instances/order/o-1/send", form); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("confirmed send: %d", resp.StatusCode)
+		}
+	}
+	eventually(t, "o-1 to be paid", func() bool { in, err := loadInstance(b, "o-1"); return err == nil && in.State == "Shipped" })
+	eventually(t, "the second copy to be skipped", func() bool { return b.e.Stats().Duplicates >= 1 })
+	journal, err := b.st.Journal(t.Context(), store.Key{SagaType: "order", Key: "o-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, j := range journal {
+		if j.EventType == pay {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the payment is journaled %d times; want once", n)
 	}
 }
