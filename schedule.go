@@ -264,14 +264,17 @@ func parseSpec(spec string) (recurrence, error) {
 // "fire now". The tick's message has the ID TickID(name, tick), the one
 // a replica firing that tick on time derives, and the advance commits
 // only if no replica advanced the schedule meanwhile (the error then
-// wraps store.ErrConflict): the tick is sent once either way. A paused
-// schedule is fired too, and stays paused. The error wraps
+// wraps store.ErrConflict): the tick is sent once either way. When tick
+// is not zero, it is the tick the caller means (the next tick it was
+// shown): a schedule whose next tick is another one is not fired, and the
+// error wraps store.ErrConflict; a zero tick fires whatever tick is next.
+// A paused schedule is fired too, and stays paused. The error wraps
 // store.ErrNotFound when there is no such schedule.
-func (e *Engine) FireSchedule(ctx context.Context, name string) (*FiredTick, error) {
+func (e *Engine) FireSchedule(ctx context.Context, name string, tick time.Time) (*FiredTick, error) {
 	if err := ValidateScheduleName(name); err != nil {
 		return nil, err
 	}
-	return e.firer.fireNow(ctx, name)
+	return e.firer.fireNow(ctx, name, tick)
 }
 
 // TickID is the message ID of schedule name's tick at tick: every replica

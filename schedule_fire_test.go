@@ -17,7 +17,7 @@ import (
 func TestFireScheduleFiresTheNextTickOnce(t *testing.T) {
 	r := newSchedRig(t, 10, func(e *idem.Engine) error { return e.Every("hourly", time.Hour, enginetest.Beat{Note: "fire"}) })
 	tick := r.get(t, "hourly").NextDue
-	fired, err := r.e.FireSchedule(t.Context(), "hourly")
+	fired, err := r.e.FireSchedule(t.Context(), "hourly", tick)
 	if err != nil {
 		t.Fatalf("FireSchedule: %v", err)
 	}
@@ -44,13 +44,18 @@ func TestFireScheduleFiresTheNextTickOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := r.get(t, "hourly").NextDue
-	if fired, err := r.e.FireSchedule(t.Context(), "hourly"); err != nil || !fired.Tick.Equal(next) {
+	// A tick other than the next one (the one fired first, confirmed
+	// twice) is not fired.
+	if _, err := r.e.FireSchedule(t.Context(), "hourly", tick); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FireSchedule of a tick fired already: %v; want store.ErrConflict", err)
+	}
+	if fired, err := r.e.FireSchedule(t.Context(), "hourly", time.Time{}); err != nil || !fired.Tick.Equal(next) {
 		t.Errorf("FireSchedule of a paused schedule: %+v, %v; want its next tick %s", fired, err, next)
 	}
 	if s := r.get(t, "hourly"); !s.Paused {
 		t.Error("FireSchedule resumed a paused schedule")
 	}
-	if _, err := r.e.FireSchedule(t.Context(), "absent"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.e.FireSchedule(t.Context(), "absent", time.Time{}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("FireSchedule of a missing schedule: %v; want store.ErrNotFound", err)
 	}
 }

@@ -117,13 +117,17 @@ type FiredTick struct {
 
 // fireNow fires schedule name's next tick at once and advances the
 // schedule past it (see Engine.FireSchedule).
-func (f *scheduleFirer) fireNow(ctx context.Context, name string) (*FiredTick, error) {
+func (f *scheduleFirer) fireNow(ctx context.Context, name string, tick time.Time) (*FiredTick, error) {
 	if f.caps.scheduler == nil {
 		return nil, fmt.Errorf("idem: fire schedule %q: store %T does not keep schedules (store.Scheduler)", name, f.store)
 	}
 	s, err := f.caps.scheduler.GetSchedule(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("idem: fire schedule %q: %w", name, err)
+	}
+	if !tick.IsZero() && !tick.Equal(s.NextDue) {
+		return nil, fmt.Errorf("idem: fire schedule %q: its next tick is %s, not %s (fired meanwhile?): %w", name,
+			s.NextDue.UTC().Format(time.RFC3339Nano), tick.UTC().Format(time.RFC3339Nano), store.ErrConflict)
 	}
 	// Planned as if it were the next tick's time: that tick, and no other.
 	adv, env, err := planTick(s, s.NextDue)
@@ -142,8 +146,10 @@ func (f *scheduleFirer) fireNow(ctx context.Context, name string) (*FiredTick, e
 		return nil, fmt.Errorf("idem: fire schedule %q: the units of work of %T are not store.ScheduleUnitOfWork", name, f.store)
 	}
 	outbox, err := f.commitTicks(ctx, uow, su, []store.ScheduleAdvance{adv}, []Envelope{*env}, now)
-	if err != nil {
+	if errors.Is(err, store.ErrConflict) {
 		return nil, fmt.Errorf("idem: fire schedule %q: its tick at %s fired meanwhile, or the schedule changed: %w", name, adv.Fired.UTC().Format(time.RFC3339), err)
+	} else if err != nil {
+		return nil, fmt.Errorf("idem: fire schedule %q: %w", name, err)
 	}
 	f.publish(ctx, outbox)
 	return &FiredTick{Tick: adv.Fired, MessageID: env.ID, NextDue: adv.To}, nil

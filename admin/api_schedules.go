@@ -60,9 +60,17 @@ func (s *Server) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.scheduler(w); !ok {
 		return
 	}
+	var tick time.Time
+	if t := r.URL.Query().Get("tick"); t != "" {
+		var err error
+		if tick, err = time.Parse(time.RFC3339Nano, t); err != nil {
+			writeError(w, http.StatusBadRequest, "tick %.40q is not an RFC 3339 time: pass the next_due GET /api/schedules shows, or no tick to fire whatever tick is next", t)
+			return
+		}
+	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	f, err := s.e.FireSchedule(ctx, name)
+	f, err := s.e.FireSchedule(ctx, name, tick)
 	if status, msg := fireError(name, err); status == http.StatusInternalServerError {
 		s.internalError(w, r, "fire schedule", err)
 		return
@@ -82,7 +90,7 @@ func fireError(name string, err error) (int, string) {
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound, fmt.Sprintf("no schedule %q: list them with GET /api/schedules", name)
 	case errors.Is(err, store.ErrConflict):
-		return http.StatusConflict, fmt.Sprintf("schedule %q fired that tick meanwhile, or changed: read it again; firing now again fires its next tick", name)
+		return http.StatusConflict, fmt.Sprintf("schedule %q fired that tick meanwhile, or changed: read it again (GET /api/schedules) and fire the tick it shows", name)
 	}
 	return http.StatusInternalServerError, ""
 }

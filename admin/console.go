@@ -40,6 +40,7 @@ var funcs = template.FuncMap{
 	"deref":    func(p *int) int { return *p },
 	"contains": strings.Contains,
 	"sub":      sub,
+	"rfc3339":  func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 	"tm":       func(t time.Time) template.HTML { return timeTag(t, time.Now()) },
 	"tmAt":     timeTag,
 	"live":     livePage,

@@ -153,7 +153,12 @@ func (s *Server) actFireSchedule(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	_, err := s.e.FireSchedule(ctx, name)
+	tick, err := time.Parse(time.RFC3339Nano, r.PostFormValue("tick"))
+	if err != nil {
+		s.consoleError(w, r, http.StatusBadRequest, "The form does not say which tick to fire: open the schedules page again.")
+		return
+	}
+	_, err = s.e.FireSchedule(ctx, name, tick)
 	if status, msg := fireError(name, err); status == http.StatusInternalServerError {
 		s.storeFailed(w, r, "fire schedule", err)
 		return

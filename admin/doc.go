@@ -37,7 +37,7 @@
 //	POST   /api/schedules/{name}/pause       pause a schedule
 //	POST   /api/schedules/{name}/resume      resume it (missed ticks follow its policy)
 //	DELETE /api/schedules/{name}             delete it
-//	POST   /api/schedules/{name}/fire        fire its next tick now, under that tick's ID (202)
+//	POST   /api/schedules/{name}/fire?tick=  fire its next tick (tick: the next_due shown) now, under that tick's ID (202; 409 when it is not next)
 //	GET    /api/replicas?limit=              engine replicas from their heartbeats, with their state (501 when the store keeps none)
 //	POST   /api/messages                     submit a message (202)
 //
