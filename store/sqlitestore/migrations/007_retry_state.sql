@@ -1,8 +1,6 @@
 -- Retry state (issue 25): one row per message the engine gave back to its
 -- transport after a failure, written only on failure and deleted in the
--- commit that applies or dead-letters the message. Named 012 after its
--- slice of issue 25, like pgstore's: renumber to its position at merge
--- (TestMigrationsNumberedByPosition).
+-- commit that applies or dead-letters the message (pgstore's 012).
 CREATE TABLE IF NOT EXISTS idem_retries (
     id              TEXT    NOT NULL PRIMARY KEY,
     saga_type       TEXT    NOT NULL,

@@ -1,4 +1,4 @@
--- Version 13 (dead-letter triage): a dead letter keeps the fingerprint of
+-- Version 8 (dead-letter triage; pgstore 013): a dead letter keeps the fingerprint of
 -- its latest failure (store.Fingerprint of its reason and error, computed
 -- by the store when it records it), and the time it was archived (NULL:
 -- not archived). A dead letter stored before this migration keeps the

@@ -1,4 +1,4 @@
--- Version 15 (history): a journal entry may record its message's payload,
+-- Version 10 (history; pgstore 015): a journal entry may record its message's payload,
 -- the state change as a JSON patch (BLOBs, kept byte for byte) and a JSON
 -- document with the rest of its detail (headers, causation and correlation
 -- IDs, emitted messages, duration, actor). NULL: nothing recorded.

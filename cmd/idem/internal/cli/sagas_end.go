@@ -49,6 +49,9 @@ meanwhile, or the set changed since the count.
 			defer st.Close()
 			o.end = inspect.End{Reason: o.end.Reason, Actor: cliActor(), Version: o.end.Version, Now: time.Now()}
 			if len(args) == 2 {
+				if o.dryRun || o.yes || o.digest != "" || o.q.SagaType != "" || o.q.State != "" || o.q.KeyPrefix != "" || o.q.Stuck || len(o.attrs) > 0 {
+					return usageErrorf("TYPE KEY names one saga: drop --dry-run, --yes, --digest and the filter flags, or drop TYPE KEY to end by filter")
+				}
 				return endOne(cmd, st, args, &o.end)
 			}
 			return endMany(cmd, st, &o)

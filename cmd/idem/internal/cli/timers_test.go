@@ -127,6 +127,9 @@ func TestSagasEnd(t *testing.T) {
 	if code, _, errOut := run(t, "sagas", "end", "order", "b-1", "--reason", "r", "--store", url); code != 1 || !strings.Contains(errOut, "finished already") {
 		t.Errorf("sagas end of a finished saga: exit %d, stderr %q; want 1 and finished already", code, errOut)
 	}
+	if code, _, errOut := run(t, "sagas", "end", "order", "a-1", "--reason", "r", "--dry-run", "--store", url); code != 2 || !strings.Contains(errOut, "names one saga") {
+		t.Errorf("sagas end TYPE KEY --dry-run: exit %d, stderr %q; want 2, refused", code, errOut)
+	}
 	code, out, errOut := run(t, "sagas", "end", "order", "a-1", "--reason", "customer called", "--store", url)
 	if code != 0 || !strings.Contains(out, "ended saga order/\"a-1\"") {
 		t.Fatalf("sagas end: exit %d, out %q, stderr %q", code, out, errOut)
