@@ -82,6 +82,9 @@ func (h *heartbeat) committed(a *attempt, _ time.Duration, _ int) {
 	h.lastBatch.Store(now.UnixNano())
 }
 
+// finalBeatTimeout bounds the last beat of a clean stop.
+const finalBeatTimeout = time.Second
+
 // run beats until ctx ends, then writes the final beat unless a loop
 // failed.
 func (h *heartbeat) run(ctx context.Context) error {
@@ -98,7 +101,9 @@ func (h *heartbeat) run(ctx context.Context) error {
 	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 		return nil // a loop failed: no clean stop to report
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.HeartbeatInterval)
+	// Bounded by a second, not the interval: Stop waits for it, and a
+	// store that hangs must not hold Stop past its deadline for long.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(h.cfg.HeartbeatInterval, finalBeatTimeout))
 	defer cancel()
 	r.StoppedAt = h.cfg.Clock()
 	h.beat(fctx, r, false)

@@ -70,7 +70,9 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	}
 	q, c := pickInstanceQuery(p)
 	args, attrArgs, ok := instanceFilterArgs(p)
-	if !ok {
+	if !ok || !representable(c.SagaType, c.Key) {
+		// No stored instance has such a value (a hand-made cursor):
+		// nothing to send the server, which would refuse it.
 		return nil, nil
 	}
 	args = append(args, p.After != nil || p.Before != nil, c.SagaType, c.Key, sqlq.Limit(p.Limit))

@@ -13,6 +13,7 @@ var querierCases = []testCase{
 	{"QueryInstancesFilters", testQueryInstancesFilters},
 	{"QueryInstancesKeysetPaging", testQueryInstancesKeysetPaging},
 	{"QueryInstancesStuckOrder", testQueryInstancesStuckOrder},
+	{"QueryInstancesHostileCursor", testQueryInstancesHostileCursor},
 	{"CountInstancesByState", testCountInstancesByState},
 	{"AttributesStoredInTheSameCommit", testAttributesStoredInTheSameCommit},
 	{"AttributesReplacedOnUpdate", testAttributesReplacedOnUpdate},
@@ -184,5 +185,20 @@ func testCountInstancesByState(t *testing.T, s store.Store) {
 	}
 	if !reflect.DeepEqual(got, want[3:]) {
 		t.Errorf("count b: got %+v, want %+v", got, want[3:])
+	}
+}
+
+// A cursor no stored instance can have (NUL, invalid UTF-8: a hand-made
+// one) is answered without an error, on every store: the console and the
+// API decode cursors that clients send.
+func testQueryInstancesHostileCursor(t *testing.T, s store.Store) {
+	seedQuery(t, s)
+	q := s.(store.InstanceQuerier)
+	for _, c := range []store.InstanceCursor{{SagaType: "a\x00", Key: "k"}, {SagaType: "a", Key: "k\xff"}} {
+		for _, p := range []store.InstanceQuery{{After: &c}, {Before: &c}, {After: &c, Stuck: true}} {
+			if _, err := q.QueryInstances(t.Context(), &p); err != nil {
+				t.Errorf("QueryInstances with cursor %q/%q: got error %v, want none", c.SagaType, c.Key, err)
+			}
+		}
 	}
 }
