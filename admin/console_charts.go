@@ -64,6 +64,7 @@ type chartReading struct {
 // concurrent use.
 type charts struct {
 	read     func(now time.Time, lat []uint64) chartReading
+	alive    func() bool // false once the engine stopped: the sampler stops too
 	interval time.Duration
 	idle     time.Duration
 
@@ -80,6 +81,7 @@ func newCharts(e *idem.Engine, o *Observer) *charts {
 	uow := uowHistogram(o)
 	return &charts{
 		interval: chartInterval, idle: chartIdle,
+		alive: func() bool { return e.Ready() == nil },
 		read: func(now time.Time, lat []uint64) chartReading {
 			return chartReading{at: now, stats: e.Stats(), lat: uow(lat[:0])}
 		},
@@ -103,14 +105,14 @@ func (c *charts) touch(now time.Time) {
 	go c.loop(t.C, t.Stop)
 }
 
-// loop samples at every tick until nobody has asked for idle; then it
-// calls stop and returns. The next touch starts afresh, so a point never
+// loop samples at every tick until nobody has asked for idle, or the
+// engine stopped; then it calls stop and returns. The next touch starts afresh, so a point never
 // averages over the idle spell.
 func (c *charts) loop(tick <-chan time.Time, stop func()) {
 	defer stop()
 	for now := range tick {
 		c.mu.Lock()
-		if now.Sub(c.asked) > c.idle {
+		if now.Sub(c.asked) > c.idle || !c.alive() {
 			c.running, c.started = false, false
 			c.mu.Unlock()
 			return
@@ -249,27 +251,16 @@ func number(f float64) *float64 {
 	return &f
 }
 
-// routeCharts adds GET /api/overview/series.
+// routeCharts adds GET /api/overview/series, behind the bearer token as
+// every /api/ route, and the same JSON at GET /overview/series for the
+// console's own script, behind the console's session (which never opens
+// /api/).
 func (s *Server) routeCharts() {
-	s.mux.Handle("GET /api/overview/series", s.sessionOrToken(http.HandlerFunc(s.apiOverviewSeries)))
+	s.mux.Handle("GET /api/overview/series", s.authorize(http.HandlerFunc(s.overviewSeries)))
+	s.mux.Handle("GET /overview/series", s.consolePage(s.overviewSeries))
 }
 
-func (s *Server) apiOverviewSeries(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) overviewSeries(w http.ResponseWriter, _ *http.Request) {
 	s.charts.touch(time.Now())
 	writeJSON(w, http.StatusOK, s.charts.series())
-}
-
-// sessionOrToken lets the console's own scripts in with the browser's
-// session; anything else needs the bearer token, as every /api/ route
-// does. It serves reads only: a GET changes nothing, and the session
-// cookie is SameSite=Strict.
-func (s *Server) sessionOrToken(h http.Handler) http.Handler {
-	token := s.authorize(h)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.auth && r.Header.Get("Authorization") == "" && s.sessions.get(r, s.sessions.now()) != nil {
-			h.ServeHTTP(w, r)
-			return
-		}
-		token.ServeHTTP(w, r)
-	})
 }

@@ -12,9 +12,16 @@ import (
 // fakeEngine is what a fake-clocked charts reads: counters and latency
 // buckets the test sets.
 type fakeEngine struct {
-	mu    sync.Mutex
-	stats idem.Stats
-	lat   []uint64
+	mu      sync.Mutex
+	stats   idem.Stats
+	lat     []uint64
+	stopped bool
+}
+
+func (f *fakeEngine) running() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.stopped
 }
 
 func (f *fakeEngine) read(now time.Time, dst []uint64) chartReading {
@@ -43,7 +50,7 @@ func (f *fakeEngine) observe(d float64, n uint64) {
 
 func fakeCharts() (*charts, *fakeEngine) {
 	f := &fakeEngine{}
-	return &charts{read: f.read, interval: chartInterval, idle: chartIdle}, f
+	return &charts{read: f.read, alive: f.running, interval: chartInterval, idle: chartIdle}, f
 }
 
 var t0 = time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
@@ -145,6 +152,26 @@ func TestChartSamplerStopsWhenIdle(t *testing.T) {
 	c.mu.Unlock()
 	if running || started {
 		t.Errorf("after the idle spell: running %v, baseline %v; want the sampler stopped and the baseline dropped", running, started)
+	}
+}
+
+// The sampler stops with the engine, however recently someone asked.
+func TestChartSamplerStopsWithEngine(t *testing.T) {
+	c, f := fakeCharts()
+	c.asked, c.running = t0, true
+	tick := make(chan time.Time)
+	stopped := make(chan struct{})
+	go c.loop(tick, func() { close(stopped) })
+	tick <- t0.Add(10 * time.Second)
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
+	tick <- t0.Add(20 * time.Second)
+	<-stopped
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		t.Error("the sampler still runs after the engine stopped")
 	}
 }
 
