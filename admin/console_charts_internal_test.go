@@ -191,3 +191,34 @@ func TestChartReadsObserver(t *testing.T) {
 		t.Errorf("p50 of ten 3ms units of work: %v, want within (0.002, 0.004]", q)
 	}
 }
+
+// BenchmarkChartSample is the sampler's cost every 10 s: the engine's
+// counters, the histogram's buckets, one point.
+func BenchmarkChartSample(b *testing.B) {
+	o := NewObserver()
+	for i := range 1000 {
+		o.Observe(idem.Observation{Duration: time.Duration(i) * time.Microsecond})
+	}
+	uow := uowHistogram(o)
+	c := &charts{interval: chartInterval, idle: chartIdle, read: func(now time.Time, lat []uint64) chartReading {
+		return chartReading{at: now, lat: uow(lat[:0])}
+	}}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.sample(t0.Add(time.Duration(i) * chartInterval))
+	}
+}
+
+// BenchmarkChartSeries is the cost of a full hour's answer.
+func BenchmarkChartSeries(b *testing.B) {
+	c, _ := fakeCharts()
+	for i := range chartPoints + 1 {
+		c.sample(t0.Add(time.Duration(i) * chartInterval))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if s := c.series(); len(s.Time) != chartPoints {
+			b.Fatalf("%d points", len(s.Time))
+		}
+	}
+}
