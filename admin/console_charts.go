@@ -205,7 +205,8 @@ type uowCollector struct{ h prometheus.Histogram }
 func (u uowCollector) Describe(ch chan<- *prometheus.Desc) { u.h.Describe(ch) }
 func (u uowCollector) Collect(ch chan<- prometheus.Metric) { u.h.Collect(ch) }
 
-// Series is the answer of GET /api/overview/series: the overview's charts,
+// Series is the answer of GET /api/overview/series (and of the console's
+// GET /overview/series): the overview's charts,
 // one point every IntervalSeconds over the last hour at most, oldest
 // first. All slices have the same length, at most Capacity. Rates are per
 // second over the interval ending at the point's time; latencies are in

@@ -135,13 +135,17 @@ func TestChartSamplerStopsWhenIdle(t *testing.T) {
 	c, f := fakeCharts()
 	c.asked, c.running = t0, true
 	c.sample(t0)
-	tick := make(chan time.Time)
+	// The ticks are queued and then closed: a loop that does not stop by
+	// itself ends with the channel, and the checks below fail, never hang.
+	tick := make(chan time.Time, 4)
 	stopped := make(chan struct{})
-	go c.loop(tick, func() { close(stopped) })
 	f.stats.Applied = 20
 	tick <- t0.Add(10 * time.Second)
 	tick <- t0.Add(chartIdle) // the last sample: asked exactly chartIdle ago
 	tick <- t0.Add(chartIdle + time.Second)
+	tick <- t0.Add(chartIdle + 2*time.Second)
+	close(tick)
+	go c.loop(tick, func() { close(stopped) })
 	<-stopped
 	s := c.series()
 	if len(s.Time) != 2 || s.Applied[0] != 2 {
@@ -159,19 +163,21 @@ func TestChartSamplerStopsWhenIdle(t *testing.T) {
 func TestChartSamplerStopsWithEngine(t *testing.T) {
 	c, f := fakeCharts()
 	c.asked, c.running = t0, true
-	tick := make(chan time.Time)
-	stopped := make(chan struct{})
-	go c.loop(tick, func() { close(stopped) })
-	tick <- t0.Add(10 * time.Second)
+	c.sample(t0)
 	f.mu.Lock()
 	f.stopped = true
 	f.mu.Unlock()
+	tick := make(chan time.Time, 2)
+	tick <- t0.Add(10 * time.Second)
 	tick <- t0.Add(20 * time.Second)
+	close(tick)
+	stopped := make(chan struct{})
+	go c.loop(tick, func() { close(stopped) })
 	<-stopped
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.running {
-		t.Error("the sampler still runs after the engine stopped")
+	if c.running || c.ring.n != 0 {
+		t.Errorf("after the engine stopped: running %v, %d points sampled; want the sampler stopped at the first tick", c.running, c.ring.n)
 	}
 }
 
