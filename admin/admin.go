@@ -77,6 +77,7 @@ type Server struct {
 	pending  transport.PendingCounter
 	sessions *sessions
 	rates    *rateSampler
+	charts   *charts // console_charts.go
 }
 
 // New returns a Server for engine e, whose store is st. It fails when cfg
@@ -114,6 +115,7 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 		e: e, st: st, log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
 		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout, csrf: http.NewCrossOriginProtection(),
 		readOnly: c.ReadOnly, pending: pendingCounter(c.Transport, st), sessions: newSessions(c.SessionTTL), rates: newRateSampler(e),
+		charts: newCharts(e, c.Observer),
 	}
 	for _, col := range []prometheus.Collector{newCollector(e, st, s.log, c.StoreTimeout), c.Observer} {
 		if err := reg.Register(col); err != nil {

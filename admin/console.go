@@ -150,6 +150,7 @@ func (s *Server) routeConsole() {
 	s.routeActions()
 	s.routeConsoleReplicas()
 	s.routeHistory()
+	s.routeCharts()
 	page("POST /logout", s.logout)
 	s.mux.HandleFunc("GET /login", s.loginForm)
 	s.mux.HandleFunc("POST /login", s.login)

@@ -84,7 +84,7 @@ func TestBrowserConsole(t *testing.T) {
 	if !strings.Contains(text, "AwaitingPayment") || !strings.Contains(strings.ToLower(text), "outbox backlog") {
 		t.Errorf("overview text lacks the order states or the backlog:\n%s", text)
 	}
-	screenshot(t, ctx, "overview")
+	screenshot(t, ctx, "overview-seeded")
 
 	run(t, ctx, "saga types", chromedp.Navigate(base+"/sagas"), chromedp.WaitVisible(".diagram svg .node"), chromedp.Text("#type-order", &text))
 	if !strings.Contains(text, "AwaitingPayment") || !strings.Contains(text, "Shipped") {

@@ -42,6 +42,7 @@ func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, r, "overview", err)
 		return
 	}
+	s.charts.touch(time.Now()) // the charts sample while someone looks
 	s.render(w, r, http.StatusOK, "overview", "Overview", o)
 }
 

@@ -8,6 +8,7 @@
 //	GET    /readyz                           200 when the store answers and the engine runs, 503 otherwise
 //	GET    /metrics                          Prometheus text format
 //	GET    /api/overview                     rates, outbox backlog, timer lag, queue depth, instance counts
+//	GET    /api/overview/series              the overview's charts: an hour of 10 s points (rates, commit latency p50/p99)
 //	GET    /api/saga-types                   each machine's states (with counts), transitions and Validate problems
 //	GET    /api/sagas?type=&state=&after=&limit=
 //	GET    /api/sagas?status=&prefix=&stuck=true&type=&state=&after=&limit=   filtered

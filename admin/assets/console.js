@@ -105,6 +105,8 @@
       if (live.nodeValue !== next.nodeValue) live.nodeValue = next.nodeValue;
       return;
     }
+    // An element a page script owns (the overview's charts) is kept as it is.
+    if (live.hasAttribute("data-live-keep")) return;
     var i, at;
     for (i = 0; i < next.attributes.length; i++) {
       at = next.attributes[i];
@@ -138,6 +140,7 @@
       morphChildren(region, doc.body);
       if (window.htmx) window.htmx.process(region);
       applyTime();
+      document.dispatchEvent(new CustomEvent("idem:refreshed"));
     }).catch(function () { /* the page stays as it was */ }).then(next);
   }
   function schedule(region) {
