@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -294,5 +295,32 @@ func TestHistoryOnTheInstancePage(t *testing.T) {
 	}
 	if strings.Contains(html, "<script>alert") || strings.Contains(html, "<b>bold") || strings.Contains(html, "<i>") {
 		t.Errorf("instance page holds hostile markup unescaped:\n%s", html)
+	}
+}
+
+// The instance page renders the latest journal entries only, and says how
+// many earlier ones the download holds.
+func TestInstancePageJournalBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	now := time.Now().UTC()
+	var js []store.JournalEntry
+	for i := range 205 {
+		js = append(js, store.JournalEntry{SagaType: "order", Key: "o-1", MessageID: fmt.Sprintf("bulk-%03d", i), EventType: "bulk.Event",
+			FromState: "AwaitingPayment", ToState: "AwaitingPayment", Version: 1, At: now})
+	}
+	commitChanges(t, b.st, &store.Changes{Journal: js})
+	code, page := newBrowser(t, b).get("/instances/order/o-1")
+	if code != http.StatusOK {
+		t.Fatalf("instance page: %d", code)
+	}
+	// 206 entries (the order's first, then 205): the latest 200 are
+	// bulk-005 to bulk-204.
+	if n := strings.Count(page, "message bulk-"); n != 200 {
+		t.Errorf("the page shows %d of the 205 bulk entries; want the latest 200", n)
+	}
+	if !strings.Contains(page, "message bulk-005 ") || strings.Contains(page, "message bulk-004 ") || !strings.Contains(page, "6 earlier entries") {
+		t.Errorf("the page does not show the latest 200 entries with a note on the 6 earlier ones")
 	}
 }

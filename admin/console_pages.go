@@ -123,10 +123,16 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "instances", "Instances", v)
 }
 
+// journalShown bounds the journal entries the instance page renders (with
+// their payloads, diffs and the emitted messages' sent state), the latest
+// ones: a long-lived saga's page stays small, live refresh included.
+const journalShown = 200
+
 type instanceView struct {
 	In          *store.Instance
 	Journal     []store.JournalEntry
-	History     []historyRow // Journal with each entry's detail
+	History     []historyRow // the latest entries of Journal, with their detail
+	Older       int          // the entries of Journal before History
 	Timers      []timerRow
 	DeadLetters []dlRow
 	Why         *whyPanel
@@ -160,7 +166,11 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 	if v.Journal, err = s.st.Journal(ctx, k); err == nil {
 		ts, _, err = inspect.Timers(ctx, s.st, &inspect.TimerFilter{SagaType: typ, Key: key})
 	}
-	v.History = s.historyRows(ctx, v.Journal)
+	shown := v.Journal
+	if len(shown) > journalShown { // the latest; the download has them all
+		v.Older, shown = len(shown)-journalShown, shown[len(shown)-journalShown:]
+	}
+	v.History = s.historyRows(ctx, shown)
 	for _, t := range ts {
 		v.Timers = append(v.Timers, timerRow{Timer: t, Finished: in.Status() == store.StatusFinished})
 	}
