@@ -243,7 +243,10 @@ func Example() {
 // holds. Nothing tells the first transport about the redelivery; its own
 // lease clock refuses the ack.
 func TestLateAckFromAnotherTransportIsFenced(t *testing.T) {
-	const lease = 500 * time.Millisecond
+	// Long enough that the second transport can settle its redelivery under
+	// load (at 500ms a loaded CI machine lost the lease between Receive and
+	// Ack); the first one's expiry is what the test waits for.
+	const lease = 2 * time.Second
 	first := open(t, natsjs.Config{AckWait: lease})
 	stream := strings.Split(first.Subject(&transport.Envelope{ID: "x", Type: "x"}), ".")[0]
 	second, err := natsjs.Open(t.Context(), sharedServer(t).URL(), &natsjs.Config{Stream: stream, AckWait: lease})
