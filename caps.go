@@ -37,6 +37,7 @@ type capabilities struct {
 	scheduler    store.Scheduler               // nil: no schedules
 	replayer     store.DeadLetterReplayer      // nil: a replay deletes the dead letter
 	retries      store.RetryRecorder           // nil: no retry state is kept
+	retrySweeper store.RetrySweeper            // nil: retries are not swept
 	partitioned  transport.PartitionedConsumer // nil: one stream
 	maxMessage   int                           // the transport's body limit; 0: none
 	poolSize     int                           // the store's pool size; 0: unknown
@@ -53,6 +54,7 @@ func resolveCapabilities(st store.Store, tr transport.Transport) capabilities {
 	c.scheduler, _ = st.(store.Scheduler)
 	c.replayer, _ = st.(store.DeadLetterReplayer)
 	c.retries, _ = st.(store.RetryRecorder)
+	c.retrySweeper, _ = st.(store.RetrySweeper)
 	c.partitioned, _ = tr.(transport.PartitionedConsumer)
 	if l, ok := tr.(transport.SizeLimiter); ok {
 		c.maxMessage = l.MaxMessageBytes()

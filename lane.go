@@ -29,10 +29,7 @@ type laneResult struct {
 	nacks  []nackReq
 	outbox []Envelope
 	logs   []logLine
-	// retries are the retry states of the messages given back after a
-	// failure, which the settler records (only on a store.RetryRecorder).
-	retries []store.Retry
-	att     *attempt // what it decided, for the observers
+	att    *attempt // what it decided, for the observers
 }
 
 // working is an instance as the lane's unit of work changes it.
@@ -324,14 +321,17 @@ func (l *lane) fail(ctx context.Context, it *item, err error) outcome {
 	return outcome{kind: OutcomeRetried}
 }
 
-// noteRetry keeps the retry state of it, given back after delay because
-// of err, for the settler to record: only on failure, so a message that
-// succeeds at once costs nothing.
+// noteRetry records the retry state of it, given back after delay
+// because of err, in the unit of work's commit (Changes.RecordRetries):
+// the row and the message's return land together, so a redelivery that
+// succeeds always finds the row to clear, and a unit of work that does not
+// commit records nothing. Only on failure, so a message that succeeds at
+// once costs nothing.
 func (l *lane) noteRetry(it *item, delay time.Duration, err error) {
 	if l.caps.retries == nil {
 		return
 	}
-	l.res.retries = append(l.res.retries, store.Retry{
+	l.ch.RecordRetries = append(l.ch.RecordRetries, store.Retry{
 		ID: it.msgID, SagaType: it.typ, Key: it.key, MessageID: it.d.Envelope.ID, MessageType: it.d.Envelope.Type,
 		Attempts: max(it.d.Attempt, 1), Error: store.RetryText(err.Error()),
 		FirstFailedAt: l.now, LastFailedAt: l.now, NextAttemptAt: l.now.Add(delay),

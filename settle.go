@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -32,7 +31,6 @@ func (s *settler) settle(ctx context.Context, res *laneResult) {
 			s.log.WarnContext(ctx, "ack after commit failed; duplicates will be skipped", "deliveries", len(res.acks), "error", err)
 		}
 	}
-	s.recordRetries(ctx, res.retries)
 	for _, n := range res.nacks {
 		s.nack(ctx, n.d, n.delay)
 	}
@@ -59,17 +57,5 @@ func (s *settler) markSent(ctx context.Context, envs []Envelope) {
 	}
 	if err := s.store.MarkSent(ctx, ids, s.cfg.Clock()); err != nil {
 		s.log.WarnContext(ctx, "mark outbox sent failed; the relay will send again with the same IDs", "messages", len(ids), "error", err)
-	}
-}
-
-// recordRetries writes the retry state of the messages given back, before
-// they are returned to the transport, so that a redelivery that succeeds
-// clears what was written. Best effort: a failure is a warning, and the
-// messages are returned all the same.
-func (s *settler) recordRetries(ctx context.Context, rs []store.Retry) {
-	for i := range rs {
-		if err := s.caps.retries.RecordRetry(ctx, &rs[i]); err != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "record retry state failed; the console will not show this retry", logMessageID, rs[i].MessageID, logAttempt, rs[i].Attempts, "error", err)
-		}
 	}
 }

@@ -13,7 +13,8 @@ import (
 // journal), handler inbox records older than Config.Retention, sent
 // outbox rows older than Config.OutboxRetention and, on a store that is a
 // store.TokenSweeper, dedup tokens nobody claimed within
-// Config.TokenRetention.
+// Config.TokenRetention and, on a store.RetrySweeper, retries whose next
+// attempt is older than Config.Retention (their message never came back).
 type sweeper struct{ *base }
 
 // run sweeps until ctx ends.
@@ -48,6 +49,9 @@ func (s *sweeper) pass(ctx context.Context) (total store.SweepResult, err error)
 			if err := s.sweepTokens(ctx); err != nil {
 				return total, err
 			}
+			if err := s.sweepRetries(ctx); err != nil {
+				return total, err
+			}
 			s.obs.passed(TaskSweep, total.Instances, 0)
 			return total, nil
 		}
@@ -72,6 +76,32 @@ func (s *sweeper) sweepTokens(ctx context.Context) error {
 		if n < p.Limit {
 			if swept > 0 {
 				s.log.InfoContext(ctx, "swept unclaimed dedup tokens", "tokens", swept, "minted_before", p.MintedBefore)
+			}
+			return nil
+		}
+	}
+}
+
+// sweepRetries deletes the retries whose next attempt is older than
+// Config.Retention, in batches, when the store can (store.RetrySweeper):
+// a message its transport dropped (a TTL, a trimmed stream, a purge)
+// leaves a retry that no commit clears.
+func (s *sweeper) sweepRetries(ctx context.Context) error {
+	rs := s.caps.retrySweeper
+	if rs == nil {
+		return nil
+	}
+	p := &store.StaleRetries{NextAttemptBefore: s.cfg.Clock().Add(-s.cfg.Retention), Limit: s.cfg.SweepBatch}
+	swept := 0
+	for {
+		n, err := rs.SweepRetries(ctx, p)
+		swept += n
+		if err != nil {
+			return fmt.Errorf("idem: sweep retries: %w", err)
+		}
+		if n < p.Limit {
+			if swept > 0 {
+				s.log.InfoContext(ctx, "swept retries whose message never came back", "retries", swept, "next_attempt_before", p.NextAttemptBefore)
 			}
 			return nil
 		}

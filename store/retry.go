@@ -12,10 +12,13 @@ import (
 // Retry is the retry state of one message the engine gave back to its
 // transport after a failure, to be delivered again later: what an
 // operator reads to learn why a saga is not moving. It is recorded only on
-// failure (a message that succeeds at its first delivery writes none), and
+// failure (a message that succeeds at its first delivery writes none), in
+// the commit that gives the message back (Changes.RecordRetries), and
 // cleared in the commit that applies the message or dead-letters it
-// (Changes.ClearRetries). It lives in the store, so it is the same
-// whatever the transport.
+// (Changes.ClearRetries). A retry whose message never comes back (the
+// transport dropped it) is deleted by the engine's sweeper once its
+// NextAttemptAt is older than the retention (RetrySweeper). It lives in
+// the store, so it is the same whatever the transport.
 type Retry struct {
 	// ID is the message's deduplication identity, as a dead letter's ID:
 	// one Retry per message.
@@ -133,14 +136,19 @@ func (q *RetryQuery) PageLimit() int {
 
 // RetryRecorder is implemented by stores that keep the retry state of
 // messages (every bundled store). It is optional: the engine resolves it
-// once, and without it records nothing and ignores Changes.ClearRetries.
+// once, and without it records nothing and ignores Changes.ClearRetries
+// and Changes.RecordRetries.
 // Implementations must pass storetest's Retries cases.
 type RetryRecorder interface {
 	// RecordRetry stores r, replacing the retry with the same ID but
 	// keeping its FirstFailedAt; it stores RetryText(r.Error) and times at
-	// microsecond precision. A retry Validate refuses is refused with its
-	// error (wrapping ErrRejected) and nothing is written. It commits on
-	// its own, outside any unit of work.
+	// microsecond precision. A retry recorded with fewer Attempts than the
+	// stored one changes nothing (a late write of an earlier failure never
+	// overwrites a later one); equal Attempts replace it. A retry Validate
+	// refuses is refused with its error (wrapping ErrRejected) and nothing
+	// is written. It commits on its own, outside any unit of work: the
+	// engine records retries in its commits (Changes.RecordRetries), and
+	// this is for writers without a unit of work.
 	RecordRetry(ctx context.Context, r *Retry) error
 	// Retries returns the retries of the saga k, at most MaxRetriesOf,
 	// ordered by (FirstFailedAt, ID). A key no retry can have (with
@@ -150,4 +158,38 @@ type RetryRecorder interface {
 	// (FirstFailedAt, ID) (IDs in byte order), after q's cursor. An empty
 	// or short page is the last one.
 	QueryRetries(ctx context.Context, q *RetryQuery) ([]Retry, error)
+}
+
+// RetrySweeper is implemented by retry recorders that delete retries
+// whose message never came back: a message its transport dropped (by a
+// TTL, a trimmed stream, a purged queue) leaves a retry nothing clears.
+// The engine's sweeper deletes, in batches, the retries whose
+// NextAttemptAt is older than Config.Retention. Implementations must pass
+// storetest's Retries cases.
+type RetrySweeper interface {
+	// SweepRetries deletes at most p.Limit retries whose NextAttemptAt is
+	// before p.NextAttemptBefore, oldest first, and returns how many it
+	// deleted. A p Validate refuses is refused with its error.
+	SweepRetries(ctx context.Context, p *StaleRetries) (int, error)
+}
+
+// StaleRetries selects retries by their next attempt for RetrySweeper.
+type StaleRetries struct {
+	// NextAttemptBefore selects the retries whose NextAttemptAt is before
+	// it; the zero time selects none.
+	NextAttemptBefore time.Time
+	// Limit bounds the retries deleted; it must be positive.
+	Limit int
+}
+
+// Validate returns an error naming what is wrong with p: a nil p or a
+// Limit below 1.
+func (p *StaleRetries) Validate() error {
+	switch {
+	case p == nil:
+		return errors.New("stale retries: nil")
+	case p.Limit < 1:
+		return fmt.Errorf("stale retries: limit %d is below 1", p.Limit)
+	}
+	return nil
 }

@@ -343,12 +343,20 @@ type Changes struct {
 	// messages applied or dead-lettered after a failed delivery. A missing
 	// ID is not an error; a store without RetryRecorder ignores them.
 	ClearRetries []string
+	// RecordRetries are retries to record in the same commit, each as
+	// RetryRecorder.RecordRetry records it (the same upsert, which never
+	// lowers Attempts): the engine sets them, only on a RetryRecorder,
+	// for messages given back after a failure, so that a retry row and
+	// the message's return commit or roll back together. A retry Validate
+	// refuses fails the commit with its error (wrapping ErrRejected); a
+	// store without RetryRecorder ignores them.
+	RecordRetries []Retry
 }
 
 // Empty reports whether c holds no writes.
 func (c *Changes) Empty() bool {
 	return len(c.Inserts)+len(c.Updates)+len(c.Inbox)+len(c.Outbox)+len(c.Timers)+
-		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens)+len(c.ClearRetries) == 0 &&
+		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens)+len(c.ClearRetries)+len(c.RecordRetries) == 0 &&
 		(c.SettleReplays == nil || len(c.SettleReplays.IDs) == 0)
 }
 

@@ -209,6 +209,11 @@ func (s *Store) validate(c *store.Changes) error {
 		}
 		touched[k] = true
 	}
+	for i := range c.RecordRetries {
+		if err := c.RecordRetries[i].Validate(); err != nil {
+			return fmt.Errorf("memstore: commit: record retry: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -271,6 +276,9 @@ func (s *Store) apply(c *store.Changes) {
 	}
 	for _, id := range c.ClearRetries {
 		delete(s.retries, id)
+	}
+	for i := range c.RecordRetries {
+		s.recordRetry(&c.RecordRetries[i])
 	}
 }
 

@@ -3,6 +3,7 @@ package memstore
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/idemhq/idem/store"
@@ -21,16 +22,55 @@ func (s *Store) RecordRetry(ctx context.Context, r *store.Retry) error {
 	if err := s.check(ctx, "record retry"); err != nil {
 		return err
 	}
+	s.recordRetry(r)
+	return nil
+}
+
+// recordRetry stores r, which Validate accepted, keeping the
+// FirstFailedAt of the retry it replaces, unless the stored retry has
+// more attempts. The caller holds s.mu for writing.
+func (s *Store) recordRetry(r *store.Retry) {
 	c := *r
 	c.Error = store.RetryText(r.Error)
 	if old := s.retries[r.ID]; old != nil {
+		if old.Attempts > r.Attempts {
+			return
+		}
 		c.FirstFailedAt = old.FirstFailedAt
 	}
 	if s.retries == nil {
 		s.retries = make(map[string]*store.Retry)
 	}
 	s.retries[r.ID] = &c
-	return nil
+}
+
+var _ store.RetrySweeper = (*Store)(nil)
+
+// SweepRetries deletes at most p.Limit retries whose NextAttemptAt is
+// before p.NextAttemptBefore, oldest first (see store.RetrySweeper).
+func (s *Store) SweepRetries(ctx context.Context, p *store.StaleRetries) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("memstore: sweep retries: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "sweep retries"); err != nil {
+		return 0, err
+	}
+	var stale []*store.Retry
+	for _, r := range s.retries {
+		if r.NextAttemptAt.Before(p.NextAttemptBefore) {
+			stale = append(stale, r)
+		}
+	}
+	slices.SortFunc(stale, func(a, b *store.Retry) int {
+		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), cmp.Compare(a.ID, b.ID))
+	})
+	stale = stale[:min(len(stale), p.Limit)]
+	for _, r := range stale {
+		delete(s.retries, r.ID)
+	}
+	return len(stale), nil
 }
 
 // Retries returns the retries of the saga k, ordered by (FirstFailedAt,

@@ -18,7 +18,15 @@ const recordRetrySQL = `
 INSERT INTO idem_retries (` + retryCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 ON CONFLICT (id) DO UPDATE
 SET saga_type = excluded.saga_type, key = excluded.key, message_id = excluded.message_id, message_type = excluded.message_type,
-    attempts = excluded.attempts, error = excluded.error, last_failed_at = excluded.last_failed_at, next_attempt_at = excluded.next_attempt_at`
+    attempts = excluded.attempts, error = excluded.error, last_failed_at = excluded.last_failed_at, next_attempt_at = excluded.next_attempt_at
+WHERE excluded.attempts >= idem_retries.attempts`
+
+// sweepRetriesSQL deletes up to $2 retries whose next attempt is before
+// $1, oldest first.
+const sweepRetriesSQL = `
+DELETE FROM idem_retries WHERE id IN (
+  SELECT id FROM idem_retries WHERE next_attempt_at < $1 ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+)`
 
 const retriesOfSQL = `SELECT ` + retryCols + ` FROM idem_retries WHERE saga_type = $1 AND key = $2 ORDER BY first_failed_at, id LIMIT $3`
 
@@ -37,8 +45,7 @@ func (s *Store) RecordRetry(ctx context.Context, r *store.Retry) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("pgstore: record retry: %w", err)
 	}
-	_, err := s.pool.Exec(ctx, recordRetrySQL, r.ID, r.SagaType, r.Key, r.MessageID, r.MessageType, r.Attempts, store.RetryText(r.Error),
-		r.FirstFailedAt, r.LastFailedAt, r.NextAttemptAt)
+	_, err := s.pool.Exec(ctx, recordRetrySQL, recordRetryArgs(r)...)
 	if err != nil {
 		return fmt.Errorf("pgstore: record retry %q: %w", r.ID, translate(err))
 	}
@@ -101,4 +108,44 @@ func queueClearRetries(b *pgx.Batch, c *store.Changes) {
 	if ids := representableIDs(c.ClearRetries); len(ids) > 0 {
 		b.Queue(clearRetriesSQL, ids)
 	}
+}
+
+func recordRetryArgs(r *store.Retry) []any {
+	return []any{r.ID, r.SagaType, r.Key, r.MessageID, r.MessageType, r.Attempts, store.RetryText(r.Error),
+		r.FirstFailedAt, r.LastFailedAt, r.NextAttemptAt}
+}
+
+// queueRecordRetries records the retries c records, in the commit's
+// batch, after the ones it clears. A retry Validate refuses fails the
+// commit.
+func queueRecordRetries(b *pgx.Batch, c *store.Changes) error {
+	for i := range c.RecordRetries {
+		r := &c.RecordRetries[i]
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("pgstore: commit: record retry: %w", err)
+		}
+		b.Queue(recordRetrySQL, recordRetryArgs(r)...)
+	}
+	return nil
+}
+
+var _ store.RetrySweeper = (*Store)(nil)
+
+// SweepRetries deletes at most p.Limit retries whose NextAttemptAt is
+// before p.NextAttemptBefore, oldest first (see store.RetrySweeper).
+func (s *Store) SweepRetries(ctx context.Context, p *store.StaleRetries) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("pgstore: sweep retries: %w", err)
+	}
+	if err := s.check("sweep retries"); err != nil {
+		return 0, err
+	}
+	if p.NextAttemptBefore.IsZero() {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, sweepRetriesSQL, p.NextAttemptBefore, p.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: sweep retries: %w", translate(err))
+	}
+	return int(tag.RowsAffected()), nil
 }

@@ -338,6 +338,9 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 	}
 	queueSettleReplays(b, c.SettleReplays)
 	queueClearRetries(b, c)
+	if err := queueRecordRetries(b, c); err != nil {
+		return nil, err
+	}
 	if err := queueConsume(b, u.consume); err != nil {
 		return nil, err
 	}

@@ -17,7 +17,15 @@ const recordRetrySQL = `
 INSERT INTO idem_retries (` + retryCols + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
 ON CONFLICT (id) DO UPDATE
 SET saga_type = excluded.saga_type, key = excluded.key, message_id = excluded.message_id, message_type = excluded.message_type,
-    attempts = excluded.attempts, error = excluded.error, last_failed_at = excluded.last_failed_at, next_attempt_at = excluded.next_attempt_at`
+    attempts = excluded.attempts, error = excluded.error, last_failed_at = excluded.last_failed_at, next_attempt_at = excluded.next_attempt_at
+WHERE excluded.attempts >= idem_retries.attempts`
+
+// sweepRetriesSQL deletes up to ?2 retries whose next attempt is before
+// ?1, oldest first.
+const sweepRetriesSQL = `
+DELETE FROM idem_retries WHERE id IN (
+  SELECT id FROM idem_retries WHERE next_attempt_at < ?1 ORDER BY next_attempt_at, id LIMIT ?2
+)`
 
 const retriesOfSQL = `SELECT ` + retryCols + ` FROM idem_retries WHERE saga_type = ?1 AND key = ?2 ORDER BY first_failed_at, id LIMIT ?3`
 
@@ -36,8 +44,7 @@ func (s *Store) RecordRetry(ctx context.Context, r *store.Retry) error {
 		return fmt.Errorf("sqlitestore: record retry: %w", err)
 	}
 	err := s.write(ctx, "record retry", 0, func(w *writer) error {
-		_, err := w.exec(recordRetrySQL, r.ID, r.SagaType, r.Key, r.MessageID, r.MessageType, r.Attempts, store.RetryText(r.Error),
-			micros(r.FirstFailedAt), micros(r.LastFailedAt), micros(r.NextAttemptAt))
+		_, err := w.exec(recordRetrySQL, recordRetryArgs(r)...)
 		return err
 	})
 	if err != nil {
@@ -108,4 +115,46 @@ func clearRetryOps(c *store.Changes) []op {
 		ops = append(ops, op{sql: clearRetrySQL, args: []any{id}})
 	}
 	return ops
+}
+
+func recordRetryArgs(r *store.Retry) []any {
+	return []any{r.ID, r.SagaType, r.Key, r.MessageID, r.MessageType, r.Attempts, store.RetryText(r.Error),
+		micros(r.FirstFailedAt), micros(r.LastFailedAt), micros(r.NextAttemptAt)}
+}
+
+// recordRetryOps records the retries c records, in the commit, after the
+// ones it clears. A retry Validate refuses fails the commit.
+func recordRetryOps(c *store.Changes) ([]op, error) {
+	ops := make([]op, 0, len(c.RecordRetries))
+	for i := range c.RecordRetries {
+		r := &c.RecordRetries[i]
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("sqlitestore: commit: record retry: %w", err)
+		}
+		ops = append(ops, op{sql: recordRetrySQL, args: recordRetryArgs(r)})
+	}
+	return ops, nil
+}
+
+var _ store.RetrySweeper = (*Store)(nil)
+
+// SweepRetries deletes at most p.Limit retries whose NextAttemptAt is
+// before p.NextAttemptBefore, oldest first (see store.RetrySweeper).
+func (s *Store) SweepRetries(ctx context.Context, p *store.StaleRetries) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlitestore: sweep retries: %w", err)
+	}
+	if p.NextAttemptBefore.IsZero() {
+		return 0, nil
+	}
+	var n int64
+	err := s.write(ctx, "sweep retries", 0, func(w *writer) error {
+		var err error
+		n, err = w.exec(sweepRetriesSQL, micros(p.NextAttemptBefore), p.Limit)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: sweep retries: %w", err)
+	}
+	return int(n), nil
 }

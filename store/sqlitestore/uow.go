@@ -325,6 +325,11 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 	}
 	ops = append(ops, tokenOps(c)...)
 	ops = append(ops, clearRetryOps(c)...)
+	rec, err := recordRetryOps(c)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, rec...)
 	if len(u.enqueue) > 0 {
 		now := micros(time.Now())
 		for _, m := range u.enqueue {

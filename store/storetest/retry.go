@@ -19,6 +19,9 @@ var retryCases = []testCase{
 	{"RetriesClearedInCommit", retriesOnly(testRetriesClearedInCommit)},
 	{"RetriesHostileStrings", retriesOnly(testRetriesHostileStrings)},
 	{"RetriesPaging", retriesOnly(testRetriesPaging)},
+	{"RetriesUpsertNeverGoesBack", retriesOnly(testRetriesUpsertNeverGoesBack)},
+	{"RetriesRecordedInCommit", retriesOnly(testRetriesRecordedInCommit)},
+	{"RetriesSweep", retriesOnly(testRetriesSweep)},
 }
 
 func retriesOnly(fn func(t *testing.T, s store.Store, rr store.RetryRecorder)) func(t *testing.T, s store.Store) {
