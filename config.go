@@ -98,7 +98,9 @@ type Config struct {
 	Dedup Dedup
 
 	// Retention is how long finished sagas (and their inbox records) are
-	// kept so that late duplicates are still recognised. Default 7 days.
+	// kept so that late duplicates are still recognised, and how long
+	// after its next attempt a retry whose message never came back is
+	// kept. Default 7 days.
 	Retention time.Duration
 	// OutboxRetention is how long sent outbox rows are kept. Default 1h.
 	OutboxRetention time.Duration
