@@ -123,3 +123,28 @@ func TestBrowserLiveNewlineFilter(t *testing.T) {
 		t.Errorf("a page filtered by a key with a newline is not live: indicator %q", text)
 	}
 }
+
+// The Replicas page refreshes through the shared live mechanism: an open
+// configuration stays open (the page waits), and it has no poll of its own.
+func TestBrowserLiveReplicas(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	beatReplicas(t, b)
+	ctx, _ := chrome(t)
+	var text string
+	var polls int
+	run(t, ctx, "replicas", chromedp.Navigate(b.srv.URL+"/replicas"), chromedp.WaitVisible("details.config summary"),
+		livePoll(`document.querySelector("#live-toggle").dataset.state === "live"`),
+		chromedp.Evaluate(`document.querySelectorAll("[hx-trigger]").length`, &polls))
+	if polls != 0 {
+		t.Errorf("the replicas page has %d elements with their own htmx poll, want none", polls)
+	}
+	run(t, ctx, "open the configuration", chromedp.Click("details.config summary"))
+	from := liveTicks(t, ctx)
+	var open bool
+	run(t, ctx, "two ticks", livePoll(fmt.Sprintf(`Number(document.querySelector("#main").dataset.liveTicks) >= %d`, from+2)),
+		chromedp.Evaluate(`document.querySelector("details.config").open`, &open), chromedp.Text("#live-toggle", &text))
+	if !open || !strings.Contains(text, "paused: details open") {
+		t.Errorf("after two ticks the configuration is open=%v, indicator %q: want it open and the page waiting", open, text)
+	}
+}
