@@ -3,7 +3,7 @@ package admin
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"strings"
+	"strconv"
 )
 
 // rowID is the id of a row of a live table: kind and a short hash of the
@@ -12,8 +12,12 @@ import (
 // so a row stays the element of its item when others sort in before it.
 // The hash keeps the id valid and free of user text whatever the parts
 // hold (NUL, invalid UTF-8, markup); 64 bits make a collision on one page
-// out of reach.
+// out of reach. Each part is hashed after its length, so no two lists of
+// parts hash the same text (("a\x00b") is not ("a", "b")).
 func rowID(kind string, parts ...string) string {
-	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
-	return "row-" + kind + "-" + hex.EncodeToString(h[:8])
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(strconv.Itoa(len(p)) + ":" + p))
+	}
+	return "row-" + kind + "-" + hex.EncodeToString(h.Sum(nil)[:8])
 }
