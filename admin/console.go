@@ -44,6 +44,7 @@ var funcs = template.FuncMap{
 	"tm":       func(t time.Time) template.HTML { return timeTag(t, time.Now()) },
 	"tmAt":     timeTag,
 	"live":     livePage,
+	"rowid":    rowID,
 	"count":    countText,
 }
 

@@ -36,18 +36,29 @@
     if (document.hidden) return "paused: tab hidden";
     var a = document.activeElement;
     if (a && a !== document.body && (a.matches("input, textarea, select") || a.isContentEditable)) return "paused: typing";
+    if (region.querySelector("tr .actions:hover, tr button:focus, button:active")) return "paused: pointer on an action";
     var sel = window.getSelection && window.getSelection();
     if (sel && !sel.isCollapsed && String(sel).trim() !== "") return "paused: text selected";
     var fields = document.querySelectorAll("input, textarea, select");
     for (var i = 0; i < fields.length; i++) {
       var f = fields[i];
-      if ((f.type === "checkbox" || f.type === "radio") ? f.checked !== f.defaultChecked : f.tagName === "SELECT" ? dirtySelect(f) : (f.type !== "hidden" && f.value !== f.defaultValue)) {
+      if ((f.type === "checkbox" || f.type === "radio") ? f.checked !== f.defaultChecked : f.tagName === "SELECT" ? dirtySelect(f) : (f.type !== "hidden" && f.value !== normalised(f))) {
         return f.type === "checkbox" ? "paused: box ticked" : "paused: unsent input";
       }
     }
     if (region.querySelector("details[open]")) return "paused: details open";
     if (region.querySelector("[role=alertdialog]")) return "paused: confirming";
     return "";
+  }
+  // normalised is the value a field shows for the one the page came with:
+  // a one-line field drops line breaks (and an email or URL field trims
+  // spaces), a text area writes every line break as \n. Comparing the raw
+  // attribute would read a filter holding a newline as unsent input for good.
+  function normalised(f) {
+    var v = f.defaultValue;
+    if (f.tagName === "TEXTAREA") return v.replace(/\r\n?/g, "\n");
+    v = v.replace(/[\r\n]/g, "");
+    return f.type === "email" || f.type === "url" ? v.trim() : v;
   }
   // dirtySelect: a choice other than the one the page came with (the
   // option marked selected, or the first one).
@@ -63,9 +74,42 @@
     var b = document.getElementById("live-toggle");
     if (!b) return;
     b.hidden = false;
+    if (!reason && stale) {
+      b.dataset.state = "stale";
+      b.textContent = "⚠ stale since " + stale.since + " (" + stale.status + ")";
+      b.title = "The last " + failures + " refresh(es) failed; the page shows what it had at " + stale.since + " UTC. It tries again in " + delayOf(region) + " s; click to pause";
+      return;
+    }
     b.dataset.state = reason ? "paused" : "live";
     b.textContent = reason ? "❚❚ " + reason : "● live";
     b.title = userPaused ? "Live updates are off: click to resume" : reason ? "Live updates wait until you are done here; click to turn them off" : "This page updates itself every " + region.dataset.live + " s; click to pause";
+  }
+
+  // Failed refreshes: since when (UTC hh:mm:ss) and why the page is stale,
+  // and how many failed in a row (the next waits longer each time).
+  var stale = null, failures = 0;
+  function failed(region, status) {
+    failures++;
+    if (!stale) stale = { since: new Date().toISOString().slice(11, 19), status: status };
+    stale.status = status;
+    region.dataset.liveFailures = String(failures);
+    indicate(region, "");
+  }
+  function answered(region) {
+    stale = null;
+    failures = 0;
+    region.dataset.liveFailures = "0";
+    indicate(region, pauseReason(region));
+  }
+  // refused reads a failed answer: a 401 carries where to sign in again
+  // (HX-Redirect), and the page goes there.
+  function refused(res) {
+    var to = res.headers.get("HX-Redirect");
+    if (res.status === 401 && to) {
+      location.assign(to);
+      return "signed out";
+    }
+    return "HTTP " + res.status + (res.statusText ? " " + res.statusText : "");
   }
 
   // morphChildren turns the children of live into those of next (a
@@ -73,7 +117,15 @@
   // is kept and patched, so a row the page already had stays the same
   // element (hover, scroll and a click under way survive a refresh), and
   // only what changed is touched.
+  // Children with an id (every row of a live table has one, derived from
+  // its item) are matched by id, wherever they moved to: a row node is
+  // never reused for another item, so the button under the pointer stays
+  // the one of its row when rows sort in before it.
   function morphChildren(live, next) {
+    var keyed = {}, c;
+    for (c = live.firstChild; c; c = c.nextSibling) {
+      if (c.nodeType === 1 && c.id) keyed[c.id] = c;
+    }
     var a = live.firstChild, b = next.firstChild;
     while (b) {
       var nb = b.nextSibling;
@@ -81,9 +133,17 @@
       // drops it at the start of a fragment): it does not shift the rest.
       if (a && blank(a) && !(b.nodeType === 3)) { a = a.nextSibling; continue; }
       if (blank(b) && a && a.nodeType !== 3) { b = nb; continue; }
-      if (!a) {
+      var id = b.nodeType === 1 ? b.id : "", m = id ? keyed[id] : null;
+      if (m) delete keyed[id];
+      if (m && m.nodeName === b.nodeName) {
+        if (m === a) a = a.nextSibling;
+        else live.insertBefore(m, a);
+        morph(m, b);
+      } else if (!a) {
         live.appendChild(b);
-      } else if (a.nodeType === b.nodeType && a.nodeName === b.nodeName && (a.nodeType !== 1 || a.id === b.id)) {
+      } else if (id || (a.nodeType === 1 && a.id)) {
+        live.insertBefore(b, a); // a new item, or a keyed node that is not b's
+      } else if (a.nodeType === b.nodeType && a.nodeName === b.nodeName) {
         morph(a, b);
         a = a.nextSibling;
       } else {
@@ -130,21 +190,31 @@
     if (reason) { next(); return; }
     var url = location.pathname + location.search;
     fetch(url, { headers: { "HX-Request": "true" }, credentials: "same-origin" }).then(function (res) {
-      if (!res.ok || res.redirected) throw new Error("live refresh: " + res.status);
-      return res.text();
-    }).then(function (text) {
-      var now = document.getElementById(region.id);
-      // The operator may have started something, or left, meanwhile.
-      if (now !== region || location.pathname + location.search !== url || pauseReason(region)) return;
-      var doc = new DOMParser().parseFromString(text, "text/html");
-      morphChildren(region, doc.body);
-      if (window.htmx) window.htmx.process(region);
-      applyTime();
-      document.dispatchEvent(new CustomEvent("idem:refreshed"));
-    }).catch(function () { /* the page stays as it was */ }).then(next);
+      if (!res.ok) return failed(region, refused(res));
+      if (res.redirected) return failed(region, "redirected");
+      return res.text().then(function (text) {
+        answered(region);
+        var now = document.getElementById(region.id);
+        // The operator may have started something, or left, meanwhile.
+        if (now !== region || location.pathname + location.search !== url || pauseReason(region)) return;
+        var doc = new DOMParser().parseFromString(text, "text/html");
+        morphChildren(region, doc.body);
+        if (window.htmx) window.htmx.process(region);
+        applyTime();
+        document.dispatchEvent(new CustomEvent("idem:refreshed"));
+      });
+    }).catch(function () { failed(region, "no answer"); }).then(next);
+  }
+  // schedule sets the next tick: the page's period, doubled for each
+  // refresh that failed in a row, up to 16 times (at most 2 minutes).
+  function delayOf(region) {
+    var period = Number(region.dataset.live) || 3;
+    return Math.min(period * Math.pow(2, Math.min(failures, 4)), Math.max(period, 120));
   }
   function schedule(region) {
-    if (timer === null) timer = setTimeout(tick, 1000 * (Number(region.dataset.live) || 3));
+    var delay = delayOf(region);
+    region.dataset.liveDelay = String(delay);
+    if (timer === null) timer = setTimeout(tick, 1000 * delay);
   }
 
   function start() {
@@ -179,6 +249,8 @@
   document.addEventListener("htmx:afterSettle", function (e) {
     if (e.target === document.body) {
       if (timer !== null) { clearTimeout(timer); timer = null; }
+      stale = null;
+      failures = 0;
       start();
     }
   });
