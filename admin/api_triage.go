@@ -183,7 +183,7 @@ func (s *Server) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, 
 			for i := range ds {
 				ids[i] = ds[i].ID
 			}
-			n, err = inspect.RestoreDeadLetters(ctx, s.st, ids)
+			n, err = inspect.RestoreDeadLetters(ctx, s.st, ids, f.AsOf)
 		}
 		res.Done += n
 		res.Skipped += len(ds) - n
@@ -209,7 +209,7 @@ func (s *Server) triageIDs(ctx context.Context, a *triageAction) (*BulkResult, e
 			res.Done, err = ar.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids, AsOf: a.Filter.AsOf})
 		}
 	case "restore":
-		res.Done, err = inspect.RestoreDeadLetters(ctx, s.st, ids)
+		res.Done, err = inspect.RestoreDeadLetters(ctx, s.st, ids, a.Filter.AsOf)
 	case "replay":
 		for _, id := range ids {
 			rerr := s.e.ReplayDeadLetter(ctx, id)

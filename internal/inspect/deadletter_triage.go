@@ -53,13 +53,14 @@ func ArchiveDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter
 	return n, nil
 }
 
-// RestoreDeadLetters restores the archived dead letters among ids.
-func RestoreDeadLetters(ctx context.Context, st store.Store, ids []string) (int, error) {
+// RestoreDeadLetters restores the archived dead letters among ids that
+// the mark asOf selects ("" selects every one).
+func RestoreDeadLetters(ctx context.Context, st store.Store, ids []string, asOf string) (int, error) {
 	a, err := Archiver(st)
 	if err != nil {
 		return 0, err
 	}
-	n, err := a.RestoreDeadLetters(ctx, ids)
+	n, err := a.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: ids, AsOf: asOf})
 	if err != nil {
 		return n, fmt.Errorf("restore %d dead letters: %w", len(ids), err)
 	}

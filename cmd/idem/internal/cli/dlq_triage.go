@@ -159,7 +159,7 @@ Prints how many dead letters were ` + past + `.
 				if action == "archive" {
 					n, err = ar.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
 				} else {
-					n, err = ar.RestoreDeadLetters(ctx, ids)
+					n, err = ar.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
 				}
 				if err != nil {
 					return failed(fmt.Errorf("%s dead letters: %w", action, err))
@@ -188,7 +188,7 @@ Prints how many dead letters were ` + past + `.
 					for i := range page {
 						ids[i] = page[i].ID
 					}
-					n, err = inspect.RestoreDeadLetters(ctx, st, ids)
+					n, err = inspect.RestoreDeadLetters(ctx, st, ids, sel.filter().AsOf)
 				}
 				total += n
 				if err != nil {
