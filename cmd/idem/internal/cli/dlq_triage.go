@@ -122,7 +122,8 @@ with idem dlq restore. One whose message fails again is restored by itself.
 			"restore": `Restore archived dead letters: they come back to the default lists.
 `,
 		}[action] + `
-Name the dead letters by ID, or pass --all to act on every dead letter the
+Name the dead letters by ID (they are acted on at once: --dry-run, --yes,
+--as-of and the filters go with --all only, exit 2 with IDs), or pass --all to act on every dead letter the
 filters select (` + map[string]string{"archive": "those not archived", "restore": "among the archived"}[action] + `), which needs --yes:
 --reason, --saga-type, --fingerprint (a group of idem dlq groups; none for
 those recorded before fingerprints) and --state (unresolved by default,
