@@ -103,12 +103,17 @@ func (s *Server) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
 
 // apiTriage serves POST /api/dead-letters/archive and /restore: the dead
 // letters named by id (repeated), else every one the filters select as of
-// as_of (restore selects among the archived), with dry_run.
+// as_of (restore selects among the archived), with dry_run. At most
+// maxSelected IDs.
 func (s *Server) apiTriage(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if p := triageProblem(q); p != "" {
 			writeError(w, http.StatusBadRequest, "%s", p)
+			return
+		}
+		if len(q["id"]) > maxSelected {
+			writeError(w, http.StatusBadRequest, "%d IDs: at most %d a request (as the console's selection); act on a filter, bound with as_of, instead", len(q["id"]), maxSelected)
 			return
 		}
 		dry := q.Get("dry_run") == "true" || q.Get("dry_run") == "1"

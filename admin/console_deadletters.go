@@ -227,5 +227,6 @@ func (s *Server) actSelected(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, basePath(r)+"/dead-letters?done="+done+"&n="+strconv.Itoa(res.Done), http.StatusSeeOther)
 }
 
-// maxSelected bounds a selection: a page of the list.
+// maxSelected bounds a selection: a page of the list, in the console, and
+// the IDs of one POST /api/dead-letters/archive or /restore.
 const maxSelected = 500

@@ -28,7 +28,7 @@
 //	POST   /api/dead-letters/purge?reason=&message_type=&key=&type=&as_of=&dry_run=true    purge all matching as of the count
 //	DELETE /api/dead-letters/{id}            purge one dead letter
 //	GET    /api/dead-letters/groups?reason=&key=&type=&state=&archived=&limit=   failure groups by fingerprint: count, first and last seen, a sample error
-//	POST   /api/dead-letters/archive?id=...  or ?reason=&fingerprint=&key=&type=&state=&as_of=&dry_run=true   archive (keep, out of the default lists)
+//	POST   /api/dead-letters/archive?id=...  or ?reason=&fingerprint=&key=&type=&state=&as_of=&dry_run=true   archive (keep, out of the default lists); at most 500 id a request (400)
 //	POST   /api/dead-letters/restore?id=...  or ?reason=&fingerprint=&...&as_of=&dry_run=true               restore archived dead letters
 //	GET    /api/timers?type=&key=&overdue=true&after=&limit=   soonest due first
 //	DELETE /api/timers/{type}/{key}/{name}   cancel a timer
