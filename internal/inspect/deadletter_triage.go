@@ -9,9 +9,13 @@ import (
 )
 
 // PurgeRetention is how long a dead letter stays archived before the
-// console and the CLI offer to purge it: they purge only archived dead
-// letters, archived longer ago than this (the CLI's --older-than changes
-// it).
+// console offers to purge it: the console, the operator's tool, purges
+// only archived dead letters, archived longer ago than this. The API and
+// the CLI, the tools of scripts, purge what their filters select: the
+// API's archived filter is exclude by default, as on every dead-letter
+// route, so that an as_of from GET /api/dead-letters/counts with the same
+// filters binds the purge; idem dlq purge --all takes --archived include
+// by default, so that archiving never hides a dead letter from a purge.
 const PurgeRetention = 7 * 24 * time.Hour
 
 // Groups returns the groups of the dead letters f selects (see
