@@ -103,12 +103,17 @@ func (s *Server) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
 
 // apiTriage serves POST /api/dead-letters/archive and /restore: the dead
 // letters named by id (repeated), else every one the filters select as of
-// as_of (restore selects among the archived), with dry_run.
+// as_of (restore selects among the archived), with dry_run. At most
+// maxSelected IDs.
 func (s *Server) apiTriage(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if p := triageProblem(q); p != "" {
 			writeError(w, http.StatusBadRequest, "%s", p)
+			return
+		}
+		if len(q["id"]) > maxSelected {
+			writeError(w, http.StatusBadRequest, "%d IDs: at most %d a request (as the console's selection); act on a filter, bound with as_of, instead", len(q["id"]), maxSelected)
 			return
 		}
 		dry := q.Get("dry_run") == "true" || q.Get("dry_run") == "1"
@@ -183,7 +188,7 @@ func (s *Server) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, 
 			for i := range ds {
 				ids[i] = ds[i].ID
 			}
-			n, err = inspect.RestoreDeadLetters(ctx, s.st, ids)
+			n, err = inspect.RestoreDeadLetters(ctx, s.st, ids, f.AsOf)
 		}
 		res.Done += n
 		res.Skipped += len(ds) - n
@@ -209,7 +214,7 @@ func (s *Server) triageIDs(ctx context.Context, a *triageAction) (*BulkResult, e
 			res.Done, err = ar.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids, AsOf: a.Filter.AsOf})
 		}
 	case "restore":
-		res.Done, err = inspect.RestoreDeadLetters(ctx, s.st, ids)
+		res.Done, err = inspect.RestoreDeadLetters(ctx, s.st, ids, a.Filter.AsOf)
 	case "replay":
 		for _, id := range ids {
 			rerr := s.e.ReplayDeadLetter(ctx, id)

@@ -158,16 +158,21 @@ func (s *Server) purgeRefused(action string, f *inspect.DeadLetterFilter) string
 }
 
 // purgeOneRefused says why the console refuses to purge the dead letter
-// id, or "" (a missing one is left to the delete, which counts 0).
-func (s *Server) purgeOneRefused(ctx context.Context, id string) string {
+// id, or "" (a missing one, store.ErrNotFound, is left to the delete,
+// which counts 0). Any other error of the read is returned: the console
+// cannot tell whether the letter may go.
+func (s *Server) purgeOneRefused(ctx context.Context, id string) (string, error) {
 	d, err := s.st.GetDeadLetter(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
 	if err != nil {
-		return ""
+		return "", fmt.Errorf("read dead letter before purging it: %w", err)
 	}
 	if !d.Archived() || d.ArchivedAt.After(time.Now().Add(-inspect.PurgeRetention)) {
-		return "Not purged: the console purges only dead letters archived more than " + span(inspect.PurgeRetention) + " ago. Archive it first; restore it if it is still needed."
+		return "Not purged: the console purges only dead letters archived more than " + span(inspect.PurgeRetention) + " ago. Archive it first; restore it if it is still needed.", nil
 	}
-	return ""
+	return "", nil
 }
 
 // selectedView is the question asked before acting on the dead letters
@@ -222,5 +227,6 @@ func (s *Server) actSelected(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, basePath(r)+"/dead-letters?done="+done+"&n="+strconv.Itoa(res.Done), http.StatusSeeOther)
 }
 
-// maxSelected bounds a selection: a page of the list.
+// maxSelected bounds a selection: a page of the list, in the console, and
+// the IDs of one POST /api/dead-letters/archive or /restore.
 const maxSelected = 500

@@ -305,7 +305,12 @@ func (s *Server) actPurge(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	if msg := s.purgeOneRefused(ctx, id); msg != "" {
+	msg, err := s.purgeOneRefused(ctx, id)
+	if err != nil {
+		s.storeFailed(w, r, "purge dead letter", err)
+		return
+	}
+	if msg != "" {
 		s.consoleError(w, r, http.StatusConflict, msg)
 		return
 	}

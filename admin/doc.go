@@ -26,10 +26,10 @@
 //	GET    /api/dead-letters/{id}            with its history: first failure, replays and their outcomes
 //	POST   /api/dead-letters/{id}/replay     re-queue the message (202; the outcome shows in its replays)
 //	POST   /api/dead-letters/replay?reason=&message_type=&key=&type=&as_of=&dry_run=true   re-queue all matching as of the count
-//	POST   /api/dead-letters/purge?reason=&message_type=&key=&type=&as_of=&dry_run=true    purge all matching as of the count
-//	DELETE /api/dead-letters/{id}            purge one dead letter
+//	POST   /api/dead-letters/purge?reason=&message_type=&key=&type=&archived=&archived_before=&as_of=&dry_run=true    purge all matching as of the count (archived=exclude by default, as the counts)
+//	DELETE /api/dead-letters/{id}            purge one dead letter, archived or not (only the console keeps purge to archived ones)
 //	GET    /api/dead-letters/groups?reason=&key=&type=&state=&archived=&limit=   failure groups by fingerprint: count, first and last seen, a sample error
-//	POST   /api/dead-letters/archive?id=...  or ?reason=&fingerprint=&key=&type=&state=&as_of=&dry_run=true   archive (keep, out of the default lists)
+//	POST   /api/dead-letters/archive?id=...  or ?reason=&fingerprint=&key=&type=&state=&as_of=&dry_run=true   archive (keep, out of the default lists); at most 500 id a request (400)
 //	POST   /api/dead-letters/restore?id=...  or ?reason=&fingerprint=&...&as_of=&dry_run=true               restore archived dead letters
 //	GET    /api/timers?type=&key=&overdue=true&after=&limit=   soonest due first
 //	DELETE /api/timers/{type}/{key}/{name}   cancel a timer

@@ -28,7 +28,9 @@ type DeadLetterQuerier interface {
 	CountDeadLetters(ctx context.Context, q *DeadLetterQuery) (*DeadLetterCount, error)
 	// DeleteDeadLettersAsOf removes the dead letters among ids that the
 	// mark asOf selects (as CountDeadLetters returned it; "" selects every
-	// one): one recorded again after the mark is kept. Missing IDs are
+	// one): one recorded again, archived or restored after the mark is
+	// kept (so a purge of archived dead letters never deletes one
+	// restored since its count). Missing IDs are
 	// ignored. It returns how many it removed, with their history.
 	DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf string) (int, error)
 }
@@ -56,8 +58,10 @@ type DeadLetterQuery struct {
 	// AsOf, when set, is a mark CountDeadLetters returned: only the dead
 	// letters last recorded before it are selected, so that an action
 	// confirmed on a count acts on what was counted and on nothing that
-	// arrived, or failed again, since. A mark the store did not make is an
-	// error.
+	// arrived, or failed again, since. Unless Archived is
+	// ArchivedInclude (without ArchivedBefore), only those last archived
+	// or restored before it are selected too (see ArchivalBound). A mark
+	// the store did not make is an error.
 	AsOf string
 	// State selects by what became of the dead letter's replays; "" (or
 	// DeadLettersAll) selects every one.

@@ -134,6 +134,14 @@ func (a ArchivedFilter) Selects(archived bool) bool {
 	return !archived
 }
 
+// ArchivalBound reports whether q's AsOf binds the archival state too:
+// whether q selects by archival (Archived is not ArchivedInclude, or
+// ArchivedBefore is set), so that a dead letter archived or restored
+// after the mark is left out, as it was not counted as it is now.
+func (q *DeadLetterQuery) ArchivalBound() bool {
+	return q.AsOf != "" && (q.Archived != ArchivedInclude || !q.ArchivedBefore.IsZero())
+}
+
 // SelectsTriage reports whether q's Fingerprint, Archived and
 // ArchivedBefore select d: what a store that filters in memory checks
 // besides the other filters.
@@ -187,15 +195,21 @@ type DeadLetterArchiver interface {
 	// one), at p.At, and returns how many it archived. Missing IDs are
 	// ignored. A bad mark wraps ErrBadMark.
 	ArchiveDeadLetters(ctx context.Context, p *ArchiveParams) (int, error)
-	// RestoreDeadLetters restores the archived dead letters among ids and
-	// returns how many it restored. Missing IDs are ignored.
-	RestoreDeadLetters(ctx context.Context, ids []string) (int, error)
+	// RestoreDeadLetters restores the archived dead letters among p.IDs
+	// that the mark p.AsOf selects ("" selects every one) and returns how
+	// many it restored (p.At is ignored). Missing IDs are ignored. A bad
+	// mark wraps ErrBadMark.
+	RestoreDeadLetters(ctx context.Context, p *ArchiveParams) (int, error)
 }
 
-// ArchiveParams is what ArchiveDeadLetters archives.
+// ArchiveParams is what ArchiveDeadLetters archives and
+// RestoreDeadLetters restores.
 type ArchiveParams struct {
 	IDs []string
-	// AsOf is a mark CountDeadLetters returned, or "" for none.
+	// AsOf is a mark CountDeadLetters returned, or "" for none. It
+	// selects the dead letters last recorded, and last archived or
+	// restored, before it: one archived or restored since the count is
+	// left as it is, so that an action acts on at most what was counted.
 	AsOf string
 	// At is the time of the archival; zero means now, by the store's
 	// clock.

@@ -9,9 +9,13 @@ import (
 )
 
 // PurgeRetention is how long a dead letter stays archived before the
-// console and the CLI offer to purge it: they purge only archived dead
-// letters, archived longer ago than this (the CLI's --older-than changes
-// it).
+// console offers to purge it: the console, the operator's tool, purges
+// only archived dead letters, archived longer ago than this. The API and
+// the CLI, the tools of scripts, purge what their filters select: the
+// API's archived filter is exclude by default, as on every dead-letter
+// route, so that an as_of from GET /api/dead-letters/counts with the same
+// filters binds the purge; idem dlq purge --all takes --archived include
+// by default, so that archiving never hides a dead letter from a purge.
 const PurgeRetention = 7 * 24 * time.Hour
 
 // Groups returns the groups of the dead letters f selects (see
@@ -53,13 +57,14 @@ func ArchiveDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter
 	return n, nil
 }
 
-// RestoreDeadLetters restores the archived dead letters among ids.
-func RestoreDeadLetters(ctx context.Context, st store.Store, ids []string) (int, error) {
+// RestoreDeadLetters restores the archived dead letters among ids that
+// the mark asOf selects ("" selects every one).
+func RestoreDeadLetters(ctx context.Context, st store.Store, ids []string, asOf string) (int, error) {
 	a, err := Archiver(st)
 	if err != nil {
 		return 0, err
 	}
-	n, err := a.RestoreDeadLetters(ctx, ids)
+	n, err := a.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: ids, AsOf: asOf})
 	if err != nil {
 		return n, fmt.Errorf("restore %d dead letters: %w", len(ids), err)
 	}

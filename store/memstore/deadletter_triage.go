@@ -74,26 +74,33 @@ func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) 
 	}
 	n := 0
 	for _, id := range p.IDs {
-		if d := s.dead[id]; d != nil && !d.Archived() && s.deadMarks.bySeq[id] <= mark {
+		if d := s.dead[id]; d != nil && !d.Archived() && s.unchangedSince(id, mark) {
 			d.ArchivedAt = at
+			s.archived(id)
 			n++
 		}
 	}
 	return n, nil
 }
 
-// RestoreDeadLetters restores the archived dead letters among ids; see
+// RestoreDeadLetters restores the archived dead letters among p.IDs that
+// p.AsOf selects; see
 // store.DeadLetterArchiver.
-func (s *Store) RestoreDeadLetters(ctx context.Context, ids []string) (int, error) {
+func (s *Store) RestoreDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+	mark, err := parseMark(p.AsOf)
+	if err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx, "restore dead letters"); err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, id := range ids {
-		if d := s.dead[id]; d != nil && d.Archived() {
+	for _, id := range p.IDs {
+		if d := s.dead[id]; d != nil && d.Archived() && s.unchangedSince(id, mark) {
 			d.ArchivedAt = time.Time{}
+			s.archived(id)
 			n++
 		}
 	}

@@ -22,6 +22,27 @@ var (
 type deadMarks struct {
 	last  uint64
 	bySeq map[string]uint64 // dead letter ID → number of its last recording
+	// archSeq maps a dead letter ID to the number its last archival or
+	// restoration took (absent: never archived), so that a mark binds
+	// the archival state too.
+	archSeq map[string]uint64
+}
+
+// archived records that the dead letter id was archived or restored now.
+// The caller holds s.mu for writing.
+func (s *Store) archived(id string) {
+	if s.deadMarks.archSeq == nil {
+		s.deadMarks.archSeq = make(map[string]uint64)
+	}
+	s.deadMarks.last++
+	s.deadMarks.archSeq[id] = s.deadMarks.last
+}
+
+// unchangedSince reports whether the dead letter id was last recorded,
+// and last archived or restored, no later than mark. The caller holds
+// s.mu.
+func (s *Store) unchangedSince(id string, mark uint64) bool {
+	return s.deadMarks.bySeq[id] <= mark && s.deadMarks.archSeq[id] <= mark
 }
 
 // recordDeadLetter stores d, keeping a stored one's first failure and
@@ -54,6 +75,7 @@ func (s *Store) recordDeadLetter(d *store.DeadLetter) {
 func (s *Store) deleteDeadLetter(id string) {
 	delete(s.dead, id)
 	delete(s.deadMarks.bySeq, id)
+	delete(s.deadMarks.archSeq, id)
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -76,11 +98,13 @@ func parseMark(asOf string) (uint64, error) {
 }
 
 // selects reports whether q (but After) selects the dead letter d bounded
-// by mark. The caller holds s.mu.
+// by mark: recorded before it and, unless q selects archived dead letters
+// and the others alike, archived or restored before it. The caller holds
+// s.mu.
 func (s *Store) selects(q *store.DeadLetterQuery, d *store.DeadLetter, mark uint64) bool {
 	return (q.SagaType == "" || d.SagaType == q.SagaType) && (q.Key == "" || d.Key == q.Key) &&
 		(q.Reason == "" || d.Reason == q.Reason) && s.deadMarks.bySeq[d.ID] <= mark && q.State.Selects(d.State()) &&
-		q.SelectsTriage(d)
+		(!q.ArchivalBound() || s.deadMarks.archSeq[d.ID] <= mark) && q.SelectsTriage(d)
 }
 
 // QueryDeadLetters returns one page of the dead letters q selects, in ID
@@ -133,8 +157,8 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	return c, nil
 }
 
-// DeleteDeadLettersAsOf removes the dead letters among ids recorded before
-// the mark asOf.
+// DeleteDeadLettersAsOf removes the dead letters among ids recorded, and
+// archived or restored, before the mark asOf.
 func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf string) (int, error) {
 	mark, err := parseMark(asOf)
 	if err != nil {
@@ -147,7 +171,7 @@ func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf st
 	}
 	n := 0
 	for _, id := range ids {
-		if s.dead[id] != nil && s.deadMarks.bySeq[id] <= mark {
+		if s.dead[id] != nil && s.unchangedSince(id, mark) {
 			s.deleteDeadLetter(id)
 			n++
 		}

@@ -204,7 +204,7 @@ func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf st
 	if _, err := asOfFilter(asOf, 2); err != nil {
 		return 0, err
 	}
-	ct, err := s.pool.Exec(ctx, `DELETE FROM idem_dead_letters WHERE id = ANY($1) AND pg_visible_in_snapshot(recorded_xid, $2::pg_snapshot)`, ids, asOf)
+	ct, err := s.pool.Exec(ctx, `DELETE FROM idem_dead_letters WHERE id = ANY($1) AND pg_visible_in_snapshot(recorded_xid, $2::pg_snapshot) AND `+archivalAsOf(2), ids, asOf)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: delete %d dead letters as of a count: %w", len(ids), translate(err))
 	}

@@ -16,9 +16,15 @@ var (
 
 // triageFilter appends to args (whose first element is the query mode,
 // not a parameter) the values of q's Fingerprint and ArchivedBefore, and
-// returns the conditions that use them with q's Archived.
+// of its mark when it binds the archival state (see
+// store.DeadLetterQuery.ArchivalBound), and returns the conditions that
+// use them with q's Archived. The caller has checked the mark.
 func triageFilter(q *store.DeadLetterQuery, args []any) (string, []any) {
 	cond := ""
+	if q.ArchivalBound() {
+		args = append(args, q.AsOf)
+		cond += fmt.Sprintf(` AND %s`, archivalAsOf(len(args)-1))
+	}
 	switch q.Fingerprint {
 	case "":
 	case store.FingerprintNone:
@@ -38,6 +44,12 @@ func triageFilter(q *store.DeadLetterQuery, args []any) (string, []any) {
 		cond += ` AND archived_at IS NULL`
 	}
 	return cond, args
+}
+
+// archivalAsOf is the condition that the dead letter was last archived or
+// restored before the mark, parameter $n.
+func archivalAsOf(n int) string {
+	return fmt.Sprintf(`(archived_xid IS NULL OR pg_visible_in_snapshot(archived_xid, $%d::pg_snapshot))`, n)
 }
 
 // groupDeadLettersSQL groups the dead letters the conditions at %s select
@@ -118,7 +130,10 @@ func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) 
 	if asOf != "" {
 		args = append(args, p.AsOf)
 	}
-	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = coalesce($2::timestamptz, now())
+	if asOf != "" {
+		asOf += ` AND ` + archivalAsOf(3)
+	}
+	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = coalesce($2::timestamptz, now()), archived_xid = pg_current_xact_id()
 WHERE id = ANY($1) AND archived_at IS NULL`+asOf, args...)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: archive %d dead letters: %w", len(p.IDs), translate(err))
@@ -126,15 +141,25 @@ WHERE id = ANY($1) AND archived_at IS NULL`+asOf, args...)
 	return int(ct.RowsAffected()), nil
 }
 
-// RestoreDeadLetters restores the archived dead letters among ids; see
-// store.DeadLetterArchiver.
-func (s *Store) RestoreDeadLetters(ctx context.Context, ids []string) (int, error) {
+// RestoreDeadLetters restores the archived dead letters among p.IDs that
+// p.AsOf selects; see store.DeadLetterArchiver.
+func (s *Store) RestoreDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
 	if err := s.check("restore dead letters"); err != nil {
 		return 0, err
 	}
-	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = NULL WHERE id = ANY($1) AND archived_at IS NOT NULL`, representableIDs(ids))
+	asOf, err := asOfFilter(p.AsOf, 2)
 	if err != nil {
-		return 0, fmt.Errorf("pgstore: restore %d dead letters: %w", len(ids), translate(err))
+		return 0, err
+	}
+	args := []any{representableIDs(p.IDs)}
+	if asOf != "" {
+		asOf += ` AND ` + archivalAsOf(2)
+		args = append(args, p.AsOf)
+	}
+	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = NULL, archived_xid = pg_current_xact_id()
+WHERE id = ANY($1) AND archived_at IS NOT NULL`+asOf, args...)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: restore %d dead letters: %w", len(p.IDs), translate(err))
 	}
 	return int(ct.RowsAffected()), nil
 }

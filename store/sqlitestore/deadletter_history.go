@@ -146,7 +146,7 @@ func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf st
 	err = s.write(ctx, "delete dead letters", 0, func(w *writer) error {
 		n = 0
 		for _, id := range ids {
-			k, err := w.exec(`DELETE FROM idem_dead_letters WHERE id = ?1 AND recorded_seq <= ?2`, id, mark)
+			k, err := w.exec(`DELETE FROM idem_dead_letters WHERE id = ?1 AND recorded_seq <= ?2 AND archived_seq <= ?2`, id, mark)
 			if err != nil {
 				return err
 			}

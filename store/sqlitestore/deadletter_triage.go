@@ -15,8 +15,9 @@ var (
 )
 
 // triageWhere is the condition of q's Fingerprint (parameter ?7, NULL for
-// any) and of its archival (ArchivedBefore is ?8, 0 for none), with the
-// values of ?7 and ?8.
+// any) and of its archival (ArchivedBefore is ?8, 0 for none; the mark is
+// ?5, see store.DeadLetterQuery.ArchivalBound), with the values of ?7 and
+// ?8.
 func triageWhere(q *store.DeadLetterQuery) (string, any, int64) {
 	var fp any // NULL: any fingerprint
 	switch q.Fingerprint {
@@ -27,6 +28,9 @@ func triageWhere(q *store.DeadLetterQuery) (string, any, int64) {
 		fp = q.Fingerprint
 	}
 	cond := ` AND (?7 IS NULL OR fingerprint = ?7) AND ?8 = ?8`
+	if q.ArchivalBound() {
+		cond += ` AND archived_seq <= ?5`
+	}
 	switch {
 	case !q.ArchivedBefore.IsZero():
 		return cond + ` AND archived_at < ?8`, fp, micros(q.ArchivedBefore)
@@ -102,13 +106,19 @@ func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) 
 		at = time.Now()
 	}
 	return s.eachDeadLetter(ctx, "archive dead letters", p.IDs,
-		`UPDATE idem_dead_letters SET archived_at = ?3 WHERE id = ?1 AND archived_at IS NULL AND recorded_seq <= ?2`, mark, micros(at))
+		`UPDATE idem_dead_letters SET archived_at = ?3 WHERE id = ?1 AND archived_at IS NULL AND recorded_seq <= ?2 AND archived_seq <= ?2`, mark, micros(at))
 }
 
-// RestoreDeadLetters restores the archived dead letters among ids; see
+// RestoreDeadLetters restores the archived dead letters among p.IDs that
+// p.AsOf selects; see
 // store.DeadLetterArchiver.
-func (s *Store) RestoreDeadLetters(ctx context.Context, ids []string) (int, error) {
-	return s.eachDeadLetter(ctx, "restore dead letters", ids, `UPDATE idem_dead_letters SET archived_at = NULL WHERE id = ?1 AND archived_at IS NOT NULL`)
+func (s *Store) RestoreDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+	mark, err := parseMark(p.AsOf)
+	if err != nil {
+		return 0, err
+	}
+	return s.eachDeadLetter(ctx, "restore dead letters", p.IDs,
+		`UPDATE idem_dead_letters SET archived_at = NULL WHERE id = ?1 AND archived_at IS NOT NULL AND recorded_seq <= ?2 AND archived_seq <= ?2`, mark)
 }
 
 // eachDeadLetter runs stmt once per ID (?1) with args after it, in one

@@ -21,6 +21,8 @@ var deadLetterTriageCases = []testCase{
 	{"DeadLetterArchivedBefore", testDeadLetterArchivedBefore},
 	{"DeadLetterTriageHostile", testDeadLetterTriageHostile},
 	{"DeadLetterReplayRecordsWho", testDeadLetterReplayWho},
+	{"DeadLetterArchivalBoundToMark", testDeadLetterArchivalMark},
+	{"DeadLetterPurgeKeepsRestored", testDeadLetterPurgeKeepsRestored},
 }
 
 // RunDeadLetterTriage runs the cases of store.DeadLetterGrouper and
@@ -195,7 +197,7 @@ func testDeadLetterArchiveRestore(t *testing.T, s store.Store) {
 	if !d.Archived() || !d.ArchivedAt.Equal(at) {
 		t.Errorf("d-0 after archiving: ArchivedAt %v, want %v", d.ArchivedAt, at)
 	}
-	n, err := s.(store.DeadLetterArchiver).RestoreDeadLetters(t.Context(), []string{"d-0", "d-1", "missing"})
+	n, err := s.(store.DeadLetterArchiver).RestoreDeadLetters(t.Context(), &store.ArchiveParams{IDs: []string{"d-0", "d-1", "missing"}})
 	if err != nil || n != 1 {
 		t.Errorf("restore d-0, d-1 (not archived) and a missing ID: got %d, %v; want 1, nil", n, err)
 	}
@@ -288,7 +290,7 @@ func testDeadLetterTriageHostile(t *testing.T, s store.Store) {
 		if n := archive(t, s, store.ArchiveParams{IDs: []string{bad}}); n != 0 {
 			t.Errorf("archive ID %q: got %d, want 0", bad, n)
 		}
-		if n, err := s.(store.DeadLetterArchiver).RestoreDeadLetters(t.Context(), []string{bad}); err != nil || n != 0 {
+		if n, err := s.(store.DeadLetterArchiver).RestoreDeadLetters(t.Context(), &store.ArchiveParams{IDs: []string{bad}}); err != nil || n != 0 {
 			t.Errorf("restore ID %q: got %d, %v; want 0, nil", bad, n, err)
 		}
 	}

@@ -14,3 +14,8 @@ CREATE INDEX IF NOT EXISTS idem_dead_letters_fingerprint ON idem_dead_letters (f
 -- Who began each replay (store.WithReplayBy): "console", "api", "cli: …",
 -- '' when unknown (every replay before this migration).
 ALTER TABLE idem_dead_letter_replays ADD COLUMN IF NOT EXISTS replayed_by text NOT NULL DEFAULT '';
+-- archived_xid is the transaction that last archived or restored the dead
+-- letter (NULL: never): a count's mark (a snapshot) binds the archival
+-- state too, so that a bulk archive, restore or purge confirmed on a count
+-- never acts on a dead letter archived or restored since.
+ALTER TABLE idem_dead_letters ADD COLUMN IF NOT EXISTS archived_xid xid8;

@@ -122,7 +122,8 @@ with idem dlq restore. One whose message fails again is restored by itself.
 			"restore": `Restore archived dead letters: they come back to the default lists.
 `,
 		}[action] + `
-Name the dead letters by ID, or pass --all to act on every dead letter the
+Name the dead letters by ID (they are acted on at once: --dry-run, --yes,
+--as-of and the filters go with --all only, exit 2 with IDs), or pass --all to act on every dead letter the
 filters select (` + map[string]string{"archive": "those not archived", "restore": "among the archived"}[action] + `), which needs --yes:
 --reason, --saga-type, --fingerprint (a group of idem dlq groups; none for
 those recorded before fingerprints) and --state (unresolved by default,
@@ -159,7 +160,7 @@ Prints how many dead letters were ` + past + `.
 				if action == "archive" {
 					n, err = ar.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
 				} else {
-					n, err = ar.RestoreDeadLetters(ctx, ids)
+					n, err = ar.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
 				}
 				if err != nil {
 					return failed(fmt.Errorf("%s dead letters: %w", action, err))
@@ -188,7 +189,7 @@ Prints how many dead letters were ` + past + `.
 					for i := range page {
 						ids[i] = page[i].ID
 					}
-					n, err = inspect.RestoreDeadLetters(ctx, st, ids)
+					n, err = inspect.RestoreDeadLetters(ctx, st, ids, sel.filter().AsOf)
 				}
 				total += n
 				if err != nil {

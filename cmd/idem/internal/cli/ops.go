@@ -445,7 +445,10 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
 	}
 	if !s.all {
-		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of", "state", "fingerprint"} {
+		if err := checkNamed(cmd); err != nil {
+			return err
+		}
+		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of", "state", "fingerprint", "archived"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
 			}
@@ -453,6 +456,21 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 	}
 	if _, err := store.ParseDeadLetterState(s.state); err != nil {
 		return usageErrorf("--state: %v", err)
+	}
+	return nil
+}
+
+// checkNamed refuses the confirmation flags of --all on archive, restore
+// and purge of named IDs, which act at once: a --dry-run there would act
+// anyway, and a --yes confirms nothing.
+func checkNamed(cmd *cobra.Command) error {
+	if n := cmd.Name(); n != "archive" && n != "restore" && n != "purge" {
+		return nil
+	}
+	for _, f := range []string{"dry-run", "yes"} {
+		if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
+			return usageErrorf("--%s goes with --all: %s of named dead letters acts at once; drop --%s (idem dlq show ID shows one first), or select with --all", f, cmd.Name(), f)
+		}
 	}
 	return nil
 }
@@ -752,7 +770,8 @@ and replay those worth keeping.
 
 Name the dead letters by ID: they are deleted at once, and a named ID that
 does not exist makes the command exit 1 after deleting the others (a typo
-should not pass silently). Or pass --all to delete every dead letter, which
+should not pass silently); --dry-run, --yes, --as-of, --archived and the
+filters go with --all only (exit 2 with IDs). Or pass --all to delete every dead letter, which
 refuses to run (exit 2) without --yes; with --all, --reason keeps those with
 one reason, --saga-type those of one saga type, and --older-than those whose
 last failure is older than a Go duration (90m, 72h) or a number of days (7d),
