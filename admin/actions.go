@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -218,11 +219,25 @@ func (s *Server) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, acto
 // asking about it (q: what the page's actions card reads). The form's
 // values stay in the request body, never in a URL, where a body or a
 // reason would reach browser history and access logs.
+//
+// The question is the instance page, at the instance page's address: the
+// browser's history gets that address (HX-Replace-Url; htmx would record
+// the action's, which has no page), and the page's own links (a timer's
+// "back") carry it without the question's values.
 func (s *Server) askAction(w http.ResponseWriter, r *http.Request, q url.Values) {
 	ask := r.Clone(r.Context())
-	ask.Method, ask.URL.RawQuery = http.MethodGet, q.Encode()
+	dir := path.Dir(r.URL.EscapedPath()) // /instances/{type}/{key}, escaped
+	ask.Method, ask.URL.RawPath, ask.URL.RawQuery = http.MethodGet, dir, q.Encode()
+	ask.URL.Path, _ = url.PathUnescape(dir)
+	ask.RequestURI = basePath(r) + ask.URL.RequestURI() // what basePath reads
+	w.Header().Set("HX-Replace-Url", basePath(r)+dir)
 	s.pageInstance(w, ask)
 }
+
+// actionParams are the query parameters of an action's question, which the
+// instance page's own links must not carry (a reason or a body in a URL
+// reaches history and logs).
+var actionParams = []string{"confirm", "reason", "version", "type", "body", "id"}
 
 // actEndSaga ends the saga once the form says confirm=yes; before that the
 // instance page asks.

@@ -250,3 +250,28 @@ func TestConsoleSendConfirmedTwiceSendsOnce(t *testing.T) {
 		t.Errorf("the payment is journaled %d times; want once", n)
 	}
 }
+
+// The question an unconfirmed action answers with lives at the instance
+// page's address (mounted under a prefix too): its links, the timers'
+// "back" included, carry neither the action's path nor the reason.
+func TestConsoleActionQuestionAtTheInstanceAddress(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	br := newBrowser(t, b)
+	resp, page := br.post("/instances/order/o-2/end", url.Values{"reason": {"secret reason"}, "version": {"1"}})
+	if got := resp.Header.Get("HX-Replace-Url"); got != "/instances/order/o-2" {
+		t.Errorf("HX-Replace-Url %q; want the instance page's address", got)
+	}
+	if !strings.Contains(page, `id="confirm-action"`) {
+		t.Fatalf("no question:\n%.400s", page)
+	}
+	for _, bad := range []string{"/o-2/end?", "reason=secret", `name="back" value="/instances/order/o-2/end`} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the question page carries %q in a link or form", bad)
+		}
+	}
+	if !strings.Contains(page, `href="/assets/console.css"`) {
+		t.Errorf("the question page's links do not start at the console's root:\n%.400s", page)
+	}
+}

@@ -161,7 +161,13 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 		s.consoleError(w, r, http.StatusNotFound, "There is no saga "+typ+" with that key (it may have been swept).")
 		return
 	}
-	v := &instanceView{In: in, Back: r.URL.RequestURI(), Flash: flash(r), Now: time.Now()}
+	back := *r.URL
+	q := back.Query()
+	for _, k := range actionParams {
+		q.Del(k)
+	}
+	back.RawQuery = q.Encode()
+	v := &instanceView{In: in, Back: back.RequestURI(), Flash: flash(r), Now: time.Now()}
 	var ts []store.Timer
 	if v.Journal, err = s.st.Journal(ctx, k); err == nil {
 		ts, _, err = inspect.Timers(ctx, s.st, &inspect.TimerFilter{SagaType: typ, Key: key})
