@@ -315,6 +315,11 @@ func (s *Store) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, `LISTEN idem_queue`); err != nil {
 		return err
 	}
+	// A receiver that found the queue empty before the LISTEN took effect
+	// (at start, or while the listener was reconnecting) missed the
+	// notifications of that gap: wake every waiting receiver once, to look
+	// again, instead of leaving them to the poll.
+	s.wakeReceivers()
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -333,11 +338,16 @@ func (s *Store) listen(ctx context.Context) error {
 		if n.Payload != s.cfg.Schema {
 			continue
 		}
-		s.lmu.Lock()
-		close(s.wake)
-		s.wake = make(chan struct{})
-		s.lmu.Unlock()
+		s.wakeReceivers()
 	}
+}
+
+// wakeReceivers wakes every receiver waiting for a notification.
+func (s *Store) wakeReceivers() {
+	s.lmu.Lock()
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.lmu.Unlock()
 }
 
 // Pending counts the queue's messages: ready ones, visible now, and unacked
