@@ -359,8 +359,31 @@ func (s *Server) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) 
 	return a
 }
 
+// batchQuery reads the filter of a batch action: the instance list's,
+// its time range on updated_at included, so that the count and the end
+// select what the list shows. A range on a store that cannot apply it is
+// refused rather than ignored, which would count more than asked.
+func (s *Server) batchQuery(v url.Values) (*store.InstanceQuery, error) {
+	q, err := instanceQuery(v)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range []string{"from", "to"} {
+		if _, _, err := timeRange(url.Values{p: v[p]}, "Updated"); err != nil {
+			return nil, fmt.Errorf("parameter %s: %w", p, err)
+		}
+	}
+	if q.UpdatedFrom, q.UpdatedBefore, err = timeRange(v, "Updated"); err != nil {
+		return nil, fmt.Errorf("parameters from and to: %w", err)
+	}
+	if _, ok := s.st.(store.InstanceQuerier); !ok && (!q.UpdatedFrom.IsZero() || !q.UpdatedBefore.IsZero()) {
+		return nil, fmt.Errorf("parameters from and to: store %T cannot select by time: drop them", s.st)
+	}
+	return q, nil
+}
+
 func (s *Server) apiSelectSagas(w http.ResponseWriter, r *http.Request) {
-	q, err := instanceQuery(r.URL.Query())
+	q, err := s.batchQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -382,7 +405,7 @@ func (s *Server) apiSelectSagas(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiEndSagas(w http.ResponseWriter, r *http.Request) {
-	q, err := instanceQuery(r.URL.Query())
+	q, err := s.batchQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

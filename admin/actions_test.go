@@ -275,3 +275,47 @@ func TestConsoleActionQuestionAtTheInstanceAddress(t *testing.T) {
 		t.Errorf("the question page's links do not start at the console's root:\n%.400s", page)
 	}
 }
+
+// A batch end's time range (from, to on updated_at, as the instance list
+// takes it) selects in the count and in the end alike: a digest counted
+// over one range does not end the sagas of another, and a range that is no
+// time is refused naming the parameter.
+func TestAPIEndSagasByTimeRange(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	var sel struct {
+		Count  int    `json:"count"`
+		Digest string `json:"digest"`
+	}
+	const filter = "/api/sagas/select?type=order&prefix=o-"
+	b.getJSON(t, filter+"&from=2000-01-01", &sel)
+	if sel.Count != 3 {
+		t.Fatalf("select from 2000: %d sagas; want o-1, o-2 and o-3", sel.Count)
+	}
+	all := sel.Digest
+	for _, r := range []string{"&from=2999-01-01", "&to=2000-01-01"} {
+		b.getJSON(t, filter+r, &sel)
+		if sel.Count != 0 {
+			t.Errorf("select %s: %d sagas; want none: the range selects no saga", r, sel.Count)
+		}
+	}
+	code, body := b.do(t, "POST", "/api/sagas/end?type=order&prefix=o-&from=2999-01-01", `{"reason":"r","digest":"`+all+`"}`)
+	if code != http.StatusConflict {
+		t.Errorf("end from 2999 with the digest counted from 2000: %d %s; want 409", code, body)
+	}
+	if in, _ := loadInstance(b, "o-1"); in.State == string(saga.Ended) {
+		t.Fatal("a batch over a range that selects no saga ended o-1")
+	}
+	for _, p := range []string{"from", "to"} {
+		for _, path := range []string{filter, "/api/sagas/end?type=order"} {
+			method, body := "GET", ""
+			if strings.HasPrefix(path, "/api/sagas/end") {
+				method, body = "POST", `{"reason":"r","digest":"`+all+`"}`
+			}
+			if code, text := b.do(t, method, path+"&"+p+"=yesterday", body); code != http.StatusBadRequest || !strings.Contains(text, "parameter "+p+":") {
+				t.Errorf("%s %s with %s=yesterday: %d %s; want 400 naming parameter %s", method, path, p, code, text, p)
+			}
+		}
+	}
+}
