@@ -23,16 +23,17 @@ import (
 func newSagas() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sagas",
-		Short: "List saga instances, show one with its journal, end one",
+		Short: "List saga instances, show one with its journal, end one, send one an event",
 		Long: `Read saga instances straight from the store: ls lists them a page at a
 time, ordered by saga type and key; show prints one instance with its state
-document and its journal of transitions.
+document and its journal of transitions. send goes through the running
+engine's admin API instead (--api, IDEM_API_URL): see idem sagas send --help.
 
 The store comes from --store (default IDEM_STORE): postgres://… or
 sqlite:///path. Exit status: 0 done; 1 the named saga does not exist; 2 usage
 or configuration errors.`,
 	}
-	cmd.AddCommand(newSagasLs(), newSagasShow(), newSagasEnd())
+	cmd.AddCommand(newSagasLs(), newSagasShow(), newSagasEnd(), newSagasSend())
 	return cmd
 }
 

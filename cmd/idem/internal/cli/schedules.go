@@ -15,13 +15,15 @@ import (
 func newSchedules() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedules",
-		Short: "List, pause, resume and delete recurring schedules",
+		Short: "List, pause, resume, delete and fire recurring schedules",
 		Long: `Schedules are registered by the engines (Engine.Every, Engine.Cron) and kept in
 the store. These commands work on the store directly, like the admin API's
 /api/schedules routes. A paused schedule stays paused across restarts; on
-resume, the ticks it missed follow its missed-tick policy.`,
+resume, the ticks it missed follow its missed-tick policy. fire needs the
+running engine's transport, so it goes through the engine's admin API
+(--api, IDEM_API_URL): see idem schedules fire --help.`,
 	}
-	cmd.AddCommand(newSchedulesLs(), newSchedulesPause(true), newSchedulesPause(false), newSchedulesDelete())
+	cmd.AddCommand(newSchedulesLs(), newSchedulesPause(true), newSchedulesPause(false), newSchedulesDelete(), newSchedulesFire())
 	return cmd
 }
 
