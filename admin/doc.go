@@ -16,7 +16,7 @@
 //	GET    /api/sagas/{type}/{key}           one instance with its journal
 //	POST   /api/sagas/{type}/{key}/events    {"type": T, "body": {...}}: send the saga an event (202); Idem-Actor names the caller
 //	POST   /api/sagas/{type}/{key}/end       {"reason": R, "version": N}: end it (final state idem.ended, timers cancelled)
-//	GET    /api/sagas/select?<filter>        count the active sagas a filter selects (at most 1,000), with the set's digest
+//	GET    /api/sagas/select?<filter>        count the active sagas a filter selects (at most 1,000; from=&to= on updated_at too), with the set's digest
 //	POST   /api/sagas/end?<filter>           {"reason": R, "digest": D}: end exactly the set counted (409 when it changed)
 //	GET    /api/sagas/{type}/{key}/retries   its messages being retried: attempt, last error, next attempt (501 when the store keeps none)
 //	GET    /api/sagas/{type}/{key}/history   its whole history: each journal entry's payload, headers, IDs, emitted messages (sent or not), diff, duration
