@@ -368,6 +368,9 @@ func (s *Server) batchQuery(v url.Values) (*store.InstanceQuery, error) {
 	if err != nil {
 		return nil, err
 	}
+	if q.Status == store.StatusFinished {
+		return nil, errors.New("parameter status: a batch acts on active sagas, and status=finished selects none")
+	}
 	for _, p := range []string{"from", "to"} {
 		if _, _, err := timeRange(url.Values{p: v[p]}, "Updated"); err != nil {
 			return nil, fmt.Errorf("parameter %s: %w", p, err)

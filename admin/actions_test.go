@@ -319,3 +319,14 @@ func TestAPIEndSagasByTimeRange(t *testing.T) {
 		}
 	}
 }
+
+// A batch acts on active sagas: status=finished, which would select none
+// of them, is refused rather than replaced by status=active.
+func TestAPISelectSagasRefusesFinished(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	if code, body := b.do(t, "GET", "/api/sagas/select?type=order&status=finished", ""); code != http.StatusBadRequest || !strings.Contains(body, "parameter status") {
+		t.Errorf("select status=finished: %d %s; want 400 naming parameter status", code, body)
+	}
+}
