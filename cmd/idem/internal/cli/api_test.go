@@ -179,6 +179,11 @@ func checkSend(t *testing.T, r *apiRig) {
 	if code != 2 || !strings.Contains(errOut, "400") || !strings.Contains(errOut, "takes no message of type") {
 		t.Errorf("send of a type the saga does not take: exit %d, stderr %q; want 2 and the API's message", code, errOut)
 	}
+	for _, bad := range [][2]string{{"order", "a\x00b"}, {"order", "\xff"}, {"", "o-1"}} {
+		if code, _, errOut := run(t, "sagas", "send", bad[0], bad[1], "--event", "orders.OrderPlaced", "--body", `{}`); code != 2 || strings.Contains(errOut, "\x00") {
+			t.Errorf("send to %q/%q: exit %d, stderr %q; want 2, the bad byte quoted", bad[0], bad[1], code, errOut)
+		}
+	}
 	if code, _, errOut := run(t, "sagas", "send", "order", "o-9", "--event", "orders.OrderPlaced", "--body", `{"OrderID":`); code != 2 || !strings.Contains(errOut, "not JSON") {
 		t.Errorf("send of a body that is not JSON: exit %d, stderr %q; want 2", code, errOut)
 	}

@@ -50,6 +50,9 @@ again with --id of that ID is safe: the saga applies it once.
 }
 
 func sendEvent(cmd *cobra.Command, args []string, o *sendOptions) error {
+	if args[0] == "" {
+		return usageErrorf("the saga type is empty: idem graph lists the types")
+	}
 	key, err := sagaKey(args[1])
 	if err != nil {
 		return err
