@@ -1,0 +1,109 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/examples/orders"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/transport/memtransport"
+)
+
+// wholeJournals is a memstore that counts the reads of whole journals
+// (Store.Journal); its JournalTail is memstore's.
+type wholeJournals struct {
+	*memstore.Store
+	reads atomic.Int64
+}
+
+func (s *wholeJournals) Journal(ctx context.Context, k store.Key) ([]store.JournalEntry, error) {
+	s.reads.Add(1)
+	return s.Store.Journal(ctx, k)
+}
+
+// The instance page reads only the journal entries it shows (the latest
+// 200, store.JournalTailer) and the journal's length, never the whole
+// journal; the history download and the API still return all of it.
+func TestInstancePageReadsOnlyTheJournalItShows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &wholeJournals{Store: memstore.New(nil)}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := idem.NewEngine(st, memtransport.New(nil), &idem.Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(orders.OrderMachine()); err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(e, st, &admin.Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	now := time.Now().UTC()
+	in := &store.Instance{SagaType: "order", Key: "o-1", State: "AwaitingPayment", Data: []byte(`{"ID":"o-1"}`), SchemaVersion: 1, Version: 1, CreatedAt: now, UpdatedAt: now}
+	js := make([]store.JournalEntry, 0, 250)
+	for i := range 250 {
+		js = append(js, store.JournalEntry{SagaType: "order", Key: "o-1", MessageID: fmt.Sprintf("bulk-%03d", i), EventType: "bulk.Event",
+			FromState: "AwaitingPayment", ToState: "AwaitingPayment", Version: 1, At: now})
+	}
+	u, err := st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = u.Commit(ctx, &store.Changes{Inserts: []*store.Instance{in}, Journal: js})
+	_ = u.Rollback(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) string {
+		t.Helper()
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	page := get("/instances/order/o-1")
+	if n := st.reads.Load(); n != 0 {
+		t.Errorf("the instance page read the whole journal %d times; want it to read the latest entries only", n)
+	}
+	if n := strings.Count(page, "message bulk-"); n != 200 {
+		t.Errorf("the page shows %d of the 250 entries; want the latest 200", n)
+	}
+	if !strings.Contains(page, "message bulk-050 ") || strings.Contains(page, "message bulk-049 ") || !strings.Contains(page, "50 earlier entries") {
+		t.Errorf("the page does not show bulk-050 to bulk-249 with a note on the 50 earlier ones")
+	}
+	var hist admin.SagaHistory
+	if err := json.Unmarshal([]byte(get("/instances/order/o-1/history.json")), &hist); err != nil {
+		t.Fatal(err)
+	}
+	if len(hist.Entries) != 250 || hist.Entries[0].MessageID != "bulk-000" {
+		t.Errorf("the download holds %d entries; want all 250, from bulk-000", len(hist.Entries))
+	}
+	if err := json.Unmarshal([]byte(get("/api/sagas/order/o-1/history")), &hist); err != nil {
+		t.Fatal(err)
+	}
+	if len(hist.Entries) != 250 {
+		t.Errorf("the API's history holds %d entries; want all 250", len(hist.Entries))
+	}
+}
