@@ -107,3 +107,68 @@ func TestInstancePageReadsOnlyTheJournalItShows(t *testing.T) {
 		t.Errorf("the API's history holds %d entries; want all 250", len(hist.Entries))
 	}
 }
+
+// The overview counts the unresolved dead letters only while the store
+// holds fewer than StoredCountBound dead letters in all: above that, an
+// exact count of rare unresolved ones means reading every stored one (the
+// unresolved filter is no index), so it shows an estimate from at most
+// StoredCountBound of them. Here 1,200 are stored, 1,190 of them archived.
+func TestOverviewDoesNotCountEveryDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := memstore.New(nil)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := idem.NewEngine(st, memtransport.New(nil), &idem.Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(e, st, &admin.Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	now := time.Now().UTC()
+	const stored, unresolved = admin.StoredCountBound + 200, 10
+	ds := make([]store.DeadLetter, 0, stored)
+	var archive []string
+	for i := range stored {
+		id := fmt.Sprintf("d-%05d", i)
+		env, err := e.NewEnvelope(id, orders.OrderPlaced{OrderID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, store.DeadLetter{ID: id, Envelope: env, Reason: "permanent_error", Error: "no", Attempts: 1, FirstFailedAt: now, LastFailedAt: now})
+		if i%(stored/unresolved) != 0 {
+			archive = append(archive, id)
+		}
+	}
+	u, err := st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = u.Commit(ctx, &store.Changes{DeadLetters: ds})
+	_ = u.Rollback(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: archive, At: now}); err != nil || n != stored-unresolved {
+		t.Fatalf("archive: %d, %v; want %d", n, err, stored-unresolved)
+	}
+	resp, err := srv.Client().Get(srv.URL + "/api/overview")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ov admin.Overview
+	if err := json.NewDecoder(resp.Body).Decode(&ov); err != nil {
+		t.Fatal(err)
+	}
+	got := ov.Stored.DeadLetters
+	if got == nil || got.Accuracy != admin.AccuracyEstimate {
+		t.Fatalf("overview: stored dead letters %+v; want an estimate (an exact count of %d unresolved among %d reads them all)", got, unresolved, stored)
+	}
+	if got.Count < 0 || got.Count > stored {
+		t.Errorf("overview: estimated %d unresolved dead letters; want between 0 and the %d stored", got.Count, stored)
+	}
+}
