@@ -89,13 +89,18 @@ func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 	return out
 }
 
+// unresolvedSample is how many dead letters the overview reads to
+// estimate the unresolved ones when the store holds StoredCountBound or
+// more (store.RowCounter says so from an index).
+const unresolvedSample = 250
+
 // unresolvedCount counts the dead letters no replay resolved
 // (store.DeadLettersUnresolved) and not archived, reading at most
 // StoredCountBound dead letters whatever their state: the unresolved
 // filter is no index, so a query for them reads every stored dead letter
 // when few are unresolved. When the store holds fewer, the count is exact;
-// else it is an estimate, the share of unresolved ones among those read
-// (the first by ID) times the store's estimate of all. It returns nil when
+// else it is an estimate, the share of unresolved ones among the first
+// unresolvedSample by ID times the store's estimate of all. It returns nil when
 // the store cannot select dead letters, or cannot estimate beyond the
 // bound (the caller then counts the table).
 func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
@@ -103,7 +108,13 @@ func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
 	if !ok {
 		return nil
 	}
-	ds, err := dq.QueryDeadLetters(ctx, &store.DeadLetterQuery{State: store.DeadLettersAll, Archived: store.ArchivedInclude, Limit: StoredCountBound})
+	limit := StoredCountBound
+	if rc, ok := s.st.(store.RowCounter); ok {
+		if n, err := rc.CountRows(ctx, store.TableDeadLetters, StoredCountBound); err == nil && n >= StoredCountBound {
+			limit = unresolvedSample // an estimate anyway: read fewer
+		}
+	}
+	ds, err := dq.QueryDeadLetters(ctx, &store.DeadLetterQuery{State: store.DeadLettersAll, Archived: store.ArchivedInclude, Limit: limit})
 	if err != nil {
 		s.log.WarnContext(ctx, "admin: count unresolved dead letters", "error", err)
 		return nil
@@ -114,7 +125,7 @@ func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
 			n++
 		}
 	}
-	if len(ds) < StoredCountBound {
+	if len(ds) < limit { // every stored dead letter
 		return &StoredCount{Count: int64(n), Accuracy: AccuracyExact}
 	}
 	return s.scaledEstimate(ctx, n, len(ds))
