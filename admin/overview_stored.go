@@ -28,7 +28,8 @@ const (
 	// AccuracyExact: Count is exact (there are fewer than StoredCountBound).
 	AccuracyExact = "exact"
 	// AccuracyEstimate: there are StoredCountBound rows or more, and Count
-	// is the store's estimate (store.RowEstimator).
+	// is the store's estimate (store.RowEstimator); for the unresolved dead
+	// letters, scaled by their share of a sample (unresolvedCount).
 	AccuracyEstimate = "estimate"
 	// AccuracyAtLeast: there are Count rows or more, and the store cannot
 	// estimate how many.
