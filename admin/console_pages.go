@@ -130,9 +130,8 @@ const journalShown = 200
 
 type instanceView struct {
 	In          *store.Instance
-	Journal     []store.JournalEntry
-	History     []historyRow // the latest entries of Journal, with their detail
-	Older       int          // the entries of Journal before History
+	History     []historyRow // the latest entries of the journal, with their detail
+	Older       int          // the entries of the journal before History
 	Timers      []timerRow
 	DeadLetters []dlRow
 	Why         *whyPanel
@@ -169,12 +168,9 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 	back.RawQuery = q.Encode()
 	v := &instanceView{In: in, Back: back.RequestURI(), Flash: flash(r), Now: time.Now()}
 	var ts []store.Timer
-	if v.Journal, err = s.st.Journal(ctx, k); err == nil {
+	var shown []store.JournalEntry // the latest; the download has them all
+	if shown, v.Older, err = s.latestJournal(ctx, k); err == nil {
 		ts, _, err = inspect.Timers(ctx, s.st, &inspect.TimerFilter{SagaType: typ, Key: key})
-	}
-	shown := v.Journal
-	if len(shown) > journalShown { // the latest; the download has them all
-		v.Older, shown = len(shown)-journalShown, shown[len(shown)-journalShown:]
 	}
 	v.History = s.historyRows(ctx, shown)
 	for _, t := range ts {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"math"
 
 	"github.com/idemhq/idem/store"
 )
@@ -27,7 +28,8 @@ const (
 	// AccuracyExact: Count is exact (there are fewer than StoredCountBound).
 	AccuracyExact = "exact"
 	// AccuracyEstimate: there are StoredCountBound rows or more, and Count
-	// is the store's estimate (store.RowEstimator).
+	// is the store's estimate (store.RowEstimator); for the unresolved dead
+	// letters, scaled by their share of a sample (unresolvedCount).
 	AccuracyEstimate = "estimate"
 	// AccuracyAtLeast: there are Count rows or more, and the store cannot
 	// estimate how many.
@@ -88,23 +90,60 @@ func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 	return out
 }
 
-// unresolvedCount counts, up to StoredCountBound, the dead letters no
-// replay resolved (store.DeadLettersUnresolved): one whose replay succeeded
-// or is pending waits for no one. It returns nil when the store cannot
-// select them, or there are StoredCountBound or more (the caller then
-// counts the table).
+// unresolvedSample is how many dead letters the overview reads to
+// estimate the unresolved ones when the store holds StoredCountBound or
+// more (store.RowCounter says so from an index).
+const unresolvedSample = 250
+
+// unresolvedCount counts the dead letters no replay resolved
+// (store.DeadLettersUnresolved) and not archived, reading at most
+// StoredCountBound dead letters whatever their state: the unresolved
+// filter is no index, so a query for them reads every stored dead letter
+// when few are unresolved. When the store holds fewer, the count is exact;
+// else it is an estimate, the share of unresolved ones among the first
+// unresolvedSample by ID times the store's estimate of all. It returns nil when
+// the store cannot select dead letters, or cannot estimate beyond the
+// bound (the caller then counts the table).
 func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
 	dq, ok := s.st.(store.DeadLetterQuerier)
 	if !ok {
 		return nil
 	}
-	ds, err := dq.QueryDeadLetters(ctx, &store.DeadLetterQuery{State: store.DeadLettersUnresolved, Limit: StoredCountBound})
+	limit := StoredCountBound
+	if rc, ok := s.st.(store.RowCounter); ok {
+		if n, err := rc.CountRows(ctx, store.TableDeadLetters, StoredCountBound); err == nil && n >= StoredCountBound {
+			limit = unresolvedSample // an estimate anyway: read fewer
+		}
+	}
+	ds, err := dq.QueryDeadLetters(ctx, &store.DeadLetterQuery{State: store.DeadLettersAll, Archived: store.ArchivedInclude, Limit: limit})
 	if err != nil {
 		s.log.WarnContext(ctx, "admin: count unresolved dead letters", "error", err)
 		return nil
 	}
-	if len(ds) >= StoredCountBound {
+	n := 0
+	for i := range ds {
+		if !ds[i].Archived() && ds[i].State() == store.DeadLettersUnresolved {
+			n++
+		}
+	}
+	if len(ds) < limit { // every stored dead letter
+		return &StoredCount{Count: int64(n), Accuracy: AccuracyExact}
+	}
+	return s.scaledEstimate(ctx, n, len(ds))
+}
+
+// scaledEstimate scales n of read dead letters to the store's estimate of
+// all it holds; nil when the store cannot estimate.
+func (s *Server) scaledEstimate(ctx context.Context, n, read int) *StoredCount {
+	re, ok := s.st.(store.RowEstimator)
+	if !ok {
 		return nil
 	}
-	return &StoredCount{Count: int64(len(ds)), Accuracy: AccuracyExact}
+	est, err := re.EstimateRows(ctx)
+	if err != nil {
+		s.log.WarnContext(ctx, "admin: estimate stored rows", "error", err)
+		return nil
+	}
+	total := max(est[store.TableDeadLetters], int64(read)) // the estimate may lag
+	return &StoredCount{Count: int64(math.Round(float64(n) * float64(total) / float64(read))), Accuracy: AccuracyEstimate}
 }
