@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/canon"
+	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
@@ -172,6 +173,7 @@ func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 	if v.Journal, err = s.st.Journal(ctx, k); err == nil {
 		ts, _, err = inspect.Timers(ctx, s.st, &inspect.TimerFilter{SagaType: typ, Key: key})
 	}
+	history.FillDiffs(v.Journal, historyDiffLimit)
 	shown := v.Journal
 	if len(shown) > journalShown { // the latest; the download has them all
 		v.Older, shown = len(shown)-journalShown, shown[len(shown)-journalShown:]
