@@ -137,8 +137,9 @@ type Config struct {
 	// intervals is listed as gone. Default 10s.
 	HeartbeatInterval time.Duration
 	// JournalPayloadLimit bounds, in bytes, each of what a journal entry
-	// keeps of its message's payload and headers and of the state diff
-	// (store.JournalDetail; beyond it they are cut and marked truncated).
+	// keeps of its message's payload and headers and of the saga's state
+	// after the step (store.JournalDetail; beyond it they are cut and
+	// marked truncated, and a cut state gets no diff in the console).
 	// Default 4096; at most 16 MiB; negative: none of the three is kept.
 	JournalPayloadLimit int
 }

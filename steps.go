@@ -161,7 +161,7 @@ func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.Inbo
 	l.ch.Journal = append(l.ch.Journal, store.JournalEntry{
 		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: env.Type,
 		FromState: from, ToState: to, Version: version, At: l.now,
-		JournalDetail: history.Detail(&history.Step{Msg: env, Before: in.Data, After: r.Data, Emitted: out,
+		JournalDetail: history.Detail(&history.Step{Msg: env, After: r.Data, Emitted: out,
 			Duration: l.cfg.Clock().Sub(start), Limit: l.cfg.JournalPayloadLimit}),
 	})
 	for i := range out {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/canon"
+	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
@@ -209,6 +210,7 @@ func (s *Server) getSaga(w http.ResponseWriter, r *http.Request) {
 	if j == nil {
 		j = []store.JournalEntry{}
 	}
+	history.FillDiffs(j, historyDiffLimit)
 	writeJSON(w, http.StatusOK, Saga{Saga: toInstance(in), Journal: j})
 }
 

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemhq/idem/canon"
+	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/store"
 )
 
@@ -30,7 +31,8 @@ type SagaHistory struct {
 // body's JSON when PayloadEncoding is "json", a JSON string holding its
 // text when "utf-8", and the standard base64 of its bytes when "base64"
 // (a truncated JSON body is no longer JSON: it comes as "utf-8"). Diff is
-// the state change as an RFC 6902 JSON patch. Headers' values that are not
+// the state change as an RFC 6902 JSON patch, computed from the states the
+// journal recorded. Headers' values that are not
 // UTF-8 come with U+FFFD in place of their bad bytes.
 type HistoryEntry struct {
 	MessageID        string            `json:"message_id"`
@@ -50,6 +52,10 @@ type HistoryEntry struct {
 	Emitted          []HistoryEmitted  `json:"emitted,omitempty"`
 	Diff             json.RawMessage   `json:"diff,omitempty"`
 	DiffTruncated    bool              `json:"diff_truncated,omitempty"`
+	// StateTruncated says that the state after the step was over the
+	// engine's Config.JournalPayloadLimit, so that the journal kept only
+	// its first bytes and no diff can be computed to or from it.
+	StateTruncated bool `json:"state_truncated,omitempty"`
 	// DurationMicros is how long the step took, in microseconds.
 	DurationMicros int64 `json:"duration_us,omitempty"`
 	// Actor is who caused the entry: empty for the engine.
@@ -123,12 +129,18 @@ func (s *Server) writeHistory(w http.ResponseWriter, r *http.Request, k store.Ke
 	writeJSON(w, http.StatusOK, h)
 }
 
+// historyDiffLimit bounds, in bytes, the diff the console computes for one
+// journal entry from the states the engine recorded (each already bounded
+// by Config.JournalPayloadLimit).
+const historyDiffLimit = 64 << 10
+
 // history reads k's journal and the sent state of what it emitted.
 func (s *Server) history(ctx context.Context, k store.Key) (*SagaHistory, error) {
 	j, err := s.st.Journal(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s/%s: %w", k.SagaType, k.Key, err)
 	}
+	history.FillDiffs(j, historyDiffLimit)
 	return &SagaHistory{SagaType: k.SagaType, Key: k.Key, Entries: s.historyEntries(ctx, j)}, nil
 }
 
@@ -200,7 +212,7 @@ func historyEntry(j *store.JournalEntry, sent map[string]sentState) HistoryEntry
 	e := HistoryEntry{
 		MessageID: j.MessageID, EventType: j.EventType, FromState: j.FromState, ToState: j.ToState, Version: j.Version, At: j.At.UTC(), RawKey: j.RawKey,
 		PayloadTruncated: j.PayloadTruncated, Headers: j.Headers, HeadersTruncated: j.HeadersTruncated, CausationID: j.CausationID,
-		CorrelationID: j.CorrelationID, DiffTruncated: j.DiffTruncated, DurationMicros: j.Duration.Microseconds(), Actor: j.Actor,
+		CorrelationID: j.CorrelationID, DiffTruncated: j.DiffTruncated, StateTruncated: j.StateTruncated, DurationMicros: j.Duration.Microseconds(), Actor: j.Actor,
 	}
 	if len(j.Payload) > 0 {
 		e.Payload, e.PayloadEncoding = encodePayload(j.Payload)

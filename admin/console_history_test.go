@@ -224,8 +224,9 @@ func TestHistoryOfAStep(t *testing.T) {
 	}
 }
 
-// The payload cap cuts payloads and marks them; a negative cap records no
-// payload, headers or diff, but still the IDs and emitted messages.
+// The payload cap cuts payloads and states and marks them (a cut state
+// has no diff); a negative cap records no payload, headers, state or diff,
+// but still the IDs and emitted messages.
 func TestHistoryPayloadLimit(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("x", 300)
@@ -237,8 +238,8 @@ func TestHistoryPayloadLimit(t *testing.T) {
 	if e := h.Entries[0]; !e.PayloadTruncated || e.PayloadEncoding != "utf-8" || len(text) == 0 || len(text) > 64 {
 		t.Errorf("limit 64: payload %s (%s, truncated %v), want at most 64 bytes of text, marked truncated", e.Payload, e.PayloadEncoding, e.PayloadTruncated)
 	}
-	if e := h.Entries[0]; !e.DiffTruncated || strings.Contains(string(e.Diff), long) {
-		t.Errorf("limit 64: diff %s (truncated %v), want the note's op dropped and marked truncated", e.Diff, e.DiffTruncated)
+	if e := h.Entries[0]; !e.StateTruncated || e.Diff != nil {
+		t.Errorf("limit 64: diff %s (state truncated %v), want no diff and the state marked truncated", e.Diff, e.StateTruncated)
 	}
 	off := setupHistory(t, "memory", -1)
 	applyTicket(t, off, "open-t3", ticketOpened{ID: "t3", Title: "off"})

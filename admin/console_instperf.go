@@ -3,20 +3,28 @@ package admin
 import (
 	"context"
 
+	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/store"
 )
 
-// latestJournal reads the latest journalShown entries of k's journal and
-// how many earlier ones it holds: from the store's JournalTailer, which
-// reads those entries only, or else from the whole journal.
+// latestJournal reads the latest journalShown entries of k's journal, with
+// their diffs, and how many earlier ones it holds: from the store's
+// JournalTailer, which reads those entries only, or else from the whole
+// journal. It reads one entry more than it shows, whose state is the state
+// before the oldest entry shown.
 func (s *Server) latestJournal(ctx context.Context, k store.Key) (shown []store.JournalEntry, older int, err error) {
+	var total int
 	if jt, ok := s.st.(store.JournalTailer); ok {
-		shown, total, err := jt.JournalTail(ctx, k, journalShown)
-		return shown, max(0, total-len(shown)), err
+		shown, total, err = jt.JournalTail(ctx, k, journalShown+1)
+	} else {
+		shown, err = s.st.Journal(ctx, k)
+		total = len(shown)
+		shown = shown[max(0, len(shown)-journalShown-1):]
 	}
-	all, err := s.st.Journal(ctx, k)
-	if len(all) > journalShown {
-		return all[len(all)-journalShown:], len(all) - journalShown, err
+	if err != nil {
+		return nil, 0, err
 	}
-	return all, 0, err
+	history.FillDiffs(shown, historyDiffLimit)
+	shown = shown[max(0, len(shown)-journalShown):]
+	return shown, total - len(shown), nil
 }

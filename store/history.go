@@ -8,7 +8,7 @@ import (
 // JournalDetail is what a journal entry records beyond the transition: the
 // message, what the step emitted, the state change and who caused it.
 // Every field is optional; the zero value records nothing. The engine
-// bounds Payload, Headers and Diff (Config.JournalPayloadLimit) before it
+// bounds Payload, Headers and State (Config.JournalPayloadLimit) before it
 // writes them; a store keeps what it is given, byte for byte, including
 // U+0000 and invalid UTF-8.
 type JournalDetail struct {
@@ -24,9 +24,17 @@ type JournalDetail struct {
 	CorrelationID    string            `json:"correlation_id,omitempty"`
 	// Emitted lists the messages the step emitted, in emission order.
 	Emitted []EmittedMessage `json:"emitted,omitempty"`
+	// State is the saga's state document after the step, or its first
+	// bytes when StateTruncated. The engine records it instead of a diff:
+	// copying it costs the step nothing worth measuring, and a reader
+	// computes the change from one entry's State to the next
+	// (internal/history.FillDiffs) only when somebody reads the history.
+	State          []byte `json:"state,omitempty"`
+	StateTruncated bool   `json:"state_truncated,omitempty"`
 	// Diff is the state change as an RFC 6902 JSON patch from the state
 	// before the step to the state after it. When DiffTruncated it holds
-	// only the first operations, still a valid patch.
+	// only the first operations, still a valid patch. Engines before
+	// State recorded it at each step; readers now compute it from State.
 	Diff          []byte `json:"diff,omitempty"`
 	DiffTruncated bool   `json:"diff_truncated,omitempty"`
 	// Duration is how long the step took.

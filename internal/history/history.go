@@ -1,7 +1,9 @@
 // Package history builds the detail of a journal entry (store.JournalDetail)
 // from one applied step: the message's payload and headers, its causation
-// and correlation IDs, the messages the step emitted, the state change as
-// an RFC 6902 JSON patch and the step's duration, bounded by a byte limit.
+// and correlation IDs, the messages the step emitted, the state after the
+// step and the step's duration, bounded by a byte limit. A reader turns
+// the states into RFC 6902 JSON patches (FillDiffs): the step copies
+// bytes, and the diff is computed only for a history somebody reads.
 package history
 
 import (
@@ -21,9 +23,8 @@ import (
 type Step struct {
 	// Msg is the message the step applied.
 	Msg *transport.Envelope
-	// Before and After are the saga's state documents around the step;
-	// Before is empty for a saga the step started.
-	Before, After []byte
+	// After is the saga's state document after the step.
+	After []byte
 	// Emitted are the envelopes the step emitted.
 	Emitted []transport.Envelope
 	// Duration is how long the step took.
@@ -52,7 +53,7 @@ func Detail(s *Step) store.JournalDetail {
 	}
 	d.Payload, d.PayloadTruncated = Truncate(s.Msg.Body, s.Limit)
 	d.Headers, d.HeadersTruncated = headers(s.Msg.Headers, s.Limit)
-	d.Diff, d.DiffTruncated = Diff(s.Before, s.After, s.Limit)
+	d.State, d.StateTruncated = Truncate(s.After, s.Limit)
 	return d
 }
 
@@ -153,4 +154,30 @@ func marshalOp(op jsondiff.Operation) ([]byte, error) {
 		From string `json:"from,omitempty"`
 		Path string `json:"path"`
 	}{op.Type, op.From, op.Path})
+}
+
+// FillDiffs sets the Diff of each entry of js (one saga's journal, or its
+// latest entries, in order) that records a State and no Diff: the patch
+// from the State of the entry before it to its own, bounded by limit
+// bytes. The first entry of a saga (Version 1) diffs from nothing. An entry
+// gets no diff when the state before it is unknown: the entry before it is
+// not in js, recorded no State or a truncated one, or is not the version
+// just before (the state changed without a journal entry in between); nor
+// when its own State is truncated.
+func FillDiffs(js []store.JournalEntry, limit int) {
+	for i := range js {
+		j := &js[i]
+		if j.Diff != nil || j.State == nil || j.StateTruncated {
+			continue
+		}
+		var before []byte
+		switch {
+		case j.Version == 1:
+		case i > 0 && js[i-1].Version == j.Version-1 && js[i-1].State != nil && !js[i-1].StateTruncated:
+			before = js[i-1].State
+		default:
+			continue
+		}
+		j.Diff, j.DiffTruncated = Diff(before, j.State, limit)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -35,6 +36,50 @@ func TestDiff(t *testing.T) {
 	}
 }
 
+// FillDiffs computes each entry's change from the State of the entry just
+// before it, and leaves an entry without a diff whenever the state before
+// it is not known for certain.
+func TestFillDiffs(t *testing.T) {
+	entry := func(version int64, state string, truncated bool) store.JournalEntry {
+		j := store.JournalEntry{Version: version}
+		if state != "" {
+			j.State, j.StateTruncated = []byte(state), truncated
+		}
+		return j
+	}
+	js := []store.JournalEntry{
+		entry(1, `{"a":1}`, false),      // a saga's first step: from nothing
+		entry(2, `{"a":2}`, false),      // from version 1
+		entry(4, `{"a":3}`, false),      // version 3 is missing: unknown before
+		entry(5, `{"a":3,"b":1}`, true), // its own state is cut
+		entry(6, `{"a":4}`, false),      // the state before it is cut
+		entry(7, ``, false),             // recorded no state (capture off)
+		entry(8, `{"a":5}`, false),      // the entry before it recorded none
+		{Version: 9, JournalDetail: store.JournalDetail{State: []byte(`{"a":6}`), Diff: []byte(`[{"op":"test","path":"/a","value":5}]`)}}, // an old engine's diff is kept
+		entry(10, `{"a":6}`, false), // no change: no diff
+	}
+	FillDiffs(js, 4096)
+	want := []string{
+		`[{"op":"add","path":"/a","value":1}]`,
+		`[{"op":"replace","path":"/a","value":2}]`,
+		``, ``, ``, ``, ``,
+		`[{"op":"test","path":"/a","value":5}]`,
+		``,
+	}
+	for i := range js {
+		if string(js[i].Diff) != want[i] {
+			t.Errorf("entry %d (version %d): diff %s, want %s", i, js[i].Version, js[i].Diff, want[i])
+		}
+	}
+	// Only the first entries given: the oldest given entry of a longer
+	// journal has no known state before it.
+	tail := []store.JournalEntry{entry(2, `{"a":2}`, false), entry(3, `{"a":3}`, false)}
+	FillDiffs(tail, 4096)
+	if tail[0].Diff != nil || string(tail[1].Diff) != `[{"op":"replace","path":"/a","value":3}]` {
+		t.Errorf("tail: diffs %s and %s, want none and the replace of /a", tail[0].Diff, tail[1].Diff)
+	}
+}
+
 func TestTruncateKeepsRunes(t *testing.T) {
 	got, cut := Truncate([]byte("aé"), 2) // é is 2 bytes: cutting at 2 would split it
 	if string(got) != "a" || !cut {
@@ -49,21 +94,26 @@ func TestTruncateKeepsRunes(t *testing.T) {
 func TestDetailOffKeepsIDsOnly(t *testing.T) {
 	msg := &transport.Envelope{ID: "m", Body: []byte(`{"x":1}`), Headers: map[string]string{"h": "v"}, CausationID: "c", CorrelationID: "r"}
 	d := Detail(&Step{Msg: msg, After: []byte(`{"x":1}`), Emitted: []transport.Envelope{{ID: "e", Type: "T"}}, Duration: time.Millisecond, Limit: -1})
-	if d.Payload != nil || d.Headers != nil || d.Diff != nil {
-		t.Errorf("capture off: got payload %q, headers %v, diff %q; want none", d.Payload, d.Headers, d.Diff)
+	if d.Payload != nil || d.Headers != nil || d.State != nil || d.Diff != nil {
+		t.Errorf("capture off: got payload %q, headers %v, state %q, diff %q; want none", d.Payload, d.Headers, d.State, d.Diff)
 	}
 	if d.CausationID != "c" || d.CorrelationID != "r" || len(d.Emitted) != 1 || d.Emitted[0].ID != "e" || d.Duration != time.Millisecond {
 		t.Errorf("capture off: got %+v, want the IDs, the emitted message and the duration kept", d)
 	}
-	d = Detail(&Step{Msg: msg, Limit: 4})
+	d = Detail(&Step{Msg: msg, After: []byte(`{"y":2}`), Limit: 4})
 	if string(d.Payload) != `{"x"` || !d.PayloadTruncated || d.Headers["h"] != "v" || d.HeadersTruncated {
 		t.Errorf("limit 4: got payload %q (truncated %v), headers %v (truncated %v); want {\"x\" truncated, h=v whole", d.Payload, d.PayloadTruncated, d.Headers, d.HeadersTruncated)
+	}
+	if string(d.State) != `{"y"` || !d.StateTruncated || d.Diff != nil {
+		t.Errorf("limit 4: got state %q (truncated %v), diff %q; want {\"y\" truncated and no diff (a reader computes it)", d.State, d.StateTruncated, d.Diff)
 	}
 }
 
 // BenchmarkDetail measures what journaling a typical step's detail costs
 // the engine: a 0.5 KiB JSON payload with two headers, one emitted
-// message, and a state of five fields of which two change.
+// message, and a state of five fields of which two change; and, as
+// "read", what computing that step's diff costs a reader of the history
+// (FillDiffs), which the step no longer pays.
 func BenchmarkDetail(b *testing.B) {
 	msg := &transport.Envelope{ID: "m", Type: "orders.Paid", Body: []byte(`{"order_id":"o-1","amount":4200,"currency":"EUR","note":"` + strings.Repeat("n", 420) + `"}`),
 		Headers: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x-tenant": "acme"}, CausationID: "c", CorrelationID: "o-1"}
@@ -74,8 +124,15 @@ func BenchmarkDetail(b *testing.B) {
 		b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = Detail(&Step{Msg: msg, Before: before, After: after, Emitted: emitted, Duration: time.Millisecond, Limit: limit})
+				_ = Detail(&Step{Msg: msg, After: after, Emitted: emitted, Duration: time.Millisecond, Limit: limit})
 			}
 		})
 	}
+	b.Run("read", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			js := []store.JournalEntry{{Version: 1, JournalDetail: store.JournalDetail{State: before}}, {Version: 2, JournalDetail: store.JournalDetail{State: after}}}
+			FillDiffs(js[:], 4096)
+		}
+	})
 }

@@ -18,6 +18,7 @@ import (
 type JournalDetail struct {
 	Payload []byte // nil when empty
 	Diff    []byte // nil when empty
+	State   []byte // nil when empty
 	Detail  string
 }
 
@@ -31,6 +32,7 @@ type detailDoc struct {
 	CorrelationID    bstr          `json:"correlation_id,omitempty"`
 	Emitted          [][2]bstr     `json:"emitted,omitempty"`
 	DiffTruncated    bool          `json:"diff_truncated,omitempty"`
+	StateTruncated   bool          `json:"state_truncated,omitempty"`
 	DurationNanos    time.Duration `json:"duration_ns,omitempty"`
 	Actor            bstr          `json:"actor,omitempty"`
 }
@@ -68,9 +70,9 @@ func (s *bstr) UnmarshalJSON(b []byte) error {
 
 // EncodeJournalDetail returns d's storage form.
 func EncodeJournalDetail(d *store.JournalDetail) (JournalDetail, error) {
-	out := JournalDetail{Payload: nonEmpty(d.Payload), Diff: nonEmpty(d.Diff)}
+	out := JournalDetail{Payload: nonEmpty(d.Payload), Diff: nonEmpty(d.Diff), State: nonEmpty(d.State)}
 	doc := detailDoc{
-		PayloadTruncated: d.PayloadTruncated, HeadersTruncated: d.HeadersTruncated, DiffTruncated: d.DiffTruncated,
+		PayloadTruncated: d.PayloadTruncated, HeadersTruncated: d.HeadersTruncated, DiffTruncated: d.DiffTruncated, StateTruncated: d.StateTruncated,
 		CausationID: bstr(d.CausationID), CorrelationID: bstr(d.CorrelationID), DurationNanos: d.Duration, Actor: bstr(d.Actor),
 	}
 	keys := make([]string, 0, len(d.Headers))
@@ -96,13 +98,13 @@ func EncodeJournalDetail(d *store.JournalDetail) (JournalDetail, error) {
 }
 
 func (d *detailDoc) isZero() bool {
-	return !d.PayloadTruncated && !d.HeadersTruncated && !d.DiffTruncated && d.CausationID == "" && d.CorrelationID == "" &&
+	return !d.PayloadTruncated && !d.HeadersTruncated && !d.DiffTruncated && !d.StateTruncated && d.CausationID == "" && d.CorrelationID == "" &&
 		d.DurationNanos == 0 && d.Actor == "" && len(d.Headers) == 0 && len(d.Emitted) == 0
 }
 
 // DecodeJournalDetail joins what EncodeJournalDetail split.
 func DecodeJournalDetail(j JournalDetail) (store.JournalDetail, error) {
-	d := store.JournalDetail{Payload: nonEmpty(j.Payload), Diff: nonEmpty(j.Diff)}
+	d := store.JournalDetail{Payload: nonEmpty(j.Payload), Diff: nonEmpty(j.Diff), State: nonEmpty(j.State)}
 	if j.Detail == "" {
 		return d, nil
 	}
@@ -110,7 +112,7 @@ func DecodeJournalDetail(j JournalDetail) (store.JournalDetail, error) {
 	if err := json.Unmarshal([]byte(j.Detail), &doc); err != nil {
 		return d, fmt.Errorf("decode journal detail: %w", err)
 	}
-	d.PayloadTruncated, d.HeadersTruncated, d.DiffTruncated = doc.PayloadTruncated, doc.HeadersTruncated, doc.DiffTruncated
+	d.PayloadTruncated, d.HeadersTruncated, d.DiffTruncated, d.StateTruncated = doc.PayloadTruncated, doc.HeadersTruncated, doc.DiffTruncated, doc.StateTruncated
 	d.CausationID, d.CorrelationID, d.Duration, d.Actor = string(doc.CausationID), string(doc.CorrelationID), doc.DurationNanos, string(doc.Actor)
 	if len(doc.Headers) > 0 {
 		d.Headers = make(map[string]string, len(doc.Headers))

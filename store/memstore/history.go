@@ -16,6 +16,7 @@ var _ store.OutboxSentReader = (*Store)(nil)
 func cloneJournalEntry(j store.JournalEntry) store.JournalEntry {
 	j.Payload = slices.Clone(j.Payload)
 	j.Diff = slices.Clone(j.Diff)
+	j.State = slices.Clone(j.State)
 	j.Headers = maps.Clone(j.Headers)
 	j.Emitted = slices.Clone(j.Emitted)
 	return j

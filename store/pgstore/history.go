@@ -16,19 +16,19 @@ var _ store.OutboxSentReader = (*Store)(nil)
 // journalDetailCols are the detail columns of a batch of journal entries,
 // as insertJournalSQL takes them (nil bytes are NULL, "" detail is NULL).
 type journalDetailCols struct {
-	payloads, diffs [][]byte
-	details         []string
+	payloads, diffs, states [][]byte
+	details                 []string
 }
 
 func journalDetails(journal []store.JournalEntry) (journalDetailCols, error) {
 	n := len(journal)
-	c := journalDetailCols{payloads: make([][]byte, n), diffs: make([][]byte, n), details: make([]string, n)}
+	c := journalDetailCols{payloads: make([][]byte, n), diffs: make([][]byte, n), states: make([][]byte, n), details: make([]string, n)}
 	for i := range journal {
 		d, err := sqlq.EncodeJournalDetail(&journal[i].JournalDetail)
 		if err != nil {
 			return c, fmt.Errorf("pgstore: journal %s/%s: %w", journal[i].SagaType, journal[i].Key, err)
 		}
-		c.payloads[i], c.diffs[i], c.details[i] = d.Payload, d.Diff, d.Detail
+		c.payloads[i], c.diffs[i], c.states[i], c.details[i] = d.Payload, d.Diff, d.State, d.Detail
 	}
 	return c, nil
 }

@@ -275,7 +275,7 @@ func (s *Store) Journal(ctx context.Context, k store.Key) ([]store.JournalEntry,
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, coalesce(detail, '')
+SELECT saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, state, coalesce(detail, '')
 FROM idem_journal WHERE saga_type = $1 AND key = $2 ORDER BY id`, k.SagaType, k.Key)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: journal %s/%s: %w", k.SagaType, k.Key, translate(err))
@@ -285,7 +285,7 @@ FROM idem_journal WHERE saga_type = $1 AND key = $2 ORDER BY id`, k.SagaType, k.
 	for rows.Next() {
 		var j store.JournalEntry
 		var d sqlq.JournalDetail
-		if err := rows.Scan(&j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &j.At, &d.Payload, &d.Diff, &d.Detail); err != nil {
+		if err := rows.Scan(&j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &j.At, &d.Payload, &d.Diff, &d.State, &d.Detail); err != nil {
 			return nil, err
 		}
 		j.At = j.At.UTC()

@@ -208,11 +208,11 @@ ON CONFLICT (saga_type, key, name) DO UPDATE
 SET due_at = excluded.due_at, envelope = excluded.envelope, body = excluded.body, lease_until = NULL`
 
 const insertJournalSQL = `
-INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail)
-SELECT u.saga_type, u.key, u.raw_key, u.message_id, u.event_type, u.from_state, u.to_state, u.version, u.at, u.payload, u.diff, NULLIF(u.detail, '')
+INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, state, detail)
+SELECT u.saga_type, u.key, u.raw_key, u.message_id, u.event_type, u.from_state, u.to_state, u.version, u.at, u.payload, u.diff, u.state, NULLIF(u.detail, '')
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[],
-            $10::bytea[], $11::bytea[], $12::text[]) WITH ORDINALITY
-  AS u(saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail, ord)
+            $10::bytea[], $11::bytea[], $12::bytea[], $13::text[]) WITH ORDINALITY
+  AS u(saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, state, detail, ord)
 ORDER BY u.ord`
 
 const upsertDeadLettersSQL = `
@@ -432,7 +432,7 @@ func queueJournal(b *pgx.Batch, journal []store.JournalEntry) error {
 		cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i], cols[6][i] = j.SagaType, j.Key, j.RawKey, j.MessageID, j.EventType, j.FromState, j.ToState
 		versions[i], at[i] = j.Version, j.At
 	}
-	b.Queue(insertJournalSQL, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], versions, at, det.payloads, det.diffs, det.details)
+	b.Queue(insertJournalSQL, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], versions, at, det.payloads, det.diffs, det.states, det.details)
 	return nil
 }
 

@@ -20,7 +20,7 @@ func journalArgs(j *store.JournalEntry) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: journal %s/%s: %w", j.SagaType, j.Key, err)
 	}
-	args := []any{j.SagaType, j.Key, j.RawKey, j.MessageID, j.EventType, j.FromState, j.ToState, j.Version, micros(j.At), nil, nil, nil}
+	args := []any{j.SagaType, j.Key, j.RawKey, j.MessageID, j.EventType, j.FromState, j.ToState, j.Version, micros(j.At), nil, nil, nil, nil}
 	if d.Payload != nil {
 		args[9] = d.Payload
 	}
@@ -30,17 +30,20 @@ func journalArgs(j *store.JournalEntry) ([]any, error) {
 	if d.Detail != "" {
 		args[11] = d.Detail
 	}
+	if d.State != nil {
+		args[12] = d.State
+	}
 	return args, nil
 }
 
 // detailCols scans a journal row's detail columns.
 type detailCols struct {
-	payload, diff []byte
-	detail        sql.NullString
+	payload, diff, state []byte
+	detail               sql.NullString
 }
 
 func (c *detailCols) decode(j *store.JournalEntry) error {
-	d, err := sqlq.DecodeJournalDetail(sqlq.JournalDetail{Payload: c.payload, Diff: c.diff, Detail: c.detail.String})
+	d, err := sqlq.DecodeJournalDetail(sqlq.JournalDetail{Payload: c.payload, Diff: c.diff, State: c.state, Detail: c.detail.String})
 	j.JournalDetail = d
 	return err
 }

@@ -375,7 +375,7 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListParams) ([]*stor
 }
 
 const journalSQL = `
-SELECT saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail
+SELECT saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail, state
 FROM idem_journal WHERE saga_type = ?1 AND key = ?2 ORDER BY id`
 
 // Journal returns the journal of one instance in commit order.
@@ -393,7 +393,7 @@ func (s *Store) Journal(ctx context.Context, k store.Key) ([]store.JournalEntry,
 		var j store.JournalEntry
 		var at int64
 		var d detailCols
-		if err := rows.Scan(&j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &at, &d.payload, &d.diff, &d.detail); err != nil {
+		if err := rows.Scan(&j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &at, &d.payload, &d.diff, &d.detail, &d.state); err != nil {
 			return nil, fmt.Errorf("sqlitestore: journal %s/%s: %w", k.SagaType, k.Key, err)
 		}
 		j.At = fromMicros(at)

@@ -176,8 +176,8 @@ ON CONFLICT (saga_type, key, name) DO UPDATE
 SET due_at = excluded.due_at, envelope_id = excluded.envelope_id, envelope = excluded.envelope, body = excluded.body, lease_until = NULL`
 
 const insertJournalSQL = `
-INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`
+INSERT INTO idem_journal (saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail, state)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)`
 
 const upsertDeadLetterSQL = `
 INSERT INTO idem_dead_letters (id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at, fingerprint)

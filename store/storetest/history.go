@@ -34,6 +34,7 @@ func testJournalDetailRoundTrip(t *testing.T, s store.Store) {
 				CausationID: "m-1", CorrelationID: "corr-1",
 				Emitted: []store.EmittedMessage{{ID: "e-2", Type: "orders.Ship"}, {ID: "e-1", Type: "orders.Receipt"}},
 				Diff:    []byte(`[{"op":"replace","path":"/paid","value":true}]`), DiffTruncated: true,
+				State: []byte(`{"paid":true}`), StateTruncated: true,
 				Duration: 1500 * time.Microsecond, Actor: "token:ops",
 			}}
 	}
@@ -71,6 +72,7 @@ func testJournalDetailHostile(t *testing.T, s store.Store) {
 			CausationID: nul + bad, CorrelationID: script + bad,
 			Emitted:  []store.EmittedMessage{{ID: "e" + nul, Type: script}, {ID: "e" + bad, Type: bad}},
 			Diff:     []byte(`[{"op":"add","path":"/x","value":"` + script + `\u0000"}]` + bad),
+			State:    []byte(`{"x":"` + script + `\u0000"}` + nul + bad),
 			Duration: time.Nanosecond, Actor: nul + bad + script,
 		}}
 	commit(t, s, &store.Changes{Journal: []store.JournalEntry{e}})
