@@ -59,7 +59,8 @@ func TestInstancePageReadsOnlyTheJournalItShows(t *testing.T) {
 	js := make([]store.JournalEntry, 0, 250)
 	for i := range 250 {
 		js = append(js, store.JournalEntry{SagaType: "order", Key: "o-1", MessageID: fmt.Sprintf("bulk-%03d", i), EventType: "bulk.Event",
-			FromState: "AwaitingPayment", ToState: "AwaitingPayment", Version: 1, At: now})
+			FromState: "AwaitingPayment", ToState: "AwaitingPayment", Version: int64(i + 1), At: now,
+			JournalDetail: store.JournalDetail{State: fmt.Appendf(nil, `{"n":%d}`, i)}})
 	}
 	u, err := st.Begin(ctx)
 	if err != nil {
@@ -92,6 +93,11 @@ func TestInstancePageReadsOnlyTheJournalItShows(t *testing.T) {
 	}
 	if !strings.Contains(page, "message bulk-050 ") || strings.Contains(page, "message bulk-049 ") || !strings.Contains(page, "50 earlier entries") {
 		t.Errorf("the page does not show bulk-050 to bulk-249 with a note on the 50 earlier ones")
+	}
+	// Each shown entry has its diff, the oldest shown too: the page reads
+	// the entry before it for the state it changed.
+	if n := strings.Count(page, `<td class="mono">replace</td>`); n != 200 {
+		t.Errorf("the page shows %d diffs; want one for each of the 200 entries shown", n)
 	}
 	var hist admin.SagaHistory
 	if err := json.Unmarshal([]byte(get("/instances/order/o-1/history.json")), &hist); err != nil {
