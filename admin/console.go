@@ -149,6 +149,7 @@ func (s *Server) routeConsole() {
 	page("POST /timers/reschedule", s.actRescheduleTimer)
 	s.routeConsoleSchedules()
 	s.routeActions()
+	s.routeRetryNow()
 	s.routeConsoleReplicas()
 	s.routeHistory()
 	s.routeCharts()
