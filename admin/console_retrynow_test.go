@@ -1,13 +1,16 @@
 package admin_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/store"
 )
 
 // The Retrying page lists every retrying message, escaped, with a Retry
@@ -26,7 +29,7 @@ func TestConsoleRetryNowBatch(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /retries: %d", code)
 	}
-	for _, want := range []string{`aria-current="page">Retrying</a>`, "pay-o-1", "pay-o-2", "charge card: &lt;script&gt;alert(1)&lt;/script&gt;",
+	for _, want := range []string{`aria-current="page">Retrying</a>`, `data-live="3"`, "pay-o-1", "pay-o-2", "charge card: &lt;script&gt;alert(1)&lt;/script&gt;",
 		`data-action="retry-now"`, "cannot be retried now", `name="id" value="pay-o-1"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("/retries lacks %q", want)
@@ -136,5 +139,39 @@ func TestConsoleRetryNowOne(t *testing.T) {
 	}
 	if code, page := br.get("/retries/retry-now?type=order&key=o-2&id=pay-o-2"); code != http.StatusConflict || !strings.Contains(page, "cannot be retried now") {
 		t.Errorf("question about a retry without an envelope: %d, want 409 saying it cannot be retried now", code)
+	}
+}
+
+// The Retrying page pages by the store's cursor (50 a page) and filters
+// by saga type; a cursor it did not make is refused with 400.
+func TestConsoleRetriesPaged(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	base := time.Now().UTC().Truncate(time.Microsecond)
+	for i := range 51 {
+		at := base.Add(time.Duration(i) * time.Second)
+		r := store.Retry{ID: fmt.Sprintf("m-%03d", i), SagaType: "order", Key: fmt.Sprintf("k-%03d", i), MessageID: fmt.Sprintf("m-%03d", i),
+			MessageType: "orders.PaymentReceived", Attempts: 1, Error: "boom", FirstFailedAt: at, LastFailedAt: at, NextAttemptAt: at.Add(time.Hour)}
+		if err := b.st.RecordRetry(t.Context(), &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	br := newBrowser(t, b)
+	rows := regexp.MustCompile(`data-retry="(m-\d+)"`)
+	_, page := br.get("/retries?saga_type=order")
+	first := rows.FindAllStringSubmatch(page, -1)
+	next := regexp.MustCompile(`href="(/retries\?[^"]+)">Next page`).FindStringSubmatch(page)
+	if len(first) != 50 || first[0][1] != "m-000" || next == nil {
+		t.Fatalf("first page: %d rows from %v, next %v; want 50 from m-000 and a next page", len(first), first[:min(1, len(first))], next)
+	}
+	_, page = br.get(strings.ReplaceAll(next[1], "&amp;", "&"))
+	if second := rows.FindAllStringSubmatch(page, -1); len(second) != 1 || second[0][1] != "m-050" {
+		t.Errorf("second page: %v; want m-050 alone", second)
+	}
+	if _, page = br.get("/retries?saga_type=other"); rows.MatchString(page) {
+		t.Errorf("/retries of another saga type lists order's retries")
+	}
+	if code, _ := br.get("/retries?after_at=yesterday"); code != http.StatusBadRequest {
+		t.Errorf("a cursor the page did not make: %d, want 400", code)
 	}
 }
