@@ -479,6 +479,10 @@ func (s *Server) actRetryBatch(w http.ResponseWriter, r *http.Request) {
 		s.consoleError(w, r, http.StatusBadRequest, capitalise(err.Error())+".")
 		return
 	}
+	if r.PostFormValue("selected") == "yes" && len(f.IDs) == 0 {
+		s.consoleError(w, r, http.StatusBadRequest, "No message is ticked: tick the messages to retry, or use Retry all matching.")
+		return
+	}
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, basePath(r)+"/retries/retry?"+filterValues(f).Encode(), http.StatusSeeOther)
 		return

@@ -63,6 +63,9 @@ func TestConsoleRetryNowBatch(t *testing.T) {
 		t.Errorf("cross-origin confirmation: %d, want 403", resp.StatusCode)
 	}
 
+	if resp, body := br.post("/retries/retry", url.Values{"selected": {"yes"}}); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "No message is ticked") {
+		t.Errorf("Retry selected with nothing ticked: %d, want 400 saying so", resp.StatusCode)
+	}
 	_, ask = br.get("/retries/retry?saga_type=order&id=pay-o-1&id=pay-o-3")
 	digest = regexp.MustCompile(`name="digest" value="([0-9a-f]+)"`).FindStringSubmatch(ask)
 	if digest == nil || !strings.Contains(ask, "Retry 2 message(s) now?") {
