@@ -81,11 +81,13 @@ func TestBrowserRetryNow(t *testing.T) {
 		t.Fatalf("before the confirmation: %+v, %v; want pay-1 still awaiting its charge", in, err)
 	}
 	screenshot(t, bctx, "retry-now-question")
+	confirmed := time.Now()
 	run(t, bctx, "confirm", chromedp.Click("#confirm-retry-yes", chromedp.ByID), chromedp.WaitVisible("#why"))
 	eventually(t, "pay-1 to be charged by the copy", func() bool {
 		in, err := loadInstance2(b, k)
 		return err == nil && in.State == "Charged"
 	})
+	t.Logf("charged %v after the confirmation; the backoff was 1h", time.Since(confirmed).Round(time.Millisecond))
 	eventually(t, "the charge's retry state to be cleared by the copy that applied", func() bool {
 		rs, err := b.st.Retries(ctx, k)
 		return err == nil && len(rs) == 0
