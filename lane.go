@@ -335,20 +335,23 @@ func (l *lane) noteRetry(it *item, delay time.Duration, err error) {
 		ID: it.msgID, SagaType: it.typ, Key: it.key, MessageID: it.d.Envelope.ID, MessageType: it.d.Envelope.Type,
 		Attempts: max(it.d.Attempt, 1), Error: store.RetryText(err.Error()),
 		FirstFailedAt: l.now, LastFailedAt: l.now, NextAttemptAt: l.now.Add(delay),
+		Envelope: &it.d.Envelope, // kept on failure only: "retry now" publishes it again
 	})
 }
 
 // clearRetries lists the retry states this unit of work ends: those of
 // the messages it settles after an earlier failed delivery (Attempt > 1),
-// and of the messages it dead-letters (the dead letter supersedes its
-// retry). A message settled at its first delivery adds nothing.
+// of the messages it dead-letters (the dead letter supersedes its retry),
+// and of copies an operator sent (a "retry now" copy arrives at Attempt 1
+// while the original still waits out its backoff). Any other message
+// settled at its first delivery adds nothing.
 func (l *lane) clearRetries() []string {
 	if l.caps.retries == nil {
 		return nil
 	}
 	var ids []string
 	for _, r := range l.res.att.results {
-		if r.o.kind != OutcomeRetried && (r.it.d.Attempt > 1 || r.o.kind == OutcomeDeadLettered) {
+		if r.o.kind != OutcomeRetried && (r.it.d.Attempt > 1 || r.o.kind == OutcomeDeadLettered || r.it.d.Envelope.Headers[transport.HeaderActor] != "") {
 			ids = append(ids, r.it.msgID)
 		}
 	}

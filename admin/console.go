@@ -150,6 +150,7 @@ func (s *Server) routeConsole() {
 	s.routeConsoleSchedules()
 	s.routeActions()
 	s.routeConsoleBatchEnd()
+	s.routeRetryNow()
 	s.routeConsoleReplicas()
 	s.routeHistory()
 	s.routeCharts()

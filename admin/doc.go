@@ -19,6 +19,9 @@
 //	GET    /api/sagas/select?<filter>        count the active sagas a filter selects (at most 1,000; from=&to= on updated_at too), with the set's digest
 //	POST   /api/sagas/end?<filter>           {"reason": R, "digest": D}: end exactly the set counted (409 when it changed)
 //	GET    /api/sagas/{type}/{key}/retries   its messages being retried: attempt, last error, next attempt (501 when the store keeps none)
+//	POST   /api/sagas/{type}/{key}/retries/{id}/retry   publish the retrying message again now, same ID (409 when its retry keeps no envelope)
+//	GET    /api/retries/select?saga_type=&message_type=   count the retrying messages a filter selects, with a digest
+//	POST   /api/retries/retry?saga_type=&message_type=   {"digest": D}: retry them now (409 when the set changed)
 //	GET    /api/sagas/{type}/{key}/history   its whole history: each journal entry's payload, headers, IDs, emitted messages (sent or not), diff, duration
 //	GET    /api/dead-letters?type=&after=&limit=
 //	GET    /api/dead-letters?reason=&message_type=&key=&type=&after=&limit=

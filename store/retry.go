@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/idemhq/idem/transport"
 )
 
 // Retry is the retry state of one message the engine gave back to its
@@ -43,6 +45,15 @@ type Retry struct {
 	// NextAttemptAt is when the transport should deliver the message
 	// again: the failure's time plus the delay it was given back with.
 	NextAttemptAt time.Time `json:"next_attempt_at"`
+	// Envelope is the failed message as it arrived, kept so that an
+	// operator can publish it again now; nil for a retry
+	// recorded without one (before the stores kept it). It is not part
+	// of the JSON: its body is the message's, not the retry's.
+	Envelope *transport.Envelope `json:"-"`
+	// RetryNowAt is when an operator last published the message again
+	// (zero if never): from then on a failure is recorded even with fewer
+	// Attempts (see RetryRecorder.RecordRetry).
+	RetryNowAt time.Time `json:"retry_now_at,omitzero"`
 }
 
 // MaxRetryErrorBytes bounds Retry.Error: an error chain that quotes a
@@ -144,7 +155,11 @@ type RetryRecorder interface {
 	// keeping its FirstFailedAt; it stores RetryText(r.Error) and times at
 	// microsecond precision. A retry recorded with fewer Attempts than the
 	// stored one changes nothing (a late write of an earlier failure never
-	// overwrites a later one); equal Attempts replace it. A retry Validate
+	// overwrites a later one); equal Attempts replace it. Once the stored
+	// retry has a RetryNowAt, a retry whose LastFailedAt is not before it
+	// replaces it whatever its Attempts (the copy an operator published
+	// counts its attempts afresh), keeping the greater Attempts. A zero
+	// RetryNowAt keeps the stored one. A retry Validate
 	// refuses is refused with its error (wrapping ErrRejected) and nothing
 	// is written. It commits on its own, outside any unit of work: the
 	// engine records retries in its commits (Changes.RecordRetries), and

@@ -2,9 +2,6 @@ package inspect
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -70,20 +67,13 @@ func SelectSagas(ctx context.Context, st store.Store, q *store.InstanceQuery) (*
 
 // digest hashes a selection, each field length-prefixed.
 func digest(sagas []SagaVersion) string {
-	h := sha256.New()
-	var n [8]byte
-	put := func(s string) {
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
+	d := newDigester()
 	for _, s := range sagas {
-		put(s.SagaType)
-		put(s.Key.Key)
-		binary.BigEndian.PutUint64(n[:], uint64(s.Version))
-		h.Write(n[:])
+		d.str(s.SagaType)
+		d.str(s.Key.Key)
+		d.num(s.Version)
 	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	return d.sum()
 }
 
 // BatchResult is what a batch action did.

@@ -32,11 +32,12 @@ func (s *Store) RecordRetry(ctx context.Context, r *store.Retry) error {
 func (s *Store) recordRetry(r *store.Retry) {
 	c := *r
 	c.Error = store.RetryText(r.Error)
+	c.Envelope = cloneEnvelope(r.Envelope)
 	if old := s.retries[r.ID]; old != nil {
-		if old.Attempts > r.Attempts {
+		if !replacesRetry(old, r) {
 			return
 		}
-		c.FirstFailedAt = old.FirstFailedAt
+		keepRetry(&c, old)
 	}
 	if s.retries == nil {
 		s.retries = make(map[string]*store.Retry)
@@ -107,7 +108,9 @@ func (s *Store) selectRetries(ctx context.Context, op string, match func(*store.
 	slices.SortFunc(out, compareRetries)
 	rs := make([]store.Retry, 0, min(n, len(out)))
 	for _, r := range out[:min(n, len(out))] {
-		rs = append(rs, *r)
+		c := *r
+		c.Envelope = cloneEnvelope(r.Envelope)
+		rs = append(rs, c)
 	}
 	return rs, nil
 }

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -11,15 +12,22 @@ import (
 
 var _ store.RetryRecorder = (*Store)(nil)
 
-const retryCols = `id, saga_type, key, message_id, message_type, attempts, error, first_failed_at, last_failed_at, next_attempt_at`
+const retryCols = `id, saga_type, key, message_id, message_type, attempts, error, first_failed_at, last_failed_at, next_attempt_at,
+envelope, body, retry_now_at`
 
-// recordRetrySQL replaces a retry but keeps its first_failed_at.
+// recordRetrySQL replaces a retry but keeps its first_failed_at, and its
+// envelope and retry_now_at when the new one has none; a failure after a
+// retry now replaces it whatever its attempts (store.RetryRecorder).
 const recordRetrySQL = `
-INSERT INTO idem_retries (` + retryCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+INSERT INTO idem_retries (` + retryCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text::json, $12, $13)
 ON CONFLICT (id) DO UPDATE
 SET saga_type = excluded.saga_type, key = excluded.key, message_id = excluded.message_id, message_type = excluded.message_type,
-    attempts = excluded.attempts, error = excluded.error, last_failed_at = excluded.last_failed_at, next_attempt_at = excluded.next_attempt_at
-WHERE excluded.attempts >= idem_retries.attempts`
+    attempts = GREATEST(excluded.attempts, idem_retries.attempts), error = excluded.error,
+    last_failed_at = excluded.last_failed_at, next_attempt_at = excluded.next_attempt_at,
+    envelope = COALESCE(excluded.envelope, idem_retries.envelope), body = COALESCE(excluded.body, idem_retries.body),
+    retry_now_at = COALESCE(excluded.retry_now_at, idem_retries.retry_now_at)
+WHERE excluded.attempts >= idem_retries.attempts
+   OR (idem_retries.retry_now_at IS NOT NULL AND excluded.last_failed_at >= idem_retries.retry_now_at)`
 
 // sweepRetriesSQL deletes up to $2 retries whose next attempt is before
 // $1, oldest first.
@@ -45,7 +53,11 @@ func (s *Store) RecordRetry(ctx context.Context, r *store.Retry) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("pgstore: record retry: %w", err)
 	}
-	_, err := s.pool.Exec(ctx, recordRetrySQL, recordRetryArgs(r)...)
+	args, err := recordRetryArgs(r)
+	if err != nil {
+		return fmt.Errorf("pgstore: record retry %q: %w", r.ID, err)
+	}
+	_, err = s.pool.Exec(ctx, recordRetrySQL, args...)
 	if err != nil {
 		return fmt.Errorf("pgstore: record retry %q: %w", r.ID, translate(err))
 	}
@@ -94,10 +106,19 @@ func scanRetries(rows pgx.Rows) ([]store.Retry, error) {
 	var out []store.Retry
 	for rows.Next() {
 		var r store.Retry
-		if err := rows.Scan(&r.ID, &r.SagaType, &r.Key, &r.MessageID, &r.MessageType, &r.Attempts, &r.Error, &r.FirstFailedAt, &r.LastFailedAt, &r.NextAttemptAt); err != nil {
+		var meta, body []byte
+		var nowAt *time.Time
+		if err := rows.Scan(&r.ID, &r.SagaType, &r.Key, &r.MessageID, &r.MessageType, &r.Attempts, &r.Error, &r.FirstFailedAt, &r.LastFailedAt, &r.NextAttemptAt,
+			&meta, &body, &nowAt); err != nil {
 			return nil, err
 		}
 		r.FirstFailedAt, r.LastFailedAt, r.NextAttemptAt = r.FirstFailedAt.UTC(), r.LastFailedAt.UTC(), r.NextAttemptAt.UTC()
+		if nowAt != nil {
+			r.RetryNowAt = nowAt.UTC()
+		}
+		if err := decodeRetryEnvelope(&r, meta, body); err != nil {
+			return nil, err
+		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -110,9 +131,17 @@ func queueClearRetries(b *pgx.Batch, c *store.Changes) {
 	}
 }
 
-func recordRetryArgs(r *store.Retry) []any {
+func recordRetryArgs(r *store.Retry) ([]any, error) {
+	meta, body, err := encodeRetryEnvelope(r)
+	if err != nil {
+		return nil, err
+	}
+	var nowAt *time.Time
+	if !r.RetryNowAt.IsZero() {
+		nowAt = &r.RetryNowAt
+	}
 	return []any{r.ID, r.SagaType, r.Key, r.MessageID, r.MessageType, r.Attempts, store.RetryText(r.Error),
-		r.FirstFailedAt, r.LastFailedAt, r.NextAttemptAt}
+		r.FirstFailedAt, r.LastFailedAt, r.NextAttemptAt, meta, body, nowAt}, nil
 }
 
 // queueRecordRetries records the retries c records, in the commit's
@@ -124,7 +153,11 @@ func queueRecordRetries(b *pgx.Batch, c *store.Changes) error {
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("pgstore: commit: record retry: %w", err)
 		}
-		b.Queue(recordRetrySQL, recordRetryArgs(r)...)
+		args, err := recordRetryArgs(r)
+		if err != nil {
+			return fmt.Errorf("pgstore: commit: record retry %q: %w", r.ID, err)
+		}
+		b.Queue(recordRetrySQL, args...)
 	}
 	return nil
 }

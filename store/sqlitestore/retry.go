@@ -10,15 +10,22 @@ import (
 
 var _ store.RetryRecorder = (*Store)(nil)
 
-const retryCols = `id, saga_type, key, message_id, message_type, attempts, error, first_failed_at, last_failed_at, next_attempt_at`
+const retryCols = `id, saga_type, key, message_id, message_type, attempts, error, first_failed_at, last_failed_at, next_attempt_at,
+envelope, body, retry_now_at`
 
-// recordRetrySQL replaces a retry but keeps its first_failed_at.
+// recordRetrySQL replaces a retry but keeps its first_failed_at, and its
+// envelope and retry_now_at when the new one has none; a failure after a
+// retry now replaces it whatever its attempts (store.RetryRecorder).
 const recordRetrySQL = `
-INSERT INTO idem_retries (` + retryCols + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+INSERT INTO idem_retries (` + retryCols + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
 ON CONFLICT (id) DO UPDATE
 SET saga_type = excluded.saga_type, key = excluded.key, message_id = excluded.message_id, message_type = excluded.message_type,
-    attempts = excluded.attempts, error = excluded.error, last_failed_at = excluded.last_failed_at, next_attempt_at = excluded.next_attempt_at
-WHERE excluded.attempts >= idem_retries.attempts`
+    attempts = max(excluded.attempts, idem_retries.attempts), error = excluded.error,
+    last_failed_at = excluded.last_failed_at, next_attempt_at = excluded.next_attempt_at,
+    envelope = coalesce(excluded.envelope, idem_retries.envelope), body = coalesce(excluded.body, idem_retries.body),
+    retry_now_at = coalesce(excluded.retry_now_at, idem_retries.retry_now_at)
+WHERE excluded.attempts >= idem_retries.attempts
+   OR (idem_retries.retry_now_at IS NOT NULL AND excluded.last_failed_at >= idem_retries.retry_now_at)`
 
 // sweepRetriesSQL deletes up to ?2 retries whose next attempt is before
 // ?1, oldest first.
@@ -43,8 +50,12 @@ func (s *Store) RecordRetry(ctx context.Context, r *store.Retry) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("sqlitestore: record retry: %w", err)
 	}
-	err := s.write(ctx, "record retry", 0, func(w *writer) error {
-		_, err := w.exec(recordRetrySQL, recordRetryArgs(r)...)
+	args, err := recordRetryArgs(r)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: record retry %q: %w", r.ID, err)
+	}
+	err = s.write(ctx, "record retry", 0, func(w *writer) error {
+		_, err := w.exec(recordRetrySQL, args...)
 		return err
 	})
 	if err != nil {
@@ -99,10 +110,20 @@ func scanRetries(rows *sql.Rows) ([]store.Retry, error) {
 	for rows.Next() {
 		var r store.Retry
 		var first, last, next int64
-		if err := rows.Scan(&r.ID, &r.SagaType, &r.Key, &r.MessageID, &r.MessageType, &r.Attempts, &r.Error, &first, &last, &next); err != nil {
+		var meta sql.NullString
+		var body []byte
+		var nowAt sql.NullInt64
+		if err := rows.Scan(&r.ID, &r.SagaType, &r.Key, &r.MessageID, &r.MessageType, &r.Attempts, &r.Error, &first, &last, &next,
+			&meta, &body, &nowAt); err != nil {
 			return nil, err
 		}
 		r.FirstFailedAt, r.LastFailedAt, r.NextAttemptAt = fromMicros(first), fromMicros(last), fromMicros(next)
+		if nowAt.Valid {
+			r.RetryNowAt = fromMicros(nowAt.Int64)
+		}
+		if err := decodeRetryEnvelope(&r, meta, body); err != nil {
+			return nil, err
+		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -117,9 +138,17 @@ func clearRetryOps(c *store.Changes) []op {
 	return ops
 }
 
-func recordRetryArgs(r *store.Retry) []any {
+func recordRetryArgs(r *store.Retry) ([]any, error) {
+	meta, body, err := encodeRetryEnvelope(r)
+	if err != nil {
+		return nil, err
+	}
+	var nowAt sql.NullInt64
+	if !r.RetryNowAt.IsZero() {
+		nowAt = sql.NullInt64{Int64: micros(r.RetryNowAt), Valid: true}
+	}
 	return []any{r.ID, r.SagaType, r.Key, r.MessageID, r.MessageType, r.Attempts, store.RetryText(r.Error),
-		micros(r.FirstFailedAt), micros(r.LastFailedAt), micros(r.NextAttemptAt)}
+		micros(r.FirstFailedAt), micros(r.LastFailedAt), micros(r.NextAttemptAt), meta, body, nowAt}, nil
 }
 
 // recordRetryOps records the retries c records, in the commit, after the
@@ -131,7 +160,11 @@ func recordRetryOps(c *store.Changes) ([]op, error) {
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("sqlitestore: commit: record retry: %w", err)
 		}
-		ops = append(ops, op{sql: recordRetrySQL, args: recordRetryArgs(r)})
+		args, err := recordRetryArgs(r)
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: commit: record retry %q: %w", r.ID, err)
+		}
+		ops = append(ops, op{sql: recordRetrySQL, args: args})
 	}
 	return ops, nil
 }
