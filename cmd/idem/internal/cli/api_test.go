@@ -139,6 +139,7 @@ func checkAPICommands(t *testing.T, r *apiRig) {
 	checkFire(t, r)
 	checkAPIRefusals(t, r)
 	checkReplicas(t, r)
+	checkRetries(t, r)
 }
 
 // An event sent with idem sagas send is applied: the saga's state changes,

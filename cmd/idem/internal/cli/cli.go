@@ -61,7 +61,7 @@ carry deterministic IDs.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newTimers(), newSchedules(), newBench())
-	root.AddCommand(newReplicas())
+	root.AddCommand(newReplicas(), newRetries())
 	root.AddCommand(newServe(), newTorture(), newTortureWorker())
 	return root
 }
