@@ -14,9 +14,15 @@ import (
 )
 
 var (
-	_ store.DeadLetterQuerier  = (*Store)(nil)
-	_ store.DeadLetterReplayer = (*Store)(nil)
+	_ store.DeadLetterQuerier     = (*Store)(nil)
+	_ store.DeadLetterReplayer    = (*Store)(nil)
+	_ store.DeadLetterTypeQuerier = (*Store)(nil)
 )
+
+// SelectsMessageType marks the store as selecting dead letters by
+// store.DeadLetterQuery.MessageType (the column message_type, migration
+// 17); see store.DeadLetterTypeQuerier.
+func (s *Store) SelectsMessageType() {}
 
 // asOfFilter is the condition of a mark, parameter $n, or nothing without
 // one. The condition is left out rather than guarded: the planner may fold
@@ -68,21 +74,22 @@ func parseXid(s string) (uint64, error) {
 	return strconv.ParseUint(s, 10, 64)
 }
 
-// latestOutcome is the outcome of a dead letter's latest replay, NULL
-// when it has none (read from the index on (dead_letter_id, seq)).
-const latestOutcome = `(SELECT r.outcome FROM idem_dead_letter_replays r WHERE r.dead_letter_id = idem_dead_letters.id ORDER BY r.seq DESC LIMIT 1)`
-
-// stateFilter is the condition of a state, or nothing for every one.
+// stateFilter is the condition of a state, or nothing for every one. It
+// reads latest_outcome, the outcome of the dead letter's latest replay
+// (NULL when it has none) that migration 17's triggers keep; the
+// unresolved condition is, word for word, the predicate of that
+// migration's partial indexes. A "duplicate" replay is resolved: an
+// earlier copy of its message was applied.
 func stateFilter(st store.DeadLetterState) (string, error) {
 	switch st {
 	case "", store.DeadLettersAll:
 		return "", nil
 	case store.DeadLettersUnresolved:
-		return ` AND coalesce(` + latestOutcome + `, '') NOT IN ('pending', 'succeeded')`, nil
+		return ` AND coalesce(latest_outcome, '') NOT IN ('pending', 'succeeded', 'duplicate')`, nil
 	case store.DeadLettersResolved:
-		return ` AND ` + latestOutcome + ` = 'succeeded'`, nil
+		return ` AND latest_outcome IN ('succeeded', 'duplicate')`, nil
 	case store.DeadLettersPending:
-		return ` AND ` + latestOutcome + ` = 'pending'`, nil
+		return ` AND latest_outcome = 'pending'`, nil
 	}
 	_, err := store.ParseDeadLetterState(string(st))
 	return "", fmt.Errorf("pgstore: %w", err)
@@ -105,7 +112,7 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.After, q.Fingerprint) {
+	if !representable(q.SagaType, q.Key, q.Reason, q.After, q.Fingerprint, q.MessageType) {
 		return nil, nil // no stored dead letter holds such a value
 	}
 	args := append(deadLetterArgs(q), sqlq.Limit(q.Limit))
@@ -163,7 +170,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if q.AsOf != "" {
 		out.AsOf = q.AsOf // counted within the given mark: it stays the bound
 	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint) {
+	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint, q.MessageType) {
 		return out, nil
 	}
 	c := *q
@@ -231,7 +238,7 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 			return store.ErrNotFound
 		}
 		ct, err = tx.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome, replayed_by)
-SELECT id, $2, 'pending', $3 FROM idem_dead_letters WHERE id = $1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, at, storableText(store.ReplayBy(ctx)))
+SELECT id, $2, 'pending', $3 FROM idem_dead_letters WHERE id = $1 AND coalesce(latest_outcome, '') <> 'pending'`, id, at, storableText(store.ReplayBy(ctx)))
 		if err != nil {
 			return translate(err)
 		}
@@ -264,9 +271,14 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 }
 
 // settleReplaysSQL settles the latest replay of each dead letter $1 names
-// if it is pending.
-const settleReplaysSQL = `UPDATE idem_dead_letter_replays r SET outcome = $2, settled_at = $3, error = $4
-FROM (SELECT dead_letter_id, max(seq) AS seq FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) GROUP BY dead_letter_id) l
+// if it is pending. It locks the dead letters' rows first, in one order
+// (the aggregate reads them all before any replay is updated), as
+// recording a dead letter locks its row before its replays: the replays'
+// trigger (migration 17) then writes those rows, and two writers never
+// wait on each other in opposite orders.
+const settleReplaysSQL = `WITH locked AS MATERIALIZED (SELECT id FROM idem_dead_letters WHERE id = ANY($1) ORDER BY id COLLATE "C" FOR UPDATE)
+UPDATE idem_dead_letter_replays r SET outcome = $2, settled_at = $3, error = $4
+FROM (SELECT dead_letter_id, max(seq) AS seq FROM idem_dead_letter_replays WHERE dead_letter_id IN (SELECT id FROM locked) GROUP BY dead_letter_id) l
 WHERE r.seq = l.seq AND r.outcome = 'pending'`
 
 // representableIDs is ids without those PostgreSQL cannot take (no

@@ -15,12 +15,16 @@ var (
 )
 
 // triageFilter appends to args (whose first element is the query mode,
-// not a parameter) the values of q's Fingerprint and ArchivedBefore, and
-// of its mark when it binds the archival state (see
+// not a parameter) the values of q's MessageType, Fingerprint and
+// ArchivedBefore, and of its mark when it binds the archival state (see
 // store.DeadLetterQuery.ArchivalBound), and returns the conditions that
 // use them with q's Archived. The caller has checked the mark.
 func triageFilter(q *store.DeadLetterQuery, args []any) (string, []any) {
 	cond := ""
+	if q.MessageType != "" {
+		args = append(args, q.MessageType)
+		cond += fmt.Sprintf(` AND message_type COLLATE "C" = $%d`, len(args)-1)
+	}
 	if q.ArchivalBound() {
 		args = append(args, q.AsOf)
 		cond += fmt.Sprintf(` AND %s`, archivalAsOf(len(args)-1))
@@ -52,17 +56,22 @@ func archivalAsOf(n int) string {
 	return fmt.Sprintf(`(archived_xid IS NULL OR pg_visible_in_snapshot(archived_xid, $%d::pg_snapshot))`, n)
 }
 
-// groupDeadLettersSQL groups the dead letters the conditions at %s select
-// (deadLetterFilters and more): per fingerprint and reason, the count,
-// first and last seen, and the error of the latest failure. $5 is the
-// limit.
-const groupDeadLettersSQL = `SELECT fingerprint, reason, n, first_seen, last_seen, error FROM (
-  SELECT fingerprint, reason, error,
-    count(*) OVER w AS n, min(first_failed_at) OVER w AS first_seen, max(last_failed_at) OVER w AS last_seen,
-    row_number() OVER (PARTITION BY fingerprint, reason ORDER BY last_failed_at DESC, id COLLATE "C") AS rn
-  FROM idem_dead_letters WHERE %s
-  WINDOW w AS (PARTITION BY fingerprint, reason)) g
-WHERE rn = 1 ORDER BY n DESC, last_seen DESC, fingerprint COLLATE "C", reason COLLATE "C" LIMIT $5`
+// groupDeadLettersSQL groups the dead letters the conditions at %[1]s
+// select (deadLetterFilters and more): per fingerprint and reason, the
+// count, first and last seen (an aggregate the index
+// idem_dead_letters_open_groups answers alone for the unresolved ones),
+// then the error of each group's latest failure (one row of that index
+// per group). $5 is the limit.
+const groupDeadLettersSQL = `SELECT g.fingerprint, g.reason, g.n, g.first_seen, g.last_seen, e.error FROM (
+  SELECT fingerprint COLLATE "C" AS fingerprint, reason COLLATE "C" AS reason, count(*) AS n,
+    min(first_failed_at) AS first_seen, max(last_failed_at) AS last_seen
+  FROM idem_dead_letters WHERE %[1]s
+  GROUP BY fingerprint COLLATE "C", reason COLLATE "C"
+  ORDER BY n DESC, last_seen DESC, fingerprint, reason LIMIT $5) g
+CROSS JOIN LATERAL (SELECT error FROM idem_dead_letters
+  WHERE %[1]s AND fingerprint COLLATE "C" = g.fingerprint AND reason COLLATE "C" = g.reason
+  ORDER BY last_failed_at DESC, id COLLATE "C" LIMIT 1) e
+ORDER BY g.n DESC, g.last_seen DESC, g.fingerprint, g.reason`
 
 // GroupDeadLetters returns the groups of the dead letters q selects; see
 // store.DeadLetterGrouper.
@@ -81,7 +90,7 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err != nil {
 		return nil, err
 	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint) {
+	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint, q.MessageType) {
 		return nil, nil
 	}
 	c := *q
