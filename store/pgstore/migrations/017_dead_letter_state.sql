@@ -131,9 +131,11 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS idem_dead_letters_open_groups
     ON idem_dead_letters (fingerprint COLLATE "C", reason COLLATE "C", last_failed_at DESC, id COLLATE "C") INCLUDE (first_failed_at)
     WHERE archived_at IS NULL AND coalesce(latest_outcome, '') NOT IN ('pending', 'succeeded', 'duplicate');
 
--- By message type, in ID order.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS idem_dead_letters_message_type
-    ON idem_dead_letters (message_type COLLATE "C", id COLLATE "C") INCLUDE (reason);
+-- The same dead letters of one message type, in ID order, with what
+-- their counts and groups read.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idem_dead_letters_open_type
+    ON idem_dead_letters (message_type COLLATE "C", id COLLATE "C") INCLUDE (reason, fingerprint, first_failed_at, last_failed_at)
+    WHERE archived_at IS NULL AND coalesce(latest_outcome, '') NOT IN ('pending', 'succeeded', 'duplicate');
 
 -- Archived dead letters, in ID order.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS idem_dead_letters_archived
