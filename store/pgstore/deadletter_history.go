@@ -211,6 +211,7 @@ func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf st
 	if _, err := asOfFilter(asOf, 2); err != nil {
 		return 0, err
 	}
+	defer s.groups.drop()
 	ct, err := s.pool.Exec(ctx, `DELETE FROM idem_dead_letters WHERE id = ANY($1) AND pg_visible_in_snapshot(recorded_xid, $2::pg_snapshot) AND `+archivalAsOf(2), ids, asOf)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: delete %d dead letters as of a count: %w", len(ids), translate(err))
@@ -227,6 +228,7 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	if !representable(id) {
 		return fmt.Errorf("pgstore: replay dead letter %q: %w", id, store.ErrNotFound)
 	}
+	defer s.groups.drop()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The dead letter's row lock orders concurrent replays; each
 		// statement after it reads the replays committed before it.
@@ -263,6 +265,7 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 	if len(ids) == 0 {
 		return nil
 	}
+	defer s.groups.drop()
 	_, err := s.pool.Exec(ctx, settleReplaysSQL, ids, string(p.Outcome), p.At, storableText(p.Error))
 	if err != nil {
 		return fmt.Errorf("pgstore: settle replays of %d dead letters: %w", len(ids), translate(err))

@@ -93,14 +93,29 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint, q.MessageType) {
 		return nil, nil
 	}
+	key, at := groupsKey(q), time.Now()
+	gs, gen, ok := s.groups.get(key, at)
+	if ok {
+		return gs, nil
+	}
+	gs, err = s.groupDeadLetters(ctx, q, asOf+state)
+	if err == nil {
+		s.groups.put(key, gen, at, gs)
+	}
+	return gs, err
+}
+
+// groupDeadLetters reads the groups of the dead letters q selects, with
+// the conditions cond of its mark and state.
+func (s *Store) groupDeadLetters(ctx context.Context, q *store.DeadLetterQuery, cond string) ([]store.DeadLetterGroup, error) {
 	c := *q
 	c.After = ""
 	args := append(deadLetterArgs(&c), sqlq.Limit(q.Limit))
-	if asOf != "" {
+	if q.AsOf != "" {
 		args = append(args, q.AsOf)
 	}
 	triage, args := triageFilter(q, args)
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(groupDeadLettersSQL, deadLetterFilters+asOf+state+triage), args...)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(groupDeadLettersSQL, deadLetterFilters+cond+triage), args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: group dead letters: %w", translate(err))
 	}
@@ -142,6 +157,7 @@ func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) 
 	if asOf != "" {
 		asOf += ` AND ` + archivalAsOf(3)
 	}
+	defer s.groups.drop()
 	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = coalesce($2::timestamptz, now()), archived_xid = pg_current_xact_id()
 WHERE id = ANY($1) AND archived_at IS NULL`+asOf, args...)
 	if err != nil {
@@ -165,6 +181,7 @@ func (s *Store) RestoreDeadLetters(ctx context.Context, p *store.ArchiveParams) 
 		asOf += ` AND ` + archivalAsOf(2)
 		args = append(args, p.AsOf)
 	}
+	defer s.groups.drop()
 	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = NULL, archived_xid = pg_current_xact_id()
 WHERE id = ANY($1) AND archived_at IS NOT NULL`+asOf, args...)
 	if err != nil {

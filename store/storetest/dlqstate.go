@@ -13,6 +13,7 @@ var deadLetterStateCases = []testCase{
 	{"DeadLetterMessageTypeSelected", testDeadLetterMessageType},
 	{"DeadLetterMessageTypeHostile", testDeadLetterMessageTypeHostile},
 	{"DeadLetterStateKeptThroughReplays", testDeadLetterStateKept},
+	{"DeadLetterGroupsFollowWrites", testDeadLetterGroupsFollowWrites},
 }
 
 // RunDeadLetterState runs the cases of store.DeadLetterTypeQuerier (with
@@ -195,4 +196,45 @@ func testDeadLetterStateKept(t *testing.T, s store.Store) {
 	checkSelection(t, s, "pending after a second replay", store.DeadLetterQuery{State: store.DeadLettersPending}, []string{"ok", "pending"}, reasons)
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{replayedCopy(typedDeadLetter("ok", "orders.Placed", "permanent_error", done.Add(2*time.Minute)))}})
 	checkSelection(t, s, "unresolved after the second replay failed", store.DeadLetterQuery{State: store.DeadLettersUnresolved}, []string{"failed", "new", "not-sent", "ok"}, reasons)
+}
+
+// testDeadLetterGroupsFollowWrites: the groups of the unresolved dead
+// letters follow, at once, each write through the store that changes
+// them (a store may keep its answers a while, not past its own writes).
+func testDeadLetterGroupsFollowWrites(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	t0 := now().Add(-time.Hour)
+	q := store.DeadLetterQuery{State: store.DeadLettersUnresolved}
+	check := func(what string, want int) {
+		t.Helper()
+		if got := groupCounts(groups(t, s, q))["permanent_error"]; got != want {
+			t.Errorf("%s: groups count %d unresolved permanent_error, want %d", what, got, want)
+		}
+	}
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{typedDeadLetter("a", "orders.Placed", "permanent_error", t0)}})
+	check("one recorded", 1)
+	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{typedDeadLetter("b", "orders.Placed", "permanent_error", t0)}})
+	check("another recorded", 2)
+	a := s.(store.DeadLetterArchiver)
+	if _, err := a.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: []string{"a"}}); err != nil {
+		t.Fatalf("archive: got error %v, want nil", err)
+	}
+	check("one archived", 1)
+	if _, err := a.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: []string{"a"}}); err != nil {
+		t.Fatalf("restore: got error %v, want nil", err)
+	}
+	check("restored", 2)
+	rp := s.(store.DeadLetterReplayer)
+	if err := rp.BeginReplay(ctx, "a", t0.Add(time.Minute)); err != nil {
+		t.Fatalf("begin replay: got error %v, want nil", err)
+	}
+	check("one replay pending", 1)
+	if err := rp.SettleReplays(ctx, &store.SettleReplaysParams{IDs: []string{"a"}, Outcome: store.ReplayNotSent, At: t0.Add(time.Minute)}); err != nil {
+		t.Fatalf("settle: got error %v, want nil", err)
+	}
+	check("its replay not sent", 2)
+	if _, err := s.DeleteDeadLetters(ctx, []string{"b"}); err != nil {
+		t.Fatalf("delete: got error %v, want nil", err)
+	}
+	check("one deleted", 1)
 }
