@@ -74,6 +74,27 @@ func parseXid(s string) (uint64, error) {
 	return strconv.ParseUint(s, 10, 64)
 }
 
+// deadLetterRead is what QueryDeadLetters, CountDeadLetters and
+// GroupDeadLetters share: q (the zero query when nil), the conditions of
+// its mark (parameter $asOfParam) and its state, and whether a stored dead
+// letter can hold its filters' values (a filter PostgreSQL cannot take as
+// text matches nothing).
+func deadLetterRead(q *store.DeadLetterQuery, asOfParam int) (*store.DeadLetterQuery, string, bool, error) {
+	if q == nil {
+		q = &store.DeadLetterQuery{}
+	}
+	asOf, err := asOfFilter(q.AsOf, asOfParam)
+	if err != nil {
+		return q, "", false, err
+	}
+	state, err := stateFilter(q.State)
+	if err != nil {
+		return q, "", false, err
+	}
+	matchable := representable(q.SagaType, q.Key, q.Reason, q.Fingerprint, q.MessageType)
+	return q, asOf + state, matchable, nil
+}
+
 // stateFilter is the condition of a state, or nothing for every one. It
 // reads latest_outcome, the outcome of the dead letter's latest replay
 // (NULL when it has none) that migration 17's triggers keep; the
@@ -101,26 +122,16 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err := s.check("query dead letters"); err != nil {
 		return nil, err
 	}
-	if q == nil {
-		q = &store.DeadLetterQuery{}
-	}
-	asOf, err := asOfFilter(q.AsOf, 6)
-	if err != nil {
-		return nil, err
-	}
-	state, err := stateFilter(q.State)
-	if err != nil {
-		return nil, err
-	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.After, q.Fingerprint, q.MessageType) {
-		return nil, nil // no stored dead letter holds such a value
+	q, cond, matchable, err := deadLetterRead(q, 6)
+	if err != nil || !matchable || !representable(q.After) {
+		return nil, err // no stored dead letter holds such a value
 	}
 	args := append(deadLetterArgs(q), sqlq.Limit(q.Limit))
-	if asOf != "" {
+	if q.AsOf != "" {
 		args = append(args, q.AsOf)
 	}
 	triage, args := triageFilter(q, args)
-	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+triage+`
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+cond+triage+`
 ORDER BY id COLLATE "C" LIMIT $5`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query dead letters: %w", translate(err))
@@ -147,14 +158,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err := s.check("count dead letters"); err != nil {
 		return nil, err
 	}
-	if q == nil {
-		q = &store.DeadLetterQuery{}
-	}
-	asOf, err := asOfFilter(q.AsOf, 5)
-	if err != nil {
-		return nil, err
-	}
-	state, err := stateFilter(q.State)
+	q, cond, matchable, err := deadLetterRead(q, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -170,17 +174,17 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if q.AsOf != "" {
 		out.AsOf = q.AsOf // counted within the given mark: it stays the bound
 	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint, q.MessageType) {
+	if !matchable {
 		return out, nil
 	}
 	c := *q
 	c.After = ""
 	args := deadLetterArgs(&c)
-	if asOf != "" {
+	if q.AsOf != "" {
 		args = append(args, q.AsOf)
 	}
 	triage, args := triageFilter(q, args)
-	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+triage+` GROUP BY reason`, args...)
+	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+cond+triage+` GROUP BY reason`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
 	}

@@ -79,26 +79,16 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err := s.check("group dead letters"); err != nil {
 		return nil, err
 	}
-	if q == nil {
-		q = &store.DeadLetterQuery{}
-	}
-	asOf, err := asOfFilter(q.AsOf, 6)
-	if err != nil {
+	q, cond, matchable, err := deadLetterRead(q, 6)
+	if err != nil || !matchable {
 		return nil, err
-	}
-	state, err := stateFilter(q.State)
-	if err != nil {
-		return nil, err
-	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint, q.MessageType) {
-		return nil, nil
 	}
 	key, at := groupsKey(q), time.Now()
 	gs, gen, ok := s.groups.get(key, at)
 	if ok {
 		return gs, nil
 	}
-	gs, err = s.groupDeadLetters(ctx, q, asOf+state)
+	gs, err = s.groupDeadLetters(ctx, q, cond)
 	if err == nil {
 		s.groups.put(key, gen, at, gs)
 	}
