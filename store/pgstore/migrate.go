@@ -32,7 +32,13 @@ const (
 
 // concurrentIndex matches a statement of the outside part that builds an
 // index, and names it.
-var concurrentIndex = regexp.MustCompile(`(?is)^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+([a-z_][a-z0-9_]*)\s+ON\s`)
+var concurrentIndex = regexp.MustCompile(`(?is)^CREATE\s+(?:UNIQUE\s+)?INDEX\s+(CONCURRENTLY)\s+IF\s+NOT\s+EXISTS\s+([a-z_][a-z0-9_]*)\s+ON\s+([a-z_][a-z0-9_]*)\s`)
+
+// concurrentAbove is the size of a table from which its indexes are built
+// concurrently. A concurrent build waits for every transaction of the
+// database older than it to end, whatever it touches; a small table's
+// index is built at once, holding off its writers for as long.
+const concurrentAbove = 8 << 20
 
 // migration is one migration file: the statements of its transaction, and
 // those run after it.
@@ -43,10 +49,13 @@ type migration struct {
 }
 
 // outsideStmt is one statement run outside the transaction: an index
-// (its name) or a repeated statement.
+// (its name, its table, and the statement without CONCURRENTLY) or a
+// repeated statement.
 type outsideStmt struct {
 	sql    string
 	index  string
+	table  string
+	plain  string
 	repeat bool
 }
 
@@ -74,8 +83,9 @@ func parseMigration(name, body string) (migration, error) {
 		if st.sql == "" {
 			continue
 		}
-		if g := concurrentIndex.FindStringSubmatch(st.sql); g != nil && !st.repeat {
-			st.index = strings.ToLower(g[1])
+		if g := concurrentIndex.FindStringSubmatchIndex(st.sql); g != nil && !st.repeat {
+			st.index, st.table = strings.ToLower(st.sql[g[4]:g[5]]), strings.ToLower(st.sql[g[6]:g[7]])
+			st.plain = st.sql[:g[2]] + st.sql[g[3]:]
 		} else if !st.repeat {
 			return m, fmt.Errorf("migration %s: %.60q: after %q, want CREATE INDEX CONCURRENTLY IF NOT EXISTS or a statement marked %q", name, st.sql, outsideMarker, repeatMarker)
 		}
@@ -97,6 +107,29 @@ func loadMigrations() ([]migration, error) {
 		}
 	}
 	return out, nil
+}
+
+// migrateLockPoll is how often a migrator tries the migration lock while
+// another holds it.
+const migrateLockPoll = 200 * time.Millisecond
+
+// migrateLock takes the session's migration lock of the schema on conn,
+// trying again every migrateLockPoll while another migrator holds it: a
+// session waiting in pg_advisory_lock would hold a snapshot all along, and
+// the other's CREATE INDEX CONCURRENTLY waits for every older snapshot to
+// go (it would wait for the waiter, which waits for it).
+func (s *Store) migrateLock(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('idem.migrate.' || $1))`, s.cfg.Schema).Scan(&ok); err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(migrateLockPoll):
+		}
+	}
 }
 
 // migrateAll applies the missing migrations on conn, which holds the
@@ -194,8 +227,17 @@ func (s *Store) runOutside(ctx context.Context, conn *pgx.Conn, st outsideStmt) 
 }
 
 // buildIndex builds the index st names, first dropping it when an
-// interrupted build left it invalid.
+// interrupted build left it invalid: concurrently on a table of
+// concurrentAbove bytes or more, at once on a smaller one.
 func (s *Store) buildIndex(ctx context.Context, conn *pgx.Conn, st outsideStmt) error {
+	var size int64
+	if err := conn.QueryRow(ctx, `SELECT coalesce(pg_relation_size(to_regclass($1)), 0)`, pgx.Identifier{s.cfg.Schema, st.table}.Sanitize()).Scan(&size); err != nil {
+		return err
+	}
+	build, drop := st.sql, "DROP INDEX CONCURRENTLY IF EXISTS "
+	if size < concurrentAbove {
+		build, drop = st.plain, "DROP INDEX IF EXISTS "
+	}
 	var valid bool
 	err := conn.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, s.cfg.Schema, st.index).Scan(&valid)
@@ -204,11 +246,11 @@ JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname
 	case err != nil:
 		return err
 	case !valid:
-		if _, err := conn.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+pgx.Identifier{s.cfg.Schema, st.index}.Sanitize()); err != nil {
+		if _, err := conn.Exec(ctx, drop+pgx.Identifier{s.cfg.Schema, st.index}.Sanitize()); err != nil {
 			return fmt.Errorf("drop the invalid index %s: %w", st.index, err)
 		}
 	}
-	if _, err := conn.Exec(ctx, st.sql); err != nil {
+	if _, err := conn.Exec(ctx, build); err != nil {
 		return fmt.Errorf("build index %s: %w", st.index, err)
 	}
 	return nil

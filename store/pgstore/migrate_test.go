@@ -149,3 +149,31 @@ func TestMigrateLockTimeoutFailsClearly(t *testing.T) {
 		t.Errorf("after Migrate: version %d, want %d", v, pgstore.SchemaVersion())
 	}
 }
+
+// TestMigrateConcurrently: two migrators of one schema, the second
+// waiting for the first's lock while the first builds its indexes
+// concurrently, both succeed (a waiter must not hold a snapshot the
+// concurrent build waits for).
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, pgstore.Config{})
+	other, err := pgstore.Open(ctx, testenv.PostgresURL(t), &pgstore.Config{Schema: s.Schema(), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn := rollBack(t, s)
+	errs := make(chan error, 2)
+	for _, st := range []*pgstore.Store{s, other} {
+		go func() { errs <- st.Migrate(ctx) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("migrate beside another migrator: got %v, want nil", err)
+		}
+	}
+	if v := schemaVersion(t, conn); v != pgstore.SchemaVersion() {
+		t.Errorf("after both: version %d, want %d", v, pgstore.SchemaVersion())
+	}
+}

@@ -374,8 +374,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return s.migrateError(err, 0)
 	}
 	defer conn.Release()
-	const lock = `SELECT pg_advisory_lock(hashtext('idem.migrate.' || $1))`
-	if _, err := conn.Exec(ctx, lock, s.cfg.Schema); err != nil {
+	if err := s.migrateLock(ctx, conn.Conn()); err != nil {
 		return s.migrateError(err, 0)
 	}
 	defer func() {
