@@ -87,7 +87,7 @@ func (s *Server) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	gs, err := inspect.Groups(ctx, s.st, deadLetterFilter(q), limit)
 	if errors.Is(err, inspect.ErrUnsupported) {
-		writeError(w, http.StatusNotImplemented, "this store does not group dead letters (store.DeadLetterGrouper), or message_type was given: the store cannot read it")
+		writeError(w, http.StatusNotImplemented, "this store does not group dead letters (store.DeadLetterGrouper), or message_type was given and the store cannot select by it (store.DeadLetterTypeQuerier)")
 		return
 	}
 	if err != nil {

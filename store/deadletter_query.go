@@ -46,15 +46,17 @@ type DeadLetterCount struct {
 
 // DeadLetterQuery selects dead letters for DeadLetterQuerier. Every
 // non-empty filter must match; the zero value selects every dead letter
-// that is not archived, first page of the default size. There is no message-type filter: the
-// envelope is kept exactly as it arrived, possibly unreadable by the
-// database (a U+0000 in its type), so callers match the type themselves.
+// that is not archived, first page of the default size. Only a store that
+// implements DeadLetterTypeQuerier selects by MessageType; callers match
+// the type themselves otherwise.
 type DeadLetterQuery struct {
 	// SagaType and Key are the saga the dead letter was recorded for.
 	SagaType string
 	Key      string
 	// Reason is the machine-readable reason ("malformed_body", ...).
 	Reason string
+	// MessageType is the envelope's type; see DeadLetterTypeQuerier.
+	MessageType string
 	// AsOf, when set, is a mark CountDeadLetters returned: only the dead
 	// letters last recorded before it are selected, so that an action
 	// confirmed on a count acts on what was counted and on nothing that

@@ -20,11 +20,11 @@ const PurgeRetention = 7 * 24 * time.Hour
 
 // Groups returns the groups of the dead letters f selects (see
 // store.DeadLetterGrouper), at most limit of them; ErrUnsupported when
-// the store does not group, or f names a message type (the store cannot
-// read it).
+// the store does not group, or f names a message type it cannot select
+// (see store.DeadLetterTypeQuerier).
 func Groups(ctx context.Context, st store.Store, f *DeadLetterFilter, limit int) ([]store.DeadLetterGroup, error) {
 	g, ok := st.(store.DeadLetterGrouper)
-	if !ok || f.MessageType != "" {
+	if !ok || !selectsAll(st, f) {
 		return nil, fmt.Errorf("group dead letters: %w", ErrUnsupported)
 	}
 	gs, err := g.GroupDeadLetters(ctx, f.query("", limit))

@@ -86,12 +86,13 @@ func EachDeadLetter(ctx context.Context, st store.Store, f *DeadLetterFilter, fn
 // DeadLetters returns one page of the dead letters f selects after the ID
 // after, and the cursor of the next page ("" when none). A store that
 // filters (store.DeadLetterQuerier) answers in one query unless f names a
-// message type (matched here, from the envelope); otherwise at most
-// MaxScan dead letters are read to fill the page.
+// message type the store cannot select (store.DeadLetterTypeQuerier; it is
+// then matched here, from the envelope); otherwise at most MaxScan dead
+// letters are read to fill the page.
 func DeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, after string, limit int) ([]store.DeadLetter, string, error) {
 	limit = cmp.Or(limit, 100)
 	n := page
-	if _, ok := st.(store.DeadLetterQuerier); ok && f.MessageType == "" {
+	if _, ok := st.(store.DeadLetterQuerier); ok && selectsAll(st, f) {
 		n = limit // every row the store returns matches
 	}
 	var out []store.DeadLetter
@@ -139,8 +140,9 @@ type ReasonCounts struct {
 // CountByReason counts the dead letters f selects by reason, most frequent
 // first, with the mark of the count: the store counts them in one query
 // (store.DeadLetterQuerier) and this function reads only the dead letters
-// of its reasons when f names a message type (matched here, from the
-// envelope); a store without it has at most MaxScan dead letters read.
+// of its reasons when f names a message type it cannot select (matched
+// here, from the envelope); a store without it has at most MaxScan dead
+// letters read.
 func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (*ReasonCounts, error) {
 	dq, ok := st.(store.DeadLetterQuerier)
 	if !ok {
@@ -151,7 +153,7 @@ func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (*R
 		return nil, fmt.Errorf("count dead letters: %w", err)
 	}
 	out := &ReasonCounts{Exact: true, AsOf: c.AsOf}
-	if f.MessageType == "" {
+	if selectsAll(st, f) {
 		out.ByReason, out.Total = sortCounts(c.ByReason)
 		return out, nil
 	}
@@ -231,7 +233,7 @@ func sortCounts(m map[string]int) (counts []ReasonCount, total int) {
 
 // query is f as a store.DeadLetterQuery.
 func (f *DeadLetterFilter) query(after string, limit int) *store.DeadLetterQuery {
-	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, AsOf: f.AsOf, State: f.state(), After: after, Limit: limit,
+	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, MessageType: f.MessageType, AsOf: f.AsOf, State: f.state(), After: after, Limit: limit,
 		Fingerprint: f.Fingerprint, Archived: f.Archived, ArchivedBefore: f.ArchivedBefore}
 }
 
@@ -252,4 +254,12 @@ func listDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, a
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
 	return ds, nil
+}
+
+// selectsAll reports whether st selects by every filter of f in the
+// database: f names no message type, or st selects by it
+// (store.DeadLetterTypeQuerier).
+func selectsAll(st store.Store, f *DeadLetterFilter) bool {
+	_, ok := st.(store.DeadLetterTypeQuerier)
+	return ok || f.MessageType == ""
 }

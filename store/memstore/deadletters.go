@@ -6,15 +6,21 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/store"
 )
 
 var (
-	_ store.DeadLetterQuerier  = (*Store)(nil)
-	_ store.DeadLetterReplayer = (*Store)(nil)
+	_ store.DeadLetterQuerier     = (*Store)(nil)
+	_ store.DeadLetterReplayer    = (*Store)(nil)
+	_ store.DeadLetterTypeQuerier = (*Store)(nil)
 )
+
+// SelectsMessageType marks the store as selecting dead letters by
+// store.DeadLetterQuery.MessageType; see store.DeadLetterTypeQuerier.
+func (s *Store) SelectsMessageType() {}
 
 // deadMarks numbers the recordings of dead letters: each recording takes
 // the next number, so a count's mark (the last number handed out) selects
@@ -103,7 +109,7 @@ func parseMark(asOf string) (uint64, error) {
 // s.mu.
 func (s *Store) selects(q *store.DeadLetterQuery, d *store.DeadLetter, mark uint64) bool {
 	return (q.SagaType == "" || d.SagaType == q.SagaType) && (q.Key == "" || d.Key == q.Key) &&
-		(q.Reason == "" || d.Reason == q.Reason) && s.deadMarks.bySeq[d.ID] <= mark && q.State.Selects(d.State()) &&
+		(q.Reason == "" || d.Reason == q.Reason) && selectsType(q.MessageType, d) && s.deadMarks.bySeq[d.ID] <= mark && q.State.Selects(d.State()) &&
 		(!q.ArchivalBound() || s.deadMarks.archSeq[d.ID] <= mark) && q.SelectsTriage(d)
 }
 
@@ -223,4 +229,10 @@ func (s *Store) settleReplays(p *store.SettleReplaysParams) {
 			r.Outcome, r.SettledAt, r.Error = p.Outcome, p.At, p.Error
 		}
 	}
+}
+
+// selectsType reports whether the message-type filter typ selects d; one
+// that holds U+0000 selects nothing (see store.DeadLetterTypeQuerier).
+func selectsType(typ string, d *store.DeadLetter) bool {
+	return typ == "" || (d.Envelope.Type == typ && !strings.Contains(typ, "\x00"))
 }

@@ -14,9 +14,15 @@ import (
 )
 
 var (
-	_ store.DeadLetterQuerier  = (*Store)(nil)
-	_ store.DeadLetterReplayer = (*Store)(nil)
+	_ store.DeadLetterQuerier     = (*Store)(nil)
+	_ store.DeadLetterReplayer    = (*Store)(nil)
+	_ store.DeadLetterTypeQuerier = (*Store)(nil)
 )
+
+// SelectsMessageType marks the store as selecting dead letters by
+// store.DeadLetterQuery.MessageType (the column message_type, migration
+// 17); see store.DeadLetterTypeQuerier.
+func (s *Store) SelectsMessageType() {}
 
 // asOfFilter is the condition of a mark, parameter $n, or nothing without
 // one. The condition is left out rather than guarded: the planner may fold
@@ -68,21 +74,43 @@ func parseXid(s string) (uint64, error) {
 	return strconv.ParseUint(s, 10, 64)
 }
 
-// latestOutcome is the outcome of a dead letter's latest replay, NULL
-// when it has none (read from the index on (dead_letter_id, seq)).
-const latestOutcome = `(SELECT r.outcome FROM idem_dead_letter_replays r WHERE r.dead_letter_id = idem_dead_letters.id ORDER BY r.seq DESC LIMIT 1)`
+// deadLetterRead is what QueryDeadLetters, CountDeadLetters and
+// GroupDeadLetters share: q (the zero query when nil), the conditions of
+// its mark (parameter $asOfParam) and its state, and whether a stored dead
+// letter can hold its filters' values (a filter PostgreSQL cannot take as
+// text matches nothing).
+func deadLetterRead(q *store.DeadLetterQuery, asOfParam int) (*store.DeadLetterQuery, string, bool, error) {
+	if q == nil {
+		q = &store.DeadLetterQuery{}
+	}
+	asOf, err := asOfFilter(q.AsOf, asOfParam)
+	if err != nil {
+		return q, "", false, err
+	}
+	state, err := stateFilter(q.State)
+	if err != nil {
+		return q, "", false, err
+	}
+	matchable := representable(q.SagaType, q.Key, q.Reason, q.Fingerprint, q.MessageType)
+	return q, asOf + state, matchable, nil
+}
 
-// stateFilter is the condition of a state, or nothing for every one.
+// stateFilter is the condition of a state, or nothing for every one. It
+// reads latest_outcome, the outcome of the dead letter's latest replay
+// (NULL when it has none) that migration 17's triggers keep; the
+// unresolved condition is, word for word, the predicate of that
+// migration's partial indexes. A "duplicate" replay is resolved: an
+// earlier copy of its message was applied.
 func stateFilter(st store.DeadLetterState) (string, error) {
 	switch st {
 	case "", store.DeadLettersAll:
 		return "", nil
 	case store.DeadLettersUnresolved:
-		return ` AND coalesce(` + latestOutcome + `, '') NOT IN ('pending', 'succeeded')`, nil
+		return ` AND coalesce(latest_outcome, '') NOT IN ('pending', 'succeeded', 'duplicate')`, nil
 	case store.DeadLettersResolved:
-		return ` AND ` + latestOutcome + ` = 'succeeded'`, nil
+		return ` AND latest_outcome IN ('succeeded', 'duplicate')`, nil
 	case store.DeadLettersPending:
-		return ` AND ` + latestOutcome + ` = 'pending'`, nil
+		return ` AND latest_outcome = 'pending'`, nil
 	}
 	_, err := store.ParseDeadLetterState(string(st))
 	return "", fmt.Errorf("pgstore: %w", err)
@@ -94,26 +122,16 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err := s.check("query dead letters"); err != nil {
 		return nil, err
 	}
-	if q == nil {
-		q = &store.DeadLetterQuery{}
-	}
-	asOf, err := asOfFilter(q.AsOf, 6)
-	if err != nil {
-		return nil, err
-	}
-	state, err := stateFilter(q.State)
-	if err != nil {
-		return nil, err
-	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.After, q.Fingerprint) {
-		return nil, nil // no stored dead letter holds such a value
+	q, cond, matchable, err := deadLetterRead(q, 6)
+	if err != nil || !matchable || !representable(q.After) {
+		return nil, err // no stored dead letter holds such a value
 	}
 	args := append(deadLetterArgs(q), sqlq.Limit(q.Limit))
-	if asOf != "" {
+	if q.AsOf != "" {
 		args = append(args, q.AsOf)
 	}
 	triage, args := triageFilter(q, args)
-	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+triage+`
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterFilters+cond+triage+`
 ORDER BY id COLLATE "C" LIMIT $5`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: query dead letters: %w", translate(err))
@@ -140,14 +158,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err := s.check("count dead letters"); err != nil {
 		return nil, err
 	}
-	if q == nil {
-		q = &store.DeadLetterQuery{}
-	}
-	asOf, err := asOfFilter(q.AsOf, 5)
-	if err != nil {
-		return nil, err
-	}
-	state, err := stateFilter(q.State)
+	q, cond, matchable, err := deadLetterRead(q, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -163,17 +174,17 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if q.AsOf != "" {
 		out.AsOf = q.AsOf // counted within the given mark: it stays the bound
 	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint) {
+	if !matchable {
 		return out, nil
 	}
 	c := *q
 	c.After = ""
 	args := deadLetterArgs(&c)
-	if asOf != "" {
+	if q.AsOf != "" {
 		args = append(args, q.AsOf)
 	}
 	triage, args := triageFilter(q, args)
-	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+asOf+state+triage+` GROUP BY reason`, args...)
+	rows, err := tx.Query(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterFilters+cond+triage+` GROUP BY reason`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
 	}
@@ -204,6 +215,7 @@ func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf st
 	if _, err := asOfFilter(asOf, 2); err != nil {
 		return 0, err
 	}
+	defer s.groups.drop()
 	ct, err := s.pool.Exec(ctx, `DELETE FROM idem_dead_letters WHERE id = ANY($1) AND pg_visible_in_snapshot(recorded_xid, $2::pg_snapshot) AND `+archivalAsOf(2), ids, asOf)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: delete %d dead letters as of a count: %w", len(ids), translate(err))
@@ -220,6 +232,7 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 	if !representable(id) {
 		return fmt.Errorf("pgstore: replay dead letter %q: %w", id, store.ErrNotFound)
 	}
+	defer s.groups.drop()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The dead letter's row lock orders concurrent replays; each
 		// statement after it reads the replays committed before it.
@@ -231,7 +244,7 @@ func (s *Store) BeginReplay(ctx context.Context, id string, at time.Time) error 
 			return store.ErrNotFound
 		}
 		ct, err = tx.Exec(ctx, `INSERT INTO idem_dead_letter_replays (dead_letter_id, replayed_at, outcome, replayed_by)
-SELECT id, $2, 'pending', $3 FROM idem_dead_letters WHERE id = $1 AND coalesce(`+latestOutcome+`, '') <> 'pending'`, id, at, storableText(store.ReplayBy(ctx)))
+SELECT id, $2, 'pending', $3 FROM idem_dead_letters WHERE id = $1 AND coalesce(latest_outcome, '') <> 'pending'`, id, at, storableText(store.ReplayBy(ctx)))
 		if err != nil {
 			return translate(err)
 		}
@@ -256,6 +269,7 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 	if len(ids) == 0 {
 		return nil
 	}
+	defer s.groups.drop()
 	_, err := s.pool.Exec(ctx, settleReplaysSQL, ids, string(p.Outcome), p.At, storableText(p.Error))
 	if err != nil {
 		return fmt.Errorf("pgstore: settle replays of %d dead letters: %w", len(ids), translate(err))
@@ -264,9 +278,14 @@ func (s *Store) SettleReplays(ctx context.Context, p *store.SettleReplaysParams)
 }
 
 // settleReplaysSQL settles the latest replay of each dead letter $1 names
-// if it is pending.
-const settleReplaysSQL = `UPDATE idem_dead_letter_replays r SET outcome = $2, settled_at = $3, error = $4
-FROM (SELECT dead_letter_id, max(seq) AS seq FROM idem_dead_letter_replays WHERE dead_letter_id = ANY($1) GROUP BY dead_letter_id) l
+// if it is pending. It locks the dead letters' rows first, in one order
+// (the aggregate reads them all before any replay is updated), as
+// recording a dead letter locks its row before its replays: the replays'
+// trigger (migration 17) then writes those rows, and two writers never
+// wait on each other in opposite orders.
+const settleReplaysSQL = `WITH locked AS MATERIALIZED (SELECT id FROM idem_dead_letters WHERE id = ANY($1) ORDER BY id COLLATE "C" FOR UPDATE)
+UPDATE idem_dead_letter_replays r SET outcome = $2, settled_at = $3, error = $4
+FROM (SELECT dead_letter_id, max(seq) AS seq FROM idem_dead_letter_replays WHERE dead_letter_id IN (SELECT id FROM locked) GROUP BY dead_letter_id) l
 WHERE r.seq = l.seq AND r.outcome = 'pending'`
 
 // representableIDs is ids without those PostgreSQL cannot take (no

@@ -14,9 +14,11 @@ import (
 
 // Migration 10 adds the dead-letter history columns without writing
 // idem_dead_letters' rows again (constant defaults, no UPDATE of every
-// row), and a dead
+// row), nor do those up to 16 (migration 17 backfills its columns in
+// batches, outside its transaction), and a dead
 // letter stored before it reads its first failure from its current one,
-// is selected by a mark, and keeps that first failure when it fails again.
+// is selected by a mark and by its message type, and keeps that first
+// failure when it fails again.
 func TestDeadLetterHistoryMigrationKeepsOldRows(t *testing.T) {
 	t.Parallel()
 	url := testenv.PostgresURL(t)
@@ -61,16 +63,23 @@ VALUES ('old', '{"id":"old","type":"orders.Placed"}', ''::bytea, 'unknown_type',
 		t.Fatal(err)
 	}
 
+	for i := 9; i < 16; i++ {
+		exec(bodies[i])
+		exec(`INSERT INTO idem_migrations (version, name) VALUES ($1, $2)`, i+1, names[i])
+	}
+	if err := conn.QueryRow(ctx, version).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("migrations 10 to 16 rewrote idem_dead_letters or updated its rows (file/xmin %s, then %s): every row written again under its lock", before, after)
+	}
 	s, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, MaxConns: 4})
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	defer s.Close()
-	if err := conn.QueryRow(ctx, version).Scan(&after); err != nil {
-		t.Fatal(err)
-	}
-	if after != before {
-		t.Errorf("the migration rewrote idem_dead_letters or updated its rows (file/xmin %s, then %s): every row written again under its lock", before, after)
+	if ds, err := s.QueryDeadLetters(ctx, &store.DeadLetterQuery{MessageType: "orders.Placed", State: store.DeadLettersUnresolved}); err != nil || len(ds) != 1 {
+		t.Fatalf("query by message type and state after migration 17's backfill: %d, %v; want the old dead letter", len(ds), err)
 	}
 	d, err := s.GetDeadLetter(ctx, "old")
 	if err != nil || d.FirstReason != "unknown_type" || d.FirstError != "no handler" {

@@ -15,12 +15,16 @@ var (
 )
 
 // triageFilter appends to args (whose first element is the query mode,
-// not a parameter) the values of q's Fingerprint and ArchivedBefore, and
-// of its mark when it binds the archival state (see
+// not a parameter) the values of q's MessageType, Fingerprint and
+// ArchivedBefore, and of its mark when it binds the archival state (see
 // store.DeadLetterQuery.ArchivalBound), and returns the conditions that
 // use them with q's Archived. The caller has checked the mark.
 func triageFilter(q *store.DeadLetterQuery, args []any) (string, []any) {
 	cond := ""
+	if q.MessageType != "" {
+		args = append(args, q.MessageType)
+		cond += fmt.Sprintf(` AND message_type COLLATE "C" = $%d`, len(args)-1)
+	}
 	if q.ArchivalBound() {
 		args = append(args, q.AsOf)
 		cond += fmt.Sprintf(` AND %s`, archivalAsOf(len(args)-1))
@@ -52,17 +56,22 @@ func archivalAsOf(n int) string {
 	return fmt.Sprintf(`(archived_xid IS NULL OR pg_visible_in_snapshot(archived_xid, $%d::pg_snapshot))`, n)
 }
 
-// groupDeadLettersSQL groups the dead letters the conditions at %s select
-// (deadLetterFilters and more): per fingerprint and reason, the count,
-// first and last seen, and the error of the latest failure. $5 is the
-// limit.
-const groupDeadLettersSQL = `SELECT fingerprint, reason, n, first_seen, last_seen, error FROM (
-  SELECT fingerprint, reason, error,
-    count(*) OVER w AS n, min(first_failed_at) OVER w AS first_seen, max(last_failed_at) OVER w AS last_seen,
-    row_number() OVER (PARTITION BY fingerprint, reason ORDER BY last_failed_at DESC, id COLLATE "C") AS rn
-  FROM idem_dead_letters WHERE %s
-  WINDOW w AS (PARTITION BY fingerprint, reason)) g
-WHERE rn = 1 ORDER BY n DESC, last_seen DESC, fingerprint COLLATE "C", reason COLLATE "C" LIMIT $5`
+// groupDeadLettersSQL groups the dead letters the conditions at %[1]s
+// select (deadLetterFilters and more): per fingerprint and reason, the
+// count, first and last seen (an aggregate the index
+// idem_dead_letters_open_groups answers alone for the unresolved ones),
+// then the error of each group's latest failure (one row of that index
+// per group). $5 is the limit.
+const groupDeadLettersSQL = `SELECT g.fingerprint, g.reason, g.n, g.first_seen, g.last_seen, e.error FROM (
+  SELECT fingerprint COLLATE "C" AS fingerprint, reason COLLATE "C" AS reason, count(*) AS n,
+    min(first_failed_at) AS first_seen, max(last_failed_at) AS last_seen
+  FROM idem_dead_letters WHERE %[1]s
+  GROUP BY fingerprint COLLATE "C", reason COLLATE "C"
+  ORDER BY n DESC, last_seen DESC, fingerprint, reason LIMIT $5) g
+CROSS JOIN LATERAL (SELECT error FROM idem_dead_letters
+  WHERE %[1]s AND fingerprint COLLATE "C" = g.fingerprint AND reason COLLATE "C" = g.reason
+  ORDER BY last_failed_at DESC, id COLLATE "C" LIMIT 1) e
+ORDER BY g.n DESC, g.last_seen DESC, g.fingerprint, g.reason`
 
 // GroupDeadLetters returns the groups of the dead letters q selects; see
 // store.DeadLetterGrouper.
@@ -70,28 +79,33 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err := s.check("group dead letters"); err != nil {
 		return nil, err
 	}
-	if q == nil {
-		q = &store.DeadLetterQuery{}
-	}
-	asOf, err := asOfFilter(q.AsOf, 6)
-	if err != nil {
+	q, cond, matchable, err := deadLetterRead(q, 6)
+	if err != nil || !matchable {
 		return nil, err
 	}
-	state, err := stateFilter(q.State)
-	if err != nil {
-		return nil, err
+	key, at := groupsKey(q), time.Now()
+	gs, gen, ok := s.groups.get(key, at)
+	if ok {
+		return gs, nil
 	}
-	if !representable(q.SagaType, q.Key, q.Reason, q.Fingerprint) {
-		return nil, nil
+	gs, err = s.groupDeadLetters(ctx, q, cond)
+	if err == nil {
+		s.groups.put(key, gen, at, gs)
 	}
+	return gs, err
+}
+
+// groupDeadLetters reads the groups of the dead letters q selects, with
+// the conditions cond of its mark and state.
+func (s *Store) groupDeadLetters(ctx context.Context, q *store.DeadLetterQuery, cond string) ([]store.DeadLetterGroup, error) {
 	c := *q
 	c.After = ""
 	args := append(deadLetterArgs(&c), sqlq.Limit(q.Limit))
-	if asOf != "" {
+	if q.AsOf != "" {
 		args = append(args, q.AsOf)
 	}
 	triage, args := triageFilter(q, args)
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(groupDeadLettersSQL, deadLetterFilters+asOf+state+triage), args...)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(groupDeadLettersSQL, deadLetterFilters+cond+triage), args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: group dead letters: %w", translate(err))
 	}
@@ -133,6 +147,7 @@ func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) 
 	if asOf != "" {
 		asOf += ` AND ` + archivalAsOf(3)
 	}
+	defer s.groups.drop()
 	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = coalesce($2::timestamptz, now()), archived_xid = pg_current_xact_id()
 WHERE id = ANY($1) AND archived_at IS NULL`+asOf, args...)
 	if err != nil {
@@ -156,6 +171,7 @@ func (s *Store) RestoreDeadLetters(ctx context.Context, p *store.ArchiveParams) 
 		asOf += ` AND ` + archivalAsOf(2)
 		args = append(args, p.AsOf)
 	}
+	defer s.groups.drop()
 	ct, err := s.pool.Exec(ctx, `UPDATE idem_dead_letters SET archived_at = NULL, archived_xid = pg_current_xact_id()
 WHERE id = ANY($1) AND archived_at IS NOT NULL`+asOf, args...)
 	if err != nil {

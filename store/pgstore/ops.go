@@ -425,6 +425,7 @@ func (s *Store) DeleteDeadLetters(ctx context.Context, ids []string) (int, error
 		return 0, err
 	}
 	ct, err := s.pool.Exec(ctx, `DELETE FROM idem_dead_letters WHERE id = ANY($1)`, ids)
+	s.groups.drop()
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: delete %d dead letters: %w", len(ids), translate(err))
 	}

@@ -168,6 +168,8 @@ type Store struct {
 	smu         sync.Mutex
 	stalls      map[stallSeen]time.Time // guarded by smu: when endStalled first saw each wait
 
+	groups groupsCache // GroupDeadLetters' answers (dlqperf.go)
+
 	notifyOn bool
 	notify   chan struct{} // capacity 1: a pending notification
 	bg       context.Context
@@ -358,48 +360,33 @@ func SchemaVersion() int {
 }
 
 // Migrate creates the schema and applies missing migrations, idempotently
-// and safely against concurrent migrators (an advisory lock).
+// and safely against concurrent migrators (an advisory lock). Each wait
+// for a table's lock is bounded by MigrateLockTimeout; a migration's
+// indexes on big tables are built without blocking writers, after its
+// transaction (see migrate.go).
 func (s *Store) Migrate(ctx context.Context) error {
-	names, bodies, err := migrations()
+	ms, err := loadMigrations()
 	if err != nil {
 		return fmt.Errorf("pgstore: read migrations: %w", err)
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('idem.migrate.' || $1))`, s.cfg.Schema); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
-			return err
-		}
-		// The migrations name no schema: they create their objects in the
-		// first schema of the search path, which this makes the store's
-		// whatever the pool's connections say (New checks those after).
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+SearchPath(s.cfg.Schema)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-			return err
-		}
-		var current int
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM idem_migrations`).Scan(&current); err != nil {
-			return err
-		}
-		for i := current; i < len(names); i++ {
-			if _, err := tx.Exec(ctx, bodies[i]); err != nil {
-				return fmt.Errorf("%s: %w", names[i], err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO idem_migrations (version, name) VALUES ($1, $2)`, i+1, names[i]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42501" {
-			return fmt.Errorf("pgstore: migrate schema %s: permission denied (%s): run `idem migrate` as a role that may create schemas and tables, or grant CREATE on the database", s.cfg.Schema, pe.Message)
+		return s.migrateError(err, 0)
+	}
+	defer conn.Release()
+	if err := s.migrateLock(ctx, conn.Conn()); err != nil {
+		return s.migrateError(err, 0)
+	}
+	defer func() {
+		const unlock = `SELECT pg_advisory_unlock(hashtext('idem.migrate.' || $1))`
+		if _, err := conn.Exec(context.WithoutCancel(ctx), unlock, s.cfg.Schema); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx)) // the server drops the lock with the session
 		}
-		return fmt.Errorf("pgstore: migrate schema %s: %w", s.cfg.Schema, redact(err))
+	}()
+	if err := s.migrateAll(ctx, conn.Conn(), ms); err != nil {
+		var current int
+		_ = s.pool.QueryRow(context.WithoutCancel(ctx), `SELECT coalesce(max(version), 0) FROM idem_migrations`).Scan(&current)
+		return s.migrateError(err, current)
 	}
 	return nil
 }

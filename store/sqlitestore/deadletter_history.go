@@ -13,14 +13,21 @@ import (
 )
 
 var (
-	_ store.DeadLetterQuerier  = (*Store)(nil)
-	_ store.DeadLetterReplayer = (*Store)(nil)
+	_ store.DeadLetterQuerier     = (*Store)(nil)
+	_ store.DeadLetterReplayer    = (*Store)(nil)
+	_ store.DeadLetterTypeQuerier = (*Store)(nil)
 )
 
-// deadLetterWhere selects dead letters by saga type ?1, key ?2, reason ?3
-// (empty: any), after the ID ?4 and recorded no later than the mark ?5.
+// SelectsMessageType marks the store as selecting dead letters by
+// store.DeadLetterQuery.MessageType; see store.DeadLetterTypeQuerier.
+func (s *Store) SelectsMessageType() {}
+
+// deadLetterWhere selects dead letters by saga type ?1, key ?2, reason ?3,
+// message type ?9 (the envelope's; empty: any), after the ID ?4 and
+// recorded no later than the mark ?5.
 const deadLetterWhere = `(?1 = '' OR saga_type = ?1) AND (?2 = '' OR key = ?2) AND (?3 = '' OR reason = ?3)
-  AND (?4 = '' OR id > ?4) AND recorded_seq <= ?5`
+  AND (?4 = '' OR id > ?4) AND recorded_seq <= ?5
+  AND (?9 = '' OR (json_valid(envelope) AND json_extract(envelope, '$.type') = ?9))`
 
 // latestOutcome is the outcome of a dead letter's latest replay, NULL
 // when it has none (read from the index on (dead_letter_id, seq)).
@@ -32,9 +39,10 @@ func stateFilter(st store.DeadLetterState) (string, error) {
 	case "", store.DeadLettersAll:
 		return "", nil
 	case store.DeadLettersUnresolved:
-		return ` AND coalesce(` + latestOutcome + `, '') NOT IN ('pending', 'succeeded')`, nil
+		return ` AND coalesce(` + latestOutcome + `, '') NOT IN ('pending', 'succeeded', 'duplicate')`, nil
 	case store.DeadLettersResolved:
-		return ` AND ` + latestOutcome + ` = 'succeeded'`, nil
+		// A duplicate's message was applied by an earlier copy.
+		return ` AND ` + latestOutcome + ` IN ('succeeded', 'duplicate')`, nil
 	case store.DeadLettersPending:
 		return ` AND ` + latestOutcome + ` = 'pending'`, nil
 	}
@@ -73,7 +81,7 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	}
 	triage, fp, before := triageWhere(q)
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deadLetterCols+` FROM idem_dead_letters WHERE `+deadLetterWhere+state+triage+` ORDER BY id LIMIT ?6`,
-		q.SagaType, q.Key, q.Reason, q.After, mark, sqlq.Limit(q.Limit), fp, before)
+		q.SagaType, q.Key, q.Reason, q.After, mark, sqlq.Limit(q.Limit), fp, before, typeArg(q))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: query dead letters: %w", err)
 	}
@@ -113,7 +121,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	out := &store.DeadLetterCount{ByReason: map[string]int{}, AsOf: strconv.FormatInt(min(last, mark), 10)}
 	triage, fp, before := triageWhere(q)
 	rows, err := tx.QueryContext(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterWhere+state+triage+` GROUP BY reason`,
-		q.SagaType, q.Key, q.Reason, "", mark, 0, fp, before)
+		q.SagaType, q.Key, q.Reason, "", mark, 0, fp, before, typeArg(q))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count dead letters: %w", err)
 	}
@@ -280,4 +288,14 @@ func collectDeadLetters(rows *sql.Rows, op string) ([]store.DeadLetter, error) {
 		return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
 	}
 	return out, nil
+}
+
+// typeArg is the value of the message-type filter ?9: q.MessageType, or
+// NULL (which selects nothing) when it holds U+0000, as on every store
+// (see store.DeadLetterTypeQuerier).
+func typeArg(q *store.DeadLetterQuery) any {
+	if strings.Contains(q.MessageType, "\x00") {
+		return nil
+	}
+	return q.MessageType
 }

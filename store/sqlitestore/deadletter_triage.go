@@ -73,7 +73,7 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	}
 	triage, fp, before := triageWhere(q)
 	rows, err := s.rdb.QueryContext(ctx, fmt.Sprintf(groupDeadLettersSQL, state+triage),
-		q.SagaType, q.Key, q.Reason, "", mark, sqlq.Limit(q.Limit), fp, before)
+		q.SagaType, q.Key, q.Reason, "", mark, sqlq.Limit(q.Limit), fp, before, typeArg(q))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: group dead letters: %w", err)
 	}
