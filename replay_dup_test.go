@@ -1,0 +1,58 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
+)
+
+// A replayed copy found already applied (a later copy of the dead-lettered
+// message was applied meanwhile) is settled "duplicate", not "succeeded":
+// the replay applied nothing. The dead letter counts as resolved all the
+// same (its message's effect exists).
+func TestReplayOfAppliedMessageSettledDuplicate(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	var broken atomic.Bool
+	broken.Store(true)
+	b := setup(t, &options{handlers: map[string]idem.HandlerFunc{"charge": func(ctx context.Context, env idem.Envelope) error {
+		if broken.Load() {
+			return idem.Permanent(errors.New("card service misconfigured"))
+		}
+		runs.Add(1)
+		return nil
+	}}})
+	b.publish(idem.Envelope{ID: "charge-1", Type: "charge", Body: []byte(`{}`)})
+	b.settle()
+	broken.Store(false)
+	// A late copy of the same message arrives and is applied.
+	b.publish(idem.Envelope{ID: "charge-1", Type: "charge", Body: []byte(`{}`)})
+	b.settle()
+	if runs.Load() != 1 {
+		t.Fatalf("runs %d after the late copy, want 1", runs.Load())
+	}
+	if err := b.engine().ReplayDeadLetter(b.ctx, "charge-1"); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	if runs.Load() != 1 {
+		t.Errorf("runs %d after the replay, want 1: the replayed copy is a duplicate", runs.Load())
+	}
+	dls := b.deadLetters()
+	if len(dls) != 1 || len(dls[0].Replays) != 1 {
+		t.Fatalf("dead letters %+v, want charge-1 with one replay", dls)
+	}
+	if r := dls[0].LastReplay(); r.Outcome != store.ReplayDuplicate || r.SettledAt.IsZero() {
+		t.Errorf("replay settled %q at %v, want %q with its time: the replayed copy applied nothing", r.Outcome, r.SettledAt, store.ReplayDuplicate)
+	}
+	if st := dls[0].State(); st != store.DeadLettersResolved {
+		t.Errorf("dead letter state %q, want %q: its message's effect exists", st, store.DeadLettersResolved)
+	}
+	if err := b.engine().ReplayDeadLetter(b.ctx, "charge-1"); !errors.Is(err, idem.ErrReplaySucceeded) {
+		t.Errorf("replay again: got error %v, want one wrapping idem.ErrReplaySucceeded (the message was applied)", err)
+	}
+}
