@@ -16,21 +16,9 @@ import (
 // same (its message's effect exists).
 func TestReplayOfAppliedMessageSettledDuplicate(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int64
-	var broken atomic.Bool
-	broken.Store(true)
-	b := setup(t, &options{handlers: map[string]idem.HandlerFunc{"charge": func(ctx context.Context, env idem.Envelope) error {
-		if broken.Load() {
-			return idem.Permanent(errors.New("card service misconfigured"))
-		}
-		runs.Add(1)
-		return nil
-	}}})
-	b.publish(idem.Envelope{ID: "charge-1", Type: "charge", Body: []byte(`{}`)})
-	b.settle()
-	broken.Store(false)
+	b, runs, charge := chargeDeadLettered(t)
 	// A late copy of the same message arrives and is applied.
-	b.publish(idem.Envelope{ID: "charge-1", Type: "charge", Body: []byte(`{}`)})
+	b.publish(charge)
 	b.settle()
 	if runs.Load() != 1 {
 		t.Fatalf("runs %d after the late copy, want 1", runs.Load())
@@ -55,4 +43,26 @@ func TestReplayOfAppliedMessageSettledDuplicate(t *testing.T) {
 	if err := b.engine().ReplayDeadLetter(b.ctx, "charge-1"); !errors.Is(err, idem.ErrReplaySucceeded) {
 		t.Errorf("replay again: got error %v, want one wrapping idem.ErrReplaySucceeded (the message was applied)", err)
 	}
+}
+
+// chargeDeadLettered runs a handler of "charge" that fails permanently
+// until charge-1 is dead-lettered, and then applies every message it
+// gets, counting them in runs; charge is charge-1's envelope.
+func chargeDeadLettered(t *testing.T) (b *bundle, runs *atomic.Int64, charge idem.Envelope) {
+	t.Helper()
+	runs = new(atomic.Int64)
+	var broken atomic.Bool
+	broken.Store(true)
+	b = setup(t, &options{handlers: map[string]idem.HandlerFunc{"charge": func(ctx context.Context, env idem.Envelope) error {
+		if broken.Load() {
+			return idem.Permanent(errors.New("card service misconfigured"))
+		}
+		runs.Add(1)
+		return nil
+	}}})
+	charge = idem.Envelope{ID: "charge-1", Type: "charge", Body: []byte(`{}`)}
+	b.publish(charge)
+	b.settle()
+	broken.Store(false)
+	return b, runs, charge
 }
