@@ -15,7 +15,7 @@ import (
 // handler's inbox record is swept (Retention), the message runs again.
 func TestBulkReplaySkipsSucceededLetter(t *testing.T) {
 	t.Parallel()
-	b, runs, _ := chargeDeadLettered(t)
+	b, runs, _ := chargeDeadLettered(t, idem.Config{}, false)
 	if err := b.engine().ReplayDeadLetter(b.ctx, "charge-1"); err != nil {
 		t.Fatal(err)
 	}
