@@ -47,8 +47,8 @@ type DeadLetter struct {
 	FirstError  string         `json:"first_error,omitempty"`
 	Replays     []store.Replay `json:"replays,omitempty"`
 	History     string         `json:"history,omitempty"`
-	// State is unresolved, resolved (the latest replay succeeded) or
-	// pending (the latest replay is pending).
+	// State is unresolved, resolved (the latest replay succeeded or was a
+	// duplicate) or pending (the latest replay is pending).
 	State store.DeadLetterState `json:"state"`
 	// Fingerprint groups dead letters that failed alike (see
 	// store.Fingerprint; "" when recorded before fingerprints);
