@@ -173,10 +173,11 @@ func (l *lane) noteReplay(it *item) {
 
 // consumedReplays lists the dead letters whose replayed copies this unit
 // of work settles without dead-lettering them again: their replays
-// succeeded.
-func (l *lane) consumedReplays() []string {
+// succeeded, or, for the copies skipped as duplicates (dup: an earlier
+// copy of the message was applied), applied nothing.
+func (l *lane) consumedReplays() (ok, dup []string) {
 	if len(l.replays) == 0 {
-		return nil
+		return nil, nil
 	}
 	dead := map[string]bool{}
 	for _, d := range l.ch.DeadLetters {
@@ -186,14 +187,30 @@ func (l *lane) consumedReplays() []string {
 	for _, d := range l.res.acks {
 		acked[d.Envelope.ID] = true
 	}
-	var ids []string
+	kinds := make(map[*item]string, len(l.res.att.results))
+	for _, r := range l.res.att.results {
+		kinds[r.it] = r.o.kind
+	}
 	for _, it := range l.replays {
 		if acked[it.d.Envelope.ID] && !dead[it.msgID] {
-			ids = append(ids, it.msgID)
+			if kinds[it] == OutcomeDuplicate {
+				dup = append(dup, it.msgID)
+			} else {
+				ok = append(ok, it.msgID)
+			}
 			dead[it.msgID] = true // once
 		}
 	}
-	return ids
+	return ok, dup
+}
+
+// settleParams settles the replays of ids with outcome at the lane's
+// time; nil when there are none.
+func (l *lane) settleParams(ids []string, outcome store.ReplayOutcome) *store.SettleReplaysParams {
+	if len(ids) == 0 {
+		return nil
+	}
+	return &store.SettleReplaysParams{IDs: ids, Outcome: outcome, At: l.now}
 }
 
 // messageTx opens the scope of one message's domain statements in the
@@ -226,10 +243,10 @@ func (l *lane) traceSends(ctx context.Context, envs ...*Envelope) {
 // collect turns the working instances and timers into changes.
 func (l *lane) collect() {
 	l.ch.ClearRetries = l.clearRetries()
-	if ids := l.consumedReplays(); len(ids) > 0 {
-		// Settled in the commit: a crash after it cannot leave them pending.
-		l.ch.SettleReplays = &store.SettleReplaysParams{IDs: ids, Outcome: store.ReplaySucceeded, At: l.now}
-	}
+	// Settled in the commit: a crash after it cannot leave them pending.
+	ok, dup := l.consumedReplays()
+	l.ch.SettleReplays = l.settleParams(ok, store.ReplaySucceeded)
+	l.ch.SettleDuplicates = l.settleParams(dup, store.ReplayDuplicate)
 	for _, w := range l.work {
 		switch {
 		case w.isNew:

@@ -20,15 +20,16 @@ import (
 // pending before the publish, and the envelope carries the header
 // store.HeaderReplay. The replay is settled as failed when the message is
 // dead-lettered again, as succeeded when an engine consumes it without
-// dead-lettering it, and as not sent when the publish fails. On another
-// store, the dead letter is deleted before the publish and recorded again
-// if the publish fails.
+// dead-lettering it, as duplicate when an engine finds it applied already
+// (an earlier copy was, and the replay applied nothing), and as not sent
+// when the publish fails. On another store, the dead letter is deleted
+// before the publish and recorded again if the publish fails.
 //
-// A dead letter whose latest replay succeeded is not replayed again (the
-// error wraps ErrReplaySucceeded: its message would run twice once the
-// inbox forgot it); ForceReplayDeadLetter replays it. One whose latest
-// replay is pending is never replayed again before it is settled (the
-// error wraps store.ErrReplayPending).
+// A dead letter whose latest replay succeeded or was a duplicate is not
+// replayed again (the error wraps ErrReplaySucceeded: its message would
+// run twice once the inbox forgot it); ForceReplayDeadLetter replays it.
+// One whose latest replay is pending is never replayed again before it is
+// settled (the error wraps store.ErrReplayPending).
 //
 // The error wraps store.ErrNotFound when there is no such dead letter.
 func (e *Engine) ReplayDeadLetter(ctx context.Context, id string) error {
@@ -119,7 +120,7 @@ func (r *replays) restore(ctx context.Context, dl *store.DeadLetter) error {
 // since: it is no longer a dead letter's final word.
 func replayOpen(dl *store.DeadLetter) bool {
 	r := dl.LastReplay()
-	return r != nil && (r.Outcome == store.ReplayPending || r.Outcome == store.ReplaySucceeded)
+	return r != nil && (r.Outcome == store.ReplayPending || r.Outcome == store.ReplaySucceeded || r.Outcome == store.ReplayDuplicate)
 }
 
 // replayPending reports whether dl's last replay is pending.

@@ -1,9 +1,7 @@
 package idem_test
 
 import (
-	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,19 +15,7 @@ import (
 // handler's inbox record is swept (Retention), the message runs again.
 func TestBulkReplaySkipsSucceededLetter(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int64
-	var broken atomic.Bool
-	broken.Store(true)
-	b := setup(t, &options{handlers: map[string]idem.HandlerFunc{"charge": func(ctx context.Context, env idem.Envelope) error {
-		if broken.Load() {
-			return idem.Permanent(errors.New("card service misconfigured"))
-		}
-		runs.Add(1)
-		return nil
-	}}})
-	b.publish(idem.Envelope{ID: "charge-1", Type: "charge", Body: []byte(`{}`)})
-	b.settle()
-	broken.Store(false)
+	b, runs, _ := chargeDeadLettered(t, idem.Config{}, false)
 	if err := b.engine().ReplayDeadLetter(b.ctx, "charge-1"); err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,9 @@ func (s *sweeper) pass(ctx context.Context) (total store.SweepResult, err error)
 }
 
 // sweepTokens deletes the tokens minted before Config.TokenRetention ago,
-// in batches, when the store can (store.TokenSweeper).
+// in batches, when the store can (store.TokenSweeper). Each batch starts
+// where the previous one ended (store.TokenSweep.Next), so the tokens kept
+// for dead letters are read once a pass, not once a batch.
 func (s *sweeper) sweepTokens(ctx context.Context) error {
 	ts, ok := s.store.(store.TokenSweeper)
 	if !ok {
@@ -68,12 +70,13 @@ func (s *sweeper) sweepTokens(ctx context.Context) error {
 	p := &store.StaleTokens{MintedBefore: s.cfg.Clock().Add(-s.cfg.TokenRetention), Limit: s.cfg.SweepBatch}
 	swept := 0
 	for {
-		n, err := ts.SweepTokens(ctx, p)
-		swept += n
+		r, err := ts.SweepTokens(ctx, p)
 		if err != nil {
 			return fmt.Errorf("idem: sweep tokens: %w", err)
 		}
-		if n < p.Limit {
+		swept += r.Deleted
+		p.After = r.Next
+		if r.Next == nil {
 			if swept > 0 {
 				s.log.InfoContext(ctx, "swept unclaimed dedup tokens", "tokens", swept, "minted_before", p.MintedBefore)
 			}

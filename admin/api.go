@@ -69,8 +69,8 @@ type Envelope = inspect.Envelope
 // DeadLetter is a dead letter as the API returns it: id, envelope, reason,
 // error, saga_type, key, attempts, first_failed_at, last_failed_at,
 // first_reason, first_error, replays, history (see History) and state
-// (unresolved, resolved when the latest replay succeeded, or pending when
-// it is pending). idem dlq ls --json and idem dlq show --json print the
+// (unresolved, resolved when the latest replay succeeded or was a
+// duplicate, or pending when it is pending). idem dlq ls --json and idem dlq show --json print the
 // same shape.
 type DeadLetter = inspect.DeadLetter
 

@@ -147,12 +147,7 @@ func (s *Server) history(ctx context.Context, k store.Key) (*SagaHistory, error)
 // historyEntries are the journal's entries with the sent state of what
 // they emitted.
 func (s *Server) historyEntries(ctx context.Context, j []store.JournalEntry) []HistoryEntry {
-	sent := s.sentStates(ctx, j)
-	out := make([]HistoryEntry, 0, len(j))
-	for i := range j {
-		out = append(out, historyEntry(&j[i], sent))
-	}
-	return out
+	return entriesOf(j, s.sentStates(ctx, j))
 }
 
 // sentState is an emitted message's sent state and time.
@@ -165,12 +160,7 @@ type sentState struct {
 // emitted. A lookup that fails leaves them unknown: the history is still
 // worth showing.
 func (s *Server) sentStates(ctx context.Context, j []store.JournalEntry) map[string]sentState {
-	var ids []string
-	for i := range j {
-		for _, m := range j[i].Emitted {
-			ids = append(ids, m.ID)
-		}
-	}
+	ids := emittedIDs(j)
 	out := make(map[string]sentState, len(ids))
 	if len(ids) == 0 {
 		return out
@@ -181,14 +171,22 @@ func (s *Server) sentStates(ctx context.Context, j []store.JournalEntry) map[str
 		}
 		return out
 	}
-	r, ok := s.st.(store.OutboxSentReader)
+	if err := outboxSent(ctx, s.st, ids, out); err != nil {
+		s.log.WarnContext(ctx, "admin: read the outbox's sent state; shown as unknown", "error", err)
+	}
+	return out
+}
+
+// outboxSent adds to out the sent state of the messages ids names that
+// st's outbox holds, when st can tell (store.OutboxSentReader).
+func outboxSent(ctx context.Context, st store.Store, ids []string, out map[string]sentState) error {
+	r, ok := st.(store.OutboxSentReader)
 	if !ok {
-		return out
+		return nil
 	}
 	got, err := r.OutboxSent(ctx, ids)
 	if err != nil {
-		s.log.WarnContext(ctx, "admin: read the outbox's sent state; shown as unknown", "error", err)
-		return out
+		return err
 	}
 	for id, at := range got {
 		if at.IsZero() {
@@ -197,7 +195,7 @@ func (s *Server) sentStates(ctx context.Context, j []store.JournalEntry) map[str
 			out[id] = sentState{state: sentYes, at: at.UTC()}
 		}
 	}
-	return out
+	return nil
 }
 
 // onStoreQueue tells whether the engine's transport is its store's own

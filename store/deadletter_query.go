@@ -95,8 +95,9 @@ const (
 	// DeadLettersUnresolved: never replayed, or the latest replay failed
 	// or was not sent. Its message still waits for an operator.
 	DeadLettersUnresolved DeadLetterState = "unresolved"
-	// DeadLettersResolved: the latest replay succeeded. Replaying it again
-	// would run its message again.
+	// DeadLettersResolved: the latest replay succeeded, or found its
+	// message applied already (ReplayDuplicate). Replaying it again would
+	// run its message again.
 	DeadLettersResolved DeadLetterState = "resolved"
 	// DeadLettersPending: the latest replay is pending.
 	DeadLettersPending DeadLetterState = "pending"
@@ -118,7 +119,7 @@ func (d *DeadLetter) State() DeadLetterState {
 	switch {
 	case r == nil:
 		return DeadLettersUnresolved
-	case r.Outcome == ReplaySucceeded:
+	case r.Outcome == ReplaySucceeded || r.Outcome == ReplayDuplicate:
 		return DeadLettersResolved
 	case r.Outcome == ReplayPending:
 		return DeadLettersPending
@@ -141,18 +142,24 @@ const (
 	// yet consumed it, or one is still retrying it.
 	ReplayPending ReplayOutcome = "pending"
 	// ReplaySucceeded: an engine consumed the replayed message without
-	// dead-lettering it again: it was applied, or found already applied,
-	// or ignored as its saga decides.
+	// dead-lettering it again: it was applied, or ignored as its saga
+	// decides.
 	ReplaySucceeded ReplayOutcome = "succeeded"
 	// ReplayFailed: the message was dead-lettered again.
 	ReplayFailed ReplayOutcome = "failed"
 	// ReplayNotSent: publishing it again failed; Error says why.
 	ReplayNotSent ReplayOutcome = "not_sent"
+	// ReplayDuplicate: an engine consumed the replayed message and found it
+	// already applied (its inbox record or its claimed token): not applied,
+	// an earlier copy of this message was applied. The dead letter is
+	// resolved, as by ReplaySucceeded.
+	ReplayDuplicate ReplayOutcome = "duplicate"
 )
 
 // HeaderReplay marks an envelope published again by a replay: its value is
 // the replay's time (RFC 3339). An engine that consumes such a message
-// without dead-lettering it settles the replay as ReplaySucceeded; a store
+// without dead-lettering it settles the replay as ReplaySucceeded (or
+// ReplayDuplicate when it was found applied already); a store
 // settles the pending replay as ReplayFailed only when the dead letter is
 // recorded again from an envelope that carries it (a late copy of the
 // original message failing again settles nothing).

@@ -338,6 +338,12 @@ type Changes struct {
 	// messages without dead-lettering them, so that a crash after the
 	// commit cannot leave their replays pending.
 	SettleReplays *SettleReplaysParams
+	// SettleDuplicates, when set, settles replays in the same commit as
+	// SettleReplays does, with its own outcome: the engine sets it, with
+	// ReplayDuplicate, for replayed messages the unit of work found
+	// already applied (an earlier copy was), so that one commit settles
+	// both kinds.
+	SettleDuplicates *SettleReplaysParams
 	// ClearRetries are the IDs of retries (see RetryRecorder) to delete in
 	// the same commit: the engine sets them, only on a RetryRecorder, for
 	// messages applied or dead-lettered after a failed delivery. A missing
@@ -357,7 +363,8 @@ type Changes struct {
 func (c *Changes) Empty() bool {
 	return len(c.Inserts)+len(c.Updates)+len(c.Inbox)+len(c.Outbox)+len(c.Timers)+
 		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens)+len(c.ClearRetries)+len(c.RecordRetries) == 0 &&
-		(c.SettleReplays == nil || len(c.SettleReplays.IDs) == 0)
+		(c.SettleReplays == nil || len(c.SettleReplays.IDs) == 0) &&
+		(c.SettleDuplicates == nil || len(c.SettleDuplicates.IDs) == 0)
 }
 
 // UnitOfWork is one transaction. It is used by one goroutine at a time. After

@@ -58,9 +58,14 @@ type TokenSweeper interface {
 	// CountStaleTokens counts the tokens minted before p.MintedBefore, up
 	// to p.Limit: it returns p.Limit when there are p.Limit or more.
 	CountStaleTokens(ctx context.Context, p *StaleTokens) (int, error)
-	// SweepTokens deletes at most p.Limit tokens minted before
-	// p.MintedBefore, oldest first, and returns how many it deleted.
-	SweepTokens(ctx context.Context, p *StaleTokens) (int, error)
+	// SweepTokens reads, oldest first (by MintedAt, then ID), at most
+	// p.Limit tokens minted before p.MintedBefore and after p.After,
+	// deletes those whose message has no dead letter, and says how many
+	// it read and deleted and where the next batch starts
+	// (TokenSweep.Next). A pass that passes each batch's Next to the next
+	// one reads every token once, so the tokens it keeps cost one read a
+	// pass, not one per batch. A zero MintedBefore reads nothing.
+	SweepTokens(ctx context.Context, p *StaleTokens) (*TokenSweep, error)
 }
 
 // StaleTokens selects unclaimed tokens by age for TokenSweeper.
@@ -68,8 +73,12 @@ type StaleTokens struct {
 	// MintedBefore selects the tokens minted before it; the zero time
 	// selects none.
 	MintedBefore time.Time
-	// Limit bounds the tokens counted or deleted; it must be positive.
+	// Limit bounds the tokens counted, or read by a sweep; it must be
+	// positive.
 	Limit int
+	// After, when set, makes SweepTokens read only the tokens after it
+	// (a previous batch's TokenSweep.Next); CountStaleTokens ignores it.
+	After *TokenCursor
 }
 
 // Validate returns an error naming what is wrong with p: a nil p, or a

@@ -47,8 +47,8 @@ type DeadLetter struct {
 	FirstError  string         `json:"first_error,omitempty"`
 	Replays     []store.Replay `json:"replays,omitempty"`
 	History     string         `json:"history,omitempty"`
-	// State is unresolved, resolved (the latest replay succeeded) or
-	// pending (the latest replay is pending).
+	// State is unresolved, resolved (the latest replay succeeded or was a
+	// duplicate) or pending (the latest replay is pending).
 	State store.DeadLetterState `json:"state"`
 	// Fingerprint groups dead letters that failed alike (see
 	// store.Fingerprint; "" when recorded before fingerprints);
@@ -111,6 +111,8 @@ func History(d *store.DeadLetter) string {
 		return fmt.Sprintf("replayed %s; failed again at %s with %s: %s", n, at(r.SettledAt), r.Reason, firstLine(r.Error))
 	case store.ReplaySucceeded:
 		return fmt.Sprintf("replayed %s; the last replay succeeded at %s: consumed without failing again", n, at(r.SettledAt))
+	case store.ReplayDuplicate:
+		return fmt.Sprintf("replayed %s; the last replay was a duplicate at %s: not applied: an earlier copy of this message was applied", n, at(r.SettledAt))
 	case store.ReplayNotSent:
 		return fmt.Sprintf("replayed %s; the last replay was not sent at %s: %s", n, at(r.SettledAt), firstLine(r.Error))
 	}

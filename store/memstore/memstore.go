@@ -274,6 +274,9 @@ func (s *Store) apply(c *store.Changes) {
 	if c.SettleReplays != nil {
 		s.settleReplays(c.SettleReplays)
 	}
+	if c.SettleDuplicates != nil {
+		s.settleReplays(c.SettleDuplicates)
+	}
 	for _, id := range c.ClearRetries {
 		delete(s.retries, id)
 	}

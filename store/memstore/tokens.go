@@ -112,21 +112,45 @@ func (s *Store) CountStaleTokens(ctx context.Context, p *store.StaleTokens) (int
 	return min(len(s.staleTokens(p)), p.Limit), nil
 }
 
-// SweepTokens deletes at most p.Limit tokens minted before p.MintedBefore,
-// oldest first; see store.TokenSweeper.
-func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
+// SweepTokens reads at most p.Limit tokens minted before p.MintedBefore
+// and after p.After, oldest first, and deletes those whose message has no
+// dead letter; see store.TokenSweeper.
+func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (*store.TokenSweep, error) {
 	if err := p.Validate(); err != nil {
-		return 0, fmt.Errorf("memstore: sweep %w", err)
+		return nil, fmt.Errorf("memstore: sweep %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx, "sweep tokens"); err != nil {
-		return 0, err
+		return nil, err
 	}
-	ids := s.staleTokens(p)
-	ids = ids[:min(len(ids), p.Limit)]
+	ids := s.tokensAfter(p)
+	r := &store.TokenSweep{Read: len(ids)}
+	if len(ids) == p.Limit {
+		last := ids[len(ids)-1]
+		r.Next = &store.TokenCursor{MintedAt: s.tokens[last], ID: last}
+	}
 	for _, id := range ids {
-		delete(s.tokens, id)
+		if s.dead[store.TokenDedupID(id)] == nil {
+			delete(s.tokens, id)
+			r.Deleted++
+		}
 	}
-	return len(ids), nil
+	return r, nil
+}
+
+// tokensAfter returns the IDs of at most p.Limit tokens minted before
+// p.MintedBefore and after p.After, in sweep order (MintedAt, then ID).
+// The caller holds s.mu.
+func (s *Store) tokensAfter(p *store.StaleTokens) []string {
+	var ids []string
+	for id, at := range s.tokens {
+		if at.Before(p.MintedBefore) && (p.After == nil || cmp.Or(at.Compare(p.After.MintedAt), strings.Compare(id, p.After.ID)) > 0) {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		return cmp.Or(s.tokens[a].Compare(s.tokens[b]), strings.Compare(a, b))
+	})
+	return ids[:min(len(ids), p.Limit)]
 }

@@ -103,12 +103,24 @@ SELECT count(*) FROM (SELECT 1 FROM idem_tokens t WHERE minted_at < $1 AND ` + n
 // ID is the token's dedup part, after the first U+001F): a replay needs it.
 const notDeadLettered = `NOT EXISTS (SELECT 1 FROM idem_dead_letters d WHERE d.id = substr(t.id, strpos(t.id, chr(31)) + 1))`
 
-// sweepTokensSQL deletes the $2 oldest tokens minted before $1, skipping
-// those another sweeper holds.
+// sweepTokensSQL reads at most $2 tokens minted before $1 and after the
+// cursor ($3, $4), in sweep order (idem_tokens_minted_at, then the ID:
+// tokens minted in one commit share minted_at), skipping those another
+// sweeper or a claim holds; deletes those whose message has no dead
+// letter (by their IDs, through the primary key: a join with the batch
+// would be planned as a hash of the whole table); and returns how many it
+// read and deleted, and the last one read.
 const sweepTokensSQL = `
-DELETE FROM idem_tokens WHERE id IN (
-  SELECT id FROM idem_tokens t WHERE minted_at < $1 AND ` + notDeadLettered + ` ORDER BY minted_at LIMIT $2 FOR UPDATE SKIP LOCKED
-)`
+WITH batch AS (
+  SELECT id, minted_at FROM idem_tokens
+  WHERE minted_at < $1 AND minted_at >= $3 AND (minted_at > $3 OR id COLLATE "C" > $4)
+  ORDER BY minted_at, id COLLATE "C" LIMIT $2 FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM idem_tokens t WHERE t.id = ANY(ARRAY(SELECT id FROM batch)) AND ` + notDeadLettered + ` RETURNING 1
+), last AS (
+  SELECT minted_at, id FROM batch ORDER BY minted_at DESC, id COLLATE "C" DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM gone), (SELECT minted_at FROM last), (SELECT id FROM last)`
 
 // CountStaleTokens counts the tokens minted before p.MintedBefore, up to
 // p.Limit; see store.TokenSweeper.
@@ -129,21 +141,32 @@ func (s *Store) CountStaleTokens(ctx context.Context, p *store.StaleTokens) (int
 	return n, nil
 }
 
-// SweepTokens deletes at most p.Limit tokens minted before p.MintedBefore,
-// oldest first; see store.TokenSweeper.
-func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
+// SweepTokens reads at most p.Limit tokens minted before p.MintedBefore
+// and after p.After, oldest first, and deletes those whose message has no
+// dead letter; see store.TokenSweeper.
+func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (*store.TokenSweep, error) {
 	if err := p.Validate(); err != nil {
-		return 0, fmt.Errorf("pgstore: sweep %w", err)
+		return nil, fmt.Errorf("pgstore: sweep %w", err)
 	}
 	if err := s.check("sweep tokens"); err != nil {
-		return 0, err
+		return nil, err
 	}
+	r := &store.TokenSweep{}
 	if p.MintedBefore.IsZero() {
-		return 0, nil
+		return r, nil
 	}
-	tag, err := s.pool.Exec(ctx, sweepTokensSQL, p.MintedBefore, p.Limit)
+	var after store.TokenCursor // the zero time and "": before every token
+	if p.After != nil {
+		after = *p.After
+	}
+	var last *time.Time
+	var lastID *string
+	err := s.pool.QueryRow(ctx, sweepTokensSQL, p.MintedBefore, p.Limit, after.MintedAt, after.ID).Scan(&r.Read, &r.Deleted, &last, &lastID)
 	if err != nil {
-		return 0, fmt.Errorf("pgstore: sweep tokens minted before %s: %w", p.MintedBefore.Format(time.RFC3339), translate(err))
+		return nil, fmt.Errorf("pgstore: sweep tokens minted before %s: %w", p.MintedBefore.Format(time.RFC3339), translate(err))
 	}
-	return int(tag.RowsAffected()), nil
+	if r.Read == p.Limit && last != nil && lastID != nil {
+		r.Next = &store.TokenCursor{MintedAt: last.UTC(), ID: *lastID}
+	}
+	return r, nil
 }

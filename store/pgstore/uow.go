@@ -340,6 +340,7 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 		return nil, err
 	}
 	queueSettleReplays(b, c.SettleReplays)
+	queueSettleReplays(b, c.SettleDuplicates)
 	queueClearRetries(b, c)
 	if err := queueRecordRetries(b, c); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -100,11 +101,19 @@ SELECT count(*) FROM (SELECT 1 FROM idem_tokens t WHERE minted_at < ?1 AND ` + n
 // ID is the token's dedup part, after the first U+001F): a replay needs it.
 const notDeadLettered = `NOT EXISTS (SELECT 1 FROM idem_dead_letters d WHERE d.id = substr(t.id, instr(t.id, char(31)) + 1))`
 
-// sweepTokensSQL deletes the ?2 oldest tokens minted before ?1.
-const sweepTokensSQL = `
-DELETE FROM idem_tokens WHERE id IN (
-  SELECT id FROM idem_tokens t WHERE minted_at < ?1 AND ` + notDeadLettered + ` ORDER BY minted_at LIMIT ?2
-)`
+// tokenBatch selects at most ?2 tokens minted before ?1 and after the
+// cursor (?3, ?4), in sweep order (idem_tokens_minted_at, then the ID:
+// tokens minted in one commit share minted_at).
+const tokenBatch = `SELECT id, minted_at FROM idem_tokens
+WHERE minted_at < ?1 AND minted_at >= ?3 AND (minted_at > ?3 OR id > ?4)
+ORDER BY minted_at, id LIMIT ?2`
+
+// readTokenBatchSQL reads a sweep's batch; sweepTokensSQL deletes the
+// tokens of the same batch whose message has no dead letter.
+const (
+	readTokenBatchSQL = tokenBatch
+	sweepTokensSQL    = `DELETE FROM idem_tokens WHERE id IN (SELECT id FROM (` + tokenBatch + `) t WHERE ` + notDeadLettered + `)`
+)
 
 // CountStaleTokens counts the tokens minted before p.MintedBefore, up to
 // p.Limit; see store.TokenSweeper.
@@ -125,26 +134,59 @@ func (s *Store) CountStaleTokens(ctx context.Context, p *store.StaleTokens) (int
 	return n, nil
 }
 
-// SweepTokens deletes at most p.Limit tokens minted before p.MintedBefore,
-// oldest first; see store.TokenSweeper.
-func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (int, error) {
+// SweepTokens reads at most p.Limit tokens minted before p.MintedBefore
+// and after p.After, oldest first, and deletes those whose message has no
+// dead letter; see store.TokenSweeper.
+func (s *Store) SweepTokens(ctx context.Context, p *store.StaleTokens) (*store.TokenSweep, error) {
 	if err := p.Validate(); err != nil {
-		return 0, fmt.Errorf("sqlitestore: sweep %w", err)
+		return nil, fmt.Errorf("sqlitestore: sweep %w", err)
 	}
 	if err := s.check("sweep tokens"); err != nil {
-		return 0, err
+		return nil, err
 	}
+	r := &store.TokenSweep{}
 	if p.MintedBefore.IsZero() {
-		return 0, nil
+		return r, nil
 	}
-	var n int64
+	args := []any{micros(p.MintedBefore), p.Limit, int64(math.MinInt64), ""}
+	if p.After != nil {
+		args[2], args[3] = micros(p.After.MintedAt), p.After.ID
+	}
 	err := s.write(ctx, "sweep tokens", 0, func(w *writer) error {
-		var err error
-		n, err = w.exec(sweepTokensSQL, micros(p.MintedBefore), p.Limit)
+		*r = store.TokenSweep{} // a group that fails runs it again alone
+		last, err := readTokenBatch(w, r, args)
+		if err != nil {
+			return err
+		}
+		n, err := w.exec(sweepTokensSQL, args...)
+		r.Deleted = int(n)
+		if r.Read == p.Limit {
+			r.Next = last
+		}
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("sqlitestore: sweep tokens minted before %s: %w", p.MintedBefore.Format(time.RFC3339), err)
+		return nil, fmt.Errorf("sqlitestore: sweep tokens minted before %s: %w", p.MintedBefore.Format(time.RFC3339), err)
 	}
-	return int(n), nil
+	return r, nil
+}
+
+// readTokenBatch counts the tokens of a sweep's batch into r.Read and
+// returns the last one.
+func readTokenBatch(w *writer, r *store.TokenSweep, args []any) (*store.TokenCursor, error) {
+	rows, err := w.query(readTokenBatchSQL, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	last := &store.TokenCursor{}
+	for rows.Next() {
+		var us int64
+		if err := rows.Scan(&last.ID, &us); err != nil {
+			return nil, err
+		}
+		last.MintedAt = fromMicros(us)
+		r.Read++
+	}
+	return last, rows.Err()
 }

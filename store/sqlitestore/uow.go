@@ -305,7 +305,10 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 		}
 		ops = append(ops, op{sql: upsertDeadLetterSQL, args: []any{d.ID, meta, body, d.Reason, d.Error, d.SagaType, d.Key, d.Attempts, micros(d.FirstFailedAt), micros(d.LastFailedAt), store.Fingerprint(d.Reason, d.Error)}})
 	}
-	if p := c.SettleReplays; p != nil {
+	for _, p := range []*store.SettleReplaysParams{c.SettleReplays, c.SettleDuplicates} {
+		if p == nil {
+			continue
+		}
 		for _, id := range p.IDs {
 			ops = append(ops, op{sql: settleReplaySQL, args: []any{id, string(p.Outcome), micros(p.At), strings.ToValidUTF8(p.Error, "\uFFFD")}})
 		}

@@ -149,11 +149,11 @@ func testTokensSweepByAge(t *testing.T, s store.Store, _ Features) {
 	}
 	sweep := func(limit int) int {
 		t.Helper()
-		n, err := ts.SweepTokens(t.Context(), &store.StaleTokens{MintedBefore: cutoff, Limit: limit})
+		r, err := ts.SweepTokens(t.Context(), &store.StaleTokens{MintedBefore: cutoff, Limit: limit})
 		if err != nil {
 			t.Fatalf("SweepTokens(limit %d): got error %v, want nil", limit, err)
 		}
-		return n
+		return r.Deleted
 	}
 	if n := count(store.StaleTokens{MintedBefore: cutoff, Limit: 10}); n != 2 {
 		t.Fatalf("CountStaleTokens before the cutoff: got %d, want 2 (A and B; C is minted at it)", n)
@@ -179,8 +179,8 @@ func testTokensSweepByAge(t *testing.T, s store.Store, _ Features) {
 	if got := loadTokens(t, s, tokenA, tokenB, tokenC); got[tokenA] || got[tokenB] || !got[tokenC] {
 		t.Fatalf("after the sweeps: loaded %v, want C only", got)
 	}
-	if n, err := ts.SweepTokens(t.Context(), &store.StaleTokens{Limit: 10}); err != nil || n != 0 {
-		t.Fatalf("SweepTokens with a zero MintedBefore: got %d, %v; want 0, nil", n, err)
+	if r, err := ts.SweepTokens(t.Context(), &store.StaleTokens{Limit: 10}); err != nil || r.Deleted != 0 || r.Read != 0 || r.Next != nil {
+		t.Fatalf("SweepTokens with a zero MintedBefore: got %+v, %v; want nothing read, nil", r, err)
 	}
 }
 
@@ -220,8 +220,8 @@ func testTokensOfDeadLettersKept(t *testing.T, s store.Store, _ Features) {
 	if n, err := ts.CountStaleTokens(t.Context(), &p); err != nil || n != 1 {
 		t.Errorf("CountStaleTokens: got %d, %v; want 1 (the dead-lettered message's token is not stale)", n, err)
 	}
-	if n, err := ts.SweepTokens(t.Context(), &p); err != nil || n != 1 {
-		t.Fatalf("SweepTokens: got %d, %v; want 1", n, err)
+	if r, err := ts.SweepTokens(t.Context(), &p); err != nil || r.Deleted != 1 {
+		t.Fatalf("SweepTokens: got %+v, %v; want 1 deleted", r, err)
 	}
 	if got := loadTokens(t, s, dead, live); !got[dead] || got[live] {
 		t.Fatalf("tokens after the sweep: %v; want the dead letter's kept and the other swept", got)
@@ -229,7 +229,7 @@ func testTokensOfDeadLettersKept(t *testing.T, s store.Store, _ Features) {
 	if _, err := s.DeleteDeadLetters(t.Context(), []string{"m-dead"}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := ts.SweepTokens(t.Context(), &p); err != nil || n != 1 {
-		t.Errorf("SweepTokens once the dead letter is purged: got %d, %v; want 1", n, err)
+	if r, err := ts.SweepTokens(t.Context(), &p); err != nil || r.Deleted != 1 {
+		t.Errorf("SweepTokens once the dead letter is purged: got %+v, %v; want 1 deleted", r, err)
 	}
 }

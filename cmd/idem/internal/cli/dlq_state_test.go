@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -17,14 +16,7 @@ func TestDLQReplaySkipsResolved(t *testing.T) {
 	b := setupPG(t)
 	st := b.open()
 	seed(t, st, deadLetter("ok1", "permanent_error", time.Hour), deadLetter("open1", "permanent_error", time.Hour))
-	var rp store.DeadLetterReplayer = st
-	ctx := context.Background()
-	if err := rp.BeginReplay(ctx, "ok1", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := rp.SettleReplays(ctx, &store.SettleReplaysParams{IDs: []string{"ok1"}, Outcome: store.ReplaySucceeded, At: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	replayed(t, st, "ok1", store.ReplaySucceeded)
 
 	code, out, errOut := b.run("dlq", "replay", "--reason", "permanent_error", "--dry-run")
 	wantExit(t, code, out, errOut, 0)

@@ -157,7 +157,7 @@ them, --archived include lists both.
 id, envelope, reason, error, saga_type, key, attempts, first_failed_at,
 last_failed_at (RFC 3339, UTC), first_reason and first_error (the first
 failure's, kept when the message fails again), replays (each replay's time,
-outcome — pending, succeeded, failed or not_sent — settled_at, and the new
+outcome — pending, succeeded, duplicate, failed or not_sent — settled_at, and the new
 failure's reason and error) and history (replays in one line). The envelope's body is a string: the body
 itself when it is valid UTF-8 ("body_encoding": "utf-8"), which keeps JSON
 bodies readable with jq, and its standard base64 otherwise
@@ -605,8 +605,9 @@ Redis partition count that differs from the namespace's, and leaves the engines'
 
 The dead letter is kept, with the replay in its history: pending until an
 engine consumes the message, then succeeded (consumed without failing
-again) or failed (dead-lettered again, with the new failure; the first
-failure is kept), or not sent when the publish fails. Replay only
+again), duplicate (not applied: an earlier copy of the message was), or
+failed (dead-lettered again, with the new failure; the first failure is
+kept), or not sent when the publish fails. Replay only
 re-queues: idem dlq show ID (or the console) shows the outcome.
 
 Use it once the cause is fixed (a handler bug deployed, a missing saga type
@@ -747,7 +748,7 @@ a named ID does not exist (the others are still replayed).
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only dead letters with this reason (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "act only on the dead letters counted by the dry run that printed this mark")
-	cmd.Flags().StringVar(&sel.state, "state", "", "select by the latest replay: unresolved (default: never replayed, or it failed or was not sent), pending, resolved (it succeeded) or all")
+	cmd.Flags().StringVar(&sel.state, "state", "", "select by the latest replay: unresolved (default: never replayed, or it failed or was not sent), pending, resolved (it succeeded or was a duplicate) or all")
 	cmd.Flags().StringVar(&sel.fingerprint, "fingerprint", "", "only the dead letters of this group (idem dlq groups; none for those recorded before fingerprints)")
 	cmd.Flags().BoolVar(&force, "force", false, "replay the named dead letters even if their latest replay succeeded (their messages run again)")
 	sf.register(cmd)
@@ -862,7 +863,7 @@ Prints how many dead letters were deleted.
 	cmd.Flags().StringVar(&sel.failedBefore, "failed-before", "", "with --all: only dead letters last failed before this time (RFC 3339), as a dry run's --older-than prints it")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --all: count what would be deleted and print the --as-of that binds it; change nothing")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "with --all: delete only the dead letters counted by the dry run that printed this mark")
-	cmd.Flags().StringVar(&sel.state, "state", "", "with --all: select by the latest replay: unresolved (default), pending, resolved (it succeeded) or all")
+	cmd.Flags().StringVar(&sel.state, "state", "", "with --all: select by the latest replay: unresolved (default), pending, resolved (it succeeded or was a duplicate) or all")
 	cmd.Flags().StringVar(&archived, "archived", "", "with --all: include (default) the archived dead letters, only them, or exclude them")
 	sf.register(cmd)
 	return cmd
@@ -911,6 +912,8 @@ func writeHistory(w io.Writer, d *store.DeadLetter) {
 			outcome = fmt.Sprintf("failed again at %s with %s: %s", formatTime(r.SettledAt), clean(r.Reason), clean(firstLine(r.Error)))
 		case store.ReplaySucceeded:
 			outcome = "succeeded at " + formatTime(r.SettledAt) + ": consumed without failing again"
+		case store.ReplayDuplicate:
+			outcome = "duplicate at " + formatTime(r.SettledAt) + ": not applied: an earlier copy of this message was applied"
 		case store.ReplayNotSent:
 			outcome = fmt.Sprintf("not sent at %s: %s", formatTime(r.SettledAt), clean(firstLine(r.Error)))
 		}

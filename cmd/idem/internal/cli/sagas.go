@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
@@ -153,7 +154,14 @@ func newSagasShow() *cobra.Command {
 		Short: "Show one saga instance with its state document and journal",
 		Long: `Show the saga instance TYPE/KEY: state, version, timers, the state document
 and the journal of its transitions in order. Exit 1 if there is no such
-instance.`,
+instance.
+
+--json prints the instance, and its journal as GET
+/api/sagas/{type}/{key}/history answers: each entry's payload as JSON when
+it is JSON ("payload_encoding": "json"), else its text ("utf-8") or its
+base64 ("base64"), with its headers, IDs, emitted messages and state diff.
+An emitted message's "sent" is read from the store's outbox: "unknown" when
+it is not there (the engines run on the store's own queue, or it was swept).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -184,12 +192,8 @@ instance.`,
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
-			v := struct {
-				instanceJSON
-				Journal []store.JournalEntry `json:"journal"`
-			}{toInstanceJSON(in), journal}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), v)
+				return showJSON(ctx, cmd.OutOrStdout(), st, in, journal)
 			}
 			writeInstance(cmd.OutOrStdout(), in, journal)
 			return nil
@@ -198,6 +202,19 @@ instance.`,
 	sf.registerReadOnly(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
+}
+
+// showJSON prints sagas show --json: the instance, and its journal as
+// GET /api/sagas/{type}/{key}/history shows it (admin.HistoryOf).
+func showJSON(ctx context.Context, w io.Writer, st store.Store, in *store.Instance, journal []store.JournalEntry) error {
+	h, err := admin.HistoryOf(ctx, st, store.Key{SagaType: in.SagaType, Key: in.Key}, journal)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	return writeJSON(w, struct {
+		instanceJSON
+		Journal []admin.HistoryEntry `json:"journal"`
+	}{toInstanceJSON(in), h.Entries})
 }
 
 // writeInstance prints sagas show in the layout of dlq show: labelled

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/transport"
@@ -137,7 +138,7 @@ func TestSagasEnd(t *testing.T) {
 	code, out, _ = run(t, "sagas", "show", "order", "a-1", "--json", "--store", url)
 	var shown struct {
 		State   string               `json:"state"`
-		Journal []store.JournalEntry `json:"journal"`
+		Journal []admin.HistoryEntry `json:"journal"`
 	}
 	if err := json.Unmarshal([]byte(out), &shown); code != 0 || err != nil || shown.State != "idem.ended" || len(shown.Journal) != 1 ||
 		!strings.Contains(string(shown.Journal[0].Payload), "customer called") || !strings.HasPrefix(shown.Journal[0].Actor, "cli") {
