@@ -2,10 +2,13 @@ package admin_test
 
 import (
 	"context"
+	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/idemhq/idem/examples/orders"
@@ -95,4 +98,38 @@ func TestBrowserRefusedFormShowsError(t *testing.T) {
 		t.Errorf("after the refused replay the address is %q; want the dead letter's page", path)
 	}
 	screenshot(t, ctx, "refused-replay")
+}
+
+// A live refresh answered with an error page (503: the store did not
+// answer) is not an action's answer: the page keeps what it showed and
+// the indicator says it is stale. Live refreshes go through fetch, not
+// htmx, so the htmx-config that swaps error pages in does not reach them.
+func TestBrowserLiveErrorKeepsPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	ctx, _ := chrome(t)
+	run(t, ctx, "instance", chromedp.Navigate(b.srv.URL+"/instances/order/o-1"), chromedp.WaitVisible("#journal li"),
+		livePoll(`document.querySelector("#live-toggle").dataset.state === "live"`))
+	// From now on the page's refreshes are answered as a store outage
+	// answers them: a 503 with the error page's content.
+	page := base64.StdEncoding.EncodeToString([]byte(`<section class="card narrow"><h1>Service Unavailable</h1><p>The store did not answer (load saga). See the server log, then reload.</p></section>`))
+	chromedp.ListenTarget(ctx, func(ev any) {
+		if p, ok := ev.(*fetch.EventRequestPaused); ok {
+			go func() {
+				_ = chromedp.Run(ctx, fetch.FulfillRequest(p.RequestID, 503).WithResponsePhrase("Service Unavailable").WithBody(page).
+					WithResponseHeaders([]*fetch.HeaderEntry{{Name: "Content-Type", Value: "text/html; charset=utf-8"}}))
+			}()
+		}
+	})
+	run(t, ctx, "refuse refreshes", fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/instances/order/o-1", ResourceType: network.ResourceTypeFetch}}))
+	var text, key, main string
+	run(t, ctx, "stale", livePoll(`document.querySelector("#live-toggle").dataset.state === "stale"`), chromedp.Text("#live-toggle", &text),
+		chromedp.Text("#saga-key", &key), chromedp.Evaluate(`document.querySelector("main").innerText`, &main))
+	if !strings.Contains(text, "(HTTP 503") {
+		t.Errorf("indicator after a refresh answered 503: %q; want stale since hh:mm:ss (HTTP 503 ...)", text)
+	}
+	if key != "o-1" || strings.Contains(main, "The store did not answer") {
+		t.Errorf("after a refresh answered 503 the page shows key %q and:\n%s\nwant o-1's page as it was, without the error page", key, main)
+	}
 }
