@@ -254,4 +254,16 @@
       start();
     }
   });
+  // A refused action (a form's POST answered with an error page, which
+  // the htmx-config in layout.html swaps in) shows that page at the
+  // address the form was on: the action's own address has no page, and a
+  // reload there would not find one. htmx reads the history object after
+  // this event, so the change takes effect.
+  document.addEventListener("htmx:beforeHistoryUpdate", function (e) {
+    var d = e.detail;
+    if (d.failed && d.requestConfig && d.requestConfig.verb !== "get") {
+      d.history.type = "replace";
+      d.history.path = location.pathname + location.search;
+    }
+  });
 })();
