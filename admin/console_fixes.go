@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/store"
 )
 
@@ -12,7 +13,8 @@ import (
 // reader with a store and no Server, such as idem sagas show --json. An
 // emitted message's sent state comes from st's outbox when st can tell
 // (store.OutboxSentReader): "unknown" for one that is not there, as on
-// the store's own queue, which only a Server knows the engine uses. The
+// the store's own queue, which only a Server knows the engine uses. It
+// sets the Diff of j's entries from their states (history.FillDiffs). The
 // error is the outbox's.
 func HistoryOf(ctx context.Context, st store.Store, k store.Key, j []store.JournalEntry) (*SagaHistory, error) {
 	sent := map[string]sentState{}
@@ -21,6 +23,7 @@ func HistoryOf(ctx context.Context, st store.Store, k store.Key, j []store.Journ
 			return nil, fmt.Errorf("admin: history of saga %s/%s: read the outbox's sent state: %w", k.SagaType, k.Key, err)
 		}
 	}
+	history.FillDiffs(j, historyDiffLimit)
 	return &SagaHistory{SagaType: k.SagaType, Key: k.Key, Entries: entriesOf(j, sent)}, nil
 }
 

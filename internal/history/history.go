@@ -159,11 +159,13 @@ func marshalOp(op jsondiff.Operation) ([]byte, error) {
 // FillDiffs sets the Diff of each entry of js (one saga's journal, or its
 // latest entries, in order) that records a State and no Diff: the patch
 // from the State of the entry before it to its own, bounded by limit
-// bytes. The first entry of a saga (Version 1) diffs from nothing. An entry
-// gets no diff when the state before it is unknown: the entry before it is
-// not in js, recorded no State or a truncated one, or is not the version
-// just before (the state changed without a journal entry in between); nor
-// when its own State is truncated.
+// bytes. The entry before it is of the same version (one commit applied
+// both) or of the version before. The first entry of a saga (Version 1,
+// with no entry of its version before it in js) diffs from nothing. An
+// entry gets no diff when the state before it is unknown: the entry before
+// it is not in js, recorded no State or a truncated one, or is older than
+// the version before (the state changed without a journal entry in
+// between); nor when its own State is truncated.
 func FillDiffs(js []store.JournalEntry, limit int) {
 	for i := range js {
 		j := &js[i]
@@ -171,12 +173,13 @@ func FillDiffs(js []store.JournalEntry, limit int) {
 			continue
 		}
 		var before []byte
-		switch {
-		case j.Version == 1:
-		case i > 0 && js[i-1].Version == j.Version-1 && js[i-1].State != nil && !js[i-1].StateTruncated:
+		switch prev := i > 0 && (js[i-1].Version == j.Version || js[i-1].Version == j.Version-1); {
+		case prev && js[i-1].State != nil && !js[i-1].StateTruncated:
 			before = js[i-1].State
-		default:
-			continue
+		case prev:
+			continue // the state before it was not recorded whole
+		case j.Version != 1:
+			continue // the entry before it is not in js, or is older
 		}
 		j.Diff, j.DiffTruncated = Diff(before, j.State, limit)
 	}

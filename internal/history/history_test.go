@@ -71,6 +71,15 @@ func TestFillDiffs(t *testing.T) {
 			t.Errorf("entry %d (version %d): diff %s, want %s", i, js[i].Version, js[i].Diff, want[i])
 		}
 	}
+	// One commit applied two messages to a new saga, then two to it again:
+	// the second of each diffs from the first, not from nothing.
+	batch := []store.JournalEntry{entry(1, `{"a":1}`, false), entry(1, `{"a":1,"b":2}`, false), entry(2, `{"a":2,"b":2}`, false), entry(2, `{"a":3,"b":2}`, false)}
+	FillDiffs(batch, 4096)
+	for i, want := range []string{`[{"op":"add","path":"/a","value":1}]`, `[{"op":"add","path":"/b","value":2}]`, `[{"op":"replace","path":"/a","value":2}]`, `[{"op":"replace","path":"/a","value":3}]`} {
+		if string(batch[i].Diff) != want {
+			t.Errorf("batch entry %d (version %d): diff %s, want %s", i, batch[i].Version, batch[i].Diff, want)
+		}
+	}
 	// Only the first entries given: the oldest given entry of a longer
 	// journal has no known state before it.
 	tail := []store.JournalEntry{entry(2, `{"a":2}`, false), entry(3, `{"a":3}`, false)}

@@ -17,7 +17,7 @@ var _ store.JournalTailer = (*Store)(nil)
 // in the statement's snapshot.
 const journalTailSQL = `
 SELECT (SELECT count(*) FROM idem_journal WHERE saga_type = $1 AND key = $2),
-       saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, coalesce(detail, '')
+       saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, state, coalesce(detail, '')
 FROM idem_journal WHERE saga_type = $1 AND key = $2 ORDER BY id DESC LIMIT $3`
 
 const journalCountSQL = `SELECT count(*) FROM idem_journal WHERE saga_type = $1 AND key = $2`
@@ -47,7 +47,7 @@ func (s *Store) JournalTail(ctx context.Context, k store.Key, n int) ([]store.Jo
 	for rows.Next() {
 		var j store.JournalEntry
 		var d sqlq.JournalDetail
-		if err := rows.Scan(&total, &j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &j.At, &d.Payload, &d.Diff, &d.Detail); err != nil {
+		if err := rows.Scan(&total, &j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &j.At, &d.Payload, &d.Diff, &d.State, &d.Detail); err != nil {
 			return nil, 0, fmt.Errorf("pgstore: journal tail %s/%s: %w", k.SagaType, k.Key, err)
 		}
 		j.At = j.At.UTC()

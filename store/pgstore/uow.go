@@ -304,7 +304,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if len(u.enqueue) > 0 || (u.claim != nil && len(u.claim.returns) > 0) {
 		u.s.notifySoon()
 	}
-	if len(c.DeadLetters) > 0 || c.SettleReplays != nil {
+	if len(c.DeadLetters) > 0 || c.SettleReplays != nil || c.SettleDuplicates != nil {
 		u.s.groups.drop()
 	}
 	return nil

@@ -16,7 +16,7 @@ var _ store.JournalTailer = (*Store)(nil)
 // in the statement's read transaction.
 const journalTailSQL = `
 SELECT (SELECT count(*) FROM idem_journal WHERE saga_type = ?1 AND key = ?2),
-       saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail
+       saga_type, key, raw_key, message_id, event_type, from_state, to_state, version, at, payload, diff, detail, state
 FROM idem_journal WHERE saga_type = ?1 AND key = ?2 ORDER BY id DESC LIMIT ?3`
 
 const journalCountSQL = `SELECT count(*) FROM idem_journal WHERE saga_type = ?1 AND key = ?2`
@@ -44,7 +44,7 @@ func (s *Store) JournalTail(ctx context.Context, k store.Key, n int) ([]store.Jo
 		var j store.JournalEntry
 		var at int64
 		var d detailCols
-		if err := rows.Scan(&total, &j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &at, &d.payload, &d.diff, &d.detail); err != nil {
+		if err := rows.Scan(&total, &j.SagaType, &j.Key, &j.RawKey, &j.MessageID, &j.EventType, &j.FromState, &j.ToState, &j.Version, &at, &d.payload, &d.diff, &d.detail, &d.state); err != nil {
 			return nil, 0, fmt.Errorf("sqlitestore: journal tail %s/%s: %w", k.SagaType, k.Key, err)
 		}
 		j.At = fromMicros(at)

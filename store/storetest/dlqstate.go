@@ -233,8 +233,22 @@ func testDeadLetterGroupsFollowWrites(t *testing.T, s store.Store) {
 		t.Fatalf("settle: got error %v, want nil", err)
 	}
 	check("its replay not sent", 2)
+	// A replay an engine settles as a duplicate in its commit resolves
+	// the dead letter: the resolved groups follow at once.
+	resolved := func(what string, want int) {
+		t.Helper()
+		if got := groupCounts(groups(t, s, store.DeadLetterQuery{State: store.DeadLettersResolved}))["permanent_error"]; got != want {
+			t.Errorf("%s: groups count %d resolved permanent_error, want %d", what, got, want)
+		}
+	}
+	if err := rp.BeginReplay(ctx, "a", t0.Add(2*time.Minute)); err != nil {
+		t.Fatalf("begin replay again: got error %v, want nil", err)
+	}
+	resolved("replayed again, pending", 0)
+	commit(t, s, &store.Changes{SettleDuplicates: &store.SettleReplaysParams{IDs: []string{"a"}, Outcome: store.ReplayDuplicate, At: t0.Add(2 * time.Minute)}})
+	resolved("its replay settled a duplicate", 1)
 	if _, err := s.DeleteDeadLetters(ctx, []string{"b"}); err != nil {
 		t.Fatalf("delete: got error %v, want nil", err)
 	}
-	check("one deleted", 1)
+	check("the other deleted (the first is resolved)", 0)
 }

@@ -64,6 +64,7 @@ func testJournalTail(t *testing.T, s store.Store) {
 		if i%3 == 2 { // the last entry of order/a (i = 11) among them
 			e.Payload, e.CausationID = []byte(fmt.Sprintf(`{"i":%d}`, i)), fmt.Sprintf("c-%d", i)
 			e.Emitted = []store.EmittedMessage{{ID: fmt.Sprintf("e-%d", i), Type: "orders.Ship"}}
+			e.State, e.StateTruncated = fmt.Appendf(nil, `{"n":%d}`, i), i%2 == 0
 		}
 		return e
 	}

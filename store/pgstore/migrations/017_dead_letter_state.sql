@@ -109,6 +109,13 @@ CREATE TRIGGER idem_dead_letter_replayed
 -- transactions, repeated until it changes no row, then each index built
 -- without blocking writers. The version is recorded only when all is done.
 
+-- The dead letters the backfill has still to fill, so that each batch
+-- finds its 5,000 from this index instead of scanning past every row
+-- filled before it (quadratic on a large table). Empty once the backfill
+-- is done: every dead letter recorded since has its type.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idem_dead_letters_untyped
+    ON idem_dead_letters (id COLLATE "C") WHERE message_type IS NULL;
+
 -- idem:repeat
 UPDATE idem_dead_letters d SET
     message_type = CASE WHEN strpos(d.envelope::text, '\u0000') = 0 THEN coalesce(d.envelope->>'type', '')
@@ -117,7 +124,7 @@ UPDATE idem_dead_letters d SET
     latest_outcome = CASE WHEN d.latest_outcome = 'unknown'
         THEN (SELECT r.outcome FROM idem_dead_letter_replays r WHERE r.dead_letter_id = d.id ORDER BY r.seq DESC LIMIT 1)
         ELSE d.latest_outcome END
-WHERE d.id IN (SELECT id FROM idem_dead_letters WHERE message_type IS NULL LIMIT 5000) AND d.message_type IS NULL;
+WHERE d.id IN (SELECT id FROM idem_dead_letters WHERE message_type IS NULL ORDER BY id COLLATE "C" LIMIT 5000) AND d.message_type IS NULL;
 
 -- The console's default list: unresolved, not archived, in ID order. The
 -- predicate is pgstore's unresolved state filter, word for word.
