@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -252,6 +253,10 @@ func checkAPIRefusals(t *testing.T, r *apiRig) {
 	closed.Close()
 	if code, _, errOut := run(t, "schedules", "fire", "cli-hourly", "--tick", "2030-01-01T00:00:00Z", "--api", closed.URL); code != 1 || strings.Contains(errOut, rigToken) {
 		t.Errorf("an API that cannot be reached: exit %d, stderr %q; want 1, no token", code, errOut)
+	}
+	// A send whose answer is lost names the ID to send it again under.
+	if code, _, errOut := run(t, "sagas", "send", "order", "o-1", "--api", closed.URL, "--event", "orders.OrderPlaced", "--body", `{"OrderID":"o-1","Items":1}`); code != 1 || !regexp.MustCompile(`send again with --id [0-9a-f]{32}`).MatchString(errOut) {
+		t.Errorf("a send whose answer is lost: exit %d, stderr %q; want 1 and the ID to send again with", code, errOut)
 	}
 	if code, _, errOut := run(t, "schedules", "fire", "cli-hourly", "--tick", "2030-01-01T00:00:00Z", "--api", "http://user:pw@127.0.0.1:1"); code != 2 || strings.Contains(errOut, "pw") {
 		t.Errorf("an --api with credentials: exit %d, stderr %q; want 2, the password not printed", code, errOut)

@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -45,7 +48,7 @@ again with --id of that ID is safe: the saga applies it once.
 	f.StringVar(&o.event, "event", "", "the event's message type, as idem graph TYPE names it (required)")
 	f.StringVar(&o.body, "body", "", "the event's body, a JSON document")
 	f.StringVar(&o.bodyFile, "body-file", "", "read the body from this file (- for standard input)")
-	f.StringVar(&o.id, "id", "", "the message ID (default: a new random one); resending with the same ID is safe")
+	f.StringVar(&o.id, "id", "", "the message ID (default: a new random one, printed, and named in the error when the answer is lost); resending with the same ID is safe")
 	return cmd
 }
 
@@ -68,10 +71,23 @@ func sendEvent(cmd *cobra.Command, args []string, o *sendOptions) error {
 	if err != nil {
 		return err
 	}
+	id := o.id
+	if id == "" {
+		// Chosen here, not by the server: after a timeout or a 5xx the
+		// message may have been sent, and only a resend under the same ID
+		// is safe.
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
 	var acc admin.Accepted
 	call := &apiCall{method: http.MethodPost, path: "/api/sagas/" + pathSegment(args[0]) + "/" + pathSegment(key) + "/events",
-		body: admin.SendEvent{ID: o.id, Type: o.event, Body: body}}
+		body: admin.SendEvent{ID: id, Type: o.event, Body: body}}
 	if err := c.do(cmd.Context(), call, &acc); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == 1 {
+			return failed(fmt.Errorf("%w; it may have been sent: send again with --id %s, which is safe", err, id))
+		}
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "sent %s to saga %s/%q as message %s\n", clean(acc.Type), clean(args[0]), key, clean(acc.ID))
