@@ -68,6 +68,12 @@ func TestBrowserRetryNow(t *testing.T) {
 	}
 
 	bctx, dialog := chrome(t)
+	var listed string
+	run(t, bctx, "the Retrying page", chromedp.Navigate(b.srv.URL+"/retries"), chromedp.WaitVisible("#retries"), chromedp.Text("#retries", &listed))
+	if !strings.Contains(listed, "charge-pay-1") {
+		t.Errorf("the Retrying page lists %q; want the charge of pay-1", listed)
+	}
+	screenshot(t, bctx, "retries")
 	var question, msgID, msgType, attempts, lastErr string
 	run(t, bctx, "press Retry now", chromedp.Navigate(b.srv.URL+"/instances/payment/pay-1"), chromedp.WaitVisible("#why-retries"),
 		chromedp.Click(`#why-retries button[data-action="retry-now"]`, chromedp.ByQuery), chromedp.WaitVisible("#confirm-retry-now"),
