@@ -152,9 +152,6 @@ func (s *Store) migrateAll(ctx context.Context, conn *pgx.Conn, ms []migration) 
 			return err
 		}
 		_, err = conn.Exec(ctx, `INSERT INTO idem_migrations (version, name) VALUES ($1, $2)`, next+1, m.name)
-		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "RESET search_path"); err == nil {
-			err = rerr
-		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
@@ -203,18 +200,14 @@ func (s *Store) migrateTx(ctx context.Context, conn *pgx.Conn, ms []migration) (
 	return next, err
 }
 
-// runOutside runs one statement of a migration's outside part on conn, in
-// the store's schema and with the migration's lock timeout.
-func (s *Store) runOutside(ctx context.Context, conn *pgx.Conn, st outsideStmt) (err error) {
+// runOutside runs one statement of a migration's outside part on conn (a
+// session of the migration's own, closed after it), in the store's schema
+// and with the migration's lock timeout.
+func (s *Store) runOutside(ctx context.Context, conn *pgx.Conn, st outsideStmt) error {
 	set := fmt.Sprintf("SET search_path TO %s; SET lock_timeout = %d", SearchPath(s.cfg.Schema), MigrateLockTimeout.Milliseconds())
 	if _, err := conn.Exec(ctx, set); err != nil {
 		return err
 	}
-	defer func() {
-		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "RESET search_path; RESET lock_timeout"); err == nil {
-			err = rerr
-		}
-	}()
 	if st.repeat {
 		for {
 			ct, err := conn.Exec(ctx, st.sql)
@@ -226,18 +219,48 @@ func (s *Store) runOutside(ctx context.Context, conn *pgx.Conn, st outsideStmt) 
 	return s.buildIndex(ctx, conn, st)
 }
 
+// concurrentTries bounds the attempts at a concurrent index build that a
+// deadlock aborted: a build waits for every older transaction of the
+// database, and a session waiting for a lock this one holds (a migrator
+// of an earlier release, which waits for the migration lock inside a
+// transaction) makes a deadlock the server resolves by cancelling one.
+const concurrentTries = 5
+
 // buildIndex builds the index st names, first dropping it when an
 // interrupted build left it invalid: concurrently on a table of
-// concurrentAbove bytes or more, at once on a smaller one.
+// concurrentAbove bytes or more, at once on a smaller one. A concurrent
+// build waits without lock_timeout (it waits for older transactions, not
+// for writers, which it never holds off) and is tried again after a
+// deadlock.
 func (s *Store) buildIndex(ctx context.Context, conn *pgx.Conn, st outsideStmt) error {
 	var size int64
 	if err := conn.QueryRow(ctx, `SELECT coalesce(pg_relation_size(to_regclass($1)), 0)`, pgx.Identifier{s.cfg.Schema, st.table}.Sanitize()).Scan(&size); err != nil {
 		return err
 	}
-	build, drop := st.sql, "DROP INDEX CONCURRENTLY IF EXISTS "
 	if size < concurrentAbove {
-		build, drop = st.plain, "DROP INDEX IF EXISTS "
+		return s.buildIndexOnce(ctx, conn, st, st.plain, "DROP INDEX IF EXISTS ")
 	}
+	if _, err := conn.Exec(ctx, "SET lock_timeout = 0"); err != nil {
+		return err
+	}
+	var err error
+	for try := 1; try <= concurrentTries; try++ {
+		err = s.buildIndexOnce(ctx, conn, st, st.sql, "DROP INDEX CONCURRENTLY IF EXISTS ")
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "40P01" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try) * time.Second):
+		}
+	}
+	return err
+}
+
+// buildIndexOnce drops st's index when it is invalid, then builds it.
+func (s *Store) buildIndexOnce(ctx context.Context, conn *pgx.Conn, st outsideStmt, build, drop string) error {
 	var valid bool
 	err := conn.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, s.cfg.Schema, st.index).Scan(&valid)

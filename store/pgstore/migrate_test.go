@@ -5,10 +5,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store/pgstore"
 )
@@ -175,5 +177,73 @@ func TestMigrateConcurrently(t *testing.T) {
 	}
 	if v := schemaVersion(t, conn); v != pgstore.SchemaVersion() {
 		t.Errorf("after both: version %d, want %d", v, pgstore.SchemaVersion())
+	}
+}
+
+// TestMigrateConcurrentBuildOutwaitsLockTimeout: on a table big enough for
+// a concurrent index build, the build waits for an older transaction
+// however long it runs (it holds off no writer meanwhile), instead of
+// failing after pgstore.MigrateLockTimeout and leaving an invalid index.
+func TestMigrateConcurrentBuildOutwaitsLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, pgstore.Config{})
+	conn := rollBack(t, s)
+	// About 10 MB of dead letters: over the size from which indexes are
+	// built concurrently.
+	if _, err := conn.Exec(ctx, `INSERT INTO idem_dead_letters (id, envelope, body, reason, error, saga_type, key, attempts, first_failed_at, last_failed_at)
+SELECT 'd-' || i, json_build_object('id', 'd-' || i, 'type', 'orders.Placed'), convert_to(repeat('x', 1000), 'UTF8'), 'permanent_error', 'no', 'order', 'k-' || i, 1, now(), now()
+FROM generate_series(1, 9000) i`); err != nil {
+		t.Fatal(err)
+	}
+	const idx = "idem_dead_letters_open"
+	if _, err := conn.Exec(ctx, "DROP INDEX "+idx); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pgx.Connect(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holderPID int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT txid_current()) x`).Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Migrate(ctx) }()
+	// Once the migrator waits for the older transaction, keep it waiting
+	// longer than the migration's lock timeout: the scenario, not a way to
+	// wait for something.
+	enginetest.Eventually(t, func() string {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks w JOIN pg_locks h ON h.virtualxid = w.virtualxid AND h.granted
+WHERE w.locktype = 'virtualxid' AND NOT w.granted AND h.pid = $1`, holderPID).Scan(&n); err != nil {
+			return err.Error()
+		}
+		if n == 0 {
+			return "the migrator does not wait for the older transaction yet"
+		}
+		return ""
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("migrate beside an older transaction: returned %v while the transaction ran; want it to wait", err)
+	case <-time.After(pgstore.MigrateLockTimeout + time.Second):
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("migrate once the older transaction ended: got %v, want nil", err)
+	}
+	if exists, valid := indexValid(t, conn, s.Schema(), idx); !exists || !valid {
+		t.Errorf("after Migrate: index exists %v, valid %v; want it built, valid", exists, valid)
+	}
+	if v := schemaVersion(t, conn); v != pgstore.SchemaVersion() {
+		t.Errorf("after Migrate: version %d, want %d", v, pgstore.SchemaVersion())
 	}
 }

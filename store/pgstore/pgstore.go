@@ -369,21 +369,20 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: read migrations: %w", err)
 	}
-	conn, err := s.pool.Acquire(ctx)
+	pooled, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return s.migrateError(err, 0)
 	}
-	defer conn.Release()
-	if err := s.migrateLock(ctx, conn.Conn()); err != nil {
+	// The migration's session never goes back to the pool: closing it
+	// drops the migration lock and the session settings the migrations
+	// changed (search_path, lock_timeout), which a RESET would set to the
+	// server's defaults rather than to what the pool's connections use.
+	conn := pooled.Hijack()
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if err := s.migrateLock(ctx, conn); err != nil {
 		return s.migrateError(err, 0)
 	}
-	defer func() {
-		const unlock = `SELECT pg_advisory_unlock(hashtext('idem.migrate.' || $1))`
-		if _, err := conn.Exec(context.WithoutCancel(ctx), unlock, s.cfg.Schema); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx)) // the server drops the lock with the session
-		}
-	}()
-	if err := s.migrateAll(ctx, conn.Conn(), ms); err != nil {
+	if err := s.migrateAll(ctx, conn, ms); err != nil {
 		var current int
 		_ = s.pool.QueryRow(context.WithoutCancel(ctx), `SELECT coalesce(max(version), 0) FROM idem_migrations`).Scan(&current)
 		return s.migrateError(err, current)

@@ -294,6 +294,11 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 		return err
 	}
 	err = u.conn.SendBatch(ctx, b).Close()
+	if len(c.DeadLetters) > 0 || c.SettleReplays != nil || c.SettleDuplicates != nil {
+		// Even when the commit failed: its outcome may be unknown, and a
+		// dead-letter write that did commit must show at once.
+		defer u.s.groups.drop()
+	}
 	if err != nil && u.claim != nil && u.claim.keeps(ctx, u, err) {
 		return fmt.Errorf("pgstore: commit: %w", translate(err))
 	}
@@ -303,9 +308,6 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	}
 	if len(u.enqueue) > 0 || (u.claim != nil && len(u.claim.returns) > 0) {
 		u.s.notifySoon()
-	}
-	if len(c.DeadLetters) > 0 || c.SettleReplays != nil || c.SettleDuplicates != nil {
-		u.s.groups.drop()
 	}
 	return nil
 }
