@@ -122,7 +122,12 @@ func TestInstancePageReadsOnlyTheJournalItShows(t *testing.T) {
 func TestOverviewDoesNotCountEveryDeadLetter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := memstore.New(nil)
+	// A store that cannot count its unresolved dead letters from an index
+	// (sqlitestore): the field hides memstore's store.UnresolvedCounter.
+	st := &struct {
+		*memstore.Store
+		CountUnresolved struct{}
+	}{Store: memstore.New(nil)}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e, err := idem.NewEngine(st, memtransport.New(nil), &idem.Config{Logger: logger})
 	if err != nil {
@@ -176,5 +181,74 @@ func TestOverviewDoesNotCountEveryDeadLetter(t *testing.T) {
 	}
 	if got.Count < 0 || got.Count > stored {
 		t.Errorf("overview: estimated %d unresolved dead letters; want between 0 and the %d stored", got.Count, stored)
+	}
+}
+
+// The overview counts a store.UnresolvedCounter's unresolved dead letters
+// exactly up to the bound, wherever they are among the archived ones (a
+// sample of the first by ID would see none of the newest), and says "at
+// least" above it.
+func TestOverviewCountsUnresolvedFromTheStore(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		unresolved int
+		want       admin.StoredCount
+	}{
+		{10, admin.StoredCount{Count: 10, Accuracy: admin.AccuracyExact}},
+		{admin.StoredCountBound + 100, admin.StoredCount{Count: admin.StoredCountBound, Accuracy: admin.AccuracyAtLeast}},
+	} {
+		ctx := context.Background()
+		st := memstore.New(nil)
+		logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+		e, err := idem.NewEngine(st, memtransport.New(nil), &idem.Config{Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := admin.New(e, st, &admin.Config{Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(h)
+		stored := admin.StoredCountBound + 200 + c.unresolved
+		now := time.Now().UTC()
+		ds := make([]store.DeadLetter, 0, stored)
+		var archive []string
+		for i := range stored {
+			id := fmt.Sprintf("d-%05d", i)
+			env, err := e.NewEnvelope(id, orders.OrderPlaced{OrderID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds = append(ds, store.DeadLetter{ID: id, Envelope: env, Reason: "permanent_error", Error: "no", Attempts: 1, FirstFailedAt: now, LastFailedAt: now})
+			if i < stored-c.unresolved { // the newest, last by ID, stay unresolved
+				archive = append(archive, id)
+			}
+		}
+		u, err := st.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = u.Commit(ctx, &store.Changes{DeadLetters: ds})
+		_ = u.Rollback(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: archive, At: now}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.Client().Get(srv.URL + "/api/overview")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ov admin.Overview
+		err = json.NewDecoder(resp.Body).Decode(&ov)
+		resp.Body.Close()
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ov.Stored.DeadLetters; got == nil || *got != c.want {
+			t.Errorf("%d unresolved among %d: overview says %+v, want %+v", c.unresolved, stored, got, c.want)
+		}
 	}
 }

@@ -96,7 +96,9 @@ func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 const unresolvedSample = 250
 
 // unresolvedCount counts the dead letters no replay resolved
-// (store.DeadLettersUnresolved) and not archived, reading at most
+// (store.DeadLettersUnresolved) and not archived. A store.UnresolvedCounter
+// counts them exactly up to StoredCountBound, and says "at least" above.
+// Without one it reads at most
 // StoredCountBound dead letters whatever their state: the unresolved
 // filter is no index, so a query for them reads every stored dead letter
 // when few are unresolved. When the store holds fewer, the count is exact;
@@ -105,6 +107,17 @@ const unresolvedSample = 250
 // the store cannot select dead letters, or cannot estimate beyond the
 // bound (the caller then counts the table).
 func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
+	if uc, ok := s.st.(store.UnresolvedCounter); ok { // from an index: exact up to the bound
+		n, err := uc.CountUnresolved(ctx, StoredCountBound+1)
+		switch {
+		case err != nil:
+			s.log.WarnContext(ctx, "admin: count unresolved dead letters", "error", err)
+			return nil
+		case n > StoredCountBound:
+			return &StoredCount{Count: StoredCountBound, Accuracy: AccuracyAtLeast}
+		}
+		return &StoredCount{Count: int64(n), Accuracy: AccuracyExact}
+	}
 	dq, ok := s.st.(store.DeadLetterQuerier)
 	if !ok {
 		return nil

@@ -1,5 +1,7 @@
 package store
 
+import "context"
+
 // DeadLetterTypeQuerier is a DeadLetterQuerier (and, when the store groups
 // dead letters, a DeadLetterGrouper) that also selects by
 // DeadLetterQuery.MessageType in the database. A store without it ignores
@@ -12,4 +14,15 @@ type DeadLetterTypeQuerier interface {
 	DeadLetterQuerier
 	// SelectsMessageType is a marker: it does nothing.
 	SelectsMessageType()
+}
+
+// UnresolvedCounter is a store that counts its unresolved
+// (DeadLettersUnresolved), not archived dead letters up to a bound, reading
+// no other dead letter (pgstore from the index of migration 17; memstore).
+// The console's overview counts with it; without it, it estimates.
+type UnresolvedCounter interface {
+	// CountUnresolved returns how many dead letters are unresolved and not
+	// archived, counting at most bound of them (a bound below 1 counts
+	// none).
+	CountUnresolved(ctx context.Context, bound int) (int, error)
 }

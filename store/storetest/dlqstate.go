@@ -14,6 +14,7 @@ var deadLetterStateCases = []testCase{
 	{"DeadLetterMessageTypeHostile", testDeadLetterMessageTypeHostile},
 	{"DeadLetterStateKeptThroughReplays", testDeadLetterStateKept},
 	{"DeadLetterGroupsFollowWrites", testDeadLetterGroupsFollowWrites},
+	{"DeadLetterUnresolvedCounted", testDeadLetterUnresolvedCounted},
 }
 
 // RunDeadLetterState runs the cases of store.DeadLetterTypeQuerier (with
@@ -251,4 +252,43 @@ func testDeadLetterGroupsFollowWrites(t *testing.T, s store.Store) {
 		t.Fatalf("delete: got error %v, want nil", err)
 	}
 	check("the other deleted (the first is resolved)", 0)
+}
+
+// testDeadLetterUnresolvedCounted: store.UnresolvedCounter counts the
+// dead letters neither archived, nor pending a replay, nor resolved by one
+// (succeeded or duplicate), up to its bound.
+func testDeadLetterUnresolvedCounted(t *testing.T, s store.Store) {
+	uc, ok := s.(store.UnresolvedCounter)
+	if !ok {
+		t.Skip("store.UnresolvedCounter not implemented")
+	}
+	ctx := t.Context()
+	t0 := now().Add(-time.Hour)
+	var ds []store.DeadLetter
+	for _, id := range []string{"open-1", "open-2", "open-3", "archived", "pending", "succeeded", "duplicate", "not-sent"} {
+		ds = append(ds, typedDeadLetter(id, "orders.Placed", "permanent_error", t0))
+	}
+	commit(t, s, &store.Changes{DeadLetters: ds})
+	if _, err := s.(store.DeadLetterArchiver).ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: []string{"archived"}}); err != nil {
+		t.Fatalf("archive: got error %v, want nil", err)
+	}
+	rp := s.(store.DeadLetterReplayer)
+	for _, id := range []string{"pending", "succeeded", "duplicate", "not-sent"} {
+		if err := rp.BeginReplay(ctx, id, t0.Add(time.Minute)); err != nil {
+			t.Fatalf("begin replay of %s: got error %v, want nil", id, err)
+		}
+	}
+	if err := rp.SettleReplays(ctx, &store.SettleReplaysParams{IDs: []string{"succeeded"}, Outcome: store.ReplaySucceeded, At: t0.Add(2 * time.Minute)}); err != nil {
+		t.Fatalf("settle succeeded: got error %v, want nil", err)
+	}
+	if err := rp.SettleReplays(ctx, &store.SettleReplaysParams{IDs: []string{"not-sent"}, Outcome: store.ReplayNotSent, At: t0.Add(2 * time.Minute)}); err != nil {
+		t.Fatalf("settle not sent: got error %v, want nil", err)
+	}
+	commit(t, s, &store.Changes{SettleDuplicates: &store.SettleReplaysParams{IDs: []string{"duplicate"}, Outcome: store.ReplayDuplicate, At: t0.Add(2 * time.Minute)}})
+	// Unresolved: open-1..3, and not-sent (its replay never went out).
+	for _, c := range []struct{ bound, want int }{{100, 4}, {4, 4}, {2, 2}, {0, 0}} {
+		if got, err := uc.CountUnresolved(ctx, c.bound); err != nil || got != c.want {
+			t.Errorf("CountUnresolved(%d): got %d, %v; want %d", c.bound, got, err, c.want)
+		}
+	}
 }
