@@ -100,7 +100,7 @@ func TestConformance(t *testing.T) {
 	// 12 partitions: the partitioned cases split the keys in 2 and 3
 	// parts, which ReceivePartition takes by hash only when they divide
 	// Config.Partitions.
-	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true}, func(t *testing.T) transport.Transport {
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true, PublishDedup: true}, func(t *testing.T) transport.Transport {
 		return open(t, natsjs.Config{AckWait: lease, Partitions: 12})
 	})
 }
