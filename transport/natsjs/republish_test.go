@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
@@ -61,19 +61,12 @@ func newRepublishRig(t *testing.T, failure func() error) *republishRig {
 	r := &republishRig{st: memstore.New(nil), stream: randName("R_")}
 	r.broken.Store(true)
 	r.tr = open(t, natsjs.Config{Stream: r.stream, Partitions: 4})
-	m := saga.New[ledger]("ledger")
-	open := m.State("Open")
-	credit := saga.NewEvent[Credit](m, func(c Credit) string { return c.Account })
-	apply := func(c *saga.Context[ledger], e Credit) error {
+	m := ledgerMachine(func() error {
 		if r.broken.Load() {
 			return failure()
 		}
-		c.Data.Total += e.Amount
-		c.Data.Credits++
 		return nil
-	}
-	m.Initially(saga.When(credit).Then(apply).TransitionTo(open))
-	m.During(open, saga.When(credit).Then(apply))
+	})
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e, err := idem.NewEngine(r.st, r.tr, &idem.Config{Logger: logger, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 	if err != nil {
@@ -101,6 +94,25 @@ func newRepublishRig(t *testing.T, failure func() error) *republishRig {
 		_ = r.st.Close()
 	})
 	return r
+}
+
+// ledgerMachine is the ledger saga; a credit fails with what check
+// returns, and applies when it returns nil.
+func ledgerMachine(check func() error) *saga.Machine[ledger] {
+	m := saga.New[ledger]("ledger")
+	open := m.State("Open")
+	credit := saga.NewEvent[Credit](m, func(c Credit) string { return c.Account })
+	apply := func(c *saga.Context[ledger], e Credit) error {
+		if err := check(); err != nil {
+			return err
+		}
+		c.Data.Total += e.Amount
+		c.Data.Credits++
+		return nil
+	}
+	m.Initially(saga.When(credit).Then(apply).TransitionTo(open))
+	m.During(open, saga.When(credit).Then(apply))
+	return m
 }
 
 // publish publishes a credit of 1 to account under id and returns it.
@@ -163,19 +175,6 @@ func (r *republishRig) lastSeq(t *testing.T) uint64 {
 	return info.State.LastSeq
 }
 
-// waitFor polls cond every 20 ms until it holds, failing the test with
-// why() after 30 s.
-func waitFor(t *testing.T, cond func() bool, why func() string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s: %s", why())
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
-	}
-}
-
 // checkDropped publishes env again as an ordinary producer would and
 // fails unless the stream dropped it as a duplicate.
 func (r *republishRig) checkDropped(t *testing.T, env idem.Envelope) {
@@ -189,26 +188,26 @@ func (r *republishRig) checkDropped(t *testing.T, env idem.Envelope) {
 	}
 }
 
+// A dead letter replayed a moment after its first publish is applied
+// once, and settled as succeeded.
 func TestReplayWithinTheDuplicateWindowIsApplied(t *testing.T) {
 	t.Parallel()
 	r := newRepublishRig(t, func() error { return idem.Permanent(errors.New("handler bug")) })
 	env := r.publish(t, "credit-1", "acct-1")
-	var dl *store.DeadLetter
-	waitFor(t, func() bool {
-		var err error
-		dl, err = r.st.GetDeadLetter(t.Context(), env.ID)
-		return err == nil
-	}, func() string { return "credit-1 was not dead-lettered" })
+	enginetest.WaitFor(t, 30*time.Second, "dead-lettered", func() (bool, error) {
+		_, err := r.st.GetDeadLetter(t.Context(), env.ID)
+		return err == nil, nil
+	})
 	r.broken.Store(false) // the fix is deployed
 
 	if err := r.e.ReplayDeadLetter(t.Context(), env.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
-		dl, _ = r.st.GetDeadLetter(t.Context(), env.ID)
-		return dl != nil && dl.LastReplay() != nil && dl.LastReplay().Outcome != store.ReplayPending
-	}, func() string {
-		return fmt.Sprintf("the replay of credit-1 is still pending (ledger %+v): the stream dropped it as a duplicate", r.ledger(t, "acct-1"))
+	var dl *store.DeadLetter
+	enginetest.WaitFor(t, 30*time.Second, "settled: the replay is still pending (did the stream drop it as a duplicate?)", func() (bool, error) {
+		var err error
+		dl, err = r.st.GetDeadLetter(t.Context(), env.ID)
+		return err == nil && dl.LastReplay() != nil && dl.LastReplay().Outcome != store.ReplayPending, nil
 	})
 	if got := dl.LastReplay().Outcome; got != store.ReplaySucceeded {
 		t.Errorf("the replay of credit-1 settled as %q, want %q", got, store.ReplaySucceeded)
@@ -219,17 +218,20 @@ func TestReplayWithinTheDuplicateWindowIsApplied(t *testing.T) {
 	r.checkDropped(t, env)
 }
 
+// A message in backoff retried now through the admin API a moment after
+// its first publish is applied once; another operator's copy is an inbox
+// duplicate.
 func TestRetryNowWithinTheDuplicateWindowIsApplied(t *testing.T) {
 	t.Parallel()
 	r := newRepublishRig(t, func() error { return idem.RetryAfter(time.Hour, errors.New("service down")) })
 	env := r.publish(t, "credit-2", "acct-2")
 	k := store.Key{SagaType: "ledger", Key: "acct-2"}
 	var rs []store.Retry
-	waitFor(t, func() bool {
+	enginetest.WaitFor(t, 30*time.Second, "recorded as retrying", func() (bool, error) {
 		var err error
 		rs, err = r.st.Retries(t.Context(), k)
-		return err == nil && len(rs) == 1
-	}, func() string { return "credit-2 was not recorded as retrying" })
+		return len(rs) == 1, err
+	})
 	r.broken.Store(false) // the service is back; the message waits an hour
 
 	retryNow := func(actor string) {
@@ -251,8 +253,8 @@ func TestRetryNowWithinTheDuplicateWindowIsApplied(t *testing.T) {
 		}
 	}
 	retryNow("alice")
-	waitFor(t, func() bool { return r.e.Stats().Applied == 1 }, func() string {
-		return fmt.Sprintf("the retry now of credit-2 was not applied (ledger %+v, stats %+v): the stream dropped it as a duplicate", r.ledger(t, "acct-2"), r.e.Stats())
+	enginetest.WaitFor(t, 30*time.Second, "applied: the retry now (did the stream drop it as a duplicate?)", func() (bool, error) {
+		return r.e.Stats().Applied == 1, nil
 	})
 	if l := r.ledger(t, "acct-2"); l.Total != 1 || l.Credits != 1 {
 		t.Errorf("after the retry now: ledger %+v, want one credit of 1", l)
@@ -265,8 +267,8 @@ func TestRetryNowWithinTheDuplicateWindowIsApplied(t *testing.T) {
 	if err := r.e.Publish(t.Context(), cp); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return r.e.Stats().Duplicates == 1 }, func() string {
-		return fmt.Sprintf("a second operator's copy of credit-2 was not delivered and skipped (stats %+v)", r.e.Stats())
+	enginetest.WaitFor(t, 30*time.Second, "skipped by the inbox: a second operator's copy", func() (bool, error) {
+		return r.e.Stats().Duplicates == 1, nil
 	})
 	if l := r.ledger(t, "acct-2"); l.Total != 1 || l.Credits != 1 {
 		t.Errorf("after a second copy: ledger %+v, want one credit of 1", l)
