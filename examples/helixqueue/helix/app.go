@@ -8,11 +8,15 @@ package helix
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
@@ -30,7 +34,9 @@ type Options struct {
 	Schema string
 	// Redis is the redis:// URL of the transport.
 	Redis string
-	// Namespace names the Redis streams. Default "helixqueue".
+	// Namespace names the Redis streams. Default: DefaultNamespace of
+	// Store and Schema, so that processes on one store share the streams
+	// and processes on different stores never take each other's messages.
 	Namespace string
 	// Machine configures the batch saga (lease, fault injection).
 	Machine MachineConfig
@@ -120,17 +126,48 @@ func (r *Records) Close() {
 type App struct {
 	*Records
 	// Engine runs the batch saga; Open does not start it.
-	Engine *idem.Engine
-	tr     *redisstreams.Transport
-	closed bool
+	Engine    *idem.Engine
+	tr        *redisstreams.Transport
+	namespace string
+	closed    bool
 }
+
+// DefaultNamespace returns the Redis namespace of the processes on a store
+// (a SQLite path or a postgres:// URL, and the PostgreSQL schema):
+// "helixqueue-" and a hash of the store's identity. The identity of a
+// SQLite file is its absolute path; that of a PostgreSQL store is the
+// server, the database and the schema, not the user or the password.
+func DefaultNamespace(storeDSN, schema string) (string, error) {
+	var id string
+	if isPostgres(storeDSN) {
+		cc, err := pgx.ParseConfig(storeDSN)
+		if err != nil {
+			return "", fmt.Errorf("helixqueue: parse %q: %w", redactURL(storeDSN), err)
+		}
+		if schema == "" {
+			schema = "helixqueue"
+		}
+		id = fmt.Sprintf("postgres://%s:%d/%s?schema=%s", cc.Host, cc.Port, cc.Database, schema)
+	} else {
+		abs, err := filepath.Abs(storeDSN)
+		if err != nil {
+			return "", fmt.Errorf("helixqueue: store %s: %w", storeDSN, err)
+		}
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			abs = filepath.Join(dir, filepath.Base(abs))
+		}
+		id = "sqlite:" + abs
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "helixqueue-" + hex.EncodeToString(sum[:6]), nil
+}
+
+// Namespace returns the Redis namespace of a's streams.
+func (a *App) Namespace() string { return a.namespace }
 
 func (o Options) withDefaults() Options {
 	if o.Schema == "" {
 		o.Schema = "helixqueue"
-	}
-	if o.Namespace == "" {
-		o.Namespace = "helixqueue"
 	}
 	if o.TimerInterval <= 0 {
 		o.TimerInterval = 200 * time.Millisecond
@@ -150,7 +187,12 @@ func Open(ctx context.Context, o Options) (a *App, err error) {
 		return nil, errors.New("helixqueue: --store and --redis are required")
 	}
 	o = o.withDefaults()
-	a = &App{}
+	if o.Namespace == "" {
+		if o.Namespace, err = DefaultNamespace(o.Store, o.Schema); err != nil {
+			return nil, err
+		}
+	}
+	a = &App{namespace: o.Namespace}
 	defer func() {
 		if err != nil {
 			a.Close()

@@ -65,7 +65,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Schema, "schema", "helixqueue", "PostgreSQL schema")
 	if cmd.redis {
 		fs.StringVar(&o.Redis, "redis", "", "redis:// URL of the transport")
-		fs.StringVar(&o.Namespace, "namespace", "helixqueue", "Redis stream namespace")
+		fs.StringVar(&o.Namespace, "namespace", "", "Redis stream namespace (default: helixqueue- and a hash of --store and --schema)")
 	}
 	if cmd.lease > 0 {
 		fs.DurationVar(&o.Machine.Lease, "lease", cmd.lease, "assignment lease before the reaper releases it")
