@@ -12,7 +12,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -66,35 +68,81 @@ type Records struct {
 	closed bool
 }
 
-// OpenRecords opens the store (migrating it) and the example's tables: what
-// "helixqueue audit" reads. It needs o.Store (and o.Schema on PostgreSQL),
-// not Redis.
+// OpenRecords opens an existing store and the example's tables for
+// reading: what "helixqueue audit" reads. It needs o.Store (and o.Schema
+// on PostgreSQL), not Redis. It creates and migrates nothing: a store that
+// does not exist, or has none of the example's tables, is an error that
+// says so (wrapping ErrNoStore).
 func OpenRecords(ctx context.Context, o Options) (r *Records, err error) {
 	if o.Store == "" {
 		return nil, errors.New("helixqueue: --store is required")
 	}
-	return openRecords(ctx, o.withDefaults())
+	return openRecords(ctx, o.withDefaults(), false)
 }
 
-func openRecords(ctx context.Context, o Options) (r *Records, err error) {
+// ErrNoStore is wrapped by OpenRecords's error when its store does not
+// exist or holds no HelixQueue tables.
+var ErrNoStore = errors.New("no HelixQueue store")
+
+// openRecords opens the store and the example's tables, creating and
+// migrating them when create is set.
+func openRecords(ctx context.Context, o Options, create bool) (r *Records, err error) {
 	r = &Records{}
 	defer func() {
 		if err != nil {
 			r.Close()
 		}
 	}()
-	if isPostgres(o.Store) {
-		r.Store, err = pgstore.Open(ctx, o.Store, &pgstore.Config{Schema: o.Schema, Migrate: true})
-	} else {
-		r.Store, err = sqlitestore.Open(ctx, o.Store, nil)
+	if r.Store, err = openStore(ctx, o, create); errors.Is(err, store.ErrNotMigrated) || errors.Is(err, ErrNoStore) {
+		return r, noStore(o)
 	}
 	if err != nil {
 		return r, fmt.Errorf("helixqueue: open store: %w", err)
 	}
-	if r.DB, err = openDB(ctx, o.Store, o.Schema); err != nil {
-		return r, err
+	if r.DB, err = openDB(ctx, o.Store, o.Schema, create); errors.Is(err, ErrNoStore) {
+		return r, noStore(o)
 	}
-	return r, nil
+	return r, err
+}
+
+// openStore opens o's store, migrating it when create is set. Its store is
+// nil with an error (never a nil *pgstore.Store in a non-nil interface).
+func openStore(ctx context.Context, o Options, create bool) (store.Store, error) {
+	if isPostgres(o.Store) {
+		st, err := pgstore.Open(ctx, o.Store, &pgstore.Config{Schema: o.Schema, Migrate: create})
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	if err := sqliteExists(o.Store, create); err != nil {
+		return nil, err
+	}
+	st, err := sqlitestore.Open(ctx, o.Store, &sqlitestore.Config{SkipMigrate: !create})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// sqliteExists returns ErrNoStore when there is no file at path and
+// create is not set: SQLite would create one.
+func sqliteExists(path string, create bool) error {
+	if create {
+		return nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return ErrNoStore
+	}
+	return nil
+}
+
+// noStore says that o names no HelixQueue store, and what to check.
+func noStore(o Options) error {
+	if isPostgres(o.Store) {
+		return fmt.Errorf("helixqueue: %w in schema %q of %s: audit only reads; check --store and --schema", ErrNoStore, o.Schema, redactURL(o.Store))
+	}
+	return fmt.Errorf("helixqueue: %w at %s: audit only reads; check --store", ErrNoStore, o.Store)
 }
 
 // Journal returns the engine's journal of the batch: each applied message
@@ -198,7 +246,7 @@ func Open(ctx context.Context, o Options) (a *App, err error) {
 			a.Close()
 		}
 	}()
-	if a.Records, err = openRecords(ctx, o); err != nil {
+	if a.Records, err = openRecords(ctx, o, true); err != nil {
 		return a, err
 	}
 	a.tr, err = redisstreams.Open(ctx, o.Redis, &redisstreams.Config{
