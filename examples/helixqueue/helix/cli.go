@@ -238,7 +238,7 @@ func cmdAudit(ctx context.Context, fs *flag.FlagSet, o *Options, args []string, 
 		return err
 	}
 	if len(rows) == 0 && len(j) == 0 {
-		return fmt.Errorf("audit: no batch %+q in this store", *sample)
+		return fmt.Errorf("audit: no batch %+q in this store (a submission waits in Redis until a worker applies it)", *sample)
 	}
 	for _, e := range j {
 		line := map[string]any{"journal": e.EventType, "key": e.Key, "raw_key": rawSpelling(e), "from": e.FromState, "to": e.ToState}

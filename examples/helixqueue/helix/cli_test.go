@@ -144,8 +144,9 @@ func TestSubmitAndAuditDoNotConsume(t *testing.T) {
 			t.Fatalf("before: %+v, want 2 entries waiting, none handed out", before)
 		}
 
-		if code, out, errOut := run(t, append(append([]string{"audit"}, storeArgs(o)...), "--sample", "Waiting-001")...); code != 0 || out != "" {
-			t.Fatalf("audit: exit %d, stdout %q, stderr %q; want 0 and nothing to print", code, out, errOut)
+		// Not applied, so not in the store: audit says so.
+		if code, out, errOut := run(t, append(append([]string{"audit"}, storeArgs(o)...), "--sample", "Waiting-001")...); code != 1 || out != "" || !strings.Contains(errOut, `no batch "Waiting-001"`) {
+			t.Fatalf("audit: exit %d, stdout %q, stderr %q; want 1, nothing printed, and that there is no such batch in the store", code, out, errOut)
 		}
 		if after := streamState(t, o); after != before {
 			t.Errorf("after audit: %+v, want %+v (audit consumed)", after, before)
