@@ -1,4 +1,5 @@
-# scripts/redis.sh: sourced by scripts/test. Starts a throwaway Redis server
+# scripts/redis.sh: sourced by scripts/test, or by hand (see
+# examples/helixqueue/README.md). Starts a throwaway Redis server
 # on 127.0.0.1 on a free port, with a temporary data directory and the
 # settings transport/redisstreams requires (appendonly yes, appendfsync
 # always), independent of the system service, and exports for the tests:
@@ -13,7 +14,9 @@
 #
 # Installs Debian's redis-server package with apt-get when it is missing
 # (without starting the system service). redis_stop stops the server and
-# removes its directory.
+# removes its directory: scripts/test calls it from its exit trap, and a
+# shell that has no exit trap when it calls redis_start gets one that calls
+# it (a shell with a trap of its own keeps it, and calls redis_stop itself).
 
 redis_free_port() {
 	local port
@@ -101,7 +104,12 @@ redis_start() {
 	export IDEM_TEST_REDIS_RESTART="$REDIS_DIR/restart"
 	IDEM_TEST_REDIS_SERVER=$(command -v redis-server)
 	export IDEM_TEST_REDIS_SERVER
-	echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port, started in $((SECONDS - started))s (data in $REDIS_DIR, removed on exit)"
+	local removal="redis_stop removes it"
+	if [ -z "$(trap -p EXIT)" ]; then
+		trap redis_stop EXIT
+		removal="removed when this shell exits, or by redis_stop"
+	fi
+	echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port, started in $((SECONDS - started))s (data in $REDIS_DIR, $removal)"
 }
 
 redis_restart() {
