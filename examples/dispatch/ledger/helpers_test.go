@@ -179,8 +179,8 @@ func (c *child) ready(t *testing.T) {
 	}
 }
 
-// waitReady is ready for goroutines other than the test's. When the child
-// is not ready, it stops the child and waits for it: c.stderr is written
+// waitReady is ready returning its error instead. When the child is not
+// ready, it stops the child and waits for it: c.stderr is written
 // by exec's copying goroutine until Wait returns, and is complete then.
 func (c *child) waitReady() error {
 	line, err := c.stdout.ReadString('\n')
