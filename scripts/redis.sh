@@ -28,6 +28,10 @@ redis_free_port() {
 
 redis_start() {
 	local started=$SECONDS
+	if [ -n "${REDIS_DIR:-}" ]; then
+		echo "redis_start: a server started here already runs (data in $REDIS_DIR): call redis_stop first" >&2
+		return 1
+	fi
 	if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
 		echo "Redis not found: installing Debian's redis-server package"
 		type as_root >/dev/null 2>&1 || as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
