@@ -271,7 +271,7 @@ func (s *Store) open(ctx context.Context) error {
 	if s.wconn, err = s.wdb.Conn(ctx); err != nil {
 		return s.openErr(err)
 	}
-	mode, err := s.setWAL(ctx)
+	mode, err := SetWAL(ctx, s.wconn, s.cfg.BusyTimeout)
 	if err != nil {
 		return s.openErr(err)
 	}
@@ -302,15 +302,22 @@ func (s *Store) open(ctx context.Context) error {
 	return nil
 }
 
-// setWAL switches the file to WAL mode and returns the mode it is in.
-// When several processes open a new file at once, SQLite answers the
-// switch with SQLITE_BUSY at once, without waiting in its busy handler:
-// setWAL tries again until Config.BusyTimeout has passed.
-func (s *Store) setWAL(ctx context.Context) (string, error) {
-	deadline := time.Now().Add(s.cfg.BusyTimeout)
+// SetWAL switches the SQLite database that db is open on to WAL mode and
+// returns the journal mode it is in afterwards: "wal", or the old mode on
+// a file system without the shared memory that WAL needs. When several
+// processes open a new file at once, SQLite answers the switch with
+// SQLITE_BUSY at once, without waiting in its busy handler: SetWAL tries
+// again until timeout has passed or ctx is done. Open does this for the
+// Store's own connections. Call SetWAL for a *sql.DB of the application's
+// on a database that other processes may create at the same moment,
+// instead of a journal_mode(WAL) pragma in its DSN.
+func SetWAL(ctx context.Context, db interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
 	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
 		var mode string
-		err := s.wconn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+		err := db.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
 		var se *sqlite.Error
 		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
 			return mode, err
