@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -319,7 +320,11 @@ func runMemoryDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 	s := idem.SumStats(engines...)
 	r.Applied, r.DuplicatesSkipped, r.Ignored, r.Conflicts = s.Applied, s.Duplicates, s.Ignored, s.Conflicts
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
-	return finishReport(r, o, stdout)
+	err = finishReport(r, o, stdout)
+	if !o.json {
+		printNextSteps(stdout, "")
+	}
+	return err
 }
 
 // demoWorkload builds the messages: every message 2–3 times, some
@@ -580,4 +585,33 @@ func printReport(w io.Writer, r *demoReport) {
 		result = "FAIL"
 	}
 	fmt.Fprintf(w, "\n%s\n", result)
+}
+
+// printNextSteps ends the demo's text report with what to look at next:
+// the commands that read the database the run left at path, or, when it
+// kept none (a temporary file, or the in-memory store), how to keep one.
+func printNextSteps(w io.Writer, path string) {
+	if path == "" {
+		fmt.Fprintf(w, `
+Next: this run kept nothing to look at (its store is gone). Keep a database:
+  idem demo --db demo.db               keep the database, then read it:
+  idem sagas ls --store sqlite:demo.db --saga-type %s --limit 10
+  idem dlq groups --store sqlite:demo.db
+  idem demo --serve                    or open the console on it when the run ends
+`, searchimport.SagaType)
+		return
+	}
+	st := "sqlite://" + path
+	if abs, err := filepath.Abs(path); err == nil {
+		st = "sqlite://" + abs
+	}
+	st = hintWord(st)
+	fmt.Fprintf(w, `
+Next: the database is kept at %s. Look at what the run left:
+  idem sagas ls --store %s --saga-type %s --limit 10
+  idem sagas show --store %s %s KEY     one saga, with its journal
+  idem dlq groups --store %s            the dead letters, by failure
+  idem dlq ls --store %s --limit 10
+  idem serve --store %s                 the console, at http://%s/
+`, hintWord(path), st, searchimport.SagaType, st, searchimport.SagaType, st, st, st, defaultServeAddr)
 }
