@@ -260,8 +260,16 @@ func checkAPIRefusals(t *testing.T, r *apiRig) {
 		t.Errorf("a send to a closed port: exit %d, stderr %q; want 1 and not sent", code, errOut)
 	}
 	// A send whose answer is lost names the ID to send it again under.
-	hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	stop := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // the request arrived; its answer never leaves
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
 	defer hung.Close()
+	defer close(stop) // before Close, which waits for the handler
 	if code, _, errOut := run(t, "sagas", "send", "order", "o-1", "--api", hung.URL, "--timeout", "200ms", "--event", "orders.OrderPlaced", "--body", `{"OrderID":"o-1","Items":1}`); code != 1 || !regexp.MustCompile(`may have been sent: send again with --id [0-9a-f]{32}`).MatchString(errOut) {
 		t.Errorf("a send whose answer is lost: exit %d, stderr %q; want 1 and the ID to send again with", code, errOut)
 	}

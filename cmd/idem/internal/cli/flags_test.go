@@ -34,6 +34,8 @@ func seedTyped(t *testing.T) string {
 	in := func(typ, k string) *store.Instance {
 		return &store.Instance{SagaType: typ, Key: k, State: "Waiting", Data: []byte(`{}`), SchemaVersion: 1, Version: 1, CreatedAt: now, UpdatedAt: now}
 	}
+	po := in("purchase-order", "po-1") // README's example of --attr
+	po.Attributes = map[string]string{"supplier": "Müller", "region": "eu"}
 	tm := func(k string) store.Timer {
 		return store.Timer{SagaType: "searchimport", Key: k, Name: "deadline", DueAt: now.Add(time.Hour), Envelope: transport.Envelope{ID: "t-" + k, Type: "searchimport.Deadline", Body: []byte(`{}`)}}
 	}
@@ -42,7 +44,7 @@ func seedTyped(t *testing.T) string {
 		t.Fatal(err)
 	}
 	if err := uow.Commit(ctx, &store.Changes{
-		Inserts: []*store.Instance{in("searchimport", "s-1"), in("searchimport", "s-2"), in("searchimport", "s-3"), in("order", "o-1")},
+		Inserts: []*store.Instance{in("searchimport", "s-1"), in("searchimport", "s-2"), in("searchimport", "s-3"), in("order", "o-1"), po},
 		Timers:  []store.Timer{tm("s-1"), tm("s-2"), tm("s-3")},
 		DeadLetters: []store.DeadLetter{
 			dl("bad-key-1", "searchimport", "searchimport.SearchUploadDeleted"), dl("bad-key-2", "searchimport", "searchimport.SearchUploadDeleted"),
@@ -273,7 +275,7 @@ func TestSagasLsUnknownType(t *testing.T) {
 	t.Parallel()
 	url := seedTyped(t)
 	code, out, errOut := run(t, "sagas", "ls", "--saga-type", "nosuch", "--store", url)
-	if code != 1 || !strings.Contains(errOut, `no saga of type "nosuch"`) || !strings.Contains(errOut, "order, searchimport") {
+	if code != 1 || !strings.Contains(errOut, `no saga of type "nosuch"`) || !strings.Contains(errOut, "order, purchase-order, searchimport") {
 		t.Errorf("sagas ls --saga-type nosuch: exit %d, out %q, err %q; want 1, and the types the store holds", code, out, errOut)
 	}
 	code, out, errOut = run(t, "sagas", "ls", "--saga-type", "order", "--state", "Nowhere", "--store", url)
