@@ -81,11 +81,27 @@ func checkAmbiguousType(cmd *cobra.Command) error {
 // holds a password is never printed: the line reads it from IDEM_STORE or
 // IDEM_TRANSPORT, and a second line says to set that variable.
 func rerun(cmd *cobra.Command, drop []string, extra ...string) string {
+	return commandLine(cmd.CommandPath(), cmd, func(name string) bool { return !slices.Contains(drop, name) }, extra...)
+}
+
+// storeFlagNames are the flags that say which store a command opens.
+var storeFlagNames = []string{"store", "schema", "allow-unsafe-commit"}
+
+// onStore is the command line of another command (path, "idem sagas ls"
+// say) on the store cmd was given: cmd's store flags, then extra, for a
+// hint such as "list them with ...".
+func onStore(cmd *cobra.Command, path string, extra ...string) string {
+	return commandLine(path, cmd, func(name string) bool { return slices.Contains(storeFlagNames, name) }, extra...)
+}
+
+// commandLine is path, then the flags of cmd the user set that keep
+// selects, then extra (see rerun).
+func commandLine(path string, cmd *cobra.Command, keep func(name string) bool, extra ...string) string {
 	var b strings.Builder
 	var notes []string
-	b.WriteString(cmd.CommandPath())
+	b.WriteString(path)
 	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if slices.Contains(drop, f.Name) || f.Hidden {
+		if !keep(f.Name) || f.Hidden {
 			return
 		}
 		if env := secretEnv[f.Name]; env != "" && holdsSecret(f.Value.String()) {

@@ -316,3 +316,23 @@ func TestSchedulesJSONBody(t *testing.T) {
 		t.Errorf("schedules ls --json: body %s (%s); want the JSON itself, body_encoding json", b.Body, b.BodyEncoding)
 	}
 }
+
+// "List them with ..." hints name the store they were given (issue 31,
+// item 14).
+func TestNotFoundHintsNameTheStore(t *testing.T) {
+	t.Parallel()
+	url := seedTyped(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sagas", "show", "order", "nope"}, "list them with idem sagas ls --store " + url + " --saga-type order"},
+		{[]string{"timers", "cancel", "order", "nope", "deadline"}, "list them with idem timers ls --store " + url + " --saga-type order"},
+		{[]string{"schedules", "pause", "nope"}, "list them with idem schedules ls --store " + url},
+	} {
+		code, _, errOut := run(t, append(tc.args, "--store", url)...)
+		if code != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: exit %d, err %q; want 1 and %q", strings.Join(tc.args, " "), code, errOut, tc.want)
+		}
+	}
+}

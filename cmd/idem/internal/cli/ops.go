@@ -687,7 +687,7 @@ a named ID does not exist (the others are still replayed).
 					fmt.Fprintf(errOut, "not replayed %s: its latest replay succeeded; replaying it again would run its message again (pass --force to replay it anyway)\n", clean(id))
 				case errors.Is(err, store.ErrReplayPending):
 					bad++
-					fmt.Fprintf(errOut, "not replayed %s: its latest replay is still pending (idem dlq show %s shows when it is settled)\n", clean(id), clean(id))
+					fmt.Fprintf(errOut, "not replayed %s: its latest replay is still pending (%s shows when it is settled)\n", clean(id), onStore(cmd, "idem dlq show", "--", hintWord(id)))
 				case err != nil:
 					bad++
 					fmt.Fprintf(errOut, "replay %s: %v\n", clean(id), err)
@@ -737,7 +737,7 @@ a named ID does not exist (the others are still replayed).
 					fmt.Fprintln(out, asOfHint(cmd, &sel))
 				}
 			default:
-				fmt.Fprintf(out, "re-queued %s: each replay is pending until an engine consumes it; idem dlq show ID shows whether it succeeded or failed again\n", deadLetters(done))
+				fmt.Fprintf(out, "re-queued %s: each replay is pending until an engine consumes it; %s shows whether it succeeded or failed again\n", deadLetters(done), onStore(cmd, "idem dlq show", "ID"))
 			}
 			return nil
 		},

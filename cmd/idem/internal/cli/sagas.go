@@ -219,7 +219,7 @@ it is not there (the engines run on the store's own queue, or it was swept).`,
 			}
 			in := res.Instances[k]
 			if in == nil {
-				return &exitError{code: 1, err: fmt.Errorf("no saga %s with key %q: list them with idem sagas ls --saga-type %s", k.SagaType, k.Key, hintWord(k.SagaType))}
+				return &exitError{code: 1, err: fmt.Errorf("no saga %s with key %q: list them with %s", clean(k.SagaType), k.Key, onStore(cmd, "idem sagas ls", "--saga-type", hintWord(k.SagaType)))}
 			}
 			journal, err := st.Journal(ctx, k)
 			if err != nil {

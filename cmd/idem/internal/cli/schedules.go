@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -160,7 +161,7 @@ func onSchedule(cmd *cobra.Command, sf *storeFlags, name string, fn func(store.S
 		return err
 	}
 	if err := fn(sc); errors.Is(err, store.ErrNotFound) {
-		return failed(fmt.Errorf("no schedule %q: list them with idem schedules ls", clean(name)))
+		return failed(fmt.Errorf("no schedule %s: list them with %s", strconv.Quote(name), onStore(cmd, "idem schedules ls")))
 	} else if err != nil {
 		return failed(err)
 	}

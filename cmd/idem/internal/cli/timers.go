@@ -139,7 +139,7 @@ func newTimersCancel() *cobra.Command {
 			}
 			defer st.Close()
 			if err := inspect.CancelTimer(ctx, st, k); err != nil {
-				return failed(timerErr(err, k))
+				return failed(timerErr(cmd, err, k))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "cancelled timer %s of %s/%q\n", clean(k.Name), k.SagaType, k.Key)
 			return nil
@@ -185,7 +185,7 @@ func newTimersReschedule() *cobra.Command {
 			defer st.Close()
 			t, err := inspect.RescheduleTimer(ctx, st, k, r.due)
 			if err != nil {
-				return failed(timerErr(err, k))
+				return failed(timerErr(cmd, err, k))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "timer %s of %s/%q now due %s\n", clean(k.Name), k.SagaType, k.Key, t.DueAt.Format(time.RFC3339))
 			return nil
@@ -197,9 +197,9 @@ func newTimersReschedule() *cobra.Command {
 	return cmd
 }
 
-func timerErr(err error, k store.TimerKey) error {
+func timerErr(cmd *cobra.Command, err error, k store.TimerKey) error {
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("no timer %s of saga %s/%q: list them with idem timers ls --saga-type %s", clean(k.Name), k.SagaType, k.Key, hintWord(k.SagaType))
+		return fmt.Errorf("no timer %s of saga %s/%q: list them with %s", clean(k.Name), clean(k.SagaType), k.Key, onStore(cmd, "idem timers ls", "--saga-type", hintWord(k.SagaType)))
 	}
 	return err
 }
