@@ -159,9 +159,10 @@ func flagValues(f *pflag.Flag) []string {
 	return []string{f.Value.String()}
 }
 
-// holdsSecret reports whether a store or transport URL holds a password:
-// in its user information, or a password parameter (PostgreSQL's
-// ?password= or a key=value DSN).
+// holdsSecret reports whether a store or transport URL holds a secret: a
+// password in its user information, a password parameter (PostgreSQL's
+// ?password= or a key=value DSN), or, on a URL that is not PostgreSQL's,
+// any user information (NATS takes a token as nats://TOKEN@host).
 func holdsSecret(raw string) bool {
 	if strings.Contains(strings.ToLower(raw), "password") {
 		return true
@@ -170,6 +171,8 @@ func holdsSecret(raw string) bool {
 	if err != nil {
 		return strings.Contains(raw, "@") // unparsable: say nothing of it
 	}
-	_, has := u.User.Password()
-	return has
+	if _, has := u.User.Password(); has {
+		return true
+	}
+	return u.User != nil && u.Scheme != "postgres" && u.Scheme != "postgresql"
 }

@@ -225,6 +225,19 @@ func TestHintHidesPasswords(t *testing.T) {
 			t.Errorf("rerun %q: note %q; want it to say to set IDEM_STORE", tc.args, note)
 		}
 	}
+	for _, tr := range []string{"nats://t0ken@nats:4222", "amqp://u:s3cret@mq:5672/", "redis://:s3cret@redis:6379/0"} {
+		cmd, _, err := newRoot(nil, nil).Find([]string{"dlq", "replay"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.ParseFlags([]string{"--transport", tr, "--all", "--dry-run"}); err != nil {
+			t.Fatal(err)
+		}
+		got := asOfHint(cmd, &selection{asOf: "9"})
+		if strings.Contains(got, "t0ken") || strings.Contains(got, "s3cret") || !strings.Contains(got, `--transport "$IDEM_TRANSPORT" --all --as-of 9`) || !strings.Contains(got, "set IDEM_TRANSPORT") {
+			t.Errorf("replay --transport %s: hint %q; want the transport from IDEM_TRANSPORT, and no secret", tr, got)
+		}
+	}
 }
 
 // --limit is checked one way on every command: a whole number from 1 to
