@@ -213,12 +213,12 @@ func TestDocsCommandsRunAsWritten(t *testing.T) {
 		if !c.block {
 			continue
 		}
-		url := seedTyped(t)
-		args := runnable(c.text, url)
-		if args == nil {
+		if runnable(c.text, "") == nil {
 			continue
 		}
+		args := runnable(c.text, seedTyped(t))
 		ran++
+		t.Logf("%s: idem %s", c.where, strings.Join(args, " "))
 		if code, out, errOut := run(t, args...); code != 0 {
 			t.Errorf("%s: `%s`: exit %d\nstdout: %s\nstderr: %s", c.where, c.text, code, out, errOut)
 		}
