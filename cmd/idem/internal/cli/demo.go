@@ -590,28 +590,37 @@ func printReport(w io.Writer, r *demoReport) {
 // printNextSteps ends the demo's text report with what to look at next:
 // the commands that read the database the run left at path, or, when it
 // kept none (a temporary file, or the in-memory store), how to keep one.
+// Each line runs as printed (its note is a shell comment).
 func printNextSteps(w io.Writer, path string) {
+	var head string
+	var lines [][2]string
 	if path == "" {
-		fmt.Fprintf(w, `
-Next: this run kept nothing to look at (its store is gone). Keep a database:
-  idem demo --db demo.db               keep the database, then read it:
-  idem sagas ls --store sqlite:demo.db --saga-type %s --limit 10
-  idem dlq groups --store sqlite:demo.db
-  idem demo --serve                    or open the console on it when the run ends
-`, searchimport.SagaType)
-		return
+		head = "Next: this run kept nothing to look at (its store is gone). Keep a database:"
+		lines = [][2]string{
+			{"idem demo --db demo.db", "keep the database, then read it:"},
+			{"idem sagas ls --store sqlite:demo.db --saga-type " + searchimport.SagaType + " --limit 10", "the sagas"},
+			{"idem dlq groups --store sqlite:demo.db", "the dead letters, by failure"},
+			{"idem demo --serve", "or open the console on the database when the run ends"},
+		}
+	} else {
+		st := "sqlite://" + path
+		if abs, err := filepath.Abs(path); err == nil {
+			st = "sqlite://" + abs
+		}
+		st = hintWord(st)
+		head = "Next: the database is kept at " + hintWord(path) + ". Look at what the run left:"
+		lines = [][2]string{
+			{"idem sagas ls --store " + st + " --saga-type " + searchimport.SagaType + " --limit 10", "the sagas"},
+			{"idem sagas show --store " + st + " " + searchimport.SagaType + " KEY", "one saga, with its journal"},
+			{"idem dlq groups --store " + st, "the dead letters, by failure"},
+			{"idem dlq ls --store " + st + " --limit 10", "the dead letters, one by one"},
+			{"idem serve --store " + st, "the console, at http://" + defaultServeAddr + "/"},
+		}
 	}
-	st := "sqlite://" + path
-	if abs, err := filepath.Abs(path); err == nil {
-		st = "sqlite://" + abs
+	fmt.Fprintf(w, "\n%s\n", head)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, l := range lines {
+		fmt.Fprintf(tw, "  %s\t# %s\n", l[0], l[1])
 	}
-	st = hintWord(st)
-	fmt.Fprintf(w, `
-Next: the database is kept at %s. Look at what the run left:
-  idem sagas ls --store %s --saga-type %s --limit 10
-  idem sagas show --store %s %s KEY     one saga, with its journal
-  idem dlq groups --store %s            the dead letters, by failure
-  idem dlq ls --store %s --limit 10
-  idem serve --store %s                 the console, at http://%s/
-`, hintWord(path), st, searchimport.SagaType, st, searchimport.SagaType, st, st, st, defaultServeAddr)
+	_ = tw.Flush()
 }

@@ -111,6 +111,7 @@ func hint(t *testing.T, text, prefix string) []string {
 		t.Fatalf("no hint %q in %q", prefix, text)
 	}
 	line, _, _ = strings.Cut(line, "\n")
+	line, _, _ = strings.Cut(line, " #") // a shell comment
 	words := strings.Fields(strings.TrimSpace(line))
 	if len(words) == 0 || words[0] != "idem" {
 		t.Fatalf("hint %q does not start with idem", line)
