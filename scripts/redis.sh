@@ -16,7 +16,9 @@
 # (without starting the system service). redis_stop stops the server and
 # removes its directory: scripts/test calls it from its exit trap, and a
 # shell that has no exit trap when it calls redis_start gets one that calls
-# it (a shell with a trap of its own keeps it, and calls redis_stop itself).
+# it (scripts/onexit.sh).
+
+source "$(dirname "${BASH_SOURCE[0]}")/onexit.sh"
 
 redis_free_port() {
 	local port
@@ -108,12 +110,8 @@ redis_start() {
 	export IDEM_TEST_REDIS_RESTART="$REDIS_DIR/restart"
 	IDEM_TEST_REDIS_SERVER=$(command -v redis-server)
 	export IDEM_TEST_REDIS_SERVER
-	local removal="redis_stop removes it"
-	if [ -z "$(trap -p EXIT)" ]; then
-		trap redis_stop EXIT
-		removal="removed when this shell exits, or by redis_stop"
-	fi
-	echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port, started in $((SECONDS - started))s (data in $REDIS_DIR, $removal)"
+	idem_on_exit redis_stop
+	echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port, started in $((SECONDS - started))s (data in $REDIS_DIR, $IDEM_REMOVAL)"
 }
 
 redis_restart() {
