@@ -175,7 +175,7 @@ type DeadLetterGroup struct {
 
 // DeadLetterGrouper is implemented by stores that group dead letters by
 // fingerprint in the database (every bundled store). It is optional, and
-// must pass storetest.RunDeadLetterTriage.
+// must pass storetest.Run.
 type DeadLetterGrouper interface {
 	// GroupDeadLetters returns the groups of the dead letters q selects
 	// (q.After is ignored), largest first, then latest LastSeen first, at
@@ -187,8 +187,7 @@ type DeadLetterGrouper interface {
 // instead of deleting them (every bundled store). An archived dead letter
 // keeps everything, leaves the default selection of DeadLetterQuery (see
 // Archived) and can be restored. Recording it again (its message failed
-// again) restores it. It is optional, and must pass
-// storetest.RunDeadLetterTriage.
+// again) restores it. It is optional, and must pass storetest.Run.
 type DeadLetterArchiver interface {
 	// ArchiveDeadLetters archives the dead letters among p.IDs that are
 	// not archived and that the mark p.AsOf selects ("" selects every

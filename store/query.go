@@ -10,8 +10,8 @@ import (
 // status and key prefix, list the stuck ones (active, least recently
 // updated first) and count instances by state, each in one query. It is
 // optional: operations tools type-assert a Store for it and fall back to
-// paging ListInstances. Implementations must pass storetest's
-// RunInstanceQuerier.
+// paging ListInstances. Implementations must pass storetest.Run, which
+// runs its cases when a store implements it.
 type InstanceQuerier interface {
 	// QueryInstances returns one page of the instances p selects, in
 	// (SagaType, Key) order, or by (UpdatedAt, SagaType, Key) when p.Stuck
@@ -89,7 +89,7 @@ const CountBound = 10_000
 // QueryCounter is implemented by stores that count what an InstanceQuery
 // or a TimerQuery selects, reading at most bound+1 matching rows, so that
 // a count costs no more than a page of bound rows however many match. It
-// is optional; implementations must pass storetest's RunQueryCounter.
+// is optional; implementations must pass storetest.Run.
 // Cursors and limits of the query are ignored.
 type QueryCounter interface {
 	// CountInstanceQuery counts the instances p selects, up to bound.
@@ -122,7 +122,7 @@ func BoundedCount(n, bound int) Count {
 // TimerQuerier is implemented by stores that filter timers by saga type
 // and due time and page through them in both directions. It is optional:
 // operations tools type-assert a Store for it and fall back to paging
-// ListTimers. Implementations must pass storetest's RunTimerQuerier.
+// ListTimers. Implementations must pass storetest.Run.
 type TimerQuerier interface {
 	// QueryTimers returns one page of the timers p selects in (DueAt,
 	// SagaType, Key, Name) order. An empty page means there are no more.

@@ -5,21 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
-	"github.com/idemhq/idem/store/storetest"
 )
-
-func TestTimerQuerierConformance(t *testing.T) {
-	testenv.PostgresURL(t)
-	storetest.RunTimerQuerier(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
-}
-
-func TestQueryCounterConformance(t *testing.T) {
-	testenv.PostgresURL(t)
-	storetest.RunQueryCounter(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
-}
 
 // Above the bound, the count carries the planner's estimate.
 func TestCountAboveTheBoundIsEstimated(t *testing.T) {

@@ -25,20 +25,6 @@ var deadLetterTriageCases = []testCase{
 	{"DeadLetterPurgeKeepsRestored", testDeadLetterPurgeKeepsRestored},
 }
 
-// RunDeadLetterTriage runs the cases of store.DeadLetterGrouper and
-// store.DeadLetterArchiver (with store.DeadLetterQuerier) against the
-// stores newStore returns, which must implement all three. Each case is a
-// parallel subtest with a fresh store, as in Run.
-func RunDeadLetterTriage(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, deadLetterTriageCases, newStore, "store.DeadLetterGrouper, store.DeadLetterArchiver and store.DeadLetterQuerier", func(s store.Store) bool {
-		_, g := s.(store.DeadLetterGrouper)
-		_, a := s.(store.DeadLetterArchiver)
-		_, q := s.(store.DeadLetterQuerier)
-		return g && a && q
-	})
-}
-
 // seedTriage records five dead letters at t0, t0+1m, …: d-0..d-2 fail
 // with one error that differs by the order number (one fingerprint), d-3
 // and d-4 with another reason; d-4 is of saga type "b", the rest "a".

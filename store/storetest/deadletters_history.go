@@ -21,17 +21,6 @@ var deadLetterReplayerCases = []testCase{
 	{"DeadLetterReplaySettledInCommit", testDeadLetterReplaySettledInCommit},
 }
 
-// RunDeadLetterReplayer runs the cases of store.DeadLetterReplayer against
-// the stores newStore returns, which must implement it. Each case is a
-// parallel subtest with a fresh store, as in Run.
-func RunDeadLetterReplayer(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, deadLetterReplayerCases, newStore, "store.DeadLetterReplayer", func(s store.Store) bool {
-		_, ok := s.(store.DeadLetterReplayer)
-		return ok
-	})
-}
-
 func deadLetterAt(id, reason, errText string, at time.Time) store.DeadLetter {
 	return store.DeadLetter{
 		ID: id, Envelope: envelope(id, at), Reason: reason, Error: errText,

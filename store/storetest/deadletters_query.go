@@ -18,18 +18,6 @@ var deadLetterQuerierCases = []testCase{
 	{"DeadLetterHostileMarkIsErrBadMark", testDeadLetterHostileMark},
 }
 
-// RunDeadLetterQuerier runs the cases of the optional
-// store.DeadLetterQuerier capability against the stores newStore returns,
-// which must implement it. Each case is a parallel subtest with a fresh
-// store, as in Run.
-func RunDeadLetterQuerier(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, deadLetterQuerierCases, newStore, "store.DeadLetterQuerier", func(s store.Store) bool {
-		_, ok := s.(store.DeadLetterQuerier)
-		return ok
-	})
-}
-
 // seedDeadLetters records 24 dead letters d-00 … d-23: saga type "a" for
 // even numbers and "b" for odd ones, key k-(i%4), reason malformed_body
 // when i%3 == 0 and retries_exhausted otherwise.

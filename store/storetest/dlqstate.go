@@ -17,23 +17,6 @@ var deadLetterStateCases = []testCase{
 	{"DeadLetterUnresolvedCounted", testDeadLetterUnresolvedCounted},
 }
 
-// RunDeadLetterState runs the cases of store.DeadLetterTypeQuerier (with
-// store.DeadLetterReplayer, store.DeadLetterGrouper and
-// store.DeadLetterArchiver) against the stores newStore returns, which must
-// implement all four: the message-type filter, and the state filters as
-// the dead letters are replayed, settled, recorded again, archived and
-// restored. Each case is a parallel subtest with a fresh store, as in Run.
-func RunDeadLetterState(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, deadLetterStateCases, newStore, "store.DeadLetterTypeQuerier, store.DeadLetterReplayer, store.DeadLetterGrouper and store.DeadLetterArchiver", func(s store.Store) bool {
-		_, q := s.(store.DeadLetterTypeQuerier)
-		_, r := s.(store.DeadLetterReplayer)
-		_, g := s.(store.DeadLetterGrouper)
-		_, a := s.(store.DeadLetterArchiver)
-		return q && r && g && a
-	})
-}
-
 // typedDeadLetter is a dead letter of message type typ.
 func typedDeadLetter(id, typ, reason string, at time.Time) store.DeadLetter {
 	d := deadLetterAt(id, reason, "e", at)

@@ -11,7 +11,7 @@ import (
 )
 
 // The cases of the console's list ergonomics: time ranges and backward
-// paging of store.InstanceQuerier (run by RunInstanceQuerier), the
+// paging of store.InstanceQuerier (the InstanceQuerier subtests), the
 // optional store.TimerQuerier and store.QueryCounter.
 func init() {
 	querierCases = append(querierCases,
@@ -31,29 +31,6 @@ var timerQuerierCases = []testCase{
 var queryCounterCases = []testCase{
 	{"CountInstanceQueryBounded", testCountInstanceQueryBounded},
 	{"CountTimerQueryBounded", testCountTimerQueryBounded},
-}
-
-// RunTimerQuerier runs the cases of the optional store.TimerQuerier
-// capability against the stores newStore returns, which must implement it.
-// Each case is a parallel subtest with a fresh store, as in Run.
-func RunTimerQuerier(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, timerQuerierCases, newStore, "store.TimerQuerier", func(s store.Store) bool {
-		_, ok := s.(store.TimerQuerier)
-		return ok
-	})
-}
-
-// RunQueryCounter runs the cases of the optional store.QueryCounter
-// capability against the stores newStore returns, which must implement it
-// and store.InstanceQuerier. Each case is a parallel subtest with a fresh
-// store, as in Run.
-func RunQueryCounter(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, queryCounterCases, newStore, "store.QueryCounter", func(s store.Store) bool {
-		_, ok := s.(store.QueryCounter)
-		return ok
-	})
 }
 
 func testQueryInstancesUpdatedBetween(t *testing.T, s store.Store) {

@@ -23,38 +23,6 @@ var querierCases = []testCase{
 	{"AttributesGoWithSweptInstances", testAttributesGoWithSweptInstances},
 }
 
-// RunInstanceQuerier runs the cases of the optional store.InstanceQuerier
-// capability against the stores newStore returns, which must implement it.
-// Each case is a parallel subtest with a fresh store, as in Run.
-func RunInstanceQuerier(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, querierCases, newStore, "store.InstanceQuerier", func(s store.Store) bool {
-		_, ok := s.(store.InstanceQuerier)
-		return ok
-	})
-}
-
-// runCapability runs cases of an optional capability, each as a parallel
-// subtest with a fresh store from newStore, which must implement it (has).
-func runCapability(t *testing.T, cases []testCase, newStore func(t *testing.T) store.Store, name string, has func(store.Store) bool) {
-	t.Helper()
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			s := newStore(t)
-			if !has(s) {
-				t.Fatalf("%T does not implement %s", s, name)
-			}
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil {
-					t.Errorf("close: got error %v, want nil", err)
-				}
-			})
-			tc.fn(t, s)
-		})
-	}
-}
-
 // seedQuery inserts a/k1 (Started, oldest), a/k2 (Done, finished),
 // a/x1 (Waiting), b/k1 (Started, newest), with UpdatedAt one second apart
 // in the order k1 of b, x1, k2, k1 of a reversed, so that the stuck order
