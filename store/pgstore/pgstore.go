@@ -168,7 +168,7 @@ type Store struct {
 	smu         sync.Mutex
 	stalls      map[stallSeen]time.Time // guarded by smu: when endStalled first saw each wait
 
-	groups groupsCache // GroupDeadLetters' answers (dlqperf.go)
+	groups groupsCache // GroupDeadLetters' answers (groupscache.go)
 
 	notifyOn bool
 	notify   chan struct{} // capacity 1: a pending notification
