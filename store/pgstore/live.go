@@ -22,24 +22,6 @@ var (
 	_ store.QueryCounter = (*Store)(nil)
 )
 
-// pickInstanceQuery returns the statement of p's order and direction,
-// and its cursor (zero when p has none).
-func pickInstanceQuery(p *store.InstanceQuery) (string, *store.InstanceCursor) {
-	c, q := p.After, queryInstancesSQL
-	switch {
-	case p.Before != nil && p.Stuck:
-		c, q = p.Before, queryStuckBeforeSQL
-	case p.Before != nil:
-		c, q = p.Before, queryInstancesBeforeSQL
-	case p.Stuck:
-		q = queryStuckSQL
-	}
-	if c == nil {
-		c = &store.InstanceCursor{}
-	}
-	return q, c
-}
-
 // instanceFilterArgs returns the arguments $1 to $6 of queryFilters and
 // the attribute filters' name and value pairs; false when a filter can
 // match nothing (a value PostgreSQL cannot hold as text, or an attribute

@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"regexp"
@@ -22,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
@@ -335,29 +335,8 @@ func (s *Store) poolerError(err error) error {
 	return nil
 }
 
-// migrations returns the embedded migrations in order.
-func migrations() ([]string, []string, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, nil, err
-	}
-	slices.Sort(names)
-	bodies := make([]string, len(names))
-	for i, n := range names {
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, nil, err
-		}
-		bodies[i] = string(b)
-	}
-	return names, bodies, nil
-}
-
 // SchemaVersion is the schema version this package migrates to.
-func SchemaVersion() int {
-	names, _, _ := migrations()
-	return len(names)
-}
+func SchemaVersion() int { return sqlq.SchemaVersion(migrationFiles) }
 
 // Migrate creates the schema and applies missing migrations, idempotently
 // and safely against concurrent migrators (an advisory lock). Each wait

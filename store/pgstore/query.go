@@ -56,6 +56,11 @@ ORDER BY updated_at DESC, saga_type COLLATE "C" DESC, key COLLATE "C" DESC
 LIMIT $10`
 )
 
+// instanceStatements are the statements of QueryInstances.
+var instanceStatements = sqlq.InstanceStatements{
+	Keys: queryInstancesSQL, KeysBefore: queryInstancesBeforeSQL, Stuck: queryStuckSQL, StuckBefore: queryStuckBeforeSQL,
+}
+
 // QueryInstances returns one page of the instances p selects; see
 // store.InstanceQuerier.
 func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*store.Instance, error) {
@@ -68,7 +73,7 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	if p.After != nil && p.Before != nil {
 		return nil, fmt.Errorf("pgstore: query instances: %w", store.ErrBothCursors)
 	}
-	q, c := pickInstanceQuery(p)
+	q, c := instanceStatements.Pick(p)
 	args, attrArgs, ok := instanceFilterArgs(p)
 	if !ok || !representable(c.SagaType, c.Key) {
 		// No stored instance has such a value (a hand-made cursor):

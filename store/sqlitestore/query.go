@@ -50,6 +50,11 @@ ORDER BY updated_at DESC, saga_type DESC, key DESC
 LIMIT ?10`
 )
 
+// instanceStatements are the statements of QueryInstances.
+var instanceStatements = sqlq.InstanceStatements{
+	Keys: queryInstancesSQL, KeysBefore: queryInstancesBeforeSQL, Stuck: queryStuckSQL, StuckBefore: queryStuckBeforeSQL,
+}
+
 // QueryInstances returns one page of the instances p selects; see
 // store.InstanceQuerier.
 func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*store.Instance, error) {
@@ -63,18 +68,7 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 		return nil, fmt.Errorf("sqlitestore: query instances: %w", store.ErrBothCursors)
 	}
 	hasCursor := p.After != nil || p.Before != nil
-	c, q := p.After, queryInstancesSQL
-	switch {
-	case p.Before != nil && p.Stuck:
-		c, q = p.Before, queryStuckBeforeSQL
-	case p.Before != nil:
-		c, q = p.Before, queryInstancesBeforeSQL
-	case p.Stuck:
-		q = queryStuckSQL
-	}
-	if c == nil {
-		c = &store.InstanceCursor{}
-	}
+	q, c := instanceStatements.Pick(p)
 	args, filters, ok := instanceFilterArgs(p)
 	if !ok {
 		return nil, nil
