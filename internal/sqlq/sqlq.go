@@ -1,7 +1,8 @@
 // Package sqlq holds what Idem's SQL stores (pgstore, sqlitestore) share:
 // the envelope's storage form, queue delivery tokens, list cursors and
 // limits, the choice of an instance query's statement, and the reading of
-// the embedded migrations that set the schema version. It follows the conventions documented in package memstore.
+// the embedded migrations that set the schema version. It follows the
+// conventions documented in package memstore.
 package sqlq
 
 import (
