@@ -45,14 +45,6 @@ var (
 // before they are durable and Config.AllowUnsafeCommit is not set.
 var ErrUnsafeCommit = errors.New("postgresql acknowledges commits before they are durable")
 
-// ErrNotMigrated is store.ErrNotMigrated, which Open and New wrap when the
-// schema is missing or older than this version of Idem and Config.Migrate
-// is off.
-//
-// Deprecated: test for store.ErrNotMigrated, which every store wraps; this
-// name stays so that existing errors.Is checks keep matching.
-var ErrNotMigrated = store.ErrNotMigrated
-
 // Config configures a Store. The zero value means the defaults.
 type Config struct {
 	// Schema holds Idem's tables. Default "idem". It must be a plain

@@ -40,21 +40,6 @@ var (
 	_ transport.PendingCounter = (*Store)(nil)
 )
 
-// ErrNotMigrated is store.ErrNotMigrated, which Open wraps when
-// Config.SkipMigrate is set and the database is missing or its schema is
-// older than this package.
-//
-// Deprecated: test for store.ErrNotMigrated, which every store wraps; this
-// name stays so that existing errors.Is checks keep matching.
-var ErrNotMigrated = store.ErrNotMigrated
-
-// ErrSchemaTooNew is store.ErrSchemaTooNew, which Open wraps when the
-// database was migrated by a newer version of Idem than this one.
-//
-// Deprecated: test for store.ErrSchemaTooNew; this name stays so that
-// existing errors.Is checks keep matching.
-var ErrSchemaTooNew = store.ErrSchemaTooNew
-
 // Config configures a Store. The zero value means the defaults.
 type Config struct {
 	// SkipMigrate makes Open refuse a database that is missing or whose
