@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -169,7 +170,7 @@ type InstanceStatements struct {
 
 // Pick returns the statement of p's order and direction, and its cursor
 // (zero when p has none).
-func (st InstanceStatements) Pick(p *store.InstanceQuery) (string, *store.InstanceCursor) {
+func (st InstanceStatements) Pick(p *readmodel.InstanceQuery) (string, *readmodel.InstanceCursor) {
 	c, q := p.After, st.Keys
 	switch {
 	case p.Before != nil && p.Stuck:
@@ -180,7 +181,7 @@ func (st InstanceStatements) Pick(p *store.InstanceQuery) (string, *store.Instan
 		q = st.Stuck
 	}
 	if c == nil {
-		c = &store.InstanceCursor{}
+		c = &readmodel.InstanceCursor{}
 	}
 	return q, c
 }

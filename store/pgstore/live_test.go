@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // Above the bound, the count carries the planner's estimate.
@@ -24,7 +25,7 @@ func TestCountAboveTheBoundIsEstimated(t *testing.T) {
 	if err := uow.Commit(ctx, &store.Changes{Inserts: ins}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.CountInstanceQuery(ctx, &store.InstanceQuery{SagaType: "a"}, 10)
+	c, err := s.CountInstanceQuery(ctx, &readmodel.InstanceQuery{SagaType: "a"}, 10)
 	if err != nil {
 		t.Fatalf("count: got error %v, want nil", err)
 	}

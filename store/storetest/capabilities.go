@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // capability is an optional interface of a store and the cases that check
@@ -33,15 +34,21 @@ func implements[T any](name string) iface {
 }
 
 var (
-	instanceQuerier       = implements[store.InstanceQuerier]("store.InstanceQuerier")
-	timerQuerier          = implements[store.TimerQuerier]("store.TimerQuerier")
-	queryCounter          = implements[store.QueryCounter]("store.QueryCounter")
-	deadLetterQuerier     = implements[store.DeadLetterQuerier]("store.DeadLetterQuerier")
-	deadLetterReplayer    = implements[store.DeadLetterReplayer]("store.DeadLetterReplayer")
-	deadLetterGrouper     = implements[store.DeadLetterGrouper]("store.DeadLetterGrouper")
-	deadLetterArchiver    = implements[store.DeadLetterArchiver]("store.DeadLetterArchiver")
-	deadLetterTypeQuerier = implements[store.DeadLetterTypeQuerier]("store.DeadLetterTypeQuerier")
+	instanceQuerier    = implements[readmodel.InstanceQuerier]("readmodel.InstanceQuerier")
+	timerQuerier       = implements[readmodel.TimerQuerier]("readmodel.TimerQuerier")
+	queryCounter       = implements[readmodel.QueryCounter]("readmodel.QueryCounter")
+	deadLetterQuerier  = implements[readmodel.DeadLetterQuerier]("readmodel.DeadLetterQuerier")
+	deadLetterReplayer = implements[store.DeadLetterReplayer]("store.DeadLetterReplayer")
+	deadLetterGrouper  = implements[readmodel.DeadLetterGrouper]("readmodel.DeadLetterGrouper")
+	deadLetterArchiver = implements[readmodel.DeadLetterArchiver]("readmodel.DeadLetterArchiver")
 )
+
+// deadLetterTypeQuerier is a readmodel.DeadLetterTypeQuerier that selects
+// by message type: one whose SelectsMessageType reports false does not.
+var deadLetterTypeQuerier = iface{
+	name: "readmodel.DeadLetterTypeQuerier selecting by message type",
+	has:  readmodel.SelectsMessageType,
+}
 
 // capabilities lists the optional interfaces whose cases Run runs when the
 // store implements them, in the order of the subtests. It is a function so

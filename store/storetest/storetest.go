@@ -15,7 +15,7 @@
 // per optional capability (a store that is its own queue, partitioned
 // receive, a pending count, an append-only journal), which skips with the
 // reason when the Features do not declare it. The operators' queries
-// (store.InstanceQuerier, store.DeadLetterQuerier and the like) are found by
+// (readmodel.InstanceQuerier, readmodel.DeadLetterQuerier and the like) are found by
 // type assertion on one store from newStore: each has a subtest named
 // after it ("InstanceQuerier/QueryInstancesFilters"), skipped with the
 // reason when the store does not implement it, and failed when the store

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/store/storetest"
 	"github.com/idemhq/idem/transport"
@@ -102,7 +103,7 @@ func child(t *testing.T, bug, pattern string) (string, error) {
 // TestCapabilitiesFoundByAssertion runs the suite, in a child process, on
 // a store that hides the operators' queries, and checks that each of their
 // subtests is skipped and says why; and on a store that implements
-// store.DeadLetterGrouper without store.DeadLetterArchiver, and checks that
+// readmodel.DeadLetterGrouper without readmodel.DeadLetterArchiver, and checks that
 // the subtest of the pair fails rather than skips.
 func TestCapabilitiesFoundByAssertion(t *testing.T) {
 	if _, ok := os.LookupEnv(mutantEnv); ok {
@@ -114,13 +115,13 @@ func TestCapabilitiesFoundByAssertion(t *testing.T) {
 			t.Fatalf("the suite failed a store without optional queries: %v; output:\n%s", err, out)
 		}
 		for _, c := range []struct{ subtest, iface string }{
-			{"InstanceQuerier", "store.InstanceQuerier"},
-			{"TimerQuerier", "store.TimerQuerier"},
-			{"QueryCounter", "store.QueryCounter"},
-			{"DeadLetterQuerier", "store.DeadLetterQuerier"},
+			{"InstanceQuerier", "readmodel.InstanceQuerier"},
+			{"TimerQuerier", "readmodel.TimerQuerier"},
+			{"QueryCounter", "readmodel.QueryCounter"},
+			{"DeadLetterQuerier", "readmodel.DeadLetterQuerier"},
 			{"DeadLetterReplayer", "store.DeadLetterReplayer"},
-			{"DeadLetterTriage", "store.DeadLetterGrouper"},
-			{"DeadLetterState", "store.DeadLetterTypeQuerier"},
+			{"DeadLetterTriage", "readmodel.DeadLetterGrouper"},
+			{"DeadLetterState", "readmodel.DeadLetterTypeQuerier"},
 		} {
 			if want := "--- SKIP: TestSuiteCatchesBrokenStores/" + c.subtest + " "; !strings.Contains(out, want) {
 				t.Errorf("output lacks %q; output:\n%s", want, out)
@@ -133,9 +134,9 @@ func TestCapabilitiesFoundByAssertion(t *testing.T) {
 	t.Run("partial", func(t *testing.T) {
 		out, err := childOf(t, "TestSuiteCatchesBrokenStores", "grouper-without-archiver", "DeadLetterTriage")
 		if err == nil {
-			t.Fatalf("the suite passed a store with store.DeadLetterGrouper but not store.DeadLetterArchiver; output:\n%s", out)
+			t.Fatalf("the suite passed a store with readmodel.DeadLetterGrouper but not readmodel.DeadLetterArchiver; output:\n%s", out)
 		}
-		for _, want := range []string{"--- FAIL: TestSuiteCatchesBrokenStores/DeadLetterTriage ", "but not store.DeadLetterArchiver"} {
+		for _, want := range []string{"--- FAIL: TestSuiteCatchesBrokenStores/DeadLetterTriage ", "but not readmodel.DeadLetterArchiver"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q; output:\n%s", want, out)
 			}
@@ -160,8 +161,8 @@ type bareStore struct{ store.Store }
 // them.
 type grouperOnly struct {
 	store.Store
-	store.DeadLetterGrouper
-	store.DeadLetterQuerier
+	readmodel.DeadLetterGrouper
+	readmodel.DeadLetterQuerier
 }
 
 // runMutant runs the suite on the store with bug, or on the wrapper of a

@@ -14,6 +14,7 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // newDLQGroups is `idem dlq groups`.
@@ -44,7 +45,7 @@ JSON object {"groups": [...]}, as GET /api/dead-letters/groups does.
 ` + storeHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := store.ParseArchivedFilter(archived)
+			a, err := readmodel.ParseArchivedFilter(archived)
 			if err != nil {
 				return usageErrorf("--archived: %v", err)
 			}
@@ -141,7 +142,7 @@ Prints how many dead letters were ` + past + `.
 				return usageErrorf("%s --all acts on every dead letter the filters select: add --yes to confirm, or --dry-run to count them first", action)
 			}
 			if action == "restore" {
-				sel.archived = store.ArchivedOnly
+				sel.archived = readmodel.ArchivedOnly
 			}
 			ctx := cmd.Context()
 			st, _, err := sf.open(ctx, false)
@@ -158,9 +159,9 @@ Prints how many dead letters were ` + past + `.
 				ids := uniq(args)
 				var n int
 				if action == "archive" {
-					n, err = ar.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
+					n, err = ar.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids})
 				} else {
-					n, err = ar.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
+					n, err = ar.RestoreDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids})
 				}
 				if err != nil {
 					return failed(fmt.Errorf("%s dead letters: %w", action, err))
@@ -233,11 +234,11 @@ func cliActor() string {
 	return "cli: " + name
 }
 
-// listDLQ reads one page of idem dlq ls: through store.DeadLetterQuerier,
+// listDLQ reads one page of idem dlq ls: through readmodel.DeadLetterQuerier,
 // which leaves archived dead letters out unless q.Archived says otherwise,
 // or ListDeadLetters on a store without it (which archives nothing).
-func listDLQ(ctx context.Context, st store.Store, q *store.DeadLetterQuery) ([]store.DeadLetter, error) {
-	if dq, ok := st.(store.DeadLetterQuerier); ok {
+func listDLQ(ctx context.Context, st store.Store, q *readmodel.DeadLetterQuery) ([]store.DeadLetter, error) {
+	if dq, ok := st.(readmodel.DeadLetterQuerier); ok {
 		return dq.QueryDeadLetters(ctx, q)
 	}
 	return st.ListDeadLetters(ctx, &store.ListParams{SagaType: q.SagaType, After: q.After, Limit: q.Limit})
@@ -246,10 +247,10 @@ func listDLQ(ctx context.Context, st store.Store, q *store.DeadLetterQuery) ([]s
 // purgeArchived is the --archived a purge's dry-run hint repeats ("" for
 // other commands, and for purge's default).
 func purgeArchived(cmd *cobra.Command, s *selection) string {
-	if cmd.Name() != "purge" || s.archived == store.ArchivedInclude {
+	if cmd.Name() != "purge" || s.archived == readmodel.ArchivedInclude {
 		return ""
 	}
-	if s.archived == store.ArchivedExclude {
+	if s.archived == readmodel.ArchivedExclude {
 		return "exclude"
 	}
 	return string(s.archived)

@@ -1,9 +1,11 @@
-package store
+package readmodel
 
 import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/idemhq/idem/store"
 )
 
 // InstanceQuerier is implemented by stores that can filter instances by
@@ -16,7 +18,7 @@ type InstanceQuerier interface {
 	// QueryInstances returns one page of the instances p selects, in
 	// (SagaType, Key) order, or by (UpdatedAt, SagaType, Key) when p.Stuck
 	// is set. An empty page means there are no more.
-	QueryInstances(ctx context.Context, p *InstanceQuery) ([]*Instance, error)
+	QueryInstances(ctx context.Context, p *InstanceQuery) ([]*store.Instance, error)
 	// CountInstances counts instances by saga type, state and status, in
 	// (SagaType, State, Status) order; an empty sagaType counts every type.
 	CountInstances(ctx context.Context, sagaType string) ([]StateCount, error)
@@ -68,7 +70,7 @@ type InstanceCursor struct {
 }
 
 // CursorOf returns the cursor that continues a query after in.
-func CursorOf(in *Instance) *InstanceCursor {
+func CursorOf(in *store.Instance) *InstanceCursor {
 	return &InstanceCursor{SagaType: in.SagaType, Key: in.Key, UpdatedAt: in.UpdatedAt}
 }
 
@@ -126,7 +128,7 @@ func BoundedCount(n, bound int) Count {
 type TimerQuerier interface {
 	// QueryTimers returns one page of the timers p selects in (DueAt,
 	// SagaType, Key, Name) order. An empty page means there are no more.
-	QueryTimers(ctx context.Context, p *TimerQuery) ([]Timer, error)
+	QueryTimers(ctx context.Context, p *TimerQuery) ([]store.Timer, error)
 }
 
 // TimerQuery selects timers for TimerQuerier.QueryTimers. The zero value
@@ -158,7 +160,7 @@ type TimerCursor struct {
 }
 
 // TimerCursorOf returns the cursor of t.
-func TimerCursorOf(t *Timer) *TimerCursor {
+func TimerCursorOf(t *store.Timer) *TimerCursor {
 	return &TimerCursor{DueAt: t.DueAt, SagaType: t.SagaType, Key: t.Key, Name: t.Name}
 }
 
