@@ -18,7 +18,7 @@ var ErrBadMark = errors.New("not a mark this store made (pass the as_of a count 
 // DeadLetterQuerier is implemented by stores that filter and count dead
 // letters in the database instead of handing every row to the caller
 // (every bundled store). It is optional: operations tools type-assert a
-// Store for it and fall back to paging ListDeadLetters, which reads at most
+// store.Store for it and fall back to paging ListDeadLetters, which reads at most
 // a bounded number of rows and cannot bind a bulk action to what was
 // counted.
 type DeadLetterQuerier interface {
@@ -70,10 +70,10 @@ type DeadLetterQuery struct {
 	// the store did not make is an error.
 	AsOf string
 	// State selects by what became of the dead letter's replays; "" (or
-	// DeadLettersAll) selects every one.
+	// store.DeadLettersAll) selects every one.
 	State store.DeadLetterState
 	// Fingerprint selects the dead letters of one fingerprint (see
-	// Fingerprint), or with FingerprintNone those recorded before
+	// store.Fingerprint), or with store.FingerprintNone those recorded before
 	// fingerprints.
 	Fingerprint string
 	// Archived selects by archival: ArchivedExclude (the zero value)
@@ -115,7 +115,7 @@ func SelectsMessageType(s store.Store) bool {
 }
 
 // UnresolvedCounter is a store that counts its unresolved
-// (DeadLettersUnresolved), not archived dead letters up to a bound, reading
+// (store.DeadLettersUnresolved), not archived dead letters up to a bound, reading
 // no other dead letter (pgstore from the index of migration 17; memstore).
 // The console's overview counts with it; without it, it estimates.
 type UnresolvedCounter interface {
@@ -189,7 +189,7 @@ func (q *DeadLetterQuery) SelectsTriage(d *store.DeadLetter) bool {
 // reason, as DeadLetterGrouper returns them.
 type DeadLetterGroup struct {
 	// Fingerprint is "" for the dead letters recorded before fingerprints
-	// (select them with FingerprintNone).
+	// (select them with store.FingerprintNone).
 	Fingerprint string
 	Reason      string
 	// SampleError is the error of the group's latest failure.

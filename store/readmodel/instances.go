@@ -11,7 +11,7 @@ import (
 // InstanceQuerier is implemented by stores that can filter instances by
 // status and key prefix, list the stuck ones (active, least recently
 // updated first) and count instances by state, each in one query. It is
-// optional: operations tools type-assert a Store for it and fall back to
+// optional: operations tools type-assert a store.Store for it and fall back to
 // paging ListInstances. Implementations must pass storetest.Run, which
 // runs its cases when a store implements it.
 type InstanceQuerier interface {
@@ -123,7 +123,7 @@ func BoundedCount(n, bound int) Count {
 
 // TimerQuerier is implemented by stores that filter timers by saga type
 // and due time and page through them in both directions. It is optional:
-// operations tools type-assert a Store for it and fall back to paging
+// operations tools type-assert a store.Store for it and fall back to paging
 // ListTimers. Implementations must pass storetest.Run.
 type TimerQuerier interface {
 	// QueryTimers returns one page of the timers p selects in (DueAt,

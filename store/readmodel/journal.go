@@ -22,7 +22,7 @@ type JournalTailer interface {
 	JournalTail(ctx context.Context, k store.Key, n int) ([]store.JournalEntry, int, error)
 }
 
-// OutboxSentReader is a Store that can say whether outbox messages were
+// OutboxSentReader is a store.Store that can say whether outbox messages were
 // sent. It must pass storetest.
 type OutboxSentReader interface {
 	// OutboxSent looks the IDs up in the outbox. The map holds an entry for
