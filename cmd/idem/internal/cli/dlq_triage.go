@@ -13,6 +13,7 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // newDLQGroups is `idem dlq groups`.
@@ -43,7 +44,7 @@ JSON object {"groups": [...]}, as GET /api/dead-letters/groups does.
 ` + storeHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := store.ParseArchivedFilter(archived)
+			a, err := readmodel.ParseArchivedFilter(archived)
 			if err != nil {
 				return usageErrorf("--archived: %v", err)
 			}
@@ -137,7 +138,7 @@ Prints how many dead letters were ` + past + `.
 				return usageErrorf("%s --all acts on every dead letter the filters select: add --yes to confirm, or --dry-run to count them first", action)
 			}
 			if action == "restore" {
-				sel.archived = store.ArchivedOnly
+				sel.archived = readmodel.ArchivedOnly
 			}
 			ctx := cmd.Context()
 			st, _, err := sf.open(ctx, false)
@@ -154,9 +155,9 @@ Prints how many dead letters were ` + past + `.
 				ids := uniq(args)
 				var n int
 				if action == "archive" {
-					n, err = ar.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
+					n, err = ar.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids})
 				} else {
-					n, err = ar.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
+					n, err = ar.RestoreDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids})
 				}
 				if err != nil {
 					return failed(fmt.Errorf("%s dead letters: %w", action, err))

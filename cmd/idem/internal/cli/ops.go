@@ -26,6 +26,7 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -36,9 +37,9 @@ import (
 // unreachable server, schema not migrated).
 
 // failed is an error met after the store was opened: exit code 1.
-// A mark the store refused (store.ErrBadMark) is the caller's: exit 2.
+// A mark the store refused (readmodel.ErrBadMark) is the caller's: exit 2.
 func failed(err error) error {
-	if errors.Is(err, store.ErrBadMark) {
+	if errors.Is(err, readmodel.ErrBadMark) {
 		return usageErrorf("--as-of: %v", err)
 	}
 	return &exitError{code: 1, err: err}
@@ -166,7 +167,7 @@ is valid UTF-8 ("utf-8"), its standard base64 otherwise ("base64").
 ` + storeHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := store.ParseArchivedFilter(archived)
+			a, err := readmodel.ParseArchivedFilter(archived)
 			if err != nil {
 				return usageErrorf("--archived: %v", err)
 			}
@@ -435,7 +436,7 @@ type selection struct {
 	// fingerprint and archived select as the API's filters do (archive,
 	// restore; see dlq_triage.go).
 	fingerprint string
-	archived    store.ArchivedFilter
+	archived    readmodel.ArchivedFilter
 }
 
 // check validates args against the flags; filters need --all.
@@ -808,9 +809,9 @@ Prints how many dead letters were deleted.
 				return usageErrorf("purge --all deletes dead letters for good: add --yes to confirm, or --dry-run to count them first")
 			}
 			if archived == "" {
-				archived = string(store.ArchivedInclude)
+				archived = string(readmodel.ArchivedInclude)
 			}
-			a, err := store.ParseArchivedFilter(archived)
+			a, err := readmodel.ParseArchivedFilter(archived)
 			if err != nil {
 				return usageErrorf("--archived: %v", err)
 			}

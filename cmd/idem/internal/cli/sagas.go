@@ -19,6 +19,7 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // newSagas is `idem sagas ls|show`: saga instances as the store holds them.
@@ -43,7 +44,7 @@ func newSagasLs() *cobra.Command {
 	var sf storeFlags
 	var p store.ListParams
 	var asJSON bool
-	var q store.InstanceQuery
+	var q readmodel.InstanceQuery
 	var attrs []string
 	cmd := &cobra.Command{
 		Use:   "ls",
@@ -59,7 +60,7 @@ letters, digits, '-' and '_', safe to type in a shell.
 --status active|finished, --prefix P (keys starting with P, in any Unicode
 spelling: it is compared in the NFC form keys are stored in) and --stuck
 (active instances, least recently updated first: the ones to look at) need
-a store that implements store.InstanceQuerier, as every bundled store does.
+a store that implements readmodel.InstanceQuerier, as every bundled store does.
 
 --attr name=value keeps the instances whose business attribute (declared with
 saga.Machine.Attribute) has that value; repeat it to require several (they

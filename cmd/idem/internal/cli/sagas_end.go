@@ -10,6 +10,7 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // newSagasEnd is `idem sagas end TYPE KEY --reason R`, or by filter:
@@ -75,7 +76,7 @@ meanwhile, or the set changed since the count.
 // endOptions are the flags of idem sagas end.
 type endOptions struct {
 	end    inspect.End
-	q      store.InstanceQuery
+	q      readmodel.InstanceQuery
 	attrs  []string
 	dryRun bool
 	yes    bool
