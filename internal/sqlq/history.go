@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -68,38 +69,140 @@ func (s *bstr) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// EncodeJournalDetail returns d's storage form.
+// EncodeJournalDetail returns d's storage form. The document is the JSON
+// that encoding/json makes of detailDoc, byte for byte, written by hand:
+// every applied step encodes one, and encoding/json's reflection and its
+// per-string MarshalJSON calls were the largest part of the journal's CPU
+// on the hot path (docs/benchmarks.md, "Journal detail: what capture costs").
 func EncodeJournalDetail(d *store.JournalDetail) (JournalDetail, error) {
 	out := JournalDetail{Payload: nonEmpty(d.Payload), Diff: nonEmpty(d.Diff), State: nonEmpty(d.State)}
-	doc := detailDoc{
-		PayloadTruncated: d.PayloadTruncated, HeadersTruncated: d.HeadersTruncated, DiffTruncated: d.DiffTruncated, StateTruncated: d.StateTruncated,
-		CausationID: bstr(d.CausationID), CorrelationID: bstr(d.CorrelationID), DurationNanos: d.Duration, Actor: bstr(d.Actor),
-	}
-	keys := make([]string, 0, len(d.Headers))
-	for k := range d.Headers {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		doc.Headers = append(doc.Headers, [2]bstr{bstr(k), bstr(d.Headers[k])})
-	}
-	for _, e := range d.Emitted {
-		doc.Emitted = append(doc.Emitted, [2]bstr{bstr(e.ID), bstr(e.Type)})
-	}
-	if doc.isZero() {
+	if !d.PayloadTruncated && !d.HeadersTruncated && !d.DiffTruncated && !d.StateTruncated && d.CausationID == "" && d.CorrelationID == "" &&
+		d.Duration == 0 && d.Actor == "" && len(d.Headers) == 0 && len(d.Emitted) == 0 {
 		return out, nil
 	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return out, fmt.Errorf("encode journal detail: %w", err)
+	var w docWriter
+	w.b = make([]byte, 0, detailSize(d))
+	w.b = append(w.b, '{')
+	w.flag("payload_truncated", d.PayloadTruncated)
+	if len(d.Headers) > 0 {
+		w.key("headers")
+		w.b = append(w.b, '[')
+		for i, k := range sortedKeys(d.Headers) {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			w.pair(k, d.Headers[k])
+		}
+		w.b = append(w.b, ']')
 	}
-	out.Detail = string(b)
+	w.flag("headers_truncated", d.HeadersTruncated)
+	w.str("causation_id", d.CausationID)
+	w.str("correlation_id", d.CorrelationID)
+	if len(d.Emitted) > 0 {
+		w.key("emitted")
+		w.b = append(w.b, '[')
+		for i, e := range d.Emitted {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			w.pair(e.ID, e.Type)
+		}
+		w.b = append(w.b, ']')
+	}
+	w.flag("diff_truncated", d.DiffTruncated)
+	w.flag("state_truncated", d.StateTruncated)
+	if d.Duration != 0 {
+		w.key("duration_ns")
+		w.b = strconv.AppendInt(w.b, int64(d.Duration), 10)
+	}
+	w.str("actor", d.Actor)
+	w.b = append(w.b, '}')
+	if w.err != nil {
+		return out, fmt.Errorf("encode journal detail: %w", w.err)
+	}
+	out.Detail = string(w.b)
 	return out, nil
 }
 
-func (d *detailDoc) isZero() bool {
-	return !d.PayloadTruncated && !d.HeadersTruncated && !d.DiffTruncated && !d.StateTruncated && d.CausationID == "" && d.CorrelationID == "" &&
-		d.DurationNanos == 0 && d.Actor == "" && len(d.Headers) == 0 && len(d.Emitted) == 0
+// detailSize is a capacity for d's document that its usual content fits.
+func detailSize(d *store.JournalDetail) int {
+	n := 160 + len(d.CausationID) + len(d.CorrelationID) + len(d.Actor)
+	for k, v := range d.Headers {
+		n += len(k) + len(v) + 8
+	}
+	for _, e := range d.Emitted {
+		n += len(e.ID) + len(e.Type) + 8
+	}
+	return n
+}
+
+// sortedKeys returns h's keys in order.
+func sortedKeys(h map[string]string) []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// docWriter appends detailDoc's members, each after a comma but the first.
+type docWriter struct {
+	b   []byte
+	err error
+}
+
+func (w *docWriter) key(k string) {
+	if len(w.b) > 1 {
+		w.b = append(w.b, ',')
+	}
+	w.b = append(w.b, '"')
+	w.b = append(w.b, k...)
+	w.b = append(w.b, '"', ':')
+}
+
+// flag writes a bool member that is omitted when false.
+func (w *docWriter) flag(k string, v bool) {
+	if v {
+		w.key(k)
+		w.b = append(w.b, "true"...)
+	}
+}
+
+// str writes a string member that is omitted when empty.
+func (w *docWriter) str(k, v string) {
+	if v != "" {
+		w.key(k)
+		w.value(v)
+	}
+}
+
+// pair writes ["a","b"].
+func (w *docWriter) pair(a, b string) {
+	w.b = append(w.b, '[')
+	w.value(a)
+	w.b = append(w.b, ',')
+	w.value(b)
+	w.b = append(w.b, ']')
+}
+
+// value writes s as bstr's MarshalJSON does: a string of printable ASCII
+// that JSON (and encoding/json's HTML escaping) leaves alone as it is,
+// anything else through MarshalJSON.
+func (w *docWriter) value(s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, err := bstr(s).MarshalJSON()
+			if err != nil && w.err == nil {
+				w.err = err
+			}
+			w.b = append(w.b, b...)
+			return
+		}
+	}
+	w.b = append(w.b, '"')
+	w.b = append(w.b, s...)
+	w.b = append(w.b, '"')
 }
 
 // DecodeJournalDetail joins what EncodeJournalDetail split.

@@ -16,6 +16,9 @@ var _ readmodel.OutboxSentReader = (*Store)(nil)
 
 // journalDetailCols are the detail columns of a batch of journal entries,
 // as insertJournalSQL takes them (nil bytes are NULL, "" detail is NULL).
+// A column that is NULL in every entry is a nil slice, sent as one NULL
+// array that unnest pads with NULLs: the diff, which engines no longer
+// write, and the payload and state with capture off cost nothing to send.
 type journalDetailCols struct {
 	payloads, diffs, states [][]byte
 	details                 []string
@@ -24,12 +27,26 @@ type journalDetailCols struct {
 func journalDetails(journal []store.JournalEntry) (journalDetailCols, error) {
 	n := len(journal)
 	c := journalDetailCols{payloads: make([][]byte, n), diffs: make([][]byte, n), states: make([][]byte, n), details: make([]string, n)}
+	var payloads, diffs, states, details bool
 	for i := range journal {
 		d, err := sqlq.EncodeJournalDetail(&journal[i].JournalDetail)
 		if err != nil {
 			return c, fmt.Errorf("pgstore: journal %s/%s: %w", journal[i].SagaType, journal[i].Key, err)
 		}
 		c.payloads[i], c.diffs[i], c.states[i], c.details[i] = d.Payload, d.Diff, d.State, d.Detail
+		payloads, diffs, states, details = payloads || d.Payload != nil, diffs || d.Diff != nil, states || d.State != nil, details || d.Detail != ""
+	}
+	if !payloads {
+		c.payloads = nil
+	}
+	if !diffs {
+		c.diffs = nil
+	}
+	if !states {
+		c.states = nil
+	}
+	if !details {
+		c.details = nil
 	}
 	return c, nil
 }

@@ -20,8 +20,9 @@ import (
 //
 // On PostgreSQL, Statements and RoundTrips are counted by the store's pgx
 // tracer; Commits (pg_stat_database.xact_commit of the database), the rows
-// (pg_stat_user_tables of the run's schema), WALRecords and Fsyncs
-// (pg_stat_wal.wal_records and wal_sync, PostgreSQL 15) are deltas of the
+// (pg_stat_user_tables of the run's schema), WALRecords, WALBytes, WALFPI
+// and Fsyncs (pg_stat_wal.wal_records, wal_bytes, wal_fpi and wal_sync,
+// PostgreSQL 15) are deltas of the
 // server's cumulative statistics, read after every idle connection of the
 // store ran pg_stat_force_next_flush(), with the bench's own statements
 // taken out. Commits and the WAL figures are the whole server's (or
@@ -44,6 +45,12 @@ type Cost struct {
 	RowsDeleted  int64 `json:"rows_deleted"`
 	// WALRecords is PostgreSQL's WAL records (0 on SQLite).
 	WALRecords int64 `json:"wal_records"`
+	// WALBytes is the WAL PostgreSQL wrote, full-page images included (0
+	// on SQLite): what a larger row costs shows here, not in WALRecords.
+	WALBytes int64 `json:"wal_bytes"`
+	// WALFPI is the full-page images among WALRecords: the first change
+	// of a page after a checkpoint writes the whole page.
+	WALFPI int64 `json:"wal_fpi"`
 	// Fsyncs is the WAL flushes to disk: pg_stat_wal.wal_sync on
 	// PostgreSQL; on SQLite the commits at synchronous=FULL plus two per
 	// checkpoint (see sqliteCost).
@@ -65,7 +72,7 @@ func (c *Cost) Per(v int64) float64 {
 
 // pgCounters is one reading of the counters of a PostgreSQL store.
 type pgCounters struct {
-	stmts, trips, commits, ins, upd, del, walRecords, walSync int64
+	stmts, trips, commits, ins, upd, del, walRecords, walBytes, walFPI, walSync int64
 }
 
 // pgMeter measures the cost of a window of work of one pgstore.Store.
@@ -142,23 +149,25 @@ func (m *pgMeter) finish(ctx context.Context, messages int) (*Cost, error) {
 		// settle's queries.
 		Commits:      after.commits - b.commits - m.own - queries - int64(n),
 		RowsInserted: after.ins - b.ins, RowsUpdated: after.upd - b.upd, RowsDeleted: after.del - b.del,
-		WALRecords: after.walRecords - b.walRecords, Fsyncs: after.walSync - b.walSync,
+		WALRecords: after.walRecords - b.walRecords, WALBytes: after.walBytes - b.walBytes, WALFPI: after.walFPI - b.walFPI,
+		Fsyncs: after.walSync - b.walSync,
 		Method: method,
 	}, nil
 }
 
 // costCountersSQL reads the server's counters: the database's commits, the
-// rows written in the store's schema, and the server's WAL records and
-// syncs. It is one statement, so one transaction.
+// rows written in the store's schema, and the server's WAL records,
+// bytes, full-page images and syncs. It is one statement, so one transaction.
 const costCountersSQL = `
 SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
        coalesce(sum(n_tup_ins), 0)::bigint, coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_del), 0)::bigint,
-       (SELECT wal_records FROM pg_stat_wal), (SELECT wal_sync FROM pg_stat_wal)
+       (SELECT wal_records FROM pg_stat_wal), (SELECT wal_bytes::bigint FROM pg_stat_wal),
+       (SELECT wal_fpi FROM pg_stat_wal), (SELECT wal_sync FROM pg_stat_wal)
 FROM pg_stat_user_tables WHERE schemaname = $1`
 
 func (m *pgMeter) read(ctx context.Context, c *pgCounters) error {
 	err := m.st.Pool().QueryRow(ctx, costCountersSQL, m.st.Schema()).
-		Scan(&c.commits, &c.ins, &c.upd, &c.del, &c.walRecords, &c.walSync)
+		Scan(&c.commits, &c.ins, &c.upd, &c.del, &c.walRecords, &c.walBytes, &c.walFPI, &c.walSync)
 	if err != nil {
 		return fmt.Errorf("cost: read the server's statistics (PostgreSQL 15 or later): %w", err)
 	}
@@ -238,7 +247,7 @@ func (rep *Report) writeCost(p *errWriter) {
 	p.printf("WAL from PostgreSQL's statistics (server-wide: commits and fsyncs include autovacuum and the WAL writer);\n")
 	p.printf("SQLite from the driver's commit and pre-update hooks (fsyncs: see docs/benchmarks.md)\n\n")
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tconfig\tbatch\tlanes\tconsumers\tstatements\tround trips\tcommits\trows written (ins/upd/del)\tWAL records\tfsyncs\t")
+	fmt.Fprintln(tw, "mode\tconfig\tbatch\tlanes\tconsumers\tstatements\tround trips\tcommits\trows written (ins/upd/del)\tWAL records\tWAL bytes (FPI)\tfsyncs\t")
 	for _, r := range rep.Runs {
 		if c := r.Cost; c != nil {
 			mode := costName(r.Transport) + traceMark(r)
@@ -276,8 +285,12 @@ func costCells(c *Cost) string {
 		return fmt.Sprintf("%.3f", c.Per(v))
 	}
 	sqlite := c.RoundTrips == 0 && c.Statements == 0
-	return fmt.Sprintf("%s\t%s\t%.3f\t%.3f (%.2f/%.2f/%.2f)\t%s\t%s\t",
+	walBytes := "-"
+	if !sqlite {
+		walBytes = fmt.Sprintf("%.0f (%.3f)", c.Per(c.WALBytes), c.Per(c.WALFPI))
+	}
+	return fmt.Sprintf("%s\t%s\t%.3f\t%.3f (%.2f/%.2f/%.2f)\t%s\t%s\t%s\t",
 		dash(c.Statements, !sqlite), dash(c.RoundTrips, !sqlite), c.Per(c.Commits),
 		c.Per(c.RowsWritten()), c.Per(c.RowsInserted), c.Per(c.RowsUpdated), c.Per(c.RowsDeleted),
-		dash(c.WALRecords, !sqlite), dash(c.Fsyncs, c.Fsyncs >= 0))
+		dash(c.WALRecords, !sqlite), walBytes, dash(c.Fsyncs, c.Fsyncs >= 0))
 }

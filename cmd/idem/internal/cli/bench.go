@@ -79,7 +79,7 @@ measured phase. Every run reports the process's peak RSS.
 
 With --cost, each throughput phase also reports what it asked of the
 database per message: statements and round trips (counted by the client),
-commits, rows written, WAL records and fsyncs (deltas of PostgreSQL's
+commits, rows written, WAL records and bytes, and fsyncs (deltas of PostgreSQL's
 statistics, which are the whole server's: run it on a server with nothing
 else to do), and every configuration runs again on SQLite (a temporary
 file) with its commits and rows written counted by the driver's hooks.
@@ -152,7 +152,7 @@ func (bf *benchFlags) register(cmd *cobra.Command) {
 	f.StringVar(&bf.sagas, "sagas", "", "preload the store of every engine run with this many live counter sagas, comma-separated for several sizes (each configuration runs once per size); the workload's keys are then drawn from them instead of --keys")
 	f.StringVar(&bf.inbox, "inbox-rows", "", "inbox records preloaded over the --sagas sagas, one value per --sagas value (default 10 per saga)")
 	f.IntVar(&bf.o.Finished, "finished", 0, "with --sagas, also run each size with this many finished sagas past retention preloaded, and the engine's sweeper deleting them during the measured phase")
-	f.BoolVar(&bf.o.Cost, "cost", false, "also measure each run's cost per message (statements, round trips, commits, rows written, WAL records, fsyncs; PostgreSQL 15 or later, on a server with nothing else running) and run every configuration on SQLite too")
+	f.BoolVar(&bf.o.Cost, "cost", false, "also measure each run's cost per message (statements, round trips, commits, rows written, WAL records and bytes, fsyncs; PostgreSQL 15 or later, on a server with nothing else running) and run every configuration on SQLite too")
 	f.StringVar(&bf.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (baselines and engine runs) to this file, for go tool pprof")
 	f.IntVar(&bf.o.JournalPayloadLimit, "journal-payload-limit", 0, "the engines' Config.JournalPayloadLimit: bytes of payload, headers and diff kept per journal entry (0: the default 4096; negative: none)")
 	f.BoolVar(&bf.asJSON, "json", false, "print the report as JSON")
