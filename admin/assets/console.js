@@ -46,7 +46,9 @@
         return f.type === "checkbox" ? "paused: box ticked" : "paused: unsent input";
       }
     }
-    if (region.querySelector("details[open]")) return "paused: details open";
+    // A details element the refresh keeps as it is (data-live-keep, such as
+    // the Saga types page's list of transitions) does not hold the page.
+    if (region.querySelector("details[open]:not([data-live-keep] details, [data-live-keep])")) return "paused: details open";
     if (region.querySelector("[role=alertdialog]")) return "paused: confirming";
     return "";
   }
