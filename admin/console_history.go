@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/history"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
 
@@ -250,6 +251,9 @@ type historyRow struct {
 	PayloadText string
 	HeaderList  [][2]string
 	Ops         []diffOp
+	// EndReason is the reason an operator gave for ending the saga, on
+	// the entry that ended it.
+	EndReason string
 	Duration    time.Duration
 }
 
@@ -269,6 +273,14 @@ func (s *Server) historyRows(ctx context.Context, j []store.JournalEntry) []hist
 			rows[i].HeaderList = append(rows[i].HeaderList, [2]string{name, e.Headers[name]})
 		}
 		rows[i].Ops = diffOps(e.Diff)
+		if e.EventType == inspect.EndEventType && e.PayloadEncoding == "json" {
+			var end struct {
+				Reason string `json:"reason"`
+			}
+			if json.Unmarshal(e.Payload, &end) == nil {
+				rows[i].EndReason = end.Reason
+			}
+		}
 	}
 	return rows
 }
@@ -304,7 +316,7 @@ func diffOps(patch json.RawMessage) []diffOp {
 	}
 	out := make([]diffOp, len(ops))
 	for i, o := range ops {
-		out[i] = diffOp{Op: o.Op, Path: o.Path, From: o.From, Value: string(o.Value)}
+		out[i] = diffOp{Op: o.Op, Path: o.Path, From: o.From, Value: compactJSON(o.Value)}
 	}
 	return out
 }

@@ -288,7 +288,7 @@ func TestHistoryOnTheInstancePage(t *testing.T) {
 	defer resp.Body.Close()
 	page, _ := io.ReadAll(resp.Body)
 	html := string(page)
-	for _, want := range []string{`<details class="entry-detail">`, `\u003cb\u003ebold`, "x-tenant", `/instances/ticket/t4/history.json`, ">add<", "/title",
+	for _, want := range []string{`<details class="entry-detail">`, "&lt;b&gt;bold&lt;/b&gt;", "x-tenant", `/instances/ticket/t4/history.json`, ">add<", "/title",
 		"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;script&gt;alert(2)", "&lt;script&gt;alert(4)", `\xff&lt;script&gt;alert(5)&lt;/script&gt;\x00`} {
 		if !strings.Contains(html, want) {
 			t.Errorf("instance page lacks %q", want)

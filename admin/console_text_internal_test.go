@@ -1,0 +1,24 @@
+package admin
+
+import "testing"
+
+func TestReadableJSON(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"r":"cancel \u003cb\u003enow\u003c/b\u003e \u0026 refund"}`: `{"r":"cancel <b>now</b> & refund"}`,
+		`"\u0000 \u001f \" \\ \u005c \u0022"`:                          `"\u0000 \u001f \" \\ \u005c \u0022"`,
+		`"\ud83d\ude00 \ud83d x \u202e \u00e9"`:                        `"😀 \ud83d x \u202e é"`,
+		`{"\u003ck":1,"n":"\\u003c"}`:                                  `{"<k":1,"n":"\\u003c"}`,
+	} {
+		if got := readableJSON([]byte(in)); got != want {
+			t.Errorf("readableJSON(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestNeutraliseBidi(t *testing.T) {
+	in := "<td title=\"a\u202eb\">err \u202etxt.exe\u2066</td>\xff"
+	want := "<td title=\"a\u202eb\">err [U+202E]txt.exe[U+2066]</td>\xff"
+	if got := string(neutraliseBidi([]byte(in))); got != want {
+		t.Errorf("neutraliseBidi(%q) = %q, want %q", in, got, want)
+	}
+}
