@@ -254,7 +254,7 @@ type historyRow struct {
 	// EndReason is the reason an operator gave for ending the saga, on
 	// the entry that ended it.
 	EndReason string
-	Duration    time.Duration
+	Duration  time.Duration
 }
 
 // diffOp is one operation of a diff, its value as compact JSON.

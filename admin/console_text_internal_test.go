@@ -5,9 +5,9 @@ import "testing"
 func TestReadableJSON(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"r":"cancel \u003cb\u003enow\u003c/b\u003e \u0026 refund"}`: `{"r":"cancel <b>now</b> & refund"}`,
-		`"\u0000 \u001f \" \\ \u005c \u0022"`:                          `"\u0000 \u001f \" \\ \u005c \u0022"`,
-		`"\ud83d\ude00 \ud83d x \u202e \u00e9"`:                        `"😀 \ud83d x \u202e é"`,
-		`{"\u003ck":1,"n":"\\u003c"}`:                                  `{"<k":1,"n":"\\u003c"}`,
+		`"\u0000 \u001f \" \\ \u005c \u0022"`:                         `"\u0000 \u001f \" \\ \u005c \u0022"`,
+		`"\ud83d\ude00 \ud83d x \u202e \u00e9"`:                       `"😀 \ud83d x \u202e é"`,
+		`{"\u003ck":1,"n":"\\u003c"}`:                                 `{"<k":1,"n":"\\u003c"}`,
 	} {
 		if got := readableJSON([]byte(in)); got != want {
 			t.Errorf("readableJSON(%s) = %s, want %s", in, got, want)
