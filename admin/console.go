@@ -45,6 +45,7 @@ var funcs = template.FuncMap{
 	"live":     livePage,
 	"rowid":    rowID,
 	"count":    countText,
+	"histname": historyFileName,
 }
 
 // subView is what the shared tables of parts.html receive.

@@ -125,7 +125,7 @@ func (s *Server) writeHistory(w http.ResponseWriter, r *http.Request, k store.Ke
 		return
 	}
 	if attach {
-		w.Header().Set("Content-Disposition", `attachment; filename="history.json"`)
+		w.Header().Set("Content-Disposition", `attachment; filename="`+historyFileName(k.SagaType, k.Key)+`"`)
 	}
 	writeJSON(w, http.StatusOK, h)
 }

@@ -220,6 +220,9 @@ func TestHistoryOfAStep(t *testing.T) {
 			if !strings.HasPrefix(hdr.Get("Content-Disposition"), "attachment") || len(download.Entries) != 2 || string(download.Entries[1].Diff) != string(closed.Diff) {
 				t.Errorf("console download: Content-Disposition %q, %d entries; want an attachment with the API's 2 entries", hdr.Get("Content-Disposition"), len(download.Entries))
 			}
+			if cd := hdr.Get("Content-Disposition"); cd != `attachment; filename="history-ticket-t1.json"` {
+				t.Errorf("console download: Content-Disposition %q, want the file named after the saga's type and key", cd)
+			}
 		})
 	}
 }

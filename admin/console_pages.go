@@ -26,6 +26,7 @@ func flash(r *http.Request) string {
 		"purged":   "dead letter(s) purged.", "cancelled": "timer cancelled.", "rescheduled": "timer rescheduled.",
 		"ended":    "saga ended: its timers are cancelled, and it ignores every event from now on.",
 		"sent":     "event sent. The journal shows it once an engine has applied it.",
+		"retried":  "message published again now. The journal shows it once an engine has applied it.",
 		"archived": "dead letter(s) archived: they are listed with the Archived filter, and can be restored.", "restored": "dead letter(s) restored.",
 	}[r.URL.Query().Get("done")]
 	if what == "" {

@@ -413,7 +413,7 @@ func (s *Server) actRetryNow(w http.ResponseWriter, r *http.Request) {
 		s.consoleError(w, r, status, capitalise(msg)+".")
 		return
 	}
-	back(w, r, "sent")
+	back(w, r, "retried")
 }
 
 // filterValues is f as a query or a form's hidden fields carry it.

@@ -128,3 +128,20 @@ func neutraliseBidi(html []byte) []byte {
 	}
 	return out
 }
+
+// historyFileName names the download of a saga's history after its type
+// and key: letters, digits, '.', '-' and '_' kept, every other byte an '_'
+// (no quote, slash or control character reaches the header), each part cut
+// to 100 bytes.
+func historyFileName(sagaType, key string) string {
+	part := func(s string) string {
+		b := []byte(s[:min(len(s), 100)])
+		for i, c := range b {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+				b[i] = '_'
+			}
+		}
+		return string(b)
+	}
+	return "history-" + part(sagaType) + "-" + part(key) + ".json"
+}

@@ -22,3 +22,23 @@ func TestNeutraliseBidi(t *testing.T) {
 		t.Errorf("neutraliseBidi(%q) = %q, want %q", in, got, want)
 	}
 }
+
+func TestHistoryFileName(t *testing.T) {
+	for k, want := range map[[2]string]string{
+		{"order", "o-1"}:                 "history-order-o-1.json",
+		{"a/b", "..\\x\"y\u202e\x00z é"}: "history-a_b-.._x_y____z___.json",
+		{"t", string(make([]byte, 300))}: "history-t-" + string(repeat('_', 100)) + ".json",
+	} {
+		if got := historyFileName(k[0], k[1]); got != want {
+			t.Errorf("historyFileName(%q, %q) = %q, want %q", k[0], k[1], got, want)
+		}
+	}
+}
+
+func repeat(c byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = c
+	}
+	return b
+}
