@@ -13,7 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
@@ -90,7 +89,7 @@ func (s *Server) routeHistory() {
 
 func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canon.Key(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
@@ -99,7 +98,7 @@ func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) downloadHistory(w http.ResponseWriter, r *http.Request) {
-	key, err := canon.Key(r.PathValue("key"), maxFieldLen)
+	key, err := canonKey(r.PathValue("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return

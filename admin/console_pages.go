@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
@@ -144,7 +143,7 @@ type instanceView struct {
 
 func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 	typ := r.PathValue("type")
-	key, err := canon.Key(r.PathValue("key"), maxFieldLen)
+	key, err := canonKey(r.PathValue("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
@@ -455,7 +454,7 @@ func (s *Server) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, e
 // formTimer reads the timer a form names; false when the key is invalid
 // (the error page is sent).
 func (s *Server) formTimer(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
-	key, err := canon.Key(r.PostFormValue("key"), maxFieldLen)
+	key, err := canonKey(r.PostFormValue("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return store.TimerKey{}, false
@@ -511,7 +510,7 @@ func (s *Server) pageCancelTimer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	key, err := canon.Key(q.Get("key"), maxFieldLen)
+	key, err := canonKey(q.Get("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return

@@ -3,11 +3,15 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/idemhq/idem/canon"
 )
 
 // prettyJSON is b indented, with the \uXXXX escapes of printable
@@ -144,4 +148,15 @@ func historyFileName(sagaType, key string) string {
 		return string(b)
 	}
 	return "history-" + part(sagaType) + "-" + part(key) + ".json"
+}
+
+// canonKey is canon.Key, with a refusal of U+FFFD (the replacement
+// character, which canon refuses with the control characters) said as what
+// it is: bytes that were not UTF-8 before something decoded them.
+func canonKey(raw string, maxLen int) (string, error) {
+	k, err := canon.Key(raw, maxLen)
+	if errors.Is(err, canon.ErrControl) && strings.ContainsRune(raw, utf8.RuneError) && !strings.ContainsFunc(raw, unicode.IsControl) {
+		return "", fmt.Errorf("key %+q holds U+FFFD, the replacement character, which stands for bytes that were not UTF-8: use the key's own bytes, path-escaped", raw)
+	}
+	return k, err
 }
