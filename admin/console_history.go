@@ -232,7 +232,7 @@ func historyEntry(j *store.JournalEntry, sent map[string]sentState) HistoryEntry
 // string of its base64, with the encoding's name.
 func encodePayload(b []byte) (json.RawMessage, string) {
 	switch {
-	case json.Valid(b):
+	case json.Valid(b) && utf8.Valid(b): // json.Valid takes bytes that are not UTF-8 in strings
 		return b, "json"
 	case utf8.Valid(b):
 		out, _ := json.Marshal(string(b)) // a string always marshals

@@ -106,23 +106,35 @@ func bidiControl(r rune) bool {
 }
 
 // neutraliseBidi writes each bidi control character in the text of the
-// rendered page html (not inside tags, where it may be part of a value a
-// form sends back) as a visible [U+XXXX], so a hostile error cannot show
-// reversed or reorder what is around it.
+// rendered page html, and in its title and aria-label attributes, as a
+// visible [U+XXXX], so a hostile error cannot show reversed or reorder
+// what is around it. Other attributes keep it: it may be part of a value
+// a form sends back (a saga key may hold one).
 func neutraliseBidi(html []byte) []byte {
 	if !bytes.ContainsFunc(html, bidiControl) {
 		return html
 	}
 	out := make([]byte, 0, len(html)+32)
-	inTag := false
+	inTag, shown := false, false // shown: in text, or in a displayed attribute
 	for i := 0; i < len(html); {
 		r, n := utf8.DecodeRune(html[i:])
 		switch {
-		case r == '<':
+		case !inTag && r == '<':
 			inTag = true
-		case r == '>':
+		case inTag && !shown && r == '"':
+			shown = bytes.HasSuffix(out, []byte(" title=")) || bytes.HasSuffix(out, []byte(" aria-label="))
+			if !shown {
+				if j := bytes.IndexByte(html[i+1:], '"'); j >= 0 { // copy the attribute's value as it is
+					out = append(out, html[i:i+j+2]...)
+					i += j + 2
+					continue
+				}
+			}
+		case inTag && shown && r == '"':
+			shown = false
+		case inTag && !shown && r == '>':
 			inTag = false
-		case !inTag && bidiControl(r):
+		case (!inTag || shown) && bidiControl(r):
 			out = fmt.Appendf(out, "[U+%04X]", r)
 			i += n
 			continue

@@ -16,8 +16,8 @@ func TestReadableJSON(t *testing.T) {
 }
 
 func TestNeutraliseBidi(t *testing.T) {
-	in := "<td title=\"a\u202eb\">err \u202etxt.exe\u2066</td>\xff"
-	want := "<td title=\"a\u202eb\">err [U+202E]txt.exe[U+2066]</td>\xff"
+	in := "<td title=\"a\u202eb\" data-x=\"\u202e>\" aria-label=\"\u200f\"><input value=\"k\u202e\">err \u202etxt.exe\u2066</td>\xff"
+	want := "<td title=\"a[U+202E]b\" data-x=\"\u202e>\" aria-label=\"[U+200F]\"><input value=\"k\u202e\">err [U+202E]txt.exe[U+2066]</td>\xff"
 	if got := string(neutraliseBidi([]byte(in))); got != want {
 		t.Errorf("neutraliseBidi(%q) = %q, want %q", in, got, want)
 	}
