@@ -245,6 +245,33 @@
       schedule(region);
     }
   }
+  // Select all: a header box (data-select-all names the form its rows'
+  // boxes belong to) ticks or clears every enabled box of that form on the
+  // page; it shows ticked when they all are, and mixed when some are.
+  // Without JavaScript it stays hidden.
+  function boxesOf(all) {
+    return Array.prototype.filter.call(document.querySelectorAll('input[type=checkbox][form="' + all.dataset.selectAll + '"]'), function (b) { return !b.disabled; });
+  }
+  function syncSelectAll() {
+    document.querySelectorAll("input[data-select-all]").forEach(function (all) {
+      var boxes = boxesOf(all), ticked = boxes.filter(function (b) { return b.checked; }).length;
+      all.hidden = boxes.length === 0;
+      all.checked = boxes.length > 0 && ticked === boxes.length;
+      all.indeterminate = ticked > 0 && ticked < boxes.length;
+    });
+  }
+  document.addEventListener("change", function (e) {
+    var t = e.target;
+    if (t.dataset && t.dataset.selectAll) {
+      boxesOf(t).forEach(function (b) { b.checked = t.checked; });
+    }
+    if (t.type === "checkbox") syncSelectAll();
+  });
+  document.addEventListener("idem:refreshed", syncSelectAll);
+  document.addEventListener("htmx:afterSettle", syncSelectAll);
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", syncSelectAll);
+  else syncSelectAll();
+
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
   // A boosted navigation swaps the body: look for the new page's region.
