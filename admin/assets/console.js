@@ -272,6 +272,18 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", syncSelectAll);
   else syncSelectAll();
 
+  // A question (a confirmation) is brought into view when its page
+  // opens, wherever it sits on the page.
+  function revealQuestion() {
+    var q = document.querySelector("[role=alertdialog]");
+    if (q) q.scrollIntoView({ block: "nearest" });
+  }
+  // After a boosted swap htmx scrolls to the top once it has settled:
+  // reveal on the next turn, after that.
+  document.addEventListener("htmx:afterSettle", function (e) { if (e.target === document.body) setTimeout(revealQuestion, 0); });
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", revealQuestion);
+  else revealQuestion();
+
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
   // A boosted navigation swaps the body: look for the new page's region.
