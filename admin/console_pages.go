@@ -74,12 +74,15 @@ type instancesView struct {
 	// Reasons says, in the stuck view, why each row is listed
 	// (console_retry.go).
 	Reasons []string
+	// Chips are the stuck view's urgent reasons with their counts, most
+	// urgent first (console_stuck.go).
+	Chips []stuckChip
 }
 
 func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &instancesView{Filter: map[string]string{}, Attrs: attrFilters(q), Now: time.Now()}
-	for _, k := range []string{"type", "state", "status", "prefix", "stuck", "from", "to"} {
+	for _, k := range []string{"type", "state", "status", "prefix", "stuck", "from", "to", "reason", "idle"} {
 		v.Filter[k] = q.Get(k)
 	}
 	for name, m := range s.e.Sagas() {
@@ -102,10 +105,25 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
 		return
 	}
+	sf, err := parseStuckFilter(q)
+	if err != nil {
+		v.Problem = err.Error()
+		s.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
+		return
+	}
 	p.Limit, v.Q = consolePage, p
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	page, err := s.instancePage(ctx, p)
+	now := time.Now()
+	var page *instanceRows
+	filled := false
+	if p.Stuck {
+		filled, err = s.stuckPage(ctx, v, p, sf, now)
+		page = &instanceRows{Rows: v.Rows}
+	}
+	if err == nil && !filled {
+		page, err = s.instancePage(ctx, p)
+	}
 	if errors.Is(err, inspect.ErrUnsupported) {
 		v.Problem = "This store cannot list stuck instances, previous pages or time ranges."
 		page = &instanceRows{}
@@ -113,9 +131,13 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, r, "list instances", err)
 		return
 	}
+	to := v.Filter["to"]
 	v.instanceLinks(p, page)
+	if sf.Idle > 0 {
+		v.Filter["to"] = to // the idle time is its own field, not an "Updated before"
+	}
 	if p.Stuck && len(v.Rows) > 0 {
-		if v.Reasons, err = s.stuckReasons(ctx, v.Rows, time.Now()); err != nil {
+		if v.Reasons, err = s.stuckReasons(ctx, v.Rows, now); err != nil {
 			s.storeFailed(w, r, "explain the stuck instances", err)
 			return
 		}
