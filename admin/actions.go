@@ -34,8 +34,8 @@ const ActorHeader = "Idem-Actor"
 type EndSagas struct {
 	Reason string `json:"reason"`
 	// Digest is the selection's, as GET /api/sagas/select answered it: the
-	// sagas are ended only if the filter still selects exactly that set,
-	// each at the version counted.
+	// sagas counted that the filter still selects are ended, each at the
+	// version counted; those that moved on are skipped (inspect.EndSagas).
 	Digest string `json:"digest"`
 }
 
