@@ -14,7 +14,7 @@ const MaxBatch = 1_000
 // ErrSetChanged is wrapped by EndSagas when the confirmation is not a
 // count of this filter (another filter, or a count this version did not
 // make): count again, then confirm.
-var ErrSetChanged = errors.New("the confirmation is not a count of this filter")
+var ErrSetChanged = errors.New("the sagas the filter selects changed since they were counted")
 
 // ErrCapped is the error of a caller that refuses a selection of more than
 // MaxBatch sagas (Selection.Capped). EndSagas itself ends the MaxBatch
