@@ -72,7 +72,7 @@ type instancesView struct {
 	// pages, every filter kept.
 	pager
 	// Reasons says, in the stuck view, why each row is listed
-	// (console_retry.go).
+	// (console_why_retrying.go).
 	Reasons []string
 	// Chips are the stuck view's urgent reasons with their counts, most
 	// urgent first (console_stuck.go).
