@@ -18,7 +18,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/readmodel"
@@ -36,8 +35,8 @@ const ActorHeader = "Idem-Actor"
 type EndSagas struct {
 	Reason string `json:"reason"`
 	// Digest is the selection's, as GET /api/sagas/select answered it: the
-	// sagas are ended only if the filter still selects exactly that set,
-	// each at the version counted.
+	// sagas counted that the filter still selects are ended, each at the
+	// version counted; those that moved on are skipped (inspect.EndSagas).
 	Digest string `json:"digest"`
 }
 
@@ -102,7 +101,7 @@ func consoleActor(r *http.Request) string {
 // sagaKeyOf reads the saga a request names.
 func (s *Server) sagaKeyOf(r *http.Request) (store.Key, error) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canon.Key(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {
 		return store.Key{}, fmt.Errorf("saga key %q is not a valid key: %w", raw, err)
 	}
@@ -199,7 +198,7 @@ func (s *Server) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, acto
 	if err != nil {
 		return idem.Envelope{}, http.StatusBadRequest, fmt.Errorf("the body does not fit %s: %v", ev.Type, err)
 	}
-	if key, err := canon.Key(rawKey, s.e.MaxKeyLen()); err != nil || key != k.Key {
+	if key, err := canonKey(rawKey, s.e.MaxKeyLen()); err != nil || key != k.Key {
 		return idem.Envelope{}, http.StatusBadRequest, fmt.Errorf("the body correlates to saga key %q, not %q: fix the body", rawKey, k.Key)
 	}
 	id := ev.ID

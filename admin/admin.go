@@ -23,6 +23,10 @@ import (
 	"github.com/idemhq/idem/transport"
 )
 
+// MinTokenLen is the shortest admin token New accepts, in bytes: a
+// shorter one could be guessed.
+const MinTokenLen = 16
+
 // DefaultMaxBodyBytes is the default limit of a request body: 1 MiB.
 const DefaultMaxBodyBytes = 1 << 20
 
@@ -31,7 +35,8 @@ const DefaultMaxBodyBytes = 1 << 20
 type Config struct {
 	// Token, when set, is required as "Authorization: Bearer <token>" on
 	// /metrics and every /api/ call, and compared in constant time. Empty
-	// means no authentication: bind to a loopback address only.
+	// means no authentication: bind to a loopback address only. A token
+	// is at least MinTokenLen bytes.
 	Token string
 	// MaxBodyBytes is the largest request body accepted, in bytes; a larger
 	// one is answered with 413. Default DefaultMaxBodyBytes (1 MiB).
@@ -94,6 +99,9 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 	}
 	if c.MaxBodyBytes < 0 || c.StoreTimeout < 0 || c.SessionTTL < 0 {
 		return nil, errors.New("admin: Config.MaxBodyBytes, Config.StoreTimeout and Config.SessionTTL must not be negative: use 0 for the default")
+	}
+	if c.Token != "" && len(c.Token) < MinTokenLen {
+		return nil, fmt.Errorf("admin: the admin token (Config.Token; idem serve reads IDEM_ADMIN_TOKEN or --token-file) is %d bytes: use one of at least %d bytes, such as the output of `openssl rand -hex 16`", len(c.Token), MinTokenLen)
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes

@@ -285,19 +285,19 @@ func TestAdminEndToEnd(t *testing.T) {
 
 func TestToken(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &admin.Config{Token: "s3cret-token"})
+	b := setup(t, &admin.Config{Token: "s3cret-token-0123456789"})
 	for _, tc := range []struct {
 		name, path string
 		header     []string
 		want       int
 	}{
 		{"no token", "/api/sagas", nil, 401},
-		{"wrong token", "/api/sagas", []string{"Authorization", "Bearer s3cret-tokeN"}, 401},
+		{"wrong token", "/api/sagas", []string{"Authorization", "Bearer s3cret-token-012345678X"}, 401},
 		{"prefix of the token", "/api/sagas", []string{"Authorization", "Bearer s3cret"}, 401},
-		{"not bearer", "/api/sagas", []string{"Authorization", "s3cret-token"}, 401},
-		{"right token", "/api/sagas", []string{"Authorization", "Bearer s3cret-token"}, 200},
+		{"not bearer", "/api/sagas", []string{"Authorization", "s3cret-token-0123456789"}, 401},
+		{"right token", "/api/sagas", []string{"Authorization", "Bearer s3cret-token-0123456789"}, 200},
 		{"metrics without token", "/metrics", nil, 401},
-		{"metrics with token", "/metrics", []string{"Authorization", "Bearer s3cret-token"}, 200},
+		{"metrics with token", "/metrics", []string{"Authorization", "Bearer s3cret-token-0123456789"}, 200},
 		{"healthz is open", "/healthz", nil, 200},
 		{"readyz is open", "/readyz", nil, 200},
 	} {

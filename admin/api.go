@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
@@ -185,7 +184,7 @@ func (s *Server) listSagas(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getSaga(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canon.Key(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
@@ -330,7 +329,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "body does not fit message type %s of saga %s: %v: fix the body and submit again", m.Type, mach.Name(), err)
 			return
 		}
-		key, err := canon.Key(rawKey, s.e.MaxKeyLen())
+		key, err := canonKey(rawKey, s.e.MaxKeyLen())
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "body of %s gives saga %s the key %q, which is not valid (%v): fix the body and submit again", m.Type, mach.Name(), rawKey, err)
 			return

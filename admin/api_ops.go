@@ -183,6 +183,10 @@ type DeadLetterCounts struct {
 }
 
 func (s *Server) apiDeadLetterCounts(w http.ResponseWriter, r *http.Request) {
+	if p := triageProblem(r.URL.Query()); p != "" {
+		writeError(w, http.StatusBadRequest, "%s", p)
+		return
+	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	c, err := s.deadLetterCounts(ctx, deadLetterFilter(r.URL.Query()))
@@ -379,7 +383,7 @@ func (s *Server) apiTimers(w http.ResponseWriter, r *http.Request) {
 // timerKey reads {type}/{key}/{name}; it answers 400 itself when the key
 // is not valid.
 func timerKey(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
-	key, err := canon.Key(r.PathValue("key"), maxFieldLen)
+	key, err := canonKey(r.PathValue("key"), maxFieldLen)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as GET /api/timers returns it", r.PathValue("key"), err)
 		return store.TimerKey{}, false

@@ -57,6 +57,9 @@ func triageProblem(q url.Values) string {
 	if _, err := readmodel.ParseArchivedFilter(q.Get("archived")); err != nil {
 		return err.Error()
 	}
+	if _, err := store.ParseDeadLetterState(q.Get("state")); err != nil {
+		return "state: " + err.Error()
+	}
 	if v := q.Get("archived_before"); v != "" {
 		if _, err := time.Parse(time.RFC3339Nano, v); err != nil {
 			return fmt.Sprintf("archived_before %.40q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", v)

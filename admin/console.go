@@ -3,7 +3,6 @@ package admin
 import (
 	"bytes"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -46,6 +45,7 @@ var funcs = template.FuncMap{
 	"live":     livePage,
 	"rowid":    rowID,
 	"count":    countText,
+	"histname": historyFileName,
 }
 
 // subView is what the shared tables of parts.html receive.
@@ -110,7 +110,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(neutraliseBidi(buf.Bytes()))
 }
 
 // consoleError renders an error page with a fixed message (never the
@@ -209,14 +209,6 @@ func span(d time.Duration) string {
 		return fmt.Sprintf("%dh %dm", h, m)
 	}
 	return fmt.Sprintf("%dd %dh %dm", days, h, m)
-}
-
-func prettyJSON(b []byte) string {
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", "  "); err != nil {
-		return string(b)
-	}
-	return out.String()
 }
 
 // query builds "?k=v&..." from pairs, leaving out empty values.

@@ -42,8 +42,8 @@ func TestBrowserHistory(t *testing.T) {
 			var first string
 			run(t, ctx, "open the first entry", chromedp.Click("#journal li:nth-child(1) summary"), chromedp.WaitVisible("#journal li:nth-child(1) .payload pre"),
 				chromedp.Text("#journal li:nth-child(1) .payload pre", &first))
-			if !strings.Contains(first, `"Note": "\u003cscript\u003ealert(1)`) {
-				t.Errorf("first entry's payload: got %q, want the note as JSON text", first)
+			if !strings.Contains(first, `"Note": "<script>alert(1)</script>"`) {
+				t.Errorf("first entry's payload: got %q, want the note as its text", first)
 			}
 			if dialog.Load() {
 				t.Error("a JavaScript dialog opened: a payload ran as script")

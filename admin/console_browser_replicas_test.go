@@ -106,7 +106,7 @@ func TestBrowserReplicas(t *testing.T) {
 			var text string
 			run(t, ctx, "replicas page", chromedp.Navigate(srv.URL+"/replicas"),
 				chromedp.WaitVisible(row(served, "alive")), chromedp.WaitVisible(row(other, "alive")), chromedp.Text("#replica-counts", &text))
-			if got := strings.Join(strings.Fields(text), " "); got != "alive 2 stopped 0 gone 0" {
+			if got := strings.Join(strings.Fields(text), " "); got != "alive 2 stopped 0 gone 0 replaced 0" {
 				t.Errorf("counts with two engines running: %q, want alive 2 stopped 0 gone 0", got)
 			}
 			run(t, ctx, "the served replica's row", chromedp.TextContent(row(served, "alive"), &text))
@@ -125,7 +125,7 @@ func TestBrowserReplicas(t *testing.T) {
 			// No reload: the page polls, and the row changes in place.
 			run(t, ctx, "the stopped replica", chromedp.WaitVisible(row(other, "stopped")), chromedp.WaitVisible(row(served, "alive")),
 				chromedp.Text("#replica-counts", &text))
-			if got := strings.Join(strings.Fields(text), " "); got != "alive 1 stopped 1 gone 0" {
+			if got := strings.Join(strings.Fields(text), " "); got != "alive 1 stopped 1 gone 0 replaced 0" {
 				t.Errorf("counts after one engine stopped: %q, want alive 1 stopped 1 gone 0", got)
 			}
 			var nested int

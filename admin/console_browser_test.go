@@ -252,12 +252,12 @@ func TestBrowserConsole(t *testing.T) {
 
 func TestBrowserLogin(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &admin.Config{Token: "browser-token"})
+	b := setup(t, &admin.Config{Token: "browser-token-0123456789"})
 	ctx, _ := chrome(t)
 	var text string
 	run(t, ctx, "login form", chromedp.Navigate(b.srv.URL+"/sagas"), chromedp.WaitVisible(`input[name="token"]`))
 	screenshot(t, ctx, "login")
-	run(t, ctx, "sign in", chromedp.SendKeys(`input[name="token"]`, "browser-token"), chromedp.Submit(`input[name="token"]`),
+	run(t, ctx, "sign in", chromedp.SendKeys(`input[name="token"]`, "browser-token-0123456789"), chromedp.Submit(`input[name="token"]`),
 		chromedp.WaitVisible(".saga-type"), chromedp.Text("h1", &text))
 	if text != "Saga types" {
 		t.Errorf("after sign-in: heading %q, want the page asked for first (Saga types)", text)

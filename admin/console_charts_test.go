@@ -93,11 +93,11 @@ func TestOverviewSeries(t *testing.T) {
 // console reads the same JSON at /overview/series with its session.
 func TestOverviewSeriesAuth(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &admin.Config{Token: "s3cret-token"})
+	b := setup(t, &admin.Config{Token: "s3cret-token-0123456789"})
 	if code, _ := b.do(t, http.MethodGet, "/api/overview/series", ""); code != http.StatusUnauthorized {
 		t.Errorf("API without the token: %d, want 401", code)
 	}
-	if code, body := b.do(t, http.MethodGet, "/api/overview/series", "", "Authorization", "Bearer s3cret-token"); code != http.StatusOK {
+	if code, body := b.do(t, http.MethodGet, "/api/overview/series", "", "Authorization", "Bearer s3cret-token-0123456789"); code != http.StatusOK {
 		t.Errorf("API with the token: %d %s, want 200", code, body)
 	} else {
 		decodeSeries(t, body)
@@ -106,7 +106,7 @@ func TestOverviewSeriesAuth(t *testing.T) {
 	if code, _ := br.get("/overview/series"); code != http.StatusSeeOther {
 		t.Errorf("console series without a session: %d, want 303 to the login form", code)
 	}
-	if resp, _ := br.post("/login", url.Values{"token": {"s3cret-token"}, "next": {"/"}}); resp.StatusCode != http.StatusSeeOther {
+	if resp, _ := br.post("/login", url.Values{"token": {"s3cret-token-0123456789"}, "next": {"/"}}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("login: %d, want 303", resp.StatusCode)
 	}
 	code, body := br.get("/overview/series")

@@ -77,8 +77,12 @@ func (r *rateSampler) rates(now time.Time) (Rates, idem.Stats) {
 
 // Overview is the answer of GET /api/overview and the console's first page.
 type Overview struct {
-	Rates  Rates      `json:"rates"`
-	Totals idem.Stats `json:"totals"`
+	// LiveReplicas counts the engine replicas alive by their heartbeats;
+	// absent when the store keeps none. Zero means no engine consumes
+	// messages, fires timers or relays the outbox: the overview warns.
+	LiveReplicas *int       `json:"live_replicas,omitempty"`
+	Rates        Rates      `json:"rates"`
+	Totals       idem.Stats `json:"totals"`
 	// OutboxBacklog counts unsent outbox messages; OutboxOldestSeconds is
 	// the age of the oldest.
 	OutboxBacklog       int     `json:"outbox_backlog"`
@@ -132,6 +136,7 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 		}
 	}
 	o.Stored = s.storedCounts(ctx)
+	o.LiveReplicas = s.liveReplicas(ctx, now)
 	o.Sagas, o.CountsExact, err = s.sagaCounts(ctx)
 	return o, err
 }
@@ -260,4 +265,25 @@ func (s *Server) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ts)
+}
+
+// liveReplicas counts the replicas alive at now; nil when the store keeps
+// no heartbeats or did not answer (logged).
+func (s *Server) liveReplicas(ctx context.Context, now time.Time) *int {
+	rr, ok := s.st.(store.ReplicaRegistry)
+	if !ok {
+		return nil
+	}
+	rs, err := rr.Replicas(ctx, maxLimit)
+	if err != nil {
+		s.log.WarnContext(ctx, "admin: list replicas", "error", err)
+		return nil
+	}
+	n := 0
+	for i := range rs {
+		if rs[i].State(now) == store.ReplicaAlive {
+			n++
+		}
+	}
+	return &n
 }

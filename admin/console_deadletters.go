@@ -80,7 +80,7 @@ func bodyText(b []byte) (string, string) {
 	switch {
 	case len(b) == 0:
 		return "", "empty"
-	case json.Valid(b):
+	case json.Valid(b) && utf8.Valid(b): // json.Valid takes bytes that are not UTF-8 in strings
 		return prettyJSON(b), "JSON"
 	case utf8.Valid(b):
 		return string(b), "text"

@@ -13,8 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/history"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/readmodel"
 )
@@ -90,7 +90,7 @@ func (s *Server) routeHistory() {
 
 func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canon.Key(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
@@ -99,7 +99,7 @@ func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) downloadHistory(w http.ResponseWriter, r *http.Request) {
-	key, err := canon.Key(r.PathValue("key"), maxFieldLen)
+	key, err := canonKey(r.PathValue("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
@@ -125,7 +125,7 @@ func (s *Server) writeHistory(w http.ResponseWriter, r *http.Request, k store.Ke
 		return
 	}
 	if attach {
-		w.Header().Set("Content-Disposition", `attachment; filename="history.json"`)
+		w.Header().Set("Content-Disposition", `attachment; filename="`+historyFileName(k.SagaType, k.Key)+`"`)
 	}
 	writeJSON(w, http.StatusOK, h)
 }
@@ -233,7 +233,7 @@ func historyEntry(j *store.JournalEntry, sent map[string]sentState) HistoryEntry
 // string of its base64, with the encoding's name.
 func encodePayload(b []byte) (json.RawMessage, string) {
 	switch {
-	case json.Valid(b):
+	case json.Valid(b) && utf8.Valid(b): // json.Valid takes bytes that are not UTF-8 in strings
 		return b, "json"
 	case utf8.Valid(b):
 		out, _ := json.Marshal(string(b)) // a string always marshals
@@ -251,7 +251,10 @@ type historyRow struct {
 	PayloadText string
 	HeaderList  [][2]string
 	Ops         []diffOp
-	Duration    time.Duration
+	// EndReason is the reason an operator gave for ending the saga, on
+	// the entry that ended it.
+	EndReason string
+	Duration  time.Duration
 }
 
 // diffOp is one operation of a diff, its value as compact JSON.
@@ -270,6 +273,14 @@ func (s *Server) historyRows(ctx context.Context, j []store.JournalEntry) []hist
 			rows[i].HeaderList = append(rows[i].HeaderList, [2]string{name, e.Headers[name]})
 		}
 		rows[i].Ops = diffOps(e.Diff)
+		if e.EventType == inspect.EndEventType && e.PayloadEncoding == "json" {
+			var end struct {
+				Reason string `json:"reason"`
+			}
+			if json.Unmarshal(e.Payload, &end) == nil {
+				rows[i].EndReason = end.Reason
+			}
+		}
 	}
 	return rows
 }
@@ -305,7 +316,7 @@ func diffOps(patch json.RawMessage) []diffOp {
 	}
 	out := make([]diffOp, len(ops))
 	for i, o := range ops {
-		out[i] = diffOp{Op: o.Op, Path: o.Path, From: o.From, Value: string(o.Value)}
+		out[i] = diffOp{Op: o.Op, Path: o.Path, From: o.From, Value: compactJSON(o.Value)}
 	}
 	return out
 }

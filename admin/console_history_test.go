@@ -220,6 +220,9 @@ func TestHistoryOfAStep(t *testing.T) {
 			if !strings.HasPrefix(hdr.Get("Content-Disposition"), "attachment") || len(download.Entries) != 2 || string(download.Entries[1].Diff) != string(closed.Diff) {
 				t.Errorf("console download: Content-Disposition %q, %d entries; want an attachment with the API's 2 entries", hdr.Get("Content-Disposition"), len(download.Entries))
 			}
+			if cd := hdr.Get("Content-Disposition"); cd != `attachment; filename="history-ticket-t1.json"` {
+				t.Errorf("console download: Content-Disposition %q, want the file named after the saga's type and key", cd)
+			}
 		})
 	}
 }
@@ -288,7 +291,7 @@ func TestHistoryOnTheInstancePage(t *testing.T) {
 	defer resp.Body.Close()
 	page, _ := io.ReadAll(resp.Body)
 	html := string(page)
-	for _, want := range []string{`<details class="entry-detail">`, `\u003cb\u003ebold`, "x-tenant", `/instances/ticket/t4/history.json`, ">add<", "/title",
+	for _, want := range []string{`<details class="entry-detail">`, "&lt;b&gt;bold&lt;/b&gt;", "x-tenant", `/instances/ticket/t4/history.json`, ">add<", "/title",
 		"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;script&gt;alert(2)", "&lt;script&gt;alert(4)", `\xff&lt;script&gt;alert(5)&lt;/script&gt;\x00`} {
 		if !strings.Contains(html, want) {
 			t.Errorf("instance page lacks %q", want)

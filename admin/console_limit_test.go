@@ -21,7 +21,7 @@ type limited struct {
 func newLimited(t *testing.T) *limited {
 	t.Helper()
 	b := setup(t, nil)
-	h, err := admin.New(b.e, b.st, &admin.Config{Token: "s3cret-token"})
+	h, err := admin.New(b.e, b.st, &admin.Config{Token: "s3cret-token-0123456789"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +72,10 @@ func TestLimitRefusesGuessersNotOthers(t *testing.T) {
 		t.Fatal("200 wrong tokens from 20 addresses: none answered 429")
 	}
 	for _, path := range []string{"/api/overview", "/metrics"} {
-		if w := l.get("10.0.0.0", path, "s3cret-token"); w.Code != http.StatusTooManyRequests {
+		if w := l.get("10.0.0.0", path, "s3cret-token-0123456789"); w.Code != http.StatusTooManyRequests {
 			t.Errorf("GET %s with the right token from an exhausted address: status %d, want 429", path, w.Code)
 		}
-		if w := l.get("10.9.9.7", path, "s3cret-token"); w.Code != http.StatusOK {
+		if w := l.get("10.9.9.7", path, "s3cret-token-0123456789"); w.Code != http.StatusOK {
 			t.Errorf("GET %s with the right token from a fresh address, the global limit exhausted: status %d %s, want 200", path, w.Code, w.Body)
 		}
 	}
@@ -84,7 +84,7 @@ func TestLimitRefusesGuessersNotOthers(t *testing.T) {
 	if w := l.get("10.9.9.9", "/api/overview", "guess-x"); w.Code != http.StatusUnauthorized {
 		t.Errorf("a fresh address's first wrong token: status %d, want 401", w.Code)
 	}
-	if w := l.get("10.9.9.9", "/api/overview", "s3cret-token"); w.Code != http.StatusTooManyRequests {
+	if w := l.get("10.9.9.9", "/api/overview", "s3cret-token-0123456789"); w.Code != http.StatusTooManyRequests {
 		t.Errorf("the same address's next try, the global limit exhausted: status %d, want 429", w.Code)
 	}
 	if w := l.get("10.9.9.8", "/api/overview", ""); w.Code != http.StatusUnauthorized {
@@ -117,11 +117,11 @@ func TestLimitWithFullClientTable(t *testing.T) {
 		}
 	}
 	// They share its penalty too, whatever token they send.
-	if w := l.get("10.1.0.99", "/api/overview", "s3cret-token"); w.Code != http.StatusTooManyRequests {
+	if w := l.get("10.1.0.99", "/api/overview", "s3cret-token-0123456789"); w.Code != http.StatusTooManyRequests {
 		t.Errorf("the right token from a new address with the table full and its shared bucket empty: status %d, want 429", w.Code)
 	}
 	// And an address the table holds stays in its own penalty.
-	if w := l.get("10.0.0.0", "/api/overview", "s3cret-token"); w.Code != http.StatusTooManyRequests {
+	if w := l.get("10.0.0.0", "/api/overview", "s3cret-token-0123456789"); w.Code != http.StatusTooManyRequests {
 		t.Errorf("the right token from an exhausted address: status %d, want 429", w.Code)
 	}
 }

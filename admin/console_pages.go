@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/readmodel"
@@ -27,6 +26,7 @@ func flash(r *http.Request) string {
 		"purged":   "dead letter(s) purged.", "cancelled": "timer cancelled.", "rescheduled": "timer rescheduled.",
 		"ended":    "saga ended: its timers are cancelled, and it ignores every event from now on.",
 		"sent":     "event sent. The journal shows it once an engine has applied it.",
+		"retried":  "message published again now. The journal shows it once an engine has applied it.",
 		"archived": "dead letter(s) archived: they are listed with the Archived filter, and can be restored.", "restored": "dead letter(s) restored.",
 	}[r.URL.Query().Get("done")]
 	if what == "" {
@@ -73,14 +73,17 @@ type instancesView struct {
 	// pages, every filter kept.
 	pager
 	// Reasons says, in the stuck view, why each row is listed
-	// (console_retry.go).
+	// (console_why_retrying.go).
 	Reasons []string
+	// Chips are the stuck view's urgent reasons with their counts, most
+	// urgent first (console_stuck.go).
+	Chips []stuckChip
 }
 
 func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &instancesView{Filter: map[string]string{}, Attrs: attrFilters(q), Now: time.Now()}
-	for _, k := range []string{"type", "state", "status", "prefix", "stuck", "from", "to"} {
+	for _, k := range []string{"type", "state", "status", "prefix", "stuck", "from", "to", "reason", "idle"} {
 		v.Filter[k] = q.Get(k)
 	}
 	for name, m := range s.e.Sagas() {
@@ -103,10 +106,25 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
 		return
 	}
+	sf, err := parseStuckFilter(q)
+	if err != nil {
+		v.Problem = err.Error()
+		s.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
+		return
+	}
 	p.Limit, v.Q = consolePage, p
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	page, err := s.instancePage(ctx, p)
+	now := time.Now()
+	var page *instanceRows
+	filled := false
+	if p.Stuck {
+		filled, err = s.stuckPage(ctx, v, p, sf, now)
+		page = &instanceRows{Rows: v.Rows}
+	}
+	if err == nil && !filled {
+		page, err = s.instancePage(ctx, p)
+	}
 	if errors.Is(err, inspect.ErrUnsupported) {
 		v.Problem = "This store cannot list stuck instances, previous pages or time ranges."
 		page = &instanceRows{}
@@ -114,9 +132,13 @@ func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, r, "list instances", err)
 		return
 	}
+	to := v.Filter["to"]
 	v.instanceLinks(p, page)
+	if sf.Idle > 0 {
+		v.Filter["to"] = to // the idle time is its own field, not an "Updated before"
+	}
 	if p.Stuck && len(v.Rows) > 0 {
-		if v.Reasons, err = s.stuckReasons(ctx, v.Rows, time.Now()); err != nil {
+		if v.Reasons, err = s.stuckReasons(ctx, v.Rows, now); err != nil {
 			s.storeFailed(w, r, "explain the stuck instances", err)
 			return
 		}
@@ -144,7 +166,7 @@ type instanceView struct {
 
 func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
 	typ := r.PathValue("type")
-	key, err := canon.Key(r.PathValue("key"), maxFieldLen)
+	key, err := canonKey(r.PathValue("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
@@ -455,7 +477,7 @@ func (s *Server) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, e
 // formTimer reads the timer a form names; false when the key is invalid
 // (the error page is sent).
 func (s *Server) formTimer(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
-	key, err := canon.Key(r.PostFormValue("key"), maxFieldLen)
+	key, err := canonKey(r.PostFormValue("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return store.TimerKey{}, false
@@ -511,7 +533,7 @@ func (s *Server) pageCancelTimer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	key, err := canon.Key(q.Get("key"), maxFieldLen)
+	key, err := canonKey(q.Get("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,8 +35,9 @@ type Replica struct {
 	IntervalSeconds float64   `json:"interval_seconds"`
 	BeatAt          time.Time `json:"beat_at"`
 	StoppedAt       time.Time `json:"stopped_at,omitzero"`
-	// State is "alive", "stopped" (cleanly) or "gone" (no beat for
-	// store.ReplicaGoneBeats intervals).
+	// State is "alive", "stopped" (cleanly), "gone" (no beat for
+	// store.ReplicaGoneBeats intervals) or "replaced" (gone, and a replica
+	// that started after its last beat is alive).
 	State string `json:"state"`
 	// Self is set on the replica of the engine that serves this API.
 	Self bool `json:"self"`
@@ -50,9 +52,34 @@ type ReplicaList struct {
 
 // ReplicaCounts counts replicas by state.
 type ReplicaCounts struct {
-	Alive   int `json:"alive"`
-	Stopped int `json:"stopped"`
-	Gone    int `json:"gone"`
+	Alive    int `json:"alive"`
+	Stopped  int `json:"stopped"`
+	Gone     int `json:"gone"`
+	Replaced int `json:"replaced"`
+}
+
+// ReplicaReplaced is the state of a gone replica that a replica started
+// after its last beat has replaced: it needs no one's attention, and
+// idem_replicas{state="gone"} (IdemReplicaGone) no longer counts it.
+const ReplicaReplaced = "replaced"
+
+// replicaStates judges each replica's state at now: store.Replica.State,
+// with a gone one that a live replica started after its last beat marked
+// ReplicaReplaced.
+func replicaStates(rs []store.Replica, now time.Time) []string {
+	out := make([]string, len(rs))
+	var liveStarts []time.Time
+	for i := range rs {
+		if out[i] = rs[i].State(now); out[i] == store.ReplicaAlive {
+			liveStarts = append(liveStarts, rs[i].StartedAt)
+		}
+	}
+	for i := range rs {
+		if out[i] == store.ReplicaGone && slices.ContainsFunc(liveStarts, func(t time.Time) bool { return t.After(rs[i].BeatAt) }) {
+			out[i] = ReplicaReplaced
+		}
+	}
+	return out
 }
 
 // errNoReplicas is the error of a store that is no store.ReplicaRegistry.
@@ -64,6 +91,10 @@ type replicasView struct {
 	Counts  ReplicaCounts
 	Problem string
 	Now     time.Time
+	// Confirm asks before removing the records of replicas no longer
+	// running; Flash says what a removal did.
+	Confirm bool
+	Flash   string
 }
 
 // replicaRow is a replica as the page shows it.
@@ -79,6 +110,8 @@ type replicaRow struct {
 func (s *Server) routeConsoleReplicas() {
 	s.mux.Handle("GET /replicas", s.consolePage(s.pageReplicas))
 	s.mux.Handle("GET /api/replicas", s.authorize(http.HandlerFunc(s.apiReplicas)))
+	s.mux.Handle("POST /replicas/remove", s.consolePage(s.actRemoveReplicas))
+	s.mux.Handle("POST /api/replicas/remove", s.authorize(s.writable(http.HandlerFunc(s.apiRemoveReplicas))))
 }
 
 func (s *Server) apiReplicas(w http.ResponseWriter, r *http.Request) {
@@ -101,7 +134,14 @@ func (s *Server) apiReplicas(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pageReplicas(w http.ResponseWriter, r *http.Request) {
-	v := &replicasView{Now: time.Now()}
+	q := r.URL.Query()
+	v := &replicasView{Now: time.Now(), Confirm: q.Get("confirm") == "remove"}
+	if n := q.Get("removed"); n != "" {
+		v.Flash = fmt.Sprintf("%d replica record(s) removed.", atoi(n))
+		if left := atoi(q.Get("left")); left > 0 {
+			v.Flash += fmt.Sprintf(" %d left: their last beat is not older than every live replica's; remove them once it is.", left)
+		}
+	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	list, err := s.listReplicas(ctx, defaultLimit, v.Now)
@@ -132,9 +172,10 @@ func (s *Server) listReplicas(ctx context.Context, limit int, now time.Time) (*R
 	}
 	out := &ReplicaList{Replicas: make([]Replica, 0, len(rs))}
 	self := s.e.ReplicaID()
+	states := replicaStates(rs, now)
 	for i := range rs {
 		x := toReplica(&rs[i], now)
-		x.Self = x.ID == self
+		x.Self, x.State = x.ID == self, states[i]
 		out.Counts.add(x.State)
 		out.Replicas = append(out.Replicas, x)
 	}
@@ -149,6 +190,8 @@ func (c *ReplicaCounts) add(state string) {
 		c.Stopped++
 	case store.ReplicaGone:
 		c.Gone++
+	case ReplicaReplaced:
+		c.Replaced++
 	}
 }
 
@@ -192,10 +235,85 @@ func (c *collector) collectReplicas(ctx context.Context, now time.Time, gauge fu
 		return
 	}
 	var n ReplicaCounts
-	for i := range rs {
-		n.add(rs[i].State(now))
+	for _, st := range replicaStates(rs, now) {
+		n.add(st)
 	}
 	gauge(c.replicas, float64(n.Alive), store.ReplicaAlive)
 	gauge(c.replicas, float64(n.Stopped), store.ReplicaStopped)
 	gauge(c.replicas, float64(n.Gone), store.ReplicaGone)
+	gauge(c.replicas, float64(n.Replaced), ReplicaReplaced)
+}
+
+// RemovedReplicas is the answer of POST /api/replicas/remove.
+type RemovedReplicas struct {
+	// Removed is how many records were removed.
+	Removed int `json:"removed"`
+	// Left is how many gone or stopped records are left: those whose last
+	// beat is not older than every live replica's.
+	Left int `json:"left"`
+}
+
+// removeReplicas removes the records of the replicas that no longer run
+// (gone, replaced or stopped) and last beat before every live replica
+// did: store.ReplicaRegistry prunes by last beat, so a live replica's
+// record is never removed.
+func (s *Server) removeReplicas(ctx context.Context, now time.Time) (*RemovedReplicas, error) {
+	rr, ok := s.st.(store.ReplicaRegistry)
+	if !ok {
+		return nil, errNoReplicas
+	}
+	rs, err := rr.Replicas(ctx, maxLimit)
+	if err != nil {
+		return nil, fmt.Errorf("list replicas: %w", err)
+	}
+	states := replicaStates(rs, now)
+	before := now
+	for i := range rs {
+		if states[i] == store.ReplicaAlive && rs[i].BeatAt.Before(before) {
+			before = rs[i].BeatAt
+		}
+	}
+	out := &RemovedReplicas{}
+	for i := range rs {
+		if states[i] != store.ReplicaAlive && !rs[i].BeatAt.Before(before) {
+			out.Left++
+		}
+	}
+	if out.Removed, err = rr.PruneReplicas(ctx, before); err != nil {
+		return nil, fmt.Errorf("remove replicas: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Server) apiRemoveReplicas(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	out, err := s.removeReplicas(ctx, time.Now())
+	if errors.Is(err, errNoReplicas) {
+		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", s.st)
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "remove replicas", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) actRemoveReplicas(w http.ResponseWriter, r *http.Request) {
+	if r.PostFormValue("confirm") != "yes" {
+		http.Redirect(w, r, basePath(r)+"/replicas?confirm=remove", http.StatusSeeOther)
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	out, err := s.removeReplicas(ctx, time.Now())
+	switch {
+	case errors.Is(err, errNoReplicas):
+		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no replica heartbeats.")
+	case err != nil:
+		s.storeFailed(w, r, "remove replicas", err)
+	default:
+		http.Redirect(w, r, basePath(r)+"/replicas"+query("removed", strconv.Itoa(out.Removed), "left", strconv.Itoa(out.Left)), http.StatusSeeOther)
+	}
 }

@@ -19,9 +19,16 @@ const hostileHost = `<script>alert("host")</script>`
 // beside the bundle's own engine, and waits for the engine's first beat.
 func beatReplicas(t *testing.T, b *bundle) {
 	t.Helper()
+	// Gone, and not replaced: its last beat (now, after the engine's first
+	// beat and so after its start), with a 10 ms interval, makes it gone a
+	// moment later.
+	eventually(t, "the engine's first heartbeat", func() bool {
+		rs, err := b.st.Replicas(t.Context(), 10)
+		return err == nil && len(rs) == 1
+	})
 	now := time.Now().UTC()
 	gone := &store.Replica{ID: "r-gone", Host: hostileHost, Version: "v0.9.0 <b>bold</b>", StartedAt: now.Add(-2 * time.Hour),
-		Config: map[string]string{"sagas": "<img src=x onerror=alert(1)>"}, Lanes: 4, Consumers: 2, Interval: 10 * time.Second, BeatAt: now.Add(-time.Hour)}
+		Config: map[string]string{"sagas": "<img src=x onerror=alert(1)>"}, Lanes: 4, Consumers: 2, Interval: 10 * time.Millisecond, BeatAt: now}
 	stopped := &store.Replica{ID: "r-stopped", Host: "db-2", Version: "v1.0.0", StartedAt: now.Add(-3 * time.Hour), Lanes: 2, Consumers: 1,
 		Interval: 10 * time.Second, BeatAt: now.Add(-time.Minute), StoppedAt: now.Add(-time.Minute)}
 	for _, r := range []*store.Replica{gone, stopped} {
@@ -29,10 +36,7 @@ func beatReplicas(t *testing.T, b *bundle) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the engine's first heartbeat", func() bool {
-		rs, err := b.st.Replicas(t.Context(), 10)
-		return err == nil && len(rs) == 3
-	})
+	eventually(t, "r-gone to be gone", func() bool { return gone.State(time.Now()) == store.ReplicaGone })
 }
 
 // GET /api/replicas lists every replica with its state, counts them by

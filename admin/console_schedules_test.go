@@ -214,6 +214,11 @@ func TestBrowserSchedules(t *testing.T) {
 	if err != nil || !after.LastTick.Equal(before.NextDue) || !after.Paused {
 		t.Errorf("after fire in the browser: %+v, %v; want last tick %s, still paused", after, err, before.NextDue)
 	}
+	var last string
+	run(t, ctx, "last fired", chromedp.Text(`tr[data-schedule="nightly"] td.last-fired`, &last))
+	if strings.Contains(last, "from now") || !strings.Contains(last, "fired early") {
+		t.Errorf("Last fired after fire now: %q, want the tick fired early, not a time from now", last)
+	}
 	run(t, ctx, "resume", chromedp.Click(`tr[data-schedule="nightly"] button[data-action="resume"]`), chromedp.WaitVisible("#confirm-schedule-yes"),
 		chromedp.Click("#confirm-schedule-yes"), chromedp.WaitVisible(".flash"), chromedp.Text(`tr[data-schedule="nightly"]`, &text))
 	if !strings.Contains(text, "running") || schedulePaused(t, b, "nightly") {

@@ -165,7 +165,7 @@ func TestConsoleEscapesHostileKey(t *testing.T) {
 // POST needs no token, so a form loaded before a restart still works.
 func TestConsoleRefusesCrossOriginPost(t *testing.T) {
 	t.Parallel()
-	for _, token := range []string{"", "s3cret-token"} {
+	for _, token := range []string{"", "s3cret-token-0123456789"} {
 		b := setup(t, &admin.Config{Token: token})
 		seed(t, b)
 		br := newBrowser(t, b)
@@ -243,7 +243,7 @@ func TestConsoleReadOnly(t *testing.T) {
 
 func TestConsoleLogin(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &admin.Config{Token: "s3cret-token"})
+	b := setup(t, &admin.Config{Token: "s3cret-token-0123456789"})
 	br := newBrowser(t, b)
 	resp, err := br.c.Get(br.base + "/instances")
 	if err != nil {
@@ -256,7 +256,7 @@ func TestConsoleLogin(t *testing.T) {
 	if resp, _ := br.post("/login", url.Values{"token": {"wrong"}, "next": {"/instances"}}); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("login with a wrong token: status %d, want 401", resp.StatusCode)
 	}
-	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}, "next": {"//evil.example/"}})
+	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token-0123456789"}, "next": {"//evil.example/"}})
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
 		t.Errorf("login: %d to %q, want 303 to / (an off-site next is dropped)", resp.StatusCode, resp.Header.Get("Location"))
 	}
@@ -270,7 +270,7 @@ func TestConsoleLogin(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /instances after login: status %d, want 200", code)
 	}
-	if strings.Contains(body, "s3cret-token") {
+	if strings.Contains(body, "s3cret-token-0123456789") {
 		t.Error("a page shows the admin token")
 	}
 	if code, _ := b.do(t, http.MethodGet, "/api/sagas", ""); code != http.StatusUnauthorized {
@@ -438,7 +438,7 @@ func TestConsoleLoginRateLimited(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	var logs safeLog
-	h, err := admin.New(b.e, b.st, &admin.Config{Token: "s3cret-token", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	h, err := admin.New(b.e, b.st, &admin.Config{Token: "s3cret-token-0123456789", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,19 +459,19 @@ func TestConsoleLoginRateLimited(t *testing.T) {
 	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer guess-api"); code != http.StatusTooManyRequests {
 		t.Errorf("the API with a wrong token from the same client within the window: status %d, want 429", code)
 	}
-	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer s3cret-token"); code != http.StatusTooManyRequests {
+	if code, _ := b.do(t, http.MethodGet, "/api/sagas", "", "Authorization", "Bearer s3cret-token-0123456789"); code != http.StatusTooManyRequests {
 		t.Errorf("the API with the right token from the same client within the window: status %d, want 429 (a guesser must not learn which guess was right)", code)
 	}
 	if !strings.Contains(logs.String(), "login refused") || strings.Contains(logs.String(), "guess-") {
 		t.Errorf("log: want a line about the refused logins, without the tokens tried:\n%s", logs.String())
 	}
-	if resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}}); resp.StatusCode != http.StatusTooManyRequests {
+	if resp, _ = br.post("/login", url.Values{"token": {"s3cret-token-0123456789"}}); resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("the right token within the window: status %d, want 429", resp.StatusCode)
 	}
 	// A minute later the client may try again: the right token signs in,
 	// and a wrong one is 401, not 429.
 	admin.SetClock(h, func() time.Time { return time.Now().Add(time.Minute) })
-	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token"}})
+	resp, _ = br.post("/login", url.Values{"token": {"s3cret-token-0123456789"}})
 	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Set-Cookie"), "idem_session=") {
 		t.Errorf("the right token after the window: status %d, want 303 and a session", resp.StatusCode)
 	}

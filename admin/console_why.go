@@ -26,7 +26,7 @@ type whyPanel struct {
 	Timers       []whyTimer
 	Requests     []whyTimer
 	DeadLetters  []store.DeadLetter
-	// Retries are the saga's messages being retried (console_retry.go).
+	// Retries are the saga's messages being retried (console_why_retrying.go).
 	Retries []store.Retry
 }
 

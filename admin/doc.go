@@ -16,8 +16,8 @@
 //	GET    /api/sagas/{type}/{key}           one instance with its journal
 //	POST   /api/sagas/{type}/{key}/events    {"type": T, "body": {...}}: send the saga an event (202); Idem-Actor names the caller
 //	POST   /api/sagas/{type}/{key}/end       {"reason": R, "version": N}: end it (final state idem.ended, timers cancelled)
-//	GET    /api/sagas/select?<filter>        count the active sagas a filter selects (at most 1,000; from=&to= on updated_at too), with the set's digest
-//	POST   /api/sagas/end?<filter>           {"reason": R, "digest": D}: end exactly the set counted (409 when it changed)
+//	GET    /api/sagas/select?<filter>        count the active sagas a filter selects (the first 1,000; from=&to= on updated_at too), with the set's digest
+//	POST   /api/sagas/end?<filter>           {"reason": R, "digest": D}: end the sagas counted, each at its version counted (skipped when it moved on; 409 for another filter's digest)
 //	GET    /api/sagas/{type}/{key}/retries   its messages being retried: attempt, last error, next attempt (501 when the store keeps none)
 //	POST   /api/sagas/{type}/{key}/retries/{id}/retry   publish the retrying message again now, same ID (409 when its retry keeps no envelope)
 //	GET    /api/retries/select?saga_type=&message_type=   count the retrying messages a filter selects, with a digest

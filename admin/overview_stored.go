@@ -22,6 +22,8 @@ type StoredCount struct {
 	Count int64 `json:"count"`
 	// Accuracy is AccuracyExact, AccuracyEstimate or AccuracyAtLeast.
 	Accuracy string `json:"accuracy"`
+	// Source says where an estimate comes from, for the overview's note.
+	Source string `json:"-"`
 }
 
 // The accuracies of a StoredCount.
@@ -81,7 +83,7 @@ func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 			// bounded count is the better answer.
 			return &StoredCount{Count: n, Accuracy: AccuracyAtLeast}
 		}
-		return &StoredCount{Count: e, Accuracy: AccuracyEstimate}
+		return &StoredCount{Count: e, Accuracy: AccuracyEstimate, Source: "the store's statistics"}
 	}
 	out.DeadLetters = s.unresolvedCount(ctx)
 	if out.DeadLetters == nil {
@@ -159,5 +161,6 @@ func (s *Server) scaledEstimate(ctx context.Context, n, read int) *StoredCount {
 		return nil
 	}
 	total := max(est[readmodel.TableDeadLetters], int64(read)) // the estimate may lag
-	return &StoredCount{Count: int64(math.Round(float64(n) * float64(total) / float64(read))), Accuracy: AccuracyEstimate}
+	return &StoredCount{Count: int64(math.Round(float64(n) * float64(total) / float64(read))), Accuracy: AccuracyEstimate,
+		Source: "a sample of the dead letters, scaled to the store's statistics"}
 }

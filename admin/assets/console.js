@@ -46,7 +46,9 @@
         return f.type === "checkbox" ? "paused: box ticked" : "paused: unsent input";
       }
     }
-    if (region.querySelector("details[open]")) return "paused: details open";
+    // A details element the refresh keeps as it is (data-live-keep, such as
+    // the Saga types page's list of transitions) does not hold the page.
+    if (region.querySelector("details[open]:not([data-live-keep] details, [data-live-keep])")) return "paused: details open";
     if (region.querySelector("[role=alertdialog]")) return "paused: confirming";
     return "";
   }
@@ -243,6 +245,45 @@
       schedule(region);
     }
   }
+  // Select all: a header box (data-select-all names the form its rows'
+  // boxes belong to) ticks or clears every enabled box of that form on the
+  // page; it shows ticked when they all are, and mixed when some are.
+  // Without JavaScript it stays hidden.
+  function boxesOf(all) {
+    return Array.prototype.filter.call(document.querySelectorAll('input[type=checkbox][form="' + all.dataset.selectAll + '"]'), function (b) { return !b.disabled; });
+  }
+  function syncSelectAll() {
+    document.querySelectorAll("input[data-select-all]").forEach(function (all) {
+      var boxes = boxesOf(all), ticked = boxes.filter(function (b) { return b.checked; }).length;
+      all.hidden = boxes.length === 0;
+      all.checked = boxes.length > 0 && ticked === boxes.length;
+      all.indeterminate = ticked > 0 && ticked < boxes.length;
+    });
+  }
+  document.addEventListener("change", function (e) {
+    var t = e.target;
+    if (t.dataset && t.dataset.selectAll) {
+      boxesOf(t).forEach(function (b) { b.checked = t.checked; });
+    }
+    if (t.type === "checkbox") syncSelectAll();
+  });
+  document.addEventListener("idem:refreshed", syncSelectAll);
+  document.addEventListener("htmx:afterSettle", syncSelectAll);
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", syncSelectAll);
+  else syncSelectAll();
+
+  // A question (a confirmation) is brought into view when its page
+  // opens, wherever it sits on the page.
+  function revealQuestion() {
+    var q = document.querySelector("[role=alertdialog]");
+    if (q) q.scrollIntoView({ block: "nearest" });
+  }
+  // After a boosted swap htmx scrolls to the top once it has settled:
+  // reveal on the next turn, after that.
+  document.addEventListener("htmx:afterSettle", function (e) { if (e.target === document.body) setTimeout(revealQuestion, 0); });
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", revealQuestion);
+  else revealQuestion();
+
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
   // A boosted navigation swaps the body: look for the new page's region.

@@ -195,5 +195,8 @@
 
   document.addEventListener("DOMContentLoaded", drawAll);
   document.addEventListener("htmx:load", drawAll);
+  // The live refresh (console.js) morphs the page: a diagram box comes back
+  // empty, without data-drawn, and is drawn again with its new counts.
+  document.addEventListener("idem:refreshed", drawAll);
   if (document.readyState !== "loading") drawAll();
 })();

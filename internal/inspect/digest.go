@@ -2,9 +2,18 @@ package inspect
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"hash"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // digester hashes a selection for a batch action to bind its
@@ -32,3 +41,70 @@ func (d *digester) num(v int64) {
 
 // sum is the digest: printable ASCII, to pass back with the action.
 func (d *digester) sum() string { return hex.EncodeToString(d.h.Sum(nil)[:16]) }
+
+// selectionPrefix starts a batch selection's digest (its format's version).
+const selectionPrefix = "s1."
+
+// encodeSelection is a selection's digest: selectionPrefix, then base64url
+// of the filter's hash (8 bytes) and, for each saga, its key's hash (8
+// bytes) and its version (uvarint). It binds a confirmation to the filter
+// and to which sagas were counted at which version, without their keys.
+func encodeSelection(q *readmodel.InstanceQuery, sagas []SagaVersion) string {
+	b := make([]byte, 0, 8+len(sagas)*10)
+	b = binary.BigEndian.AppendUint64(b, filterHash(q))
+	for _, s := range sagas {
+		b = binary.BigEndian.AppendUint64(b, keyHash(s.Key))
+		b = binary.AppendUvarint(b, uint64(s.Version))
+	}
+	return selectionPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeSelection reads a digest encodeSelection made for q: the versions
+// counted by key hash. It fails wrapping ErrSetChanged when the digest is
+// not one, or is one of another filter.
+func decodeSelection(q *readmodel.InstanceQuery, digest string) (map[uint64]int64, error) {
+	raw, ok := strings.CutPrefix(digest, selectionPrefix)
+	b, err := base64.RawURLEncoding.DecodeString(raw)
+	if !ok || err != nil || len(b) < 8 {
+		return nil, fmt.Errorf("%w: it is not a count this version made", ErrSetChanged)
+	}
+	if binary.BigEndian.Uint64(b) != filterHash(q) {
+		return nil, fmt.Errorf("%w: it was counted for another filter", ErrSetChanged)
+	}
+	out := map[uint64]int64{}
+	for b = b[8:]; len(b) > 0; {
+		if len(b) < 9 {
+			return nil, fmt.Errorf("%w: it is cut short", ErrSetChanged)
+		}
+		k := binary.BigEndian.Uint64(b)
+		v, n := binary.Uvarint(b[8:])
+		if n <= 0 || len(out) == MaxBatch {
+			return nil, fmt.Errorf("%w: it is not a count this version made", ErrSetChanged)
+		}
+		out[k] = int64(v)
+		b = b[8+n:]
+	}
+	return out, nil
+}
+
+// keyHash is the first 8 bytes of the SHA-256 of a saga's key.
+func keyHash(k store.Key) uint64 {
+	d := newDigester()
+	d.str(k.SagaType)
+	d.str(k.Key)
+	return binary.BigEndian.Uint64(d.h.Sum(nil))
+}
+
+// filterHash hashes the fields of q that select sagas (not its cursors,
+// limit or order).
+func filterHash(q *readmodel.InstanceQuery) uint64 {
+	d := newDigester()
+	for _, s := range []string{q.SagaType, q.State, q.KeyPrefix, q.UpdatedFrom.Format(time.RFC3339Nano), q.UpdatedBefore.Format(time.RFC3339Nano)} {
+		d.str(s)
+	}
+	for _, name := range slices.Sorted(maps.Keys(q.Attributes)) {
+		d.str(name)
+		d.str(q.Attributes[name])
+	}
+	return binary.BigEndian.Uint64(d.h.Sum(nil))
+}

@@ -29,9 +29,14 @@ type batchEndView struct {
 	Digest string
 	// Reason is the form's, carried back when it was refused.
 	Reason string
-	// Done and Skipped are what the end just did (Ended set).
-	Ended         bool
-	Done, Skipped int
+	// Capped: the filter selects more than inspect.MaxBatch; Count is the
+	// first MaxBatch, which an end ends, and the next are counted again.
+	Capped bool
+	// Done, Skipped and Gone are what the end just did (Ended set).
+	Ended               bool
+	Done, Skipped, Gone int
+	// Refused says why the last confirmation ended nothing.
+	Refused string
 }
 
 // batchEndPair is one filter parameter.
@@ -74,6 +79,7 @@ func (s *Server) pageBatchEnd(w http.ResponseWriter, r *http.Request) {
 	if d, err := strconv.Atoi(q.Get("done")); err == nil {
 		v.Ended, v.Done = true, d
 		v.Skipped, _ = strconv.Atoi(q.Get("skipped"))
+		v.Gone, _ = strconv.Atoi(q.Get("gone"))
 	}
 	s.render(w, r, http.StatusOK, "batchend", "End all matching", v)
 }
@@ -97,11 +103,7 @@ func (s *Server) countBatchEnd(w http.ResponseWriter, r *http.Request, f url.Val
 		s.storeFailed(w, r, "select sagas", err)
 		return nil, false
 	}
-	if sel.Capped {
-		s.consoleError(w, r, http.StatusBadRequest, "This filter selects more than "+strconv.Itoa(inspect.MaxBatch)+" active sagas: narrow it.")
-		return nil, false
-	}
-	v := &batchEndView{Filter: f, Query: "?" + f.Encode(), Count: len(sel.Sagas), Digest: sel.Digest}
+	v := &batchEndView{Filter: f, Query: "?" + f.Encode(), Count: len(sel.Sagas), Digest: sel.Digest, Capped: sel.Capped}
 	for _, k := range batchEndFilter {
 		for _, x := range f[k] {
 			v.Pairs = append(v.Pairs, batchEndPair{Name: k, Value: x})
@@ -130,11 +132,9 @@ func (s *Server) actBatchEnd(w http.ResponseWriter, r *http.Request) {
 	res, err := inspect.EndSagas(ctx, s.st, iq, digest, &inspect.End{Reason: reason, Actor: consoleActor(r), Now: time.Now()})
 	switch {
 	case errors.Is(err, inspect.ErrSetChanged):
-		s.consoleError(w, r, http.StatusConflict, "Nothing was ended: the sagas this filter selects changed since they were counted. Count them again (End all matching…) and confirm the new count.")
+		s.refuseBatchEnd(w, r, f, reason, http.StatusConflict, "Nothing was ended: this confirmation is not a count of this filter ("+err.Error()+"). The filter is counted again below: confirm the new count.")
 	case errors.Is(err, inspect.ErrBadReason):
-		s.consoleError(w, r, http.StatusBadRequest, "Nothing was ended: "+err.Error()+". Go back and give a reason.")
-	case errors.Is(err, inspect.ErrCapped):
-		s.consoleError(w, r, http.StatusBadRequest, "Nothing was ended: this filter selects more than "+strconv.Itoa(inspect.MaxBatch)+" active sagas: narrow it.")
+		s.refuseBatchEnd(w, r, f, reason, http.StatusBadRequest, "Nothing was ended: "+err.Error()+".")
 	case err != nil && res == nil:
 		s.storeFailed(w, r, "end sagas", err)
 	case err != nil:
@@ -146,6 +146,18 @@ func (s *Server) actBatchEnd(w http.ResponseWriter, r *http.Request) {
 		}
 		back.Set("done", strconv.Itoa(res.Done))
 		back.Set("skipped", strconv.Itoa(len(res.Skipped)))
+		back.Set("gone", strconv.Itoa(res.Gone))
 		http.Redirect(w, r, basePath(r)+"/instances/end?"+back.Encode(), http.StatusSeeOther)
 	}
+}
+
+// refuseBatchEnd answers a refused confirmation with the question again,
+// counted anew, keeping the filter and the reason typed, and saying why.
+func (s *Server) refuseBatchEnd(w http.ResponseWriter, r *http.Request, f url.Values, reason string, status int, why string) {
+	v, ok := s.countBatchEnd(w, r, f)
+	if !ok {
+		return
+	}
+	v.Reason, v.Refused = reason, why
+	s.render(w, r, status, "batchend", "End all matching", v)
 }

@@ -137,6 +137,9 @@ func TestConsoleRetryNowOne(t *testing.T) {
 	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/instances/order/o-1?") {
 		t.Fatalf("confirm: %d to %q, want 303 back to the instance", resp.StatusCode, loc)
 	}
+	if _, page := br.get(resp.Header.Get("Location")); !strings.Contains(page, "1 message published again now") || strings.Contains(page, "event sent") {
+		t.Errorf("after retry now the instance page does not say the message was published again:\n%.2000s", page)
+	}
 	if actor := waitShipped(t, b, "o-1"); !strings.HasPrefix(actor, "console") {
 		t.Errorf("journal of o-1's retried payment: actor %q, want the console", actor)
 	}

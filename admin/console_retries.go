@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -348,7 +347,7 @@ func (s *Server) formRetry(vals url.Values) (store.Key, string, error) {
 
 // sagaKeyOfValues is sagaKeyOf for a form's or a query's values.
 func (s *Server) sagaKeyOfValues(typ, raw string) (store.Key, error) {
-	key, err := canon.Key(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {
 		return store.Key{}, fmt.Errorf("saga key %q is not a valid key: %w", raw, err)
 	}
@@ -413,7 +412,7 @@ func (s *Server) actRetryNow(w http.ResponseWriter, r *http.Request) {
 		s.consoleError(w, r, status, capitalise(msg)+".")
 		return
 	}
-	back(w, r, "sent")
+	back(w, r, "retried")
 }
 
 // filterValues is f as a query or a form's hidden fields carry it.

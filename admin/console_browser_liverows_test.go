@@ -98,10 +98,10 @@ func TestBrowserLiveStale(t *testing.T) {
 // redirect.
 func TestBrowserLiveSignedOut(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &admin.Config{Token: "live-token"})
+	b := setup(t, &admin.Config{Token: "live-token-0123456789"})
 	ctx, _ := chrome(t)
 	run(t, ctx, "sign in", chromedp.Navigate(b.srv.URL+"/instances"), chromedp.WaitVisible(`input[name="token"]`),
-		chromedp.SendKeys(`input[name="token"]`, "live-token"), chromedp.Submit(`input[name="token"]`),
+		chromedp.SendKeys(`input[name="token"]`, "live-token-0123456789"), chromedp.Submit(`input[name="token"]`),
 		chromedp.WaitVisible("#instances"), livePoll(`document.querySelector("#live-toggle").dataset.state === "live"`))
 	var loc string
 	run(t, ctx, "sign out", network.ClearBrowserCookies(), chromedp.WaitVisible(`input[name="token"]`), chromedp.Location(&loc))
