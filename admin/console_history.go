@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemhq/idem/canon"
+	"github.com/idemhq/idem/internal/engineaccess"
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/store"
 )
@@ -89,7 +90,7 @@ func (s *Server) routeHistory() {
 
 func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canon.Key(raw, s.e.MaxKeyLen())
+	key, err := canon.Key(raw, s.e.Config().MaxKeyLen)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
@@ -202,7 +203,7 @@ func outboxSent(ctx context.Context, st store.Store, ids []string, out map[strin
 // queue, which takes emitted messages in the commit that emits them.
 func (s *Server) onStoreQueue() bool {
 	q, ok := s.st.(store.Queue)
-	tr := s.e.Transport()
+	tr := engineaccess.Transport(s.e)
 	return ok && tr != nil && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr)
 }
 
