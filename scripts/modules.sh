@@ -72,35 +72,48 @@ check_version() {
 # changes, which the core's module zip does not contain. Downloads go to
 # CACHE.
 release_in() {
-	local repo=$1 version=$2 cache=$3 dir mod req
+	release_preflight "$1" "$2" || return 1
+	git -C "$1" tag -a "$2" -m "idem $2"
+	release_body "$@"
+}
+
+# release_preflight REPO VERSION: REPO can be released as VERSION: a valid
+# version, a clean work tree, and none of the release's tags yet.
+release_preflight() {
+	local repo=$1 version=$2 tag
 	check_version "$version" || return 1
 	if [ -n "$(git -C "$repo" status --porcelain)" ]; then
 		echo "release: $repo has uncommitted changes; commit or stash them first" >&2
 		return 1
 	fi
-	for tag in "$version" "${leaves[@]/%//$version}"; do
+	for tag in $(release_tags "$version"); do
 		if git -C "$repo" rev-parse -q --verify "refs/tags/$tag" >/dev/null; then
 			echo "release: tag $tag exists already" >&2
 			return 1
 		fi
 	done
-	git -C "$repo" tag -a "$version" -m "idem $version"
+}
+
+# release_tags VERSION: the tags of a release, core first.
+release_tags() { echo "$1" "${leaves[@]/%//$1}"; }
+
+# release_body REPO VERSION CACHE: release_in's steps after the core's tag.
+release_body() {
+	local repo=$1 version=$2 cache=$3 dir req
 	req=("-require=$core_module@$version")
 	for dir in "${leaves[@]}"; do
-		(
-			cd "$repo/$dir"
-			go mod edit "${req[@]}" "-dropreplace=$core_module" "${leaves[@]/#/-dropreplace=$core_module/}"
-			as_fetched "$cache" "$repo" go mod tidy
-			if go mod edit -json | grep -q '"Replace": \['; then
-				echo "release: $dir/go.mod still has a replace line" >&2
-				exit 1
-			fi
-		) || return 1
-		git -C "$repo" commit -q -m "$dir $version: require ${req[*]#-require=}, with no replace line" -- "$dir/go.mod" "$dir/go.sum"
-		git -C "$repo" tag -a "$dir/$version" -m "$core_module/$dir $version"
+		# Each step says || return 1: a caller's || turns off set -e here.
+		go -C "$repo/$dir" mod edit "${req[@]}" "-dropreplace=$core_module" "${leaves[@]/#/-dropreplace=$core_module/}" || return 1
+		as_fetched "$cache" "$repo" go -C "$repo/$dir" mod tidy || return 1
+		if go -C "$repo/$dir" mod edit -json | grep -q '"Replace": \['; then
+			echo "release: $dir/go.mod still has a replace line" >&2
+			return 1
+		fi
+		git -C "$repo" commit -q -m "$dir $version: require ${req[*]#-require=}, with no replace line" -- "$dir/go.mod" "$dir/go.sum" || return 1
+		git -C "$repo" tag -a "$dir/$version" -m "$core_module/$dir $version" || return 1
 		req+=("-require=$core_module/$dir@$version")
 	done
-	workspace_at "$repo" "$version"
+	workspace_at "$repo" "$version" || return 1
 	git -C "$repo" commit -q -m "go.work: the leaves require $version" -- go.work
 }
 
