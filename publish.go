@@ -2,7 +2,10 @@ package idem
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/idemhq/idem/store"
@@ -14,6 +17,15 @@ import (
 // engine consumes the type (on copies: the caller's envelopes are not
 // modified). An envelope with the header transport.HeaderToken is refused:
 // use PublishWithTokens, which mints the token the header promises.
+//
+// An envelope that names an operator (transport.HeaderActor: the admin
+// console's "retry now" and "send event") is a deliberate re-publish:
+// Publish gives it a new transport.HeaderRepublish mark, replacing any it
+// carries, so that a transport with a deduplication window (natsjs)
+// delivers it even when a message with its ID was published moments
+// before. Its ID is unchanged, and the inbox still applies the message at
+// most once. Other envelopes keep their headers as they are, so that
+// publishing one again is dropped by such a window.
 func (e *Engine) Publish(ctx context.Context, envs ...Envelope) error {
 	envs = slices.Clone(envs)
 	for i := range envs {
@@ -52,13 +64,17 @@ func checkPublish(i int, env *Envelope) error {
 	return nil
 }
 
-// publish sets SentAt where zero on envs (the caller's copies) and hands
-// them to the transport, each in a send span when sends are traced.
+// publish sets SentAt where zero on envs (the caller's copies), marks
+// those an operator sent as re-publishes (see Publish), and hands them to
+// the transport, each in a send span when sends are traced.
 func (e *Engine) publish(ctx context.Context, envs []Envelope) error {
 	now := e.cfg.Clock()
 	for i := range envs {
 		if envs[i].SentAt.IsZero() {
 			envs[i].SentAt = now
+		}
+		if envs[i].Headers[transport.HeaderActor] != "" {
+			markRepublish(&envs[i])
 		}
 	}
 	spans := e.trace.startPublish(ctx, envs)
@@ -102,4 +118,18 @@ func (e *Engine) PublishWithTokens(ctx context.Context, envs ...Envelope) error 
 		return fmt.Errorf("idem: publish with tokens: mint %d tokens: %w", len(tokens), err)
 	}
 	return e.publish(ctx, envs)
+}
+
+// markRepublish marks env as a deliberate re-publish of its message with a
+// new transport.HeaderRepublish mark, on a copy of its headers (the
+// caller's map is not modified). The mark is random: each re-publish is
+// one operator action, published once, and two actions must never share
+// a mark (a fixed test clock would make two timestamps equal).
+func markRepublish(env *Envelope) {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	h := make(map[string]string, len(env.Headers)+1)
+	maps.Copy(h, env.Headers)
+	h[transport.HeaderRepublish] = hex.EncodeToString(b[:])
+	env.Headers = h
 }

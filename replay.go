@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -18,7 +17,14 @@ import (
 // On a store that keeps the history (store.DeadLetterReplayer, every
 // bundled store), the dead letter is kept: the replay is recorded as
 // pending before the publish, and the envelope carries the header
-// store.HeaderReplay. The replay is settled as failed when the message is
+// store.HeaderReplay.
+//
+// The envelope also carries a new transport.HeaderRepublish mark, so that
+// a transport with a deduplication window (natsjs: Nats-Msg-Id within
+// the stream's duplicate window) delivers the replay instead of dropping
+// it as a copy of the message's first publish, however soon after it;
+// the ID stays the same, so the inbox still applies the message at most
+// once. The replay is settled as failed when the message is
 // dead-lettered again, as succeeded when an engine consumes it without
 // dead-lettering it, as duplicate when an engine finds it applied already
 // (an earlier copy was, and the replay applied nothing), and as not sent
@@ -76,10 +82,7 @@ func (r *replays) replay(ctx context.Context, id string, force bool) (err error)
 		return fmt.Errorf("idem: replay dead letter %s: record the replay: %w", id, err)
 	}
 	env := dl.Envelope
-	env.Headers = maps.Clone(env.Headers)
-	if env.Headers == nil {
-		env.Headers = map[string]string{}
-	}
+	markRepublish(&env)
 	env.Headers[store.HeaderReplay] = at.Format(time.RFC3339Nano)
 	if perr := r.tr.Publish(ctx, []Envelope{env}); perr != nil {
 		p := &store.SettleReplaysParams{IDs: []string{id}, Outcome: store.ReplayNotSent, At: r.cfg.Clock().UTC(), Error: perr.Error()}
@@ -98,7 +101,9 @@ func (r *replays) deleting(ctx context.Context, dl *store.DeadLetter) error {
 	if _, err := r.store.DeleteDeadLetters(ctx, []string{dl.ID}); err != nil {
 		return fmt.Errorf("idem: replay dead letter %s: delete: %w", dl.ID, err)
 	}
-	if perr := r.tr.Publish(ctx, []Envelope{dl.Envelope}); perr != nil {
+	env := dl.Envelope
+	markRepublish(&env)
+	if perr := r.tr.Publish(ctx, []Envelope{env}); perr != nil {
 		if err := r.restore(context.WithoutCancel(ctx), dl); err != nil {
 			return fmt.Errorf("idem: replay dead letter %s: publish: %w; restore: %w", dl.ID, perr, err)
 		}

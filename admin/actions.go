@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -363,7 +364,7 @@ func (s *Server) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) 
 // its time range on updated_at included, so that the count and the end
 // select what the list shows. A range on a store that cannot apply it is
 // refused rather than ignored, which would count more than asked.
-func (s *Server) batchQuery(v url.Values) (*store.InstanceQuery, error) {
+func (s *Server) batchQuery(v url.Values) (*readmodel.InstanceQuery, error) {
 	q, err := instanceQuery(v)
 	if err != nil {
 		return nil, err
@@ -379,7 +380,7 @@ func (s *Server) batchQuery(v url.Values) (*store.InstanceQuery, error) {
 	if q.UpdatedFrom, q.UpdatedBefore, err = timeRange(v, "Updated"); err != nil {
 		return nil, fmt.Errorf("parameters from and to: %w", err)
 	}
-	if _, ok := s.st.(store.InstanceQuerier); !ok && (!q.UpdatedFrom.IsZero() || !q.UpdatedBefore.IsZero()) {
+	if _, ok := s.st.(readmodel.InstanceQuerier); !ok && (!q.UpdatedFrom.IsZero() || !q.UpdatedBefore.IsZero()) {
 		return nil, fmt.Errorf("parameters from and to: store %T cannot select by time: drop them", s.st)
 	}
 	return q, nil

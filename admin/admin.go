@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -242,9 +243,9 @@ func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 
 // internalError logs err and answers 500 (or 503 when the store timed out)
 // without the error's text, which may name hosts or paths. A mark the
-// store refused (store.ErrBadMark) is the caller's error: 400, not logged.
+// store refused (readmodel.ErrBadMark) is the caller's error: 400, not logged.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
-	if errors.Is(err, store.ErrBadMark) {
+	if errors.Is(err, readmodel.ErrBadMark) {
 		writeError(w, http.StatusBadRequest, "%s: as_of is not a mark this store made: pass the as_of a count returned (GET /api/dead-letters/counts)", op)
 		return
 	}

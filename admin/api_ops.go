@@ -14,6 +14,7 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -55,8 +56,8 @@ func pendingCounter(tr transport.Transport, st store.Store) transport.PendingCou
 }
 
 // instanceQuery reads the console's and the API's instance filters.
-func instanceQuery(q url.Values) (*store.InstanceQuery, error) {
-	p := &store.InstanceQuery{SagaType: q.Get("type"), State: q.Get("state"), Status: q.Get("status"), KeyPrefix: canon.Prefix(q.Get("prefix"))}
+func instanceQuery(q url.Values) (*readmodel.InstanceQuery, error) {
+	p := &readmodel.InstanceQuery{SagaType: q.Get("type"), State: q.Get("state"), Status: q.Get("status"), KeyPrefix: canon.Prefix(q.Get("prefix"))}
 	p.Stuck = q.Get("stuck") == "true" || q.Get("stuck") == "1" || q.Get("stuck") == "on"
 	if p.Status != "" && p.Status != store.StatusActive && p.Status != store.StatusFinished {
 		return nil, fmt.Errorf("status %q is neither active nor finished", p.Status)
@@ -91,7 +92,7 @@ func attrFilters(q url.Values) []string {
 // encodeCursor makes the opaque "next" of an instance page.
 func encodeCursor(in *store.Instance) string { return inspect.InstanceCursor(in) }
 
-func decodeCursor(s string) (*store.InstanceCursor, error) { return inspect.ParseInstanceCursor(s) }
+func decodeCursor(s string) (*readmodel.InstanceCursor, error) { return inspect.ParseInstanceCursor(s) }
 
 // querySagas serves GET /api/sagas: the plain listing, or with status,
 // prefix, stuck or attr the filtered query whose cursor is opaque.
@@ -236,7 +237,7 @@ func (s *Server) apiBulkDeadLetters(replay bool) http.HandlerFunc {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*s.timeout)
 		defer cancel()
 		res, err := s.bulkDeadLetters(ctx, deadLetterFilter(q), replay, dry)
-		if err != nil && (res == nil || errors.Is(err, store.ErrBadMark)) {
+		if err != nil && (res == nil || errors.Is(err, readmodel.ErrBadMark)) {
 			s.internalError(w, r, "bulk dead letters", err)
 			return
 		}

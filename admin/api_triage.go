@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // routeTriageAPI adds the dead-letter triage routes: groups, archive and
@@ -44,7 +45,7 @@ type DeadLetterGroups struct {
 }
 
 // groupOf returns g as the API shows it.
-func groupOf(g *store.DeadLetterGroup) DeadLetterGroup {
+func groupOf(g *readmodel.DeadLetterGroup) DeadLetterGroup {
 	return DeadLetterGroup{
 		Fingerprint: g.Fingerprint, Reason: g.Reason, Pattern: store.MaskError(g.SampleError), SampleError: g.SampleError,
 		Count: g.Count, FirstSeen: g.FirstSeen.UTC(), LastSeen: g.LastSeen.UTC(),
@@ -53,7 +54,7 @@ func groupOf(g *store.DeadLetterGroup) DeadLetterGroup {
 
 // triageProblem says what is wrong with the triage filters of q, or "".
 func triageProblem(q url.Values) string {
-	if _, err := store.ParseArchivedFilter(q.Get("archived")); err != nil {
+	if _, err := readmodel.ParseArchivedFilter(q.Get("archived")); err != nil {
 		return err.Error()
 	}
 	if v := q.Get("archived_before"); v != "" {
@@ -68,7 +69,7 @@ func triageProblem(q url.Values) string {
 // triageProblem has checked them.
 func triageFilter(q url.Values, f *inspect.DeadLetterFilter) *inspect.DeadLetterFilter {
 	f.Fingerprint = q.Get("fingerprint")
-	f.Archived, _ = store.ParseArchivedFilter(q.Get("archived"))
+	f.Archived, _ = readmodel.ParseArchivedFilter(q.Get("archived"))
 	f.ArchivedBefore, _ = time.Parse(time.RFC3339Nano, q.Get("archived_before"))
 	return f
 }
@@ -87,7 +88,7 @@ func (s *Server) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	gs, err := inspect.Groups(ctx, s.st, deadLetterFilter(q), limit)
 	if errors.Is(err, inspect.ErrUnsupported) {
-		writeError(w, http.StatusNotImplemented, "this store does not group dead letters (store.DeadLetterGrouper), or message_type was given and the store cannot select by it (store.DeadLetterTypeQuerier)")
+		writeError(w, http.StatusNotImplemented, "this store does not group dead letters (readmodel.DeadLetterGrouper), or message_type was given and the store cannot select by it (readmodel.DeadLetterTypeQuerier)")
 		return
 	}
 	if err != nil {
@@ -121,10 +122,10 @@ func (s *Server) apiTriage(action string) http.HandlerFunc {
 		defer cancel()
 		res, err := s.bulkTriage(ctx, &triageAction{Action: action, Filter: deadLetterFilter(q), IDs: q["id"], DryRun: dry})
 		if errors.Is(err, inspect.ErrUnsupported) {
-			writeError(w, http.StatusNotImplemented, "this store does not archive dead letters (store.DeadLetterArchiver)")
+			writeError(w, http.StatusNotImplemented, "this store does not archive dead letters (readmodel.DeadLetterArchiver)")
 			return
 		}
-		if err != nil && (res == nil || errors.Is(err, store.ErrBadMark)) {
+		if err != nil && (res == nil || errors.Is(err, readmodel.ErrBadMark)) {
 			s.internalError(w, r, action+" dead letters", err)
 			return
 		}
@@ -163,7 +164,7 @@ func (s *Server) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, 
 	}
 	f := a.Filter
 	if a.Action == "restore" && f.ArchivedBefore.IsZero() {
-		f.Archived = store.ArchivedOnly
+		f.Archived = readmodel.ArchivedOnly
 	}
 	res := &BulkResult{DryRun: a.DryRun}
 	if f.AsOf == "" {
@@ -209,9 +210,9 @@ func (s *Server) triageIDs(ctx context.Context, a *triageAction) (*BulkResult, e
 	var err error
 	switch a.Action {
 	case "archive":
-		var ar store.DeadLetterArchiver
+		var ar readmodel.DeadLetterArchiver
 		if ar, err = inspect.Archiver(s.st); err == nil {
-			res.Done, err = ar.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids, AsOf: a.Filter.AsOf})
+			res.Done, err = ar.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids, AsOf: a.Filter.AsOf})
 		}
 	case "restore":
 		res.Done, err = inspect.RestoreDeadLetters(ctx, s.st, ids, a.Filter.AsOf)

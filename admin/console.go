@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 //go:embed templates/*.html
@@ -120,9 +120,9 @@ func (s *Server) consoleError(w http.ResponseWriter, r *http.Request, status int
 }
 
 // storeFailed logs err and renders a 500 or 503 page; a mark the store
-// refused (store.ErrBadMark) renders a 400 page instead, not logged.
+// refused (readmodel.ErrBadMark) renders a 400 page instead, not logged.
 func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
-	if errors.Is(err, store.ErrBadMark) {
+	if errors.Is(err, readmodel.ErrBadMark) {
 		s.consoleError(w, r, http.StatusBadRequest, "The count this form was confirmed on is not one this store made ("+op+"). Go back to the dead letters page and count again.")
 		return
 	}

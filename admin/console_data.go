@@ -13,6 +13,7 @@ import (
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // Rates are per-second rates of the engine's counters over the last Window
@@ -98,10 +99,10 @@ type Overview struct {
 
 // SagaCounts are the instance counts of one saga type.
 type SagaCounts struct {
-	Type     string             `json:"type"`
-	Active   int                `json:"active"`
-	Finished int                `json:"finished"`
-	States   []store.StateCount `json:"states"`
+	Type     string                 `json:"type"`
+	Active   int                    `json:"active"`
+	Finished int                    `json:"finished"`
+	States   []readmodel.StateCount `json:"states"`
 }
 
 func (s *Server) overview(ctx context.Context) (*Overview, error) {
@@ -162,7 +163,7 @@ func (s *Server) sagaCounts(ctx context.Context) ([]SagaCounts, bool, error) {
 	out := make([]SagaCounts, 0, len(by))
 	for _, sc := range by {
 		if sc.States == nil {
-			sc.States = []store.StateCount{}
+			sc.States = []readmodel.StateCount{}
 		}
 		out = append(out, *sc)
 	}

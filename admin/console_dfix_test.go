@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // unreadableDeadLetters is a store whose GetDeadLetter fails as an
@@ -66,8 +67,8 @@ func TestDeadLettersNextPageKeepsArchivedBefore(t *testing.T) {
 		dls, ids = append(dls, declined(id, i, at)), append(ids, id)
 	}
 	record(t, b, dls...)
-	ar := b.st.(store.DeadLetterArchiver)
-	if _, err := ar.ArchiveDeadLetters(t.Context(), &store.ArchiveParams{IDs: ids, At: at}); err != nil {
+	ar := b.st.(readmodel.DeadLetterArchiver)
+	if _, err := ar.ArchiveDeadLetters(t.Context(), &readmodel.ArchiveParams{IDs: ids, At: at}); err != nil {
 		t.Fatal(err)
 	}
 	before := at.Add(time.Hour).Format(time.RFC3339)

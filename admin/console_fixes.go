@@ -12,7 +12,7 @@ import (
 // shows it (a JSON payload as JSON, not as the store's base64), for a
 // reader with a store and no Server, such as idem sagas show --json. An
 // emitted message's sent state comes from st's outbox when st can tell
-// (store.OutboxSentReader): "unknown" for one that is not there, as on
+// (readmodel.OutboxSentReader): "unknown" for one that is not there, as on
 // the store's own queue, which only a Server knows the engine uses. It
 // sets the Diff of j's entries from their states (history.FillDiffs). The
 // error is the outbox's.

@@ -17,6 +17,7 @@ import (
 	"github.com/idemhq/idem/internal/engineaccess"
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // SagaHistory is the answer of GET /api/sagas/{type}/{key}/history and of the
@@ -179,9 +180,9 @@ func (s *Server) sentStates(ctx context.Context, j []store.JournalEntry) map[str
 }
 
 // outboxSent adds to out the sent state of the messages ids names that
-// st's outbox holds, when st can tell (store.OutboxSentReader).
+// st's outbox holds, when st can tell (readmodel.OutboxSentReader).
 func outboxSent(ctx context.Context, st store.Store, ids []string, out map[string]sentState) error {
-	r, ok := st.(store.OutboxSentReader)
+	r, ok := st.(readmodel.OutboxSentReader)
 	if !ok {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // latestJournal reads the latest journalShown entries of k's journal, with
@@ -14,7 +15,7 @@ import (
 // before the oldest entry shown.
 func (s *Server) latestJournal(ctx context.Context, k store.Key) (shown []store.JournalEntry, older int, err error) {
 	var total int
-	if jt, ok := s.st.(store.JournalTailer); ok {
+	if jt, ok := s.st.(readmodel.JournalTailer); ok {
 		shown, total, err = jt.JournalTail(ctx, k, journalShown+1)
 	} else {
 		shown, err = s.st.Journal(ctx, k)

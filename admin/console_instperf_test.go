@@ -18,6 +18,7 @@ import (
 	"github.com/idemhq/idem/examples/orders"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport/memtransport"
 )
 
@@ -34,7 +35,7 @@ func (s *wholeJournals) Journal(ctx context.Context, k store.Key) ([]store.Journ
 }
 
 // The instance page reads only the journal entries it shows (the latest
-// 200, store.JournalTailer) and the journal's length, never the whole
+// 200, readmodel.JournalTailer) and the journal's length, never the whole
 // journal; the history download and the API still return all of it.
 func TestInstancePageReadsOnlyTheJournalItShows(t *testing.T) {
 	t.Parallel()
@@ -122,7 +123,7 @@ func TestInstancePageReadsOnlyTheJournalItShows(t *testing.T) {
 func TestOverviewDoesNotCountEveryDeadLetter(t *testing.T) {
 	t.Parallel()
 	// A store that cannot count its unresolved dead letters from an index
-	// (sqlitestore): the field hides memstore's store.UnresolvedCounter.
+	// (sqlitestore): the field hides memstore's readmodel.UnresolvedCounter.
 	st := &struct {
 		*memstore.Store
 		CountUnresolved struct{}
@@ -142,7 +143,7 @@ func TestOverviewDoesNotCountEveryDeadLetter(t *testing.T) {
 // "dead letters stored" tile.
 func overviewDeadLetters(t *testing.T, st interface {
 	store.Store
-	store.DeadLetterArchiver
+	readmodel.DeadLetterArchiver
 }, stored int, stay func(i int) bool) *admin.StoredCount {
 	t.Helper()
 	ctx := context.Background()
@@ -180,7 +181,7 @@ func overviewDeadLetters(t *testing.T, st interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := st.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: archive, At: now}); err != nil || n != len(archive) {
+	if n, err := st.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: archive, At: now}); err != nil || n != len(archive) {
 		t.Fatalf("archive: %d, %v; want %d", n, err, len(archive))
 	}
 	resp, err := srv.Client().Get(srv.URL + "/api/overview")
@@ -195,7 +196,7 @@ func overviewDeadLetters(t *testing.T, st interface {
 	return ov.Stored.DeadLetters
 }
 
-// The overview counts a store.UnresolvedCounter's unresolved dead letters
+// The overview counts a readmodel.UnresolvedCounter's unresolved dead letters
 // exactly up to the bound, wherever they are among the archived ones (a
 // sample of the first by ID would see none of the newest), and says "at
 // least" above it.

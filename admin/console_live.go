@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // Live updates, counts, paging both ways, time ranges and the time
@@ -48,7 +49,7 @@ func timeTag(t, now time.Time) template.HTML {
 
 // countText says how many a list's filters select, as "1,234" or "more
 // than 10,000 (about 1,200,000)".
-func countText(c store.Count) string {
+func countText(c readmodel.Count) string {
 	if c.Exact {
 		return thousands(c.N)
 	}
@@ -118,7 +119,7 @@ func formTime(t time.Time) string {
 // pager is the count and the links of a list page.
 type pager struct {
 	// Count is nil when the store cannot count the list's filters.
-	Count *store.Count
+	Count *readmodel.Count
 	// PrevQuery and NextQuery are query strings ("?..."), "" when there is
 	// no such page; FirstQuery is set on a page past the end.
 	PrevQuery, NextQuery, FirstQuery string
@@ -177,7 +178,7 @@ var errBothCursors = errors.New("give either after or before, not both")
 
 // liveInstanceQuery adds the time range and the backward cursor of the
 // query parameters to p.
-func liveInstanceQuery(q url.Values, p *store.InstanceQuery) error {
+func liveInstanceQuery(q url.Values, p *readmodel.InstanceQuery) error {
 	var err error
 	if p.UpdatedFrom, p.UpdatedBefore, err = timeRange(q, "Updated"); err != nil {
 		return err
@@ -197,8 +198,8 @@ func liveInstanceQuery(q url.Values, p *store.InstanceQuery) error {
 // another page follows), and its count when the store can count. A page
 // before a cursor that comes back short is the start of the list: the
 // first page is read instead, so that it is full.
-func (s *Server) instancePage(ctx context.Context, p *store.InstanceQuery) (*instanceRows, error) {
-	_, queries := s.st.(store.InstanceQuerier)
+func (s *Server) instancePage(ctx context.Context, p *readmodel.InstanceQuery) (*instanceRows, error) {
+	_, queries := s.st.(readmodel.InstanceQuerier)
 	if !queries && (p.Before != nil || !p.UpdatedFrom.IsZero() || !p.UpdatedBefore.IsZero()) {
 		return nil, fmt.Errorf("previous pages and time ranges: %w", inspect.ErrUnsupported)
 	}
@@ -215,11 +216,11 @@ func (s *Server) instancePage(ctx context.Context, p *store.InstanceQuery) (*ins
 	}
 	out := &instanceRows{}
 	out.Rows, out.HasPrev, out.HasNext = trimPage(rows, limit, p.Before != nil, p.After != nil)
-	qc, ok := s.st.(store.QueryCounter)
+	qc, ok := s.st.(readmodel.QueryCounter)
 	if !ok {
 		return out, nil
 	}
-	c, err := qc.CountInstanceQuery(ctx, p, store.CountBound)
+	c, err := qc.CountInstanceQuery(ctx, p, readmodel.CountBound)
 	if err != nil {
 		return nil, fmt.Errorf("count instances: %w", err)
 	}
@@ -231,11 +232,11 @@ func (s *Server) instancePage(ctx context.Context, p *store.InstanceQuery) (*ins
 type instanceRows struct {
 	Rows             []*store.Instance
 	HasPrev, HasNext bool
-	Count            *store.Count
+	Count            *readmodel.Count
 }
 
 // instanceLinks sets the rows and the pager of an instance page.
-func (v *instancesView) instanceLinks(p *store.InstanceQuery, page *instanceRows) {
+func (v *instancesView) instanceLinks(p *readmodel.InstanceQuery, page *instanceRows) {
 	v.Rows, v.Count = page.Rows, page.Count
 	v.Filter["from"], v.Filter["to"] = formTime(p.UpdatedFrom), formTime(p.UpdatedBefore)
 	filters := url.Values{"attr": v.Attrs}
@@ -255,9 +256,9 @@ func (v *instancesView) instanceLinks(p *store.InstanceQuery, page *instanceRows
 }
 
 // timerPage reads the timers page of the console through
-// store.TimerQuerier (one row more, to know whether another page
+// readmodel.TimerQuerier (one row more, to know whether another page
 // follows), and its count when the store can count.
-func (s *Server) timerPage(ctx context.Context, tq store.TimerQuerier, p *store.TimerQuery, v *timersView) ([]store.Timer, error) {
+func (s *Server) timerPage(ctx context.Context, tq readmodel.TimerQuerier, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
 	limit := p.Limit
 	p.Limit++
 	ts, err := tq.QueryTimers(ctx, p)
@@ -270,8 +271,8 @@ func (s *Server) timerPage(ctx context.Context, tq store.TimerQuerier, p *store.
 	}
 	ts, hasPrev, hasNext := trimPage(ts, limit, p.Before != nil, p.After != nil)
 	v.timerLinks(ts, hasPrev, hasNext)
-	if qc, ok := s.st.(store.QueryCounter); ok {
-		c, err := qc.CountTimerQuery(ctx, p, store.CountBound)
+	if qc, ok := s.st.(readmodel.QueryCounter); ok {
+		c, err := qc.CountTimerQuery(ctx, p, readmodel.CountBound)
 		if err != nil {
 			return nil, fmt.Errorf("count timers: %w", err)
 		}
@@ -280,11 +281,11 @@ func (s *Server) timerPage(ctx context.Context, tq store.TimerQuerier, p *store.
 	return ts, nil
 }
 
-// timerQuery turns the timers page's parameters into a store.TimerQuery:
+// timerQuery turns the timers page's parameters into a readmodel.TimerQuery:
 // overdue bounds the range at now.
-func timerQuery(q url.Values, from, to, now time.Time) (*store.TimerQuery, error) {
+func timerQuery(q url.Values, from, to, now time.Time) (*readmodel.TimerQuery, error) {
 	var err error
-	p := &store.TimerQuery{SagaType: q.Get("type"), DueFrom: from, DueBefore: to, Limit: consolePage}
+	p := &readmodel.TimerQuery{SagaType: q.Get("type"), DueFrom: from, DueBefore: to, Limit: consolePage}
 	if q.Get("overdue") != "" && (to.IsZero() || now.Before(to)) {
 		p.DueBefore = now
 	}
@@ -317,9 +318,9 @@ func (v *timersView) timerLinks(ts []store.Timer, hasPrev, hasNext bool) {
 
 // keyTimers reads the timers page through inspect.Timers: the timers of
 // one key (through the store's index), or every timer of a store without
-// store.TimerQuerier. A key has few timers: its range start is applied to
+// readmodel.TimerQuerier. A key has few timers: its range start is applied to
 // the page, its count is exact, and its previous page is its first.
-func (s *Server) keyTimers(ctx context.Context, q url.Values, p *store.TimerQuery, v *timersView) ([]store.Timer, error) {
+func (s *Server) keyTimers(ctx context.Context, q url.Values, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
 	f := timerFilter(q, v.Now)
 	f.DueBefore, f.Limit = p.DueBefore, consolePage
 	if f.Key == "" && (!p.DueFrom.IsZero() || p.Before != nil) {
@@ -335,13 +336,13 @@ func (s *Server) keyTimers(ctx context.Context, q url.Values, p *store.TimerQuer
 	}
 	ts = slices.DeleteFunc(ts, func(t store.Timer) bool { return t.DueAt.Before(p.DueFrom) })
 	if f.Key != "" {
-		f.After, f.Limit = "", store.CountBound+1
+		f.After, f.Limit = "", readmodel.CountBound+1
 		all, _, err := inspect.Timers(ctx, s.st, f)
 		if err != nil {
 			return nil, err
 		}
 		all = slices.DeleteFunc(all, func(t store.Timer) bool { return t.DueAt.Before(p.DueFrom) })
-		c := store.BoundedCount(len(all), store.CountBound)
+		c := readmodel.BoundedCount(len(all), readmodel.CountBound)
 		v.Count = &c
 	}
 	v.timerLinks(ts, f.After != "", next != "")

@@ -13,6 +13,7 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 const consolePage = 50
@@ -58,7 +59,7 @@ func (s *Server) pageSagaTypes(w http.ResponseWriter, r *http.Request) {
 }
 
 type instancesView struct {
-	Q       *store.InstanceQuery
+	Q       *readmodel.InstanceQuery
 	Filter  map[string]string
 	Types   []string
 	States  []string
@@ -352,7 +353,7 @@ func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.bulkTriage(ctx, &triageAction{Action: action, Filter: f})
 	done := map[string]string{"replay": "replayed", "purge": "purged", "archive": "archived", "restore": "restored"}[action]
-	if err != nil && res != nil && !errors.Is(err, store.ErrBadMark) {
+	if err != nil && res != nil && !errors.Is(err, readmodel.ErrBadMark) {
 		s.log.ErrorContext(r.Context(), "admin console: "+action+" dead letters", "error", err, "path", r.URL.Path, "done", res.Done)
 		s.consoleError(w, r, http.StatusInternalServerError, fmt.Sprintf("Stopped after %d dead letter(s) %s. See the server log, then retry.", res.Done, done))
 		return
@@ -392,7 +393,7 @@ func (s *Server) pageTimers(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	v := &timersView{Filter: map[string]string{"type": q.Get("type"), "key": q.Get("key"), "overdue": q.Get("overdue")}, Now: now, Back: r.URL.RequestURI(), Flash: flash(r)}
 	from, to, err := timeRange(q, "Due")
-	var p *store.TimerQuery
+	var p *readmodel.TimerQuery
 	if err == nil {
 		p, err = timerQuery(q, from, to, now)
 	}
@@ -405,7 +406,7 @@ func (s *Server) pageTimers(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	var ts []store.Timer
-	if tq, ok := s.st.(store.TimerQuerier); ok && v.Filter["key"] == "" {
+	if tq, ok := s.st.(readmodel.TimerQuerier); ok && v.Filter["key"] == "" {
 		ts, err = s.timerPage(ctx, tq, p, v)
 	} else {
 		ts, err = s.keyTimers(ctx, q, p, v)

@@ -31,7 +31,7 @@
 //	POST   /api/dead-letters/replay?reason=&message_type=&key=&type=&as_of=&dry_run=true   re-queue all matching as of the count
 //	POST   /api/dead-letters/purge?reason=&message_type=&key=&type=&archived=&archived_before=&as_of=&dry_run=true    purge all matching as of the count (archived=exclude by default, as the counts)
 //	DELETE /api/dead-letters/{id}            purge one dead letter, archived or not (only the console keeps purge to archived ones)
-//	GET    /api/dead-letters/groups?reason=&message_type=&key=&type=&state=&archived=&limit=   failure groups by fingerprint: count, first and last seen, a sample error (message_type: 501 unless the store selects by it, store.DeadLetterTypeQuerier)
+//	GET    /api/dead-letters/groups?reason=&message_type=&key=&type=&state=&archived=&limit=   failure groups by fingerprint: count, first and last seen, a sample error (message_type: 501 unless the store selects by it, readmodel.DeadLetterTypeQuerier)
 //	POST   /api/dead-letters/archive?id=...  or ?reason=&fingerprint=&key=&type=&state=&as_of=&dry_run=true   archive (keep, out of the default lists); at most 500 id a request (400)
 //	POST   /api/dead-letters/restore?id=...  or ?reason=&fingerprint=&...&as_of=&dry_run=true               restore archived dead letters
 //	GET    /api/timers?type=&key=&overdue=true&after=&limit=   soonest due first

@@ -14,6 +14,7 @@ import (
 	"github.com/idemhq/idem/internal/engineaccess"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -105,12 +106,12 @@ func (o *Observer) Observe(ob idem.Observation) {
 	})
 }
 
-// RowEstimator is store.RowEstimator, which /metrics exports as
+// RowEstimator is readmodel.RowEstimator, which /metrics exports as
 // idem_store_rows.
 //
 // Deprecated: the capability lives in the store contract; use
-// store.RowEstimator.
-type RowEstimator = store.RowEstimator
+// readmodel.RowEstimator.
+type RowEstimator = readmodel.RowEstimator
 
 // collector reads the engine's counters and the store's backlog at scrape
 // time.
@@ -260,7 +261,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.queueUp, 1)
 		}
 	}
-	if re, ok := c.st.(store.RowEstimator); ok {
+	if re, ok := c.st.(readmodel.RowEstimator); ok {
 		rows, err := re.EstimateRows(ctx)
 		if err != nil {
 			c.log.Warn("metrics: estimate the store's rows", "error", err)
@@ -282,7 +283,7 @@ const StoreGaugeInterval = time.Minute
 
 // StoreGaugeBound is how many rows a store gauge counts exactly: above it,
 // idem_dead_letters_stored and idem_timers_pending are the store's
-// estimate (store.RowEstimator), and idem_tokens_unclaimed_stale stays at
+// estimate (readmodel.RowEstimator), and idem_tokens_unclaimed_stale stays at
 // the bound.
 const StoreGaugeBound = 10_000
 
@@ -361,10 +362,10 @@ type storeRead struct {
 
 func (r *storeRead) read(ctx context.Context) {
 	st := r.g.st
-	r.count(ctx, r.g.deadLetters, store.TableDeadLetters)
-	r.count(ctx, r.g.timers, store.TableTimers)
-	if dq, ok := st.(store.DeadLetterQuerier); ok {
-		c, err := dq.CountDeadLetters(ctx, &store.DeadLetterQuery{State: store.DeadLettersUnresolved})
+	r.count(ctx, r.g.deadLetters, readmodel.TableDeadLetters)
+	r.count(ctx, r.g.timers, readmodel.TableTimers)
+	if dq, ok := st.(readmodel.DeadLetterQuerier); ok {
+		c, err := dq.CountDeadLetters(ctx, &readmodel.DeadLetterQuery{State: store.DeadLettersUnresolved})
 		if r.check(err, "count unresolved dead letters") {
 			n := 0
 			for _, k := range c.ByReason {
@@ -413,11 +414,11 @@ func (r *storeRead) gauge(d *prometheus.Desc, v float64, labels ...string) {
 }
 
 // count adds the rows of table: counted exactly up to StoreGaugeBound
-// (store.RowCounter), estimated above (store.RowEstimator). A store that
+// (readmodel.RowCounter), estimated above (readmodel.RowEstimator). A store that
 // can do neither has no such gauge.
 func (r *storeRead) count(ctx context.Context, d *prometheus.Desc, table string) {
-	rc, counts := r.g.st.(store.RowCounter)
-	re, estimates := r.g.st.(store.RowEstimator)
+	rc, counts := r.g.st.(readmodel.RowCounter)
+	re, estimates := r.g.st.(readmodel.RowEstimator)
 	n := int64(0)
 	switch {
 	case counts:

@@ -5,12 +5,13 @@ import (
 	"math"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // StoredCounts are what the store holds, whichever process stored it:
 // unlike Rates and Totals, which count what this process did since it
 // started. A count is nil when the store cannot count that kind of row
-// (it implements neither store.RowCounter nor store.RowEstimator).
+// (it implements neither readmodel.RowCounter nor readmodel.RowEstimator).
 type StoredCounts struct {
 	DeadLetters *StoredCount `json:"dead_letters,omitempty"`
 	Timers      *StoredCount `json:"timers,omitempty"`
@@ -28,7 +29,7 @@ const (
 	// AccuracyExact: Count is exact (there are fewer than StoredCountBound).
 	AccuracyExact = "exact"
 	// AccuracyEstimate: there are StoredCountBound rows or more, and Count
-	// is the store's estimate (store.RowEstimator); for the unresolved dead
+	// is the store's estimate (readmodel.RowEstimator); for the unresolved dead
 	// letters, scaled by their share of a sample (unresolvedCount).
 	AccuracyEstimate = "estimate"
 	// AccuracyAtLeast: there are Count rows or more, and the store cannot
@@ -46,8 +47,8 @@ const StoredCountBound = 1000
 // still shows.
 func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 	var out StoredCounts
-	rc, counts := s.st.(store.RowCounter)
-	re, estimates := s.st.(store.RowEstimator)
+	rc, counts := s.st.(readmodel.RowCounter)
+	re, estimates := s.st.(readmodel.RowEstimator)
 	if !counts && !estimates {
 		return out
 	}
@@ -84,19 +85,19 @@ func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 	}
 	out.DeadLetters = s.unresolvedCount(ctx)
 	if out.DeadLetters == nil {
-		out.DeadLetters = count(store.TableDeadLetters)
+		out.DeadLetters = count(readmodel.TableDeadLetters)
 	}
-	out.Timers = count(store.TableTimers)
+	out.Timers = count(readmodel.TableTimers)
 	return out
 }
 
 // unresolvedSample is how many dead letters the overview reads to
 // estimate the unresolved ones when the store holds StoredCountBound or
-// more (store.RowCounter says so from an index).
+// more (readmodel.RowCounter says so from an index).
 const unresolvedSample = 250
 
 // unresolvedCount counts the dead letters no replay resolved
-// (store.DeadLettersUnresolved) and not archived. A store.UnresolvedCounter
+// (store.DeadLettersUnresolved) and not archived. A readmodel.UnresolvedCounter
 // counts them exactly up to StoredCountBound, and says "at least" above.
 // Without one it reads at most
 // StoredCountBound dead letters whatever their state: the unresolved
@@ -107,7 +108,7 @@ const unresolvedSample = 250
 // the store cannot select dead letters, or cannot estimate beyond the
 // bound (the caller then counts the table).
 func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
-	if uc, ok := s.st.(store.UnresolvedCounter); ok { // from an index: exact up to the bound
+	if uc, ok := s.st.(readmodel.UnresolvedCounter); ok { // from an index: exact up to the bound
 		n, err := uc.CountUnresolved(ctx, StoredCountBound+1)
 		switch {
 		case err != nil:
@@ -118,17 +119,17 @@ func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
 		}
 		return &StoredCount{Count: int64(n), Accuracy: AccuracyExact}
 	}
-	dq, ok := s.st.(store.DeadLetterQuerier)
+	dq, ok := s.st.(readmodel.DeadLetterQuerier)
 	if !ok {
 		return nil
 	}
 	limit := StoredCountBound
-	if rc, ok := s.st.(store.RowCounter); ok {
-		if n, err := rc.CountRows(ctx, store.TableDeadLetters, StoredCountBound); err == nil && n >= StoredCountBound {
+	if rc, ok := s.st.(readmodel.RowCounter); ok {
+		if n, err := rc.CountRows(ctx, readmodel.TableDeadLetters, StoredCountBound); err == nil && n >= StoredCountBound {
 			limit = unresolvedSample // an estimate anyway: read fewer
 		}
 	}
-	ds, err := dq.QueryDeadLetters(ctx, &store.DeadLetterQuery{State: store.DeadLettersAll, Archived: store.ArchivedInclude, Limit: limit})
+	ds, err := dq.QueryDeadLetters(ctx, &readmodel.DeadLetterQuery{State: store.DeadLettersAll, Archived: readmodel.ArchivedInclude, Limit: limit})
 	if err != nil {
 		s.log.WarnContext(ctx, "admin: count unresolved dead letters", "error", err)
 		return nil
@@ -148,7 +149,7 @@ func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
 // scaledEstimate scales n of read dead letters to the store's estimate of
 // all it holds; nil when the store cannot estimate.
 func (s *Server) scaledEstimate(ctx context.Context, n, read int) *StoredCount {
-	re, ok := s.st.(store.RowEstimator)
+	re, ok := s.st.(readmodel.RowEstimator)
 	if !ok {
 		return nil
 	}
@@ -157,6 +158,6 @@ func (s *Server) scaledEstimate(ctx context.Context, n, read int) *StoredCount {
 		s.log.WarnContext(ctx, "admin: estimate stored rows", "error", err)
 		return nil
 	}
-	total := max(est[store.TableDeadLetters], int64(read)) // the estimate may lag
+	total := max(est[readmodel.TableDeadLetters], int64(read)) // the estimate may lag
 	return &StoredCount{Count: int64(math.Round(float64(n) * float64(total) / float64(read))), Accuracy: AccuracyEstimate}
 }

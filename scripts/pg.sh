@@ -3,6 +3,8 @@
 # registers its removal. Installs Debian's postgresql package when the
 # server binaries are missing.
 
+source "$(dirname "${BASH_SOURCE[0]}")/onexit.sh"
+
 pg_bindir() {
 	local d
 	for d in /usr/lib/postgresql/15/bin /usr/lib/postgresql/*/bin; do
@@ -57,7 +59,8 @@ pg_start() {
 	done
 	[ -n "$started" ] || { echo "no free port for PostgreSQL in 55432-55532" >&2; return 1; }
 	export IDEM_TEST_PG_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-	echo "PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data in $PG_DIR, removed on exit)"
+	idem_on_exit pg_stop
+	echo "PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data in $PG_DIR, $IDEM_REMOVAL)"
 }
 
 pg_stop() {

@@ -9,6 +9,8 @@
 # missing (without starting its system service). pgbouncer_stop stops it
 # and removes its directory.
 
+source "$(dirname "${BASH_SOURCE[0]}")/onexit.sh"
+
 pgbouncer_start() {
 	[ -n "${IDEM_TEST_PG_URL:-}" ] || { echo "pgbouncer_start: IDEM_TEST_PG_URL is not set (run pg_start first)" >&2; return 1; }
 	if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
@@ -70,7 +72,8 @@ pgbouncer_start() {
 	done
 	[ -n "$started" ] || { echo "no free port for PgBouncer in 56432-56532" >&2; return 1; }
 	export IDEM_TEST_PGBOUNCER_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-	echo "PgBouncer $("$bin" --version | awk 'NR==1{print $2}') on 127.0.0.1:$port, transaction pooling, in front of 127.0.0.1:$pgport (in $PGBOUNCER_DIR, removed on exit)"
+	idem_on_exit pgbouncer_stop
+	echo "PgBouncer $("$bin" --version | awk 'NR==1{print $2}') on 127.0.0.1:$port, transaction pooling, in front of 127.0.0.1:$pgport (in $PGBOUNCER_DIR, $IDEM_REMOVAL)"
 }
 
 pgbouncer_stop() {

@@ -11,6 +11,8 @@
 # (without starting the system service). rabbit_stop stops the node and
 # removes its directory.
 
+source "$(dirname "${BASH_SOURCE[0]}")/onexit.sh"
+
 rabbit_bindir() {
 	local d
 	for d in /usr/lib/rabbitmq/bin /usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin; do
@@ -147,7 +149,8 @@ rabbit_start() {
 	export IDEM_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/"
 	export IDEM_TEST_AMQP_RESTART="$RABBIT_DIR/restart"
 	export IDEM_TEST_AMQP_CTL="$RABBIT_DIR/ctl"
-	echo "RabbitMQ $("$RABBIT_DIR/ctl" version 2>/dev/null) on 127.0.0.1:$port, started in $((SECONDS - started))s (data in $RABBIT_DIR, removed on exit)"
+	idem_on_exit rabbit_stop
+	echo "RabbitMQ $("$RABBIT_DIR/ctl" version 2>/dev/null) on 127.0.0.1:$port, started in $((SECONDS - started))s (data in $RABBIT_DIR, $IDEM_REMOVAL)"
 }
 
 rabbit_restart() {

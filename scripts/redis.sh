@@ -1,4 +1,5 @@
-# scripts/redis.sh: sourced by scripts/test. Starts a throwaway Redis server
+# scripts/redis.sh: sourced by scripts/test, or by hand (see
+# examples/helixqueue/README.md). Starts a throwaway Redis server
 # on 127.0.0.1 on a free port, with a temporary data directory and the
 # settings transport/redisstreams requires (appendonly yes, appendfsync
 # always), independent of the system service, and exports for the tests:
@@ -13,7 +14,11 @@
 #
 # Installs Debian's redis-server package with apt-get when it is missing
 # (without starting the system service). redis_stop stops the server and
-# removes its directory.
+# removes its directory: scripts/test calls it from its exit trap, and a
+# shell that has no exit trap when it calls redis_start gets one that calls
+# it (scripts/onexit.sh).
+
+source "$(dirname "${BASH_SOURCE[0]}")/onexit.sh"
 
 redis_free_port() {
 	local port
@@ -25,6 +30,10 @@ redis_free_port() {
 
 redis_start() {
 	local started=$SECONDS
+	if [ -n "${REDIS_DIR:-}" ]; then
+		echo "redis_start: a server started here already runs (data in $REDIS_DIR): call redis_stop first" >&2
+		return 1
+	fi
 	if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
 		echo "Redis not found: installing Debian's redis-server package"
 		type as_root >/dev/null 2>&1 || as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -101,7 +110,8 @@ redis_start() {
 	export IDEM_TEST_REDIS_RESTART="$REDIS_DIR/restart"
 	IDEM_TEST_REDIS_SERVER=$(command -v redis-server)
 	export IDEM_TEST_REDIS_SERVER
-	echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port, started in $((SECONDS - started))s (data in $REDIS_DIR, removed on exit)"
+	idem_on_exit redis_stop
+	echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port, started in $((SECONDS - started))s (data in $REDIS_DIR, $IDEM_REMOVAL)"
 }
 
 redis_restart() {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 func TestMaskError(t *testing.T) {
@@ -65,13 +66,13 @@ func TestFingerprint(t *testing.T) {
 }
 
 func TestParseArchivedFilter(t *testing.T) {
-	for in, want := range map[string]store.ArchivedFilter{"": store.ArchivedExclude, "exclude": store.ArchivedExclude, "only": store.ArchivedOnly, "include": store.ArchivedInclude} {
-		got, err := store.ParseArchivedFilter(in)
+	for in, want := range map[string]readmodel.ArchivedFilter{"": readmodel.ArchivedExclude, "exclude": readmodel.ArchivedExclude, "only": readmodel.ArchivedOnly, "include": readmodel.ArchivedInclude} {
+		got, err := readmodel.ParseArchivedFilter(in)
 		if err != nil || got != want {
 			t.Errorf("ParseArchivedFilter(%q): got %q, %v, want %q, nil", in, got, err, want)
 		}
 	}
-	if _, err := store.ParseArchivedFilter("yes<script>"); err == nil || !strings.Contains(err.Error(), "want exclude, only or include") {
+	if _, err := readmodel.ParseArchivedFilter("yes<script>"); err == nil || !strings.Contains(err.Error(), "want exclude, only or include") {
 		t.Errorf("ParseArchivedFilter(bad): got %v, want an error naming the values", err)
 	}
 }

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"time"
 )
 
@@ -49,14 +48,4 @@ type EmittedMessage struct {
 	// ID is the message's deterministic envelope ID.
 	ID   string `json:"id"`
 	Type string `json:"type"`
-}
-
-// OutboxSentReader is a Store that can say whether outbox messages were
-// sent. It must pass storetest.
-type OutboxSentReader interface {
-	// OutboxSent looks the IDs up in the outbox. The map holds an entry for
-	// each ID still in the outbox: its SentAt, zero while it is unsent. An
-	// ID absent from the map is not in the outbox: never written there, or
-	// sent and swept after the outbox retention. Safe for concurrent use.
-	OutboxSent(ctx context.Context, ids []string) (map[string]time.Time, error)
 }

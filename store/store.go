@@ -21,6 +21,10 @@
 //     at Commit as ErrConflict (a SQL store translates serialization and
 //     busy-snapshot failures to it).
 //
+// The queries that operations tools run (the console, the admin API, the
+// CLI) are a contract of their own, in package store/readmodel: the engine
+// needs none of them.
+//
 // This package imports only the standard library and package transport.
 package store
 
@@ -41,12 +45,6 @@ var ErrConflict = errors.New("concurrent modification")
 // letter, a timer) when it does not exist. Loading saga instances never
 // returns it.
 var ErrNotFound = errors.New("not found")
-
-// ErrBadMark is wrapped by the DeadLetterQuerier methods when a mark
-// (DeadLetterQuery.AsOf, DeleteDeadLettersAsOf's asOf) is not one this
-// store makes: it is bad input, refused before any query, never a store
-// failure. Check with errors.Is.
-var ErrBadMark = errors.New("not a mark this store made (pass the as_of a count returned)")
 
 // ErrNotMigrated is wrapped by a store's constructor (pgstore.Open and
 // New, sqlitestore.Open) when the database holds no schema of Idem's or
@@ -268,7 +266,7 @@ type DeadLetter struct {
 	Replays []Replay
 	// Fingerprint is Fingerprint(Reason, Error), "" for a dead letter
 	// recorded before the stores kept it; ArchivedAt is when it was
-	// archived (DeadLetterArchiver), zero when it is not. The store sets
+	// archived (readmodel.DeadLetterArchiver), zero when it is not. The store sets
 	// both; they are ignored in Changes.DeadLetters.
 	Fingerprint string
 	ArchivedAt  time.Time

@@ -42,7 +42,9 @@ const (
 	// HeaderActor names the operator who sent the message from the admin
 	// console or API ("console session 1a2b3c4d", "api: alice"); the
 	// engine records it as the journal entry's Actor. Any producer can set
-	// it: it says who the message claims sent it, not who proved it.
+	// it: it says who the message claims sent it, not who proved it. The
+	// engine's Publish takes such a message for a deliberate re-publish
+	// and gives it a new HeaderRepublish mark.
 	HeaderActor = "idem-actor"
 )
 

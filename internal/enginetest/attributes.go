@@ -11,6 +11,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // PurchaseOrder is the state of the purchase-order saga, whose supplier is
@@ -72,7 +73,7 @@ func Attributes(t *testing.T, q store.Queue) {
 	}
 	find := func(supplier string) []string {
 		t.Helper()
-		ins, err := q.(store.InstanceQuerier).QueryInstances(ctx, &store.InstanceQuery{
+		ins, err := q.(readmodel.InstanceQuerier).QueryInstances(ctx, &readmodel.InstanceQuery{
 			SagaType: POType, Attributes: map[string]string{"supplier": supplier}})
 		if err != nil {
 			t.Fatalf("query supplier=%q: %v", supplier, err)

@@ -11,7 +11,7 @@ import (
 
 // ParseAttributes reads attribute filters written name=value (the CLI's
 // --attr, the API's attr parameter, the console's field) into the map of
-// store.InstanceQuery.Attributes, values in NFC. Every filter must match,
+// readmodel.InstanceQuery.Attributes, values in NFC. Every filter must match,
 // so naming one attribute twice with different values is refused, as are
 // an invalid name and a value that no attribute can hold, with an error
 // that says which.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // MaxBatch bounds how many sagas one batch action selects.
@@ -40,7 +41,7 @@ type SagaVersion struct {
 
 // SelectSagas counts the active sagas q selects (q's After and Limit are
 // ignored), at most MaxBatch of them.
-func SelectSagas(ctx context.Context, st store.Store, q *store.InstanceQuery) (*Selection, error) {
+func SelectSagas(ctx context.Context, st store.Store, q *readmodel.InstanceQuery) (*Selection, error) {
 	p := *q
 	p.Status, p.After, p.Before, p.Limit = store.StatusActive, nil, nil, page
 	sel := &Selection{}
@@ -59,7 +60,7 @@ func SelectSagas(ctx context.Context, st store.Store, q *store.InstanceQuery) (*
 		if sel.Capped || len(ins) < p.Limit {
 			break
 		}
-		p.After = store.CursorOf(ins[len(ins)-1])
+		p.After = readmodel.CursorOf(ins[len(ins)-1])
 	}
 	sel.Digest = digest(sel.Sagas)
 	return sel, nil
@@ -90,7 +91,7 @@ type BatchResult struct {
 // version counted, so that one that moved on in between is skipped, never
 // ended unseen. It fails wrapping ErrSetChanged when the set differs, and
 // ErrBadReason for a bad reason.
-func EndSagas(ctx context.Context, st store.Store, q *store.InstanceQuery, confirmed string, e *End) (*BatchResult, error) {
+func EndSagas(ctx context.Context, st store.Store, q *readmodel.InstanceQuery, confirmed string, e *End) (*BatchResult, error) {
 	if err := checkReason(e.Reason); err != nil {
 		return nil, err
 	}

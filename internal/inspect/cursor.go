@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // Next-page cursors, as the admin API, the console and the CLI print and
@@ -42,7 +43,7 @@ func InstanceCursor(in *store.Instance) string {
 
 // ParseInstanceCursor reads a cursor InstanceCursor made. Its error wraps
 // ErrBadCursor and quotes s.
-func ParseInstanceCursor(s string) (*store.InstanceCursor, error) {
+func ParseInstanceCursor(s string) (*readmodel.InstanceCursor, error) {
 	var c instanceCursorJSON
 	if err := decodeCursor(s, &c); err != nil {
 		return nil, err
@@ -50,13 +51,13 @@ func ParseInstanceCursor(s string) (*store.InstanceCursor, error) {
 	if c.T == "" || c.K == "" {
 		return nil, badCursor(s)
 	}
-	return &store.InstanceCursor{SagaType: c.T, Key: c.K, UpdatedAt: c.U}, nil
+	return &readmodel.InstanceCursor{SagaType: c.T, Key: c.K, UpdatedAt: c.U}, nil
 }
 
 // ListAfter is the store.ListParams.After of store.Store.ListInstances
 // that continues after c: saga type, NUL, key (accepted with and without
 // a type filter).
-func ListAfter(c *store.InstanceCursor) string {
+func ListAfter(c *readmodel.InstanceCursor) string {
 	return c.SagaType + "\x00" + c.Key
 }
 

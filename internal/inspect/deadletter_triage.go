@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // PurgeRetention is how long a dead letter stays archived before the
@@ -19,11 +20,11 @@ import (
 const PurgeRetention = 7 * 24 * time.Hour
 
 // Groups returns the groups of the dead letters f selects (see
-// store.DeadLetterGrouper), at most limit of them; ErrUnsupported when
+// readmodel.DeadLetterGrouper), at most limit of them; ErrUnsupported when
 // the store does not group, or f names a message type it cannot select
-// (see store.DeadLetterTypeQuerier).
-func Groups(ctx context.Context, st store.Store, f *DeadLetterFilter, limit int) ([]store.DeadLetterGroup, error) {
-	g, ok := st.(store.DeadLetterGrouper)
+// (see readmodel.DeadLetterTypeQuerier).
+func Groups(ctx context.Context, st store.Store, f *DeadLetterFilter, limit int) ([]readmodel.DeadLetterGroup, error) {
+	g, ok := st.(readmodel.DeadLetterGrouper)
 	if !ok || !selectsAll(st, f) {
 		return nil, fmt.Errorf("group dead letters: %w", ErrUnsupported)
 	}
@@ -34,11 +35,11 @@ func Groups(ctx context.Context, st store.Store, f *DeadLetterFilter, limit int)
 	return gs, nil
 }
 
-// Archiver returns st as a store.DeadLetterArchiver, or ErrUnsupported.
-func Archiver(st store.Store) (store.DeadLetterArchiver, error) {
-	a, ok := st.(store.DeadLetterArchiver)
+// Archiver returns st as a readmodel.DeadLetterArchiver, or ErrUnsupported.
+func Archiver(st store.Store) (readmodel.DeadLetterArchiver, error) {
+	a, ok := st.(readmodel.DeadLetterArchiver)
 	if !ok {
-		return nil, fmt.Errorf("archive dead letters: %w (the store does not implement store.DeadLetterArchiver)", ErrUnsupported)
+		return nil, fmt.Errorf("archive dead letters: %w (the store does not implement readmodel.DeadLetterArchiver)", ErrUnsupported)
 	}
 	return a, nil
 }
@@ -50,7 +51,7 @@ func ArchiveDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter
 	if err != nil {
 		return 0, err
 	}
-	n, err := a.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids(ds), AsOf: f.AsOf})
+	n, err := a.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids(ds), AsOf: f.AsOf})
 	if err != nil {
 		return n, fmt.Errorf("archive %d dead letters: %w", len(ds), err)
 	}
@@ -64,7 +65,7 @@ func RestoreDeadLetters(ctx context.Context, st store.Store, ids []string, asOf 
 	if err != nil {
 		return 0, err
 	}
-	n, err := a.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: ids, AsOf: asOf})
+	n, err := a.RestoreDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids, AsOf: asOf})
 	if err != nil {
 		return n, fmt.Errorf("restore %d dead letters: %w", len(ids), err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // DeadLetterFilter selects dead letters. Empty fields select everything.
@@ -30,10 +31,10 @@ type DeadLetterFilter struct {
 	// store.DeadLettersAll selects every one.
 	State store.DeadLetterState
 	// Fingerprint, Archived and ArchivedBefore select as the fields of
-	// store.DeadLetterQuery do: by default, archived dead letters are
+	// readmodel.DeadLetterQuery do: by default, archived dead letters are
 	// left out.
 	Fingerprint    string
-	Archived       store.ArchivedFilter
+	Archived       readmodel.ArchivedFilter
 	ArchivedBefore time.Time
 }
 
@@ -85,14 +86,14 @@ func EachDeadLetter(ctx context.Context, st store.Store, f *DeadLetterFilter, fn
 
 // DeadLetters returns one page of the dead letters f selects after the ID
 // after, and the cursor of the next page ("" when none). A store that
-// filters (store.DeadLetterQuerier) answers in one query unless f names a
-// message type the store cannot select (store.DeadLetterTypeQuerier; it is
+// filters (readmodel.DeadLetterQuerier) answers in one query unless f names a
+// message type the store cannot select (readmodel.DeadLetterTypeQuerier; it is
 // then matched here, from the envelope); otherwise at most MaxScan dead
 // letters are read to fill the page.
 func DeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, after string, limit int) ([]store.DeadLetter, string, error) {
 	limit = cmp.Or(limit, 100)
 	n := page
-	if _, ok := st.(store.DeadLetterQuerier); ok && selectsAll(st, f) {
+	if _, ok := st.(readmodel.DeadLetterQuerier); ok && selectsAll(st, f) {
 		n = limit // every row the store returns matches
 	}
 	var out []store.DeadLetter
@@ -133,18 +134,18 @@ type ReasonCounts struct {
 	// AsOf is the mark of the count, to pass as DeadLetterFilter.AsOf so
 	// that an action confirmed on this count acts on exactly what was
 	// counted; "" when the store cannot bind one (no
-	// store.DeadLetterQuerier).
+	// readmodel.DeadLetterQuerier).
 	AsOf string
 }
 
 // CountByReason counts the dead letters f selects by reason, most frequent
 // first, with the mark of the count: the store counts them in one query
-// (store.DeadLetterQuerier) and this function reads only the dead letters
+// (readmodel.DeadLetterQuerier) and this function reads only the dead letters
 // of its reasons when f names a message type it cannot select (matched
 // here, from the envelope); a store without it has at most MaxScan dead
 // letters read.
 func CountByReason(ctx context.Context, st store.Store, f *DeadLetterFilter) (*ReasonCounts, error) {
-	dq, ok := st.(store.DeadLetterQuerier)
+	dq, ok := st.(readmodel.DeadLetterQuerier)
 	if !ok {
 		return scanCounts(ctx, st, f)
 	}
@@ -205,7 +206,7 @@ func DeleteDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter,
 	for i := range ds {
 		ids[i] = ds[i].ID
 	}
-	if dq, ok := st.(store.DeadLetterQuerier); ok {
+	if dq, ok := st.(readmodel.DeadLetterQuerier); ok {
 		n, err := dq.DeleteDeadLettersAsOf(ctx, ids, f.AsOf)
 		if err != nil {
 			return n, fmt.Errorf("delete %d dead letters: %w", len(ids), err)
@@ -231,18 +232,18 @@ func sortCounts(m map[string]int) (counts []ReasonCount, total int) {
 	return counts, total
 }
 
-// query is f as a store.DeadLetterQuery.
-func (f *DeadLetterFilter) query(after string, limit int) *store.DeadLetterQuery {
-	return &store.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, MessageType: f.MessageType, AsOf: f.AsOf, State: f.state(), After: after, Limit: limit,
+// query is f as a readmodel.DeadLetterQuery.
+func (f *DeadLetterFilter) query(after string, limit int) *readmodel.DeadLetterQuery {
+	return &readmodel.DeadLetterQuery{SagaType: f.SagaType, Key: f.Key, Reason: f.Reason, MessageType: f.MessageType, AsOf: f.AsOf, State: f.state(), After: after, Limit: limit,
 		Fingerprint: f.Fingerprint, Archived: f.Archived, ArchivedBefore: f.ArchivedBefore}
 }
 
 // listDeadLetters reads one page of dead letters after the ID after: those
 // of f's saga type, key and reason when the store filters
-// (store.DeadLetterQuerier), else those of f's saga type; the caller
+// (readmodel.DeadLetterQuerier), else those of f's saga type; the caller
 // filters the rest with f.Match.
 func listDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, after string, limit int) ([]store.DeadLetter, error) {
-	if dq, ok := st.(store.DeadLetterQuerier); ok {
+	if dq, ok := st.(readmodel.DeadLetterQuerier); ok {
 		ds, err := dq.QueryDeadLetters(ctx, f.query(after, limit))
 		if err != nil {
 			return nil, fmt.Errorf("query dead letters: %w", err)
@@ -258,8 +259,7 @@ func listDeadLetters(ctx context.Context, st store.Store, f *DeadLetterFilter, a
 
 // selectsAll reports whether st selects by every filter of f in the
 // database: f names no message type, or st selects by it
-// (store.DeadLetterTypeQuerier).
+// (readmodel.DeadLetterTypeQuerier).
 func selectsAll(st store.Store, f *DeadLetterFilter) bool {
-	_, ok := st.(store.DeadLetterTypeQuerier)
-	return ok || f.MessageType == ""
+	return readmodel.SelectsMessageType(st) || f.MessageType == ""
 }

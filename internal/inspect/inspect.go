@@ -1,5 +1,5 @@
 // Package inspect holds the operations that the admin console, the admin
-// API and the CLI share: querying instances (through store.InstanceQuerier
+// API and the CLI share: querying instances (through readmodel.InstanceQuerier
 // when the store has it), finding, cancelling and rescheduling timers, and
 // selecting dead letters by filter. Everything here goes through the
 // public store contract.
@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // MaxScan bounds how many rows a fallback or a filtered scan reads.
@@ -29,11 +30,11 @@ const page = 500
 var ErrUnsupported = errors.New("not supported by this store")
 
 // Instances returns one page of instances that q selects: through
-// store.InstanceQuerier when st implements it, otherwise by paging
+// readmodel.InstanceQuerier when st implements it, otherwise by paging
 // ListInstances and filtering (at most MaxScan rows read; Stuck then
 // fails with ErrUnsupported).
-func Instances(ctx context.Context, st store.Store, q *store.InstanceQuery) ([]*store.Instance, error) {
-	if iq, ok := st.(store.InstanceQuerier); ok {
+func Instances(ctx context.Context, st store.Store, q *readmodel.InstanceQuery) ([]*store.Instance, error) {
+	if iq, ok := st.(readmodel.InstanceQuerier); ok {
 		ins, err := iq.QueryInstances(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("query instances: %w", err)
@@ -41,7 +42,7 @@ func Instances(ctx context.Context, st store.Store, q *store.InstanceQuery) ([]*
 		return ins, nil
 	}
 	if q.Stuck {
-		return nil, fmt.Errorf("list stuck instances: %w (the store does not implement store.InstanceQuerier)", ErrUnsupported)
+		return nil, fmt.Errorf("list stuck instances: %w (the store does not implement readmodel.InstanceQuerier)", ErrUnsupported)
 	}
 	attrs, ok := canon.AttributeFilter(q.Attributes)
 	if !ok {
@@ -75,7 +76,7 @@ func Instances(ctx context.Context, st store.Store, q *store.InstanceQuery) ([]*
 // countEstimator is a store whose exact counts would read too many rows
 // (pgstore): it answers with estimates, and says so.
 type countEstimator interface {
-	EstimateInstanceCounts(ctx context.Context) ([]store.StateCount, bool, error)
+	EstimateInstanceCounts(ctx context.Context) ([]readmodel.StateCount, bool, error)
 }
 
 // Counts returns instance counts by saga type, state and status. exact is
@@ -83,7 +84,7 @@ type countEstimator interface {
 // instances exist: the counts then cover the first MaxScan. A store that
 // estimates large counts (pgstore above pgstore.ExactCountBelow
 // instances) is asked for its estimates; exact is then false.
-func Counts(ctx context.Context, st store.Store) (counts []store.StateCount, exact bool, err error) {
+func Counts(ctx context.Context, st store.Store) (counts []readmodel.StateCount, exact bool, err error) {
 	if es, ok := st.(countEstimator); ok {
 		cs, exact, err := es.EstimateInstanceCounts(ctx)
 		if err != nil {
@@ -91,14 +92,14 @@ func Counts(ctx context.Context, st store.Store) (counts []store.StateCount, exa
 		}
 		return cs, exact, nil
 	}
-	if iq, ok := st.(store.InstanceQuerier); ok {
+	if iq, ok := st.(readmodel.InstanceQuerier); ok {
 		cs, err := iq.CountInstances(ctx, "")
 		if err != nil {
 			return nil, false, fmt.Errorf("count instances: %w", err)
 		}
 		return cs, true, nil
 	}
-	m := map[store.StateCount]int{}
+	m := map[readmodel.StateCount]int{}
 	p := &store.ListParams{Limit: page}
 	exact = true
 	for read := 0; ; read += page {
@@ -111,7 +112,7 @@ func Counts(ctx context.Context, st store.Store) (counts []store.StateCount, exa
 			return nil, false, fmt.Errorf("list instances: %w", err)
 		}
 		for _, in := range ins {
-			m[store.StateCount{SagaType: in.SagaType, State: in.State, Status: in.Status()}]++
+			m[readmodel.StateCount{SagaType: in.SagaType, State: in.State, Status: in.Status()}]++
 		}
 		if len(ins) < page {
 			break
@@ -122,7 +123,7 @@ func Counts(ctx context.Context, st store.Store) (counts []store.StateCount, exa
 		c.Count = n
 		counts = append(counts, c)
 	}
-	slices.SortFunc(counts, func(a, b store.StateCount) int {
+	slices.SortFunc(counts, func(a, b readmodel.StateCount) int {
 		return cmp.Or(cmp.Compare(a.SagaType, b.SagaType), cmp.Compare(a.State, b.State), cmp.Compare(a.Status, b.Status))
 	})
 	return counts, exact, nil

@@ -1,6 +1,8 @@
 // Package sqlq holds what Idem's SQL stores (pgstore, sqlitestore) share:
 // the envelope's storage form, queue delivery tokens, list cursors and
-// limits. It follows the conventions documented in package memstore.
+// limits, the choice of an instance query's statement, and the reading of
+// the embedded migrations that set the schema version. It follows the
+// conventions documented in package memstore.
 package sqlq
 
 import (
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -156,4 +159,29 @@ func Wait(ctx context.Context, done, wake <-chan struct{}, next time.Time, poll 
 	case <-t.C:
 	}
 	return nil
+}
+
+// InstanceStatements are a store's four statements of an InstanceQuery:
+// in key order or stuck order (least recently updated first), each
+// forward from After or backward from Before.
+type InstanceStatements struct {
+	Keys, KeysBefore, Stuck, StuckBefore string
+}
+
+// Pick returns the statement of p's order and direction, and its cursor
+// (zero when p has none).
+func (st InstanceStatements) Pick(p *readmodel.InstanceQuery) (string, *readmodel.InstanceCursor) {
+	c, q := p.After, st.Keys
+	switch {
+	case p.Before != nil && p.Stuck:
+		c, q = p.Before, st.StuckBefore
+	case p.Before != nil:
+		c, q = p.Before, st.KeysBefore
+	case p.Stuck:
+		q = st.Stuck
+	}
+	if c == nil {
+		c = &readmodel.InstanceCursor{}
+	}
+	return q, c
 }

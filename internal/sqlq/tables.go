@@ -1,18 +1,20 @@
 package sqlq
 
-import "github.com/idemhq/idem/store"
+import (
+	"github.com/idemhq/idem/store/readmodel"
+)
 
-// Tables maps the table names of store.RowEstimator and store.RowCounter
+// Tables maps the table names of readmodel.RowEstimator and readmodel.RowCounter
 // to the SQL stores' tables (the same in pgstore and sqlitestore).
 var Tables = map[string]string{
-	store.TableInstances:   "idem_instances",
-	store.TableAttributes:  "idem_saga_attributes",
-	store.TableInbox:       "idem_inbox",
-	store.TableOutbox:      "idem_outbox",
-	store.TableTimers:      "idem_timers",
-	store.TableJournal:     "idem_journal",
-	store.TableDeadLetters: "idem_dead_letters",
-	store.TableQueue:       "idem_queue",
-	store.TableSchedules:   "idem_schedules",
-	store.TableTokens:      "idem_tokens",
+	readmodel.TableInstances:   "idem_instances",
+	readmodel.TableAttributes:  "idem_saga_attributes",
+	readmodel.TableInbox:       "idem_inbox",
+	readmodel.TableOutbox:      "idem_outbox",
+	readmodel.TableTimers:      "idem_timers",
+	readmodel.TableJournal:     "idem_journal",
+	readmodel.TableDeadLetters: "idem_dead_letters",
+	readmodel.TableQueue:       "idem_queue",
+	readmodel.TableSchedules:   "idem_schedules",
+	readmodel.TableTokens:      "idem_tokens",
 }

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.DeadLetterGrouper  = (*Store)(nil)
-	_ store.DeadLetterArchiver = (*Store)(nil)
+	_ readmodel.DeadLetterGrouper  = (*Store)(nil)
+	_ readmodel.DeadLetterArchiver = (*Store)(nil)
 )
 
 // GroupDeadLetters returns the groups of the dead letters q selects; see
-// store.DeadLetterGrouper.
-func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetterGroup, error) {
-	q = cmp.Or(q, &store.DeadLetterQuery{})
+// readmodel.DeadLetterGrouper.
+func (s *Store) GroupDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery) ([]readmodel.DeadLetterGroup, error) {
+	q = cmp.Or(q, &readmodel.DeadLetterQuery{})
 	mark, err := parseMark(q.AsOf)
 	if err != nil {
 		return nil, err
@@ -28,7 +29,7 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 		return nil, err
 	}
 	type gk struct{ fp, reason string }
-	by := map[gk]*store.DeadLetterGroup{}
+	by := map[gk]*readmodel.DeadLetterGroup{}
 	latest := map[gk]*store.DeadLetter{}
 	for _, d := range s.dead {
 		if !s.selects(q, d, mark) {
@@ -37,7 +38,7 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 		k := gk{d.Fingerprint, d.Reason}
 		g := by[k]
 		if g == nil {
-			g = &store.DeadLetterGroup{Fingerprint: d.Fingerprint, Reason: d.Reason, FirstSeen: d.FirstFailedAt, LastSeen: d.LastFailedAt}
+			g = &readmodel.DeadLetterGroup{Fingerprint: d.Fingerprint, Reason: d.Reason, FirstSeen: d.FirstFailedAt, LastSeen: d.LastFailedAt}
 			by[k] = g
 		}
 		g.Count++
@@ -46,19 +47,19 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 			latest[k], g.LastSeen, g.SampleError = d, d.LastFailedAt, d.Error
 		}
 	}
-	out := make([]store.DeadLetterGroup, 0, len(by))
+	out := make([]readmodel.DeadLetterGroup, 0, len(by))
 	for _, g := range by {
 		out = append(out, *g)
 	}
-	slices.SortFunc(out, func(a, b store.DeadLetterGroup) int {
+	slices.SortFunc(out, func(a, b readmodel.DeadLetterGroup) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), b.LastSeen.Compare(a.LastSeen), cmp.Compare(a.Fingerprint, b.Fingerprint), cmp.Compare(a.Reason, b.Reason))
 	})
 	return out[:min(len(out), limit(q.Limit))], nil
 }
 
 // ArchiveDeadLetters archives the dead letters among p.IDs that are not
-// archived and that p.AsOf selects; see store.DeadLetterArchiver.
-func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+// archived and that p.AsOf selects; see readmodel.DeadLetterArchiver.
+func (s *Store) ArchiveDeadLetters(ctx context.Context, p *readmodel.ArchiveParams) (int, error) {
 	mark, err := parseMark(p.AsOf)
 	if err != nil {
 		return 0, err
@@ -85,8 +86,8 @@ func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) 
 
 // RestoreDeadLetters restores the archived dead letters among p.IDs that
 // p.AsOf selects; see
-// store.DeadLetterArchiver.
-func (s *Store) RestoreDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+// readmodel.DeadLetterArchiver.
+func (s *Store) RestoreDeadLetters(ctx context.Context, p *readmodel.ArchiveParams) (int, error) {
 	mark, err := parseMark(p.AsOf)
 	if err != nil {
 		return 0, err

@@ -10,17 +10,18 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.DeadLetterQuerier     = (*Store)(nil)
-	_ store.DeadLetterReplayer    = (*Store)(nil)
-	_ store.DeadLetterTypeQuerier = (*Store)(nil)
+	_ readmodel.DeadLetterQuerier     = (*Store)(nil)
+	_ store.DeadLetterReplayer        = (*Store)(nil)
+	_ readmodel.DeadLetterTypeQuerier = (*Store)(nil)
 )
 
-// SelectsMessageType marks the store as selecting dead letters by
-// store.DeadLetterQuery.MessageType; see store.DeadLetterTypeQuerier.
-func (s *Store) SelectsMessageType() {}
+// SelectsMessageType reports true: the store selects dead letters by
+// readmodel.DeadLetterQuery.MessageType; see readmodel.DeadLetterTypeQuerier.
+func (s *Store) SelectsMessageType() bool { return true }
 
 // deadMarks numbers the recordings of dead letters: each recording takes
 // the next number, so a count's mark (the last number handed out) selects
@@ -98,7 +99,7 @@ func parseMark(asOf string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(asOf, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("memstore: dead letters as of %.40q: %w", asOf, store.ErrBadMark)
+		return 0, fmt.Errorf("memstore: dead letters as of %.40q: %w", asOf, readmodel.ErrBadMark)
 	}
 	return n, nil
 }
@@ -107,7 +108,7 @@ func parseMark(asOf string) (uint64, error) {
 // by mark: recorded before it and, unless q selects archived dead letters
 // and the others alike, archived or restored before it. The caller holds
 // s.mu.
-func (s *Store) selects(q *store.DeadLetterQuery, d *store.DeadLetter, mark uint64) bool {
+func (s *Store) selects(q *readmodel.DeadLetterQuery, d *store.DeadLetter, mark uint64) bool {
 	return (q.SagaType == "" || d.SagaType == q.SagaType) && (q.Key == "" || d.Key == q.Key) &&
 		(q.Reason == "" || d.Reason == q.Reason) && selectsType(q.MessageType, d) && s.deadMarks.bySeq[d.ID] <= mark && q.State.Selects(d.State()) &&
 		(!q.ArchivalBound() || s.deadMarks.archSeq[d.ID] <= mark) && q.SelectsTriage(d)
@@ -115,8 +116,8 @@ func (s *Store) selects(q *store.DeadLetterQuery, d *store.DeadLetter, mark uint
 
 // QueryDeadLetters returns one page of the dead letters q selects, in ID
 // order.
-func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetter, error) {
-	q = cmp.Or(q, &store.DeadLetterQuery{})
+func (s *Store) QueryDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery) ([]store.DeadLetter, error) {
+	q = cmp.Or(q, &readmodel.DeadLetterQuery{})
 	mark, err := parseMark(q.AsOf)
 	if err != nil {
 		return nil, err
@@ -143,8 +144,8 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 
 // CountDeadLetters counts the dead letters q selects by reason, with the
 // mark of the count.
-func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) (*store.DeadLetterCount, error) {
-	q = cmp.Or(q, &store.DeadLetterQuery{})
+func (s *Store) CountDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery) (*readmodel.DeadLetterCount, error) {
+	q = cmp.Or(q, &readmodel.DeadLetterQuery{})
 	mark, err := parseMark(q.AsOf)
 	if err != nil {
 		return nil, err
@@ -154,7 +155,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err := s.check(ctx, "count dead letters"); err != nil {
 		return nil, err
 	}
-	c := &store.DeadLetterCount{ByReason: map[string]int{}, AsOf: strconv.FormatUint(min(mark, s.deadMarks.last), 10)}
+	c := &readmodel.DeadLetterCount{ByReason: map[string]int{}, AsOf: strconv.FormatUint(min(mark, s.deadMarks.last), 10)}
 	for _, d := range s.dead {
 		if s.selects(q, d, mark) {
 			c.ByReason[d.Reason]++
@@ -232,7 +233,7 @@ func (s *Store) settleReplays(p *store.SettleReplaysParams) {
 }
 
 // selectsType reports whether the message-type filter typ selects d; one
-// that holds U+0000 selects nothing (see store.DeadLetterTypeQuerier).
+// that holds U+0000 selects nothing (see readmodel.DeadLetterTypeQuerier).
 func selectsType(typ string, d *store.DeadLetter) bool {
 	return typ == "" || (d.Envelope.Type == typ && !strings.Contains(typ, "\x00"))
 }

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.OutboxSentReader = (*Store)(nil)
+var _ readmodel.OutboxSentReader = (*Store)(nil)
 
 // cloneJournalEntry copies j deeply, so that neither the committer nor a
 // reader shares its payload, headers, emitted list or diff with the store.
@@ -34,7 +35,7 @@ func cloneJournal(js []store.JournalEntry) []store.JournalEntry {
 }
 
 // OutboxSent reports the sent time of each of ids still in the outbox
-// (zero while unsent); see store.OutboxSentReader.
+// (zero while unsent); see readmodel.OutboxSentReader.
 func (s *Store) OutboxSent(ctx context.Context, ids []string) (map[string]time.Time, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

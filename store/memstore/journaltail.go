@@ -4,12 +4,13 @@ import (
 	"context"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.JournalTailer = (*Store)(nil)
+var _ readmodel.JournalTailer = (*Store)(nil)
 
 // JournalTail returns the latest n entries of k's journal, oldest first,
-// and the journal's length; see store.JournalTailer. It copies only the
+// and the journal's length; see readmodel.JournalTailer. It copies only the
 // entries it returns.
 func (s *Store) JournalTail(ctx context.Context, k store.Key, n int) ([]store.JournalEntry, int, error) {
 	s.mu.RLock()

@@ -7,21 +7,22 @@ import (
 
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.TimerQuerier = (*Store)(nil)
-	_ store.QueryCounter = (*Store)(nil)
+	_ readmodel.TimerQuerier = (*Store)(nil)
+	_ readmodel.QueryCounter = (*Store)(nil)
 )
 
 // QueryTimers returns one page of the timers p selects; see
-// store.TimerQuerier.
-func (s *Store) QueryTimers(ctx context.Context, p *store.TimerQuery) ([]store.Timer, error) {
+// readmodel.TimerQuerier.
+func (s *Store) QueryTimers(ctx context.Context, p *readmodel.TimerQuery) ([]store.Timer, error) {
 	if p == nil {
-		p = &store.TimerQuery{}
+		p = &readmodel.TimerQuery{}
 	}
 	if p.After != nil && p.Before != nil {
-		return nil, fmt.Errorf("memstore: query timers: %w", store.ErrBothCursors)
+		return nil, fmt.Errorf("memstore: query timers: %w", readmodel.ErrBothCursors)
 	}
 	cursor, side := p.After, 1
 	if p.Before != nil {
@@ -54,7 +55,7 @@ func (s *Store) QueryTimers(ctx context.Context, p *store.TimerQuery) ([]store.T
 
 // matchingTimers returns the timers p's filters select, unordered; the
 // caller holds s.mu.
-func (s *Store) matchingTimers(p *store.TimerQuery) []*store.Timer {
+func (s *Store) matchingTimers(p *readmodel.TimerQuery) []*store.Timer {
 	var out []*store.Timer
 	for k, byName := range s.timers {
 		if p.SagaType != "" && k.SagaType != p.SagaType {
@@ -71,20 +72,20 @@ func (s *Store) matchingTimers(p *store.TimerQuery) []*store.Timer {
 }
 
 // CountInstanceQuery counts the instances p selects, up to bound; see
-// store.QueryCounter. Memory holds no estimate: above the bound, the
+// readmodel.QueryCounter. Memory holds no estimate: above the bound, the
 // count says only "more than bound".
-func (s *Store) CountInstanceQuery(ctx context.Context, p *store.InstanceQuery, bound int) (store.Count, error) {
+func (s *Store) CountInstanceQuery(ctx context.Context, p *readmodel.InstanceQuery, bound int) (readmodel.Count, error) {
 	if p == nil {
-		p = &store.InstanceQuery{}
+		p = &readmodel.InstanceQuery{}
 	}
 	attrs, ok := canon.AttributeFilter(p.Attributes)
 	if !ok {
-		return store.Count{Exact: true}, nil
+		return readmodel.Count{Exact: true}, nil
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.check(ctx, "count instances"); err != nil {
-		return store.Count{}, err
+		return readmodel.Count{}, err
 	}
 	n := 0
 	for _, in := range s.instances {
@@ -94,19 +95,19 @@ func (s *Store) CountInstanceQuery(ctx context.Context, p *store.InstanceQuery, 
 			}
 		}
 	}
-	return store.BoundedCount(n, bound), nil
+	return readmodel.BoundedCount(n, bound), nil
 }
 
 // CountTimerQuery counts the timers p selects, up to bound; see
-// store.QueryCounter.
-func (s *Store) CountTimerQuery(ctx context.Context, p *store.TimerQuery, bound int) (store.Count, error) {
+// readmodel.QueryCounter.
+func (s *Store) CountTimerQuery(ctx context.Context, p *readmodel.TimerQuery, bound int) (readmodel.Count, error) {
 	if p == nil {
-		p = &store.TimerQuery{}
+		p = &readmodel.TimerQuery{}
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.check(ctx, "count timers"); err != nil {
-		return store.Count{}, err
+		return readmodel.Count{}, err
 	}
-	return store.BoundedCount(len(s.matchingTimers(p)), bound), nil
+	return readmodel.BoundedCount(len(s.matchingTimers(p)), bound), nil
 }

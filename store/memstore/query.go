@@ -9,15 +9,16 @@ import (
 
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.InstanceQuerier = (*Store)(nil)
+var _ readmodel.InstanceQuerier = (*Store)(nil)
 
 // QueryInstances returns one page of the instances p selects; see
-// store.InstanceQuerier.
-func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*store.Instance, error) {
+// readmodel.InstanceQuerier.
+func (s *Store) QueryInstances(ctx context.Context, p *readmodel.InstanceQuery) ([]*store.Instance, error) {
 	if p == nil {
-		p = &store.InstanceQuery{}
+		p = &readmodel.InstanceQuery{}
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -37,7 +38,7 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 		return nil, nil
 	}
 	if p.After != nil && p.Before != nil {
-		return nil, fmt.Errorf("memstore: query instances: %w", store.ErrBothCursors)
+		return nil, fmt.Errorf("memstore: query instances: %w", readmodel.ErrBothCursors)
 	}
 	// The cursor's side: > 0 after it, < 0 before it.
 	cursor, side := p.After, 1
@@ -67,7 +68,7 @@ func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*
 	return out, nil
 }
 
-func matches(p *store.InstanceQuery, in *store.Instance) bool {
+func matches(p *readmodel.InstanceQuery, in *store.Instance) bool {
 	status := p.Status
 	if p.Stuck {
 		status = store.StatusActive
@@ -90,20 +91,20 @@ func hasAttributes(in *store.Instance, attrs map[string]string) bool {
 }
 
 // CountInstances counts instances by saga type, state and status; see
-// store.InstanceQuerier.
-func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]store.StateCount, error) {
+// readmodel.InstanceQuerier.
+func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]readmodel.StateCount, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.check(ctx, "count instances"); err != nil {
 		return nil, err
 	}
-	counts := map[store.StateCount]int{}
+	counts := map[readmodel.StateCount]int{}
 	for k, in := range s.instances {
 		if sagaType == "" || k.SagaType == sagaType {
-			counts[store.StateCount{SagaType: k.SagaType, State: in.State, Status: in.Status()}]++
+			counts[readmodel.StateCount{SagaType: k.SagaType, State: in.State, Status: in.Status()}]++
 		}
 	}
-	out := make([]store.StateCount, 0, len(counts))
+	out := make([]readmodel.StateCount, 0, len(counts))
 	for c, n := range counts {
 		c.Count = n
 		out = append(out, c)
@@ -112,6 +113,6 @@ func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]store.St
 	return out, nil
 }
 
-func compareCounts(a, b store.StateCount) int {
+func compareCounts(a, b readmodel.StateCount) int {
 	return cmp.Or(cmp.Compare(a.SagaType, b.SagaType), cmp.Compare(a.State, b.State), cmp.Compare(a.Status, b.Status))
 }

@@ -4,23 +4,23 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.RowEstimator = (*Store)(nil)
-	_ store.RowCounter   = (*Store)(nil)
+	_ readmodel.RowEstimator = (*Store)(nil)
+	_ readmodel.RowCounter   = (*Store)(nil)
 )
 
 // rows counts every kind of row; the caller holds s.mu. Its cost grows
 // with the number of sagas (a map per saga), not with their rows.
 func (s *Store) rows() map[string]int64 {
 	out := map[string]int64{
-		store.TableInstances:   int64(len(s.instances)),
-		store.TableOutbox:      int64(len(s.unsent) + len(s.sent)),
-		store.TableDeadLetters: int64(len(s.dead)),
-		store.TableSchedules:   int64(len(s.schedules)),
-		store.TableTokens:      int64(len(s.tokens)),
+		readmodel.TableInstances:   int64(len(s.instances)),
+		readmodel.TableOutbox:      int64(len(s.unsent) + len(s.sent)),
+		readmodel.TableDeadLetters: int64(len(s.dead)),
+		readmodel.TableSchedules:   int64(len(s.schedules)),
+		readmodel.TableTokens:      int64(len(s.tokens)),
 	}
 	var inbox, timers, journal int64
 	for _, m := range s.inbox {
@@ -32,12 +32,12 @@ func (s *Store) rows() map[string]int64 {
 	for _, j := range s.journal {
 		journal += int64(len(j))
 	}
-	out[store.TableInbox], out[store.TableTimers], out[store.TableJournal] = inbox, timers, journal
+	out[readmodel.TableInbox], out[readmodel.TableTimers], out[readmodel.TableJournal] = inbox, timers, journal
 	return out
 }
 
 // EstimateRows counts the rows of each kind exactly; see
-// store.RowEstimator.
+// readmodel.RowEstimator.
 func (s *Store) EstimateRows(ctx context.Context) (map[string]int64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -47,7 +47,7 @@ func (s *Store) EstimateRows(ctx context.Context) (map[string]int64, error) {
 	return s.rows(), nil
 }
 
-// CountRows counts the rows of table up to limit; see store.RowCounter.
+// CountRows counts the rows of table up to limit; see readmodel.RowCounter.
 func (s *Store) CountRows(ctx context.Context, table string, limit int64) (int64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -4,12 +4,13 @@ import (
 	"context"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.UnresolvedCounter = (*Store)(nil)
+var _ readmodel.UnresolvedCounter = (*Store)(nil)
 
 // CountUnresolved counts the unresolved, not archived dead letters, at
-// most bound of them; see store.UnresolvedCounter.
+// most bound of them; see readmodel.UnresolvedCounter.
 func (s *Store) CountUnresolved(ctx context.Context, bound int) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

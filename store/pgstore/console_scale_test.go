@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 func seedConsole(t *testing.T, s *pgstore.Store) {
@@ -39,7 +40,7 @@ func TestConsoleScaleQueries(t *testing.T) {
 	seedConsole(t, s)
 
 	var got []string
-	q := &store.DeadLetterQuery{SagaType: "order", Reason: "malformed_body", Key: "k-2", Limit: 3}
+	q := &readmodel.DeadLetterQuery{SagaType: "order", Reason: "malformed_body", Key: "k-2", Limit: 3}
 	for {
 		ds, err := s.QueryDeadLetters(ctx, q)
 		if err != nil {
@@ -59,7 +60,7 @@ func TestConsoleScaleQueries(t *testing.T) {
 	if len(got) != 10 || !slices.IsSorted(got) { // g % 3 == 0 and g % 4 == 2: g % 12 == 6 for g in 1..120
 		t.Fatalf("got %d dead letters %v, want the 10 with g %% 12 == 6 in ID order", len(got), got)
 	}
-	counts, err := s.CountDeadLetters(ctx, &store.DeadLetterQuery{Key: "k-0"})
+	counts, err := s.CountDeadLetters(ctx, &readmodel.DeadLetterQuery{Key: "k-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +70,10 @@ func TestConsoleScaleQueries(t *testing.T) {
 
 	// Filters PostgreSQL cannot take as text match nothing, without an error.
 	for _, hostile := range []string{"k\x00", "k\xff"} {
-		if ds, err := s.QueryDeadLetters(ctx, &store.DeadLetterQuery{Key: hostile, Reason: hostile}); err != nil || len(ds) != 0 {
+		if ds, err := s.QueryDeadLetters(ctx, &readmodel.DeadLetterQuery{Key: hostile, Reason: hostile}); err != nil || len(ds) != 0 {
 			t.Errorf("QueryDeadLetters(key %q) = %d, %v; want none and no error", hostile, len(ds), err)
 		}
-		if c, err := s.CountDeadLetters(ctx, &store.DeadLetterQuery{SagaType: hostile}); err != nil || len(c.ByReason) != 0 {
+		if c, err := s.CountDeadLetters(ctx, &readmodel.DeadLetterQuery{SagaType: hostile}); err != nil || len(c.ByReason) != 0 {
 			t.Errorf("CountDeadLetters(type %q) = %v, %v; want none and no error", hostile, c, err)
 		}
 		if ts, err := s.TimersOf(ctx, store.Key{SagaType: "order", Key: hostile}); err != nil || len(ts) != 0 {

@@ -11,18 +11,19 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.DeadLetterQuerier     = (*Store)(nil)
-	_ store.DeadLetterReplayer    = (*Store)(nil)
-	_ store.DeadLetterTypeQuerier = (*Store)(nil)
+	_ readmodel.DeadLetterQuerier     = (*Store)(nil)
+	_ store.DeadLetterReplayer        = (*Store)(nil)
+	_ readmodel.DeadLetterTypeQuerier = (*Store)(nil)
 )
 
-// SelectsMessageType marks the store as selecting dead letters by
-// store.DeadLetterQuery.MessageType (the column message_type, migration
-// 17); see store.DeadLetterTypeQuerier.
-func (s *Store) SelectsMessageType() {}
+// SelectsMessageType reports true: the store selects dead letters by
+// readmodel.DeadLetterQuery.MessageType (the column message_type, migration
+// 17); see readmodel.DeadLetterTypeQuerier.
+func (s *Store) SelectsMessageType() bool { return true }
 
 // asOfFilter is the condition of a mark, parameter $n, or nothing without
 // one. The condition is left out rather than guarded: the planner may fold
@@ -39,10 +40,10 @@ func asOfFilter(asOf string, n int) (string, error) {
 
 // checkSnapshotMark accepts only what PostgreSQL's pg_snapshot input
 // accepts (xmin:xmax:xip,... with 0 < xmin <= xmax and each xip ascending
-// in [xmin, xmax)), so that a bad mark is refused as store.ErrBadMark
+// in [xmin, xmax)), so that a bad mark is refused as readmodel.ErrBadMark
 // before any query instead of coming back as the server's 22P02.
 func checkSnapshotMark(asOf string) error {
-	bad := fmt.Errorf("pgstore: dead letters as of %.40q: %w", asOf, store.ErrBadMark)
+	bad := fmt.Errorf("pgstore: dead letters as of %.40q: %w", asOf, readmodel.ErrBadMark)
 	parts := strings.Split(asOf, ":")
 	if len(asOf) > 1<<16 || len(parts) != 3 {
 		return bad
@@ -69,7 +70,7 @@ func checkSnapshotMark(asOf string) error {
 // parseXid reads one unsigned decimal transaction ID, digits only.
 func parseXid(s string) (uint64, error) {
 	if s == "" || strings.Trim(s, "0123456789") != "" {
-		return 0, store.ErrBadMark
+		return 0, readmodel.ErrBadMark
 	}
 	return strconv.ParseUint(s, 10, 64)
 }
@@ -79,9 +80,9 @@ func parseXid(s string) (uint64, error) {
 // its mark (parameter $asOfParam) and its state, and whether a stored dead
 // letter can hold its filters' values (a filter PostgreSQL cannot take as
 // text matches nothing).
-func deadLetterRead(q *store.DeadLetterQuery, asOfParam int) (*store.DeadLetterQuery, string, bool, error) {
+func deadLetterRead(q *readmodel.DeadLetterQuery, asOfParam int) (*readmodel.DeadLetterQuery, string, bool, error) {
 	if q == nil {
-		q = &store.DeadLetterQuery{}
+		q = &readmodel.DeadLetterQuery{}
 	}
 	asOf, err := asOfFilter(q.AsOf, asOfParam)
 	if err != nil {
@@ -117,8 +118,8 @@ func stateFilter(st store.DeadLetterState) (string, error) {
 }
 
 // QueryDeadLetters returns one page of the dead letters q selects; see
-// store.DeadLetterQuerier.
-func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetter, error) {
+// readmodel.DeadLetterQuerier.
+func (s *Store) QueryDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery) ([]store.DeadLetter, error) {
 	if err := s.check("query dead letters"); err != nil {
 		return nil, err
 	}
@@ -153,8 +154,8 @@ ORDER BY id COLLATE "C" LIMIT $5`, args...)
 
 // CountDeadLetters counts the dead letters q selects by reason, and reads
 // the mark (the snapshot) in the same read-only, repeatable-read
-// transaction; see store.DeadLetterQuerier.
-func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) (*store.DeadLetterCount, error) {
+// transaction; see readmodel.DeadLetterQuerier.
+func (s *Store) CountDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery) (*readmodel.DeadLetterCount, error) {
 	if err := s.check("count dead letters"); err != nil {
 		return nil, err
 	}
@@ -167,7 +168,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 		return nil, fmt.Errorf("pgstore: count dead letters: %w", translate(err))
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	out := &store.DeadLetterCount{ByReason: map[string]int{}}
+	out := &readmodel.DeadLetterCount{ByReason: map[string]int{}}
 	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&out.AsOf); err != nil {
 		return nil, fmt.Errorf("pgstore: count dead letters: mark: %w", translate(err))
 	}
@@ -204,7 +205,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 }
 
 // DeleteDeadLettersAsOf removes the dead letters among ids that the mark
-// asOf selects; see store.DeadLetterQuerier.
+// asOf selects; see readmodel.DeadLetterQuerier.
 func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf string) (int, error) {
 	if asOf == "" {
 		return s.DeleteDeadLetters(ctx, ids)

@@ -10,6 +10,7 @@ import (
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // Migration 10 adds the dead-letter history columns without writing
@@ -78,7 +79,7 @@ VALUES ('old', '{"id":"old","type":"orders.Placed"}', ''::bytea, 'unknown_type',
 		t.Fatalf("migrate: %v", err)
 	}
 	defer s.Close()
-	if ds, err := s.QueryDeadLetters(ctx, &store.DeadLetterQuery{MessageType: "orders.Placed", State: store.DeadLettersUnresolved}); err != nil || len(ds) != 1 {
+	if ds, err := s.QueryDeadLetters(ctx, &readmodel.DeadLetterQuery{MessageType: "orders.Placed", State: store.DeadLettersUnresolved}); err != nil || len(ds) != 1 {
 		t.Fatalf("query by message type and state after migration 17's backfill: %d, %v; want the old dead letter", len(ds), err)
 	}
 	d, err := s.GetDeadLetter(ctx, "old")
@@ -89,7 +90,7 @@ VALUES ('old', '{"id":"old","type":"orders.Placed"}', ''::bytea, 'unknown_type',
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ds, err := s.QueryDeadLetters(ctx, &store.DeadLetterQuery{AsOf: c.AsOf}); err != nil || len(ds) != 1 {
+	if ds, err := s.QueryDeadLetters(ctx, &readmodel.DeadLetterQuery{AsOf: c.AsOf}); err != nil || len(ds) != 1 {
 		t.Fatalf("query as of a mark: %d, %v; want the old dead letter", len(ds), err)
 	}
 	at := time.Now().UTC().Truncate(time.Microsecond)

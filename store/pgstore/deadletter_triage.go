@@ -7,19 +7,20 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.DeadLetterGrouper  = (*Store)(nil)
-	_ store.DeadLetterArchiver = (*Store)(nil)
+	_ readmodel.DeadLetterGrouper  = (*Store)(nil)
+	_ readmodel.DeadLetterArchiver = (*Store)(nil)
 )
 
 // triageFilter appends to args (whose first element is the query mode,
 // not a parameter) the values of q's MessageType, Fingerprint and
 // ArchivedBefore, and of its mark when it binds the archival state (see
-// store.DeadLetterQuery.ArchivalBound), and returns the conditions that
+// readmodel.DeadLetterQuery.ArchivalBound), and returns the conditions that
 // use them with q's Archived. The caller has checked the mark.
-func triageFilter(q *store.DeadLetterQuery, args []any) (string, []any) {
+func triageFilter(q *readmodel.DeadLetterQuery, args []any) (string, []any) {
 	cond := ""
 	if q.MessageType != "" {
 		args = append(args, q.MessageType)
@@ -41,9 +42,9 @@ func triageFilter(q *store.DeadLetterQuery, args []any) (string, []any) {
 	case !q.ArchivedBefore.IsZero():
 		args = append(args, q.ArchivedBefore)
 		cond += fmt.Sprintf(` AND archived_at < $%d`, len(args)-1)
-	case q.Archived == store.ArchivedOnly:
+	case q.Archived == readmodel.ArchivedOnly:
 		cond += ` AND archived_at IS NOT NULL`
-	case q.Archived == store.ArchivedInclude:
+	case q.Archived == readmodel.ArchivedInclude:
 	default:
 		cond += ` AND archived_at IS NULL`
 	}
@@ -74,8 +75,8 @@ CROSS JOIN LATERAL (SELECT error FROM idem_dead_letters
 ORDER BY g.n DESC, g.last_seen DESC, g.fingerprint, g.reason`
 
 // GroupDeadLetters returns the groups of the dead letters q selects; see
-// store.DeadLetterGrouper.
-func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetterGroup, error) {
+// readmodel.DeadLetterGrouper.
+func (s *Store) GroupDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery) ([]readmodel.DeadLetterGroup, error) {
 	if err := s.check("group dead letters"); err != nil {
 		return nil, err
 	}
@@ -97,7 +98,7 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 
 // groupDeadLetters reads the groups of the dead letters q selects, with
 // the conditions cond of its mark and state.
-func (s *Store) groupDeadLetters(ctx context.Context, q *store.DeadLetterQuery, cond string) ([]store.DeadLetterGroup, error) {
+func (s *Store) groupDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery, cond string) ([]readmodel.DeadLetterGroup, error) {
 	c := *q
 	c.After = ""
 	args := append(deadLetterArgs(&c), sqlq.Limit(q.Limit))
@@ -110,9 +111,9 @@ func (s *Store) groupDeadLetters(ctx context.Context, q *store.DeadLetterQuery, 
 		return nil, fmt.Errorf("pgstore: group dead letters: %w", translate(err))
 	}
 	defer rows.Close()
-	var out []store.DeadLetterGroup
+	var out []readmodel.DeadLetterGroup
 	for rows.Next() {
-		var g store.DeadLetterGroup
+		var g readmodel.DeadLetterGroup
 		if err := rows.Scan(&g.Fingerprint, &g.Reason, &g.Count, &g.FirstSeen, &g.LastSeen, &g.SampleError); err != nil {
 			return nil, fmt.Errorf("pgstore: group dead letters: %w", err)
 		}
@@ -126,9 +127,9 @@ func (s *Store) groupDeadLetters(ctx context.Context, q *store.DeadLetterQuery, 
 }
 
 // ArchiveDeadLetters archives the dead letters among p.IDs that are not
-// archived and that p.AsOf selects; see store.DeadLetterArchiver. A zero
+// archived and that p.AsOf selects; see readmodel.DeadLetterArchiver. A zero
 // p.At is the database's now().
-func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+func (s *Store) ArchiveDeadLetters(ctx context.Context, p *readmodel.ArchiveParams) (int, error) {
 	if err := s.check("archive dead letters"); err != nil {
 		return 0, err
 	}
@@ -157,8 +158,8 @@ WHERE id = ANY($1) AND archived_at IS NULL`+asOf, args...)
 }
 
 // RestoreDeadLetters restores the archived dead letters among p.IDs that
-// p.AsOf selects; see store.DeadLetterArchiver.
-func (s *Store) RestoreDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+// p.AsOf selects; see readmodel.DeadLetterArchiver.
+func (s *Store) RestoreDeadLetters(ctx context.Context, p *readmodel.ArchiveParams) (int, error) {
 	if err := s.check("restore dead letters"); err != nil {
 		return 0, err
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // The dead-letter filters, compared in COLLATE "C" so that the indexes of
@@ -15,7 +15,7 @@ import (
 const deadLetterFilters = `($1 = '' OR saga_type COLLATE "C" = $1) AND ($2 = '' OR key COLLATE "C" = $2)
   AND ($3 = '' OR reason COLLATE "C" = $3) AND ($4 = '' OR id COLLATE "C" > $4 COLLATE "C")`
 
-func deadLetterArgs(q *store.DeadLetterQuery) []any {
+func deadLetterArgs(q *readmodel.DeadLetterQuery) []any {
 	// An unnamed statement is planned with its values: the empty filters
 	// drop out and the rest become index conditions.
 	return []any{pgx.QueryExecModeExec, q.SagaType, q.Key, q.Reason, q.After}

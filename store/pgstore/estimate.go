@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // ExactCountBelow is how many instances (by the planner's estimate,
@@ -36,7 +37,7 @@ GROUP BY 1, 2, 3 ORDER BY saga_type COLLATE "C", state COLLATE "C", status`
 // PostgreSQL 13, a count of a random sample of the table's pages (about
 // 10,000 rows) scaled to the table's size. A state with few instances may
 // then be missing.
-func (s *Store) EstimateInstanceCounts(ctx context.Context) (counts []store.StateCount, exact bool, err error) {
+func (s *Store) EstimateInstanceCounts(ctx context.Context) (counts []readmodel.StateCount, exact bool, err error) {
 	if err := s.check("estimate instance counts"); err != nil {
 		return nil, false, err
 	}
@@ -57,8 +58,8 @@ func (s *Store) EstimateInstanceCounts(ctx context.Context) (counts []store.Stat
 	if err != nil {
 		return nil, false, fmt.Errorf("pgstore: estimate instance counts: %w", translate(err))
 	}
-	counts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.StateCount, error) {
-		var c store.StateCount
+	counts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (readmodel.StateCount, error) {
+		var c readmodel.StateCount
 		err := r.Scan(&c.SagaType, &c.State, &c.Status, &c.Count)
 		return c, err
 	})
@@ -83,13 +84,13 @@ SELECT s.most_common_vals[u.i][1], s.most_common_vals[u.i][2], s.most_common_val
 FROM pg_stats_ext s, unnest(s.most_common_freqs) WITH ORDINALITY AS u(f, i)
 WHERE s.statistics_schemaname = current_schema() AND s.statistics_name = 'idem_instances_counts'`
 
-func (s *Store) statsCounts(ctx context.Context, total float64) ([]store.StateCount, error) {
+func (s *Store) statsCounts(ctx context.Context, total float64) ([]readmodel.StateCount, error) {
 	rows, err := s.pool.Query(ctx, statsCountsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: estimate instance counts: %w", translate(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.StateCount, error) {
-		var c store.StateCount
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (readmodel.StateCount, error) {
+		var c readmodel.StateCount
 		var active string
 		var f float64
 		err := r.Scan(&c.SagaType, &c.State, &active, &f)
@@ -102,7 +103,7 @@ func (s *Store) statsCounts(ctx context.Context, total float64) ([]store.StateCo
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: estimate instance counts: %w", translate(err))
 	}
-	slices.SortFunc(out, func(a, b store.StateCount) int { // CountInstances's order
+	slices.SortFunc(out, func(a, b readmodel.StateCount) int { // CountInstances's order
 		return cmp.Or(strings.Compare(a.SagaType, b.SagaType), strings.Compare(a.State, b.State), strings.Compare(a.Status, b.Status))
 	})
 	return out, nil

@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 )
 
@@ -21,7 +22,7 @@ func EndStalled(ctx context.Context, s *Store) { s.endStalled(ctx) }
 var SessionParams = sessionParams
 
 // Migrations exposes the embedded migrations, to build an older schema.
-var Migrations = migrations
+func Migrations() ([]string, []string, error) { return sqlq.Migrations(migrationFiles) }
 
 // QueueInstanceWrites queues on b the statements Commit sends for inserts
 // and for updates guarded by their versions.

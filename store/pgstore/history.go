@@ -9,9 +9,10 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.OutboxSentReader = (*Store)(nil)
+var _ readmodel.OutboxSentReader = (*Store)(nil)
 
 // journalDetailCols are the detail columns of a batch of journal entries,
 // as insertJournalSQL takes them (nil bytes are NULL, "" detail is NULL).
@@ -36,7 +37,7 @@ func journalDetails(journal []store.JournalEntry) (journalDetailCols, error) {
 const outboxSentSQL = `SELECT id, sent_at FROM idem_outbox WHERE id = ANY($1::text[])`
 
 // OutboxSent reports the sent time of each of ids still in the outbox
-// (zero while unsent); see store.OutboxSentReader.
+// (zero while unsent); see readmodel.OutboxSentReader.
 func (s *Store) OutboxSent(ctx context.Context, ids []string) (map[string]time.Time, error) {
 	if err := s.check("outbox sent"); err != nil {
 		return nil, err

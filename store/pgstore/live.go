@@ -15,36 +15,19 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.TimerQuerier = (*Store)(nil)
-	_ store.QueryCounter = (*Store)(nil)
+	_ readmodel.TimerQuerier = (*Store)(nil)
+	_ readmodel.QueryCounter = (*Store)(nil)
 )
-
-// pickInstanceQuery returns the statement of p's order and direction,
-// and its cursor (zero when p has none).
-func pickInstanceQuery(p *store.InstanceQuery) (string, *store.InstanceCursor) {
-	c, q := p.After, queryInstancesSQL
-	switch {
-	case p.Before != nil && p.Stuck:
-		c, q = p.Before, queryStuckBeforeSQL
-	case p.Before != nil:
-		c, q = p.Before, queryInstancesBeforeSQL
-	case p.Stuck:
-		q = queryStuckSQL
-	}
-	if c == nil {
-		c = &store.InstanceCursor{}
-	}
-	return q, c
-}
 
 // instanceFilterArgs returns the arguments $1 to $6 of queryFilters and
 // the attribute filters' name and value pairs; false when a filter can
 // match nothing (a value PostgreSQL cannot hold as text, or an attribute
 // value no attribute can hold).
-func instanceFilterArgs(p *store.InstanceQuery) (args, attrArgs []any, ok bool) {
+func instanceFilterArgs(p *readmodel.InstanceQuery) (args, attrArgs []any, ok bool) {
 	attrs, ok := canon.AttributeFilter(p.Attributes)
 	if !ok || !representable(p.SagaType, p.State, p.Status, p.KeyPrefix) {
 		return nil, nil, false
@@ -84,24 +67,24 @@ WHERE ` + queryFilters + `
 LIMIT $8`
 
 // CountInstanceQuery counts the instances p selects, reading at most
-// bound+1 rows; see store.QueryCounter. Above the bound, Estimate is the
+// bound+1 rows; see readmodel.QueryCounter. Above the bound, Estimate is the
 // planner's estimate of the rows the query selects.
-func (s *Store) CountInstanceQuery(ctx context.Context, p *store.InstanceQuery, bound int) (store.Count, error) {
+func (s *Store) CountInstanceQuery(ctx context.Context, p *readmodel.InstanceQuery, bound int) (readmodel.Count, error) {
 	if err := s.check("count instances"); err != nil {
-		return store.Count{}, err
+		return readmodel.Count{}, err
 	}
 	if p == nil {
-		p = &store.InstanceQuery{}
+		p = &readmodel.InstanceQuery{}
 	}
 	args, attrArgs, ok := instanceFilterArgs(p)
 	if !ok {
-		return store.Count{Exact: true}, nil
+		return readmodel.Count{Exact: true}, nil
 	}
 	args = append(append(args, p.Stuck, bound+1), attrArgs...)
 	q := fmt.Sprintf(selectInstanceQuerySQL, attributeFilters(len(attrArgs)/2, 9))
 	c, err := s.boundedCount(ctx, q, args, 7, bound)
 	if err != nil {
-		return store.Count{}, fmt.Errorf("pgstore: count instances: %w", err)
+		return readmodel.Count{}, fmt.Errorf("pgstore: count instances: %w", err)
 	}
 	return c, nil
 }
@@ -109,13 +92,13 @@ func (s *Store) CountInstanceQuery(ctx context.Context, p *store.InstanceQuery, 
 // boundedCount counts the rows of q, a statement that reads at most the
 // parameter $limit (bound+1) rows, and above the bound asks the planner
 // how many rows q reads without the limit.
-func (s *Store) boundedCount(ctx context.Context, q string, args []any, limit, bound int) (store.Count, error) {
+func (s *Store) boundedCount(ctx context.Context, q string, args []any, limit, bound int) (readmodel.Count, error) {
 	// Unnamed statements, planned with their values (see QueryInstances).
 	var n int
 	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM ("+q+") t", append([]any{pgx.QueryExecModeExec}, args...)...).Scan(&n); err != nil {
-		return store.Count{}, translate(err)
+		return readmodel.Count{}, translate(err)
 	}
-	c := store.BoundedCount(n, bound)
+	c := readmodel.BoundedCount(n, bound)
 	if c.Exact {
 		return c, nil
 	}
@@ -123,7 +106,7 @@ func (s *Store) boundedCount(ctx context.Context, q string, args []any, limit, b
 	args[limit] = nil // LIMIT NULL: every row
 	var plan []byte
 	if err := s.pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+q, append([]any{pgx.QueryExecModeExec}, args...)...).Scan(&plan); err != nil {
-		return store.Count{}, translate(err)
+		return readmodel.Count{}, translate(err)
 	}
 	var explained []struct {
 		Plan struct {
@@ -131,7 +114,7 @@ func (s *Store) boundedCount(ctx context.Context, q string, args []any, limit, b
 		}
 	}
 	if err := json.Unmarshal(plan, &explained); err != nil || len(explained) == 0 {
-		return store.Count{}, fmt.Errorf("read the plan's estimate: %w", err)
+		return readmodel.Count{}, fmt.Errorf("read the plan's estimate: %w", err)
 	}
 	c.Estimate = int(math.Round(explained[0].Plan.Rows))
 	return c, nil
@@ -162,16 +145,16 @@ LIMIT $9`
 )
 
 // QueryTimers returns one page of the timers p selects; see
-// store.TimerQuerier.
-func (s *Store) QueryTimers(ctx context.Context, p *store.TimerQuery) ([]store.Timer, error) {
+// readmodel.TimerQuerier.
+func (s *Store) QueryTimers(ctx context.Context, p *readmodel.TimerQuery) ([]store.Timer, error) {
 	if err := s.check("query timers"); err != nil {
 		return nil, err
 	}
 	if p == nil {
-		p = &store.TimerQuery{}
+		p = &readmodel.TimerQuery{}
 	}
 	if p.After != nil && p.Before != nil {
-		return nil, fmt.Errorf("pgstore: query timers: %w", store.ErrBothCursors)
+		return nil, fmt.Errorf("pgstore: query timers: %w", readmodel.ErrBothCursors)
 	}
 	if !representable(p.SagaType) {
 		return nil, nil
@@ -182,7 +165,7 @@ func (s *Store) QueryTimers(ctx context.Context, p *store.TimerQuery) ([]store.T
 	}
 	var due *time.Time
 	if c == nil {
-		c = &store.TimerCursor{}
+		c = &readmodel.TimerCursor{}
 	} else {
 		due = &c.DueAt
 	}
@@ -205,21 +188,21 @@ func (s *Store) QueryTimers(ctx context.Context, p *store.TimerQuery) ([]store.T
 }
 
 // CountTimerQuery counts the timers p selects, reading at most bound+1
-// rows; see store.QueryCounter. Above the bound, Estimate is the
+// rows; see readmodel.QueryCounter. Above the bound, Estimate is the
 // planner's estimate.
-func (s *Store) CountTimerQuery(ctx context.Context, p *store.TimerQuery, bound int) (store.Count, error) {
+func (s *Store) CountTimerQuery(ctx context.Context, p *readmodel.TimerQuery, bound int) (readmodel.Count, error) {
 	if err := s.check("count timers"); err != nil {
-		return store.Count{}, err
+		return readmodel.Count{}, err
 	}
 	if p == nil {
-		p = &store.TimerQuery{}
+		p = &readmodel.TimerQuery{}
 	}
 	if !representable(p.SagaType) {
-		return store.Count{Exact: true}, nil
+		return readmodel.Count{Exact: true}, nil
 	}
 	c, err := s.boundedCount(ctx, selectTimerQuerySQL, []any{p.SagaType, optTime(p.DueFrom), optTime(p.DueBefore), bound + 1}, 3, bound)
 	if err != nil {
-		return store.Count{}, fmt.Errorf("pgstore: count timers: %w", err)
+		return readmodel.Count{}, fmt.Errorf("pgstore: count timers: %w", err)
 	}
 	return c, nil
 }

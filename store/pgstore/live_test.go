@@ -5,21 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
-	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/store/readmodel"
 )
-
-func TestTimerQuerierConformance(t *testing.T) {
-	testenv.PostgresURL(t)
-	storetest.RunTimerQuerier(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
-}
-
-func TestQueryCounterConformance(t *testing.T) {
-	testenv.PostgresURL(t)
-	storetest.RunQueryCounter(t, func(t *testing.T) store.Store { return openStore(t, pgstore.Config{}) })
-}
 
 // Above the bound, the count carries the planner's estimate.
 func TestCountAboveTheBoundIsEstimated(t *testing.T) {
@@ -36,7 +25,7 @@ func TestCountAboveTheBoundIsEstimated(t *testing.T) {
 	if err := uow.Commit(ctx, &store.Changes{Inserts: ins}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.CountInstanceQuery(ctx, &store.InstanceQuery{SagaType: "a"}, 10)
+	c, err := s.CountInstanceQuery(ctx, &readmodel.InstanceQuery{SagaType: "a"}, 10)
 	if err != nil {
 		t.Fatalf("count: got error %v, want nil", err)
 	}

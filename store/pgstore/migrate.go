@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemhq/idem/internal/sqlq"
 )
 
 // MigrateLockTimeout bounds each wait of a migration for a lock (the
@@ -96,7 +98,7 @@ func parseMigration(name, body string) (migration, error) {
 
 // loadMigrations returns the embedded migrations, parsed, in order.
 func loadMigrations() ([]migration, error) {
-	names, bodies, err := migrations()
+	names, bodies, err := sqlq.Migrations(migrationFiles)
 	if err != nil {
 		return nil, err
 	}

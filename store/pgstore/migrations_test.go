@@ -1,12 +1,10 @@
 package pgstore_test
 
 import (
-	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"testing"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store/pgstore"
 )
 
@@ -16,21 +14,12 @@ import (
 // number. Two branches that each add a migration fail here until one is
 // renumbered, instead of a migrated database skipping one of them.
 func TestMigrationsNumberedByPosition(t *testing.T) {
-	entries, err := os.ReadDir("migrations")
+	names, _, err := sqlq.Migrations(os.DirFS("."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".sql") {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	for i, n := range names {
-		if want := fmt.Sprintf("%03d_", i+1); !strings.HasPrefix(n, want) {
-			t.Errorf("migration %d is %s, want a name starting with %s", i+1, n, want)
-		}
+	if err := sqlq.CheckNumbering(names); err != nil {
+		t.Error(err)
 	}
 	if got := pgstore.SchemaVersion(); got != len(names) {
 		t.Errorf("SchemaVersion() = %d, want %d", got, len(names))

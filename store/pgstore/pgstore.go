@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"regexp"
@@ -22,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
@@ -44,14 +44,6 @@ var (
 // ErrUnsafeCommit is returned by Open when the server acknowledges commits
 // before they are durable and Config.AllowUnsafeCommit is not set.
 var ErrUnsafeCommit = errors.New("postgresql acknowledges commits before they are durable")
-
-// ErrNotMigrated is store.ErrNotMigrated, which Open and New wrap when the
-// schema is missing or older than this version of Idem and Config.Migrate
-// is off.
-//
-// Deprecated: test for store.ErrNotMigrated, which every store wraps; this
-// name stays so that existing errors.Is checks keep matching.
-var ErrNotMigrated = store.ErrNotMigrated
 
 // Config configures a Store. The zero value means the defaults.
 type Config struct {
@@ -168,7 +160,7 @@ type Store struct {
 	smu         sync.Mutex
 	stalls      map[stallSeen]time.Time // guarded by smu: when endStalled first saw each wait
 
-	groups groupsCache // GroupDeadLetters' answers (dlqperf.go)
+	groups groupsCache // GroupDeadLetters' answers (groupscache.go)
 
 	notifyOn bool
 	notify   chan struct{} // capacity 1: a pending notification
@@ -335,29 +327,8 @@ func (s *Store) poolerError(err error) error {
 	return nil
 }
 
-// migrations returns the embedded migrations in order.
-func migrations() ([]string, []string, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, nil, err
-	}
-	slices.Sort(names)
-	bodies := make([]string, len(names))
-	for i, n := range names {
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, nil, err
-		}
-		bodies[i] = string(b)
-	}
-	return names, bodies, nil
-}
-
 // SchemaVersion is the schema version this package migrates to.
-func SchemaVersion() int {
-	names, _, _ := migrations()
-	return len(names)
-}
+func SchemaVersion() int { return sqlq.SchemaVersion(migrationFiles) }
 
 // Migrate creates the schema and applies missing migrations, idempotently
 // and safely against concurrent migrators (an advisory lock). Each wait

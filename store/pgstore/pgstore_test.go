@@ -50,10 +50,23 @@ func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 func TestStoreConformance(t *testing.T) {
 	testenv.PostgresURL(t)
 	const lease = time.Second
-	f := storetest.Features{Queue: true, Lease: lease, Partitioned: true, Pending: true, Claim: true, Tokens: true, TamperJournal: tamperJournal, DomainTx: domainTxFeature, Schema: schemaFeature}
+	f := storetest.Features{Queue: true, Lease: lease, Partitioned: true, Pending: true, Claim: true, Tokens: true,
+		TamperJournal: tamperJournal, DomainTx: domainTxFeature, Schema: schemaFeature, SharedClock: twoReplicas}
 	storetest.Run(t, f, func(t *testing.T) store.Store {
 		return openStore(t, pgstore.Config{Lease: lease, PollInterval: 100 * time.Millisecond})
 	})
+}
+
+// twoReplicas opens two stores on one new schema, as two replicas would:
+// they measure timer and outbox claims on the database's clock, so one
+// whose clock runs ahead does not take back the other's claims.
+func twoReplicas(t *testing.T) (store.Store, store.Store) {
+	a := openStore(t, pgstore.Config{})
+	b, err := pgstore.Open(context.Background(), testenv.PostgresURL(t), &pgstore.Config{Schema: a.Schema()})
+	if err != nil {
+		t.Fatalf("open a second store on schema %s: %v", a.Schema(), err)
+	}
+	return a, b
 }
 
 // tamperJournal tries to change and delete the journal of k through

@@ -9,9 +9,10 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.InstanceQuerier = (*Store)(nil)
+var _ readmodel.InstanceQuerier = (*Store)(nil)
 
 // The filters shared by every order: $1 saga type, $2 state, $3 status,
 // $4 key prefix (an empty value means any), $5 and $6 the UpdatedAt range
@@ -56,19 +57,24 @@ ORDER BY updated_at DESC, saga_type COLLATE "C" DESC, key COLLATE "C" DESC
 LIMIT $10`
 )
 
+// instanceStatements are the statements of QueryInstances.
+var instanceStatements = sqlq.InstanceStatements{
+	Keys: queryInstancesSQL, KeysBefore: queryInstancesBeforeSQL, Stuck: queryStuckSQL, StuckBefore: queryStuckBeforeSQL,
+}
+
 // QueryInstances returns one page of the instances p selects; see
-// store.InstanceQuerier.
-func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*store.Instance, error) {
+// readmodel.InstanceQuerier.
+func (s *Store) QueryInstances(ctx context.Context, p *readmodel.InstanceQuery) ([]*store.Instance, error) {
 	if err := s.check("query instances"); err != nil {
 		return nil, err
 	}
 	if p == nil {
-		p = &store.InstanceQuery{}
+		p = &readmodel.InstanceQuery{}
 	}
 	if p.After != nil && p.Before != nil {
-		return nil, fmt.Errorf("pgstore: query instances: %w", store.ErrBothCursors)
+		return nil, fmt.Errorf("pgstore: query instances: %w", readmodel.ErrBothCursors)
 	}
-	q, c := pickInstanceQuery(p)
+	q, c := instanceStatements.Pick(p)
 	args, attrArgs, ok := instanceFilterArgs(p)
 	if !ok || !representable(c.SagaType, c.Key) {
 		// No stored instance has such a value (a hand-made cursor):
@@ -112,8 +118,8 @@ FROM idem_instances WHERE $1 = '' OR saga_type = $1
 GROUP BY 1, 2, 3 ORDER BY saga_type COLLATE "C", state COLLATE "C", status`
 
 // CountInstances counts instances by saga type, state and status; see
-// store.InstanceQuerier.
-func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]store.StateCount, error) {
+// readmodel.InstanceQuerier.
+func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]readmodel.StateCount, error) {
 	if err := s.check("count instances"); err != nil {
 		return nil, err
 	}
@@ -121,8 +127,8 @@ func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]store.St
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: count instances: %w", translate(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.StateCount, error) {
-		var c store.StateCount
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (readmodel.StateCount, error) {
+		var c readmodel.StateCount
 		err := r.Scan(&c.SagaType, &c.State, &c.Status, &c.Count)
 		return c, err
 	})

@@ -49,9 +49,6 @@ func TestOpenRefusesMissingSchemaWithoutMigrate(t *testing.T) {
 	if !errors.Is(err, store.ErrNotMigrated) || !strings.Contains(err.Error(), "idem migrate") {
 		t.Fatalf("Open on an empty schema: got %v, want store.ErrNotMigrated saying to run idem migrate", err)
 	}
-	if old := pgstore.ErrNotMigrated; !errors.Is(err, old) {
-		t.Fatalf("Open on an empty schema: got %v, which pgstore.ErrNotMigrated does not match", err)
-	}
 }
 
 func TestOpenRefusesAsynchronousCommit(t *testing.T) {

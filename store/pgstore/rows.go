@@ -8,12 +8,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/internal/sqlq"
-	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.RowEstimator = (*Store)(nil)
-	_ store.RowCounter   = (*Store)(nil)
+	_ readmodel.RowEstimator = (*Store)(nil)
+	_ readmodel.RowCounter   = (*Store)(nil)
 )
 
 // estimateRowsSQL estimates each table's rows as the planner does: the
@@ -31,7 +31,7 @@ FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.oid IN (SELECT to_regclass(t) FROM unnest($1::text[]) AS t)`
 
 // EstimateRows estimates the rows of each table from PostgreSQL's
-// statistics, without reading the tables; see store.RowEstimator and
+// statistics, without reading the tables; see readmodel.RowEstimator and
 // estimateRowsSQL. The estimates lag the tables by the statistics
 // collector's delay (about a second), and after a crash until the next
 // ANALYZE.
@@ -60,7 +60,7 @@ func (s *Store) EstimateRows(ctx context.Context) (map[string]int64, error) {
 }
 
 // CountRows counts the rows of table up to limit, reading at most limit
-// rows; see store.RowCounter.
+// rows; see readmodel.RowCounter.
 func (s *Store) CountRows(ctx context.Context, table string, limit int64) (int64, error) {
 	if err := s.check("count rows"); err != nil {
 		return 0, err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // EstimateRows follows the planner's statistics: after an ANALYZE, the
@@ -35,10 +36,10 @@ func TestEstimateRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rows[store.TableInbox]; got < n*8/10 || got > n*12/10 {
+	if got := rows[readmodel.TableInbox]; got < n*8/10 || got > n*12/10 {
 		t.Errorf("EstimateRows()[inbox] = %d after ANALYZE, want %d ± 20%%", got, n)
 	}
-	if got, ok := rows[store.TableTimers]; !ok || got != 0 {
+	if got, ok := rows[readmodel.TableTimers]; !ok || got != 0 {
 		t.Errorf("EstimateRows()[timers] = %d (present %v), want 0", got, ok)
 	}
 	if len(rows) != 10 {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.UnresolvedCounter = (*Store)(nil)
+var _ readmodel.UnresolvedCounter = (*Store)(nil)
 
 // countUnresolvedSQL counts, up to $1, the dead letters of the partial
 // index idem_dead_letters_open (migration 17): its predicate word for word,
@@ -16,7 +16,7 @@ const countUnresolvedSQL = `SELECT count(*) FROM (SELECT 1 FROM idem_dead_letter
 WHERE archived_at IS NULL AND coalesce(latest_outcome, '') NOT IN ('pending', 'succeeded', 'duplicate') LIMIT $1) u`
 
 // CountUnresolved counts the unresolved, not archived dead letters, at
-// most bound of them; see store.UnresolvedCounter.
+// most bound of them; see readmodel.UnresolvedCounter.
 func (s *Store) CountUnresolved(ctx context.Context, bound int) (int, error) {
 	if err := s.check("count unresolved dead letters"); err != nil {
 		return 0, err

@@ -10,17 +10,18 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.DeadLetterQuerier     = (*Store)(nil)
-	_ store.DeadLetterReplayer    = (*Store)(nil)
-	_ store.DeadLetterTypeQuerier = (*Store)(nil)
+	_ readmodel.DeadLetterQuerier     = (*Store)(nil)
+	_ store.DeadLetterReplayer        = (*Store)(nil)
+	_ readmodel.DeadLetterTypeQuerier = (*Store)(nil)
 )
 
-// SelectsMessageType marks the store as selecting dead letters by
-// store.DeadLetterQuery.MessageType; see store.DeadLetterTypeQuerier.
-func (s *Store) SelectsMessageType() {}
+// SelectsMessageType reports true: the store selects dead letters by
+// readmodel.DeadLetterQuery.MessageType; see readmodel.DeadLetterTypeQuerier.
+func (s *Store) SelectsMessageType() bool { return true }
 
 // deadLetterWhere selects dead letters by saga type ?1, key ?2, reason ?3,
 // message type ?9 (the envelope's; empty: any), after the ID ?4 and
@@ -57,19 +58,19 @@ func parseMark(asOf string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(asOf, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("sqlitestore: dead letters as of %.40q: %w", asOf, store.ErrBadMark)
+		return 0, fmt.Errorf("sqlitestore: dead letters as of %.40q: %w", asOf, readmodel.ErrBadMark)
 	}
 	return n, nil
 }
 
 // QueryDeadLetters returns one page of the dead letters q selects; see
-// store.DeadLetterQuerier.
-func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetter, error) {
+// readmodel.DeadLetterQuerier.
+func (s *Store) QueryDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery) ([]store.DeadLetter, error) {
 	if err := s.check("query dead letters"); err != nil {
 		return nil, err
 	}
 	if q == nil {
-		q = &store.DeadLetterQuery{}
+		q = &readmodel.DeadLetterQuery{}
 	}
 	mark, err := parseMark(q.AsOf)
 	if err != nil {
@@ -93,13 +94,13 @@ func (s *Store) QueryDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 }
 
 // CountDeadLetters counts the dead letters q selects by reason, and reads
-// the mark in the same read transaction; see store.DeadLetterQuerier.
-func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) (*store.DeadLetterCount, error) {
+// the mark in the same read transaction; see readmodel.DeadLetterQuerier.
+func (s *Store) CountDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery) (*readmodel.DeadLetterCount, error) {
 	if err := s.check("count dead letters"); err != nil {
 		return nil, err
 	}
 	if q == nil {
-		q = &store.DeadLetterQuery{}
+		q = &readmodel.DeadLetterQuery{}
 	}
 	mark, err := parseMark(q.AsOf)
 	if err != nil {
@@ -118,7 +119,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 	if err := tx.QueryRowContext(ctx, `SELECT last FROM idem_dead_letter_marks WHERE id = 1`).Scan(&last); err != nil {
 		return nil, fmt.Errorf("sqlitestore: count dead letters: mark: %w", err)
 	}
-	out := &store.DeadLetterCount{ByReason: map[string]int{}, AsOf: strconv.FormatInt(min(last, mark), 10)}
+	out := &readmodel.DeadLetterCount{ByReason: map[string]int{}, AsOf: strconv.FormatInt(min(last, mark), 10)}
 	triage, fp, before := triageWhere(q)
 	rows, err := tx.QueryContext(ctx, `SELECT reason, count(*) FROM idem_dead_letters WHERE `+deadLetterWhere+state+triage+` GROUP BY reason`,
 		q.SagaType, q.Key, q.Reason, "", mark, 0, fp, before, typeArg(q))
@@ -141,7 +142,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 }
 
 // DeleteDeadLettersAsOf removes the dead letters among ids that the mark
-// asOf selects; see store.DeadLetterQuerier.
+// asOf selects; see readmodel.DeadLetterQuerier.
 func (s *Store) DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf string) (int, error) {
 	mark, err := parseMark(asOf)
 	if err != nil {
@@ -292,8 +293,8 @@ func collectDeadLetters(rows *sql.Rows, op string) ([]store.DeadLetter, error) {
 
 // typeArg is the value of the message-type filter ?9: q.MessageType, or
 // NULL (which selects nothing) when it holds U+0000, as on every store
-// (see store.DeadLetterTypeQuerier).
-func typeArg(q *store.DeadLetterQuery) any {
+// (see readmodel.DeadLetterTypeQuerier).
+func typeArg(q *readmodel.DeadLetterQuery) any {
 	if strings.Contains(q.MessageType, "\x00") {
 		return nil
 	}

@@ -7,18 +7,19 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.DeadLetterGrouper  = (*Store)(nil)
-	_ store.DeadLetterArchiver = (*Store)(nil)
+	_ readmodel.DeadLetterGrouper  = (*Store)(nil)
+	_ readmodel.DeadLetterArchiver = (*Store)(nil)
 )
 
 // triageWhere is the condition of q's Fingerprint (parameter ?7, NULL for
 // any) and of its archival (ArchivedBefore is ?8, 0 for none; the mark is
-// ?5, see store.DeadLetterQuery.ArchivalBound), with the values of ?7 and
+// ?5, see readmodel.DeadLetterQuery.ArchivalBound), with the values of ?7 and
 // ?8.
-func triageWhere(q *store.DeadLetterQuery) (string, any, int64) {
+func triageWhere(q *readmodel.DeadLetterQuery) (string, any, int64) {
 	var fp any // NULL: any fingerprint
 	switch q.Fingerprint {
 	case "":
@@ -34,9 +35,9 @@ func triageWhere(q *store.DeadLetterQuery) (string, any, int64) {
 	switch {
 	case !q.ArchivedBefore.IsZero():
 		return cond + ` AND archived_at < ?8`, fp, micros(q.ArchivedBefore)
-	case q.Archived == store.ArchivedOnly:
+	case q.Archived == readmodel.ArchivedOnly:
 		cond += ` AND archived_at IS NOT NULL`
-	case q.Archived == store.ArchivedInclude:
+	case q.Archived == readmodel.ArchivedInclude:
 	default:
 		cond += ` AND archived_at IS NULL`
 	}
@@ -55,13 +56,13 @@ const groupDeadLettersSQL = `SELECT fingerprint, reason, n, first_seen, last_see
 WHERE rn = 1 ORDER BY n DESC, last_seen DESC, fingerprint, reason LIMIT ?6`
 
 // GroupDeadLetters returns the groups of the dead letters q selects; see
-// store.DeadLetterGrouper.
-func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) ([]store.DeadLetterGroup, error) {
+// readmodel.DeadLetterGrouper.
+func (s *Store) GroupDeadLetters(ctx context.Context, q *readmodel.DeadLetterQuery) ([]readmodel.DeadLetterGroup, error) {
 	if err := s.check("group dead letters"); err != nil {
 		return nil, err
 	}
 	if q == nil {
-		q = &store.DeadLetterQuery{}
+		q = &readmodel.DeadLetterQuery{}
 	}
 	mark, err := parseMark(q.AsOf)
 	if err != nil {
@@ -78,9 +79,9 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 		return nil, fmt.Errorf("sqlitestore: group dead letters: %w", err)
 	}
 	defer rows.Close()
-	var out []store.DeadLetterGroup
+	var out []readmodel.DeadLetterGroup
 	for rows.Next() {
-		var g store.DeadLetterGroup
+		var g readmodel.DeadLetterGroup
 		var first, last int64
 		if err := rows.Scan(&g.Fingerprint, &g.Reason, &g.Count, &first, &last, &g.SampleError); err != nil {
 			return nil, fmt.Errorf("sqlitestore: group dead letters: %w", err)
@@ -95,8 +96,8 @@ func (s *Store) GroupDeadLetters(ctx context.Context, q *store.DeadLetterQuery) 
 }
 
 // ArchiveDeadLetters archives the dead letters among p.IDs that are not
-// archived and that p.AsOf selects; see store.DeadLetterArchiver.
-func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+// archived and that p.AsOf selects; see readmodel.DeadLetterArchiver.
+func (s *Store) ArchiveDeadLetters(ctx context.Context, p *readmodel.ArchiveParams) (int, error) {
 	mark, err := parseMark(p.AsOf)
 	if err != nil {
 		return 0, err
@@ -111,8 +112,8 @@ func (s *Store) ArchiveDeadLetters(ctx context.Context, p *store.ArchiveParams) 
 
 // RestoreDeadLetters restores the archived dead letters among p.IDs that
 // p.AsOf selects; see
-// store.DeadLetterArchiver.
-func (s *Store) RestoreDeadLetters(ctx context.Context, p *store.ArchiveParams) (int, error) {
+// readmodel.DeadLetterArchiver.
+func (s *Store) RestoreDeadLetters(ctx context.Context, p *readmodel.ArchiveParams) (int, error) {
 	mark, err := parseMark(p.AsOf)
 	if err != nil {
 		return 0, err

@@ -9,9 +9,10 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.OutboxSentReader = (*Store)(nil)
+var _ readmodel.OutboxSentReader = (*Store)(nil)
 
 // journalArgs are insertJournalSQL's arguments for j: its detail columns
 // are NULL when j records none.
@@ -49,7 +50,7 @@ func (c *detailCols) decode(j *store.JournalEntry) error {
 }
 
 // OutboxSent reports the sent time of each of ids still in the outbox
-// (zero while unsent); see store.OutboxSentReader.
+// (zero while unsent); see readmodel.OutboxSentReader.
 func (s *Store) OutboxSent(ctx context.Context, ids []string) (map[string]time.Time, error) {
 	if err := s.check("outbox sent"); err != nil {
 		return nil, err

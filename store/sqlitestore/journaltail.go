@@ -6,9 +6,10 @@ import (
 	"slices"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.JournalTailer = (*Store)(nil)
+var _ readmodel.JournalTailer = (*Store)(nil)
 
 // journalTailSQL reads the latest ?3 entries of one journal, newest first,
 // through the index on (saga_type, key, id), each row with the journal's
@@ -22,7 +23,7 @@ FROM idem_journal WHERE saga_type = ?1 AND key = ?2 ORDER BY id DESC LIMIT ?3`
 const journalCountSQL = `SELECT count(*) FROM idem_journal WHERE saga_type = ?1 AND key = ?2`
 
 // JournalTail returns the latest n entries of k's journal, oldest first,
-// and the journal's length; see store.JournalTailer.
+// and the journal's length; see readmodel.JournalTailer.
 func (s *Store) JournalTail(ctx context.Context, k store.Key, n int) ([]store.JournalEntry, int, error) {
 	if err := s.check("journal tail"); err != nil {
 		return nil, 0, err

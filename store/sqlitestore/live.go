@@ -12,17 +12,18 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.TimerQuerier = (*Store)(nil)
-	_ store.QueryCounter = (*Store)(nil)
+	_ readmodel.TimerQuerier = (*Store)(nil)
+	_ readmodel.QueryCounter = (*Store)(nil)
 )
 
 // instanceFilterArgs returns the arguments ?1 to ?6 of queryFilters and
 // the attribute filters' name and value pairs; false when an attribute
 // value can match nothing.
-func instanceFilterArgs(p *store.InstanceQuery) (args, attrArgs []any, ok bool) {
+func instanceFilterArgs(p *readmodel.InstanceQuery) (args, attrArgs []any, ok bool) {
 	attrs, ok := canon.AttributeFilter(p.Attributes)
 	if !ok {
 		return nil, nil, false
@@ -68,26 +69,26 @@ WHERE ` + queryFilters + `
 LIMIT ?8)`
 
 // CountInstanceQuery counts the instances p selects, reading at most
-// bound+1 rows; see store.QueryCounter. SQLite keeps no statistics to
+// bound+1 rows; see readmodel.QueryCounter. SQLite keeps no statistics to
 // estimate from: above the bound, the count says only "more than bound".
-func (s *Store) CountInstanceQuery(ctx context.Context, p *store.InstanceQuery, bound int) (store.Count, error) {
+func (s *Store) CountInstanceQuery(ctx context.Context, p *readmodel.InstanceQuery, bound int) (readmodel.Count, error) {
 	if err := s.check("count instances"); err != nil {
-		return store.Count{}, err
+		return readmodel.Count{}, err
 	}
 	if p == nil {
-		p = &store.InstanceQuery{}
+		p = &readmodel.InstanceQuery{}
 	}
 	args, attrArgs, ok := instanceFilterArgs(p)
 	if !ok {
-		return store.Count{Exact: true}, nil
+		return readmodel.Count{Exact: true}, nil
 	}
 	args = append(append(args, p.Stuck, bound+1), attrArgs...)
 	var n int
 	q := fmt.Sprintf(countInstanceQuerySQL, attributeFilters(len(attrArgs)/2, 9))
 	if err := s.rdb.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
-		return store.Count{}, fmt.Errorf("sqlitestore: count instances: %w", err)
+		return readmodel.Count{}, fmt.Errorf("sqlitestore: count instances: %w", err)
 	}
-	return store.BoundedCount(n, bound), nil
+	return readmodel.BoundedCount(n, bound), nil
 }
 
 // The timers a TimerQuery selects: ?1 saga type (empty: any), ?2 and ?3
@@ -116,23 +117,23 @@ SELECT count(*) FROM (SELECT 1 FROM idem_timers WHERE ` + timerFilters + ` LIMIT
 )
 
 // QueryTimers returns one page of the timers p selects; see
-// store.TimerQuerier.
-func (s *Store) QueryTimers(ctx context.Context, p *store.TimerQuery) ([]store.Timer, error) {
+// readmodel.TimerQuerier.
+func (s *Store) QueryTimers(ctx context.Context, p *readmodel.TimerQuery) ([]store.Timer, error) {
 	if err := s.check("query timers"); err != nil {
 		return nil, err
 	}
 	if p == nil {
-		p = &store.TimerQuery{}
+		p = &readmodel.TimerQuery{}
 	}
 	if p.After != nil && p.Before != nil {
-		return nil, fmt.Errorf("sqlitestore: query timers: %w", store.ErrBothCursors)
+		return nil, fmt.Errorf("sqlitestore: query timers: %w", readmodel.ErrBothCursors)
 	}
 	q, c, due := queryTimersSQL, p.After, int64(math.MinInt64)
 	if p.Before != nil {
 		q, c = queryTimersBeforeSQL, p.Before
 	}
 	if c == nil {
-		c = &store.TimerCursor{}
+		c = &readmodel.TimerCursor{}
 	} else {
 		due = micros(c.DueAt)
 	}
@@ -156,18 +157,18 @@ func (s *Store) QueryTimers(ctx context.Context, p *store.TimerQuery) ([]store.T
 }
 
 // CountTimerQuery counts the timers p selects, reading at most bound+1
-// rows; see store.QueryCounter.
-func (s *Store) CountTimerQuery(ctx context.Context, p *store.TimerQuery, bound int) (store.Count, error) {
+// rows; see readmodel.QueryCounter.
+func (s *Store) CountTimerQuery(ctx context.Context, p *readmodel.TimerQuery, bound int) (readmodel.Count, error) {
 	if err := s.check("count timers"); err != nil {
-		return store.Count{}, err
+		return readmodel.Count{}, err
 	}
 	if p == nil {
-		p = &store.TimerQuery{}
+		p = &readmodel.TimerQuery{}
 	}
 	from, before := rangeMicros(p.DueFrom, p.DueBefore)
 	var n int
 	if err := s.rdb.QueryRowContext(ctx, countTimerQuerySQL, p.SagaType, from, before, bound+1).Scan(&n); err != nil {
-		return store.Count{}, fmt.Errorf("sqlitestore: count timers: %w", err)
+		return readmodel.Count{}, fmt.Errorf("sqlitestore: count timers: %w", err)
 	}
-	return store.BoundedCount(n, bound), nil
+	return readmodel.BoundedCount(n, bound), nil
 }

@@ -30,7 +30,12 @@ import (
 // with it for the file's write lock. Open the application's *sql.DB with a
 // busy timeout and immediate transactions, for example
 //
-//	file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate
+//	file:app.db?_pragma=busy_timeout(5000)&_txlock=immediate
+//
+// Open puts the file in WAL mode, which lasts. If the application may
+// open the file before any Store has, it calls SetWAL rather than put
+// journal_mode(WAL) in the DSN: that pragma fails at once with
+// SQLITE_BUSY when processes open a new file together.
 //
 // With _txlock=immediate, BEGIN takes the write lock (waiting up to the
 // busy timeout while the Store commits) and the transaction cannot fail

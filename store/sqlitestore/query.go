@@ -7,9 +7,10 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-var _ store.InstanceQuerier = (*Store)(nil)
+var _ readmodel.InstanceQuerier = (*Store)(nil)
 
 // The filters shared by every order: ?1 saga type, ?2 state, ?3 status,
 // ?4 key prefix (an empty value means any), ?5 and ?6 the UpdatedAt range
@@ -50,31 +51,25 @@ ORDER BY updated_at DESC, saga_type DESC, key DESC
 LIMIT ?10`
 )
 
+// instanceStatements are the statements of QueryInstances.
+var instanceStatements = sqlq.InstanceStatements{
+	Keys: queryInstancesSQL, KeysBefore: queryInstancesBeforeSQL, Stuck: queryStuckSQL, StuckBefore: queryStuckBeforeSQL,
+}
+
 // QueryInstances returns one page of the instances p selects; see
-// store.InstanceQuerier.
-func (s *Store) QueryInstances(ctx context.Context, p *store.InstanceQuery) ([]*store.Instance, error) {
+// readmodel.InstanceQuerier.
+func (s *Store) QueryInstances(ctx context.Context, p *readmodel.InstanceQuery) ([]*store.Instance, error) {
 	if err := s.check("query instances"); err != nil {
 		return nil, err
 	}
 	if p == nil {
-		p = &store.InstanceQuery{}
+		p = &readmodel.InstanceQuery{}
 	}
 	if p.After != nil && p.Before != nil {
-		return nil, fmt.Errorf("sqlitestore: query instances: %w", store.ErrBothCursors)
+		return nil, fmt.Errorf("sqlitestore: query instances: %w", readmodel.ErrBothCursors)
 	}
 	hasCursor := p.After != nil || p.Before != nil
-	c, q := p.After, queryInstancesSQL
-	switch {
-	case p.Before != nil && p.Stuck:
-		c, q = p.Before, queryStuckBeforeSQL
-	case p.Before != nil:
-		c, q = p.Before, queryInstancesBeforeSQL
-	case p.Stuck:
-		q = queryStuckSQL
-	}
-	if c == nil {
-		c = &store.InstanceCursor{}
-	}
+	q, c := instanceStatements.Pick(p)
 	args, filters, ok := instanceFilterArgs(p)
 	if !ok {
 		return nil, nil
@@ -109,8 +104,8 @@ FROM idem_instances WHERE ?1 = '' OR saga_type = ?1
 GROUP BY saga_type, state, status ORDER BY saga_type, state, status`
 
 // CountInstances counts instances by saga type, state and status; see
-// store.InstanceQuerier.
-func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]store.StateCount, error) {
+// readmodel.InstanceQuerier.
+func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]readmodel.StateCount, error) {
 	if err := s.check("count instances"); err != nil {
 		return nil, err
 	}
@@ -119,9 +114,9 @@ func (s *Store) CountInstances(ctx context.Context, sagaType string) ([]store.St
 		return nil, fmt.Errorf("sqlitestore: count instances: %w", err)
 	}
 	defer rows.Close()
-	out := []store.StateCount{}
+	out := []readmodel.StateCount{}
 	for rows.Next() {
-		var c store.StateCount
+		var c readmodel.StateCount
 		if err := rows.Scan(&c.SagaType, &c.State, &c.Status, &c.Count); err != nil {
 			return nil, fmt.Errorf("sqlitestore: count instances: %w", err)
 		}

@@ -8,12 +8,12 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem/internal/sqlq"
-	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var (
-	_ store.RowEstimator = (*Store)(nil)
-	_ store.RowCounter   = (*Store)(nil)
+	_ readmodel.RowEstimator = (*Store)(nil)
+	_ readmodel.RowCounter   = (*Store)(nil)
 )
 
 // btreeProbes is how many root-to-leaf paths EstimateRows reads in each
@@ -28,7 +28,7 @@ const btreeProbes = 8
 // per level of each tree, about 30 pages per table at a million rows,
 // whatever the size; it writes nothing and takes no lock that a writer
 // waits for. A table that fits in one page is counted exactly; a larger
-// one is usually within a few percent. See store.RowEstimator.
+// one is usually within a few percent. See readmodel.RowEstimator.
 //
 // It neither counts (count(*) reads every page of the table) nor reads
 // sqlite_stat1: that needs ANALYZE, which writes, goes stale between runs,
@@ -179,7 +179,7 @@ func child(p []byte, h, c, cells int) (uint32, error) {
 	return binary.BigEndian.Uint32(p[off:]), nil
 }
 
-// CountRows counts the rows of table up to limit; see store.RowCounter.
+// CountRows counts the rows of table up to limit; see readmodel.RowCounter.
 func (s *Store) CountRows(ctx context.Context, table string, limit int64) (int64, error) {
 	if err := s.check("count rows"); err != nil {
 		return 0, err

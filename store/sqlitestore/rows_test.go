@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
@@ -38,13 +39,13 @@ func TestEstimateRows(t *testing.T) {
 	for _, c := range []struct {
 		table string
 		want  int64
-	}{{store.TableInbox, n}, {store.TableJournal, n}} {
+	}{{readmodel.TableInbox, n}, {readmodel.TableJournal, n}} {
 		if got := rows[c.table]; got < c.want*8/10 || got > c.want*12/10 {
 			t.Errorf("EstimateRows()[%q] = %d, want %d ± 20%%", c.table, got, c.want)
 		}
 	}
-	if rows[store.TableDeadLetters] != 1 || rows[store.TableTimers] != 0 {
-		t.Errorf("EstimateRows(): dead letters %d, timers %d; want exactly 1 and 0 (one page)", rows[store.TableDeadLetters], rows[store.TableTimers])
+	if rows[readmodel.TableDeadLetters] != 1 || rows[readmodel.TableTimers] != 0 {
+		t.Errorf("EstimateRows(): dead letters %d, timers %d; want exactly 1 and 0 (one page)", rows[readmodel.TableDeadLetters], rows[readmodel.TableTimers])
 	}
 	t.Logf("estimates: %v", rows)
 }
@@ -80,12 +81,12 @@ func BenchmarkEstimateRows(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(rows[store.TableInbox]), "inbox-rows")
-		b.ReportMetric(float64(rows[store.TableJournal]), "journal-rows")
+		b.ReportMetric(float64(rows[readmodel.TableInbox]), "inbox-rows")
+		b.ReportMetric(float64(rows[readmodel.TableJournal]), "journal-rows")
 	})
 	b.Run("count-inbox", func(b *testing.B) {
 		for b.Loop() {
-			if n, err := s.CountRows(ctx, store.TableInbox, 1<<40); err != nil || n != 100_000 {
+			if n, err := s.CountRows(ctx, readmodel.TableInbox, 1<<40); err != nil || n != 100_000 {
 				b.Fatal(n, err)
 			}
 		}

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
@@ -39,21 +39,6 @@ var (
 
 	_ transport.PendingCounter = (*Store)(nil)
 )
-
-// ErrNotMigrated is store.ErrNotMigrated, which Open wraps when
-// Config.SkipMigrate is set and the database is missing or its schema is
-// older than this package.
-//
-// Deprecated: test for store.ErrNotMigrated, which every store wraps; this
-// name stays so that existing errors.Is checks keep matching.
-var ErrNotMigrated = store.ErrNotMigrated
-
-// ErrSchemaTooNew is store.ErrSchemaTooNew, which Open wraps when the
-// database was migrated by a newer version of Idem than this one.
-//
-// Deprecated: test for store.ErrSchemaTooNew; this name stays so that
-// existing errors.Is checks keep matching.
-var ErrSchemaTooNew = store.ErrSchemaTooNew
 
 // Config configures a Store. The zero value means the defaults.
 type Config struct {
@@ -271,7 +256,7 @@ func (s *Store) open(ctx context.Context) error {
 	if s.wconn, err = s.wdb.Conn(ctx); err != nil {
 		return s.openErr(err)
 	}
-	mode, err := s.setWAL(ctx)
+	mode, err := SetWAL(ctx, s.wconn, s.cfg.BusyTimeout)
 	if err != nil {
 		return s.openErr(err)
 	}
@@ -302,15 +287,22 @@ func (s *Store) open(ctx context.Context) error {
 	return nil
 }
 
-// setWAL switches the file to WAL mode and returns the mode it is in.
-// When several processes open a new file at once, SQLite answers the
-// switch with SQLITE_BUSY at once, without waiting in its busy handler:
-// setWAL tries again until Config.BusyTimeout has passed.
-func (s *Store) setWAL(ctx context.Context) (string, error) {
-	deadline := time.Now().Add(s.cfg.BusyTimeout)
+// SetWAL switches the SQLite database that db is open on to WAL mode and
+// returns the journal mode it is in afterwards: "wal", or the old mode on
+// a file system without the shared memory that WAL needs. When several
+// processes open a new file at once, SQLite answers the switch with
+// SQLITE_BUSY at once, without waiting in its busy handler: SetWAL tries
+// again until timeout has passed or ctx is done. Open does this for the
+// Store's own connections. Call SetWAL for a *sql.DB of the application's
+// on a database that other processes may create at the same moment,
+// instead of a journal_mode(WAL) pragma in its DSN.
+func SetWAL(ctx context.Context, db interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
 	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
 		var mode string
-		err := s.wconn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+		err := db.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
 		var se *sqlite.Error
 		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
 			return mode, err
@@ -341,29 +333,8 @@ func (s *Store) openErr(err error) error {
 	return fmt.Errorf("sqlitestore: open %s: %w", s.path, err)
 }
 
-// migrations returns the embedded migrations in order.
-func migrations() ([]string, []string, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, nil, err
-	}
-	slices.Sort(names)
-	bodies := make([]string, len(names))
-	for i, n := range names {
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, nil, err
-		}
-		bodies[i] = string(b)
-	}
-	return names, bodies, nil
-}
-
 // SchemaVersion is the schema version this package migrates to.
-func SchemaVersion() int {
-	names, _, _ := migrations()
-	return len(names)
-}
+func SchemaVersion() int { return sqlq.SchemaVersion(migrationFiles) }
 
 const createMigrationsSQL = `
 CREATE TABLE IF NOT EXISTS idem_migrations (
@@ -376,7 +347,7 @@ CREATE TABLE IF NOT EXISTS idem_migrations (
 // concurrent openers take turns) or, with SkipMigrate, checks that none is
 // missing. Either way it refuses a schema newer than this package.
 func (s *Store) migrate(ctx context.Context) error {
-	names, bodies, err := migrations()
+	names, bodies, err := sqlq.Migrations(migrationFiles)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: read migrations: %w", err)
 	}

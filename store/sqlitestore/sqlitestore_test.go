@@ -38,10 +38,23 @@ func openStore(t testing.TB, cfg sqlitestore.Config) *sqlitestore.Store {
 
 func TestStoreConformance(t *testing.T) {
 	const lease = time.Second
-	f := storetest.Features{Queue: true, Lease: lease, Pending: true, Tokens: true, TamperJournal: tamperJournal, DomainTx: domainTxFeature, Schema: schemaFeature}
+	f := storetest.Features{Queue: true, Lease: lease, Pending: true, Tokens: true,
+		TamperJournal: tamperJournal, DomainTx: domainTxFeature, Schema: schemaFeature, SharedClock: twoProcesses}
 	storetest.Run(t, f, func(t *testing.T) store.Store {
 		return openStore(t, sqlitestore.Config{Lease: lease, PollInterval: 50 * time.Millisecond})
 	})
+}
+
+// twoProcesses opens two stores on one new file, as two processes on one
+// host would: they measure timer and outbox claims on the host's clock,
+// not on the engines' clocks.
+func twoProcesses(t *testing.T) (store.Store, store.Store) {
+	a := openStore(t, sqlitestore.Config{})
+	b, err := sqlitestore.Open(context.Background(), a.Path(), &sqlitestore.Config{Logger: quiet})
+	if err != nil {
+		t.Fatalf("open a second store on %s: %v", a.Path(), err)
+	}
+	return a, b
 }
 
 // tamperJournal tries to change and delete the journal of k through

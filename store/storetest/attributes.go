@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // withAttributes returns a new instance with the given attributes.
@@ -14,8 +15,8 @@ func withAttributes(typ, k string, at time.Time, attrs map[string]string) *store
 	return in
 }
 
-func byAttrs(kv ...string) *store.InstanceQuery {
-	p := &store.InstanceQuery{Attributes: map[string]string{}}
+func byAttrs(kv ...string) *readmodel.InstanceQuery {
+	p := &readmodel.InstanceQuery{Attributes: map[string]string{}}
 	for i := 0; i+1 < len(kv); i += 2 {
 		p.Attributes[kv[i]] = kv[i+1]
 	}
@@ -43,7 +44,7 @@ func testAttributesStoredInTheSameCommit(t *testing.T, s store.Store) {
 	if again := loadOne(t, s, key("order", "o-1")); again.Attributes["supplier"] != "acme" {
 		t.Errorf("reload after mutating a loaded copy: supplier %q, want %q", again.Attributes["supplier"], "acme")
 	}
-	res, err := s.(store.InstanceQuerier).QueryInstances(ctx, byAttrs("region", "eu"))
+	res, err := s.(readmodel.InstanceQuerier).QueryInstances(ctx, byAttrs("region", "eu"))
 	if err != nil || len(res) != 1 {
 		t.Fatalf("query region=eu: got %d instances, error %v; want 1, nil", len(res), err)
 	}
@@ -105,7 +106,7 @@ func testAttributesFilterAndPaging(t *testing.T, s store.Store) {
 	p = byAttrs("supplier", "acme")
 	p.Limit = 1
 	for range 10 {
-		ins, err := s.(store.InstanceQuerier).QueryInstances(t.Context(), p)
+		ins, err := s.(readmodel.InstanceQuerier).QueryInstances(t.Context(), p)
 		if err != nil {
 			t.Fatalf("query page after %v: got error %v, want nil", got, err)
 		}
@@ -113,7 +114,7 @@ func testAttributesFilterAndPaging(t *testing.T, s store.Store) {
 			break
 		}
 		got = append(got, instanceKeys(ins)...)
-		p.After = store.CursorOf(ins[len(ins)-1])
+		p.After = readmodel.CursorOf(ins[len(ins)-1])
 	}
 	checkStrings(t, "pages of supplier=acme", got, []string{"invoice/i-1", "order/o-1", "order/o-2", "order/o-4"})
 
@@ -147,7 +148,7 @@ func testAttributesHostileQueryMatchesNothing(t *testing.T, s store.Store) {
 		{"NUL in name", "reg\x00ion", "eu"},
 		{"invalid name", "region; --", "eu"},
 	} {
-		ins, err := s.(store.InstanceQuerier).QueryInstances(t.Context(), byAttrs(tc.attr, tc.value))
+		ins, err := s.(readmodel.InstanceQuerier).QueryInstances(t.Context(), byAttrs(tc.attr, tc.value))
 		if err != nil || len(ins) != 0 {
 			t.Errorf("%s: got %v, error %v; want no instance and no error", tc.name, instanceKeys(ins), err)
 		}

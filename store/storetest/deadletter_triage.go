@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var deadLetterTriageCases = []testCase{
@@ -23,20 +24,6 @@ var deadLetterTriageCases = []testCase{
 	{"DeadLetterReplayRecordsWho", testDeadLetterReplayWho},
 	{"DeadLetterArchivalBoundToMark", testDeadLetterArchivalMark},
 	{"DeadLetterPurgeKeepsRestored", testDeadLetterPurgeKeepsRestored},
-}
-
-// RunDeadLetterTriage runs the cases of store.DeadLetterGrouper and
-// store.DeadLetterArchiver (with store.DeadLetterQuerier) against the
-// stores newStore returns, which must implement all three. Each case is a
-// parallel subtest with a fresh store, as in Run.
-func RunDeadLetterTriage(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, deadLetterTriageCases, newStore, "store.DeadLetterGrouper, store.DeadLetterArchiver and store.DeadLetterQuerier", func(s store.Store) bool {
-		_, g := s.(store.DeadLetterGrouper)
-		_, a := s.(store.DeadLetterArchiver)
-		_, q := s.(store.DeadLetterQuerier)
-		return g && a && q
-	})
 }
 
 // seedTriage records five dead letters at t0, t0+1m, …: d-0..d-2 fail
@@ -60,18 +47,18 @@ func seedTriage(t *testing.T, s store.Store, t0 time.Time) []store.DeadLetter {
 	return dls
 }
 
-func groups(t *testing.T, s store.Store, q store.DeadLetterQuery) []store.DeadLetterGroup {
+func groups(t *testing.T, s store.Store, q readmodel.DeadLetterQuery) []readmodel.DeadLetterGroup {
 	t.Helper()
-	gs, err := s.(store.DeadLetterGrouper).GroupDeadLetters(t.Context(), &q)
+	gs, err := s.(readmodel.DeadLetterGrouper).GroupDeadLetters(t.Context(), &q)
 	if err != nil {
 		t.Fatalf("group dead letters %+v: got error %v, want nil", q, err)
 	}
 	return gs
 }
 
-func countAll(t *testing.T, s store.Store, q store.DeadLetterQuery) map[string]int {
+func countAll(t *testing.T, s store.Store, q readmodel.DeadLetterQuery) map[string]int {
 	t.Helper()
-	c, err := s.(store.DeadLetterQuerier).CountDeadLetters(t.Context(), &q)
+	c, err := s.(readmodel.DeadLetterQuerier).CountDeadLetters(t.Context(), &q)
 	if err != nil {
 		t.Fatalf("count dead letters %+v: got error %v, want nil", q, err)
 	}
@@ -90,7 +77,7 @@ func testDeadLetterFingerprintRecorded(t *testing.T, s store.Store) {
 	if got, want := getDeadLetter(t, s, "d-1").Fingerprint, store.Fingerprint(d.Reason, d.Error); got != want {
 		t.Errorf("fingerprint after recording again with another error: got %q, want %q (the latest failure's)", got, want)
 	}
-	ds, err := s.(store.DeadLetterQuerier).QueryDeadLetters(t.Context(), &store.DeadLetterQuery{})
+	ds, err := s.(readmodel.DeadLetterQuerier).QueryDeadLetters(t.Context(), &readmodel.DeadLetterQuery{})
 	if err != nil || len(ds) != 1 || ds[0].Fingerprint != store.Fingerprint(d.Reason, d.Error) {
 		t.Errorf("query: got %+v, %v; want d-1 with its fingerprint", ds, err)
 	}
@@ -99,31 +86,31 @@ func testDeadLetterFingerprintRecorded(t *testing.T, s store.Store) {
 func testDeadLetterGroups(t *testing.T, s store.Store) {
 	t0 := now().Add(-time.Hour)
 	dls := seedTriage(t, s, t0)
-	gs := groups(t, s, store.DeadLetterQuery{})
+	gs := groups(t, s, readmodel.DeadLetterQuery{})
 	declined, unknown := store.Fingerprint("handler_failed", dls[0].Error), store.Fingerprint("unknown_type", dls[3].Error)
-	want := []store.DeadLetterGroup{
+	want := []readmodel.DeadLetterGroup{
 		{Fingerprint: declined, Reason: "handler_failed", SampleError: dls[2].Error, Count: 3, FirstSeen: t0, LastSeen: t0.Add(2 * time.Minute)},
 		{Fingerprint: unknown, Reason: "unknown_type", SampleError: dls[4].Error, Count: 2, FirstSeen: t0.Add(3 * time.Minute), LastSeen: t0.Add(4 * time.Minute)},
 	}
 	checkGroups(t, "every dead letter", gs, want)
-	ids := queryAll(t, s, store.DeadLetterQuery{Fingerprint: declined, Limit: 2})
+	ids := queryAll(t, s, readmodel.DeadLetterQuery{Fingerprint: declined, Limit: 2})
 	if !slices.Equal(ids, []string{"d-0", "d-1", "d-2"}) {
 		t.Errorf("query by fingerprint %s: got %v, want [d-0 d-1 d-2]", declined, ids)
 	}
-	if got := countAll(t, s, store.DeadLetterQuery{Fingerprint: unknown}); !maps.Equal(got, map[string]int{"unknown_type": 2}) {
+	if got := countAll(t, s, readmodel.DeadLetterQuery{Fingerprint: unknown}); !maps.Equal(got, map[string]int{"unknown_type": 2}) {
 		t.Errorf("count by fingerprint %s: got %v, want unknown_type: 2", unknown, got)
 	}
-	if got := queryAll(t, s, store.DeadLetterQuery{Fingerprint: store.FingerprintNone}); len(got) != 0 {
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{Fingerprint: store.FingerprintNone}); len(got) != 0 {
 		t.Errorf("query of the dead letters without a fingerprint: got %v, want none", got)
 	}
-	if got := groups(t, s, store.DeadLetterQuery{Limit: 1}); len(got) != 1 || got[0].Fingerprint != declined {
+	if got := groups(t, s, readmodel.DeadLetterQuery{Limit: 1}); len(got) != 1 || got[0].Fingerprint != declined {
 		t.Errorf("groups with Limit 1: got %+v, want the largest only", got)
 	}
 }
 
-func checkGroups(t *testing.T, what string, got, want []store.DeadLetterGroup) {
+func checkGroups(t *testing.T, what string, got, want []readmodel.DeadLetterGroup) {
 	t.Helper()
-	eq := func(a, b store.DeadLetterGroup) bool {
+	eq := func(a, b readmodel.DeadLetterGroup) bool {
 		return a.Fingerprint == b.Fingerprint && a.Reason == b.Reason && a.SampleError == b.SampleError && a.Count == b.Count &&
 			a.FirstSeen.Equal(b.FirstSeen) && a.LastSeen.Equal(b.LastSeen)
 	}
@@ -136,32 +123,32 @@ func testDeadLetterGroupsFiltered(t *testing.T, s store.Store) {
 	t0 := now().Add(-time.Hour)
 	dls := seedTriage(t, s, t0)
 	unknown := store.Fingerprint("unknown_type", dls[3].Error)
-	checkGroups(t, "saga type b", groups(t, s, store.DeadLetterQuery{SagaType: "b"}), []store.DeadLetterGroup{
+	checkGroups(t, "saga type b", groups(t, s, readmodel.DeadLetterQuery{SagaType: "b"}), []readmodel.DeadLetterGroup{
 		{Fingerprint: unknown, Reason: "unknown_type", SampleError: dls[4].Error, Count: 1, FirstSeen: dls[4].FirstFailedAt, LastSeen: dls[4].LastFailedAt},
 	})
 	if err := s.(store.DeadLetterReplayer).BeginReplay(t.Context(), "d-3", t0.Add(time.Hour)); err != nil {
 		t.Fatalf("begin replay: %v", err)
 	}
-	checkGroups(t, "pending", groups(t, s, store.DeadLetterQuery{State: store.DeadLettersPending}), []store.DeadLetterGroup{
+	checkGroups(t, "pending", groups(t, s, readmodel.DeadLetterQuery{State: store.DeadLettersPending}), []readmodel.DeadLetterGroup{
 		{Fingerprint: unknown, Reason: "unknown_type", SampleError: dls[3].Error, Count: 1, FirstSeen: dls[3].FirstFailedAt, LastSeen: dls[3].LastFailedAt},
 	})
-	c, err := s.(store.DeadLetterQuerier).CountDeadLetters(t.Context(), &store.DeadLetterQuery{})
+	c, err := s.(readmodel.DeadLetterQuerier).CountDeadLetters(t.Context(), &readmodel.DeadLetterQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	late := deadLetterAt("d-9", "unknown_type", `no handler for "X"`, t0)
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{late}})
-	if gs := groups(t, s, store.DeadLetterQuery{AsOf: c.AsOf, Reason: "unknown_type"}); len(gs) != 1 || gs[0].Count != 2 {
+	if gs := groups(t, s, readmodel.DeadLetterQuery{AsOf: c.AsOf, Reason: "unknown_type"}); len(gs) != 1 || gs[0].Count != 2 {
 		t.Errorf("groups as of a count made before d-9: got %+v, want one group of 2", gs)
 	}
-	if _, err := s.(store.DeadLetterGrouper).GroupDeadLetters(t.Context(), &store.DeadLetterQuery{AsOf: "not a mark"}); !errors.Is(err, store.ErrBadMark) {
-		t.Errorf("groups with a bad mark: got %v, want store.ErrBadMark", err)
+	if _, err := s.(readmodel.DeadLetterGrouper).GroupDeadLetters(t.Context(), &readmodel.DeadLetterQuery{AsOf: "not a mark"}); !errors.Is(err, readmodel.ErrBadMark) {
+		t.Errorf("groups with a bad mark: got %v, want readmodel.ErrBadMark", err)
 	}
 }
 
-func archive(t *testing.T, s store.Store, p store.ArchiveParams) int {
+func archive(t *testing.T, s store.Store, p readmodel.ArchiveParams) int {
 	t.Helper()
-	n, err := s.(store.DeadLetterArchiver).ArchiveDeadLetters(t.Context(), &p)
+	n, err := s.(readmodel.DeadLetterArchiver).ArchiveDeadLetters(t.Context(), &p)
 	if err != nil {
 		t.Fatalf("archive %v: got error %v, want nil", p.IDs, err)
 	}
@@ -172,42 +159,42 @@ func testDeadLetterArchiveRestore(t *testing.T, s store.Store) {
 	t0 := now().Add(-time.Hour)
 	seedTriage(t, s, t0)
 	at := t0.Add(30 * time.Minute)
-	if n := archive(t, s, store.ArchiveParams{IDs: []string{"d-0", "d-3", "missing"}, At: at}); n != 2 {
+	if n := archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-0", "d-3", "missing"}, At: at}); n != 2 {
 		t.Errorf("archive d-0, d-3 and a missing ID: got %d, want 2", n)
 	}
-	if n := archive(t, s, store.ArchiveParams{IDs: []string{"d-0"}, At: at.Add(time.Minute)}); n != 0 {
+	if n := archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-0"}, At: at.Add(time.Minute)}); n != 0 {
 		t.Errorf("archive d-0 again: got %d, want 0 (already archived)", n)
 	}
-	if got := queryAll(t, s, store.DeadLetterQuery{}); !slices.Equal(got, []string{"d-1", "d-2", "d-4"}) {
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{}); !slices.Equal(got, []string{"d-1", "d-2", "d-4"}) {
 		t.Errorf("default query after archiving d-0 and d-3: got %v, want [d-1 d-2 d-4]", got)
 	}
-	if got := queryAll(t, s, store.DeadLetterQuery{Archived: store.ArchivedOnly}); !slices.Equal(got, []string{"d-0", "d-3"}) {
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{Archived: readmodel.ArchivedOnly}); !slices.Equal(got, []string{"d-0", "d-3"}) {
 		t.Errorf("archived only: got %v, want [d-0 d-3]", got)
 	}
-	if got := queryAll(t, s, store.DeadLetterQuery{Archived: store.ArchivedInclude, Limit: 2}); len(got) != 5 {
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{Archived: readmodel.ArchivedInclude, Limit: 2}); len(got) != 5 {
 		t.Errorf("archived included: got %v, want all five", got)
 	}
-	if got := countAll(t, s, store.DeadLetterQuery{}); !maps.Equal(got, map[string]int{"handler_failed": 2, "unknown_type": 1}) {
+	if got := countAll(t, s, readmodel.DeadLetterQuery{}); !maps.Equal(got, map[string]int{"handler_failed": 2, "unknown_type": 1}) {
 		t.Errorf("count without the archived: got %v, want handler_failed: 2, unknown_type: 1", got)
 	}
-	if gs := groups(t, s, store.DeadLetterQuery{Archived: store.ArchivedOnly}); len(gs) != 2 || gs[0].Count+gs[1].Count != 2 {
+	if gs := groups(t, s, readmodel.DeadLetterQuery{Archived: readmodel.ArchivedOnly}); len(gs) != 2 || gs[0].Count+gs[1].Count != 2 {
 		t.Errorf("groups of the archived: got %+v, want two groups of one", gs)
 	}
 	d := getDeadLetter(t, s, "d-0")
 	if !d.Archived() || !d.ArchivedAt.Equal(at) {
 		t.Errorf("d-0 after archiving: ArchivedAt %v, want %v", d.ArchivedAt, at)
 	}
-	n, err := s.(store.DeadLetterArchiver).RestoreDeadLetters(t.Context(), &store.ArchiveParams{IDs: []string{"d-0", "d-1", "missing"}})
+	n, err := s.(readmodel.DeadLetterArchiver).RestoreDeadLetters(t.Context(), &readmodel.ArchiveParams{IDs: []string{"d-0", "d-1", "missing"}})
 	if err != nil || n != 1 {
 		t.Errorf("restore d-0, d-1 (not archived) and a missing ID: got %d, %v; want 1, nil", n, err)
 	}
 	if d := getDeadLetter(t, s, "d-0"); d.Archived() {
 		t.Errorf("d-0 after restoring: ArchivedAt %v, want zero", d.ArchivedAt)
 	}
-	if got := queryAll(t, s, store.DeadLetterQuery{}); !slices.Equal(got, []string{"d-0", "d-1", "d-2", "d-4"}) {
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{}); !slices.Equal(got, []string{"d-0", "d-1", "d-2", "d-4"}) {
 		t.Errorf("default query after restoring d-0: got %v, want [d-0 d-1 d-2 d-4]", got)
 	}
-	if n := archive(t, s, store.ArchiveParams{IDs: []string{"d-1"}}); n != 1 || !getDeadLetter(t, s, "d-1").Archived() {
+	if n := archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-1"}}); n != 1 || !getDeadLetter(t, s, "d-1").Archived() {
 		t.Errorf("archive d-1 at the zero time: got %d, archived %v; want 1, archived now", n, getDeadLetter(t, s, "d-1").Archived())
 	}
 }
@@ -215,23 +202,23 @@ func testDeadLetterArchiveRestore(t *testing.T, s store.Store) {
 func testDeadLetterArchiveMark(t *testing.T, s store.Store) {
 	t0 := now().Add(-time.Hour)
 	dls := seedTriage(t, s, t0)
-	c, err := s.(store.DeadLetterQuerier).CountDeadLetters(t.Context(), &store.DeadLetterQuery{})
+	c, err := s.(readmodel.DeadLetterQuerier).CountDeadLetters(t.Context(), &readmodel.DeadLetterQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	again := dls[1]
 	again.LastFailedAt = t0.Add(time.Hour)
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{again}})
-	if n := archive(t, s, store.ArchiveParams{IDs: []string{"d-0", "d-1"}, AsOf: c.AsOf, At: t0}); n != 1 {
+	if n := archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-0", "d-1"}, AsOf: c.AsOf, At: t0}); n != 1 {
 		t.Errorf("archive d-0 and d-1 (recorded again since the count) as of the count: got %d, want 1", n)
 	}
 	if getDeadLetter(t, s, "d-1").Archived() || !getDeadLetter(t, s, "d-0").Archived() {
 		t.Errorf("after archiving as of the count: want d-0 archived and d-1, which failed again since, not")
 	}
-	if _, err := s.(store.DeadLetterArchiver).ArchiveDeadLetters(t.Context(), &store.ArchiveParams{IDs: []string{"d-2"}, AsOf: "x:y"}); !errors.Is(err, store.ErrBadMark) {
-		t.Errorf("archive with a bad mark: got %v, want store.ErrBadMark", err)
+	if _, err := s.(readmodel.DeadLetterArchiver).ArchiveDeadLetters(t.Context(), &readmodel.ArchiveParams{IDs: []string{"d-2"}, AsOf: "x:y"}); !errors.Is(err, readmodel.ErrBadMark) {
+		t.Errorf("archive with a bad mark: got %v, want readmodel.ErrBadMark", err)
 	}
-	if got := queryAll(t, s, store.DeadLetterQuery{AsOf: c.AsOf, Archived: store.ArchivedInclude}); !slices.Equal(got, []string{"d-0", "d-2", "d-3", "d-4"}) {
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{AsOf: c.AsOf, Archived: readmodel.ArchivedInclude}); !slices.Equal(got, []string{"d-0", "d-2", "d-3", "d-4"}) {
 		t.Errorf("query as of the count, archived included: got %v, want [d-0 d-2 d-3 d-4] (archiving does not move the mark)", got)
 	}
 }
@@ -239,7 +226,7 @@ func testDeadLetterArchiveMark(t *testing.T, s store.Store) {
 func testDeadLetterRecordedAgainRestored(t *testing.T, s store.Store) {
 	t0 := now().Add(-time.Hour)
 	dls := seedTriage(t, s, t0)
-	archive(t, s, store.ArchiveParams{IDs: []string{"d-0"}, At: t0})
+	archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-0"}, At: t0})
 	again := dls[0]
 	again.LastFailedAt = t0.Add(time.Hour)
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{again}})
@@ -251,11 +238,11 @@ func testDeadLetterRecordedAgainRestored(t *testing.T, s store.Store) {
 func testDeadLetterArchivedBefore(t *testing.T, s store.Store) {
 	t0 := now().Add(-time.Hour)
 	seedTriage(t, s, t0)
-	archive(t, s, store.ArchiveParams{IDs: []string{"d-0"}, At: t0})
-	archive(t, s, store.ArchiveParams{IDs: []string{"d-1"}, At: t0.Add(10 * time.Minute)})
-	for _, q := range []store.DeadLetterQuery{
+	archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-0"}, At: t0})
+	archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-1"}, At: t0.Add(10 * time.Minute)})
+	for _, q := range []readmodel.DeadLetterQuery{
 		{ArchivedBefore: t0.Add(5 * time.Minute)},
-		{ArchivedBefore: t0.Add(5 * time.Minute), Archived: store.ArchivedOnly},
+		{ArchivedBefore: t0.Add(5 * time.Minute), Archived: readmodel.ArchivedOnly},
 	} {
 		if got := queryAll(t, s, q); !slices.Equal(got, []string{"d-0"}) {
 			t.Errorf("query archived before t0+5m (Archived %q): got %v, want [d-0]", q.Archived, got)
@@ -273,24 +260,24 @@ func testDeadLetterTriageHostile(t *testing.T, s store.Store) {
 	hostile := "<script>alert(1)</script> \\x00 \uFFFD order 12 '\"'"
 	d := deadLetterAt("d-h", "handler_failed", hostile, t0)
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{d}})
-	gs := groups(t, s, store.DeadLetterQuery{})
+	gs := groups(t, s, readmodel.DeadLetterQuery{})
 	if len(gs) != 1 || gs[0].Count != 1 || gs[0].Fingerprint == "" {
 		t.Fatalf("groups of a dead letter with a hostile error: got %+v, want one group with a fingerprint", gs)
 	}
-	if got := queryAll(t, s, store.DeadLetterQuery{Fingerprint: gs[0].Fingerprint}); !slices.Equal(got, []string{"d-h"}) {
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{Fingerprint: gs[0].Fingerprint}); !slices.Equal(got, []string{"d-h"}) {
 		t.Errorf("query by its fingerprint: got %v, want [d-h]", got)
 	}
 	for _, bad := range []string{"f\x00", "f\xff", "<script>"} {
-		if got := groups(t, s, store.DeadLetterQuery{Fingerprint: bad}); len(got) != 0 {
+		if got := groups(t, s, readmodel.DeadLetterQuery{Fingerprint: bad}); len(got) != 0 {
 			t.Errorf("groups of fingerprint %q: got %+v, want none", bad, got)
 		}
-		if got := queryAll(t, s, store.DeadLetterQuery{Fingerprint: bad}); len(got) != 0 {
+		if got := queryAll(t, s, readmodel.DeadLetterQuery{Fingerprint: bad}); len(got) != 0 {
 			t.Errorf("query of fingerprint %q: got %v, want none", bad, got)
 		}
-		if n := archive(t, s, store.ArchiveParams{IDs: []string{bad}}); n != 0 {
+		if n := archive(t, s, readmodel.ArchiveParams{IDs: []string{bad}}); n != 0 {
 			t.Errorf("archive ID %q: got %d, want 0", bad, n)
 		}
-		if n, err := s.(store.DeadLetterArchiver).RestoreDeadLetters(t.Context(), &store.ArchiveParams{IDs: []string{bad}}); err != nil || n != 0 {
+		if n, err := s.(readmodel.DeadLetterArchiver).RestoreDeadLetters(t.Context(), &readmodel.ArchiveParams{IDs: []string{bad}}); err != nil || n != 0 {
 			t.Errorf("restore ID %q: got %d, %v; want 0, nil", bad, n, err)
 		}
 	}
@@ -312,5 +299,75 @@ func testDeadLetterReplayWho(t *testing.T, s store.Store) {
 	rs := getDeadLetter(t, s, "d-0").Replays
 	if len(rs) != 2 || rs[0].By != "cli: <alice>@host" || rs[1].By != "" {
 		t.Errorf("replays: got %+v, want the first by cli: <alice>@host and the second by nobody known", rs)
+	}
+}
+
+// markOf counts the dead letters q selects and returns the count's mark.
+func markOf(t *testing.T, s store.Store, q readmodel.DeadLetterQuery) string {
+	t.Helper()
+	c, err := s.(readmodel.DeadLetterQuerier).CountDeadLetters(t.Context(), &q)
+	if err != nil {
+		t.Fatalf("count dead letters %+v: %v", q, err)
+	}
+	return c.AsOf
+}
+
+// testDeadLetterArchivalMark checks that a mark binds the archival state
+// too: a dead letter archived or restored after a count is neither
+// selected nor archived or restored as of that count, so that a bulk
+// action acts on at most what was counted.
+func testDeadLetterArchivalMark(t *testing.T, s store.Store) {
+	t0 := now().Add(-time.Hour)
+	seedTriage(t, s, t0)
+	archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-0", "d-1"}, At: t0})
+	unarchived := markOf(t, s, readmodel.DeadLetterQuery{}) // counts d-2, d-3, d-4
+	ar := s.(readmodel.DeadLetterArchiver)
+	if n, err := ar.RestoreDeadLetters(t.Context(), &readmodel.ArchiveParams{IDs: []string{"d-0"}}); err != nil || n != 1 {
+		t.Fatalf("restore d-0 after the count: got %d, %v; want 1, nil", n, err)
+	}
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{AsOf: unarchived}); !slices.Equal(got, []string{"d-2", "d-3", "d-4"}) {
+		t.Errorf("unarchived as of the count, d-0 restored since: got %v, want [d-2 d-3 d-4]", got)
+	}
+	if got := countAll(t, s, readmodel.DeadLetterQuery{AsOf: unarchived}); !maps.Equal(got, map[string]int{"handler_failed": 1, "unknown_type": 2}) {
+		t.Errorf("count as of the count, d-0 restored since: got %v, want handler_failed: 1, unknown_type: 2", got)
+	}
+	if n := archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-0", "d-2"}, AsOf: unarchived, At: t0}); n != 1 {
+		t.Errorf("archive d-0 (restored since the count) and d-2 as of the count: got %d, want 1", n)
+	}
+	if getDeadLetter(t, s, "d-0").Archived() {
+		t.Errorf("d-0, restored since the count, was archived as of the count")
+	}
+	archivedMark := markOf(t, s, readmodel.DeadLetterQuery{Archived: readmodel.ArchivedOnly}) // counts d-1, d-2
+	archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-3"}, At: t0})
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{AsOf: archivedMark, Archived: readmodel.ArchivedOnly}); !slices.Equal(got, []string{"d-1", "d-2"}) {
+		t.Errorf("archived as of the count, d-3 archived since: got %v, want [d-1 d-2]", got)
+	}
+	if n, err := ar.RestoreDeadLetters(t.Context(), &readmodel.ArchiveParams{IDs: []string{"d-1", "d-3"}, AsOf: archivedMark}); err != nil || n != 1 {
+		t.Errorf("restore d-1 and d-3 (archived since the count) as of the count: got %d, %v; want 1, nil", n, err)
+	}
+	if !getDeadLetter(t, s, "d-3").Archived() {
+		t.Errorf("d-3, archived since the count, was restored as of the count")
+	}
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{AsOf: unarchived, Archived: readmodel.ArchivedInclude}); !slices.Equal(got, []string{"d-0", "d-1", "d-2", "d-3", "d-4"}) {
+		t.Errorf("archived included as of the first count: got %v, want all five (archival does not matter)", got)
+	}
+}
+
+// testDeadLetterPurgeKeepsRestored checks that a dead letter restored
+// between the count of a purge and its delete is kept.
+func testDeadLetterPurgeKeepsRestored(t *testing.T, s store.Store) {
+	t0 := now().Add(-time.Hour)
+	seedTriage(t, s, t0)
+	archive(t, s, readmodel.ArchiveParams{IDs: []string{"d-0", "d-1"}, At: t0})
+	mark := markOf(t, s, readmodel.DeadLetterQuery{ArchivedBefore: t0.Add(time.Minute)})
+	if n, err := s.(readmodel.DeadLetterArchiver).RestoreDeadLetters(t.Context(), &readmodel.ArchiveParams{IDs: []string{"d-1"}}); err != nil || n != 1 {
+		t.Fatalf("restore d-1: got %d, %v; want 1, nil", n, err)
+	}
+	n, err := s.(readmodel.DeadLetterQuerier).DeleteDeadLettersAsOf(t.Context(), []string{"d-0", "d-1"}, mark)
+	if err != nil || n != 1 {
+		t.Errorf("delete d-0 and d-1 (restored since the count) as of the count: got %d, %v; want 1, nil", n, err)
+	}
+	if got := queryAll(t, s, readmodel.DeadLetterQuery{Archived: readmodel.ArchivedInclude}); !slices.Equal(got, []string{"d-1", "d-2", "d-3", "d-4"}) {
+		t.Errorf("after the purge: got %v, want [d-1 d-2 d-3 d-4] (d-1 restored, kept)", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var deadLetterReplayerCases = []testCase{
@@ -19,17 +20,6 @@ var deadLetterReplayerCases = []testCase{
 	{"DeadLetterOriginalCopySettlesNothing", testDeadLetterOriginalCopy},
 	{"DeadLetterQueryByState", testDeadLetterQueryByState},
 	{"DeadLetterReplaySettledInCommit", testDeadLetterReplaySettledInCommit},
-}
-
-// RunDeadLetterReplayer runs the cases of store.DeadLetterReplayer against
-// the stores newStore returns, which must implement it. Each case is a
-// parallel subtest with a fresh store, as in Run.
-func RunDeadLetterReplayer(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, deadLetterReplayerCases, newStore, "store.DeadLetterReplayer", func(s store.Store) bool {
-		_, ok := s.(store.DeadLetterReplayer)
-		return ok
-	})
 }
 
 func deadLetterAt(id, reason, errText string, at time.Time) store.DeadLetter {
@@ -117,8 +107,8 @@ func testDeadLetterReplayHistory(t *testing.T, s store.Store) {
 		t.Fatalf("list dead letters: got %d, %v; want 1, nil", len(list), err)
 	}
 	checkReplays(t, "listed", list[0].Replays, wantReplays)
-	if dq, ok := s.(store.DeadLetterQuerier); ok {
-		qs, err := dq.QueryDeadLetters(ctx, &store.DeadLetterQuery{Reason: "retries_exhausted"})
+	if dq, ok := s.(readmodel.DeadLetterQuerier); ok {
+		qs, err := dq.QueryDeadLetters(ctx, &readmodel.DeadLetterQuery{Reason: "retries_exhausted"})
 		if err != nil || len(qs) != 1 {
 			t.Fatalf("query dead letters: got %d, %v; want 1, nil", len(qs), err)
 		}
@@ -217,9 +207,9 @@ func testDeadLetterReplayHostile(t *testing.T, s store.Store) {
 // counted: not one recorded after it, nor one recorded again after it.
 func testDeadLetterMark(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	dq := s.(store.DeadLetterQuerier)
+	dq := s.(readmodel.DeadLetterQuerier)
 	dls := seedDeadLetters(t, s)
-	q := &store.DeadLetterQuery{Reason: "malformed_body"}
+	q := &readmodel.DeadLetterQuery{Reason: "malformed_body"}
 	c, err := dq.CountDeadLetters(ctx, q)
 	if err != nil || c.AsOf == "" {
 		t.Fatalf("count dead letters: got %+v, %v; want a mark and nil", c, err)
@@ -253,7 +243,7 @@ func testDeadLetterMark(t *testing.T, s store.Store) {
 	if left := queryAll(t, s, *q); !slices.Equal(left, []string{counted[0], "d-new"}) {
 		t.Errorf("after deleting as of the count: left %v, want [%s d-new]", left, counted[0])
 	}
-	if _, err := dq.QueryDeadLetters(ctx, &store.DeadLetterQuery{AsOf: "not a mark"}); err == nil {
+	if _, err := dq.QueryDeadLetters(ctx, &readmodel.DeadLetterQuery{AsOf: "not a mark"}); err == nil {
 		t.Errorf("query as of %q: got no error, want one saying it is not a mark", "not a mark")
 	}
 }
@@ -321,9 +311,9 @@ func testDeadLetterOriginalCopy(t *testing.T, s store.Store) {
 // testDeadLetterQueryByState: DeadLetterQuery.State selects by the latest
 // replay, in queries and counts, within a mark too.
 func testDeadLetterQueryByState(t *testing.T, s store.Store) {
-	dq, ok := s.(store.DeadLetterQuerier)
+	dq, ok := s.(readmodel.DeadLetterQuerier)
 	if !ok {
-		t.Skip("not a store.DeadLetterQuerier")
+		t.Skip("not a readmodel.DeadLetterQuerier")
 	}
 	ctx := t.Context()
 	rp := s.(store.DeadLetterReplayer)
@@ -366,7 +356,7 @@ func testDeadLetterQueryByState(t *testing.T, s store.Store) {
 		{store.DeadLettersResolved, []string{"ok"}},
 		{store.DeadLettersPending, []string{"ok-then-pending", "pending"}},
 	} {
-		q := store.DeadLetterQuery{State: tc.state, Reason: "permanent_error"}
+		q := readmodel.DeadLetterQuery{State: tc.state, Reason: "permanent_error"}
 		if got := queryAll(t, s, q); !slices.Equal(got, tc.want) {
 			t.Errorf("query state %q: got %v, want %v", tc.state, got, tc.want)
 		}

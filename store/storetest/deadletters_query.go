@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var deadLetterQuerierCases = []testCase{
@@ -16,18 +17,6 @@ var deadLetterQuerierCases = []testCase{
 	{"DeadLetterQueryHostileFilterMatchesNothing", testDeadLetterQueryHostile},
 	{"DeadLetterMarkSelectsWhatWasCounted", testDeadLetterMark},
 	{"DeadLetterHostileMarkIsErrBadMark", testDeadLetterHostileMark},
-}
-
-// RunDeadLetterQuerier runs the cases of the optional
-// store.DeadLetterQuerier capability against the stores newStore returns,
-// which must implement it. Each case is a parallel subtest with a fresh
-// store, as in Run.
-func RunDeadLetterQuerier(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, deadLetterQuerierCases, newStore, "store.DeadLetterQuerier", func(s store.Store) bool {
-		_, ok := s.(store.DeadLetterQuerier)
-		return ok
-	})
 }
 
 // seedDeadLetters records 24 dead letters d-00 … d-23: saga type "a" for
@@ -56,7 +45,7 @@ func seedDeadLetters(t *testing.T, s store.Store) []store.DeadLetter {
 }
 
 // matching is what filtering every dead letter by q gives, in ID order.
-func matching(dls []store.DeadLetter, q store.DeadLetterQuery) []string {
+func matching(dls []store.DeadLetter, q readmodel.DeadLetterQuery) []string {
 	var ids []string
 	for _, d := range dls {
 		if (q.SagaType == "" || d.SagaType == q.SagaType) && (q.Key == "" || d.Key == q.Key) && (q.Reason == "" || d.Reason == q.Reason) {
@@ -68,11 +57,11 @@ func matching(dls []store.DeadLetter, q store.DeadLetterQuery) []string {
 }
 
 // queryAll pages through q, Limit at a time.
-func queryAll(t *testing.T, s store.Store, q store.DeadLetterQuery) []string {
+func queryAll(t *testing.T, s store.Store, q readmodel.DeadLetterQuery) []string {
 	t.Helper()
 	var ids []string
 	for range 100 {
-		page, err := s.(store.DeadLetterQuerier).QueryDeadLetters(t.Context(), &q)
+		page, err := s.(readmodel.DeadLetterQuerier).QueryDeadLetters(t.Context(), &q)
 		if err != nil {
 			t.Fatalf("query dead letters %+v: got error %v, want nil", q, err)
 		}
@@ -93,7 +82,7 @@ func queryAll(t *testing.T, s store.Store, q store.DeadLetterQuery) []string {
 
 func testQueryDeadLettersFiltersAndPages(t *testing.T, s store.Store) {
 	dls := seedDeadLetters(t, s)
-	for _, q := range []store.DeadLetterQuery{
+	for _, q := range []readmodel.DeadLetterQuery{
 		{},
 		{Limit: 5},
 		{SagaType: "a", Limit: 3},
@@ -110,8 +99,8 @@ func testQueryDeadLettersFiltersAndPages(t *testing.T, s store.Store) {
 
 func testCountDeadLettersByReason(t *testing.T, s store.Store) {
 	dls := seedDeadLetters(t, s)
-	for _, q := range []store.DeadLetterQuery{{}, {Key: "k-0"}, {SagaType: "b", Limit: 1, After: "d-99"}} {
-		got, err := s.(store.DeadLetterQuerier).CountDeadLetters(t.Context(), &q)
+	for _, q := range []readmodel.DeadLetterQuery{{}, {Key: "k-0"}, {SagaType: "b", Limit: 1, After: "d-99"}} {
+		got, err := s.(readmodel.DeadLetterQuerier).CountDeadLetters(t.Context(), &q)
 		if err != nil {
 			t.Fatalf("count dead letters %+v: got error %v, want nil", q, err)
 		}
@@ -131,15 +120,15 @@ func testCountDeadLettersByReason(t *testing.T, s store.Store) {
 
 func testDeadLetterQueryHostile(t *testing.T, s store.Store) {
 	seedDeadLetters(t, s)
-	dq := s.(store.DeadLetterQuerier)
+	dq := s.(readmodel.DeadLetterQuerier)
 	for _, hostile := range []string{"k\x00", "k\xff", "<script>"} {
-		if ds, err := dq.QueryDeadLetters(t.Context(), &store.DeadLetterQuery{Key: hostile, Reason: hostile}); err != nil || len(ds) != 0 {
+		if ds, err := dq.QueryDeadLetters(t.Context(), &readmodel.DeadLetterQuery{Key: hostile, Reason: hostile}); err != nil || len(ds) != 0 {
 			t.Errorf("query dead letters with key %q: got %d, %v; want none and no error", hostile, len(ds), err)
 		}
-		if c, err := dq.CountDeadLetters(t.Context(), &store.DeadLetterQuery{SagaType: hostile}); err != nil || len(c.ByReason) != 0 {
+		if c, err := dq.CountDeadLetters(t.Context(), &readmodel.DeadLetterQuery{SagaType: hostile}); err != nil || len(c.ByReason) != 0 {
 			t.Errorf("count dead letters of type %q: got %v, %v; want none and no error", hostile, c, err)
 		}
-		if _, err := dq.QueryDeadLetters(t.Context(), &store.DeadLetterQuery{AsOf: hostile}); err == nil {
+		if _, err := dq.QueryDeadLetters(t.Context(), &readmodel.DeadLetterQuery{AsOf: hostile}); err == nil {
 			t.Errorf("query dead letters as of %q: got no error, want one saying it is not a mark", hostile)
 		}
 	}
@@ -151,20 +140,20 @@ var hostileMarks = []string{"<script>", "1\x00", "\xff", "5:3:", "0:0:", "5:9:2"
 	"99999999999999999999", "99999999999999999999:99999999999999999999:", "-1", " 1", "1:", "1:2:3:4"}
 
 // testDeadLetterHostileMark: a mark the store did not make is refused
-// with an error wrapping store.ErrBadMark by every method that takes one,
+// with an error wrapping readmodel.ErrBadMark by every method that takes one,
 // before it reaches the database, so callers can say it is bad input.
 func testDeadLetterHostileMark(t *testing.T, s store.Store) {
 	seedDeadLetters(t, s)
-	dq := s.(store.DeadLetterQuerier)
+	dq := s.(readmodel.DeadLetterQuerier)
 	for _, mark := range hostileMarks {
-		if _, err := dq.QueryDeadLetters(t.Context(), &store.DeadLetterQuery{AsOf: mark}); !errors.Is(err, store.ErrBadMark) {
-			t.Errorf("query dead letters as of %q: got %v, want an error wrapping store.ErrBadMark", mark, err)
+		if _, err := dq.QueryDeadLetters(t.Context(), &readmodel.DeadLetterQuery{AsOf: mark}); !errors.Is(err, readmodel.ErrBadMark) {
+			t.Errorf("query dead letters as of %q: got %v, want an error wrapping readmodel.ErrBadMark", mark, err)
 		}
-		if _, err := dq.CountDeadLetters(t.Context(), &store.DeadLetterQuery{AsOf: mark}); !errors.Is(err, store.ErrBadMark) {
-			t.Errorf("count dead letters as of %q: got %v, want an error wrapping store.ErrBadMark", mark, err)
+		if _, err := dq.CountDeadLetters(t.Context(), &readmodel.DeadLetterQuery{AsOf: mark}); !errors.Is(err, readmodel.ErrBadMark) {
+			t.Errorf("count dead letters as of %q: got %v, want an error wrapping readmodel.ErrBadMark", mark, err)
 		}
-		if _, err := dq.DeleteDeadLettersAsOf(t.Context(), []string{"d-00"}, mark); !errors.Is(err, store.ErrBadMark) {
-			t.Errorf("delete dead letters as of %q: got %v, want an error wrapping store.ErrBadMark", mark, err)
+		if _, err := dq.DeleteDeadLettersAsOf(t.Context(), []string{"d-00"}, mark); !errors.Is(err, readmodel.ErrBadMark) {
+			t.Errorf("delete dead letters as of %q: got %v, want an error wrapping readmodel.ErrBadMark", mark, err)
 		}
 	}
 	if _, err := s.GetDeadLetter(t.Context(), "d-00"); err != nil {

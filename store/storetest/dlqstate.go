@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var deadLetterStateCases = []testCase{
@@ -17,23 +18,6 @@ var deadLetterStateCases = []testCase{
 	{"DeadLetterUnresolvedCounted", testDeadLetterUnresolvedCounted},
 }
 
-// RunDeadLetterState runs the cases of store.DeadLetterTypeQuerier (with
-// store.DeadLetterReplayer, store.DeadLetterGrouper and
-// store.DeadLetterArchiver) against the stores newStore returns, which must
-// implement all four: the message-type filter, and the state filters as
-// the dead letters are replayed, settled, recorded again, archived and
-// restored. Each case is a parallel subtest with a fresh store, as in Run.
-func RunDeadLetterState(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, deadLetterStateCases, newStore, "store.DeadLetterTypeQuerier, store.DeadLetterReplayer, store.DeadLetterGrouper and store.DeadLetterArchiver", func(s store.Store) bool {
-		_, q := s.(store.DeadLetterTypeQuerier)
-		_, r := s.(store.DeadLetterReplayer)
-		_, g := s.(store.DeadLetterGrouper)
-		_, a := s.(store.DeadLetterArchiver)
-		return q && r && g && a
-	})
-}
-
 // typedDeadLetter is a dead letter of message type typ.
 func typedDeadLetter(id, typ, reason string, at time.Time) store.DeadLetter {
 	d := deadLetterAt(id, reason, "e", at)
@@ -42,7 +26,7 @@ func typedDeadLetter(id, typ, reason string, at time.Time) store.DeadLetter {
 }
 
 // groupCounts is the count of each group of gs, by reason.
-func groupCounts(gs []store.DeadLetterGroup) map[string]int {
+func groupCounts(gs []readmodel.DeadLetterGroup) map[string]int {
 	m := map[string]int{}
 	for _, g := range gs {
 		m[g.Reason] += g.Count
@@ -52,7 +36,7 @@ func groupCounts(gs []store.DeadLetterGroup) map[string]int {
 
 // checkSelection checks that q selects exactly want (sorted IDs) in a
 // query, a count and the groups, with want's reasons in reasons.
-func checkSelection(t *testing.T, s store.Store, what string, q store.DeadLetterQuery, want []string, reasons map[string]string) {
+func checkSelection(t *testing.T, s store.Store, what string, q readmodel.DeadLetterQuery, want []string, reasons map[string]string) {
 	t.Helper()
 	if got := queryAll(t, s, q); !slices.Equal(got, want) {
 		t.Errorf("%s: query: got %v, want %v", what, got, want)
@@ -87,12 +71,12 @@ func testDeadLetterMessageType(t *testing.T, s store.Store) {
 		reasons[d.ID] = d.Reason
 	}
 	commit(t, s, &store.Changes{DeadLetters: dls})
-	checkSelection(t, s, "orders.Placed", store.DeadLetterQuery{MessageType: "orders.Placed"}, []string{"a-1", "a-2"}, reasons)
-	checkSelection(t, s, "orders.Placed, malformed_body", store.DeadLetterQuery{MessageType: "orders.Placed", Reason: "malformed_body"}, []string{"a-1"}, reasons)
-	checkSelection(t, s, "orders.Placed, paged by one", store.DeadLetterQuery{MessageType: "orders.Placed", Limit: 1}, []string{"a-1", "a-2"}, reasons)
-	checkSelection(t, s, "no such type", store.DeadLetterQuery{MessageType: "orders"}, nil, reasons)
+	checkSelection(t, s, "orders.Placed", readmodel.DeadLetterQuery{MessageType: "orders.Placed"}, []string{"a-1", "a-2"}, reasons)
+	checkSelection(t, s, "orders.Placed, malformed_body", readmodel.DeadLetterQuery{MessageType: "orders.Placed", Reason: "malformed_body"}, []string{"a-1"}, reasons)
+	checkSelection(t, s, "orders.Placed, paged by one", readmodel.DeadLetterQuery{MessageType: "orders.Placed", Limit: 1}, []string{"a-1", "a-2"}, reasons)
+	checkSelection(t, s, "no such type", readmodel.DeadLetterQuery{MessageType: "orders"}, nil, reasons)
 
-	c, err := s.(store.DeadLetterQuerier).CountDeadLetters(t.Context(), &store.DeadLetterQuery{MessageType: "orders.Placed"})
+	c, err := s.(readmodel.DeadLetterQuerier).CountDeadLetters(t.Context(), &readmodel.DeadLetterQuery{MessageType: "orders.Placed"})
 	if err != nil {
 		t.Fatalf("count: got error %v, want nil", err)
 	}
@@ -101,10 +85,10 @@ func testDeadLetterMessageType(t *testing.T, s store.Store) {
 		typedDeadLetter("a-2", "orders.Cancelled", "permanent_error", t0.Add(time.Minute)),
 		typedDeadLetter("b-1", "orders.Placed", "malformed_body", t0.Add(time.Minute)),
 	}})
-	checkSelection(t, s, "orders.Placed after recording again", store.DeadLetterQuery{MessageType: "orders.Placed"}, []string{"a-1", "b-1"}, reasons)
-	checkSelection(t, s, "orders.Cancelled after recording again", store.DeadLetterQuery{MessageType: "orders.Cancelled"}, []string{"a-2"}, reasons)
+	checkSelection(t, s, "orders.Placed after recording again", readmodel.DeadLetterQuery{MessageType: "orders.Placed"}, []string{"a-1", "b-1"}, reasons)
+	checkSelection(t, s, "orders.Cancelled after recording again", readmodel.DeadLetterQuery{MessageType: "orders.Cancelled"}, []string{"a-2"}, reasons)
 	// As of the count, only a-1 is still what was counted.
-	checkSelection(t, s, "orders.Placed as of the count", store.DeadLetterQuery{MessageType: "orders.Placed", AsOf: c.AsOf}, []string{"a-1"}, reasons)
+	checkSelection(t, s, "orders.Placed as of the count", readmodel.DeadLetterQuery{MessageType: "orders.Placed", AsOf: c.AsOf}, []string{"a-1"}, reasons)
 }
 
 // testDeadLetterMessageTypeHostile: a type with markup or a U+0000
@@ -118,10 +102,10 @@ func testDeadLetterMessageTypeHostile(t *testing.T, s store.Store) {
 	nulType := typedDeadLetter("nul-type", "orders.Placed\x00", "malformed_body", t0)
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{script, nulHeader, nulType}})
 	reasons := map[string]string{"script": "malformed_body", "nul-header": "malformed_body", "nul-type": "malformed_body"}
-	checkSelection(t, s, "markup", store.DeadLetterQuery{MessageType: script.Envelope.Type}, []string{"script"}, reasons)
-	checkSelection(t, s, "a U+0000 in a header", store.DeadLetterQuery{MessageType: "orders.Placed"}, []string{"nul-header"}, reasons)
+	checkSelection(t, s, "markup", readmodel.DeadLetterQuery{MessageType: script.Envelope.Type}, []string{"script"}, reasons)
+	checkSelection(t, s, "a U+0000 in a header", readmodel.DeadLetterQuery{MessageType: "orders.Placed"}, []string{"nul-header"}, reasons)
 	for _, typ := range []string{"orders.Placed\x00", "\x00", "orders.Placed\xff", "\xff"} {
-		checkSelection(t, s, "filter "+typ, store.DeadLetterQuery{MessageType: typ}, nil, reasons)
+		checkSelection(t, s, "filter "+typ, readmodel.DeadLetterQuery{MessageType: typ}, nil, reasons)
 	}
 }
 
@@ -161,11 +145,11 @@ func testDeadLetterStateKept(t *testing.T, s store.Store) {
 		replayedCopy(typedDeadLetter("failed", "orders.Placed", "permanent_error", done)),
 		typedDeadLetter("ok-again", "orders.Placed", "permanent_error", done),
 	}})
-	a := s.(store.DeadLetterArchiver)
-	if _, err := a.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: []string{"archived", "restored"}}); err != nil {
+	a := s.(readmodel.DeadLetterArchiver)
+	if _, err := a.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: []string{"archived", "restored"}}); err != nil {
 		t.Fatalf("archive: got error %v, want nil", err)
 	}
-	if _, err := a.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: []string{"restored"}}); err != nil {
+	if _, err := a.RestoreDeadLetters(ctx, &readmodel.ArchiveParams{IDs: []string{"restored"}}); err != nil {
 		t.Fatalf("restore: got error %v, want nil", err)
 	}
 	// What each dead letter's history says, and what the filters must give.
@@ -185,18 +169,18 @@ func testDeadLetterStateKept(t *testing.T, s store.Store) {
 		if slices.Sort(want[st]); !slices.Equal(want[st], w) {
 			t.Fatalf("state %s by the dead letters' histories: %v, want %v", st, want[st], w)
 		}
-		checkSelection(t, s, "state "+string(st), store.DeadLetterQuery{State: st}, w, reasons)
-		checkSelection(t, s, "state "+string(st)+" of orders.Placed", store.DeadLetterQuery{State: st, MessageType: "orders.Placed"}, w, reasons)
+		checkSelection(t, s, "state "+string(st), readmodel.DeadLetterQuery{State: st}, w, reasons)
+		checkSelection(t, s, "state "+string(st)+" of orders.Placed", readmodel.DeadLetterQuery{State: st, MessageType: "orders.Placed"}, w, reasons)
 	}
-	checkSelection(t, s, "archived, resolved", store.DeadLetterQuery{State: store.DeadLettersResolved, Archived: store.ArchivedOnly}, []string{"archived"}, reasons)
+	checkSelection(t, s, "archived, resolved", readmodel.DeadLetterQuery{State: store.DeadLettersResolved, Archived: readmodel.ArchivedOnly}, []string{"archived"}, reasons)
 	// A new replay of a resolved one is pending again; its failure makes
 	// it unresolved.
 	if err := rp.BeginReplay(ctx, "ok", done.Add(time.Minute)); err != nil {
 		t.Fatalf("begin second replay of ok: got error %v, want nil", err)
 	}
-	checkSelection(t, s, "pending after a second replay", store.DeadLetterQuery{State: store.DeadLettersPending}, []string{"ok", "pending"}, reasons)
+	checkSelection(t, s, "pending after a second replay", readmodel.DeadLetterQuery{State: store.DeadLettersPending}, []string{"ok", "pending"}, reasons)
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{replayedCopy(typedDeadLetter("ok", "orders.Placed", "permanent_error", done.Add(2*time.Minute)))}})
-	checkSelection(t, s, "unresolved after the second replay failed", store.DeadLetterQuery{State: store.DeadLettersUnresolved}, []string{"failed", "new", "not-sent", "ok"}, reasons)
+	checkSelection(t, s, "unresolved after the second replay failed", readmodel.DeadLetterQuery{State: store.DeadLettersUnresolved}, []string{"failed", "new", "not-sent", "ok"}, reasons)
 }
 
 // testDeadLetterGroupsFollowWrites: the groups of the unresolved dead
@@ -205,7 +189,7 @@ func testDeadLetterStateKept(t *testing.T, s store.Store) {
 func testDeadLetterGroupsFollowWrites(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	t0 := now().Add(-time.Hour)
-	q := store.DeadLetterQuery{State: store.DeadLettersUnresolved}
+	q := readmodel.DeadLetterQuery{State: store.DeadLettersUnresolved}
 	check := func(what string, want int) {
 		t.Helper()
 		if got := groupCounts(groups(t, s, q))["permanent_error"]; got != want {
@@ -216,12 +200,12 @@ func testDeadLetterGroupsFollowWrites(t *testing.T, s store.Store) {
 	check("one recorded", 1)
 	commit(t, s, &store.Changes{DeadLetters: []store.DeadLetter{typedDeadLetter("b", "orders.Placed", "permanent_error", t0)}})
 	check("another recorded", 2)
-	a := s.(store.DeadLetterArchiver)
-	if _, err := a.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: []string{"a"}}); err != nil {
+	a := s.(readmodel.DeadLetterArchiver)
+	if _, err := a.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: []string{"a"}}); err != nil {
 		t.Fatalf("archive: got error %v, want nil", err)
 	}
 	check("one archived", 1)
-	if _, err := a.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: []string{"a"}}); err != nil {
+	if _, err := a.RestoreDeadLetters(ctx, &readmodel.ArchiveParams{IDs: []string{"a"}}); err != nil {
 		t.Fatalf("restore: got error %v, want nil", err)
 	}
 	check("restored", 2)
@@ -238,7 +222,7 @@ func testDeadLetterGroupsFollowWrites(t *testing.T, s store.Store) {
 	// the dead letter: the resolved groups follow at once.
 	resolved := func(what string, want int) {
 		t.Helper()
-		if got := groupCounts(groups(t, s, store.DeadLetterQuery{State: store.DeadLettersResolved}))["permanent_error"]; got != want {
+		if got := groupCounts(groups(t, s, readmodel.DeadLetterQuery{State: store.DeadLettersResolved}))["permanent_error"]; got != want {
 			t.Errorf("%s: groups count %d resolved permanent_error, want %d", what, got, want)
 		}
 	}
@@ -254,13 +238,13 @@ func testDeadLetterGroupsFollowWrites(t *testing.T, s store.Store) {
 	check("the other deleted (the first is resolved)", 0)
 }
 
-// testDeadLetterUnresolvedCounted: store.UnresolvedCounter counts the
+// testDeadLetterUnresolvedCounted: readmodel.UnresolvedCounter counts the
 // dead letters neither archived, nor pending a replay, nor resolved by one
 // (succeeded or duplicate), up to its bound.
 func testDeadLetterUnresolvedCounted(t *testing.T, s store.Store) {
-	uc, ok := s.(store.UnresolvedCounter)
+	uc, ok := s.(readmodel.UnresolvedCounter)
 	if !ok {
-		t.Skip("store.UnresolvedCounter not implemented")
+		t.Skip("readmodel.UnresolvedCounter not implemented")
 	}
 	ctx := t.Context()
 	t0 := now().Add(-time.Hour)
@@ -269,7 +253,7 @@ func testDeadLetterUnresolvedCounted(t *testing.T, s store.Store) {
 		ds = append(ds, typedDeadLetter(id, "orders.Placed", "permanent_error", t0))
 	}
 	commit(t, s, &store.Changes{DeadLetters: ds})
-	if _, err := s.(store.DeadLetterArchiver).ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: []string{"archived"}}); err != nil {
+	if _, err := s.(readmodel.DeadLetterArchiver).ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: []string{"archived"}}); err != nil {
 		t.Fatalf("archive: got error %v, want nil", err)
 	}
 	rp := s.(store.DeadLetterReplayer)

@@ -65,6 +65,15 @@ type Features struct {
 	// the store on a schema at a given version. Nil when the store has no
 	// schema (memstore).
 	Schema *Schema
+
+	// SharedClock, when set, declares that several processes share the
+	// store and that it measures claim leases on one clock they all see
+	// (the database's), not on ClaimParams.Now. It returns two handles on
+	// one new, empty store, as two replicas would open it (two pools on one
+	// schema, two opens of one file); the suite closes both. Nil skips
+	// those cases: a store that one process owns (memstore) measures
+	// leases on ClaimParams.Now.
+	SharedClock func(t *testing.T) (a, b store.Store)
 }
 
 // validate reports an inconsistent f.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // historyCases are the contract lines of issue 25's history: a journal
@@ -89,9 +90,9 @@ func testJournalDetailHostile(t *testing.T, s store.Store) {
 // OutboxSent tells a sent message from an unsent one by ID, and leaves out
 // an ID the outbox does not hold.
 func testOutboxSentByID(t *testing.T, s store.Store) {
-	r, ok := s.(store.OutboxSentReader)
+	r, ok := s.(readmodel.OutboxSentReader)
 	if !ok {
-		t.Skip("the store is not a store.OutboxSentReader: the console shows emitted messages' sent state as unknown")
+		t.Skip("the store is not a readmodel.OutboxSentReader: the console shows emitted messages' sent state as unknown")
 	}
 	base := now()
 	commit(t, s, &store.Changes{Outbox: []store.OutboxMessage{

@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-// journalTailCases are the contract lines of store.JournalTailer: the
+// journalTailCases are the contract lines of readmodel.JournalTailer: the
 // latest entries of one journal and its length, what the console's
 // instance page reads. They run with the other testCases (init appends
 // them, which keeps this slice out of Run's list).
@@ -19,18 +20,18 @@ var journalTailCases = []testCase{
 
 func init() { testCases = append(testCases, journalTailCases...) }
 
-func tailer(t *testing.T, s store.Store) store.JournalTailer {
+func tailer(t *testing.T, s store.Store) readmodel.JournalTailer {
 	t.Helper()
-	jt, ok := s.(store.JournalTailer)
+	jt, ok := s.(readmodel.JournalTailer)
 	if !ok {
-		t.Skip("the store is not a store.JournalTailer: the console reads the whole journal for the instance page")
+		t.Skip("the store is not a readmodel.JournalTailer: the console reads the whole journal for the instance page")
 	}
 	return jt
 }
 
 // checkTail reads the latest n entries of k and compares them, and the
 // total, with the end of want.
-func checkTail(t *testing.T, jt store.JournalTailer, k store.Key, n int, want []store.JournalEntry) {
+func checkTail(t *testing.T, jt readmodel.JournalTailer, k store.Key, n int, want []store.JournalEntry) {
 	t.Helper()
 	got, total, err := jt.JournalTail(t.Context(), k, n)
 	if err != nil {

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // The cases of the console's list ergonomics: time ranges and backward
-// paging of store.InstanceQuerier (run by RunInstanceQuerier), the
-// optional store.TimerQuerier and store.QueryCounter.
+// paging of readmodel.InstanceQuerier (the InstanceQuerier subtests), the
+// optional readmodel.TimerQuerier and readmodel.QueryCounter.
 func init() {
 	querierCases = append(querierCases,
 		testCase{"QueryInstancesUpdatedBetween", testQueryInstancesUpdatedBetween},
@@ -33,44 +34,21 @@ var queryCounterCases = []testCase{
 	{"CountTimerQueryBounded", testCountTimerQueryBounded},
 }
 
-// RunTimerQuerier runs the cases of the optional store.TimerQuerier
-// capability against the stores newStore returns, which must implement it.
-// Each case is a parallel subtest with a fresh store, as in Run.
-func RunTimerQuerier(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, timerQuerierCases, newStore, "store.TimerQuerier", func(s store.Store) bool {
-		_, ok := s.(store.TimerQuerier)
-		return ok
-	})
-}
-
-// RunQueryCounter runs the cases of the optional store.QueryCounter
-// capability against the stores newStore returns, which must implement it
-// and store.InstanceQuerier. Each case is a parallel subtest with a fresh
-// store, as in Run.
-func RunQueryCounter(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, queryCounterCases, newStore, "store.QueryCounter", func(s store.Store) bool {
-		_, ok := s.(store.QueryCounter)
-		return ok
-	})
-}
-
 func testQueryInstancesUpdatedBetween(t *testing.T, s store.Store) {
 	base := seedQuery(t, s) // b/k1 at +0s, a/k2 +1s, a/x1 +2s, a/k1 +3s
 	at := func(sec int) time.Time { return base.Add(time.Duration(sec) * time.Second) }
 	for _, tc := range []struct {
 		name string
-		p    store.InstanceQuery
+		p    readmodel.InstanceQuery
 		want []string
 	}{
-		{"from, inclusive", store.InstanceQuery{UpdatedFrom: at(2)}, []string{"a/k1", "a/x1"}},
-		{"before, exclusive", store.InstanceQuery{UpdatedBefore: at(2)}, []string{"a/k2", "b/k1"}},
-		{"between", store.InstanceQuery{UpdatedFrom: at(1), UpdatedBefore: at(3)}, []string{"a/k2", "a/x1"}},
-		{"between and type", store.InstanceQuery{SagaType: "b", UpdatedFrom: at(1), UpdatedBefore: at(3)}, []string{}},
-		{"empty range", store.InstanceQuery{UpdatedFrom: at(3), UpdatedBefore: at(3)}, []string{}},
-		{"stuck between", store.InstanceQuery{Stuck: true, UpdatedFrom: at(0), UpdatedBefore: at(3)}, []string{"b/k1", "a/x1"}},
-		{"microsecond edge", store.InstanceQuery{UpdatedFrom: at(3).Add(time.Microsecond)}, []string{}},
+		{"from, inclusive", readmodel.InstanceQuery{UpdatedFrom: at(2)}, []string{"a/k1", "a/x1"}},
+		{"before, exclusive", readmodel.InstanceQuery{UpdatedBefore: at(2)}, []string{"a/k2", "b/k1"}},
+		{"between", readmodel.InstanceQuery{UpdatedFrom: at(1), UpdatedBefore: at(3)}, []string{"a/k2", "a/x1"}},
+		{"between and type", readmodel.InstanceQuery{SagaType: "b", UpdatedFrom: at(1), UpdatedBefore: at(3)}, []string{}},
+		{"empty range", readmodel.InstanceQuery{UpdatedFrom: at(3), UpdatedBefore: at(3)}, []string{}},
+		{"stuck between", readmodel.InstanceQuery{Stuck: true, UpdatedFrom: at(0), UpdatedBefore: at(3)}, []string{"b/k1", "a/x1"}},
+		{"microsecond edge", readmodel.InstanceQuery{UpdatedFrom: at(3).Add(time.Microsecond)}, []string{}},
 	} {
 		if got := query(t, s, &tc.p); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
@@ -80,11 +58,11 @@ func testQueryInstancesUpdatedBetween(t *testing.T, s store.Store) {
 
 // pageBack follows Before cursors from the end of a listing to its
 // start, pages of limit, and returns the keys in the query's order.
-func pageBack(t *testing.T, s store.Store, p store.InstanceQuery, last *store.Instance) []string {
+func pageBack(t *testing.T, s store.Store, p readmodel.InstanceQuery, last *store.Instance) []string {
 	t.Helper()
-	q := s.(store.InstanceQuerier)
+	q := s.(readmodel.InstanceQuerier)
 	got := []string{}
-	p.Before = store.CursorOf(last)
+	p.Before = readmodel.CursorOf(last)
 	for range 10 {
 		page, err := q.QueryInstances(t.Context(), &p)
 		if err != nil {
@@ -97,50 +75,50 @@ func pageBack(t *testing.T, s store.Store, p store.InstanceQuery, last *store.In
 			t.Fatalf("page of limit %d holds %d instances", p.Limit, len(page))
 		}
 		got = append(instanceKeys(page), got...)
-		p.Before = store.CursorOf(page[0])
+		p.Before = readmodel.CursorOf(page[0])
 	}
 	return got
 }
 
 func testQueryInstancesBackwardPaging(t *testing.T, s store.Store) {
 	seedQuery(t, s)
-	all, err := s.(store.InstanceQuerier).QueryInstances(t.Context(), &store.InstanceQuery{})
+	all, err := s.(readmodel.InstanceQuerier).QueryInstances(t.Context(), &readmodel.InstanceQuery{})
 	if err != nil || len(all) != 4 {
 		t.Fatalf("query all: got %d instances, error %v; want 4, nil", len(all), err)
 	}
 	// Before the last one: the three before it, pages of 2 from the end.
-	if got, want := pageBack(t, s, store.InstanceQuery{Limit: 2}, all[3]), []string{"a/k1", "a/k2", "a/x1"}; !slices.Equal(got, want) {
+	if got, want := pageBack(t, s, readmodel.InstanceQuery{Limit: 2}, all[3]), []string{"a/k1", "a/k2", "a/x1"}; !slices.Equal(got, want) {
 		t.Errorf("pages of 2 before b/k1: got %q, want %q", got, want)
 	}
-	page := query(t, s, &store.InstanceQuery{Limit: 2, Before: store.CursorOf(all[3])})
+	page := query(t, s, &readmodel.InstanceQuery{Limit: 2, Before: readmodel.CursorOf(all[3])})
 	if want := []string{"a/k2", "a/x1"}; !slices.Equal(page, want) {
 		t.Errorf("the page of 2 before b/k1: got %q, want %q (the nearest, in key order)", page, want)
 	}
-	if got := query(t, s, &store.InstanceQuery{Before: store.CursorOf(all[0])}); len(got) != 0 {
+	if got := query(t, s, &readmodel.InstanceQuery{Before: readmodel.CursorOf(all[0])}); len(got) != 0 {
 		t.Errorf("before the first: got %q, want none", got)
 	}
-	if got := query(t, s, &store.InstanceQuery{SagaType: "a", KeyPrefix: "k", Before: store.CursorOf(all[3])}); !slices.Equal(got, []string{"a/k1", "a/k2"}) {
+	if got := query(t, s, &readmodel.InstanceQuery{SagaType: "a", KeyPrefix: "k", Before: readmodel.CursorOf(all[3])}); !slices.Equal(got, []string{"a/k1", "a/k2"}) {
 		t.Errorf("type a, prefix k, before b/k1: got %q, want [a/k1 a/k2]", got)
 	}
 }
 
 func testQueryInstancesStuckBackwardPaging(t *testing.T, s store.Store) {
 	seedQuery(t, s)
-	all, err := s.(store.InstanceQuerier).QueryInstances(t.Context(), &store.InstanceQuery{Stuck: true})
+	all, err := s.(readmodel.InstanceQuerier).QueryInstances(t.Context(), &readmodel.InstanceQuery{Stuck: true})
 	if err != nil || len(all) != 3 {
 		t.Fatalf("query stuck: got %d instances, error %v; want 3, nil", len(all), err)
 	}
-	if got, want := pageBack(t, s, store.InstanceQuery{Stuck: true, Limit: 1}, all[2]), []string{"b/k1", "a/x1"}; !slices.Equal(got, want) {
+	if got, want := pageBack(t, s, readmodel.InstanceQuery{Stuck: true, Limit: 1}, all[2]), []string{"b/k1", "a/x1"}; !slices.Equal(got, want) {
 		t.Errorf("stuck pages of 1 before a/k1: got %q, want %q", got, want)
 	}
 }
 
 func testQueryInstancesBothCursorsRefused(t *testing.T, s store.Store) {
 	seedQuery(t, s)
-	c := &store.InstanceCursor{SagaType: "a", Key: "k2"}
-	_, err := s.(store.InstanceQuerier).QueryInstances(t.Context(), &store.InstanceQuery{After: c, Before: c})
-	if !errors.Is(err, store.ErrBothCursors) {
-		t.Errorf("query with After and Before: got error %v, want store.ErrBothCursors", err)
+	c := &readmodel.InstanceCursor{SagaType: "a", Key: "k2"}
+	_, err := s.(readmodel.InstanceQuerier).QueryInstances(t.Context(), &readmodel.InstanceQuery{After: c, Before: c})
+	if !errors.Is(err, readmodel.ErrBothCursors) {
+		t.Errorf("query with After and Before: got error %v, want readmodel.ErrBothCursors", err)
 	}
 }
 
@@ -167,9 +145,9 @@ func timerNames(ts []store.Timer) []string {
 	return out
 }
 
-func queryTimers(t *testing.T, s store.Store, p *store.TimerQuery) []store.Timer {
+func queryTimers(t *testing.T, s store.Store, p *readmodel.TimerQuery) []store.Timer {
 	t.Helper()
-	ts, err := s.(store.TimerQuerier).QueryTimers(t.Context(), p)
+	ts, err := s.(readmodel.TimerQuerier).QueryTimers(t.Context(), p)
 	if err != nil {
 		t.Fatalf("query timers %+v: got error %v, want nil", p, err)
 	}
@@ -181,23 +159,23 @@ func testQueryTimersDueBetween(t *testing.T, s store.Store) {
 	at := func(sec int) time.Time { return base.Add(time.Duration(sec) * time.Second) }
 	for _, tc := range []struct {
 		name string
-		p    store.TimerQuery
+		p    readmodel.TimerQuery
 		want []string
 	}{
-		{"all", store.TimerQuery{}, []string{"t0", "t1", "t2", "t3", "t4", "t5"}},
-		{"type", store.TimerQuery{SagaType: "b"}, []string{"t1", "t3", "t5"}},
-		{"from, inclusive", store.TimerQuery{DueFrom: at(4)}, []string{"t4", "t5"}},
-		{"before, exclusive", store.TimerQuery{DueBefore: at(2)}, []string{"t0", "t1"}},
-		{"between", store.TimerQuery{DueFrom: at(1), DueBefore: at(4)}, []string{"t1", "t2", "t3"}},
-		{"between and type", store.TimerQuery{SagaType: "a", DueFrom: at(1), DueBefore: at(4)}, []string{"t2"}},
-		{"empty range", store.TimerQuery{DueFrom: at(3), DueBefore: at(3)}, []string{}},
-		{"unknown type", store.TimerQuery{SagaType: "nope\x00<script>"}, []string{}},
+		{"all", readmodel.TimerQuery{}, []string{"t0", "t1", "t2", "t3", "t4", "t5"}},
+		{"type", readmodel.TimerQuery{SagaType: "b"}, []string{"t1", "t3", "t5"}},
+		{"from, inclusive", readmodel.TimerQuery{DueFrom: at(4)}, []string{"t4", "t5"}},
+		{"before, exclusive", readmodel.TimerQuery{DueBefore: at(2)}, []string{"t0", "t1"}},
+		{"between", readmodel.TimerQuery{DueFrom: at(1), DueBefore: at(4)}, []string{"t1", "t2", "t3"}},
+		{"between and type", readmodel.TimerQuery{SagaType: "a", DueFrom: at(1), DueBefore: at(4)}, []string{"t2"}},
+		{"empty range", readmodel.TimerQuery{DueFrom: at(3), DueBefore: at(3)}, []string{}},
+		{"unknown type", readmodel.TimerQuery{SagaType: "nope\x00<script>"}, []string{}},
 	} {
 		if got := timerNames(queryTimers(t, s, &tc.p)); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	got := queryTimers(t, s, &store.TimerQuery{DueFrom: at(5)})
+	got := queryTimers(t, s, &readmodel.TimerQuery{DueFrom: at(5)})
 	if len(got) != 1 {
 		t.Fatalf("due from +5s: got %d timers, want 1", len(got))
 	}
@@ -208,7 +186,7 @@ func testQueryTimersPagingBothWays(t *testing.T, s store.Store) {
 	seedTimers(t, s)
 	var fwd []string
 	var pages [][]store.Timer
-	p := &store.TimerQuery{Limit: 2}
+	p := &readmodel.TimerQuery{Limit: 2}
 	for range 10 {
 		page := queryTimers(t, s, p)
 		if len(page) == 0 {
@@ -219,14 +197,14 @@ func testQueryTimersPagingBothWays(t *testing.T, s store.Store) {
 		}
 		pages = append(pages, page)
 		fwd = append(fwd, timerNames(page)...)
-		p.After = store.TimerCursorOf(&page[len(page)-1])
+		p.After = readmodel.TimerCursorOf(&page[len(page)-1])
 	}
 	if want := []string{"t0", "t1", "t2", "t3", "t4", "t5"}; !slices.Equal(fwd, want) {
 		t.Fatalf("forward pages: got %q, want %q", fwd, want)
 	}
 	// Back from the last page: the pages before it, each the same as
 	// forward.
-	back := &store.TimerQuery{Limit: 2, Before: store.TimerCursorOf(&pages[2][0])}
+	back := &readmodel.TimerQuery{Limit: 2, Before: readmodel.TimerCursorOf(&pages[2][0])}
 	for i := 1; i >= 0; i-- {
 		page := queryTimers(t, s, back)
 		if got, want := timerNames(page), timerNames(pages[i]); !slices.Equal(got, want) {
@@ -235,27 +213,27 @@ func testQueryTimersPagingBothWays(t *testing.T, s store.Store) {
 		if len(page) == 0 {
 			return
 		}
-		back.Before = store.TimerCursorOf(&page[0])
+		back.Before = readmodel.TimerCursorOf(&page[0])
 	}
 	if got := queryTimers(t, s, back); len(got) != 0 {
 		t.Errorf("before the first timer: got %q, want none", timerNames(got))
 	}
 	// Before with a type and a range.
-	if got := timerNames(queryTimers(t, s, &store.TimerQuery{SagaType: "b", Limit: 1, Before: store.TimerCursorOf(&pages[2][1])})); !slices.Equal(got, []string{"t3"}) {
+	if got := timerNames(queryTimers(t, s, &readmodel.TimerQuery{SagaType: "b", Limit: 1, Before: readmodel.TimerCursorOf(&pages[2][1])})); !slices.Equal(got, []string{"t3"}) {
 		t.Errorf("one timer of b before t5: got %q, want [t3]", got)
 	}
 }
 
 func testQueryTimersBothCursorsRefused(t *testing.T, s store.Store) {
 	seedTimers(t, s)
-	c := &store.TimerCursor{DueAt: now(), SagaType: "a", Key: "k1", Name: "t0"}
-	_, err := s.(store.TimerQuerier).QueryTimers(t.Context(), &store.TimerQuery{After: c, Before: c})
-	if !errors.Is(err, store.ErrBothCursors) {
-		t.Errorf("query timers with After and Before: got error %v, want store.ErrBothCursors", err)
+	c := &readmodel.TimerCursor{DueAt: now(), SagaType: "a", Key: "k1", Name: "t0"}
+	_, err := s.(readmodel.TimerQuerier).QueryTimers(t.Context(), &readmodel.TimerQuery{After: c, Before: c})
+	if !errors.Is(err, readmodel.ErrBothCursors) {
+		t.Errorf("query timers with After and Before: got error %v, want readmodel.ErrBothCursors", err)
 	}
 }
 
-func checkCount(t *testing.T, what string, got store.Count, err error, n int, exact bool) {
+func checkCount(t *testing.T, what string, got readmodel.Count, err error, n int, exact bool) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("%s: got error %v, want nil", what, err)
@@ -270,25 +248,25 @@ func checkCount(t *testing.T, what string, got store.Count, err error, n int, ex
 
 func testCountInstanceQueryBounded(t *testing.T, s store.Store) {
 	base := seedQuery(t, s)
-	c := s.(store.QueryCounter)
+	c := s.(readmodel.QueryCounter)
 	for _, tc := range []struct {
 		name  string
-		p     store.InstanceQuery
+		p     readmodel.InstanceQuery
 		bound int
 		n     int
 		exact bool
 	}{
-		{"all, under the bound", store.InstanceQuery{}, 10, 4, true},
-		{"all, at the bound", store.InstanceQuery{}, 4, 4, true},
-		{"all, over the bound", store.InstanceQuery{}, 3, 3, false},
-		{"type a", store.InstanceQuery{SagaType: "a"}, 10, 3, true},
-		{"active prefix k", store.InstanceQuery{Status: store.StatusActive, KeyPrefix: "k"}, 10, 2, true},
-		{"stuck", store.InstanceQuery{Stuck: true}, 10, 3, true},
-		{"stuck over the bound", store.InstanceQuery{Stuck: true}, 1, 1, false},
-		{"updated between", store.InstanceQuery{UpdatedFrom: base.Add(time.Second), UpdatedBefore: base.Add(3 * time.Second)}, 10, 2, true},
-		{"cursor and limit ignored", store.InstanceQuery{Limit: 1, After: &store.InstanceCursor{SagaType: "a", Key: "x1"}}, 10, 4, true},
-		{"none", store.InstanceQuery{State: "Nope"}, 10, 0, true},
-		{"hostile prefix", store.InstanceQuery{KeyPrefix: "<script>\x00"}, 10, 0, true},
+		{"all, under the bound", readmodel.InstanceQuery{}, 10, 4, true},
+		{"all, at the bound", readmodel.InstanceQuery{}, 4, 4, true},
+		{"all, over the bound", readmodel.InstanceQuery{}, 3, 3, false},
+		{"type a", readmodel.InstanceQuery{SagaType: "a"}, 10, 3, true},
+		{"active prefix k", readmodel.InstanceQuery{Status: store.StatusActive, KeyPrefix: "k"}, 10, 2, true},
+		{"stuck", readmodel.InstanceQuery{Stuck: true}, 10, 3, true},
+		{"stuck over the bound", readmodel.InstanceQuery{Stuck: true}, 1, 1, false},
+		{"updated between", readmodel.InstanceQuery{UpdatedFrom: base.Add(time.Second), UpdatedBefore: base.Add(3 * time.Second)}, 10, 2, true},
+		{"cursor and limit ignored", readmodel.InstanceQuery{Limit: 1, After: &readmodel.InstanceCursor{SagaType: "a", Key: "x1"}}, 10, 4, true},
+		{"none", readmodel.InstanceQuery{State: "Nope"}, 10, 0, true},
+		{"hostile prefix", readmodel.InstanceQuery{KeyPrefix: "<script>\x00"}, 10, 0, true},
 	} {
 		got, err := c.CountInstanceQuery(t.Context(), &tc.p, tc.bound)
 		checkCount(t, tc.name, got, err, tc.n, tc.exact)
@@ -297,20 +275,20 @@ func testCountInstanceQueryBounded(t *testing.T, s store.Store) {
 
 func testCountTimerQueryBounded(t *testing.T, s store.Store) {
 	base := seedTimers(t, s)
-	c := s.(store.QueryCounter)
+	c := s.(readmodel.QueryCounter)
 	for _, tc := range []struct {
 		name  string
-		p     store.TimerQuery
+		p     readmodel.TimerQuery
 		bound int
 		n     int
 		exact bool
 	}{
-		{"all", store.TimerQuery{}, 10, 6, true},
-		{"all over the bound", store.TimerQuery{}, 5, 5, false},
-		{"type b", store.TimerQuery{SagaType: "b"}, 10, 3, true},
-		{"due between", store.TimerQuery{DueFrom: base.Add(time.Second), DueBefore: base.Add(4 * time.Second)}, 10, 3, true},
-		{"due between over the bound", store.TimerQuery{DueFrom: base.Add(time.Second), DueBefore: base.Add(4 * time.Second)}, 2, 2, false},
-		{"none", store.TimerQuery{SagaType: "nope"}, 10, 0, true},
+		{"all", readmodel.TimerQuery{}, 10, 6, true},
+		{"all over the bound", readmodel.TimerQuery{}, 5, 5, false},
+		{"type b", readmodel.TimerQuery{SagaType: "b"}, 10, 3, true},
+		{"due between", readmodel.TimerQuery{DueFrom: base.Add(time.Second), DueBefore: base.Add(4 * time.Second)}, 10, 3, true},
+		{"due between over the bound", readmodel.TimerQuery{DueFrom: base.Add(time.Second), DueBefore: base.Add(4 * time.Second)}, 2, 2, false},
+		{"none", readmodel.TimerQuery{SagaType: "nope"}, 10, 0, true},
 	} {
 		got, err := c.CountTimerQuery(t.Context(), &tc.p, tc.bound)
 		checkCount(t, tc.name, got, err, tc.n, tc.exact)

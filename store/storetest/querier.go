@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var querierCases = []testCase{
@@ -21,38 +22,6 @@ var querierCases = []testCase{
 	{"AttributesCompareInNFC", testAttributesCompareInNFC},
 	{"AttributesHostileQueryMatchesNothing", testAttributesHostileQueryMatchesNothing},
 	{"AttributesGoWithSweptInstances", testAttributesGoWithSweptInstances},
-}
-
-// RunInstanceQuerier runs the cases of the optional store.InstanceQuerier
-// capability against the stores newStore returns, which must implement it.
-// Each case is a parallel subtest with a fresh store, as in Run.
-func RunInstanceQuerier(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Helper()
-	runCapability(t, querierCases, newStore, "store.InstanceQuerier", func(s store.Store) bool {
-		_, ok := s.(store.InstanceQuerier)
-		return ok
-	})
-}
-
-// runCapability runs cases of an optional capability, each as a parallel
-// subtest with a fresh store from newStore, which must implement it (has).
-func runCapability(t *testing.T, cases []testCase, newStore func(t *testing.T) store.Store, name string, has func(store.Store) bool) {
-	t.Helper()
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			s := newStore(t)
-			if !has(s) {
-				t.Fatalf("%T does not implement %s", s, name)
-			}
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil {
-					t.Errorf("close: got error %v, want nil", err)
-				}
-			})
-			tc.fn(t, s)
-		})
-	}
 }
 
 // seedQuery inserts a/k1 (Started, oldest), a/k2 (Done, finished),
@@ -79,9 +48,9 @@ func seedQuery(t *testing.T, s store.Store) time.Time {
 	return base
 }
 
-func query(t *testing.T, s store.Store, p *store.InstanceQuery) []string {
+func query(t *testing.T, s store.Store, p *readmodel.InstanceQuery) []string {
 	t.Helper()
-	ins, err := s.(store.InstanceQuerier).QueryInstances(t.Context(), p)
+	ins, err := s.(readmodel.InstanceQuerier).QueryInstances(t.Context(), p)
 	if err != nil {
 		t.Fatalf("query instances %+v: got error %v, want nil", p, err)
 	}
@@ -92,18 +61,18 @@ func testQueryInstancesFilters(t *testing.T, s store.Store) {
 	seedQuery(t, s)
 	for _, tc := range []struct {
 		name string
-		p    store.InstanceQuery
+		p    readmodel.InstanceQuery
 		want []string
 	}{
-		{"all", store.InstanceQuery{}, []string{"a/k1", "a/k2", "a/x1", "b/k1"}},
-		{"type", store.InstanceQuery{SagaType: "a"}, []string{"a/k1", "a/k2", "a/x1"}},
-		{"state", store.InstanceQuery{State: "Started"}, []string{"a/k1", "b/k1"}},
-		{"active", store.InstanceQuery{Status: store.StatusActive}, []string{"a/k1", "a/x1", "b/k1"}},
-		{"finished", store.InstanceQuery{Status: store.StatusFinished}, []string{"a/k2"}},
-		{"prefix", store.InstanceQuery{KeyPrefix: "k"}, []string{"a/k1", "a/k2", "b/k1"}},
-		{"prefix and type", store.InstanceQuery{SagaType: "a", KeyPrefix: "x"}, []string{"a/x1"}},
-		{"prefix is not a pattern", store.InstanceQuery{KeyPrefix: "%"}, []string{}},
-		{"no match", store.InstanceQuery{SagaType: "a", State: "Nope"}, []string{}},
+		{"all", readmodel.InstanceQuery{}, []string{"a/k1", "a/k2", "a/x1", "b/k1"}},
+		{"type", readmodel.InstanceQuery{SagaType: "a"}, []string{"a/k1", "a/k2", "a/x1"}},
+		{"state", readmodel.InstanceQuery{State: "Started"}, []string{"a/k1", "b/k1"}},
+		{"active", readmodel.InstanceQuery{Status: store.StatusActive}, []string{"a/k1", "a/x1", "b/k1"}},
+		{"finished", readmodel.InstanceQuery{Status: store.StatusFinished}, []string{"a/k2"}},
+		{"prefix", readmodel.InstanceQuery{KeyPrefix: "k"}, []string{"a/k1", "a/k2", "b/k1"}},
+		{"prefix and type", readmodel.InstanceQuery{SagaType: "a", KeyPrefix: "x"}, []string{"a/x1"}},
+		{"prefix is not a pattern", readmodel.InstanceQuery{KeyPrefix: "%"}, []string{}},
+		{"no match", readmodel.InstanceQuery{SagaType: "a", State: "Nope"}, []string{}},
 	} {
 		if got := query(t, s, &tc.p); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
@@ -113,9 +82,9 @@ func testQueryInstancesFilters(t *testing.T, s store.Store) {
 
 func testQueryInstancesKeysetPaging(t *testing.T, s store.Store) {
 	seedQuery(t, s)
-	q := s.(store.InstanceQuerier)
+	q := s.(readmodel.InstanceQuerier)
 	var got []string
-	p := &store.InstanceQuery{Limit: 1}
+	p := &readmodel.InstanceQuery{Limit: 1}
 	for range 10 {
 		page, err := q.QueryInstances(t.Context(), p)
 		if err != nil {
@@ -128,7 +97,7 @@ func testQueryInstancesKeysetPaging(t *testing.T, s store.Store) {
 			t.Fatalf("page of limit 1 holds %d instances", len(page))
 		}
 		got = append(got, instanceKeys(page)...)
-		p.After = store.CursorOf(page[0])
+		p.After = readmodel.CursorOf(page[0])
 	}
 	if want := []string{"a/k1", "a/k2", "a/x1", "b/k1"}; !slices.Equal(got, want) {
 		t.Errorf("pages: got %q, want %q", got, want)
@@ -138,12 +107,12 @@ func testQueryInstancesKeysetPaging(t *testing.T, s store.Store) {
 func testQueryInstancesStuckOrder(t *testing.T, s store.Store) {
 	seedQuery(t, s)
 	want := []string{"b/k1", "a/x1", "a/k1"} // active only, least recently updated first
-	if got := query(t, s, &store.InstanceQuery{Stuck: true}); !slices.Equal(got, want) {
+	if got := query(t, s, &readmodel.InstanceQuery{Stuck: true}); !slices.Equal(got, want) {
 		t.Errorf("stuck: got %q, want %q", got, want)
 	}
-	q := s.(store.InstanceQuerier)
+	q := s.(readmodel.InstanceQuerier)
 	var got []string
-	p := &store.InstanceQuery{Stuck: true, Limit: 2}
+	p := &readmodel.InstanceQuery{Stuck: true, Limit: 2}
 	for range 10 {
 		page, err := q.QueryInstances(t.Context(), p)
 		if err != nil {
@@ -153,24 +122,24 @@ func testQueryInstancesStuckOrder(t *testing.T, s store.Store) {
 			break
 		}
 		got = append(got, instanceKeys(page)...)
-		p.After = store.CursorOf(page[len(page)-1])
+		p.After = readmodel.CursorOf(page[len(page)-1])
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("stuck pages of 2: got %q, want %q", got, want)
 	}
-	if got := query(t, s, &store.InstanceQuery{Stuck: true, SagaType: "a", State: "Started"}); !slices.Equal(got, []string{"a/k1"}) {
+	if got := query(t, s, &readmodel.InstanceQuery{Stuck: true, SagaType: "a", State: "Started"}); !slices.Equal(got, []string{"a/k1"}) {
 		t.Errorf("stuck of a in Started: got %q, want [a/k1]", got)
 	}
 }
 
 func testCountInstancesByState(t *testing.T, s store.Store) {
 	seedQuery(t, s)
-	q := s.(store.InstanceQuerier)
+	q := s.(readmodel.InstanceQuerier)
 	got, err := q.CountInstances(t.Context(), "")
 	if err != nil {
 		t.Fatalf("count instances: got error %v, want nil", err)
 	}
-	want := []store.StateCount{
+	want := []readmodel.StateCount{
 		{SagaType: "a", State: "Done", Status: store.StatusFinished, Count: 1},
 		{SagaType: "a", State: "Started", Status: store.StatusActive, Count: 1},
 		{SagaType: "a", State: "Waiting", Status: store.StatusActive, Count: 1},
@@ -193,9 +162,9 @@ func testCountInstancesByState(t *testing.T, s store.Store) {
 // API decode cursors that clients send.
 func testQueryInstancesHostileCursor(t *testing.T, s store.Store) {
 	seedQuery(t, s)
-	q := s.(store.InstanceQuerier)
-	for _, c := range []store.InstanceCursor{{SagaType: "a\x00", Key: "k"}, {SagaType: "a", Key: "k\xff"}} {
-		for _, p := range []store.InstanceQuery{{After: &c}, {Before: &c}, {After: &c, Stuck: true}} {
+	q := s.(readmodel.InstanceQuerier)
+	for _, c := range []readmodel.InstanceCursor{{SagaType: "a\x00", Key: "k"}, {SagaType: "a", Key: "k\xff"}} {
+		for _, p := range []readmodel.InstanceQuery{{After: &c}, {Before: &c}, {After: &c, Stuck: true}} {
 			if _, err := q.QueryInstances(t.Context(), &p); err != nil {
 				t.Errorf("QueryInstances with cursor %q/%q: got error %v, want none", c.SagaType, c.Key, err)
 			}

@@ -6,16 +6,17 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
-// A store that estimates or counts its rows (store.RowEstimator,
-// store.RowCounter) names every kind of row, counts exactly up to the
+// A store that estimates or counts its rows (readmodel.RowEstimator,
+// readmodel.RowCounter) names every kind of row, counts exactly up to the
 // bound and stops there, and refuses a table it does not have.
 func testRowsEstimatedAndCounted(t *testing.T, s store.Store) {
-	re, estimates := s.(store.RowEstimator)
-	rc, counts := s.(store.RowCounter)
+	re, estimates := s.(readmodel.RowEstimator)
+	rc, counts := s.(readmodel.RowCounter)
 	if !estimates && !counts {
-		t.Skipf("%T implements neither store.RowEstimator nor store.RowCounter", s)
+		t.Skipf("%T implements neither readmodel.RowEstimator nor readmodel.RowCounter", s)
 	}
 	ctx := t.Context()
 	base := now()
@@ -34,13 +35,13 @@ func testRowsEstimatedAndCounted(t *testing.T, s store.Store) {
 			limit int64
 			want  int64
 		}{
-			{store.TableTimers, 1000, 30},
-			{store.TableTimers, 30, 30},
-			{store.TableTimers, 7, 7},
-			{store.TableDeadLetters, 1000, 2},
-			{store.TableInstances, 1000, 1},
-			{store.TableInbox, 1000, 0},
-			{store.TableTimers, 0, 0},
+			{readmodel.TableTimers, 1000, 30},
+			{readmodel.TableTimers, 30, 30},
+			{readmodel.TableTimers, 7, 7},
+			{readmodel.TableDeadLetters, 1000, 2},
+			{readmodel.TableInstances, 1000, 1},
+			{readmodel.TableInbox, 1000, 0},
+			{readmodel.TableTimers, 0, 0},
 		} {
 			if n, err := rc.CountRows(ctx, c.table, c.limit); err != nil || n != c.want {
 				t.Errorf("CountRows(%q, %d): got %d, %v; want %d, nil", c.table, c.limit, n, err, c.want)
@@ -57,7 +58,7 @@ func testRowsEstimatedAndCounted(t *testing.T, s store.Store) {
 		if err != nil {
 			t.Fatalf("EstimateRows: got error %v, want nil", err)
 		}
-		for _, table := range []string{store.TableInstances, store.TableInbox, store.TableOutbox, store.TableTimers, store.TableJournal, store.TableDeadLetters} {
+		for _, table := range []string{readmodel.TableInstances, readmodel.TableInbox, readmodel.TableOutbox, readmodel.TableTimers, readmodel.TableJournal, readmodel.TableDeadLetters} {
 			if n, ok := rows[table]; !ok || n < 0 {
 				t.Errorf("EstimateRows: %q is %d (present %v), want a count of 0 or more", table, n, ok)
 			}

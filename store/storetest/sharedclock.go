@@ -7,21 +7,18 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// skew is how far ahead the clock of the second replica of RunSharedClock
+// skew is how far ahead the clock of the second replica of Features.SharedClock
 // runs: the three minutes of the acceptance run that found replicas
 // taking back each other's claims.
 const skew = 3 * time.Minute
 
-// RunSharedClock checks a store that several processes share and that
-// measures claim leases on one clock they all see (the database's), not on
-// ClaimParams.Now: a replica whose clock runs ahead does not take back a
-// timer or outbox claim another replica still holds, and a lease, once it
-// has passed on the shared clock, ends for every replica.
-//
-// newPair returns two handles on one new, empty store, as two replicas
-// would open it (two pools on one schema, two opens of one file); the
-// suite closes both.
-func RunSharedClock(t *testing.T, newPair func(t *testing.T) (a, b store.Store)) {
+// runSharedClock runs the cases of Features.SharedClock: a store that
+// several processes share measures claim leases on one clock they all see
+// (the database's), not on ClaimParams.Now, so a replica whose clock runs
+// ahead does not take back a timer or outbox claim another replica still
+// holds, and a lease, once it has passed on the shared clock, ends for
+// every replica.
+func runSharedClock(t *testing.T, newPair func(t *testing.T) (a, b store.Store)) {
 	t.Helper()
 	for _, tc := range []struct {
 		name string

@@ -14,7 +14,12 @@
 // that broke and `go test -run 'Conformance/Sweep'` reruns a part, and one
 // per optional capability (a store that is its own queue, partitioned
 // receive, a pending count, an append-only journal), which skips with the
-// reason when the Features do not declare it. Every subtest calls
+// reason when the Features do not declare it. The operators' queries
+// (readmodel.InstanceQuerier, readmodel.DeadLetterQuerier and the like) are found by
+// type assertion on one store from newStore: each has a subtest named
+// after it ("InstanceQuerier/QueryInstancesFilters"), skipped with the
+// reason when the store does not implement it, and failed when the store
+// implements it without what its cases also need. Every subtest calls
 // t.Parallel and then newStore for its own store. The subtest
 // "FeaturesMatchStore" fails when the store implements a capability that the
 // Features do not declare, or declares one it does not implement, so that
@@ -45,7 +50,7 @@
 //     backend's own clock when its processes share one (the database's),
 //     so the cases that need a lease to end use a short one, move Now past
 //     it and let it pass in real time too. A backend of the second kind
-//     also runs RunSharedClock.
+//     also sets Features.SharedClock.
 //   - Scheduling a timer name again replaces its lease too: the new timer
 //     can be claimed as soon as it is due.
 //   - ListParams.State filters instances on Instance.State; ListParams.SagaType
@@ -175,8 +180,11 @@ var featureCases = []featureCase{
 
 // Run runs the conformance suite against the stores newStore returns, one
 // parallel subtest per contract line and per capability, each with a fresh
-// store. It fails at once when f is inconsistent (Features.Queue without a
-// Lease, say).
+// store. It is the one entry point for a store: it runs the cases of every
+// capability f declares, and of every optional interface the store
+// implements (found by type assertion on one store from newStore), in a
+// subtest named after it; a subtest it skips says why. It fails at once
+// when f is inconsistent (Features.Queue without a Lease, say).
 func Run(t *testing.T, f Features, newStore func(t *testing.T) store.Store) {
 	t.Helper()
 	if err := f.validate(); err != nil {
@@ -217,6 +225,14 @@ func Run(t *testing.T, f Features, newStore func(t *testing.T) store.Store) {
 			fc.fn(t, open(t), f)
 		})
 	}
+	t.Run("SharedClock", func(t *testing.T) {
+		t.Parallel()
+		if f.SharedClock == nil {
+			t.Skip("Features.SharedClock is nil: no two processes share the store's clock")
+		}
+		runSharedClock(t, f.SharedClock)
+	})
+	runCapabilities(t, open(t), open)
 }
 
 // now returns the current time in UTC at microsecond precision, which every

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/store/storetest"
 	"github.com/idemhq/idem/transport"
@@ -96,15 +97,88 @@ func parent(t *testing.T) string { return t.Name()[:strings.IndexByte(t.Name(), 
 
 // child runs the subtests matching pattern on the store with bug.
 func child(t *testing.T, bug, pattern string) (string, error) {
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+parent(t)+"$/^("+pattern+")$", "-test.count=1", "-test.v")
+	return childOf(t, parent(t), bug, pattern)
+}
+
+// TestCapabilitiesFoundByAssertion runs the suite, in a child process, on
+// a store that hides the operators' queries, and checks that each of their
+// subtests is skipped and says why; and on a store that implements
+// readmodel.DeadLetterGrouper without readmodel.DeadLetterArchiver, and checks that
+// the subtest of the pair fails rather than skips.
+func TestCapabilitiesFoundByAssertion(t *testing.T) {
+	if _, ok := os.LookupEnv(mutantEnv); ok {
+		return // runMutant runs in TestSuiteCatchesBrokenStores
+	}
+	t.Run("hidden", func(t *testing.T) {
+		out, err := childOf(t, "TestSuiteCatchesBrokenStores", "hidden-capabilities", "InstanceQuerier|TimerQuerier|QueryCounter|DeadLetterQuerier|DeadLetterReplayer|DeadLetterTriage|DeadLetterState")
+		if err != nil {
+			t.Fatalf("the suite failed a store without optional queries: %v; output:\n%s", err, out)
+		}
+		for _, c := range []struct{ subtest, iface string }{
+			{"InstanceQuerier", "readmodel.InstanceQuerier"},
+			{"TimerQuerier", "readmodel.TimerQuerier"},
+			{"QueryCounter", "readmodel.QueryCounter"},
+			{"DeadLetterQuerier", "readmodel.DeadLetterQuerier"},
+			{"DeadLetterReplayer", "store.DeadLetterReplayer"},
+			{"DeadLetterTriage", "readmodel.DeadLetterGrouper"},
+			{"DeadLetterState", "readmodel.DeadLetterTypeQuerier"},
+		} {
+			if want := "--- SKIP: TestSuiteCatchesBrokenStores/" + c.subtest + " "; !strings.Contains(out, want) {
+				t.Errorf("output lacks %q; output:\n%s", want, out)
+			}
+			if want := "does not implement " + c.iface; !strings.Contains(out, want) {
+				t.Errorf("output lacks the reason %q", want)
+			}
+		}
+	})
+	t.Run("partial", func(t *testing.T) {
+		out, err := childOf(t, "TestSuiteCatchesBrokenStores", "grouper-without-archiver", "DeadLetterTriage")
+		if err == nil {
+			t.Fatalf("the suite passed a store with readmodel.DeadLetterGrouper but not readmodel.DeadLetterArchiver; output:\n%s", out)
+		}
+		for _, want := range []string{"--- FAIL: TestSuiteCatchesBrokenStores/DeadLetterTriage ", "but not readmodel.DeadLetterArchiver"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q; output:\n%s", want, out)
+			}
+		}
+	})
+}
+
+// childOf runs the subtests of the top-level test top matching pattern on
+// the store with bug.
+func childOf(t *testing.T, top, bug, pattern string) (string, error) {
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+top+"$/^("+pattern+")$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), mutantEnv+"="+bug)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
+// bareStore is a store.Store and nothing more: its optional interfaces
+// are hidden.
+type bareStore struct{ store.Store }
+
+// grouperOnly is a store.Store that groups dead letters but cannot archive
+// them.
+type grouperOnly struct {
+	store.Store
+	readmodel.DeadLetterGrouper
+	readmodel.DeadLetterQuerier
+}
+
 // runMutant runs the suite on the store with bug, or on the wrapper of a
 // kind without a bug when bug is "kind:".
 func runMutant(t *testing.T, bug string) {
+	switch bug {
+	case "hidden-capabilities":
+		storetest.Run(t, storetest.Features{}, func(t *testing.T) store.Store { return bareStore{memstore.New(nil)} })
+		return
+	case "grouper-without-archiver":
+		storetest.Run(t, storetest.Features{}, func(t *testing.T) store.Store {
+			s := memstore.New(nil)
+			return grouperOnly{s, s, s}
+		})
+		return
+	}
 	k, control := strings.CutSuffix(bug, ":")
 	if control {
 		bug = ""

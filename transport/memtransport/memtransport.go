@@ -57,6 +57,16 @@ type Config struct {
 	// Default 0: no limit. Must not be negative.
 	MaxMessageBytes int
 
+	// DedupWindow, when positive, makes Publish drop an envelope whose
+	// transport.PublishID it accepted less than DedupWindow ago, as a
+	// JetStream stream's duplicate window drops a Nats-Msg-Id it holds:
+	// the window counts from the accepted publish, and a dropped copy
+	// neither extends it nor counts in Stats.Published (it counts in
+	// Stats.DuplicatesDropped). A deliberate re-publish with a new mark
+	// (transport.HeaderRepublish) has another PublishID and is accepted.
+	// Default 0: every publish is enqueued. Must not be negative.
+	DedupWindow time.Duration
+
 	// Seed seeds the math/rand/v2 source behind DuplicateRandom, Reorder
 	// and LoseAckRate. Default 0, which is an ordinary fixed seed: runs
 	// are repeatable by default. Random decisions are taken under the
@@ -75,6 +85,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config Lease %v: must not be negative", c.Lease)
 	case c.Duplicate < 0:
 		return fmt.Errorf("config Duplicate %d: must not be negative", c.Duplicate)
+	case c.DedupWindow < 0:
+		return fmt.Errorf("config DedupWindow %v: must not be negative", c.DedupWindow)
 	case c.MaxMessageBytes < 0:
 		return fmt.Errorf("config MaxMessageBytes %d: must not be negative", c.MaxMessageBytes)
 	case !(c.LoseAckRate >= 0 && c.LoseAckRate <= 1): // also rejects NaN
@@ -92,6 +104,9 @@ type Stats struct {
 	// DuplicatesInjected counts extra copies enqueued because of
 	// Config.Duplicate.
 	DuplicatesInjected int64
+	// DuplicatesDropped counts envelopes Publish dropped because of
+	// Config.DedupWindow.
+	DuplicatesDropped int64
 	// Delivered counts deliveries handed out by Receive, redeliveries
 	// included.
 	Delivered int64
@@ -133,6 +148,7 @@ type Transport struct {
 	waiters int           // Receivers blocked on wake
 
 	nextSeq uint64
+	dedup   dedupWindow       // Config.DedupWindow
 	entries map[uint64]*entry // not yet acked, by seq
 	acked   map[uint64]int32  // acked entries: seq -> generation that acked
 	nacks   map[uint64]uint64 // acked entries that were ever nacked: seq -> entry.nacked
@@ -214,7 +230,9 @@ func New(cfg *Config) *Transport {
 }
 
 // Publish enqueues a deep copy of every envelope in msgs, plus the copies
-// Config.Duplicate asks for, and wakes blocked Receivers. It is all or
+// Config.Duplicate asks for, and wakes blocked Receivers. With
+// Config.DedupWindow it drops, and reports as published, an envelope whose
+// transport.PublishID it accepted within the window. It is all or
 // nothing: an envelope without ID or Type, or with a Body over
 // Config.MaxMessageBytes (an error wrapping transport.ErrTooLarge), makes
 // Publish return an error before anything is enqueued. Publish returns an
@@ -239,7 +257,12 @@ func (t *Transport) Publish(ctx context.Context, msgs []transport.Envelope) erro
 	if t.closed {
 		return fmt.Errorf("memtransport: publish: %w", transport.ErrClosed)
 	}
+	now := time.Now()
 	for i := range msgs {
+		if !t.dedup.accept(transport.PublishID(&msgs[i]), now, t.cfg.DedupWindow) {
+			t.stats.DuplicatesDropped++
+			continue
+		}
 		copies := t.cfg.Duplicate
 		if t.cfg.DuplicateRandom && copies > 0 {
 			copies = t.rng.IntN(copies + 1)

@@ -27,15 +27,19 @@ func TestConformance(t *testing.T) {
 	const lease = 50 * time.Millisecond
 	features := transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true}
 	const limit = 1 << 20
+	dedup := features
+	dedup.PublishDedup = true
 	for _, tc := range []struct {
-		name string
-		cfg  memtransport.Config
+		name     string
+		features transporttest.Features
+		cfg      memtransport.Config
 	}{
-		{"FIFO", memtransport.Config{Lease: lease, MaxMessageBytes: limit}},
-		{"Reorder", memtransport.Config{Lease: lease, Reorder: true, Seed: 7, MaxMessageBytes: limit}},
+		{"FIFO", features, memtransport.Config{Lease: lease, MaxMessageBytes: limit}},
+		{"Reorder", features, memtransport.Config{Lease: lease, Reorder: true, Seed: 7, MaxMessageBytes: limit}},
+		{"DedupWindow", dedup, memtransport.Config{Lease: lease, MaxMessageBytes: limit, DedupWindow: time.Hour}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			transporttest.Run(t, features, func(t *testing.T) transport.Transport {
+			transporttest.Run(t, tc.features, func(t *testing.T) transport.Transport {
 				return memtransport.New(&tc.cfg)
 			})
 		})

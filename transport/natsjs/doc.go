@@ -58,7 +58,10 @@
 // # Guarantees
 //
 // Publish sets the Nats-Msg-Id header to the envelope ID, so the stream's
-// duplicate window (Config.DuplicateWindow) drops a re-sent outbox row, and
+// duplicate window (Config.DuplicateWindow) drops a re-sent outbox row,
+// except on a deliberate re-publish (a dead letter's replay, a "retry
+// now"), whose Nats-Msg-Id adds a digest of its mark
+// (transport.PublishID), so that the window does not drop it; and it
 // returns once JetStream acknowledged every envelope (the PubAck, which a
 // server configured with sync_interval: always gives after fsync).
 // A call of 8 envelopes or more goes as atomic batches of up to 1,000

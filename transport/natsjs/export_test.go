@@ -1,6 +1,12 @@
 package natsjs
 
-import "github.com/idemhq/idem/transport"
+import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/transport"
+)
 
 // Held reports how many messages t holds for a later Receive (brought by
 // pull requests a Receive gave up on), for the tests.
@@ -37,3 +43,16 @@ func (t *Transport) WireSize(env transport.Envelope) (int, error) {
 // (sent false) and once it is sent, before its answer is awaited (sent
 // true); nil removes it.
 func SetCommitHook(f func(sent bool)) { testHookCommit = f }
+
+// StreamState reads the state of t's stream from the server. A Publish
+// that returned is counted in it: the server stores a message before it
+// acknowledges the publish. Pending is no substitute straight after a
+// Publish or an Ack, since the stream's consumers count new messages and
+// acks asynchronously.
+func (t *Transport) StreamState(ctx context.Context) (jetstream.StreamState, error) {
+	s, err := t.js.Stream(ctx, t.cfg.Stream)
+	if err != nil {
+		return jetstream.StreamState{}, err
+	}
+	return s.CachedInfo().State, nil
+}

@@ -179,8 +179,9 @@ var ErrTooLarge = fmt.Errorf("natsjs: %w", transport.ErrTooLarge)
 // Nats-Msg-Id and Nats-Expected-Stream headers and the envelope without
 // its body as JSON (ID, Type, CorrelationID, CausationID, IdempotencyKey,
 // Headers, SentAt) in the Idem-Envelope header. The fixed part of these
-// takes about 300 bytes, so metadata fields (the ID counted twice) of up
-// to about 7 KiB of plain text fit, and of up to 1 KiB whatever their
+// takes about 300 bytes (about 350 for a re-publish, whose Nats-Msg-Id
+// adds a digest of its mark: transport.PublishID), so metadata fields
+// (the ID counted twice) of up to about 7 KiB of plain text fit, and of up to 1 KiB whatever their
 // characters (JSON escaping takes at most 6 bytes per byte).
 const HeaderReserve = 8 << 10
 
@@ -491,9 +492,14 @@ func (t *Transport) tooLarge(env *transport.Envelope) error {
 }
 
 // Publish sends envs and returns once JetStream acknowledged every one of
-// them (PubAck), or the first error. Each message carries Nats-Msg-Id = the
-// envelope ID, so a copy published again within Config.DuplicateWindow is
-// dropped by the stream. Before sending anything it refuses envs if one of
+// them (PubAck), or the first error. Each message carries Nats-Msg-Id =
+// transport.PublishID: the envelope ID, so that a copy published again
+// within Config.DuplicateWindow is dropped by the stream (its PubAck says
+// duplicate, and Publish returns nil); for a deliberate re-publish (a dead
+// letter's replay, a "retry now": header transport.HeaderRepublish) the ID
+// and a digest of the re-publish's mark, so that the copy is stored and
+// delivered, however soon after the first publish, with the envelope's
+// ID unchanged. Before sending anything it refuses envs if one of
 // them does not fit in a NATS message (see MaxMessageBytes), with an error
 // wrapping ErrTooLarge. It returns transport.ErrClosed after Close.
 func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) error {
@@ -518,7 +524,7 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 	futures := make([]jetstream.PubAckFuture, len(envs))
 	for i, m := range msgs {
 		var err error
-		futures[i], err = t.js.PublishMsgAsync(m, jetstream.WithMsgID(envs[i].ID), jetstream.WithExpectStream(t.cfg.Stream))
+		futures[i], err = t.js.PublishMsgAsync(m, jetstream.WithMsgID(m.Header.Get(jetstream.MsgIDHeader)), jetstream.WithExpectStream(t.cfg.Stream))
 		if errors.Is(err, nats.ErrMaxPayload) { // a server with a smaller max_payload than the one Open read
 			return t.closedOr(fmt.Errorf("natsjs: publish %s: %w: %w (the server's max_payload is now %d bytes)", envs[i].ID, ErrTooLarge, err, t.nc.MaxPayload()))
 		}
@@ -565,7 +571,7 @@ func (t *Transport) message(env *transport.Envelope) (*nats.Msg, error) {
 	m := nats.NewMsg(t.Subject(env))
 	m.Header.Set(hdrEnvelope, string(hdr))
 	// Set here as well as by the publish options, to count them.
-	m.Header.Set(jetstream.MsgIDHeader, env.ID)
+	m.Header.Set(jetstream.MsgIDHeader, transport.PublishID(env))
 	m.Header.Set(jetstream.ExpectedStreamHeader, t.cfg.Stream)
 	if size := headerSize(m.Header) + len(env.Body); int64(size) > t.maxPayload {
 		return nil, fmt.Errorf("natsjs: message %s: its headers (the envelope's ID, type, keys and headers) take %d bytes, more than the %d that %s leaves beside a body of %d bytes: shorten them or raise max_payload on the NATS server: %w",

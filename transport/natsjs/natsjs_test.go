@@ -100,7 +100,7 @@ func TestConformance(t *testing.T) {
 	// 12 partitions: the partitioned cases split the keys in 2 and 3
 	// parts, which ReceivePartition takes by hash only when they divide
 	// Config.Partitions.
-	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true}, func(t *testing.T) transport.Transport {
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true, PublishDedup: true}, func(t *testing.T) transport.Transport {
 		return open(t, natsjs.Config{AckWait: lease, Partitions: 12})
 	})
 }
@@ -183,12 +183,43 @@ func TestPublishSetsMsgIDAndSubject(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ready, _, err := tr.Pending(t.Context())
+	// The stream's own count, not Pending: its consumers count the stored
+	// message asynchronously (CI read 0 straight after the publishes).
+	if n := streamMsgs(t, tr); n != 1 {
+		t.Errorf("published one ID three times: %d messages in the stream, want 1 (Nats-Msg-Id dedup)", n)
+	}
+	waitPending(t, tr, 1, 0)
+}
+
+// streamMsgs returns how many messages tr's stream stores, exactly: every
+// Publish that returned is counted.
+func streamMsgs(t *testing.T, tr *natsjs.Transport) uint64 {
+	t.Helper()
+	st, err := tr.StreamState(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ready != 1 {
-		t.Errorf("published one ID three times: %d messages in the stream, want 1 (Nats-Msg-Id dedup)", ready)
+	return st.Msgs
+}
+
+// waitPending polls tr.Pending until it reports want, failing at a
+// deadline: the stream's consumers count a stored message, a delivery and
+// an ack asynchronously, so Pending lags a Publish or an Ack that returned.
+func waitPending(t *testing.T, tr *natsjs.Transport, wantReady, wantUnacked int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var ready, unacked int
+	var err error
+	for {
+		if ready, unacked, err = tr.Pending(ctx); err == nil && ready == wantReady && unacked == wantUnacked {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Pending = %d ready, %d unacknowledged (%v); want %d, %d", ready, unacked, err, wantReady, wantUnacked)
+		case <-time.After(10 * time.Millisecond): // polling the server's count, with a deadline
+		}
 	}
 }
 

@@ -34,7 +34,12 @@
 // The suite synchronises with channels and with Receive deadlines, never with
 // time.Sleep. It checks the transport contract only; deduplication is the
 // engine's job (its inbox), so the suite accepts a transport that delivers a
-// message twice.
+// message twice. A transport that drops duplicates at publish (a broker's
+// deduplication window) must still deliver a deliberate re-publish, which
+// carries transport.HeaderRepublish (a dead letter's replay, a "retry
+// now"): every transport runs those cases, and Features.PublishDedup adds
+// the check that it drops exactly the copies with a repeated
+// transport.PublishID.
 //
 // A behaviour change in one backend starts with a new case here, so that it
 // holds for every backend.

@@ -49,6 +49,14 @@ type Features struct {
 	// a message of that size, so keep the limit in the megabytes.
 	SizeLimit bool
 
+	// PublishDedup is true when Publish drops an envelope whose
+	// transport.PublishID it accepted before, within a window longer than
+	// the suite takes (a broker-side deduplication window, such as
+	// JetStream's Nats-Msg-Id): a plain envelope published again is
+	// dropped, and so is a re-publish (transport.HeaderRepublish) whose
+	// mark repeats, but a re-publish with a new mark is delivered.
+	PublishDedup bool
+
 	// Pending is true when the transport implements
 	// transport.PendingCounter and, used alone, counts exactly: ready is
 	// every message published and neither handed out nor acked, unacked
@@ -98,7 +106,15 @@ func (f Features) quietWait() time.Duration { return 3 * f.Lease }
 //   - ConcurrentConsumersAtLeastOnce: 4 consumers see every one of 500
 //     published messages at least once, and nothing that was not published.
 //   - PublishSameIDTwice: a message published twice with one ID is delivered
-//     at least once and at most twice.
+//     at least once and at most twice (exactly once with PublishDedup).
+//   - RepublishAfterAck: a deliberate re-publish (transport.HeaderRepublish)
+//     of a message handed out and acked, as a dead letter's replay sends
+//     it, is delivered intact, and so is a second one with another mark.
+//   - RepublishWhileDelayed: a deliberate re-publish of a message waiting
+//     out a Nack delay, as "retry now" sends it, is delivered at once.
+//   - RepublishDedup (PublishDedup): publishes are deduplicated by
+//     transport.PublishID: a repeated mark or plain envelope is dropped,
+//     a new mark is delivered.
 //   - CloseReturnsErrClosed: after Close, every method returns
 //     transport.ErrClosed.
 //   - CloseUnblocksReceive: Close makes a blocked Receive return
@@ -141,6 +157,9 @@ func Run(t *testing.T, f Features, newTransport func(t *testing.T) transport.Tra
 		{"AckTwiceIsNoError", s.ackTwiceIsNoError},
 		{"ConcurrentConsumersAtLeastOnce", s.concurrentConsumersAtLeastOnce},
 		{"PublishSameIDTwice", s.publishSameIDTwice},
+		{"RepublishAfterAck", s.republishAfterAck},
+		{"RepublishWhileDelayed", s.republishWhileDelayed},
+		{"RepublishDedup", s.republishDedup},
 		{"CloseReturnsErrClosed", s.closeReturnsErrClosed},
 		{"CloseUnblocksReceive", s.closeUnblocksReceive},
 		{"PartitionedReceive", s.partitionedReceive},
@@ -606,6 +625,9 @@ func (s *suite) publishSameIDTwice(t *testing.T) {
 	}
 	if len(got) > 2 {
 		t.Errorf("message published twice was delivered %d times: %s", len(got), describe(got...))
+	}
+	if s.f.PublishDedup && len(got) != 1 {
+		t.Errorf("message published twice was delivered %d times by a transport that claims Features.PublishDedup: %s", len(got), describe(got...))
 	}
 	t.Logf("message published twice was delivered %d time(s); the engine's inbox deduplicates", len(got))
 }

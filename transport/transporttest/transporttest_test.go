@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ const lease = 50 * time.Millisecond
 // maxBytes is the size limit of the transports under test.
 const maxBytes = 4 << 10
 
-var features = transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true}
+var features = transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, SizeLimit: true, Pending: true, PublishDedup: true}
 
 // mutantEnv names the broken transport a child process runs the suite on.
 const mutantEnv = "TRANSPORTTEST_MUTANT"
@@ -37,7 +38,11 @@ func TestSuiteCatchesBrokenTransports(t *testing.T) {
 			case "size-limit-off-by-one":
 				limit = maxBytes - 1
 			}
-			return &mutant{Transport: memtransport.New(&memtransport.Config{Lease: lease, MaxMessageBytes: limit}), bug: bug}
+			window := time.Hour
+			if bug == "dedup-none" {
+				window = 0
+			}
+			return &mutant{Transport: memtransport.New(&memtransport.Config{Lease: lease, MaxMessageBytes: limit, DedupWindow: window}), bug: bug, seen: map[string]bool{}}
 		})
 		return
 	}
@@ -59,6 +64,10 @@ func TestSuiteCatchesBrokenTransports(t *testing.T) {
 		{"size-limit-off-by-one", "SizeLimit"},
 		{"pending-counts-unacked-as-ready", "PendingCounts"},
 		{"pending-counts-acked", "PendingCounts"},
+		{"dedup-by-id", "RepublishAfterAck"},
+		{"dedup-by-id-while-delayed", "RepublishWhileDelayed"},
+		{"dedup-ignores-mark", "RepublishAfterAck"},
+		{"dedup-none", "RepublishDedup"},
 	} {
 		t.Run(tc.bug, func(t *testing.T) {
 			t.Parallel()
@@ -102,6 +111,32 @@ func control(t *testing.T) {
 type mutant struct {
 	*memtransport.Transport
 	bug string
+
+	mu   sync.Mutex
+	seen map[string]bool // the dedup bugs' publish identities
+}
+
+// Publish drops, for the dedup bugs, what a broker deduplicating by the
+// wrong identity would: by ID alone, or by ID and whether it is a
+// re-publish whatever its mark.
+func (m *mutant) Publish(ctx context.Context, envs []transport.Envelope) error {
+	if !strings.HasPrefix(m.bug, "dedup-by-id") && m.bug != "dedup-ignores-mark" {
+		return m.Transport.Publish(ctx, envs)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var keep []transport.Envelope
+	for _, e := range envs {
+		id := e.ID
+		if _, ok := e.Headers[transport.HeaderRepublish]; ok && m.bug == "dedup-ignores-mark" {
+			id += " republish"
+		}
+		if !m.seen[id] {
+			m.seen[id] = true
+			keep = append(keep, e)
+		}
+	}
+	return m.Transport.Publish(ctx, keep)
 }
 
 func (m *mutant) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+
+	"github.com/idemhq/idem/store/sqlitestore"
 )
 
 // Tables names a ledger table and the notification table written with it.
@@ -105,16 +107,32 @@ func Open(ctx context.Context, dsn, schema string) (*DB, error) {
 		}
 		// BEGIN IMMEDIATE: a transaction that will write takes the write
 		// lock at once instead of failing to upgrade a read snapshot.
-		d.db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+		d.db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(20000)&_pragma=synchronous(FULL)&_txlock=immediate")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
-	if err := d.db.PingContext(ctx); err != nil {
+	if err := d.ping(ctx); err != nil {
 		d.db.Close()
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	return d, nil
+}
+
+// ping checks the connection and, on SQLite, puts the file in WAL mode.
+// Writers that start together create the file together, and SQLite
+// refuses all but one of them the switch at once (SQLITE_BUSY, whatever
+// the busy timeout): sqlitestore.SetWAL tries again, where a
+// journal_mode(WAL) pragma in the DSN would fail.
+func (d *DB) ping(ctx context.Context) error {
+	if d.pg {
+		return d.db.PingContext(ctx)
+	}
+	mode, err := sqlitestore.SetWAL(ctx, d.db, 20*time.Second)
+	if err == nil && mode != "wal" {
+		err = fmt.Errorf("the file stays in journal mode %q, not WAL: put it on a local disk", mode)
+	}
+	return err
 }
 
 // Close closes the database.

@@ -174,10 +174,22 @@ func startChild(t *testing.T, args ...string) *child {
 // ready blocks until the child printed "ready".
 func (c *child) ready(t *testing.T) {
 	t.Helper()
-	line, err := c.stdout.ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		t.Fatalf("child not ready: %q, %v; stderr:\n%s", line, err, c.stderr.String())
+	if err := c.waitReady(); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// waitReady is ready returning its error instead. When the child is not
+// ready, it stops the child and waits for it: c.stderr is written
+// by exec's copying goroutine until Wait returns, and is complete then.
+func (c *child) waitReady() error {
+	line, err := c.stdout.ReadString('\n')
+	if err == nil && strings.TrimSpace(line) == "ready" {
+		return nil
+	}
+	c.cmd.Process.Kill()
+	werr := c.cmd.Wait()
+	return fmt.Errorf("child not ready: %q, %v (%v); stderr:\n%s", line, err, werr, c.stderr.String())
 }
 
 // finish waits for the child and decodes its summary.

@@ -8,11 +8,17 @@ package helix
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
@@ -30,7 +36,9 @@ type Options struct {
 	Schema string
 	// Redis is the redis:// URL of the transport.
 	Redis string
-	// Namespace names the Redis streams. Default "helixqueue".
+	// Namespace names the Redis streams. Default: DefaultNamespace of
+	// Store and Schema, so that processes on one store share the streams
+	// and processes on different stores never take each other's messages.
 	Namespace string
 	// Machine configures the batch saga (lease, fault injection).
 	Machine MachineConfig
@@ -60,35 +68,81 @@ type Records struct {
 	closed bool
 }
 
-// OpenRecords opens the store (migrating it) and the example's tables: what
-// "helixqueue audit" reads. It needs o.Store (and o.Schema on PostgreSQL),
-// not Redis.
+// OpenRecords opens an existing store and the example's tables for
+// reading: what "helixqueue audit" reads. It needs o.Store (and o.Schema
+// on PostgreSQL), not Redis. It creates and migrates nothing: a store that
+// does not exist, or has none of the example's tables, is an error that
+// says so (wrapping ErrNoStore).
 func OpenRecords(ctx context.Context, o Options) (r *Records, err error) {
 	if o.Store == "" {
 		return nil, errors.New("helixqueue: --store is required")
 	}
-	return openRecords(ctx, o.withDefaults())
+	return openRecords(ctx, o.withDefaults(), false)
 }
 
-func openRecords(ctx context.Context, o Options) (r *Records, err error) {
+// ErrNoStore is wrapped by OpenRecords's error when its store does not
+// exist or holds no HelixQueue tables.
+var ErrNoStore = errors.New("no HelixQueue store")
+
+// openRecords opens the store and the example's tables, creating and
+// migrating them when create is set.
+func openRecords(ctx context.Context, o Options, create bool) (r *Records, err error) {
 	r = &Records{}
 	defer func() {
 		if err != nil {
 			r.Close()
 		}
 	}()
-	if isPostgres(o.Store) {
-		r.Store, err = pgstore.Open(ctx, o.Store, &pgstore.Config{Schema: o.Schema, Migrate: true})
-	} else {
-		r.Store, err = sqlitestore.Open(ctx, o.Store, nil)
+	if r.Store, err = openStore(ctx, o, create); errors.Is(err, store.ErrNotMigrated) || errors.Is(err, ErrNoStore) {
+		return r, noStore(o)
 	}
 	if err != nil {
 		return r, fmt.Errorf("helixqueue: open store: %w", err)
 	}
-	if r.DB, err = openDB(ctx, o.Store, o.Schema); err != nil {
-		return r, err
+	if r.DB, err = openDB(ctx, o.Store, o.Schema, create); errors.Is(err, ErrNoStore) {
+		return r, noStore(o)
 	}
-	return r, nil
+	return r, err
+}
+
+// openStore opens o's store, migrating it when create is set. Its store is
+// nil with an error (never a nil *pgstore.Store in a non-nil interface).
+func openStore(ctx context.Context, o Options, create bool) (store.Store, error) {
+	if isPostgres(o.Store) {
+		st, err := pgstore.Open(ctx, o.Store, &pgstore.Config{Schema: o.Schema, Migrate: create})
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	if err := sqliteExists(o.Store, create); err != nil {
+		return nil, err
+	}
+	st, err := sqlitestore.Open(ctx, o.Store, &sqlitestore.Config{SkipMigrate: !create})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// sqliteExists returns ErrNoStore when there is no file at path and
+// create is not set: SQLite would create one.
+func sqliteExists(path string, create bool) error {
+	if create {
+		return nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return ErrNoStore
+	}
+	return nil
+}
+
+// noStore says that o names no HelixQueue store, and what to check.
+func noStore(o Options) error {
+	if isPostgres(o.Store) {
+		return fmt.Errorf("helixqueue: %w in schema %q of %s: audit only reads; check --store and --schema", ErrNoStore, o.Schema, redactURL(o.Store))
+	}
+	return fmt.Errorf("helixqueue: %w at %s: audit only reads; check --store", ErrNoStore, o.Store)
 }
 
 // Journal returns the engine's journal of the batch: each applied message
@@ -120,17 +174,48 @@ func (r *Records) Close() {
 type App struct {
 	*Records
 	// Engine runs the batch saga; Open does not start it.
-	Engine *idem.Engine
-	tr     *redisstreams.Transport
-	closed bool
+	Engine    *idem.Engine
+	tr        *redisstreams.Transport
+	namespace string
+	closed    bool
 }
+
+// DefaultNamespace returns the Redis namespace of the processes on a store
+// (a SQLite path or a postgres:// URL, and the PostgreSQL schema):
+// "helixqueue-" and a hash of the store's identity. The identity of a
+// SQLite file is its absolute path; that of a PostgreSQL store is the
+// server, the database and the schema, not the user or the password.
+func DefaultNamespace(storeDSN, schema string) (string, error) {
+	var id string
+	if isPostgres(storeDSN) {
+		cc, err := pgx.ParseConfig(storeDSN)
+		if err != nil {
+			return "", fmt.Errorf("helixqueue: parse %q: %w", redactURL(storeDSN), err)
+		}
+		if schema == "" {
+			schema = "helixqueue"
+		}
+		id = fmt.Sprintf("postgres://%s:%d/%s?schema=%s", cc.Host, cc.Port, cc.Database, schema)
+	} else {
+		abs, err := filepath.Abs(storeDSN)
+		if err != nil {
+			return "", fmt.Errorf("helixqueue: store %s: %w", storeDSN, err)
+		}
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			abs = filepath.Join(dir, filepath.Base(abs))
+		}
+		id = "sqlite:" + abs
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "helixqueue-" + hex.EncodeToString(sum[:6]), nil
+}
+
+// Namespace returns the Redis namespace of a's streams.
+func (a *App) Namespace() string { return a.namespace }
 
 func (o Options) withDefaults() Options {
 	if o.Schema == "" {
 		o.Schema = "helixqueue"
-	}
-	if o.Namespace == "" {
-		o.Namespace = "helixqueue"
 	}
 	if o.TimerInterval <= 0 {
 		o.TimerInterval = 200 * time.Millisecond
@@ -150,13 +235,18 @@ func Open(ctx context.Context, o Options) (a *App, err error) {
 		return nil, errors.New("helixqueue: --store and --redis are required")
 	}
 	o = o.withDefaults()
-	a = &App{}
+	if o.Namespace == "" {
+		if o.Namespace, err = DefaultNamespace(o.Store, o.Schema); err != nil {
+			return nil, err
+		}
+	}
+	a = &App{namespace: o.Namespace}
 	defer func() {
 		if err != nil {
 			a.Close()
 		}
 	}()
-	if a.Records, err = openRecords(ctx, o); err != nil {
+	if a.Records, err = openRecords(ctx, o, true); err != nil {
 		return a, err
 	}
 	a.tr, err = redisstreams.Open(ctx, o.Redis, &redisstreams.Config{

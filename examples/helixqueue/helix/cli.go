@@ -53,6 +53,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "helixqueue: unknown command %q\n%s", args[0], usage)
@@ -65,7 +70,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Schema, "schema", "helixqueue", "PostgreSQL schema")
 	if cmd.redis {
 		fs.StringVar(&o.Redis, "redis", "", "redis:// URL of the transport")
-		fs.StringVar(&o.Namespace, "namespace", "helixqueue", "Redis stream namespace")
+		fs.StringVar(&o.Namespace, "namespace", "", "Redis stream namespace (default: helixqueue- and a hash of --store and --schema)")
 	}
 	if cmd.lease > 0 {
 		fs.DurationVar(&o.Machine.Lease, "lease", cmd.lease, "assignment lease before the reaper releases it")
@@ -231,6 +236,9 @@ func cmdAudit(ctx context.Context, fs *flag.FlagSet, o *Options, args []string, 
 	j, err := r.Journal(ctx, key)
 	if err != nil {
 		return err
+	}
+	if len(rows) == 0 && len(j) == 0 {
+		return fmt.Errorf("audit: no batch %+q in this store (a submission waits in Redis until a worker applies it)", *sample)
 	}
 	for _, e := range j {
 		line := map[string]any{"journal": e.EventType, "key": e.Key, "raw_key": rawSpelling(e), "from": e.FromState, "to": e.ToState}

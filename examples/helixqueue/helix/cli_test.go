@@ -7,12 +7,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/text/unicode/norm"
 
@@ -142,8 +144,9 @@ func TestSubmitAndAuditDoNotConsume(t *testing.T) {
 			t.Fatalf("before: %+v, want 2 entries waiting, none handed out", before)
 		}
 
-		if code, out, errOut := run(t, append(append([]string{"audit"}, storeArgs(o)...), "--sample", "Waiting-001")...); code != 0 || out != "" {
-			t.Fatalf("audit: exit %d, stdout %q, stderr %q; want 0 and nothing to print", code, out, errOut)
+		// Not applied, so not in the store: audit says so.
+		if code, out, errOut := run(t, append(append([]string{"audit"}, storeArgs(o)...), "--sample", "Waiting-001")...); code != 1 || out != "" || !strings.Contains(errOut, `no batch "Waiting-001"`) {
+			t.Fatalf("audit: exit %d, stdout %q, stderr %q; want 1, nothing printed, and that there is no such batch in the store", code, out, errOut)
 		}
 		if after := streamState(t, o); after != before {
 			t.Errorf("after audit: %+v, want %+v (audit consumed)", after, before)
@@ -251,6 +254,64 @@ func TestErrorPrefixOnce(t *testing.T) {
 		code, _, errOut := run(t, c.args...)
 		if code != 1 || !strings.HasPrefix(errOut, c.want) || strings.Count(errOut, "helixqueue:") != 1 {
 			t.Errorf("%q: exit %d, stderr %q; want 1 and one line starting %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// audit only reads: pointed at a store that does not exist it says so,
+// exits 1 and creates nothing; asked for a batch the store does not hold,
+// it says so too.
+func TestAuditReadsOnly(t *testing.T) {
+	eachStore(t, func(t *testing.T, o helix.Options) {
+		ctx := testCtx(t)
+		code, out, errOut := run(t, append([]string{"audit"}, storeArgs(o)...)...)
+		if code != 1 || out != "" || !strings.Contains(errOut, "no HelixQueue store") || !strings.Contains(errOut, "audit only reads") {
+			t.Errorf("audit of a missing store: exit %d, stdout %q, stderr %q; want exit 1 saying there is no store", code, out, errOut)
+		}
+		if exists := storeExists(t, o); exists {
+			t.Fatalf("audit of a missing store created it (%s)", o.Store)
+		}
+
+		a := start(t, o)
+		if _, err := a.Submit(ctx, "Real-001"); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut = run(t, append(append([]string{"audit"}, storeArgs(o)...), "--sample", "nosuch")...)
+		if code != 1 || out != "" || !strings.Contains(errOut, `no batch "nosuch"`) {
+			t.Errorf("audit --sample nosuch: exit %d, stdout %q, stderr %q; want exit 1 saying there is no such batch", code, out, errOut)
+		}
+		if code, out, errOut = run(t, append(append([]string{"audit"}, storeArgs(o)...), "--sample", "Real-001")...); code != 0 || !strings.Contains(out, "Real-001") {
+			t.Errorf("audit --sample Real-001: exit %d, stdout %q, stderr %q; want its rows", code, out, errOut)
+		}
+	})
+}
+
+// storeExists reports whether o's store exists: the SQLite file, or the
+// PostgreSQL schema.
+func storeExists(t *testing.T, o helix.Options) bool {
+	t.Helper()
+	if !strings.HasPrefix(o.Store, "postgres") {
+		_, err := os.Stat(o.Store)
+		return err == nil
+	}
+	conn, err := pgx.Connect(testCtx(t), o.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(testCtx(t), `SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1`, o.Schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// helixqueue --help prints the commands on stdout and exits 0.
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "help"} {
+		code, out, errOut := run(t, arg)
+		if code != 0 || !strings.Contains(out, "usage: helixqueue") || !strings.Contains(out, "audit") || errOut != "" {
+			t.Errorf("helixqueue %s: exit %d, stdout %q, stderr %q; want the usage on stdout and exit 0", arg, code, out, errOut)
 		}
 	}
 }

@@ -56,10 +56,11 @@ type DB struct {
 	sqlite bool
 }
 
-// openDB opens the example's tables on the store's database and creates
-// them if needed: SQLite when dsn is a path, PostgreSQL (in schema) when
-// it is a postgres:// URL.
-func openDB(ctx context.Context, dsn, schemaName string) (*DB, error) {
+// openDB opens the example's tables on the store's database, SQLite when
+// dsn is a path, PostgreSQL (in schema) when it is a postgres:// URL. It
+// creates them if needed when create is set; otherwise their absence is
+// ErrNoStore.
+func openDB(ctx context.Context, dsn, schemaName string, create bool) (*DB, error) {
 	db := &DB{}
 	if isPostgres(dsn) {
 		cc, err := pgx.ParseConfig(dsn)
@@ -69,11 +70,21 @@ func openDB(ctx context.Context, dsn, schemaName string) (*DB, error) {
 		cc.RuntimeParams["search_path"] = pgstore.SearchPath(schemaName)
 		db.DB = stdlib.OpenDB(*cc)
 	} else {
-		d, err := sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+		// The store opened the file first and put it in WAL mode (see
+		// sqlitestore.SetWAL), which lasts: no journal_mode pragma here.
+		d, err := sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(10000)")
 		if err != nil {
 			return nil, fmt.Errorf("helixqueue: open %s: %w", dsn, err)
 		}
 		db.DB, db.sqlite = d, true
+	}
+	if !create {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM helix_audit WHERE 1 = 0`).Scan(&n); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("%w (%v)", ErrNoStore, err)
+		}
+		return db, nil
 	}
 	id := "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
 	if db.sqlite {

@@ -13,6 +13,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,6 +333,26 @@ func testUploadTwice(t *testing.T, b backend) {
 		if e.Detail == nil || e.Detail.Kind != "chunk" || e.Detail.Status != ingest.StatusImported {
 			t.Fatalf("audit entry without chunk detail: %+v", e)
 		}
+	}
+	// Every chunk's detail names its chunk on the wire, chunk 0 too.
+	var raw struct {
+		Audit []struct {
+			Detail map[string]any `json:"detail"`
+		} `json:"audit"`
+	}
+	if err := json.Unmarshal(got.body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	var chunks []float64
+	for _, e := range raw.Audit[1:] {
+		c, ok := e.Detail["chunk"].(float64)
+		if !ok {
+			t.Errorf("audit detail %v has no chunk", e.Detail)
+		}
+		chunks = append(chunks, c)
+	}
+	if slices.Sort(chunks); !slices.Equal(chunks, []float64{0, 1, 2, 3, 4}) {
+		t.Errorf("audit details name chunks %v, want 0 to 4", chunks)
 	}
 	list := h.do(t, "GET", "/imports?supplier=ACME", "", nil)
 	var l struct{ Jobs []ingest.JobView }

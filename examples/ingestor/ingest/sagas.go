@@ -140,12 +140,14 @@ type ChunkState struct {
 type Outcome struct {
 	MessageID string `json:"message_id"`
 	Kind      string `json:"kind"` // "chunk" or "requeue"
-	Chunk     int    `json:"chunk,omitempty"`
-	Attempt   int    `json:"attempt,omitempty"`
-	Status    string `json:"status,omitempty"`
-	Lines     int    `json:"lines,omitempty"`
-	Problems  int    `json:"problems,omitempty"`
-	Requeued  []int  `json:"requeued,omitempty"`
+	// Chunk is the chunk's index (0 included) when Kind is "chunk", nil
+	// for a requeue.
+	Chunk    *int   `json:"chunk,omitempty"`
+	Attempt  int    `json:"attempt,omitempty"`
+	Status   string `json:"status,omitempty"`
+	Lines    int    `json:"lines,omitempty"`
+	Problems int    `json:"problems,omitempty"`
+	Requeued []int  `json:"requeued,omitempty"`
 }
 
 // Chunk is the chunk saga's state document: the chunk's lines are the
@@ -256,7 +258,7 @@ func JobMachine() *saga.Machine[Job] {
 				if !e.OK {
 					ch.Status, ch.Problems = StatusFailed, e.Problems
 				}
-				c.Data.Outcomes = append(c.Data.Outcomes, Outcome{MessageID: c.MessageID(), Kind: "chunk", Chunk: e.Chunk,
+				c.Data.Outcomes = append(c.Data.Outcomes, Outcome{MessageID: c.MessageID(), Kind: "chunk", Chunk: &e.Chunk,
 					Attempt: e.Attempt, Status: ch.Status, Lines: e.Lines, Problems: len(e.Problems)})
 				return nil
 			}).
@@ -299,8 +301,16 @@ func JobMachine() *saga.Machine[Job] {
 		}).
 		TransitionTo(Processing)
 
-	m.During(Queued, recordDone(), saga.Ignore(requested))
-	m.During(Processing, recordDone(), saga.Ignore(requested))
+	// A job with pending chunks has nothing to re-run yet. Requeue refuses
+	// it before publishing (ErrNotRequeueable); a requeue that arrives
+	// another way (a replayed dead letter) is refused here, saying why.
+	refuseRequeue := saga.When(requeue).
+		Then(func(c *saga.Context[Job], e RequeueRequested) error {
+			return idem.Permanent(fmt.Errorf("requeue of job %s: %w: chunks are still pending; only PartiallySucceeded and Failed jobs re-run their failed chunks", e.Job, ErrNotRequeueable))
+		})
+
+	m.During(Queued, recordDone(), refuseRequeue, saga.Ignore(requested))
+	m.During(Processing, recordDone(), refuseRequeue, saga.Ignore(requested))
 	m.During(PartiallySucceeded, requeueFailed, saga.Ignore(requested), saga.Ignore(done))
 	m.During(Failed, requeueFailed, saga.Ignore(requested), saga.Ignore(done))
 	return m

@@ -7,9 +7,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/examples/ingestor/ingest"
 	"github.com/idemhq/idem/saga"
 )
+
+// Both machines are complete: every state handles or ignores every event,
+// so the engine does not warn at Register ("saga machine is incomplete").
+func TestMachinesAreComplete(t *testing.T) {
+	for _, m := range []interface {
+		Name() string
+		Validate() error
+	}{ingest.JobMachine(), ingest.ChunkMachine(nil)} {
+		if err := m.Validate(); err != nil {
+			t.Errorf("%s: %v", m.Name(), err)
+		}
+	}
+}
 
 // Every (state, event) pair of the job machine either moves along an
 // enumerated transition, stays put (ignored), or is refused with
@@ -36,7 +50,7 @@ func TestJobTransitionsAreEnumerated(t *testing.T) {
 			res, err := m.Apply(in)
 			switch {
 			case err != nil:
-				if !errors.Is(err, saga.ErrUnhandled) {
+				if !errors.Is(err, saga.ErrUnhandled) && !errors.Is(err, ingest.ErrNotRequeueable) {
 					t.Errorf("%s + %T: unexpected error %v", from, ev, err)
 				}
 				if m.IsFinal(from) {
@@ -47,11 +61,12 @@ func TestJobTransitionsAreEnumerated(t *testing.T) {
 			}
 		}
 	}
-	// The refusals the API relies on.
+	// The refusals the API relies on: permanent, so a requeue that got
+	// past Requeue's check is dead-lettered with the reason, not retried.
 	for _, from := range []saga.State{ingest.Queued, ingest.Processing} {
 		_, err := m.Apply(saga.Input{Exists: true, State: from, Data: data, Msg: events[4], MsgType: saga.MessageType(events[4]), Key: "j", MessageID: "m"})
-		if !errors.Is(err, saga.ErrUnhandled) {
-			t.Errorf("requeue in %s: got %v, want ErrUnhandled", from, err)
+		if !errors.Is(err, ingest.ErrNotRequeueable) || !idem.IsPermanent(err) {
+			t.Errorf("requeue in %s: got %v, want a permanent ErrNotRequeueable", from, err)
 		}
 	}
 	// A file that bypassed the API's validation is rejected by the saga.

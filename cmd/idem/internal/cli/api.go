@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -112,6 +113,10 @@ func (a *apiClient) do(ctx context.Context, c *apiCall, out any) error {
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
+		var ue *url.Error // its text repeats the method and the URL
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return failed(fmt.Errorf("%s %s: %w", c.method, a.where(c), a.scrub(err)))
 	}
 	defer resp.Body.Close()
@@ -187,6 +192,13 @@ func (a *apiClient) refusal(c *apiCall, resp *http.Response, text []byte) error 
 // where is the call's address as it may be printed.
 func (a *apiClient) where(c *apiCall) string {
 	return clean(a.base.Redacted() + c.path)
+}
+
+// notSent reports whether err is a request that never reached the API:
+// no connection was made, so nothing was sent.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // scrub removes the token from an error's text, should anything echo it.

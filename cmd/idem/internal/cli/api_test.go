@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -254,8 +255,22 @@ func checkAPIRefusals(t *testing.T, r *apiRig) {
 	if code, _, errOut := run(t, "schedules", "fire", "cli-hourly", "--tick", "2030-01-01T00:00:00Z", "--api", closed.URL); code != 1 || strings.Contains(errOut, rigToken) {
 		t.Errorf("an API that cannot be reached: exit %d, stderr %q; want 1, no token", code, errOut)
 	}
+	// A send that found no server was not sent, and says so.
+	if code, _, errOut := run(t, "sagas", "send", "order", "o-1", "--api", closed.URL, "--event", "orders.OrderPlaced", "--body", `{"OrderID":"o-1","Items":1}`); code != 1 || !strings.Contains(errOut, "not sent") {
+		t.Errorf("a send to a closed port: exit %d, stderr %q; want 1 and not sent", code, errOut)
+	}
 	// A send whose answer is lost names the ID to send it again under.
-	if code, _, errOut := run(t, "sagas", "send", "order", "o-1", "--api", closed.URL, "--event", "orders.OrderPlaced", "--body", `{"OrderID":"o-1","Items":1}`); code != 1 || !regexp.MustCompile(`send again with --id [0-9a-f]{32}`).MatchString(errOut) {
+	stop := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // the request arrived; its answer never leaves
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer hung.Close()
+	defer close(stop) // before Close, which waits for the handler
+	if code, _, errOut := run(t, "sagas", "send", "order", "o-1", "--api", hung.URL, "--timeout", "200ms", "--event", "orders.OrderPlaced", "--body", `{"OrderID":"o-1","Items":1}`); code != 1 || !regexp.MustCompile(`may have been sent: send again with --id [0-9a-f]{32}`).MatchString(errOut) {
 		t.Errorf("a send whose answer is lost: exit %d, stderr %q; want 1 and the ID to send again with", code, errOut)
 	}
 	if code, _, errOut := run(t, "schedules", "fire", "cli-hourly", "--tick", "2030-01-01T00:00:00Z", "--api", "http://user:pw@127.0.0.1:1"); code != 2 || strings.Contains(errOut, "pw") {

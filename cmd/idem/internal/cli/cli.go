@@ -56,6 +56,9 @@ carry deterministic IDs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(),
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return checkAmbiguousType(cmd)
+		},
 	}
 	root.SetVersionTemplate("idem {{.Version}}\n")
 	root.SetOut(stdout)

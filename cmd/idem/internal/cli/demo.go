@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -320,7 +321,11 @@ func runMemoryDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 	s := enginestats.Sum(engines...)
 	r.Applied, r.DuplicatesSkipped, r.Ignored, r.Conflicts = s.Applied, s.Duplicates, s.Ignored, s.Conflicts
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
-	return finishReport(r, o, stdout)
+	err = finishReport(r, o, stdout)
+	if !o.json {
+		printNextSteps(stdout, "")
+	}
+	return err
 }
 
 // demoWorkload builds the messages: every message 2–3 times, some
@@ -581,4 +586,42 @@ func printReport(w io.Writer, r *demoReport) {
 		result = "FAIL"
 	}
 	fmt.Fprintf(w, "\n%s\n", result)
+}
+
+// printNextSteps ends the demo's text report with what to look at next:
+// the commands that read the database the run left at path, or, when it
+// kept none (a temporary file, or the in-memory store), how to keep one.
+// Each line runs as printed (its note is a shell comment).
+func printNextSteps(w io.Writer, path string) {
+	var head string
+	var lines [][2]string
+	if path == "" {
+		head = "Next: this run kept nothing to look at (its store is gone). Keep a database:"
+		lines = [][2]string{
+			{"idem demo --db demo.db", "keep the database, then read it:"},
+			{"idem sagas ls --store sqlite:demo.db --saga-type " + searchimport.SagaType + " --limit 10", "the sagas"},
+			{"idem dlq groups --store sqlite:demo.db", "the dead letters, by failure"},
+			{"idem demo --serve", "or open the console on the database when the run ends"},
+		}
+	} else {
+		st := "sqlite://" + path
+		if abs, err := filepath.Abs(path); err == nil {
+			st = "sqlite://" + abs
+		}
+		st = hintWord(st)
+		head = "Next: the database is kept at " + hintWord(path) + ". Look at what the run left:"
+		lines = [][2]string{
+			{"idem sagas ls --store " + st + " --saga-type " + searchimport.SagaType + " --limit 10", "the sagas"},
+			{"idem sagas show --store " + st + " " + searchimport.SagaType + " KEY", "one saga, with its journal"},
+			{"idem dlq groups --store " + st, "the dead letters, by failure"},
+			{"idem dlq ls --store " + st + " --limit 10", "the dead letters, one by one"},
+			{"idem serve --store " + st, "the console, at http://" + defaultServeAddr + "/"},
+		}
+	}
+	fmt.Fprintf(w, "\n%s\n", head)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, l := range lines {
+		fmt.Fprintf(tw, "  %s\t# %s\n", l[0], l[1])
+	}
+	_ = tw.Flush()
 }

@@ -202,6 +202,9 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 	}
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	err = finishReport(r, o, stdout)
+	if !o.json && !o.serve {
+		printNextSteps(stdout, o.db)
+	}
 	if o.serve {
 		scheme := "http"
 		if o.web.tlsCert != "" {

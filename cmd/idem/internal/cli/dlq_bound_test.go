@@ -62,8 +62,8 @@ func TestDLQBulkActsOnWhatWasCounted(t *testing.T) {
 	}
 }
 
-// dlq ls takes --type like sagas ls and timers ls (--saga-type still
-// works, hidden); dlq show prints the replay history.
+// dlq ls takes --saga-type like sagas ls and timers ls; dlq show prints
+// the replay history.
 func TestDLQTypeFlagAndHistory(t *testing.T) {
 	t.Parallel()
 	b := setupPG(t)
@@ -71,7 +71,7 @@ func TestDLQTypeFlagAndHistory(t *testing.T) {
 	other := deadLetter("o1", "unknown_type", time.Hour)
 	other.SagaType = "billing"
 	seed(t, st, deadLetter("h1", "unknown_type", time.Hour), other)
-	for _, flag := range []string{"--type", "--saga-type"} {
+	for _, flag := range []string{"--saga-type"} {
 		code, out, errOut := b.run("dlq", "ls", flag, "billing")
 		wantExit(t, code, out, errOut, 0)
 		if !strings.Contains(out, "o1") || strings.Contains(out, "h1") {
@@ -79,8 +79,8 @@ func TestDLQTypeFlagAndHistory(t *testing.T) {
 		}
 	}
 	code, out, _ := b.run("dlq", "ls", "--help")
-	if code != 0 || !strings.Contains(out, "--type string") || strings.Contains(out, "--saga-type string") {
-		t.Errorf("dlq ls --help: %q; want --type shown and --saga-type hidden", out)
+	if code != 0 || strings.Contains(out, "--type string") || !strings.Contains(out, "--saga-type string") || !strings.Contains(out, "--message-type string") {
+		t.Errorf("dlq ls --help: %q; want --saga-type and --message-type shown, and no --type", out)
 	}
 
 	code, out, errOut := b.run("dlq", "replay", "h1")

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"os"
 	"os/user"
@@ -14,6 +13,7 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // newDLQGroups is `idem dlq groups`.
@@ -26,7 +26,7 @@ func newDLQGroups() *cobra.Command {
 		asJSON   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "groups [--saga-type T] [--reason R] [--state S] [--archived exclude|only|include] [--limit N] [--json]",
+		Use:   "groups [--saga-type T] [--message-type M] [--reason R] [--state S] [--archived exclude|only|include] [--limit N] [--json]",
 		Short: "Group dead letters by the fingerprint of their failure",
 		Long: `Group dead letters that failed alike: same reason, and the same first line
 of the error once IDs, UUIDs, hex, numbers and quoted values are masked
@@ -37,22 +37,19 @@ Act on a group with idem dlq replay --all --fingerprint F, or idem dlq
 archive --all --fingerprint F. Dead letters recorded before fingerprints
 form the group "none" (--fingerprint none).
 
---saga-type, --reason and --state (unresolved by default, pending, resolved
+--saga-type, --message-type, --reason and --state (unresolved by default, pending, resolved
 or all) narrow the dead letters grouped; --archived only groups the archived
-ones, include both. --limit bounds the groups (default 50). --json prints a
+ones, include both. --limit bounds the groups (default 50, at most 1000). --json prints a
 JSON object {"groups": [...]}, as GET /api/dead-letters/groups does.
 ` + storeHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := store.ParseArchivedFilter(archived)
+			a, err := readmodel.ParseArchivedFilter(archived)
 			if err != nil {
 				return usageErrorf("--archived: %v", err)
 			}
 			if _, err := store.ParseDeadLetterState(sel.state); err != nil {
 				return usageErrorf("--state: %v", err)
-			}
-			if limit < 1 {
-				return usageErrorf("--limit %d: want at least 1", limit)
 			}
 			sel.archived = a
 			ctx := cmd.Context()
@@ -87,11 +84,11 @@ JSON object {"groups": [...]}, as GET /api/dead-letters/groups does.
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type")
+	typeFlags(cmd, &sel.sagaType, &sel.msgType, "only dead letters of this saga type", "only dead letters of this message type")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only dead letters with this reason")
 	cmd.Flags().StringVar(&sel.state, "state", "", "select by the latest replay: unresolved (default), pending, resolved or all")
 	cmd.Flags().StringVar(&archived, "archived", "", "exclude (default), only or include the archived dead letters")
-	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many groups, at least 1")
+	limitFlag(cmd, &limit, 50, "at most this many groups")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, as GET /api/dead-letters/groups")
 	sf.registerReadOnly(cmd)
 	return cmd
@@ -108,7 +105,7 @@ func newDLQArchive(action string) *cobra.Command {
 	)
 	past := map[string]string{"archive": "archived", "restore": "restored"}[action]
 	cmd := &cobra.Command{
-		Use: action + " ID... | --all [--reason R] [--saga-type T] [--fingerprint F] [--state S] (--dry-run | --yes [--as-of MARK])",
+		Use: action + " ID... | --all [--reason R] [--saga-type T] [--message-type M] [--fingerprint F] [--state S] (--dry-run | --yes [--as-of MARK])",
 		Short: map[string]string{
 			"archive": "Archive dead letters: keep them, out of the default lists",
 			"restore": "Restore archived dead letters to the default lists",
@@ -125,7 +122,7 @@ with idem dlq restore. One whose message fails again is restored by itself.
 Name the dead letters by ID (they are acted on at once: --dry-run, --yes,
 --as-of and the filters go with --all only, exit 2 with IDs), or pass --all to act on every dead letter the
 filters select (` + map[string]string{"archive": "those not archived", "restore": "among the archived"}[action] + `), which needs --yes:
---reason, --saga-type, --fingerprint (a group of idem dlq groups; none for
+--reason, --saga-type, --message-type, --fingerprint (a group of idem dlq groups; none for
 those recorded before fingerprints) and --state (unresolved by default,
 pending, resolved or all). --dry-run counts them, changes nothing, and ends
 with the command that acts on exactly those (--as-of MARK): a dead letter
@@ -141,7 +138,7 @@ Prints how many dead letters were ` + past + `.
 				return usageErrorf("%s --all acts on every dead letter the filters select: add --yes to confirm, or --dry-run to count them first", action)
 			}
 			if action == "restore" {
-				sel.archived = store.ArchivedOnly
+				sel.archived = readmodel.ArchivedOnly
 			}
 			ctx := cmd.Context()
 			st, _, err := sf.open(ctx, false)
@@ -158,9 +155,9 @@ Prints how many dead letters were ` + past + `.
 				ids := uniq(args)
 				var n int
 				if action == "archive" {
-					n, err = ar.ArchiveDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
+					n, err = ar.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids})
 				} else {
-					n, err = ar.RestoreDeadLetters(ctx, &store.ArchiveParams{IDs: ids})
+					n, err = ar.RestoreDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids})
 				}
 				if err != nil {
 					return failed(fmt.Errorf("%s dead letters: %w", action, err))
@@ -208,7 +205,7 @@ Prints how many dead letters were ` + past + `.
 	cmd.Flags().BoolVar(&sel.all, "all", false, "act on every dead letter the filters select (needs --yes)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm --all")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "with --all: only dead letters with this reason")
-	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "with --all: only dead letters of this saga type")
+	typeFlags(cmd, &sel.sagaType, &sel.msgType, "with --all: only dead letters of this saga type", "with --all: only dead letters of this message type")
 	cmd.Flags().StringVar(&sel.fingerprint, "fingerprint", "", "with --all: only the dead letters of this group (idem dlq groups), none for those recorded before fingerprints")
 	cmd.Flags().StringVar(&sel.state, "state", "", "with --all: select by the latest replay: unresolved (default), pending, resolved or all")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --all: count what would be "+past+" and print the --as-of that binds it; change nothing")
@@ -231,26 +228,4 @@ func cliActor() string {
 		return "cli"
 	}
 	return "cli: " + name
-}
-
-// listDLQ reads one page of idem dlq ls: through store.DeadLetterQuerier,
-// which leaves archived dead letters out unless q.Archived says otherwise,
-// or ListDeadLetters on a store without it (which archives nothing).
-func listDLQ(ctx context.Context, st store.Store, q *store.DeadLetterQuery) ([]store.DeadLetter, error) {
-	if dq, ok := st.(store.DeadLetterQuerier); ok {
-		return dq.QueryDeadLetters(ctx, q)
-	}
-	return st.ListDeadLetters(ctx, &store.ListParams{SagaType: q.SagaType, After: q.After, Limit: q.Limit})
-}
-
-// purgeArchived is the --archived a purge's dry-run hint repeats ("" for
-// other commands, and for purge's default).
-func purgeArchived(cmd *cobra.Command, s *selection) string {
-	if cmd.Name() != "purge" || s.archived == store.ArchivedInclude {
-		return ""
-	}
-	if s.archived == store.ArchivedExclude {
-		return "exclude"
-	}
-	return string(s.archived)
 }

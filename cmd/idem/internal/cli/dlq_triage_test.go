@@ -80,7 +80,7 @@ func TestDLQTriage(t *testing.T) {
 	}
 	code, out, errOut = run(t, "dlq", "purge", "--all", "--archived", "only", "--dry-run", "--store", url)
 	wantExit(t, code, out, errOut, 0)
-	if !strings.Contains(out, "would delete 3 dead letters") || !strings.Contains(out, `--archived "only"`) {
+	if !strings.Contains(out, "would delete 3 dead letters") || !strings.Contains(out, `--archived only`) {
 		t.Errorf("purge --all --archived only --dry-run: %q, want the 3 archived counted, and the hint keeping --archived only", out)
 	}
 	code, out, errOut = run(t, "dlq", "restore", "c-1", "missing", "--store", url)

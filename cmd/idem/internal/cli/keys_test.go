@@ -62,11 +62,11 @@ func TestCommandsTakeKeysInAnyUnicodeSpelling(t *testing.T) {
 	if code != 0 || !strings.Contains(out, nfcKey) {
 		t.Errorf("sagas ls --prefix Mü (NFD): exit %d, out %q, err %q", code, out, errOut)
 	}
-	code, out, errOut = run(t, "sagas", "ls", "--type", "order", "--prefix", " Mu\u0308l", "--store", url)
+	code, out, errOut = run(t, "sagas", "ls", "--saga-type", "order", "--prefix", " Mu\u0308l", "--store", url)
 	if code != 0 || !strings.Contains(out, nfcKey) {
-		t.Errorf("sagas ls --type order --prefix ' Mül' (NFD): exit %d, out %q, err %q", code, out, errOut)
+		t.Errorf("sagas ls --saga-type order --prefix ' Mül' (NFD): exit %d, out %q, err %q", code, out, errOut)
 	}
-	for _, args := range [][]string{{"--key", nfdKey}, {"--type", "order", "--key", nfdKey}} {
+	for _, args := range [][]string{{"--key", nfdKey}, {"--saga-type", "order", "--key", nfdKey}} {
 		code, out, errOut = run(t, append([]string{"timers", "ls", "--store", url}, args...)...)
 		if code != 0 || !strings.Contains(out, nfcKey) {
 			t.Errorf("timers ls %q: exit %d, out %q, err %q", args, code, out, errOut)
@@ -83,7 +83,7 @@ func TestCommandsTakeKeysInAnyUnicodeSpelling(t *testing.T) {
 	}
 }
 
-var cursorHint = regexp.MustCompile(`^more: --after (\S+)\n$`)
+var cursorHint = regexp.MustCompile(`^more may follow: idem .* --after (\S+)\n$`)
 
 // page runs a listing and returns its keys and its next cursor ("" when
 // it prints none); the cursor must be a shell-safe token.
@@ -124,12 +124,12 @@ func TestCursorsCanBeTyped(t *testing.T) {
 		want int
 	}{
 		{[]string{"sagas", "ls"}, 6},
-		{[]string{"sagas", "ls", "--type", "order"}, 4},
-		{[]string{"sagas", "ls", "--type", "order", "--prefix", "a-"}, 3},
+		{[]string{"sagas", "ls", "--saga-type", "order"}, 4},
+		{[]string{"sagas", "ls", "--saga-type", "order", "--prefix", "a-"}, 3},
 		{[]string{"sagas", "ls", "--prefix", "a-"}, 4},
 		{[]string{"sagas", "ls", "--stuck"}, 6},
 		{[]string{"timers", "ls"}, 6},
-		{[]string{"timers", "ls", "--type", "po"}, 2},
+		{[]string{"timers", "ls", "--saga-type", "po"}, 2},
 	} {
 		var all []string
 		after := ""
@@ -152,7 +152,7 @@ func TestCursorsCanBeTyped(t *testing.T) {
 			t.Errorf("%q: paged through %q, want %d distinct", tc.args, all, tc.want)
 		}
 	}
-	for _, args := range [][]string{{"sagas", "ls"}, {"sagas", "ls", "--type", "order"}, {"sagas", "ls", "--prefix", "a"}, {"timers", "ls"}} {
+	for _, args := range [][]string{{"sagas", "ls"}, {"sagas", "ls", "--saga-type", "order"}, {"sagas", "ls", "--prefix", "a"}, {"timers", "ls"}} {
 		for _, bad := range []string{"order\x00a-1", "!!", "bm90IGpzb24"} {
 			code, _, errOut := run(t, append(args, "--store", url, "--after", bad)...)
 			if code != 2 || !strings.Contains(errOut, "--after") || !strings.Contains(errOut, "cursor") {
@@ -187,7 +187,7 @@ func TestTimersOfOneKeyPage(t *testing.T) {
 	}
 	st.Close()
 
-	args := []string{"timers", "ls", "--type", "po", "--key", "a-1", "--store", url, "--limit", "2"}
+	args := []string{"timers", "ls", "--saga-type", "po", "--key", "a-1", "--store", url, "--limit", "2"}
 	keys, next := page(t, args...)
 	if len(keys) != 2 || next == "" {
 		t.Fatalf("%q: got %q, next %q; want 2 timers and a next cursor", args, keys, next)

@@ -26,6 +26,7 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -36,9 +37,9 @@ import (
 // unreachable server, schema not migrated).
 
 // failed is an error met after the store was opened: exit code 1.
-// A mark the store refused (store.ErrBadMark) is the caller's: exit 2.
+// A mark the store refused (readmodel.ErrBadMark) is the caller's: exit 2.
 func failed(err error) error {
-	if errors.Is(err, store.ErrBadMark) {
+	if errors.Is(err, readmodel.ErrBadMark) {
 		return usageErrorf("--as-of: %v", err)
 	}
 	return &exitError{code: 1, err: err}
@@ -132,43 +133,41 @@ idem migrate --help).`
 func newDLQList() *cobra.Command {
 	var (
 		sf       storeFlags
-		sagaType string
+		f        inspect.DeadLetterFilter
 		limit    int
 		after    string
 		asJSON   bool
 		archived string
 	)
 	cmd := &cobra.Command{
-		Use:   "ls [--type T] [--archived exclude|only|include] [--limit N] [--after ID] [--json]",
+		Use:   "ls [--saga-type T] [--message-type M] [--archived exclude|only|include] [--limit N] [--after ID] [--json]",
 		Short: "List dead letters, one page at a time, ordered by ID",
 		Long: `List dead letters ordered by ID, one page at a time: a table with the ID, the
 reason, the message type, the saga (type/key, or - when the message never
 reached one), the number of attempts and the time of the last failure (UTC).
 
---type keeps the dead letters of one saga type (as in idem sagas ls and
-idem timers ls; --saga-type is its deprecated spelling). --limit is the page size
-(default 100). --after is the cursor: the list starts after that ID, so pass
-the last ID of the previous page. When a page is full, a hint on stderr gives
-the command for the next page; stdout holds only the table or the JSON.
-Archived dead letters (idem dlq archive) are left out: --archived only lists
-them, --archived include lists both.
+--saga-type keeps the dead letters of one saga type, --message-type those of
+one message type (the MESSAGE TYPE column), as on every command. --limit is
+the page size (default 100, at most 1000). --after is the cursor: the list
+starts after that ID, so pass the last ID of the previous page. When a page
+is full, a hint on stderr gives the command for the next page, with your
+flags; stdout holds only the table or the JSON. Archived dead letters (idem
+dlq archive) are left out: --archived only lists them, --archived include
+lists both.
 
 --json prints a JSON array instead (an empty page is []). Each element has
 id, envelope, reason, error, saga_type, key, attempts, first_failed_at,
 last_failed_at (RFC 3339, UTC), first_reason and first_error (the first
 failure's, kept when the message fails again), replays (each replay's time,
 outcome — pending, succeeded, duplicate, failed or not_sent — settled_at, and the new
-failure's reason and error) and history (replays in one line). The envelope's body is a string: the body
-itself when it is valid UTF-8 ("body_encoding": "utf-8"), which keeps JSON
-bodies readable with jq, and its standard base64 otherwise
-("body_encoding": "base64").
+failure's reason and error) and history (replays in one line). The
+envelope's body is the JSON itself when it is JSON ("body_encoding":
+"json"), which keeps it readable with jq, else a string: its text when it
+is valid UTF-8 ("utf-8"), its standard base64 otherwise ("base64").
 ` + storeHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 {
-				return usageErrorf("--limit %d: want at least 1", limit)
-			}
-			a, err := store.ParseArchivedFilter(archived)
+			a, err := readmodel.ParseArchivedFilter(archived)
 			if err != nil {
 				return usageErrorf("--archived: %v", err)
 			}
@@ -178,44 +177,50 @@ bodies readable with jq, and its standard base64 otherwise
 				return err
 			}
 			defer st.Close()
-			dls, err := listDLQ(ctx, st, &store.DeadLetterQuery{SagaType: sagaType, After: after, Limit: limit, Archived: a, State: store.DeadLettersAll})
+			f.Archived, f.State = a, store.DeadLettersAll
+			dls, next, err := inspect.DeadLetters(ctx, st, &f, after, limit)
 			if err != nil {
 				return failed(fmt.Errorf("list dead letters: %w", err))
 			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				views := make([]inspect.DeadLetter, len(dls))
-				for i := range dls {
-					views[i] = inspect.DeadLetterOf(&dls[i])
-				}
-				if err := writeJSON(out, views); err != nil {
-					return failed(err)
-				}
-			} else if len(dls) == 0 {
-				fmt.Fprintln(out, "no dead letters")
-			} else {
-				writeTable(out, dls)
+			if err := writeDeadLetters(cmd.OutOrStdout(), dls, asJSON); err != nil {
+				return failed(err)
 			}
-			if len(dls) == limit {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more may follow: idem dlq ls --after %s\n", clean(dls[len(dls)-1].ID))
+			if next != "" {
+				fmt.Fprint(cmd.ErrOrStderr(), moreHint(cmd, next))
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&sagaType, "type", "", "only dead letters of this saga type")
-	cmd.Flags().StringVar(&sagaType, "saga-type", "", "only dead letters of this saga type")
-	_ = cmd.Flags().MarkHidden("saga-type") // the old spelling, kept working
-	cmd.Flags().IntVar(&limit, "limit", 100, "page size, at least 1")
+	typeFlags(cmd, &f.SagaType, &f.MessageType, "only dead letters of this saga type", "only dead letters of this message type")
+	limitFlag(cmd, &limit, 100, "page size")
 	cmd.Flags().StringVar(&archived, "archived", "", "exclude (default), only or include the archived dead letters")
 	cmd.Flags().StringVar(&after, "after", "", "list IDs after this one: the last ID of the previous page")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of dead letters (body as a UTF-8 string, or base64; see body_encoding)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of dead letters (see body_encoding)")
 	sf.registerReadOnly(cmd)
 	return cmd
 }
 
+// writeDeadLetters prints a page of dlq ls: a JSON array, a table, or
+// "no dead letters".
+func writeDeadLetters(w io.Writer, dls []store.DeadLetter, asJSON bool) error {
+	if asJSON {
+		views := make([]inspect.DeadLetter, len(dls))
+		for i := range dls {
+			views[i] = inspect.DeadLetterOf(&dls[i])
+		}
+		return writeJSON(w, views)
+	}
+	if len(dls) == 0 {
+		_, err := fmt.Fprintln(w, "no dead letters")
+		return err
+	}
+	writeTable(w, dls)
+	return nil
+}
+
 func writeTable(w io.Writer, dls []store.DeadLetter) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tREASON\tTYPE\tSAGA\tATTEMPTS\tLAST FAILED")
+	fmt.Fprintln(tw, "ID\tREASON\tMESSAGE TYPE\tSAGA\tATTEMPTS\tLAST FAILED")
 	for i := range dls {
 		d := &dls[i]
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", clean(d.ID), clean(d.Reason), clean(d.Envelope.Type),
@@ -431,7 +436,7 @@ type selection struct {
 	// fingerprint and archived select as the API's filters do (archive,
 	// restore; see dlq_triage.go).
 	fingerprint string
-	archived    store.ArchivedFilter
+	archived    readmodel.ArchivedFilter
 }
 
 // check validates args against the flags; filters need --all.
@@ -440,7 +445,7 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 	case s.all && len(ids) > 0:
 		return usageErrorf("give dead-letter IDs or --all, not both")
 	case !s.all && len(ids) == 0 && cmd.Name() == "replay" && (s.reason != "" || s.sagaType != "" || s.msgType != "" || s.asOf != "" || s.state != "" || s.fingerprint != ""):
-		s.all = true // replay --reason R --type T selects in bulk
+		s.all = true // replay --reason R --message-type M selects in bulk
 	case !s.all && len(ids) == 0:
 		return usageErrorf("no dead letters named: give their IDs, or --all (see %s --help)", cmd.CommandPath())
 	}
@@ -448,7 +453,7 @@ func (s *selection) check(cmd *cobra.Command, ids []string) error {
 		if err := checkNamed(cmd); err != nil {
 			return err
 		}
-		for _, f := range []string{"saga-type", "reason", "type", "older-than", "failed-before", "as-of", "state", "fingerprint", "archived"} {
+		for _, f := range []string{"saga-type", "reason", "message-type", "older-than", "failed-before", "as-of", "state", "fingerprint", "archived"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				return usageErrorf("--%s selects among all dead letters: use it with --all", f)
 			}
@@ -523,22 +528,21 @@ func (s *selection) each(ctx context.Context, st store.Store, cutoff time.Time, 
 }
 
 // asOfHint is the line a dry run ends with: the command that acts on
-// exactly what it counted.
+// exactly what it counted, with the user's store and filters. A purge's
+// --older-than is passed as the time it stood for (--failed-before).
 func asOfHint(cmd *cobra.Command, s *selection) string {
-	var b strings.Builder
-	b.WriteString(cmd.CommandPath())
-	for _, f := range []struct{ name, v string }{{"saga-type", s.sagaType}, {"reason", s.reason}, {"type", s.msgType}, {"older-than", s.olderThan}, {"failed-before", s.failedBefore}, {"state", s.state}, {"fingerprint", s.fingerprint}, {"archived", purgeArchived(cmd, s)}} {
-		if f.v != "" {
-			fmt.Fprintf(&b, " --%s %s", f.name, strconv.Quote(f.v))
-		}
+	extra := []string{"--all"}
+	if n := cmd.Name(); n == "purge" || n == "archive" || n == "restore" {
+		extra = append(extra, "--yes")
 	}
-	if cmd.Name() == "purge" || cmd.Name() == "archive" || cmd.Name() == "restore" {
-		b.WriteString(" --all --yes")
+	if cmd.Flags().Changed("older-than") && s.failedBefore != "" {
+		extra = append(extra, "--failed-before", s.failedBefore)
 	}
+	drop := []string{"dry-run", "as-of", "older-than", "all", "yes"}
 	if s.asOf == "" {
-		return "to act on them: " + b.String() + " (this store cannot bind the set counted: dead letters recorded meanwhile are included)"
+		return "to act on them: " + rerun(cmd, drop, extra...) + "\n  (this store cannot bind the set counted: dead letters recorded meanwhile are included)"
 	}
-	return "to act on exactly these, and on none recorded or failed again since: " + b.String() + " --as-of " + s.asOf
+	return "to act on exactly these, and on none recorded or failed again since: " + rerun(cmd, drop, append(extra, "--as-of", hintWord(s.asOf))...)
 }
 
 // parseAge parses --older-than: a Go duration (90m, 72h) or whole days (7d).
@@ -592,7 +596,7 @@ func newDLQReplay() *cobra.Command {
 		force        bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replay ID... | --all | --reason R | --type T | --fingerprint F [--saga-type S] [--dry-run] [--as-of MARK]",
+		Use:   "replay ID... | --all | --reason R | --message-type M | --saga-type S | --fingerprint F [--dry-run] [--as-of MARK]",
 		Short: "Re-queue dead letters, with their original IDs",
 		Long: `Replay dead letters: each envelope is published again, with its original ID
 and body (and the header idem-replayed-at), onto the store's own queue (the same PostgreSQL schema
@@ -616,8 +620,8 @@ reached through its admin API instead: POST /api/dead-letters/{id}/replay.
 
 Name the dead letters by ID, or pass --all to replay every one; --reason
 keeps those with one reason (for example malformed_body, unknown_type,
-saga_not_found, permanent_error, retries_exhausted), --type those of one
-message type, --saga-type those of one saga type and --fingerprint those of
+saga_not_found, permanent_error, retries_exhausted), --message-type those of
+one message type, --saga-type those of one saga type and --fingerprint those of
 one failure group (idem dlq groups lists them). A filter without IDs
 selects in bulk, as --all does. --dry-run prints what would be replayed and
 the count, and changes nothing; it ends with the command that replays
@@ -684,7 +688,7 @@ a named ID does not exist (the others are still replayed).
 					fmt.Fprintf(errOut, "not replayed %s: its latest replay succeeded; replaying it again would run its message again (pass --force to replay it anyway)\n", clean(id))
 				case errors.Is(err, store.ErrReplayPending):
 					bad++
-					fmt.Fprintf(errOut, "not replayed %s: its latest replay is still pending (idem dlq show %s shows when it is settled)\n", clean(id), clean(id))
+					fmt.Fprintf(errOut, "not replayed %s: its latest replay is still pending (%s shows when it is settled)\n", clean(id), onStore(cmd, "idem dlq show", "--", hintWord(id)))
 				case err != nil:
 					bad++
 					fmt.Fprintf(errOut, "replay %s: %v\n", clean(id), err)
@@ -734,19 +738,18 @@ a named ID does not exist (the others are still replayed).
 					fmt.Fprintln(out, asOfHint(cmd, &sel))
 				}
 			default:
-				fmt.Fprintf(out, "re-queued %s: each replay is pending until an engine consumes it; idem dlq show ID shows whether it succeeded or failed again\n", deadLetters(done))
+				fmt.Fprintf(out, "re-queued %s: each replay is pending until an engine consumes it; %s shows whether it succeeded or failed again\n", deadLetters(done), onStore(cmd, "idem dlq show", "ID"))
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&sel.all, "all", false, "replay every dead letter the filters select")
-	cmd.Flags().StringVar(&sel.msgType, "type", "", "only dead letters of this message type (selects in bulk without IDs)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the dead letters that would be replayed and their count; change nothing")
 	cmd.Flags().StringVar(&trSpec, "transport", os.Getenv("IDEM_TRANSPORT"), "publish onto this broker instead of the store's queue: nats://host:4222, amqp://user:pass@host:5672/vhost or redis://user:pass@host:6379/0 (default from IDEM_TRANSPORT)")
 	cmd.Flags().StringVar(&trNamespace, "namespace", "", "with --transport: the engines' JetStream stream (default IDEM) or RabbitMQ namespace (default idem)")
 	cmd.Flags().IntVar(&trPartitions, "partitions", 0, "with a RabbitMQ or Redis --transport: the engines' partition count (default 16); a different count is refused")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only dead letters with this reason (selects in bulk without IDs)")
-	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "only dead letters of this saga type (selects in bulk without IDs)")
+	typeFlags(cmd, &sel.sagaType, &sel.msgType, "only dead letters of this saga type (selects in bulk without IDs)", "only dead letters of this message type (selects in bulk without IDs)")
 	cmd.Flags().StringVar(&sel.asOf, "as-of", "", "act only on the dead letters counted by the dry run that printed this mark")
 	cmd.Flags().StringVar(&sel.state, "state", "", "select by the latest replay: unresolved (default: never replayed, or it failed or was not sent), pending, resolved (it succeeded or was a duplicate) or all")
 	cmd.Flags().StringVar(&sel.fingerprint, "fingerprint", "", "only the dead letters of this group (idem dlq groups; none for those recorded before fingerprints)")
@@ -764,7 +767,7 @@ func newDLQPurge() *cobra.Command {
 		archived string
 	)
 	cmd := &cobra.Command{
-		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--archived include|only|exclude] [--older-than DURATION | --failed-before TIME] (--dry-run | --yes [--as-of MARK])",
+		Use:   "purge ID... | --all [--reason R] [--saga-type T] [--message-type M] [--archived include|only|exclude] [--older-than DURATION | --failed-before TIME] (--dry-run | --yes [--as-of MARK])",
 		Short: "Delete dead letters for good",
 		Long: `Delete dead letters. The messages are gone for good: list or show them first,
 and replay those worth keeping.
@@ -774,7 +777,8 @@ does not exist makes the command exit 1 after deleting the others (a typo
 should not pass silently); --dry-run, --yes, --as-of, --archived and the
 filters go with --all only (exit 2 with IDs). Or pass --all to delete every dead letter, which
 refuses to run (exit 2) without --yes; with --all, --reason keeps those with
-one reason, --saga-type those of one saga type, and --older-than those whose
+one reason, --saga-type those of one saga type, --message-type those of one
+message type, and --older-than those whose
 last failure is older than a Go duration (90m, 72h) or a number of days (7d),
 --failed-before those whose last failure is before an RFC 3339 time.
 
@@ -805,9 +809,9 @@ Prints how many dead letters were deleted.
 				return usageErrorf("purge --all deletes dead letters for good: add --yes to confirm, or --dry-run to count them first")
 			}
 			if archived == "" {
-				archived = string(store.ArchivedInclude)
+				archived = string(readmodel.ArchivedInclude)
 			}
-			a, err := store.ParseArchivedFilter(archived)
+			a, err := readmodel.ParseArchivedFilter(archived)
 			if err != nil {
 				return usageErrorf("--archived: %v", err)
 			}
@@ -858,7 +862,7 @@ Prints how many dead letters were deleted.
 	cmd.Flags().BoolVar(&sel.all, "all", false, "delete every dead letter the filters select (needs --yes)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm purge --all")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "with --all: only dead letters with this reason")
-	cmd.Flags().StringVar(&sel.sagaType, "saga-type", "", "with --all: only dead letters of this saga type")
+	typeFlags(cmd, &sel.sagaType, &sel.msgType, "with --all: only dead letters of this saga type", "with --all: only dead letters of this message type")
 	cmd.Flags().StringVar(&sel.olderThan, "older-than", "", "with --all: only dead letters last failed longer ago than this (90m, 72h, 7d)")
 	cmd.Flags().StringVar(&sel.failedBefore, "failed-before", "", "with --all: only dead letters last failed before this time (RFC 3339), as a dry run's --older-than prints it")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --all: count what would be deleted and print the --as-of that binds it; change nothing")

@@ -153,7 +153,7 @@ func TestStoreErrorsAreUsageErrors(t *testing.T) {
 		{[]string{"dlq", "ls", "--store", ""}, "no store given"},
 		{[]string{"migrate", "--store", "postgres://idem:hunter2@127.0.0.1:1/idem?connect_timeout=5"}, "cannot reach PostgreSQL"},
 		{[]string{"dlq", "ls", "--schema", "no-dashes", "--store", "postgres://idem:hunter2@127.0.0.1:1/idem"}, "not a plain identifier"},
-		{[]string{"dlq", "ls", "--limit", "0", "--store", "postgres://x@127.0.0.1:1/idem"}, "--limit 0"},
+		{[]string{"dlq", "ls", "--limit", "0", "--store", "postgres://x@127.0.0.1:1/idem"}, "--limit takes a whole number from 1 to 1000"},
 		{[]string{"dlq", "show"}, "accepts 1 arg"},
 		{[]string{"dlq", "replay", "--store", "postgres://x@127.0.0.1:1/idem"}, "no dead letters named"},
 		{[]string{"dlq", "replay", "a", "--all"}, "not both"},
@@ -242,7 +242,7 @@ func TestDLQList(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("got %d lines, want a header and 3 rows:\n%s", len(lines), out)
 	}
-	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "ID REASON TYPE SAGA ATTEMPTS LAST FAILED" {
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "ID REASON MESSAGE TYPE SAGA ATTEMPTS LAST FAILED" {
 		t.Errorf("header %q", lines[0])
 	}
 	for i, want := range [][]string{

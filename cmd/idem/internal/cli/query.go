@@ -7,11 +7,12 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // queryInstances runs sagas ls with --status, --prefix, --stuck or --attr:
 // q holds those, p the common flags.
-func queryInstances(ctx context.Context, st store.Store, p *store.ListParams, q *store.InstanceQuery) ([]*store.Instance, error) {
+func queryInstances(ctx context.Context, st store.Store, p *store.ListParams, q *readmodel.InstanceQuery) ([]*store.Instance, error) {
 	if q.Status != "" && q.Status != store.StatusActive && q.Status != store.StatusFinished {
 		return nil, usageErrorf("--status %q: want active or finished", q.Status)
 	}
@@ -31,7 +32,7 @@ func queryInstances(ctx context.Context, st store.Store, p *store.ListParams, q 
 }
 
 // parseCursor reads --after: a cursor printed by a previous page.
-func parseCursor(s string) (*store.InstanceCursor, error) {
+func parseCursor(s string) (*readmodel.InstanceCursor, error) {
 	c, err := inspect.ParseInstanceCursor(s)
 	if err != nil {
 		return nil, usageErrorf("--after: %v", err)

@@ -65,7 +65,7 @@ the store). The count by state is printed on stderr. --json prints what GET
 		},
 	}
 	sf.registerReadOnly(cmd)
-	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many replicas")
+	limitFlag(cmd, &limit, 100, "at most this many replicas")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
 }

@@ -67,15 +67,15 @@ prints each retry as GET /api/sagas/{type}/{key}/retries does.
 	}
 	sf.registerReadOnly(cmd)
 	f := cmd.Flags()
-	f.StringVar(&q.SagaType, "saga-type", "", "only the retries of this saga type")
-	f.IntVar(&q.Limit, "limit", store.DefaultRetryPage, "at most this many retries")
+	typeFlags(cmd, &q.SagaType, nil, "only the retries of this saga type", "")
+	limitFlag(cmd, &q.Limit, store.DefaultRetryPage, "at most this many retries")
 	f.BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
 }
 
 func printRetries(cmd *cobra.Command, rs []store.Retry) error {
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SAGA\tKEY\tID\tTYPE\tATTEMPTS\tNEXT\tERROR")
+	fmt.Fprintln(w, "SAGA TYPE\tKEY\tID\tMESSAGE TYPE\tATTEMPTS\tNEXT\tERROR")
 	for i := range rs {
 		r := &rs[i]
 		fmt.Fprintf(w, "%s\t%q\t%s\t%s\t%d\t%s\t%s\n", clean(r.SagaType), r.Key, clean(r.ID), clean(r.MessageType), r.Attempts,
@@ -161,8 +161,7 @@ refuses with 409 (exit 2) and nothing is published: count again.
 	}
 	o.api.register(cmd)
 	f := cmd.Flags()
-	f.StringVar(&o.sagaType, "saga-type", "", "only the retries of this saga type")
-	f.StringVar(&o.messageType, "message-type", "", "only the retries of this message type")
+	typeFlags(cmd, &o.sagaType, &o.messageType, "only the retries of this saga type", "only the retries of this message type")
 	f.BoolVar(&o.dryRun, "dry-run", false, "count the messages and print the digest; publish none")
 	f.BoolVar(&o.yes, "yes", false, "publish the set --digest names")
 	f.StringVar(&o.digest, "digest", "", "the digest --dry-run printed")
@@ -192,7 +191,8 @@ func retryBatch(cmd *cobra.Command, o *retryBatchOptions) error {
 		if err := c.do(cmd.Context(), &apiCall{method: http.MethodGet, path: "/api/retries/select", query: filter}, &sel); err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "%d retrying messages (%d kept without their envelope: skipped); digest %s\n", sel.Count, sel.Unretryable, sel.Digest)
+		fmt.Fprintf(cmd.OutOrStdout(), "%d retrying messages (%d kept without their envelope: skipped); digest %s\nto retry exactly these: %s\n",
+			sel.Count, sel.Unretryable, sel.Digest, rerun(cmd, []string{"dry-run", "yes", "digest"}, "--yes", "--digest", hintWord(sel.Digest)))
 		if sel.Capped {
 			fmt.Fprintln(cmd.ErrOrStderr(), "the filter selects more messages than one batch takes: narrow it")
 		}

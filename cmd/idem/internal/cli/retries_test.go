@@ -75,6 +75,9 @@ func checkRetries(t *testing.T, r *apiRig) {
 		if m == nil {
 			t.Fatalf("retries retry --dry-run printed %q; want a digest", out)
 		}
+		if want := "to retry exactly these: idem retries retry --api " + r.url + " --saga-type order --yes --digest " + m[1]; !strings.Contains(out, want) {
+			t.Errorf("retries retry --dry-run printed %q; want %q", out, want)
+		}
 		return m[1]
 	}
 	stale := count()

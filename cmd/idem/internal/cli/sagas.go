@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // newSagas is `idem sagas ls|show`: saga instances as the store holds them.
@@ -42,21 +44,23 @@ func newSagasLs() *cobra.Command {
 	var sf storeFlags
 	var p store.ListParams
 	var asJSON bool
-	var q store.InstanceQuery
+	var q readmodel.InstanceQuery
 	var attrs []string
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List saga instances, one page at a time",
-		Long: `List saga instances ordered by saga type and key. --type keeps one saga type,
---state one state of its machine; --limit sets the page size (default 100) and
---after the cursor of the page. When a page is full, the cursor of the next
-one is printed on stderr: an opaque token of letters, digits, '-' and '_',
-safe to type in a shell.
+		Long: `List saga instances ordered by saga type and key. --saga-type keeps one saga
+type (a type the store holds no instance of is an error, exit 1: a typo
+should not pass for an empty list), --state one state of its machine;
+--limit sets the page size (default 100, at most 1000) and --after the
+cursor of the page. When a page is full, the command for the next one is
+printed on stderr, with your flags; its cursor is an opaque token of
+letters, digits, '-' and '_', safe to type in a shell.
 
 --status active|finished, --prefix P (keys starting with P, in any Unicode
 spelling: it is compared in the NFC form keys are stored in) and --stuck
 (active instances, least recently updated first: the ones to look at) need
-a store that implements store.InstanceQuerier, as every bundled store does.
+a store that implements readmodel.InstanceQuerier, as every bundled store does.
 
 --attr name=value keeps the instances whose business attribute (declared with
 saga.Machine.Attribute) has that value; repeat it to require several (they
@@ -70,9 +74,6 @@ are ANDed). Values are compared in Unicode NFC form, so any spelling of
 				return err
 			}
 			defer st.Close()
-			if p.Limit < 1 {
-				p.Limit = 100
-			}
 			if q.Attributes, err = inspect.ParseAttributes(attrs); err != nil {
 				return usageErrorf("--attr: %v", err)
 			}
@@ -90,26 +91,59 @@ are ANDed). Values are compared in Unicode NFC form, so any spelling of
 				}
 				return &exitError{code: 1, err: err}
 			}
+			if len(list) == 0 && p.SagaType != "" && p.After == "" {
+				if err := knownSagaType(ctx, st, p.SagaType); err != nil {
+					return err
+				}
+			}
 			if err := writeInstances(cmd.OutOrStdout(), list, asJSON); err != nil {
 				return failed(err)
 			}
 			if len(list) == p.Limit {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: --after %s\n", inspect.InstanceCursor(list[len(list)-1]))
+				fmt.Fprint(cmd.ErrOrStderr(), moreHint(cmd, inspect.InstanceCursor(list[len(list)-1])))
 			}
 			return nil
 		},
 	}
 	sf.registerReadOnly(cmd)
-	cmd.Flags().StringVar(&p.SagaType, "type", "", "only instances of this saga type")
+	typeFlags(cmd, &p.SagaType, nil, "only instances of this saga type", "")
 	cmd.Flags().StringVar(&p.State, "state", "", "only instances in this state")
 	cmd.Flags().StringVar(&q.Status, "status", "", "only active or finished instances")
 	cmd.Flags().StringVar(&q.KeyPrefix, "prefix", "", "only instances whose key starts with this")
 	cmd.Flags().BoolVar(&q.Stuck, "stuck", false, "only active instances, least recently updated first")
 	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "only instances with this business attribute, name=value (repeatable, ANDed)")
 	cmd.Flags().StringVar(&p.After, "after", "", "cursor printed by the previous page")
-	cmd.Flags().IntVar(&p.Limit, "limit", 100, "page size")
+	limitFlag(cmd, &p.Limit, 100, "page size")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
+}
+
+// knownSagaType returns an error (exit 1) when the store holds no
+// instance of sagaType, naming the types it holds: sagas ls then says so
+// rather than "no sagas".
+func knownSagaType(ctx context.Context, st store.Store, sagaType string) error {
+	some, err := st.ListInstances(ctx, &store.ListParams{SagaType: sagaType, Limit: 1})
+	if err != nil {
+		return failed(err)
+	}
+	if len(some) > 0 {
+		return nil
+	}
+	counts, _, err := inspect.Counts(ctx, st)
+	if err != nil {
+		return failed(err)
+	}
+	var types []string
+	for i, c := range counts { // in saga type order
+		if i == 0 || counts[i-1].SagaType != c.SagaType {
+			types = append(types, clean(c.SagaType))
+		}
+	}
+	holds := "no saga at all"
+	if len(types) > 0 {
+		holds = "sagas of the types " + strings.Join(types, ", ")
+	}
+	return failed(fmt.Errorf("no saga of type %s in this store: it holds %s", strconv.Quote(sagaType), holds))
 }
 
 // writeInstances prints a page of sagas ls: a JSON array, a table, or
@@ -127,7 +161,7 @@ func writeInstances(w io.Writer, list []*store.Instance, asJSON bool) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tKEY\tSTATE\tVERSION\tUPDATED\tFINISHED\tATTRIBUTES")
+	fmt.Fprintln(tw, "SAGA TYPE\tKEY\tSTATE\tVERSION\tUPDATED\tFINISHED\tATTRIBUTES")
 	for _, in := range list {
 		fmt.Fprintf(tw, "%s\t%q\t%s\t%d\t%s\t%s\t%s\n", clean(in.SagaType), in.Key, clean(in.State), in.Version, in.UpdatedAt.Format(time.RFC3339), timeOrDash(in.FinishedAt), attributesOrDash(in.Attributes))
 	}
@@ -186,7 +220,7 @@ it is not there (the engines run on the store's own queue, or it was swept).`,
 			}
 			in := res.Instances[k]
 			if in == nil {
-				return &exitError{code: 1, err: fmt.Errorf("no saga %s with key %q: list them with idem sagas ls --type %s", k.SagaType, k.Key, k.SagaType)}
+				return &exitError{code: 1, err: fmt.Errorf("no saga %s with key %q: list them with %s", clean(k.SagaType), k.Key, onStore(cmd, "idem sagas ls", "--saga-type", hintWord(k.SagaType)))}
 			}
 			journal, err := st.Journal(ctx, k)
 			if err != nil {

@@ -10,15 +10,16 @@ import (
 	"github.com/idemhq/idem/canon"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // newSagasEnd is `idem sagas end TYPE KEY --reason R`, or by filter:
-// `idem sagas end --type T … --reason R --dry-run`, then `… --yes --digest D`.
+// `idem sagas end --saga-type T … --reason R --dry-run`, then `… --yes --digest D`.
 func newSagasEnd() *cobra.Command {
 	var sf storeFlags
 	var o endOptions
 	cmd := &cobra.Command{
-		Use:   "end TYPE KEY --reason R [--version N] | --type T [--state S] [--prefix P] [--stuck] [--attr a=v] --reason R (--dry-run | --yes --digest D)",
+		Use:   "end TYPE KEY --reason R [--version N] | --saga-type T [--state S] [--prefix P] [--stuck] [--attr a=v] --reason R (--dry-run | --yes --digest D)",
 		Short: "End a saga, or the sagas a filter selects: move them to the final state idem.ended and cancel their timers",
 		Long: `End the saga TYPE/KEY: in one transaction it moves to the final state
 idem.ended, its timers (its requests' deadlines included) are cancelled, and
@@ -61,7 +62,7 @@ meanwhile, or the set changed since the count.
 	f := cmd.Flags()
 	f.StringVar(&o.end.Reason, "reason", "", "why the saga is ended (required; the journal keeps it)")
 	f.Int64Var(&o.end.Version, "version", 0, "end it only if it is still at this version")
-	f.StringVar(&o.q.SagaType, "type", "", "by filter: sagas of this type")
+	typeFlags(cmd, &o.q.SagaType, nil, "by filter: sagas of this saga type", "")
 	f.StringVar(&o.q.State, "state", "", "by filter: sagas in this state")
 	f.StringVar(&o.q.KeyPrefix, "prefix", "", "by filter: sagas whose key starts with this")
 	f.BoolVar(&o.q.Stuck, "stuck", false, "by filter: the stuck view's sagas")
@@ -75,7 +76,7 @@ meanwhile, or the set changed since the count.
 // endOptions are the flags of idem sagas end.
 type endOptions struct {
 	end    inspect.End
-	q      store.InstanceQuery
+	q      readmodel.InstanceQuery
 	attrs  []string
 	dryRun bool
 	yes    bool
@@ -106,7 +107,7 @@ func endMany(cmd *cobra.Command, st store.Store, o *endOptions) error {
 	}
 	o.q.KeyPrefix = canon.Prefix(o.q.KeyPrefix)
 	if o.q.SagaType == "" && o.q.State == "" && o.q.KeyPrefix == "" && !o.q.Stuck && len(o.q.Attributes) == 0 {
-		return usageErrorf("give TYPE KEY, or at least one filter flag (--type, --state, --prefix, --stuck, --attr)")
+		return usageErrorf("give TYPE KEY, or at least one filter flag (--saga-type, --state, --prefix, --stuck, --attr)")
 	}
 	if o.dryRun == o.yes || (o.yes && o.digest == "") {
 		return usageErrorf("by filter, give --dry-run to count, then --yes --digest D to end what was counted")
@@ -119,7 +120,8 @@ func endMany(cmd *cobra.Command, st store.Store, o *endOptions) error {
 		if sel.Capped {
 			return failed(inspect.ErrCapped)
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "%d sagas selected; to end them: --yes --digest %s\n", len(sel.Sagas), sel.Digest)
+		fmt.Fprintf(cmd.OutOrStdout(), "%d sagas selected; to end exactly these: %s\n", len(sel.Sagas),
+			rerun(cmd, []string{"dry-run", "yes", "digest"}, "--yes", "--digest", hintWord(sel.Digest)))
 		return nil
 	}
 	res, err := inspect.EndSagas(cmd.Context(), st, &o.q, o.digest, &o.end)

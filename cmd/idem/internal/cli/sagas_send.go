@@ -85,6 +85,9 @@ func sendEvent(cmd *cobra.Command, args []string, o *sendOptions) error {
 		body: admin.SendEvent{ID: id, Type: o.event, Body: body}}
 	if err := c.do(cmd.Context(), call, &acc); err != nil {
 		var ee *exitError
+		if notSent(err) {
+			return failed(fmt.Errorf("%w: the event was not sent (no connection was made): check --api, then send again", err))
+		}
 		if errors.As(err, &ee) && ee.code == 1 {
 			return failed(fmt.Errorf("%w; it may have been sent: send again with --id %s, which is safe", err, id))
 		}

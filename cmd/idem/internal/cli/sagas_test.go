@@ -37,7 +37,7 @@ func TestSagasLsAndShow(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "order") || !strings.Contains(out, `"o-1"`) || !strings.Contains(out, "Paid") {
 		t.Fatalf("sagas ls: exit %d, out %q, err %q", code, out, errOut)
 	}
-	code, out, _ = run(t, "sagas", "ls", "--store", url, "--type", "order", "--json")
+	code, out, _ = run(t, "sagas", "ls", "--store", url, "--saga-type", "order", "--json")
 	var list []instanceJSON
 	var data struct{ Total int }
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || json.Unmarshal(list[0].Data, &data) != nil || data.Total != 3 {

@@ -3,12 +3,15 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
 
@@ -34,8 +37,16 @@ func newSchedulesLs() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls [--limit N] [--after NAME] [--json]",
 		Short: "List schedules by name",
-		Long:  "List schedules by name with their spec, policy, next tick and last fired tick. The next page's cursor is printed on stderr.\n" + storeHelp,
-		Args:  cobra.NoArgs,
+		Long: `List schedules by name with their spec, policy, next tick and last fired
+tick. --limit is the page size (default 100, at most 1000); when a page is
+full, the command for the next one is printed on stderr, with your flags.
+
+--json prints a JSON array of the schedules; each envelope's body is the
+JSON itself when it is JSON ("body_encoding": "json"), else a string: its
+text when it is valid UTF-8 ("utf-8"), its standard base64 otherwise
+("base64"), as in idem timers ls --json and idem dlq ls --json.
+` + storeHelp,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			st, _, err := sf.open(ctx, false)
@@ -52,7 +63,7 @@ func newSchedulesLs() *cobra.Command {
 				return failed(err)
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), list)
+				return writeSchedulesJSON(cmd.OutOrStdout(), list)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSPEC\tMISSED\tSTATUS\tNEXT\tLAST\tMESSAGE")
@@ -69,17 +80,32 @@ func newSchedulesLs() *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			if p.Limit > 0 && len(list) == p.Limit {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: --after %q\n", list[len(list)-1].Name)
+			if len(list) == p.Limit {
+				fmt.Fprint(cmd.ErrOrStderr(), moreHint(cmd, list[len(list)-1].Name))
 			}
 			return nil
 		},
 	}
 	sf.registerReadOnly(cmd)
-	cmd.Flags().IntVar(&p.Limit, "limit", 100, "page size")
+	limitFlag(cmd, &p.Limit, 100, "page size")
 	cmd.Flags().StringVar(&p.After, "after", "", "last name of the previous page")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
+}
+
+// scheduleJSON is a schedule as schedules ls --json prints it: the
+// store's fields, with the envelope as the API gives envelopes.
+type scheduleJSON struct {
+	*store.Schedule
+	Envelope inspect.Envelope `json:"envelope"`
+}
+
+func writeSchedulesJSON(w io.Writer, list []store.Schedule) error {
+	out := make([]scheduleJSON, len(list))
+	for i := range list {
+		out[i] = scheduleJSON{Schedule: &list[i], Envelope: inspect.EnvelopeOf(&list[i].Envelope)}
+	}
+	return writeJSON(w, out)
 }
 
 func newSchedulesPause(pause bool) *cobra.Command {
@@ -135,7 +161,7 @@ func onSchedule(cmd *cobra.Command, sf *storeFlags, name string, fn func(store.S
 		return err
 	}
 	if err := fn(sc); errors.Is(err, store.ErrNotFound) {
-		return failed(fmt.Errorf("no schedule %q: list them with idem schedules ls", clean(name)))
+		return failed(fmt.Errorf("no schedule %s: list them with %s", strconv.Quote(name), onStore(cmd, "idem schedules ls")))
 	} else if err != nil {
 		return failed(err)
 	}

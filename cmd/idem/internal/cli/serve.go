@@ -229,26 +229,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	defer ln.Close()
 
-	sqlite := strings.HasPrefix(o.store.url, "sqlite:")
-	st, _, err := o.store.open(ctx, sqlite) // its errors say what to do, with exit code 2
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	var tr transport.Transport = st
-	if o.transport != "" {
-		if o.natsReplicas < 1 {
-			return usageErrorf("--nats-replicas (or IDEM_NATS_REPLICAS) must be a positive number: pass 1, or 3 on a three-node JetStream cluster")
-		}
-		t, closeTr, err := openTransportWith(ctx, o.transport, o.dataDir, transportOptions{Replicas: o.natsReplicas})
-		if err != nil {
-			return &exitError{code: 2, err: err}
-		}
-		defer closeTr() // deferred after st.Close: runs first
-		tr = t
-	}
-
+	// One slog logger for every line, the store's own (a migration) included.
 	tracer, logHandler, stopTracing, err := setupTracing(ctx, slog.NewTextHandler(stderr, nil))
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -261,6 +242,27 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			logger.Warn("idem serve: flush traces", "error", err)
 		}
 	}()
+	o.store.logger = logger
+	sqlite := strings.HasPrefix(o.store.url, "sqlite:")
+	st, _, err := o.store.open(ctx, sqlite) // its errors say what to do, with exit code 2
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	var tr transport.Transport = st
+	if o.transport != "" {
+		if o.natsReplicas < 1 {
+			return usageErrorf("--nats-replicas (or IDEM_NATS_REPLICAS) must be a positive number: pass 1, or 3 on a three-node JetStream cluster")
+		}
+		t, closeTr, err := openTransportWith(ctx, o.transport, o.dataDir, transportOptions{Replicas: o.natsReplicas, Logger: logger})
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		defer closeTr() // deferred after st.Close: runs first
+		tr = t
+	}
+
 	obs := admin.NewObserver()
 	e, err := idem.NewEngine(st, tr, &idem.Config{Logger: logger, Observe: obs.Observe, Tracer: tracer, StopTimeout: serveStopTimeout})
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -30,6 +32,9 @@ type storeFlags struct {
 	// --migrate; flag is --store, to tell where the URL came from.
 	offersMigrate bool
 	flag          *cobra.Command
+	// logger receives the store's logs (a migration done, say); nil
+	// means warnings and errors only, as text on the command's stderr.
+	logger *slog.Logger
 }
 
 // register adds the store flags of a command that may change the store:
@@ -84,10 +89,18 @@ func (f *storeFlags) open(ctx context.Context, migrate bool) (store.Queue, int, 
 		return nil, 0, err
 	}
 	migrate = migrate || f.migrate
+	logger := f.logger
+	if logger == nil {
+		w := io.Writer(os.Stderr)
+		if f.flag != nil {
+			w = f.flag.ErrOrStderr()
+		}
+		logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	scheme, rest, ok := strings.Cut(f.url, ":")
 	switch {
 	case ok && (scheme == "postgres" || scheme == "postgresql"):
-		s, err := pgstore.Open(ctx, f.url, &pgstore.Config{Schema: f.schema, Migrate: migrate, AllowUnsafeCommit: f.allowUnsafeCommit})
+		s, err := pgstore.Open(ctx, f.url, &pgstore.Config{Schema: f.schema, Migrate: migrate, AllowUnsafeCommit: f.allowUnsafeCommit, Logger: logger})
 		if err != nil {
 			return nil, 0, f.openError(err)
 		}
@@ -97,7 +110,7 @@ func (f *storeFlags) open(ctx context.Context, migrate bool) (store.Queue, int, 
 		if path == "" {
 			return nil, 0, usageErrorf("store %q (from %s) names no file: use sqlite:///path/to/idem.db", f.url, f.source())
 		}
-		s, err := sqlitestore.Open(ctx, path, &sqlitestore.Config{SkipMigrate: !migrate})
+		s, err := sqlitestore.Open(ctx, path, &sqlitestore.Config{SkipMigrate: !migrate, Logger: logger})
 		if err != nil {
 			return nil, 0, f.openError(err)
 		}
@@ -113,17 +126,7 @@ func (f *storeFlags) openError(err error) error {
 	var ce *pgconn.ConnectError
 	switch {
 	case errors.Is(err, store.ErrNotMigrated):
-		fix := "idem migrate"
-		if f.source() == "--store" {
-			fix += " --store " + shellWord(redactURL(f.url))
-		}
-		if !strings.HasPrefix(f.url, "sqlite:") {
-			fix += " --schema " + shellWord(f.schema)
-		}
-		if f.offersMigrate {
-			fix += ", or pass --migrate"
-		}
-		return usageErrorf("%v\nto create or upgrade it: %s", err, fix)
+		return usageErrorf("%s\nto create or upgrade it: %s", storeProblem(err), f.migrateHint())
 	case errors.As(err, &ce):
 		cause := error(ce)
 		var op *net.OpError
@@ -137,6 +140,40 @@ func (f *storeFlags) openError(err error) error {
 		return usageErrorf("cannot reach PostgreSQL at %s: %v: check that the server runs and that %s (from %s) is right", host, cause, redactURL(f.url), f.source())
 	}
 	return &exitError{code: 2, err: err}
+}
+
+// storeProblem is the text of a store's ErrNotMigrated without the advice
+// the store gives its Go callers ("run idem migrate ... or set
+// Config.Migrate"): the command line gives its own, migrateHint.
+func storeProblem(err error) string {
+	text := err.Error()
+	if i := strings.Index(text, "run `idem migrate"); i > 0 {
+		text = strings.TrimRight(text[:i], " ;:,")
+	}
+	return text
+}
+
+// migrateHint is the command that migrates the store the flags name, with
+// its --store (unless it came from IDEM_STORE, or holds a password: then
+// from IDEM_STORE) and, on PostgreSQL, its --schema.
+func (f *storeFlags) migrateHint() string {
+	fix := "idem migrate"
+	note := ""
+	if f.source() == "--store" {
+		if holdsSecret(f.url) {
+			fix += ` --store "$IDEM_STORE"`
+			note = "\n  (set IDEM_STORE to your --store URL first: it holds a password, which idem never prints)"
+		} else {
+			fix += " --store " + hintWord(f.url)
+		}
+	}
+	if !strings.HasPrefix(f.url, "sqlite:") {
+		fix += " --schema " + hintWord(f.schema)
+	}
+	if f.offersMigrate {
+		fix += ", or pass --migrate"
+	}
+	return fix + note
 }
 
 // shellWord quotes s for a POSIX shell when it needs it.

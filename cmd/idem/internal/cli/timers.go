@@ -31,9 +31,9 @@ func newTimersLs() *cobra.Command {
 	var f inspect.TimerFilter
 	var overdue, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls [--type T] [--key K] [--overdue] [--limit N] [--after CURSOR] [--json]",
+		Use:   "ls [--saga-type T] [--key K] [--overdue] [--limit N] [--after CURSOR] [--json]",
 		Short: "List timers, soonest due first",
-		Long:  "List timers in due order; --overdue keeps those already past due, --key those of one saga key (in any Unicode spelling). The next page's cursor, a shell-safe token, is printed on stderr.\n" + storeHelp,
+		Long:  "List timers in due order; --saga-type keeps the timers of one saga type, --overdue those already past due, --key those of one saga key (in any Unicode spelling). --limit is the page size (default 100, at most 1000). When a page is full, the command for the next one is printed on stderr, with your flags and a shell-safe cursor.\n" + storeHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -58,16 +58,16 @@ func newTimersLs() *cobra.Command {
 				return failed(err)
 			}
 			if next != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: --after %s\n", next)
+				fmt.Fprint(cmd.ErrOrStderr(), moreHint(cmd, next))
 			}
 			return nil
 		},
 	}
 	sf.registerReadOnly(cmd)
-	cmd.Flags().StringVar(&f.SagaType, "type", "", "only timers of this saga type")
+	typeFlags(cmd, &f.SagaType, nil, "only timers of this saga type", "")
 	cmd.Flags().StringVar(&f.Key, "key", "", "only timers of this saga key")
 	cmd.Flags().BoolVar(&overdue, "overdue", false, "only timers already past due")
-	cmd.Flags().IntVar(&f.Limit, "limit", 100, "page size")
+	limitFlag(cmd, &f.Limit, 100, "page size")
 	cmd.Flags().StringVar(&f.After, "after", "", "cursor printed by the previous page")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
@@ -100,7 +100,7 @@ func writeTimers(w io.Writer, ts []store.Timer, now time.Time, asJSON bool) erro
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tKEY\tNAME\tDUE\tOVERDUE\tMESSAGE")
+	fmt.Fprintln(tw, "SAGA TYPE\tKEY\tNAME\tDUE\tOVERDUE\tMESSAGE TYPE")
 	for _, t := range ts {
 		late := "-"
 		if t.DueAt.Before(now) {
@@ -139,7 +139,7 @@ func newTimersCancel() *cobra.Command {
 			}
 			defer st.Close()
 			if err := inspect.CancelTimer(ctx, st, k); err != nil {
-				return failed(timerErr(err, k))
+				return failed(timerErr(cmd, err, k))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "cancelled timer %s of %s/%q\n", clean(k.Name), k.SagaType, k.Key)
 			return nil
@@ -185,7 +185,7 @@ func newTimersReschedule() *cobra.Command {
 			defer st.Close()
 			t, err := inspect.RescheduleTimer(ctx, st, k, r.due)
 			if err != nil {
-				return failed(timerErr(err, k))
+				return failed(timerErr(cmd, err, k))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "timer %s of %s/%q now due %s\n", clean(k.Name), k.SagaType, k.Key, t.DueAt.Format(time.RFC3339))
 			return nil
@@ -197,9 +197,9 @@ func newTimersReschedule() *cobra.Command {
 	return cmd
 }
 
-func timerErr(err error, k store.TimerKey) error {
+func timerErr(cmd *cobra.Command, err error, k store.TimerKey) error {
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("no timer %s of saga %s/%q: list them with idem timers ls --type %s", clean(k.Name), k.SagaType, k.Key, k.SagaType)
+		return fmt.Errorf("no timer %s of saga %s/%q: list them with %s", clean(k.Name), clean(k.SagaType), k.Key, onStore(cmd, "idem timers ls", "--saga-type", hintWord(k.SagaType)))
 	}
 	return err
 }

@@ -100,16 +100,16 @@ func TestTimersCommands(t *testing.T) {
 func TestDLQReplayByTypeDryRun(t *testing.T) {
 	t.Parallel()
 	url := seedSQLite(t)
-	code, out, errOut := run(t, "dlq", "replay", "--type", "orders.OrderPlaced", "--dry-run", "--store", url)
+	code, out, errOut := run(t, "dlq", "replay", "--message-type", "orders.OrderPlaced", "--dry-run", "--store", url)
 	if code != 0 || !strings.Contains(out, "would replay m-1") || strings.Contains(out, "m-2") || !strings.Contains(out, "would replay 1 dead letter") {
-		t.Fatalf("dlq replay --type --dry-run: exit %d, out %q, err %q", code, out, errOut)
+		t.Fatalf("dlq replay --message-type --dry-run: exit %d, out %q, err %q", code, out, errOut)
 	}
 	if code, out, _ := run(t, "dlq", "ls", "--store", url); code != 0 || !strings.Contains(out, "m-1") {
 		t.Fatalf("after a dry run, dlq ls: exit %d, out %q; want m-1 still there", code, out)
 	}
-	code, out, errOut = run(t, "dlq", "replay", "--reason", "permanent_error", "--type", "orders.OrderPlaced", "--store", url)
+	code, out, errOut = run(t, "dlq", "replay", "--reason", "permanent_error", "--message-type", "orders.OrderPlaced", "--store", url)
 	if code != 0 || !strings.Contains(out, "re-queued 1 dead letter") {
-		t.Fatalf("dlq replay --reason --type: exit %d, out %q, err %q", code, out, errOut)
+		t.Fatalf("dlq replay --reason --message-type: exit %d, out %q, err %q", code, out, errOut)
 	}
 	// Kept, with the replay pending in its history.
 	if code, out, _ := run(t, "dlq", "show", "m-1", "--store", url); code != 0 || !strings.Contains(out, "is pending") {
@@ -153,19 +153,22 @@ func TestSagasEnd(t *testing.T) {
 func TestSagasEndByFilter(t *testing.T) {
 	t.Parallel()
 	url := seedSQLite(t)
-	if code, _, errOut := run(t, "sagas", "end", "--type", "order", "--reason", "r", "--store", url); code != 2 || !strings.Contains(errOut, "--dry-run") {
+	if code, _, errOut := run(t, "sagas", "end", "--saga-type", "order", "--reason", "r", "--store", url); code != 2 || !strings.Contains(errOut, "--dry-run") {
 		t.Errorf("sagas end by filter without --dry-run or --yes: exit %d, %q; want 2", code, errOut)
 	}
-	code, out, errOut := run(t, "sagas", "end", "--type", "order", "--prefix", "a-", "--reason", "r", "--dry-run", "--store", url)
-	digest, ok := strings.CutPrefix(strings.TrimSpace(out), "2 sagas selected; to end them: --yes --digest ")
+	code, out, errOut := run(t, "sagas", "end", "--saga-type", "order", "--prefix", "a-", "--reason", "r", "--dry-run", "--store", url)
+	dry := out
+	_, digest, ok := strings.Cut(strings.TrimSpace(out), " --yes --digest ")
+	ok = ok && strings.HasPrefix(out, "2 sagas selected; to end exactly these: idem sagas end ")
 	if code != 0 || !ok {
 		t.Fatalf("sagas end --dry-run: exit %d, out %q, stderr %q; want 2 sagas and a digest", code, out, errOut)
 	}
-	if code, _, errOut := run(t, "sagas", "end", "--type", "order", "--prefix", "a-1", "--reason", "r", "--yes", "--digest", digest, "--store", url); code != 1 || !strings.Contains(errOut, "changed since") {
+	if code, _, errOut := run(t, "sagas", "end", "--saga-type", "order", "--prefix", "a-1", "--reason", "r", "--yes", "--digest", digest, "--store", url); code != 1 || !strings.Contains(errOut, "changed since") {
 		t.Errorf("a digest used with another filter: exit %d, %q; want 1, the set changed", code, errOut)
 	}
-	code, out, errOut = run(t, "sagas", "end", "--type", "order", "--prefix", "a-", "--reason", "r", "--yes", "--digest", digest, "--store", url)
+	// The command the dry run printed ends exactly that set, as printed.
+	code, out, errOut = run(t, hint(t, dry, "to end exactly these: ")...)
 	if code != 0 || !strings.Contains(out, "ended 2 sagas") {
-		t.Errorf("sagas end --yes: exit %d, out %q, stderr %q; want 2 ended", code, out, errOut)
+		t.Errorf("sagas end as the dry run printed it: exit %d, out %q, stderr %q; want 2 ended", code, out, errOut)
 	}
 }

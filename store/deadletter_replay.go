@@ -11,84 +11,11 @@ import (
 // dead letter's latest replay is still pending.
 var ErrReplayPending = errors.New("store: the dead letter's latest replay is still pending")
 
-// DeadLetterQuerier is implemented by stores that filter and count dead
-// letters in the database instead of handing every row to the caller
-// (every bundled store). It is optional: operations tools type-assert a
-// Store for it and fall back to paging ListDeadLetters, which reads at most
-// a bounded number of rows and cannot bind a bulk action to what was
-// counted.
-type DeadLetterQuerier interface {
-	// QueryDeadLetters returns one page of the dead letters q selects, in
-	// ID order (byte order). An empty page means there are no more.
-	QueryDeadLetters(ctx context.Context, q *DeadLetterQuery) ([]DeadLetter, error)
-	// CountDeadLetters counts the dead letters q selects by reason (q's
-	// After and Limit are ignored), and returns with the counts the mark
-	// that selects, as DeadLetterQuery.AsOf, exactly the dead letters
-	// counted: the count and the mark are read at one moment.
-	CountDeadLetters(ctx context.Context, q *DeadLetterQuery) (*DeadLetterCount, error)
-	// DeleteDeadLettersAsOf removes the dead letters among ids that the
-	// mark asOf selects (as CountDeadLetters returned it; "" selects every
-	// one): one recorded again, archived or restored after the mark is
-	// kept (so a purge of archived dead letters never deletes one
-	// restored since its count). Missing IDs are
-	// ignored. It returns how many it removed, with their history.
-	DeleteDeadLettersAsOf(ctx context.Context, ids []string, asOf string) (int, error)
-}
-
-// DeadLetterCount is what CountDeadLetters returns.
-type DeadLetterCount struct {
-	// ByReason counts the dead letters by reason.
-	ByReason map[string]int
-	// AsOf is the mark of the moment of the count: an opaque,
-	// printable-ASCII string to pass as DeadLetterQuery.AsOf.
-	AsOf string
-}
-
-// DeadLetterQuery selects dead letters for DeadLetterQuerier. Every
-// non-empty filter must match; the zero value selects every dead letter
-// that is not archived, first page of the default size. Only a store that
-// implements DeadLetterTypeQuerier selects by MessageType; callers match
-// the type themselves otherwise.
-type DeadLetterQuery struct {
-	// SagaType and Key are the saga the dead letter was recorded for.
-	SagaType string
-	Key      string
-	// Reason is the machine-readable reason ("malformed_body", ...).
-	Reason string
-	// MessageType is the envelope's type; see DeadLetterTypeQuerier.
-	MessageType string
-	// AsOf, when set, is a mark CountDeadLetters returned: only the dead
-	// letters last recorded before it are selected, so that an action
-	// confirmed on a count acts on what was counted and on nothing that
-	// arrived, or failed again, since. Unless Archived is
-	// ArchivedInclude (without ArchivedBefore), only those last archived
-	// or restored before it are selected too (see ArchivalBound). A mark
-	// the store did not make is an error.
-	AsOf string
-	// State selects by what became of the dead letter's replays; "" (or
-	// DeadLettersAll) selects every one.
-	State DeadLetterState
-	// Fingerprint selects the dead letters of one fingerprint (see
-	// Fingerprint), or with FingerprintNone those recorded before
-	// fingerprints.
-	Fingerprint string
-	// Archived selects by archival: ArchivedExclude (the zero value)
-	// leaves archived dead letters out (see DeadLetterArchiver).
-	Archived ArchivedFilter
-	// ArchivedBefore, when set, selects only the dead letters archived
-	// before it, whatever Archived says.
-	ArchivedBefore time.Time
-	// After is the ID of the last dead letter of the previous page.
-	After string
-	// Limit bounds the page; 0 means the store's default.
-	Limit int
-}
-
 // DeadLetterState is what became of a dead letter's replays, by its latest
 // replay.
 type DeadLetterState string
 
-// The states of a dead letter, as DeadLetterQuery.State selects them.
+// The states of a dead letter, as readmodel.DeadLetterQuery.State selects them.
 const (
 	// DeadLettersAll selects every dead letter.
 	DeadLettersAll DeadLetterState = "all"
@@ -103,7 +30,7 @@ const (
 	DeadLettersPending DeadLetterState = "pending"
 )
 
-// ParseDeadLetterState reads a state as DeadLetterQuery.State takes it:
+// ParseDeadLetterState reads a state as readmodel.DeadLetterQuery.State takes it:
 // all, unresolved, resolved or pending ("" is all).
 func ParseDeadLetterState(s string) (DeadLetterState, error) {
 	switch st := DeadLetterState(s); st {
@@ -192,7 +119,7 @@ type DeadLetterReplayer interface {
 	// ErrReplayPending when its latest replay is still pending: at most one
 	// replay of a dead letter is pending at a time, so that the outcome
 	// recorded is that of the copy consumed. The dead letter's mark (see
-	// DeadLetterQuery.AsOf) does not change. The replay's By is
+	// readmodel.DeadLetterQuery.AsOf) does not change. The replay's By is
 	// ReplayBy(ctx).
 	BeginReplay(ctx context.Context, id string, at time.Time) error
 	// SettleReplays settles the latest replay of each dead letter p.IDs

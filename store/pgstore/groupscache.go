@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // GroupsCacheTTL is how long GroupDeadLetters keeps an answer: grouping
@@ -28,11 +28,11 @@ type groupsCache struct {
 
 type groupsEntry struct {
 	at time.Time
-	gs []store.DeadLetterGroup
+	gs []readmodel.DeadLetterGroup
 }
 
 // groupsKey is q's key in the cache, "" when q must not be cached.
-func groupsKey(q *store.DeadLetterQuery) string {
+func groupsKey(q *readmodel.DeadLetterQuery) string {
 	if q.AsOf != "" {
 		return ""
 	}
@@ -42,7 +42,7 @@ func groupsKey(q *store.DeadLetterQuery) string {
 
 // get returns a copy of the answer kept for key, if it is fresh, and the
 // generation to pass to put otherwise.
-func (c *groupsCache) get(key string, now time.Time) ([]store.DeadLetterGroup, uint64, bool) {
+func (c *groupsCache) get(key string, now time.Time) ([]readmodel.DeadLetterGroup, uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
@@ -55,7 +55,7 @@ func (c *groupsCache) get(key string, now time.Time) ([]store.DeadLetterGroup, u
 // put keeps a copy of gs for key, read from at (before the query ran),
 // unless the cache was dropped since get returned gen: a write during the
 // query may be missing from gs.
-func (c *groupsCache) put(key string, gen uint64, at time.Time, gs []store.DeadLetterGroup) {
+func (c *groupsCache) put(key string, gen uint64, at time.Time, gs []readmodel.DeadLetterGroup) {
 	if key == "" {
 		return
 	}

@@ -1,22 +1,24 @@
-package store
+package readmodel
 
 import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/idemhq/idem/store"
 )
 
 // InstanceQuerier is implemented by stores that can filter instances by
 // status and key prefix, list the stuck ones (active, least recently
 // updated first) and count instances by state, each in one query. It is
-// optional: operations tools type-assert a Store for it and fall back to
-// paging ListInstances. Implementations must pass storetest's
-// RunInstanceQuerier.
+// optional: operations tools type-assert a store.Store for it and fall back to
+// paging ListInstances. Implementations must pass storetest.Run, which
+// runs its cases when a store implements it.
 type InstanceQuerier interface {
 	// QueryInstances returns one page of the instances p selects, in
 	// (SagaType, Key) order, or by (UpdatedAt, SagaType, Key) when p.Stuck
 	// is set. An empty page means there are no more.
-	QueryInstances(ctx context.Context, p *InstanceQuery) ([]*Instance, error)
+	QueryInstances(ctx context.Context, p *InstanceQuery) ([]*store.Instance, error)
 	// CountInstances counts instances by saga type, state and status, in
 	// (SagaType, State, Status) order; an empty sagaType counts every type.
 	CountInstances(ctx context.Context, sagaType string) ([]StateCount, error)
@@ -68,7 +70,7 @@ type InstanceCursor struct {
 }
 
 // CursorOf returns the cursor that continues a query after in.
-func CursorOf(in *Instance) *InstanceCursor {
+func CursorOf(in *store.Instance) *InstanceCursor {
 	return &InstanceCursor{SagaType: in.SagaType, Key: in.Key, UpdatedAt: in.UpdatedAt}
 }
 
@@ -89,7 +91,7 @@ const CountBound = 10_000
 // QueryCounter is implemented by stores that count what an InstanceQuery
 // or a TimerQuery selects, reading at most bound+1 matching rows, so that
 // a count costs no more than a page of bound rows however many match. It
-// is optional; implementations must pass storetest's RunQueryCounter.
+// is optional; implementations must pass storetest.Run.
 // Cursors and limits of the query are ignored.
 type QueryCounter interface {
 	// CountInstanceQuery counts the instances p selects, up to bound.
@@ -121,12 +123,12 @@ func BoundedCount(n, bound int) Count {
 
 // TimerQuerier is implemented by stores that filter timers by saga type
 // and due time and page through them in both directions. It is optional:
-// operations tools type-assert a Store for it and fall back to paging
-// ListTimers. Implementations must pass storetest's RunTimerQuerier.
+// operations tools type-assert a store.Store for it and fall back to paging
+// ListTimers. Implementations must pass storetest.Run.
 type TimerQuerier interface {
 	// QueryTimers returns one page of the timers p selects in (DueAt,
 	// SagaType, Key, Name) order. An empty page means there are no more.
-	QueryTimers(ctx context.Context, p *TimerQuery) ([]Timer, error)
+	QueryTimers(ctx context.Context, p *TimerQuery) ([]store.Timer, error)
 }
 
 // TimerQuery selects timers for TimerQuerier.QueryTimers. The zero value
@@ -158,7 +160,7 @@ type TimerCursor struct {
 }
 
 // TimerCursorOf returns the cursor of t.
-func TimerCursorOf(t *Timer) *TimerCursor {
+func TimerCursorOf(t *store.Timer) *TimerCursor {
 	return &TimerCursor{DueAt: t.DueAt, SagaType: t.SagaType, Key: t.Key, Name: t.Name}
 }
 

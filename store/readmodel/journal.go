@@ -1,6 +1,11 @@
-package store
+package readmodel
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
 
 // JournalTailer is implemented by stores that read the latest entries of
 // one saga's journal without reading the rest: the console's instance page
@@ -14,5 +19,15 @@ type JournalTailer interface {
 	// index). n <= 0 returns no entry, only the total; an n larger than the
 	// journal returns all of it. A key no entry can have (U+0000, invalid
 	// UTF-8 on a store that refuses them) selects none, without an error.
-	JournalTail(ctx context.Context, k Key, n int) ([]JournalEntry, int, error)
+	JournalTail(ctx context.Context, k store.Key, n int) ([]store.JournalEntry, int, error)
+}
+
+// OutboxSentReader is a store.Store that can say whether outbox messages were
+// sent. It must pass storetest.
+type OutboxSentReader interface {
+	// OutboxSent looks the IDs up in the outbox. The map holds an entry for
+	// each ID still in the outbox: its SentAt, zero while it is unsent. An
+	// ID absent from the map is not in the outbox: never written there, or
+	// sent and swept after the outbox retention. Safe for concurrent use.
+	OutboxSent(ctx context.Context, ids []string) (map[string]time.Time, error)
 }
