@@ -85,14 +85,6 @@ func (e *Engine) PublishAndWait(ctx context.Context, env Envelope) (Result, erro
 	}
 }
 
-// Apply is PublishAndWait.
-//
-// Deprecated: use PublishAndWait; "apply" names the pure transition
-// (saga.Machine.Apply).
-func (e *Engine) Apply(ctx context.Context, env Envelope) (Result, error) {
-	return e.PublishAndWait(ctx, env)
-}
-
 // applyTarget validates env and finds its saga and canonical key.
 func (e *Engine) applyTarget(env *Envelope) (Machine, string, error) {
 	maxBody := e.cfg.MaxBodyBytes

@@ -25,18 +25,18 @@ func TestApplyWaitsForAnotherReplica(t *testing.T) {
 	t.Cleanup(func() { _ = b.engines[1].Stop(context.Background()) })
 	b.stopOnce.Do(func() {}) // engine 0 never starts
 	waiter := b.engines[0]
-	r, err := waiter.Apply(b.ctx, b.env("inc-1", Inc{Key: "Cafe\u0301", N: 3}))
+	r, err := waiter.PublishAndWait(b.ctx, b.env("inc-1", Inc{Key: "Cafe\u0301", N: 3}))
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	if r.Duplicate || r.SagaType != counterType || r.Key != "Caf\u00e9" || r.State != "Open" || r.Version != 1 {
 		t.Fatalf("Apply result %+v: want a new message, saga counter/Café in Open at version 1", r)
 	}
-	r, err = waiter.Apply(b.ctx, b.env("inc-1", Inc{Key: "Cafe\u0301", N: 3}))
+	r, err = waiter.PublishAndWait(b.ctx, b.env("inc-1", Inc{Key: "Cafe\u0301", N: 3}))
 	if err != nil || !r.Duplicate || r.Version != 1 {
 		t.Fatalf("second Apply: %+v, %v; want a duplicate at version 1", r, err)
 	}
-	r, err = waiter.Apply(b.ctx, b.env("inc-2", Inc{Key: "Café", N: 4}))
+	r, err = waiter.PublishAndWait(b.ctx, b.env("inc-2", Inc{Key: "Café", N: 4}))
 	if err != nil || r.Duplicate || r.Version != 2 || string(r.Data) == "" {
 		t.Fatalf("third Apply: %+v, %v; want a new message at version 2", r, err)
 	}
@@ -131,10 +131,10 @@ func TestApplyHoldsNoUnitOfWorkWhileReadingDeadLetters(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.engines[1].Stop(context.Background()) })
 	b.stopOnce.Do(func() {})
-	if _, err := waiter.Apply(b.ctx, b.env("inc-1", Inc{Key: "k", N: 1})); err != nil {
+	if _, err := waiter.PublishAndWait(b.ctx, b.env("inc-1", Inc{Key: "k", N: 1})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := waiter.Apply(b.ctx, b.env("poke-1", Poke{Key: "k"})); !errors.Is(err, idem.ErrDeadLettered) {
+	if _, err := waiter.PublishAndWait(b.ctx, b.env("poke-1", Poke{Key: "k"})); !errors.Is(err, idem.ErrDeadLettered) {
 		t.Fatalf("Apply of an unhandled event: %v, want ErrDeadLettered", err)
 	}
 	spy.mu.Lock()
@@ -232,10 +232,10 @@ func TestApplyResultIsTheSagaAfterItsCommit(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.engines[1].Stop(context.Background()) })
 	b.stopOnce.Do(func() {})
-	if r, err := waiter.Apply(b.ctx, b.env("inc-1", Inc{Key: "k", N: 1})); err != nil || r.Version != 1 {
+	if r, err := waiter.PublishAndWait(b.ctx, b.env("inc-1", Inc{Key: "k", N: 1})); err != nil || r.Version != 1 {
 		t.Fatalf("first Apply: %+v, %v; want version 1", r, err)
 	}
-	r, err := waiter.Apply(b.ctx, b.env("inc-2", Inc{Key: "k", N: 2}))
+	r, err := waiter.PublishAndWait(b.ctx, b.env("inc-2", Inc{Key: "k", N: 2}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,32 +39,6 @@ type Stats struct {
 	Swept int64 `json:"swept"`
 }
 
-// add adds o's counters to s.
-func (s *Stats) add(o Stats) {
-	s.Received += o.Received
-	s.Applied += o.Applied
-	s.Ignored += o.Ignored
-	s.Duplicates += o.Duplicates
-	s.NotFound += o.NotFound
-	s.DeadLettered += o.DeadLettered
-	s.Conflicts += o.Conflicts
-	s.Retries += o.Retries
-	s.StaleTimers += o.StaleTimers
-	s.Emitted += o.Emitted
-	s.Relayed += o.Relayed
-	s.TimersFired += o.TimersFired
-	s.Swept += o.Swept
-}
-
-// SumStats adds up the counters of several engines (replicas).
-func SumStats(es ...*Engine) Stats {
-	var s Stats
-	for _, e := range es {
-		s.add(e.counters.stats())
-	}
-	return s
-}
-
 // TypeStats are cumulative counters of one saga type (or "idem.handler"
 // for plain handlers) since the engine was created. Messages refused before
 // their saga was known (unknown type, malformed body) count under "".

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/idemhq/idem/internal/backoff"
+	"github.com/idemhq/idem/internal/engineaccess"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
 )
@@ -171,14 +172,6 @@ func (e *Engine) Handle(msgType string, fn HandlerFunc) error {
 		return ErrRunning
 	}
 	return e.reg.handle(msgType, fn)
-}
-
-// Machine returns the registered machine for saga type name.
-func (e *Engine) Machine(name string) (Machine, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	m, ok := e.reg.sagas[name]
-	return m, ok
 }
 
 // NewEnvelope is the package-level NewEnvelope plus the envelope's
@@ -421,13 +414,17 @@ func (e *Engine) TypeStats() map[string]TypeStats { return e.counters.typeStats(
 // NewEngine with every default filled in.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Sagas returns the registered machines by saga type.
+// Sagas returns the registered machines by saga type (Sagas()[name] for
+// one): a copy, which the caller may keep and change. It is safe for
+// concurrent use.
 func (e *Engine) Sagas() map[string]Machine {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return maps.Clone(e.reg.sagas)
 }
 
-// Transport returns the engine's transport, for operators' tools that ask
-// it optional questions (transport.PendingCounter for the queue depth).
-func (e *Engine) Transport() transport.Transport { return e.tr }
+// The engine's transport, for admin (engineaccess.Transport); not part of
+// the user's API.
+func init() {
+	engineaccess.TransportOf = func(e any) transport.Transport { return e.(*Engine).tr }
+}

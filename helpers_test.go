@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
@@ -733,7 +734,7 @@ func (b *bundle) stats() idem.Stats {
 	return sumStats(b.engines...)
 }
 
-func sumStats(es ...*idem.Engine) idem.Stats { return idem.SumStats(es...) }
+func sumStats(es ...*idem.Engine) idem.Stats { return enginestats.Sum(es...) }
 
 // ---------------------------------------------------------------------------
 // Waiting without sleeping as synchronisation: poll a condition with a

@@ -61,9 +61,6 @@ func TestLifecycleErrors(t *testing.T) {
 	if err := e.Handle("late.Type", func(context.Context, idem.Envelope) error { return nil }); !errors.Is(err, idem.ErrRunning) {
 		t.Errorf("Handle after Start = %v, want ErrRunning", err)
 	}
-	if _, ok := e.Machine(counterType); !ok {
-		t.Error("Machine(counter): not found")
-	}
 	if got := e.Sagas(); len(got) != 1 || got[counterType] == nil {
 		t.Errorf("Sagas() = %v, want the counter", got)
 	}

@@ -54,8 +54,3 @@ func LoadInstance[S any](ctx context.Context, st store.Store, m *saga.Machine[S]
 	}
 	return &Snapshot[S]{Instance: inst, Data: data}, nil
 }
-
-// MaxKeyLen returns the longest canonical saga key e accepts, in bytes:
-// Config.MaxKeyLen, or its default. Code that checks keys before handing
-// messages to e (package admin does) uses it, to accept what e accepts.
-func (e *Engine) MaxKeyLen() int { return e.cfg.MaxKeyLen }

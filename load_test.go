@@ -85,7 +85,7 @@ func TestLoadInstanceKeyLongerThanDefaultLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.MaxKeyLen(); got != 1024 {
+	if got := e.Config().MaxKeyLen; got != 1024 {
 		t.Errorf("MaxKeyLen: got %d, want 1024", got)
 	}
 	long := strings.Repeat("k", 600)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemhq/idem/internal/history"
+	"github.com/idemhq/idem/internal/journal"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -161,7 +161,7 @@ func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.Inbo
 	l.ch.Journal = append(l.ch.Journal, store.JournalEntry{
 		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: env.Type,
 		FromState: from, ToState: to, Version: version, At: l.now,
-		JournalDetail: history.Detail(&history.Step{Msg: env, After: r.Data, Emitted: out,
+		JournalDetail: journal.Detail(&journal.Step{Msg: env, After: r.Data, Emitted: out,
 			Duration: l.cfg.Clock().Sub(start), Limit: l.cfg.JournalPayloadLimit}),
 	})
 	for i := range out {

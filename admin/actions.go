@@ -101,7 +101,7 @@ func consoleActor(r *http.Request) string {
 // sagaKeyOf reads the saga a request names.
 func (s *Server) sagaKeyOf(r *http.Request) (store.Key, error) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.Config().MaxKeyLen)
 	if err != nil {
 		return store.Key{}, fmt.Errorf("saga key %q is not a valid key: %w", raw, err)
 	}
@@ -198,7 +198,7 @@ func (s *Server) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, acto
 	if err != nil {
 		return idem.Envelope{}, http.StatusBadRequest, fmt.Errorf("the body does not fit %s: %v", ev.Type, err)
 	}
-	if key, err := canonKey(rawKey, s.e.MaxKeyLen()); err != nil || key != k.Key {
+	if key, err := canonKey(rawKey, s.e.Config().MaxKeyLen); err != nil || key != k.Key {
 		return idem.Envelope{}, http.StatusBadRequest, fmt.Errorf("the body correlates to saga key %q, not %q: fix the body", rawKey, k.Key)
 	}
 	id := ev.ID

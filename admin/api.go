@@ -184,7 +184,7 @@ func (s *Server) listSagas(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getSaga(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.Config().MaxKeyLen)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
@@ -329,7 +329,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "body does not fit message type %s of saga %s: %v: fix the body and submit again", m.Type, mach.Name(), err)
 			return
 		}
-		key, err := canonKey(rawKey, s.e.MaxKeyLen())
+		key, err := canonKey(rawKey, s.e.Config().MaxKeyLen)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "body of %s gives saga %s the key %q, which is not valid (%v): fix the body and submit again", m.Type, mach.Name(), rawKey, err)
 			return
@@ -399,7 +399,7 @@ func (s *Server) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message
 		limit := maxFieldLen
 		if name == "correlation_id" {
 			// A saga key, which the engine bounds by its own limit.
-			limit = max(limit, s.e.MaxKeyLen())
+			limit = max(limit, s.e.Config().MaxKeyLen)
 		}
 		if len(v) > limit {
 			writeError(w, http.StatusBadRequest, "%s is %d bytes long: at most %d are accepted", name, len(v), limit)

@@ -23,7 +23,7 @@ func (s *Server) routeRetries() {
 // not exist: a message that would start it may be the one failing.
 func (s *Server) apiRetries(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.Config().MaxKeyLen)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return

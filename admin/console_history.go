@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idemhq/idem/internal/engineaccess"
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
@@ -90,7 +91,7 @@ func (s *Server) routeHistory() {
 
 func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.Config().MaxKeyLen)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
@@ -203,7 +204,7 @@ func outboxSent(ctx context.Context, st store.Store, ids []string, out map[strin
 // queue, which takes emitted messages in the commit that emits them.
 func (s *Server) onStoreQueue() bool {
 	q, ok := s.st.(store.Queue)
-	tr := s.e.Transport()
+	tr := engineaccess.Transport(s.e)
 	return ok && tr != nil && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr)
 }
 

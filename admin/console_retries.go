@@ -347,7 +347,7 @@ func (s *Server) formRetry(vals url.Values) (store.Key, string, error) {
 
 // sagaKeyOfValues is sagaKeyOf for a form's or a query's values.
 func (s *Server) sagaKeyOfValues(typ, raw string) (store.Key, error) {
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, s.e.Config().MaxKeyLen)
 	if err != nil {
 		return store.Key{}, fmt.Errorf("saga key %q is not a valid key: %w", raw, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/engineaccess"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/readmodel"
@@ -249,7 +250,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.storeUp, up)
 	ch <- c.buildInfo
 
-	if pc, ok := c.e.Transport().(transport.PendingCounter); ok {
+	if pc, ok := engineaccess.Transport(c.e).(transport.PendingCounter); ok {
 		ready, unacked, err := pc.Pending(ctx)
 		if err != nil {
 			c.log.Warn("metrics: count the transport's messages", "error", err)

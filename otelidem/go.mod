@@ -3,7 +3,7 @@ module github.com/idemhq/idem/otelidem
 go 1.26.0
 
 require (
-	github.com/idemhq/idem v0.0.0-00010101000000-000000000000
+	github.com/idemhq/idem v0.0.0-20261126115457-04291797b307
 	github.com/jackc/pgx/v5 v5.12.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -57,8 +57,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.61.1 // indirect
 )
-
-// Development: the core in this repository. A release tags the core first,
-// then requires that tag here and drops this line (docs/architecture.md,
-// "Modules").
-replace github.com/idemhq/idem => ../

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
@@ -397,7 +398,7 @@ func (h *Harness[S]) AssertDeadLetters(want ...string) {
 }
 
 // Stats sums the counters of every engine.
-func (h *Harness[S]) Stats() idem.Stats { return idem.SumStats(h.Engines...) }
+func (h *Harness[S]) Stats() idem.Stats { return enginestats.Sum(h.Engines...) }
 
 // String describes the harness for failure messages.
 func (h *Harness[S]) String() string {

@@ -3,8 +3,8 @@ module github.com/idemhq/idem/cmd/idem
 go 1.26.0
 
 require (
-	github.com/idemhq/idem v0.0.0-00010101000000-000000000000
-	github.com/idemhq/idem/otelidem v0.0.0-00010101000000-000000000000
+	github.com/idemhq/idem v0.0.0-20261126115457-04291797b307
+	github.com/idemhq/idem/otelidem v0.0.0-20261126115457-04291797b307
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
@@ -76,12 +76,4 @@ require (
 	modernc.org/libc v1.79.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-)
-
-// Development: the core and otelidem in this repository. A release tags
-// them first, then requires those tags here and drops these lines
-// (docs/architecture.md, "Modules").
-replace (
-	github.com/idemhq/idem => ../..
-	github.com/idemhq/idem/otelidem => ../../otelidem
 )

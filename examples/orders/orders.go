@@ -1,5 +1,7 @@
 // Package orders is the 30-line saga of the README, kept here so that the
-// README's code compiles and is tested.
+// README's code compiles and is tested. idem serve and idem demo --serve
+// register it (message types orders.OrderPlaced, ...): the idem binary
+// imports this package, so what a user reads here is what they run.
 package orders
 
 import (

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/transport"
@@ -225,12 +226,12 @@ func RequestsOnQueue(t *testing.T, q store.Queue) {
 	if err != nil || len(dls) != 1 || dls[0].Envelope.Type != authorize {
 		t.Fatalf("dead letters %+v (%v): want the malformed request", dls, err)
 	}
-	dups := idem.SumStats(engines...).Duplicates
+	dups := enginestats.Sum(engines...).Duplicates
 	if err := b.Orders.Publish(context.Background(), dls[0].Envelope); err != nil {
 		t.Fatal(err)
 	}
 	Eventually(t, func() string {
-		s := idem.SumStats(engines...)
+		s := enginestats.Sum(engines...)
 		if s.DeadLettered != 2 || s.Duplicates != dups+1 {
 			return fmt.Sprintf("dead-lettered %d, duplicates %d; want 2, %d", s.DeadLettered, s.Duplicates, dups+1)
 		}

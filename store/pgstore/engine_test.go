@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
@@ -74,7 +75,7 @@ func TestEnginesOnSeparatePoolsExactlyOnce(t *testing.T) {
 		}
 	}
 	enginetest.CheckExactlyOnce(t, first, enginetest.Rows(conn), want, perKey)
-	s := idem.SumStats(engines...)
+	s := enginestats.Sum(engines...)
 	if s.Duplicates == 0 {
 		t.Errorf("stats %+v: want duplicates skipped by the inbox", s)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
@@ -61,7 +62,7 @@ func TestEnginesShareTokens(t *testing.T) {
 	if n, err := first.CountTokens(ctx); err != nil || n != 0 {
 		t.Fatalf("tokens left: %d (%v), want 0: every emitted event's token claimed by its consumer", n, err)
 	}
-	if s := idem.SumStats(engines...); s.Emitted != int64(keys*perKey) {
+	if s := enginestats.Sum(engines...); s.Emitted != int64(keys*perKey) {
 		t.Fatalf("emitted %d events, want %d (one token each)", s.Emitted, keys*perKey)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"
@@ -68,7 +69,7 @@ func TestEnginesOnSeparateStoresExactlyOnce(t *testing.T) {
 		}
 	}
 	enginetest.CheckExactlyOnce(t, first, rows(db), want, perKey)
-	s := idem.SumStats(engines...)
+	s := enginestats.Sum(engines...)
 	if s.Duplicates == 0 {
 		t.Errorf("stats %+v: want duplicates skipped by the inbox", s)
 	}

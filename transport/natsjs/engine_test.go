@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store/pgstore"
@@ -103,7 +104,7 @@ func TestEngineExactlyOnceOnPostgres(t *testing.T) {
 		}
 	}
 	enginetest.CheckExactlyOnce(t, st, q, want, perKey)
-	t.Logf("stats: %+v", idem.SumStats(engines...))
+	t.Logf("stats: %+v", enginestats.Sum(engines...))
 }
 
 // Three worker processes on one PostgreSQL and the test's embedded

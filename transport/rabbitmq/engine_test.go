@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
@@ -163,7 +164,7 @@ func TestEngineOnPostgresExactlyOnce(t *testing.T) {
 		}
 	}
 	enginetest.CheckExactlyOnce(t, st, q, want, perKey)
-	s := idem.SumStats(engines...)
+	s := enginestats.Sum(engines...)
 	if s.Duplicates == 0 {
 		t.Errorf("stats %+v: want duplicates skipped by the inbox", s)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
@@ -105,7 +106,7 @@ func TestEngineExactlyOnceOnPostgres(t *testing.T) {
 		}
 	}
 	enginetest.CheckExactlyOnce(t, st, q, want, perKey)
-	s := idem.SumStats(engines...)
+	s := enginestats.Sum(engines...)
 	if s.Duplicates == 0 {
 		t.Errorf("stats %+v: want duplicates skipped by the inbox", s)
 	}

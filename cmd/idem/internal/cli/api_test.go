@@ -16,7 +16,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
-	"github.com/idemhq/idem/cmd/idem/internal/demo/orders"
+	"github.com/idemhq/idem/examples/orders"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"

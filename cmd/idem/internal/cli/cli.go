@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/cmd/idem/internal/demo/orders"
-	"github.com/idemhq/idem/cmd/idem/internal/demo/searchimport"
+	"github.com/idemhq/idem/examples/orders"
+	"github.com/idemhq/idem/examples/searchimport"
 )
 
 // exitError carries an exit code through cobra.

@@ -19,7 +19,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/cmd/idem/internal/demo/searchimport"
+	"github.com/idemhq/idem/examples/searchimport"
+	"github.com/idemhq/idem/internal/enginestats"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
@@ -317,7 +318,7 @@ func runMemoryDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 	ts := mt.Stats()
 	r.Published, r.DuplicatesInjected = ts.Published, injected
 	r.Deliveries, r.Redeliveries, r.AcksLost = ts.Delivered, ts.Redelivered, ts.AcksLost
-	s := idem.SumStats(engines...)
+	s := enginestats.Sum(engines...)
 	r.Applied, r.DuplicatesSkipped, r.Ignored, r.Conflicts = s.Applied, s.Duplicates, s.Ignored, s.Conflicts
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	err = finishReport(r, o, stdout)

@@ -21,7 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/cmd/idem/internal/demo/searchimport"
+	"github.com/idemhq/idem/examples/searchimport"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"

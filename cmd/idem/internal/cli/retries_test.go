@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/cmd/idem/internal/demo/orders"
+	"github.com/idemhq/idem/examples/orders"
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/store"
 )

@@ -21,8 +21,8 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
-	"github.com/idemhq/idem/cmd/idem/internal/demo/orders"
-	"github.com/idemhq/idem/cmd/idem/internal/demo/searchimport"
+	"github.com/idemhq/idem/examples/orders"
+	"github.com/idemhq/idem/examples/searchimport"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/transport"
 )

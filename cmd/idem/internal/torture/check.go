@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemhq/idem/cmd/idem/internal/demo/searchimport"
+	"github.com/idemhq/idem/examples/searchimport"
 	"github.com/idemhq/idem/internal/countersaga"
 	"github.com/idemhq/idem/internal/ids"
 	"github.com/idemhq/idem/store"

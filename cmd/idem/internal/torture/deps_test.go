@@ -19,15 +19,25 @@ func TestIdemBinaryDoesNotLinkTesting(t *testing.T) {
 	}
 }
 
-// The examples are for users to read: the idem binary (its demo, serve and
-// torture) runs its own copies of the sagas it needs, in
-// cmd/idem/internal/demo, so that editing an example cannot change what
-// the programs do.
-func TestIdemBinaryImportsNoExample(t *testing.T) {
-	for _, pkg := range idemDeps(t) {
-		if strings.HasPrefix(pkg, "github.com/idemhq/idem/examples/") {
-			t.Errorf("the idem binary links the example %s; find the importer with: go list -deps -f '{{.ImportPath}}: {{.Imports}}' ./cmd/idem", pkg)
+// demoExamples are the examples whose sagas the idem binary runs (idem
+// demo, serve and torture): they have one home, which users read, and the
+// binary imports them. No other example may be linked into the binary,
+// and none of these may bring package testing (TestIdemBinaryDoesNotLinkTesting).
+// scripts/test checks the same list.
+var demoExamples = []string{
+	"github.com/idemhq/idem/examples/orders",
+	"github.com/idemhq/idem/examples/searchimport",
+}
+
+func TestIdemBinaryLinksOnlyTheDemoExamples(t *testing.T) {
+	deps := idemDeps(t)
+	for _, pkg := range deps {
+		if strings.HasPrefix(pkg, "github.com/idemhq/idem/examples/") && !slices.Contains(demoExamples, pkg) {
+			t.Errorf("the idem binary links the example %s, which is not one of the demo's (%v); find the importer with: go list -deps -f '{{.ImportPath}}: {{.Imports}}' ./cmd/idem", pkg, demoExamples)
 		}
+	}
+	if !slices.Contains(deps, "github.com/idemhq/idem/examples/searchimport") {
+		t.Errorf("the idem binary does not link examples/searchimport, the demo's saga; is the check looking at the right package?")
 	}
 }
 

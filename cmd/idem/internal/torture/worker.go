@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/cmd/idem/internal/demo/searchimport"
+	"github.com/idemhq/idem/examples/searchimport"
 	"github.com/idemhq/idem/internal/countersaga"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"

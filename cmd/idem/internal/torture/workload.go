@@ -13,7 +13,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/cmd/idem/internal/demo/searchimport"
+	"github.com/idemhq/idem/examples/searchimport"
 	"github.com/idemhq/idem/internal/countersaga"
 	"github.com/idemhq/idem/saga"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/cmd/idem/internal/demo/searchimport"
+	"github.com/idemhq/idem/examples/searchimport"
 	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/sagatest"
 	"github.com/idemhq/idem/store"

@@ -12,6 +12,10 @@
 // creations are arbitrated by the store, commands leave only after the
 // state that caused them is committed, and final states ignore late
 // events.
+//
+// This is the saga that idem demo, idem serve and idem torture run: the
+// idem binary imports this package, so what a user reads here is what
+// they run. It imports only package saga.
 package searchimport
 
 import (
