@@ -1,0 +1,122 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/transport"
+)
+
+// leases keeps the leases of the batches still running alive, on a
+// transport that can extend them (transport.LeaseExtender): without it, a
+// handler slower than the lease has its whole batch handed to another
+// consumer, every commit refused as "lease lost", and runs again (a
+// livelock). A consumer keeps the leases of the batch it runs (keep);
+// each renewal extends, every third of the lease, those of the batch's
+// deliveries not yet settled. The settler releases a delivery before it
+// settles it, so that no extension replaces a Nack's delay.
+type leases struct {
+	ext   transport.LeaseExtender
+	every time.Duration
+	mu    sync.Mutex
+	held  map[string]*renewal // by delivery token
+}
+
+// newLeases returns the leases of ext, or nil when they cannot be kept
+// (no extender, or no lease).
+func newLeases(ext transport.LeaseExtender) *leases {
+	if ext == nil || ext.LeaseDuration() <= 0 {
+		return nil
+	}
+	return &leases{ext: ext, every: ext.LeaseDuration() / 3, held: map[string]*renewal{}}
+}
+
+// renewal keeps the leases of one batch's unsettled deliveries.
+type renewal struct {
+	ls     *leases
+	ctx    context.Context
+	report func(error)
+	mu     sync.Mutex // held during an extension: a release waits for it
+	ds     map[string]transport.Delivery
+	timer  *time.Timer
+	done   bool
+}
+
+// keep renews the leases of ds, every third of the lease, until stop;
+// each renewal's outcome goes to report (nil error included, so that a
+// failure that repeats can be summarised). It returns nil (whose stop
+// does nothing) when ls is nil.
+func (ls *leases) keep(ctx context.Context, ds []transport.Delivery, report func(error)) *renewal {
+	if ls == nil || len(ds) == 0 {
+		return nil
+	}
+	r := &renewal{ls: ls, ctx: ctx, report: report, ds: make(map[string]transport.Delivery, len(ds))}
+	ls.mu.Lock()
+	for _, d := range ds {
+		r.ds[d.Token] = d
+		ls.held[d.Token] = r
+	}
+	ls.mu.Unlock()
+	r.mu.Lock()
+	r.timer = time.AfterFunc(ls.every, r.renew)
+	r.mu.Unlock()
+	return r
+}
+
+// renew extends the leases of the batch's unsettled deliveries, and
+// arms the next renewal.
+func (r *renewal) renew() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done || len(r.ds) == 0 || r.ctx.Err() != nil {
+		return
+	}
+	ds := make([]transport.Delivery, 0, len(r.ds))
+	for _, d := range r.ds {
+		ds = append(ds, d)
+	}
+	r.report(r.ls.ext.ExtendLeases(r.ctx, ds))
+	r.timer.Reset(r.ls.every)
+}
+
+// stop ends the renewals of the batch, waiting for one in flight; the
+// leases of its deliveries still unsettled then run out as the transport
+// says. A nil r does nothing.
+func (r *renewal) stop() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.done = true
+	r.timer.Stop()
+	ds := r.ds
+	r.ds = nil
+	r.mu.Unlock()
+	r.ls.mu.Lock()
+	for tok := range ds {
+		if r.ls.held[tok] == r {
+			delete(r.ls.held, tok)
+		}
+	}
+	r.ls.mu.Unlock()
+}
+
+// release stops renewing the leases of ds, which are about to be settled,
+// waiting for an extension in flight. A nil ls does nothing.
+func (ls *leases) release(ds ...transport.Delivery) {
+	if ls == nil {
+		return
+	}
+	for _, d := range ds {
+		ls.mu.Lock()
+		r := ls.held[d.Token]
+		delete(ls.held, d.Token)
+		ls.mu.Unlock()
+		if r != nil {
+			r.mu.Lock()
+			delete(r.ds, d.Token)
+			r.mu.Unlock()
+		}
+	}
+}
