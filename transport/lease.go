@@ -13,7 +13,8 @@ import (
 // not have its whole batch handed to another consumer, refused at commit
 // and run again (a livelock). A transport without leases (RabbitMQ holds
 // an unacknowledged delivery for as long as its channel lives) does not
-// implement it. transporttest checks it with Features.ExtendLease.
+// implement it. transporttest checks it (ExtendLease) on every transport
+// that implements it.
 type LeaseExtender interface {
 	// LeaseDuration is how long a delivery's lease lasts from Receive, or
 	// from its last extension; the engine renews every third of it.
