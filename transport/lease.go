@@ -11,10 +11,12 @@ import (
 // on. The engine renews the leases of a batch that is still running every
 // third of LeaseDuration, so that a handler slower than the lease does
 // not have its whole batch handed to another consumer, refused at commit
-// and run again (a livelock). A transport without leases (RabbitMQ holds
-// an unacknowledged delivery for as long as its channel lives) does not
-// implement it. transporttest checks it (ExtendLease) on every transport
-// that implements it.
+// and run again (a livelock). A transport whose deliveries are not
+// leased, or whose leases cannot be extended, does not implement it; the
+// engine then bounds the damage instead (a message that outlived its
+// lease runs apart from its batch mates, and is dead-lettered after
+// Config.MaxAttempts hand-outs). transporttest checks it (ExtendLease) on
+// every transport that implements it.
 type LeaseExtender interface {
 	// LeaseDuration is how long a delivery's lease lasts from Receive, or
 	// from its last extension; the engine renews every third of it.
