@@ -184,6 +184,13 @@ func (u *units) leaseLost(ctx context.Context, items []*item, err error) {
 
 // committed observes a unit of work that landed, then settles it.
 func (u *units) committed(ctx context.Context, res *laneResult, began time.Time, attempt int) {
+	if u.caps.leases != nil {
+		// Settled now (consumed in the commit on the store's own queue),
+		// or about to be: their leases need no more renewals.
+		for _, it := range res.att.items {
+			u.caps.leases.release(it.d)
+		}
+	}
 	u.obs.committed(res.att, time.Since(began), attempt)
 	u.settle.settle(ctx, res)
 }
