@@ -103,11 +103,26 @@ func (u *units) unitOfWork(ctx context.Context, items []*item) (*laneResult, err
 	}
 	l.collect()
 	res, err := l.commit(ctx, len(items))
+	if err == nil {
+		u.release(items)
+	}
 	u.obs.ended(l.res.att, err)
 	if errors.Is(err, transport.ErrLeaseLost) {
 		err = &leaseLost{err: err, slow: l.slowest, took: l.slowestTook, unit: time.Since(began)}
 	}
 	return res, err
+}
+
+// release stops renewing the leases of a committed unit of work's
+// deliveries: consumed by the commit on the store's own queue, or about
+// to be settled (lease.go).
+func (u *units) release(items []*item) {
+	if u.caps.leases == nil {
+		return
+	}
+	for _, it := range items {
+		u.caps.leases.release(it.d)
+	}
 }
 
 // handlersOnly reports whether every item goes to a plain handler (the
@@ -184,13 +199,6 @@ func (u *units) leaseLost(ctx context.Context, items []*item, err error) {
 
 // committed observes a unit of work that landed, then settles it.
 func (u *units) committed(ctx context.Context, res *laneResult, began time.Time, attempt int) {
-	if u.caps.leases != nil {
-		// Settled now (consumed in the commit on the store's own queue),
-		// or about to be: their leases need no more renewals.
-		for _, it := range res.att.items {
-			u.caps.leases.release(it.d)
-		}
-	}
 	u.obs.committed(res.att, time.Since(began), attempt)
 	u.settle.settle(ctx, res)
 }
