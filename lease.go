@@ -105,18 +105,26 @@ func (r *renewal) stop() {
 // release stops renewing the leases of ds, which are about to be settled,
 // waiting for an extension in flight. A nil ls does nothing.
 func (ls *leases) release(ds ...transport.Delivery) {
-	if ls == nil {
+	if ls == nil || len(ds) == 0 {
 		return
 	}
+	var rs map[*renewal][]string
+	ls.mu.Lock()
 	for _, d := range ds {
-		ls.mu.Lock()
-		r := ls.held[d.Token]
-		delete(ls.held, d.Token)
-		ls.mu.Unlock()
-		if r != nil {
-			r.mu.Lock()
-			delete(r.ds, d.Token)
-			r.mu.Unlock()
+		if r := ls.held[d.Token]; r != nil {
+			delete(ls.held, d.Token)
+			if rs == nil {
+				rs = map[*renewal][]string{}
+			}
+			rs[r] = append(rs[r], d.Token)
 		}
+	}
+	ls.mu.Unlock()
+	for r, toks := range rs {
+		r.mu.Lock()
+		for _, tok := range toks {
+			delete(r.ds, tok)
+		}
+		r.mu.Unlock()
 	}
 }

@@ -120,9 +120,11 @@ func (u *units) release(items []*item) {
 	if u.caps.leases == nil {
 		return
 	}
-	for _, it := range items {
-		u.caps.leases.release(it.d)
+	ds := make([]transport.Delivery, len(items))
+	for i, it := range items {
+		ds[i] = it.d
 	}
+	u.caps.leases.release(ds...)
 }
 
 // handlersOnly reports whether every item goes to a plain handler (the
