@@ -203,7 +203,7 @@ func (s *claimSource) leased(ctx context.Context, items []*item) UnitOfWorkEnd {
 	for i, it := range items {
 		ds[i] = it.d
 	}
-	r := s.caps.leases.keep(ctx, ds, func(error) {}) // the unit of work reports a lost lease
+	r := s.caps.leases.keep(ctx, ds, nil) // the unit of work reports a lost lease
 	defer r.stop()
 	end := s.units.runUnit(ctx, items)
 	end.Attempts++

@@ -47,7 +47,7 @@ func (c *consumer) run(loopCtx, workCtx context.Context) error {
 		}
 		backlog = len(ds) == c.plan.fetchSize()
 		if len(lanes) > 0 {
-			r := c.caps.leases.keep(workCtx, ds, func(err error) { c.renewals.report(workCtx, err) })
+			r := c.caps.leases.keep(workCtx, ds, c.renewals)
 			c.units.runLanes(workCtx, lanes)
 			r.stop()
 		}

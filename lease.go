@@ -34,24 +34,24 @@ func newLeases(ext transport.LeaseExtender) *leases {
 
 // renewal keeps the leases of one batch's unsettled deliveries.
 type renewal struct {
-	ls     *leases
-	ctx    context.Context
-	report func(error)
-	mu     sync.Mutex // held during an extension: a release waits for it
-	ds     map[string]transport.Delivery
-	timer  *time.Timer
-	done   bool
+	ls    *leases
+	ctx   context.Context
+	fails *failures  // nil: failures are not logged
+	mu    sync.Mutex // held during an extension: a release waits for it
+	ds    map[string]transport.Delivery
+	timer *time.Timer
+	done  bool
 }
 
 // keep renews the leases of ds, every third of the lease, until stop;
-// each renewal's outcome goes to report (nil error included, so that a
-// failure that repeats can be summarised). It returns nil (whose stop
-// does nothing) when ls is nil.
-func (ls *leases) keep(ctx context.Context, ds []transport.Delivery, report func(error)) *renewal {
+// each renewal's outcome goes to fails, when set, which logs the failures
+// (once while one repeats). It returns nil (whose stop does nothing) when
+// ls is nil.
+func (ls *leases) keep(ctx context.Context, ds []transport.Delivery, fails *failures) *renewal {
 	if ls == nil || len(ds) == 0 {
 		return nil
 	}
-	r := &renewal{ls: ls, ctx: ctx, report: report, ds: make(map[string]transport.Delivery, len(ds))}
+	r := &renewal{ls: ls, ctx: ctx, fails: fails, ds: make(map[string]transport.Delivery, len(ds))}
 	ls.mu.Lock()
 	for _, d := range ds {
 		r.ds[d.Token] = d
@@ -76,7 +76,10 @@ func (r *renewal) renew() {
 	for _, d := range r.ds {
 		ds = append(ds, d)
 	}
-	r.report(r.ls.ext.ExtendLeases(r.ctx, ds))
+	err := r.ls.ext.ExtendLeases(r.ctx, ds)
+	if r.fails != nil {
+		r.fails.report(r.ctx, err)
+	}
 	r.timer.Reset(r.ls.every)
 }
 
@@ -108,23 +111,56 @@ func (ls *leases) release(ds ...transport.Delivery) {
 	if ls == nil || len(ds) == 0 {
 		return
 	}
-	var rs map[*renewal][]string
+	ls.releaseBy(len(ds), func(i int) string { return ds[i].Token })
+}
+
+// releaseItems is release for the deliveries of items.
+func (ls *leases) releaseItems(items []*item) {
+	if ls == nil || len(items) == 0 {
+		return
+	}
+	ls.releaseBy(len(items), func(i int) string { return items[i].d.Token })
+}
+
+// releaseBy releases the n deliveries whose tokens token gives, taking
+// each lock once (a lane's deliveries are usually one batch's).
+func (ls *leases) releaseBy(n int, token func(i int) string) {
+	var one *renewal // the renewal of every token so far, if just one
+	var toks []string
+	var more map[*renewal][]string
 	ls.mu.Lock()
-	for _, d := range ds {
-		if r := ls.held[d.Token]; r != nil {
-			delete(ls.held, d.Token)
-			if rs == nil {
-				rs = map[*renewal][]string{}
+	for i := range n {
+		tok := token(i)
+		r := ls.held[tok]
+		switch {
+		case r == nil:
+			continue
+		case one == nil || one == r:
+			one = r
+			toks = append(toks, tok)
+		default:
+			if more == nil {
+				more = map[*renewal][]string{}
 			}
-			rs[r] = append(rs[r], d.Token)
+			more[r] = append(more[r], tok)
 		}
+		delete(ls.held, tok)
 	}
 	ls.mu.Unlock()
-	for r, toks := range rs {
-		r.mu.Lock()
-		for _, tok := range toks {
-			delete(r.ds, tok)
-		}
-		r.mu.Unlock()
+	one.forget(toks)
+	for r, toks := range more {
+		r.forget(toks)
 	}
+}
+
+// forget stops renewing the leases of toks; a nil r does nothing.
+func (r *renewal) forget(toks []string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	for _, tok := range toks {
+		delete(r.ds, tok)
+	}
+	r.mu.Unlock()
 }

@@ -117,14 +117,7 @@ func (u *units) unitOfWork(ctx context.Context, items []*item) (*laneResult, err
 // deliveries: consumed by the commit on the store's own queue, or about
 // to be settled (lease.go).
 func (u *units) release(items []*item) {
-	if u.caps.leases == nil {
-		return
-	}
-	ds := make([]transport.Delivery, len(items))
-	for i, it := range items {
-		ds[i] = it.d
-	}
-	u.caps.leases.release(ds...)
+	u.caps.leases.releaseItems(items)
 }
 
 // handlersOnly reports whether every item goes to a plain handler (the
