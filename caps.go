@@ -39,6 +39,7 @@ type capabilities struct {
 	retries      store.RetryRecorder           // nil: no retry state is kept
 	retrySweeper store.RetrySweeper            // nil: retries are not swept
 	partitioned  transport.PartitionedConsumer // nil: one stream
+	leases       *leases                       // nil: leases cannot be extended
 	maxMessage   int                           // the transport's body limit; 0: none
 	poolSize     int                           // the store's pool size; 0: unknown
 	describe     transport.Description
@@ -56,6 +57,9 @@ func resolveCapabilities(st store.Store, tr transport.Transport) capabilities {
 	c.retries, _ = st.(store.RetryRecorder)
 	c.retrySweeper, _ = st.(store.RetrySweeper)
 	c.partitioned, _ = tr.(transport.PartitionedConsumer)
+	if ext, ok := tr.(transport.LeaseExtender); ok {
+		c.leases = newLeases(ext)
+	}
 	if l, ok := tr.(transport.SizeLimiter); ok {
 		c.maxMessage = l.MaxMessageBytes()
 	}

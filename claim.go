@@ -199,6 +199,12 @@ func (s *claimSource) lease(ctx context.Context, c *claimed, err error) ([]*item
 // leased runs a batch leased from its failed claim down the lease path,
 // in the claim's slot.
 func (s *claimSource) leased(ctx context.Context, items []*item) UnitOfWorkEnd {
+	ds := make([]transport.Delivery, len(items))
+	for i, it := range items {
+		ds[i] = it.d
+	}
+	r := s.caps.leases.keep(ctx, ds, nil) // the unit of work reports a lost lease
+	defer r.stop()
 	end := s.units.runUnit(ctx, items)
 	end.Attempts++
 	return end

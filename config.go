@@ -71,7 +71,9 @@ type Config struct {
 	// a transient error before it is dead-lettered. Default 10.
 	MaxAttempts int
 	// RetryBase and RetryMax bound the exponential backoff (with jitter)
-	// between transient failures. Defaults 100ms and 1m.
+	// between transient failures. The receive, relay and timer loops
+	// back off the same way while their store or transport keeps
+	// failing, capped at 10 s. Defaults 100ms and 1m.
 	RetryBase, RetryMax time.Duration
 	// ConflictRetries is how many times a unit of work that lost an
 	// optimistic-concurrency race is re-applied at once (with a short

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/idemhq/idem/transport"
 )
@@ -27,6 +28,9 @@ type consumer struct {
 	units   *units
 	receive func(ctx context.Context, max int) ([]transport.Delivery, error)
 	claim   *claimSource // nil: the consumer never claims
+	// fails paces and logs failed receives; renewals logs failed lease
+	// extensions (lease.go).
+	fails, renewals *failures
 }
 
 // run takes and runs batches until loopCtx ends; work in flight runs in
@@ -37,13 +41,15 @@ func (c *consumer) run(loopCtx, workCtx context.Context) error {
 		if backlog && c.claim != nil && loopCtx.Err() == nil && c.claim.run(workCtx) == c.cfg.BatchSize {
 			continue
 		}
-		lanes, n, err, ok := c.take(loopCtx)
+		lanes, ds, err, ok := c.take(loopCtx)
 		if !ok {
 			return nil
 		}
-		backlog = n == c.plan.fetchSize()
+		backlog = len(ds) == c.plan.fetchSize()
 		if len(lanes) > 0 {
+			r := c.caps.leases.keep(workCtx, ds, c.renewals)
 			c.units.runLanes(workCtx, lanes)
+			r.stop()
 		}
 		if stop, ferr := c.received(loopCtx, err); stop {
 			return ferr
@@ -54,37 +60,39 @@ func (c *consumer) run(loopCtx, workCtx context.Context) error {
 // take receives a batch and plans it: with a key order, in the consumer's
 // turn, registering its lanes' keys before the next consumer's receive.
 // ok is false when loopCtx ended while the consumer waited for its turn.
-func (c *consumer) take(loopCtx context.Context) (lanes []*laneRun, n int, err error, ok bool) {
+func (c *consumer) take(loopCtx context.Context) (lanes []*laneRun, ds []transport.Delivery, err error, ok bool) {
 	o := c.units.order
 	if o != nil {
 		select {
 		case o.turn <- struct{}{}:
 		case <-loopCtx.Done():
-			return nil, 0, nil, false
+			return nil, nil, nil, false
 		}
 		defer func() { <-o.turn }()
 	}
-	ds, err := c.receive(loopCtx, c.plan.fetchSize())
+	ds, err = c.receive(loopCtx, c.plan.fetchSize())
 	if len(ds) > 0 {
 		lanes = o.register(c.plan.plan(ds))
 	}
-	return lanes, len(ds), err, true
+	return lanes, ds, err, true
 }
 
 // received decides what a consumer does after a receive whose deliveries
 // (if any) it has processed: stop (with the error that ends the engine,
-// if any), or receive again, after a pause when the receive failed.
+// if any), or receive again, after a pause when the receive failed. The
+// pause grows while receives keep failing, and a failure that repeats is
+// logged once with a count (failures).
 func (c *consumer) received(loopCtx context.Context, err error) (stop bool, fatal error) {
 	switch {
 	case loopCtx.Err() != nil:
 		return true, nil
 	case err == nil:
+		c.fails.ok(loopCtx)
 		return false, nil
 	case errors.Is(err, transport.ErrClosed):
 		return true, fmt.Errorf("idem: consume: %w", err)
 	}
-	c.log.Error("receive failed", "error", err)
-	return !sleepCtx(loopCtx, c.retry.Delay(1)), nil
+	return !sleepCtx(loopCtx, c.fails.failed(loopCtx, err)), nil
 }
 
 // consumers makes the engine's Config.Consumers loops: on partitions of
@@ -94,7 +102,8 @@ func (c *consumer) received(loopCtx context.Context, err error) (stop bool, fata
 func consumers(b *base, plan *planner, u *units, claim bool) []*consumer {
 	n := b.cfg.Consumers
 	mk := func(receive func(context.Context, int) ([]transport.Delivery, error), part, parts int) *consumer {
-		c := &consumer{base: b, plan: plan, units: u, receive: receive}
+		c := &consumer{base: b, plan: plan, units: u, receive: receive,
+			fails: newFailures(b, slog.LevelError, "receive failed"), renewals: newFailures(b, slog.LevelWarn, "lease extension failed; the batch may be handed out again")}
 		if claim && u.order == nil {
 			c.claim = &claimSource{base: b, plan: plan, units: u, part: part, parts: parts}
 		}

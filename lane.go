@@ -58,6 +58,9 @@ type lane struct {
 	tokens  map[store.InboxKey]string // token of each tokened message
 	claimed map[string]bool           // tokens this unit of work claims
 	replays []*item                   // items that replay a dead letter
+	// slowest is the item whose steps took longest, and how long.
+	slowest     *item
+	slowestTook time.Duration
 }
 
 func newLane(b *base, emit emitter, items []*item) *lane {

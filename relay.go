@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -17,10 +18,14 @@ import (
 type relay struct{ *base }
 
 // run relays until ctx ends.
+// A pass that fails pauses the relay, longer while passes keep failing,
+// and an error that repeats is logged once with a count (failures).
 func (r *relay) run(ctx context.Context) error {
+	fails := newFailures(r.base, slog.LevelError, "relay outbox")
 	repeat(ctx, r.cfg.RelayInterval, func(ctx context.Context) {
-		if _, err := r.pass(ctx, r.cfg.RelayAge); err != nil && ctx.Err() == nil {
-			r.log.Error("relay outbox", "error", err)
+		_, err := r.pass(ctx, r.cfg.RelayAge)
+		if pause := paced(ctx, fails, err); pause > 0 {
+			sleepCtx(ctx, pause)
 		}
 	})
 	return nil

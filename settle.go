@@ -26,6 +26,7 @@ func (s *settler) settle(ctx context.Context, res *laneResult) {
 		}
 	}
 	if len(res.acks) > 0 {
+		s.caps.leases.release(res.acks...)
 		if err := s.tr.Ack(ctx, res.acks); err != nil {
 			// Committed already: a redelivery is recognised by the inbox.
 			s.log.WarnContext(ctx, "ack after commit failed; duplicates will be skipped", "deliveries", len(res.acks), "error", err)
@@ -43,6 +44,7 @@ func (s *settler) settle(ctx context.Context, res *laneResult) {
 // nack returns d to the transport, to be delivered again after delay.
 func (s *settler) nack(ctx context.Context, d transport.Delivery, delay time.Duration) {
 	s.obs.retried(1)
+	s.caps.leases.release(d)
 	if err := s.tr.Nack(ctx, d, delay); err != nil && ctx.Err() == nil {
 		s.log.WarnContext(ctx, "nack failed; the lease will expire", logMessageID, d.Envelope.ID, "error", err)
 	}

@@ -36,7 +36,11 @@ func runSteps(ctx context.Context, l *lane, items []*item) {
 			mctx, span = l.trace.startMessage(ctx, it)
 			l.res.att.spans = append(l.res.att.spans, span)
 		}
+		began := time.Now()
 		l.res.att.results = append(l.res.att.results, result{it: it, o: applyItem(mctx, l, it)})
+		if took := time.Since(began); took > l.slowestTook {
+			l.slowest, l.slowestTook = it, took
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/idemhq/idem/store"
 )
@@ -16,19 +18,36 @@ type timerPoller struct {
 }
 
 // run polls until ctx ends.
+// A pass that fails pauses the poller, longer while passes keep failing,
+// and an error that repeats is logged once with a count (failures).
 func (t *timerPoller) run(ctx context.Context) error {
+	timers := newFailures(t.base, slog.LevelError, "fire timers")
+	schedules := newFailures(t.base, slog.LevelError, "fire schedules")
 	repeat(ctx, t.cfg.TimerInterval, func(ctx context.Context) {
-		if _, err := t.pass(ctx); err != nil && ctx.Err() == nil {
-			t.log.Error("fire timers", "error", err)
+		_, err := t.pass(ctx)
+		pause := paced(ctx, timers, err)
+		if t.schedules != nil {
+			_, err = t.schedules.pass(ctx)
+			pause = max(pause, paced(ctx, schedules, err))
 		}
-		if t.schedules == nil {
-			return
-		}
-		if _, err := t.schedules.pass(ctx); err != nil && ctx.Err() == nil {
-			t.log.Error("fire schedules", "error", err)
+		if pause > 0 {
+			sleepCtx(ctx, pause)
 		}
 	})
 	return nil
+}
+
+// paced records the outcome of a loop's pass in f and returns the pause
+// it asks for: none after a success, or when ctx ended.
+func paced(ctx context.Context, f *failures, err error) time.Duration {
+	switch {
+	case ctx.Err() != nil:
+		return 0
+	case err != nil:
+		return f.failed(ctx, err)
+	}
+	f.ok(ctx)
+	return 0
 }
 
 // pass fires every due timer once and returns how many fired.

@@ -25,6 +25,7 @@ type units struct {
 	settle *settler
 	order  *keyOrder     // nil: one consumer, or partitioned consumers
 	slots  chan struct{} // one per unit of work open at once (Config.Lanes)
+	slow   outlived      // messages whose unit of work outlived its lease
 }
 
 // runLanes runs a batch's lanes in parallel and waits for them. Each lane
@@ -78,6 +79,7 @@ func (u *units) runLane(ctx context.Context, items []*item) UnitOfWorkEnd {
 // other services. Their inbox records commit afterwards; a crash in
 // between runs them again (at least once).
 func (u *units) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
+	began := time.Now()
 	l := newLane(u.base, u.emit, items)
 	handlers := handlersOnly(items)
 	if handlers {
@@ -101,8 +103,21 @@ func (u *units) unitOfWork(ctx context.Context, items []*item) (*laneResult, err
 	}
 	l.collect()
 	res, err := l.commit(ctx, len(items))
+	if err == nil {
+		u.release(items)
+	}
 	u.obs.ended(l.res.att, err)
+	if errors.Is(err, transport.ErrLeaseLost) {
+		err = &leaseLost{err: err, slow: l.slowest, took: l.slowestTook, unit: time.Since(began)}
+	}
 	return res, err
+}
+
+// release stops renewing the leases of a committed unit of work's
+// deliveries: consumed by the commit on the store's own queue, or about
+// to be settled (lease.go).
+func (u *units) release(items []*item) {
+	u.caps.leases.releaseItems(items)
 }
 
 // handlersOnly reports whether every item goes to a plain handler (the
@@ -123,6 +138,9 @@ var conflictPause = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time.M
 // keys is split into one unit of work per key, so one contended key does
 // not hold back the others. Other failures go to storeFailed.
 func (u *units) runUnit(ctx context.Context, items []*item) UnitOfWorkEnd {
+	if u.setAside(ctx, items) {
+		return UnitOfWorkEnd{Outcome: UnitSplit, Attempts: 1}
+	}
 	for attempt := 1; ; attempt++ {
 		began := time.Now()
 		res, err := u.unitOfWork(ctx, items)
@@ -145,8 +163,7 @@ func (u *units) runUnit(ctx context.Context, items []*item) UnitOfWorkEnd {
 			}
 			continue
 		case errors.Is(err, transport.ErrLeaseLost):
-			u.obs.leaseLost(items)
-			u.log.WarnContext(ctx, "lease lost before commit; another consumer owns the messages", "messages", len(items), "error", err)
+			u.leaseLost(ctx, items, err)
 			return UnitOfWorkEnd{Outcome: UnitLeaseLost, Attempts: attempt, Err: err}
 		}
 		var uc *uncertainCommit
@@ -159,6 +176,20 @@ func (u *units) runUnit(ctx context.Context, items []*item) UnitOfWorkEnd {
 		}
 		return UnitOfWorkEnd{Outcome: UnitFailed, Attempts: attempt, Err: err}
 	}
+}
+
+// leaseLost reports a unit of work refused at commit because its leases
+// ran out, and remembers its slowest message when that message took most
+// of its time (outlived.go).
+func (u *units) leaseLost(ctx context.Context, items []*item, err error) {
+	u.obs.leaseLost(items)
+	args := []any{"messages", len(items), "error", err}
+	var ll *leaseLost
+	if errors.As(err, &ll) && ll.slow != nil {
+		u.slow.note(ll)
+		args = append(args, "unit_of_work_took", ll.unit, logMessageID, ll.slow.d.Envelope.ID, "message_took", ll.took)
+	}
+	u.log.WarnContext(ctx, "lease lost before commit; another consumer owns the messages", args...)
 }
 
 // committed observes a unit of work that landed, then settles it.

@@ -30,6 +30,19 @@
 // (transport.PendingCounter) counts the messages visible now and those
 // leased or delayed.
 //
+// A lease must outlast the batch that holds it, or the batch is handed to
+// another consumer and its commit refused as lost. The engine keeps the
+// leases of a batch alive while it runs: ExtendLeases
+// (transport.LeaseExtender) moves visible_at to now() plus Config.Lease
+// for the deliveries still unsettled, fenced by their tokens, every third
+// of the Lease. So a handler slower than the Lease costs nothing more than
+// one UPDATE per third of the Lease. Config.Lease then bounds only how
+// long the messages of a dead consumer wait. A store wrapper that hides
+// ExtendLeases, or a database that refuses the extension, brings the
+// limit back; the engine then runs a message that outlived its lease
+// apart from its batch mates and dead-letters it after
+// idem.Config.MaxAttempts hand-outs.
+//
 // Every lease is measured on the database's clock (now()): the queue's
 // visibility, and the claims of the outbox relay and the timer poller
 // (ClaimParams.Now only says what is due), so that replicas whose clocks

@@ -94,6 +94,17 @@
 // times come from this machine's clock. Pending (transport.PendingCounter)
 // counts the messages visible now and those leased or delayed.
 //
+// A lease must outlast the batch that holds it, or the batch is handed to
+// another consumer and its commit refused as lost. The engine keeps the
+// leases of a batch alive while it runs: ExtendLeases
+// (transport.LeaseExtender) moves the deliveries still unsettled, fenced
+// by their tokens, to Config.Lease from now, every third of the Lease, in
+// a lease-only write. So a handler slower than the Lease is safe, and
+// Config.Lease bounds only how long the messages of a dead consumer wait.
+// Without the extension (a wrapper that hides it), the engine runs a
+// message that outlived its lease apart from its batch mates and
+// dead-letters it after idem.Config.MaxAttempts hand-outs.
+//
 // # Journal
 //
 // The journal is append-only: triggers refuse UPDATE, and refuse DELETE

@@ -98,7 +98,12 @@
 // The lease clock is Config.AckWait, so every Transport of a consumer must
 // use the consumer's AckWait: Open creates a missing consumer with it and
 // refuses, without changing the consumer, a Transport whose Config.AckWait
-// differs from an existing consumer's. To change AckWait, stop every
+// differs from an existing consumer's. ExtendLeases
+// (transport.LeaseExtender) sends an in-progress acknowledgement
+// (Msg.InProgress), which starts the server's AckWait again, and moves the
+// client-side fence with it; the engine sends one every third of AckWait
+// for the deliveries of a batch still running, so a handler slower than
+// AckWait keeps its batch. To change AckWait, stop every
 // process of the consumer, edit the consumer, and start them with the new
 // value.
 //

@@ -664,11 +664,9 @@ func decode(m jetstream.Msg, seq uint64) transport.Envelope {
 // message to settle, nil for a delivery settled before, or an error
 // wrapping transport.ErrLeaseLost.
 func (t *Transport) claimSeq(d transport.Delivery) (jetstream.Msg, uint64, error) {
-	seqS, dcS, ok := strings.Cut(d.Token, ".")
-	seq, err1 := strconv.ParseUint(seqS, 10, 64)
-	dc, err2 := strconv.ParseUint(dcS, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return nil, 0, fmt.Errorf("natsjs: settle message %s: token %q was not made by this package", d.Envelope.ID, d.Token)
+	seq, dc, err := parseToken(d)
+	if err != nil {
+		return nil, 0, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -685,6 +683,18 @@ func (t *Transport) claimSeq(d transport.Delivery) (jetstream.Msg, uint64, error
 	}
 	l.settled = true
 	return l.msg, seq, nil
+}
+
+// parseToken splits d's token into the stream sequence and the delivery
+// count.
+func parseToken(d transport.Delivery) (seq, dc uint64, err error) {
+	seqS, dcS, ok := strings.Cut(d.Token, ".")
+	seq, err1 := strconv.ParseUint(seqS, 10, 64)
+	dc, err2 := strconv.ParseUint(dcS, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("natsjs: message %s: token %q was not made by this package", d.Envelope.ID, d.Token)
+	}
+	return seq, dc, nil
 }
 
 // unclaim undoes claimSeq when sending the settlement failed.

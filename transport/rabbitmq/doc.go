@@ -53,7 +53,10 @@
 // Config.Lease is requeued by the transport itself (basic.nack with
 // requeue), and its late Ack or Nack returns transport.ErrLeaseLost instead
 // of touching the redelivery. A lost connection fences every delivery it
-// carried the same way. Attempt is 1 plus the quorum queue's
+// carried the same way. ExtendLeases (transport.LeaseExtender) restarts
+// that client-side lease; the engine does so every third of Config.Lease
+// for a batch still running. The broker's consumer_timeout still bounds
+// how long a delivery may stay unacknowledged. Attempt is 1 plus the quorum queue's
 // x-delivery-count (plus the attempts before a delayed re-publish).
 //
 // # Delays

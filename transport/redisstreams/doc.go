@@ -80,6 +80,11 @@
 // untouched. A late settlement before anyone reclaimed the entry finds its
 // own record and is accepted. Because the PEL is persistent, a delivery
 // held across a server restart keeps its lease and can still be acked.
+// ExtendLeases (transport.LeaseExtender) renews a lease by claiming the
+// entry again for its holder (XCLAIM with a min-idle of 0 and JUSTID),
+// which resets its idle time without raising its counter, in one script
+// that first checks owner and counter as a settlement does; the engine
+// renews the leases of a batch still running every third of Config.Lease.
 //
 // # Delays
 //

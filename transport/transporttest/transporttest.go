@@ -166,6 +166,7 @@ func Run(t *testing.T, f Features, newTransport func(t *testing.T) transport.Tra
 		{"PartitionedKeyForms", s.partitionedKeyForms},
 		{"SizeLimit", s.sizeLimit},
 		{"PendingCounts", s.pendingCounts},
+		{"ExtendLease", s.extendLease},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,166 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/transport"
+)
+
+// leases keeps the leases of the batches still running alive, on a
+// transport that can extend them (transport.LeaseExtender): without it, a
+// handler slower than the lease has its whole batch handed to another
+// consumer, every commit refused as "lease lost", and runs again (a
+// livelock). A consumer keeps the leases of the batch it runs (keep);
+// each renewal extends, every third of the lease, those of the batch's
+// deliveries not yet settled. The settler releases a delivery before it
+// settles it, so that no extension replaces a Nack's delay.
+type leases struct {
+	ext   transport.LeaseExtender
+	every time.Duration
+	mu    sync.Mutex
+	held  map[string]*renewal // by delivery token
+}
+
+// newLeases returns the leases of ext, or nil when they cannot be kept
+// (no extender, or no lease).
+func newLeases(ext transport.LeaseExtender) *leases {
+	if ext == nil || ext.LeaseDuration() <= 0 {
+		return nil
+	}
+	return &leases{ext: ext, every: ext.LeaseDuration() / 3, held: map[string]*renewal{}}
+}
+
+// renewal keeps the leases of one batch's unsettled deliveries.
+type renewal struct {
+	ls    *leases
+	ctx   context.Context
+	fails *failures  // nil: failures are not logged
+	mu    sync.Mutex // held during an extension: a release waits for it
+	ds    map[string]transport.Delivery
+	timer *time.Timer
+	done  bool
+}
+
+// keep renews the leases of ds, every third of the lease, until stop;
+// each renewal's outcome goes to fails, when set, which logs the failures
+// (once while one repeats). It returns nil (whose stop does nothing) when
+// ls is nil.
+func (ls *leases) keep(ctx context.Context, ds []transport.Delivery, fails *failures) *renewal {
+	if ls == nil || len(ds) == 0 {
+		return nil
+	}
+	r := &renewal{ls: ls, ctx: ctx, fails: fails, ds: make(map[string]transport.Delivery, len(ds))}
+	ls.mu.Lock()
+	for _, d := range ds {
+		r.ds[d.Token] = d
+		ls.held[d.Token] = r
+	}
+	ls.mu.Unlock()
+	r.mu.Lock()
+	r.timer = time.AfterFunc(ls.every, r.renew)
+	r.mu.Unlock()
+	return r
+}
+
+// renew extends the leases of the batch's unsettled deliveries, and
+// arms the next renewal.
+func (r *renewal) renew() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done || len(r.ds) == 0 || r.ctx.Err() != nil {
+		return
+	}
+	ds := make([]transport.Delivery, 0, len(r.ds))
+	for _, d := range r.ds {
+		ds = append(ds, d)
+	}
+	err := r.ls.ext.ExtendLeases(r.ctx, ds)
+	if r.fails != nil {
+		r.fails.report(r.ctx, err)
+	}
+	r.timer.Reset(r.ls.every)
+}
+
+// stop ends the renewals of the batch, waiting for one in flight; the
+// leases of its deliveries still unsettled then run out as the transport
+// says. A nil r does nothing.
+func (r *renewal) stop() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.done = true
+	r.timer.Stop()
+	ds := r.ds
+	r.ds = nil
+	r.mu.Unlock()
+	r.ls.mu.Lock()
+	for tok := range ds {
+		if r.ls.held[tok] == r {
+			delete(r.ls.held, tok)
+		}
+	}
+	r.ls.mu.Unlock()
+}
+
+// release stops renewing the leases of ds, which are about to be settled,
+// waiting for an extension in flight. A nil ls does nothing.
+func (ls *leases) release(ds ...transport.Delivery) {
+	if ls == nil || len(ds) == 0 {
+		return
+	}
+	ls.releaseBy(len(ds), func(i int) string { return ds[i].Token })
+}
+
+// releaseItems is release for the deliveries of items.
+func (ls *leases) releaseItems(items []*item) {
+	if ls == nil || len(items) == 0 {
+		return
+	}
+	ls.releaseBy(len(items), func(i int) string { return items[i].d.Token })
+}
+
+// releaseBy releases the n deliveries whose tokens token gives, taking
+// each lock once (a lane's deliveries are usually one batch's).
+func (ls *leases) releaseBy(n int, token func(i int) string) {
+	var one *renewal // the renewal of every token so far, if just one
+	var toks []string
+	var more map[*renewal][]string
+	ls.mu.Lock()
+	for i := range n {
+		tok := token(i)
+		r := ls.held[tok]
+		switch {
+		case r == nil:
+			continue
+		case one == nil || one == r:
+			one = r
+			toks = append(toks, tok)
+		default:
+			if more == nil {
+				more = map[*renewal][]string{}
+			}
+			more[r] = append(more[r], tok)
+		}
+		delete(ls.held, tok)
+	}
+	ls.mu.Unlock()
+	one.forget(toks)
+	for r, toks := range more {
+		r.forget(toks)
+	}
+}
+
+// forget stops renewing the leases of toks; a nil r does nothing.
+func (r *renewal) forget(toks []string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	for _, tok := range toks {
+		delete(r.ds, tok)
+	}
+	r.mu.Unlock()
+}

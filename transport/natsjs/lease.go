@@ -1,0 +1,82 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/transport"
+)
+
+var _ transport.LeaseExtender = (*Transport)(nil)
+
+// LeaseDuration is Config.AckWait, the consumer's lease
+// (transport.LeaseExtender).
+func (t *Transport) LeaseDuration() time.Duration { return t.cfg.AckWait }
+
+// ExtendLeases tells the server that ds are still being worked on
+// (JetStream's in-progress acknowledgement, Msg.InProgress), which starts
+// their AckWait again, and waits until the server has received it. The
+// client-side fence moves with it: the new lease is counted from when the
+// progress was sent. A delivery handed out again since, or whose lease is
+// (nearly) expired, is not extended and its error wraps
+// transport.ErrLeaseLost; a settled delivery is ignored. Errors of several
+// deliveries are joined.
+func (t *Transport) ExtendLeases(ctx context.Context, ds []transport.Delivery) error {
+	if t.cfg.PublishOnly {
+		return ErrPublishOnly
+	}
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	var errs []error
+	sent := false
+	for _, d := range ds {
+		ok, err := t.extend(d)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		sent = sent || ok
+	}
+	if sent {
+		if err := t.flush(ctx); err != nil {
+			errs = append(errs, t.closedOr(fmt.Errorf("natsjs: flush lease extensions: %w", err)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// extend sends the in-progress acknowledgement of d, under the fence of
+// claimSeq, and reports whether it sent one.
+func (t *Transport) extend(d transport.Delivery) (bool, error) {
+	seq, dc, err := parseToken(d)
+	if err != nil {
+		return false, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.leases[seq]
+	now := time.Now()
+	switch {
+	case l == nil || l.dc < dc:
+		return false, fmt.Errorf("natsjs: extend lease of %s (stream sequence %d, delivery %d): not handed out by this transport or forgotten after its lease: %w", d.Envelope.ID, seq, dc, transport.ErrLeaseLost)
+	case l.dc > dc:
+		return false, fmt.Errorf("natsjs: extend lease of %s (stream sequence %d, delivery %d): handed out again as delivery %d: %w", d.Envelope.ID, seq, dc, l.dc, transport.ErrLeaseLost)
+	case l.settled:
+		return false, nil
+	case !now.Before(l.deadline.Add(-t.margin)):
+		return false, fmt.Errorf("natsjs: extend lease of %s (stream sequence %d, delivery %d): lease of %v expired or about to: %w", d.Envelope.ID, seq, dc, t.cfg.AckWait, transport.ErrLeaseLost)
+	}
+	// Sent under t.mu, so that no Ack or Nack of d goes out in between.
+	if err := l.msg.InProgress(); err != nil {
+		if errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return false, nil
+		}
+		return false, t.closedOr(fmt.Errorf("natsjs: extend lease of %s: %w", d.Envelope.ID, err))
+	}
+	l.deadline = now.Add(t.cfg.AckWait)
+	return true, nil
+}
