@@ -47,13 +47,20 @@ func openStore(t testing.TB, cfg pgstore.Config) *pgstore.Store {
 	return s
 }
 
+// conformanceLease is the queue lease of the stores the conformance suite
+// opens.
+const conformanceLease = time.Second
+
+// conformance is what pgstore declares to storetest.Run.
+func conformance() storetest.Features {
+	return storetest.Features{Queue: true, Lease: conformanceLease, Partitioned: true, Pending: true, Claim: true, Tokens: true,
+		TamperJournal: tamperJournal, DomainTx: domainTxFeature, Schema: schemaFeature, SharedClock: twoReplicas}
+}
+
 func TestStoreConformance(t *testing.T) {
 	testenv.PostgresURL(t)
-	const lease = time.Second
-	f := storetest.Features{Queue: true, Lease: lease, Partitioned: true, Pending: true, Claim: true, Tokens: true,
-		TamperJournal: tamperJournal, DomainTx: domainTxFeature, Schema: schemaFeature, SharedClock: twoReplicas}
-	storetest.Run(t, f, func(t *testing.T) store.Store {
-		return openStore(t, pgstore.Config{Lease: lease, PollInterval: 100 * time.Millisecond})
+	storetest.Run(t, conformance(), func(t *testing.T) store.Store {
+		return openStore(t, pgstore.Config{Lease: conformanceLease, PollInterval: 100 * time.Millisecond})
 	})
 }
 

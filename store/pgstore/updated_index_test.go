@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,8 +30,8 @@ func dropUpdatedIndex(t *testing.T, s *pgstore.Store) {
 // cases are the ones the index serves.
 func TestInstanceQuerierWithoutUpdatedIndex(t *testing.T) {
 	testenv.PostgresURL(t)
-	storetest.Run(t, storetest.Features{}, func(t *testing.T) store.Store {
-		s := openStore(t, pgstore.Config{})
+	storetest.Run(t, conformance(), func(t *testing.T) store.Store {
+		s := openStore(t, pgstore.Config{Lease: conformanceLease, PollInterval: 100 * time.Millisecond})
 		dropUpdatedIndex(t, s)
 		return s
 	})
