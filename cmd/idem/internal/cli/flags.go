@@ -174,5 +174,10 @@ func holdsSecret(raw string) bool {
 	if _, has := u.User.Password(); has {
 		return true
 	}
+	for k := range u.Query() { // decoded: pgx reads ?pass%77ord= as password
+		if strings.Contains(strings.ToLower(k), "password") {
+			return true
+		}
+	}
 	return u.User != nil && u.Scheme != "postgres" && u.Scheme != "postgresql"
 }

@@ -207,6 +207,8 @@ func TestHintHidesPasswords(t *testing.T) {
 		{[]string{"--store", "postgres://u:s3cret@db:5432/idem", "--saga-type", "x y"}, `idem dlq ls --saga-type 'x y' --store "$IDEM_STORE" --after k`},
 		{[]string{"--store", "postgres://db/idem?password=s3cret"}, `idem dlq ls --store "$IDEM_STORE" --after k`},
 		{[]string{"--store", "host=db password=s3cret"}, `idem dlq ls --store "$IDEM_STORE" --after k`},
+		{[]string{"--store", "postgres://u@db/idem?pass%77ord=s3cret"}, `idem dlq ls --store "$IDEM_STORE" --after k`},
+		{[]string{"--store", "postgres://u@db/idem?PASSWORD=s3cret"}, `idem dlq ls --store "$IDEM_STORE" --after k`},
 		{[]string{"--store", "postgres://u@db/idem", "--json", "--schema", "s"}, `idem dlq ls --json --schema s --store postgres://u@db/idem --after k`},
 	} {
 		root := newRoot(nil, nil)
