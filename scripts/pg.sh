@@ -24,6 +24,10 @@ as_root() {
 }
 
 pg_start() {
+	if [ -n "${PG_DIR:-}" ]; then
+		echo "pg_start: a server started here already runs (in $PG_DIR): call pg_stop first" >&2
+		return 1
+	fi
 	local bindir
 	if ! bindir=$(pg_bindir); then
 		echo "PostgreSQL server binaries not found: installing Debian's postgresql package"
@@ -67,6 +71,7 @@ pg_stop() {
 	[ -n "${PG_DIR:-}" ] || return 0
 	"${PG_RUNAS[@]}" "$PG_BINDIR/pg_ctl" -D "$PG_DIR/data" -m immediate stop >/dev/null 2>&1 || true
 	rm -rf "$PG_DIR"
+	PG_DIR=
 }
 
 # pg_restart restarts the cluster pg_start started, as a crash would

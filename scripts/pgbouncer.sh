@@ -12,6 +12,10 @@
 source "$(dirname "${BASH_SOURCE[0]}")/onexit.sh"
 
 pgbouncer_start() {
+	if [ -n "${PGBOUNCER_DIR:-}" ]; then
+		echo "pgbouncer_start: a server started here already runs (in $PGBOUNCER_DIR): call pgbouncer_stop first" >&2
+		return 1
+	fi
 	[ -n "${IDEM_TEST_PG_URL:-}" ] || { echo "pgbouncer_start: IDEM_TEST_PG_URL is not set (run pg_start first)" >&2; return 1; }
 	if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
 		echo "PgBouncer not found: installing Debian's pgbouncer package"
@@ -82,4 +86,5 @@ pgbouncer_stop() {
 		kill "$(cat "$PGBOUNCER_DIR/pgbouncer.pid")" 2>/dev/null || true
 	fi
 	rm -rf "$PGBOUNCER_DIR"
+	PGBOUNCER_DIR=
 }

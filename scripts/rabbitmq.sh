@@ -118,6 +118,10 @@ rabbit_try_start() {
 }
 
 rabbit_start() {
+	if [ -n "${RABBIT_DIR:-}" ]; then
+		echo "rabbit_start: a server started here already runs (in $RABBIT_DIR): call rabbit_stop first" >&2
+		return 1
+	fi
 	local bindir started=$SECONDS
 	if ! bindir=$(rabbit_bindir); then
 		echo "RabbitMQ not found: installing Debian's rabbitmq-server package"
