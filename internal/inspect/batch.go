@@ -88,8 +88,8 @@ type BatchResult struct {
 // longer selects is counted as gone, never ended unseen; a saga that
 // matches now but was not counted is left alone. It fails wrapping
 // ErrSetChanged when confirmed is not a count of q, and ErrBadReason for a
-// bad reason. It reads the filter's active sagas in key order, at most
-// MaxScan.
+// bad reason. It reads the filter's active sagas in the selection's order
+// (by key, or least recently updated first with Stuck), at most MaxScan.
 func EndSagas(ctx context.Context, st store.Store, q *readmodel.InstanceQuery, confirmed string, e *End) (*BatchResult, error) {
 	if err := checkReason(e.Reason); err != nil {
 		return nil, err
@@ -101,7 +101,9 @@ func EndSagas(ctx context.Context, st store.Store, q *readmodel.InstanceQuery, c
 	res := &BatchResult{}
 	found := 0
 	p := *q
-	p.Status, p.Stuck, p.After, p.Before, p.Limit = store.StatusActive, false, nil, nil, page
+	// Read in the selection's own order (the stuck view counts the least
+	// recently updated first), so that the counted sagas come first.
+	p.Status, p.After, p.Before, p.Limit = store.StatusActive, nil, nil, page
 	for read := 0; found < len(counted) && read < MaxScan; {
 		ins, err := Instances(ctx, st, &p)
 		if err != nil {

@@ -48,3 +48,38 @@ func TestEndSagasInBatches(t *testing.T) {
 		})
 	}
 }
+
+// A batch end from the stuck view ends the sagas the stuck view counted
+// (the least recently updated), even when their keys sort after the
+// scan's bound: it reads in the selection's order, not by key. Before,
+// the 50 most-stuck sagas here were reported gone and left running.
+func TestEndStuckSagasInTheirOrder(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			const n = inspect.MaxScan + 50
+			ins := make([]*store.Instance, n)
+			for i := range ins {
+				at := now
+				if i >= inspect.MaxScan { // the last keys are the most stuck
+					at = now.Add(-48 * time.Hour)
+				}
+				ins[i] = &store.Instance{SagaType: "po", Key: fmt.Sprintf("P-%05d", i), State: "Open", Data: []byte(`{}`), Version: 1, CreatedAt: at, UpdatedAt: at}
+			}
+			commit(t, st, &store.Changes{Inserts: ins})
+			q := &readmodel.InstanceQuery{SagaType: "po", Stuck: true}
+			sel, err := inspect.SelectSagas(ctx, st, q)
+			if err != nil || len(sel.Sagas) != inspect.MaxBatch || sel.Sagas[0].Key.Key != fmt.Sprintf("P-%05d", inspect.MaxScan) {
+				t.Fatalf("select stuck: %d sagas, first %v, %v; want %d, the most stuck first", len(sel.Sagas), sel.Sagas[0], err, inspect.MaxBatch)
+			}
+			res, err := inspect.EndSagas(ctx, st, q, sel.Digest, &inspect.End{Reason: "r", Now: now})
+			if err != nil || res.Done != inspect.MaxBatch || res.Gone != 0 {
+				t.Fatalf("end the stuck selection: done %d, gone %d, %v; want %d done, none gone", res.Done, res.Gone, err, inspect.MaxBatch)
+			}
+			if _, err := inspect.EndSagas(ctx, st, &readmodel.InstanceQuery{SagaType: "po"}, sel.Digest, &inspect.End{Reason: "r", Now: now}); !errors.Is(err, inspect.ErrSetChanged) {
+				t.Errorf("end the stuck count without the stuck order: %v, want ErrSetChanged", err)
+			}
+		})
+	}
+}

@@ -131,6 +131,10 @@ func endMany(cmd *cobra.Command, st store.Store, o *endOptions) error {
 	case err != nil:
 		return failed(err)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "ended %d sagas; %d moved on since the count and were left as they are\n", res.Done, len(res.Skipped))
+	fmt.Fprintf(cmd.OutOrStdout(), "ended %d sagas; %d moved on since the count and were left as they are", res.Done, len(res.Skipped))
+	if res.Gone > 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "; %d no longer match the filter (finished, or changed) and were left as they are", res.Gone)
+	}
+	fmt.Fprintln(cmd.OutOrStdout())
 	return nil
 }
