@@ -379,7 +379,7 @@ func (s *Server) batchQuery(v url.Values) (*readmodel.InstanceQuery, error) {
 	if q.UpdatedFrom, q.UpdatedBefore, err = timeRange(v, "Updated"); err != nil {
 		return nil, fmt.Errorf("parameters from and to: %w", err)
 	}
-	if _, ok := s.st.(readmodel.InstanceQuerier); !ok && (!q.UpdatedFrom.IsZero() || !q.UpdatedBefore.IsZero()) {
+	if s.caps.instances == nil && (!q.UpdatedFrom.IsZero() || !q.UpdatedBefore.IsZero()) {
 		return nil, fmt.Errorf("parameters from and to: store %T cannot select by time: drop them", s.st)
 	}
 	return q, nil

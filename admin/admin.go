@@ -80,7 +80,7 @@ type Server struct {
 	csrf    *http.CrossOriginProtection
 	// The console's state: see console.go.
 	readOnly bool
-	pending  transport.PendingCounter
+	caps     *capabilities // capabilities.go
 	sessions *sessions
 	rates    *rateSampler
 	charts   *charts // console_charts.go
@@ -123,10 +123,10 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 	s := &Server{
 		e: e, st: st, log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
 		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout, csrf: http.NewCrossOriginProtection(),
-		readOnly: c.ReadOnly, pending: pendingCounter(c.Transport, st), sessions: newSessions(c.SessionTTL), rates: newRateSampler(e),
+		readOnly: c.ReadOnly, caps: resolveCapabilities(st, e.Transport(), c.Transport), sessions: newSessions(c.SessionTTL), rates: newRateSampler(e),
 		charts: newCharts(e, c.Observer),
 	}
-	for _, col := range []prometheus.Collector{newCollector(e, st, s.log, c.StoreTimeout), c.Observer} {
+	for _, col := range []prometheus.Collector{newCollector(e, st, s.caps, s.log, c.StoreTimeout), c.Observer} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/readmodel"
-	"github.com/idemhq/idem/transport"
 )
 
 // routeAPI adds the routes that the console's actions share with scripts.
@@ -43,16 +42,6 @@ func (s *Server) writable(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "this admin server is read-only (admin.Config.ReadOnly, idem serve --read-only): change nothing here, or restart it without read-only")
 	})
-}
-
-// pendingCounter returns the queue depth source: the transport, else the
-// store when it is also the queue.
-func pendingCounter(tr transport.Transport, st store.Store) transport.PendingCounter {
-	if pc, ok := tr.(transport.PendingCounter); ok {
-		return pc
-	}
-	pc, _ := st.(transport.PendingCounter)
-	return pc
 }
 
 // instanceQuery reads the console's and the API's instance filters.

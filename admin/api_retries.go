@@ -28,7 +28,7 @@ func (s *Server) apiRetries(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
 	}
-	if _, ok := s.st.(store.RetryRecorder); !ok {
+	if s.caps.retries == nil {
 		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", s.st)
 		return
 	}

@@ -97,11 +97,11 @@ func fireError(name string, err error) (int, string) {
 
 // scheduler returns the store's schedules, or answers 501 itself.
 func (s *Server) scheduler(w http.ResponseWriter) (store.Scheduler, bool) {
-	sc, ok := s.st.(store.Scheduler)
-	if !ok {
+	sc := s.caps.schedules
+	if sc == nil {
 		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
 	}
-	return sc, ok
+	return sc, sc != nil
 }
 
 func (s *Server) apiSchedules(w http.ResponseWriter, r *http.Request) {
@@ -136,8 +136,8 @@ func (e badScheduleName) Unwrap() error { return e.err }
 // after, for GET /api/schedules and the console; the error wraps
 // errNoSchedules when the store keeps none.
 func (s *Server) listSchedules(ctx context.Context, after string, limit int) (*ScheduleList, error) {
-	sc, ok := s.st.(store.Scheduler)
-	if !ok {
+	sc := s.caps.schedules
+	if sc == nil {
 		return nil, fmt.Errorf("list schedules: store %T: %w", s.st, errNoSchedules)
 	}
 	list, err := sc.ListSchedules(ctx, &store.ListParams{After: after, Limit: limit})
@@ -162,8 +162,8 @@ func (s *Server) pauseSchedule(ctx context.Context, name string, paused bool) er
 	if err := idem.ValidateScheduleName(name); err != nil {
 		return badScheduleName{err}
 	}
-	sc, ok := s.st.(store.Scheduler)
-	if !ok {
+	sc := s.caps.schedules
+	if sc == nil {
 		return fmt.Errorf("pause schedule: store %T: %w", s.st, errNoSchedules)
 	}
 	if err := sc.PauseSchedule(ctx, name, paused, time.Now()); err != nil {

@@ -128,8 +128,8 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 	if len(ts) == 1 && ts[0].DueAt.Before(now) {
 		o.TimerLagSeconds = now.Sub(ts[0].DueAt).Seconds()
 	}
-	if s.pending != nil {
-		if ready, unacked, err := s.pending.Pending(ctx); err == nil {
+	if s.caps.pending != nil {
+		if ready, unacked, err := s.caps.pending.Pending(ctx); err == nil {
 			o.QueueReady, o.QueueUnacked = &ready, &unacked
 		} else {
 			s.log.WarnContext(ctx, "admin: queue depth", "error", err)
@@ -270,8 +270,8 @@ func (s *Server) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
 // liveReplicas counts the replicas alive at now; nil when the store keeps
 // no heartbeats or did not answer (logged).
 func (s *Server) liveReplicas(ctx context.Context, now time.Time) *int {
-	rr, ok := s.st.(store.ReplicaRegistry)
-	if !ok {
+	rr := s.caps.replicas
+	if rr == nil {
 		return nil
 	}
 	rs, err := rr.Replicas(ctx, maxLimit)

@@ -172,17 +172,16 @@ func (s *Server) sentStates(ctx context.Context, j []store.JournalEntry) map[str
 		}
 		return out
 	}
-	if err := outboxSent(ctx, s.st, ids, out); err != nil {
+	if err := outboxSent(ctx, s.caps.outboxSent, ids, out); err != nil {
 		s.log.WarnContext(ctx, "admin: read the outbox's sent state; shown as unknown", "error", err)
 	}
 	return out
 }
 
 // outboxSent adds to out the sent state of the messages ids names that
-// st's outbox holds, when st can tell (readmodel.OutboxSentReader).
-func outboxSent(ctx context.Context, st store.Store, ids []string, out map[string]sentState) error {
-	r, ok := st.(readmodel.OutboxSentReader)
-	if !ok {
+// the store's outbox holds, when it can tell (r is not nil).
+func outboxSent(ctx context.Context, r readmodel.OutboxSentReader, ids []string, out map[string]sentState) error {
+	if r == nil {
 		return nil
 	}
 	got, err := r.OutboxSent(ctx, ids)
@@ -202,9 +201,9 @@ func outboxSent(ctx context.Context, st store.Store, ids []string, out map[strin
 // onStoreQueue tells whether the engine's transport is its store's own
 // queue, which takes emitted messages in the commit that emits them.
 func (s *Server) onStoreQueue() bool {
-	q, ok := s.st.(store.Queue)
+	q := s.caps.storeQueue
 	tr := s.e.Transport()
-	return ok && tr != nil && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr)
+	return q != nil && tr != nil && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr)
 }
 
 func historyEntry(j *store.JournalEntry, sent map[string]sentState) HistoryEntry {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/readmodel"
 )
 
 // latestJournal reads the latest journalShown entries of k's journal, with
@@ -15,7 +14,7 @@ import (
 // before the oldest entry shown.
 func (s *Server) latestJournal(ctx context.Context, k store.Key) (shown []store.JournalEntry, older int, err error) {
 	var total int
-	if jt, ok := s.st.(readmodel.JournalTailer); ok {
+	if jt := s.caps.journalTailer; jt != nil {
 		shown, total, err = jt.JournalTail(ctx, k, journalShown+1)
 	} else {
 		shown, err = s.st.Journal(ctx, k)

@@ -199,7 +199,7 @@ func liveInstanceQuery(q url.Values, p *readmodel.InstanceQuery) error {
 // before a cursor that comes back short is the start of the list: the
 // first page is read instead, so that it is full.
 func (s *Server) instancePage(ctx context.Context, p *readmodel.InstanceQuery) (*instanceRows, error) {
-	_, queries := s.st.(readmodel.InstanceQuerier)
+	queries := s.caps.instances != nil
 	if !queries && (p.Before != nil || !p.UpdatedFrom.IsZero() || !p.UpdatedBefore.IsZero()) {
 		return nil, fmt.Errorf("previous pages and time ranges: %w", inspect.ErrUnsupported)
 	}
@@ -216,8 +216,8 @@ func (s *Server) instancePage(ctx context.Context, p *readmodel.InstanceQuery) (
 	}
 	out := &instanceRows{}
 	out.Rows, out.HasPrev, out.HasNext = trimPage(rows, limit, p.Before != nil, p.After != nil)
-	qc, ok := s.st.(readmodel.QueryCounter)
-	if !ok {
+	qc := s.caps.queryCounter
+	if qc == nil {
 		return out, nil
 	}
 	c, err := qc.CountInstanceQuery(ctx, p, readmodel.CountBound)
@@ -271,7 +271,7 @@ func (s *Server) timerPage(ctx context.Context, tq readmodel.TimerQuerier, p *re
 	}
 	ts, hasPrev, hasNext := trimPage(ts, limit, p.Before != nil, p.After != nil)
 	v.timerLinks(ts, hasPrev, hasNext)
-	if qc, ok := s.st.(readmodel.QueryCounter); ok {
+	if qc := s.caps.queryCounter; qc != nil {
 		c, err := qc.CountTimerQuery(ctx, p, readmodel.CountBound)
 		if err != nil {
 			return nil, fmt.Errorf("count timers: %w", err)

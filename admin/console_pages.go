@@ -428,7 +428,7 @@ func (s *Server) pageTimers(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	var ts []store.Timer
-	if tq, ok := s.st.(readmodel.TimerQuerier); ok && v.Filter["key"] == "" {
+	if tq := s.caps.timers; tq != nil && v.Filter["key"] == "" {
 		ts, err = s.timerPage(ctx, tq, p, v)
 	} else {
 		ts, err = s.keyTimers(ctx, q, p, v)

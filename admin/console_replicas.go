@@ -162,8 +162,8 @@ func (s *Server) pageReplicas(w http.ResponseWriter, r *http.Request) {
 
 // listReplicas reads at most limit replicas and judges their state at now.
 func (s *Server) listReplicas(ctx context.Context, limit int, now time.Time) (*ReplicaList, error) {
-	rr, ok := s.st.(store.ReplicaRegistry)
-	if !ok {
+	rr := s.caps.replicas
+	if rr == nil {
 		return nil, errNoReplicas
 	}
 	rs, err := rr.Replicas(ctx, limit)
@@ -225,8 +225,8 @@ func lagText(sec float64) string {
 // collectReplicas exports idem_replicas: the replicas by state, when the
 // store keeps heartbeats. Every state has a sample, zero included.
 func (c *collector) collectReplicas(ctx context.Context, now time.Time, gauge func(*prometheus.Desc, float64, ...string)) {
-	rr, ok := c.st.(store.ReplicaRegistry)
-	if !ok {
+	rr := c.caps.replicas
+	if rr == nil {
 		return
 	}
 	rs, err := rr.Replicas(ctx, maxLimit)
@@ -258,8 +258,8 @@ type RemovedReplicas struct {
 // did: store.ReplicaRegistry prunes by last beat, so a live replica's
 // record is never removed.
 func (s *Server) removeReplicas(ctx context.Context, now time.Time) (*RemovedReplicas, error) {
-	rr, ok := s.st.(store.ReplicaRegistry)
-	if !ok {
+	rr := s.caps.replicas
+	if rr == nil {
 		return nil, errNoReplicas
 	}
 	rs, err := rr.Replicas(ctx, maxLimit)

@@ -75,7 +75,7 @@ func (e *errRetryNow) Error() string { return e.msg }
 
 // findRetry returns the retry id of saga k.
 func (s *Server) findRetry(ctx context.Context, k store.Key, id string) (*store.Retry, error) {
-	if _, ok := s.st.(store.RetryRecorder); !ok {
+	if s.caps.retries == nil {
 		return nil, &errRetryNow{http.StatusNotImplemented, fmt.Sprintf("store %T keeps no retry state", s.st)}
 	}
 	rs, err := s.retriesOf(ctx, k)
@@ -99,7 +99,7 @@ func (s *Server) retryNow(ctx context.Context, r *store.Retry, actor string) (id
 	}
 	mark := *r
 	mark.RetryNowAt = time.Now()
-	if err := s.st.(store.RetryRecorder).RecordRetry(ctx, &mark); err != nil {
+	if err := s.caps.retries.RecordRetry(ctx, &mark); err != nil {
 		return idem.Envelope{}, fmt.Errorf("mark retry %q: %w", r.ID, err)
 	}
 	env := r.Envelope.Clone()
@@ -313,8 +313,8 @@ func (s *Server) pageRetries(w http.ResponseWriter, r *http.Request) {
 	if q.Get("done") == "sent" {
 		v.Flash = fmt.Sprintf("%d message(s) published again now. Each leaves this list once an engine has applied it (or its transport delivers the earlier copy, a duplicate).", atoi(q.Get("n")))
 	}
-	rr, ok := s.st.(store.RetryRecorder)
-	if !ok {
+	rr := s.caps.retries
+	if rr == nil {
 		v.Problem = "This store keeps no retry state."
 		s.render(w, r, http.StatusOK, "retries", "Retrying", v)
 		return

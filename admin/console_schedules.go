@@ -89,8 +89,8 @@ func (s *Server) askSchedule(ctx context.Context, w http.ResponseWriter, r *http
 		s.consoleError(w, r, http.StatusBadRequest, "That is not a schedule name: names are 1 to 200 bytes of printable UTF-8.")
 		return false
 	}
-	sc, ok := s.st.(store.Scheduler)
-	if !ok {
+	sc := s.caps.schedules
+	if sc == nil {
 		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no schedules.")
 		return false
 	}
@@ -147,7 +147,7 @@ func (s *Server) actFireSchedule(w http.ResponseWriter, r *http.Request) {
 		s.consoleError(w, r, http.StatusBadRequest, "That is not a schedule name: names are 1 to 200 bytes of printable UTF-8.")
 		return
 	}
-	if _, ok := s.st.(store.Scheduler); !ok {
+	if s.caps.schedules == nil {
 		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no schedules.")
 		return
 	}

@@ -11,8 +11,8 @@ import (
 // retriesOf reads the retry state of the saga k's messages; nil when the
 // store keeps none (it is no store.RetryRecorder).
 func (s *Server) retriesOf(ctx context.Context, k store.Key) ([]store.Retry, error) {
-	rr, ok := s.st.(store.RetryRecorder)
-	if !ok {
+	rr := s.caps.retries
+	if rr == nil {
 		return nil, nil
 	}
 	return rr.Retries(ctx, k)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // HistoryOf returns k's journal j as GET /api/sagas/{type}/{key}/history
@@ -19,7 +20,8 @@ import (
 func HistoryOf(ctx context.Context, st store.Store, k store.Key, j []store.JournalEntry) (*SagaHistory, error) {
 	sent := map[string]sentState{}
 	if ids := emittedIDs(j); len(ids) > 0 {
-		if err := outboxSent(ctx, st, ids, sent); err != nil {
+		r, _ := st.(readmodel.OutboxSentReader)
+		if err := outboxSent(ctx, r, ids, sent); err != nil {
 			return nil, fmt.Errorf("admin: history of saga %s/%s: read the outbox's sent state: %w", k.SagaType, k.Key, err)
 		}
 	}

@@ -49,8 +49,8 @@ const StoredCountBound = 1000
 // still shows.
 func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 	var out StoredCounts
-	rc, counts := s.st.(readmodel.RowCounter)
-	re, estimates := s.st.(readmodel.RowEstimator)
+	rc, re := s.caps.rowCounter, s.caps.rowEstimator
+	counts, estimates := rc != nil, re != nil
 	if !counts && !estimates {
 		return out
 	}
@@ -110,7 +110,7 @@ const unresolvedSample = 250
 // the store cannot select dead letters, or cannot estimate beyond the
 // bound (the caller then counts the table).
 func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
-	if uc, ok := s.st.(readmodel.UnresolvedCounter); ok { // from an index: exact up to the bound
+	if uc := s.caps.unresolvedCounter; uc != nil { // from an index: exact up to the bound
 		n, err := uc.CountUnresolved(ctx, StoredCountBound+1)
 		switch {
 		case err != nil:
@@ -121,12 +121,12 @@ func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
 		}
 		return &StoredCount{Count: int64(n), Accuracy: AccuracyExact}
 	}
-	dq, ok := s.st.(readmodel.DeadLetterQuerier)
-	if !ok {
+	dq := s.caps.deadLetters
+	if dq == nil {
 		return nil
 	}
 	limit := StoredCountBound
-	if rc, ok := s.st.(readmodel.RowCounter); ok {
+	if rc := s.caps.rowCounter; rc != nil {
 		if n, err := rc.CountRows(ctx, readmodel.TableDeadLetters, StoredCountBound); err == nil && n >= StoredCountBound {
 			limit = unresolvedSample // an estimate anyway: read fewer
 		}
@@ -151,8 +151,8 @@ func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
 // scaledEstimate scales n of read dead letters to the store's estimate of
 // all it holds; nil when the store cannot estimate.
 func (s *Server) scaledEstimate(ctx context.Context, n, read int) *StoredCount {
-	re, ok := s.st.(readmodel.RowEstimator)
-	if !ok {
+	re := s.caps.rowEstimator
+	if re == nil {
 		return nil
 	}
 	est, err := re.EstimateRows(ctx)
