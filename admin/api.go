@@ -209,7 +209,7 @@ func (s *Server) getSaga(w http.ResponseWriter, r *http.Request) {
 	if j == nil {
 		j = []store.JournalEntry{}
 	}
-	history.FillDiffs(j, historyDiffLimit)
+	history.FillDiffs(j, inspect.HistoryDiffLimit)
 	writeJSON(w, http.StatusOK, Saga{Saga: toInstance(in), Journal: j})
 }
 

@@ -11,75 +11,26 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/readmodel"
 )
 
 // SagaHistory is the answer of GET /api/sagas/{type}/{key}/history and of the
 // console's GET /instances/{type}/{key}/history.json: a saga's whole
-// journal, oldest first, with each entry's detail.
-type SagaHistory struct {
-	SagaType string         `json:"saga_type"`
-	Key      string         `json:"key"`
-	Entries  []HistoryEntry `json:"entries"`
-}
+// journal, oldest first, with each entry's detail (see inspect.SagaHistory).
+type SagaHistory = inspect.SagaHistory
 
-// HistoryEntry is one journal entry of a SagaHistory. Payload is the message
-// body's JSON when PayloadEncoding is "json", a JSON string holding its
-// text when "utf-8", and the standard base64 of its bytes when "base64"
-// (a truncated JSON body is no longer JSON: it comes as "utf-8"). Diff is
-// the state change as an RFC 6902 JSON patch, computed from the states the
-// journal recorded. Headers' values that are not
-// UTF-8 come with U+FFFD in place of their bad bytes.
-type HistoryEntry struct {
-	MessageID        string            `json:"message_id"`
-	EventType        string            `json:"event_type"`
-	FromState        string            `json:"from_state"`
-	ToState          string            `json:"to_state"`
-	Version          int64             `json:"version"`
-	At               time.Time         `json:"at"`
-	RawKey           string            `json:"raw_key,omitempty"`
-	Payload          json.RawMessage   `json:"payload,omitempty"`
-	PayloadEncoding  string            `json:"payload_encoding,omitempty"`
-	PayloadTruncated bool              `json:"payload_truncated,omitempty"`
-	Headers          map[string]string `json:"headers,omitempty"`
-	HeadersTruncated bool              `json:"headers_truncated,omitempty"`
-	CausationID      string            `json:"causation_id,omitempty"`
-	CorrelationID    string            `json:"correlation_id,omitempty"`
-	Emitted          []HistoryEmitted  `json:"emitted,omitempty"`
-	Diff             json.RawMessage   `json:"diff,omitempty"`
-	DiffTruncated    bool              `json:"diff_truncated,omitempty"`
-	// StateTruncated says that the state after the step was over the
-	// engine's Config.JournalPayloadLimit, so that the journal kept only
-	// its first bytes and no diff can be computed to or from it.
-	StateTruncated bool `json:"state_truncated,omitempty"`
-	// DurationMicros is how long the step took, in microseconds.
-	DurationMicros int64 `json:"duration_us,omitempty"`
-	// Actor is who caused the entry: empty for the engine.
-	Actor string `json:"actor,omitempty"`
-}
+// HistoryEntry is one journal entry of a SagaHistory: see its fields'
+// documentation in package inspect.
+type HistoryEntry = inspect.HistoryEntry
 
 // HistoryEmitted is a message a step emitted. Sent is "sent" (the
 // transport accepted it, or the store's own queue took it with the step's
 // commit), "pending" (in the outbox, not sent yet) or "unknown" (no longer
 // in the outbox, or a store that cannot tell).
-type HistoryEmitted struct {
-	ID     string    `json:"id"`
-	Type   string    `json:"type"`
-	Sent   string    `json:"sent"`
-	SentAt time.Time `json:"sent_at,omitzero"`
-}
-
-// Sent states of HistoryEmitted.
-const (
-	sentYes     = "sent"
-	sentPending = "pending"
-	sentUnknown = "unknown"
-)
+type HistoryEmitted = inspect.HistoryEmitted
 
 // routeHistory adds the history downloads: the console's (session auth)
 // and the API's (token auth).
@@ -130,72 +81,41 @@ func (s *Server) writeHistory(w http.ResponseWriter, r *http.Request, k store.Ke
 	writeJSON(w, http.StatusOK, h)
 }
 
-// historyDiffLimit bounds, in bytes, the diff the console computes for one
-// journal entry from the states the engine recorded (each already bounded
-// by Config.JournalPayloadLimit).
-const historyDiffLimit = 64 << 10
-
 // history reads k's journal and the sent state of what it emitted.
 func (s *Server) history(ctx context.Context, k store.Key) (*SagaHistory, error) {
 	j, err := s.st.Journal(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s/%s: %w", k.SagaType, k.Key, err)
 	}
-	history.FillDiffs(j, historyDiffLimit)
+	history.FillDiffs(j, inspect.HistoryDiffLimit)
 	return &SagaHistory{SagaType: k.SagaType, Key: k.Key, Entries: s.historyEntries(ctx, j)}, nil
 }
 
 // historyEntries are the journal's entries with the sent state of what
 // they emitted.
 func (s *Server) historyEntries(ctx context.Context, j []store.JournalEntry) []HistoryEntry {
-	return entriesOf(j, s.sentStates(ctx, j))
-}
-
-// sentState is an emitted message's sent state and time.
-type sentState struct {
-	state string
-	at    time.Time
+	return inspect.HistoryEntries(j, s.sentStates(ctx, j))
 }
 
 // sentStates looks up the sent state of every message the journal says was
 // emitted. A lookup that fails leaves them unknown: the history is still
 // worth showing.
-func (s *Server) sentStates(ctx context.Context, j []store.JournalEntry) map[string]sentState {
-	ids := emittedIDs(j)
-	out := make(map[string]sentState, len(ids))
+func (s *Server) sentStates(ctx context.Context, j []store.JournalEntry) map[string]inspect.SentState {
+	ids := inspect.EmittedIDs(j)
+	out := make(map[string]inspect.SentState, len(ids))
 	if len(ids) == 0 {
 		return out
 	}
 	if s.onStoreQueue() { // enqueued in the commit that journaled them
 		for _, id := range ids {
-			out[id] = sentState{state: sentYes}
+			out[id] = inspect.SentState{State: inspect.SentYes}
 		}
 		return out
 	}
-	if err := outboxSent(ctx, s.caps.outboxSent, ids, out); err != nil {
+	if err := inspect.OutboxSent(ctx, s.caps.outboxSent, ids, out); err != nil {
 		s.log.WarnContext(ctx, "admin: read the outbox's sent state; shown as unknown", "error", err)
 	}
 	return out
-}
-
-// outboxSent adds to out the sent state of the messages ids names that
-// the store's outbox holds, when it can tell (r is not nil).
-func outboxSent(ctx context.Context, r readmodel.OutboxSentReader, ids []string, out map[string]sentState) error {
-	if r == nil {
-		return nil
-	}
-	got, err := r.OutboxSent(ctx, ids)
-	if err != nil {
-		return err
-	}
-	for id, at := range got {
-		if at.IsZero() {
-			out[id] = sentState{state: sentPending}
-		} else {
-			out[id] = sentState{state: sentYes, at: at.UTC()}
-		}
-	}
-	return nil
 }
 
 // onStoreQueue tells whether the engine's transport is its store's own
@@ -204,42 +124,6 @@ func (s *Server) onStoreQueue() bool {
 	q := s.caps.storeQueue
 	tr := s.e.Transport()
 	return q != nil && tr != nil && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr)
-}
-
-func historyEntry(j *store.JournalEntry, sent map[string]sentState) HistoryEntry {
-	e := HistoryEntry{
-		MessageID: j.MessageID, EventType: j.EventType, FromState: j.FromState, ToState: j.ToState, Version: j.Version, At: j.At.UTC(), RawKey: j.RawKey,
-		PayloadTruncated: j.PayloadTruncated, Headers: j.Headers, HeadersTruncated: j.HeadersTruncated, CausationID: j.CausationID,
-		CorrelationID: j.CorrelationID, DiffTruncated: j.DiffTruncated, StateTruncated: j.StateTruncated, DurationMicros: j.Duration.Microseconds(), Actor: j.Actor,
-	}
-	if len(j.Payload) > 0 {
-		e.Payload, e.PayloadEncoding = encodePayload(j.Payload)
-	}
-	if json.Valid(j.Diff) {
-		e.Diff = j.Diff
-	}
-	for _, m := range j.Emitted {
-		st, ok := sent[m.ID]
-		if !ok {
-			st.state = sentUnknown
-		}
-		e.Emitted = append(e.Emitted, HistoryEmitted{ID: m.ID, Type: m.Type, Sent: st.state, SentAt: st.at})
-	}
-	return e
-}
-
-// encodePayload is b as JSON, as a JSON string of its text, or as a JSON
-// string of its base64, with the encoding's name.
-func encodePayload(b []byte) (json.RawMessage, string) {
-	switch {
-	case json.Valid(b) && utf8.Valid(b): // json.Valid takes bytes that are not UTF-8 in strings
-		return b, "json"
-	case utf8.Valid(b):
-		out, _ := json.Marshal(string(b)) // a string always marshals
-		return out, "utf-8"
-	}
-	out, _ := json.Marshal(base64.StdEncoding.EncodeToString(b))
-	return out, "base64"
 }
 
 // historyRow is a journal entry as the instance page shows it.

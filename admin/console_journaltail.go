@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/idemhq/idem/internal/history"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
 
@@ -24,7 +25,7 @@ func (s *Server) latestJournal(ctx context.Context, k store.Key) (shown []store.
 	if err != nil {
 		return nil, 0, err
 	}
-	history.FillDiffs(shown, historyDiffLimit)
+	history.FillDiffs(shown, inspect.HistoryDiffLimit)
 	shown = shown[max(0, len(shown)-journalShown):]
 	return shown, total - len(shown), nil
 }
