@@ -63,16 +63,16 @@ type SendEvent struct {
 // console's forms. Every POST is refused in read-only mode (writable,
 // consolePage) and cross-origin (ServeHTTP).
 func (s *Server) routeActions() {
-	s.mux.Handle("POST /api/sagas/{type}/{key}/end", s.authorize(s.writable(http.HandlerFunc(s.apiEndSaga))))
-	s.mux.Handle("POST /api/sagas/{type}/{key}/events", s.authorize(s.writable(http.HandlerFunc(s.apiSendEvent))))
-	s.mux.Handle("GET /api/sagas/select", s.authorize(http.HandlerFunc(s.apiSelectSagas)))
-	s.mux.Handle("POST /api/sagas/end", s.authorize(s.writable(http.HandlerFunc(s.apiEndSagas))))
-	s.mux.Handle("POST /instances/{type}/{key}/end", s.consolePage(s.actEndSaga))
-	s.mux.Handle("POST /instances/{type}/{key}/send", s.consolePage(s.actSendEvent))
+	s.mux.Handle("POST /api/sagas/{type}/{key}/end", s.authorize(s.writable(http.HandlerFunc(s.api.apiEndSaga))))
+	s.mux.Handle("POST /api/sagas/{type}/{key}/events", s.authorize(s.writable(http.HandlerFunc(s.api.apiSendEvent))))
+	s.mux.Handle("GET /api/sagas/select", s.authorize(http.HandlerFunc(s.api.apiSelectSagas)))
+	s.mux.Handle("POST /api/sagas/end", s.authorize(s.writable(http.HandlerFunc(s.api.apiEndSagas))))
+	s.mux.Handle("POST /instances/{type}/{key}/end", s.console.consolePage(s.console.actEndSaga))
+	s.mux.Handle("POST /instances/{type}/{key}/send", s.console.consolePage(s.console.actSendEvent))
 }
 
 // apiActor names the API caller for the journal.
-func (s *Server) apiActor(r *http.Request) (string, error) {
+func (s *api) apiActor(r *http.Request) (string, error) {
 	who := "api"
 	if !s.auth {
 		who = "api (loopback)"
@@ -99,7 +99,7 @@ func consoleActor(r *http.Request) string {
 }
 
 // sagaKeyOf reads the saga a request names.
-func (s *Server) sagaKeyOf(r *http.Request) (store.Key, error) {
+func (s *parts) sagaKeyOf(r *http.Request) (store.Key, error) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
 	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {
@@ -111,7 +111,7 @@ func (s *Server) sagaKeyOf(r *http.Request) (store.Key, error) {
 // actionRequest reads the saga, the actor and the JSON body of an action
 // on one saga; it answers 400 itself, naming what is wrong, when one is
 // not acceptable.
-func (s *Server) actionRequest(w http.ResponseWriter, r *http.Request, body any, shape string) (store.Key, string, bool) {
+func (s *api) actionRequest(w http.ResponseWriter, r *http.Request, body any, shape string) (store.Key, string, bool) {
 	k, err := s.sagaKeyOf(r)
 	if err == nil {
 		var actor string
@@ -126,7 +126,7 @@ func (s *Server) actionRequest(w http.ResponseWriter, r *http.Request, body any,
 	return store.Key{}, "", false
 }
 
-func (s *Server) apiEndSaga(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiEndSaga(w http.ResponseWriter, r *http.Request) {
 	var body EndSaga
 	k, actor, ok := s.actionRequest(w, r, &body, `request body is not {"reason": "why it is ended"}`)
 	if !ok {
@@ -163,7 +163,7 @@ func endError(k store.Key, err error) (int, string) {
 	return http.StatusInternalServerError, ""
 }
 
-func (s *Server) apiSendEvent(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiSendEvent(w http.ResponseWriter, r *http.Request) {
 	var body SendEvent
 	k, actor, ok := s.actionRequest(w, r, &body, `request body is not {"type": "...", "body": {...}}`)
 	if !ok {
@@ -186,7 +186,7 @@ func (s *Server) apiSendEvent(w http.ResponseWriter, r *http.Request) {
 // that the saga's machine is registered here, takes the event's type, and
 // that the body correlates to k. The status is the HTTP answer of an
 // error.
-func (s *Server) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, actor string) (idem.Envelope, int, error) {
+func (s *parts) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, actor string) (idem.Envelope, int, error) {
 	m, ok := s.e.Sagas()[k.SagaType]
 	if !ok {
 		return idem.Envelope{}, http.StatusNotFound, fmt.Errorf("no saga type %s is registered with this engine", k.SagaType)
@@ -224,7 +224,7 @@ func (s *Server) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, acto
 // browser's history gets that address (HX-Replace-Url; htmx would record
 // the action's, which has no page), and the page's own links (a timer's
 // "back") carry it without the question's values.
-func (s *Server) askAction(w http.ResponseWriter, r *http.Request, q url.Values) {
+func (s *console) askAction(w http.ResponseWriter, r *http.Request, q url.Values) {
 	ask := r.Clone(r.Context())
 	dir := path.Dir(r.URL.EscapedPath()) // /instances/{type}/{key}, escaped
 	ask.Method, ask.URL.RawPath, ask.URL.RawQuery = http.MethodGet, dir, q.Encode()
@@ -241,7 +241,7 @@ var actionParams = []string{"confirm", "reason", "version", "type", "body", "id"
 
 // actEndSaga ends the saga once the form says confirm=yes; before that the
 // instance page asks.
-func (s *Server) actEndSaga(w http.ResponseWriter, r *http.Request) {
+func (s *console) actEndSaga(w http.ResponseWriter, r *http.Request) {
 	k, err := s.sagaKeyOf(r)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
@@ -274,7 +274,7 @@ func (s *Server) actEndSaga(w http.ResponseWriter, r *http.Request) {
 // actSendEvent sends the event of the form once it says confirm=yes;
 // before that the instance page asks, with the message ID it will have:
 // confirming twice (a double click, a resubmission) sends one message.
-func (s *Server) actSendEvent(w http.ResponseWriter, r *http.Request) {
+func (s *console) actSendEvent(w http.ResponseWriter, r *http.Request) {
 	k, err := s.sagaKeyOf(r)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
@@ -332,7 +332,7 @@ type actionsView struct {
 }
 
 // actionsFor builds the actions card of saga in, whose Why panel is why.
-func (s *Server) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) *actionsView {
+func (s *parts) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) *actionsView {
 	q := r.URL.Query()
 	a := &actionsView{Reason: q.Get("reason"), Type: q.Get("type"), Body: q.Get("body"), ID: q.Get("id"), Version: in.Version, State: in.State,
 		Finished: in.Status() == store.StatusFinished}
@@ -363,7 +363,7 @@ func (s *Server) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) 
 // its time range on updated_at included, so that the count and the end
 // select what the list shows. A range on a store that cannot apply it is
 // refused rather than ignored, which would count more than asked.
-func (s *Server) batchQuery(v url.Values) (*readmodel.InstanceQuery, error) {
+func (s *parts) batchQuery(v url.Values) (*readmodel.InstanceQuery, error) {
 	q, err := instanceQuery(v)
 	if err != nil {
 		return nil, err
@@ -385,7 +385,7 @@ func (s *Server) batchQuery(v url.Values) (*readmodel.InstanceQuery, error) {
 	return q, nil
 }
 
-func (s *Server) apiSelectSagas(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiSelectSagas(w http.ResponseWriter, r *http.Request) {
 	q, err := s.batchQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
@@ -407,7 +407,7 @@ func (s *Server) apiSelectSagas(w http.ResponseWriter, r *http.Request) {
 	}{len(sel.Sagas), sel})
 }
 
-func (s *Server) apiEndSagas(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiEndSagas(w http.ResponseWriter, r *http.Request) {
 	q, err := s.batchQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)

@@ -67,24 +67,42 @@ type Config struct {
 }
 
 // Server is the HTTP face of one engine. It implements http.Handler and is
-// safe for concurrent use.
+// safe for concurrent use. It routes to three parts over one read model:
+// the JSON API (api), the console's pages (console) and the metrics
+// (collector, metrics.go).
 type Server struct {
+	*parts
+	csrf    *http.CrossOriginProtection
+	api     *api
+	console *console
+}
+
+// parts is what the API, the console and the metrics share: the engine,
+// its store and what the store can do, and the server's configuration.
+type parts struct {
 	e       *idem.Engine
 	st      store.Store
+	caps    *capabilities // capabilities.go
 	log     *slog.Logger
 	mux     *http.ServeMux
 	token   [sha256.Size]byte
 	auth    bool
 	maxBody int64
 	timeout time.Duration
-	csrf    *http.CrossOriginProtection
-	// The console's state: see console.go.
+	// readOnly hides the console's mutating controls and refuses the
+	// API's mutating requests.
 	readOnly bool
-	caps     *capabilities // capabilities.go
-	sessions *sessions
-	rates    *rateSampler
-	charts   *charts // console_charts.go
+	sessions *sessions    // console_session.go; its limit of failed logins guards the API's token too
+	rates    *rateSampler // the overview's rates
+	charts   *charts      // console_charts.go
 }
+
+// api serves the JSON API under /api/, authorized by the bearer token.
+type api struct{ *parts }
+
+// console serves the console's HTML pages and their forms, authorized by
+// a login session.
+type console struct{ *parts }
 
 // New returns a Server for engine e, whose store is st. It fails when cfg
 // has a negative limit or when Config.Registry already holds collectors of
@@ -120,12 +138,12 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	s := &Server{
-		e: e, st: st, log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
-		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout, csrf: http.NewCrossOriginProtection(),
-		readOnly: c.ReadOnly, caps: resolveCapabilities(st, e.Transport(), c.Transport), sessions: newSessions(c.SessionTTL), rates: newRateSampler(e),
-		charts: newCharts(e, c.Observer),
+	p := &parts{
+		e: e, st: st, caps: resolveCapabilities(st, e.Transport(), c.Transport), log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
+		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout,
+		readOnly: c.ReadOnly, sessions: newSessions(c.SessionTTL), rates: newRateSampler(e), charts: newCharts(e, c.Observer),
 	}
+	s := &Server{parts: p, csrf: http.NewCrossOriginProtection(), api: &api{p}, console: &console{p}}
 	for _, col := range []prometheus.Collector{newCollector(e, st, s.caps, s.log, c.StoreTimeout), c.Observer} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
@@ -136,13 +154,13 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", s.authorize(metrics))
-	s.mux.Handle("GET /api/sagas", s.authorize(http.HandlerFunc(s.querySagas)))
-	s.mux.Handle("GET /api/sagas/{type}/{key}", s.authorize(http.HandlerFunc(s.getSaga)))
-	s.mux.Handle("GET /api/dead-letters", s.authorize(http.HandlerFunc(s.queryDeadLetters)))
-	s.mux.Handle("GET /api/dead-letters/{id}", s.authorize(http.HandlerFunc(s.getDeadLetter)))
-	s.mux.Handle("POST /api/dead-letters/{id}/replay", s.authorize(s.writable(http.HandlerFunc(s.replayDeadLetter))))
-	s.mux.Handle("DELETE /api/dead-letters/{id}", s.authorize(s.writable(http.HandlerFunc(s.deleteDeadLetter))))
-	s.mux.Handle("POST /api/messages", s.authorize(s.writable(http.HandlerFunc(s.submit))))
+	s.mux.Handle("GET /api/sagas", s.authorize(http.HandlerFunc(s.api.querySagas)))
+	s.mux.Handle("GET /api/sagas/{type}/{key}", s.authorize(http.HandlerFunc(s.api.getSaga)))
+	s.mux.Handle("GET /api/dead-letters", s.authorize(http.HandlerFunc(s.api.queryDeadLetters)))
+	s.mux.Handle("GET /api/dead-letters/{id}", s.authorize(http.HandlerFunc(s.api.getDeadLetter)))
+	s.mux.Handle("POST /api/dead-letters/{id}/replay", s.authorize(s.writable(http.HandlerFunc(s.api.replayDeadLetter))))
+	s.mux.Handle("DELETE /api/dead-letters/{id}", s.authorize(s.writable(http.HandlerFunc(s.api.deleteDeadLetter))))
+	s.mux.Handle("POST /api/messages", s.authorize(s.writable(http.HandlerFunc(s.api.submit))))
 	s.routeAPI()
 	s.routeConsole()
 	s.mux.Handle("/api/", s.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -184,7 +202,7 @@ func loopbackHost(hostport string) bool {
 }
 
 // authorize requires the bearer token when one is configured.
-func (s *Server) authorize(h http.Handler) http.Handler {
+func (s *parts) authorize(h http.Handler) http.Handler {
 	if !s.auth {
 		return h
 	}
@@ -192,8 +210,11 @@ func (s *Server) authorize(h http.Handler) http.Handler {
 		// A guess is limited (see console_limit.go); a request without a
 		// token is none.
 		tried := r.Header.Get("Authorization") != ""
-		if tried && s.limited(w, r, true) {
-			return
+		if tried {
+			if secs, refused := s.limited(w, r); refused {
+				writeError(w, http.StatusTooManyRequests, "too many wrong admin tokens: retry after %d s", secs)
+				return
+			}
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		// Hashing both sides first makes the comparison constant-time in
@@ -252,7 +273,7 @@ func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 // internalError logs err and answers 500 (or 503 when the store timed out)
 // without the error's text, which may name hosts or paths. A mark the
 // store refused (readmodel.ErrBadMark) is the caller's error: 400, not logged.
-func (s *Server) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
+func (s *parts) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
 	if errors.Is(err, readmodel.ErrBadMark) {
 		writeError(w, http.StatusBadRequest, "%s: as_of is not a mark this store made: pass the as_of a count returned (GET /api/dead-letters/counts)", op)
 		return

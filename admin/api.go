@@ -146,11 +146,11 @@ func parseLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
 	return n, true
 }
 
-func (s *Server) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
+func (s *parts) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.timeout)
 }
 
-func (s *Server) listSagas(w http.ResponseWriter, r *http.Request) {
+func (s *api) listSagas(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
@@ -182,7 +182,7 @@ func (s *Server) listSagas(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getSaga(w http.ResponseWriter, r *http.Request) {
+func (s *api) getSaga(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
 	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {
@@ -214,7 +214,7 @@ func (s *Server) getSaga(w http.ResponseWriter, r *http.Request) {
 }
 
 // load reads one instance in a unit of work it rolls back; nil when absent.
-func (s *Server) load(ctx context.Context, k store.Key) (*store.Instance, error) {
+func (s *parts) load(ctx context.Context, k store.Key) (*store.Instance, error) {
 	uow, err := s.st.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -227,7 +227,7 @@ func (s *Server) load(ctx context.Context, k store.Key) (*store.Instance, error)
 	return res.Instances[k], nil
 }
 
-func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *api) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
@@ -250,7 +250,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
+func (s *api) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
@@ -266,7 +266,7 @@ func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, inspect.DeadLetterOf(d))
 }
 
-func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
+func (s *api) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
@@ -290,7 +290,7 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, requeued(id))
 }
 
-func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
+func (s *api) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
@@ -308,7 +308,7 @@ func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 
 const submitExample = `{"id": "order-1-placed", "type": "orders.OrderPlaced", "body": {"OrderID": "order-1", "Items": 2}}`
 
-func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+func (s *api) submit(w http.ResponseWriter, r *http.Request) {
 	w, r, end := s.traceRequest(w, r, "/api/messages")
 	defer end()
 	// A JSON content type forces browsers to preflight, which no origin
@@ -359,7 +359,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 
 // decodeMessage reads and checks the request body; it answers the client
 // itself when the body is not acceptable.
-func (s *Server) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message, bool) {
+func (s *api) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
@@ -414,7 +414,7 @@ func (s *Server) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message
 }
 
 // consumer returns the registered saga machine consuming msgType, or nil.
-func (s *Server) consumer(msgType string) idem.Machine {
+func (s *parts) consumer(msgType string) idem.Machine {
 	for _, m := range s.e.Sagas() {
 		if slices.Contains(m.MessageTypes(), msgType) {
 			return m

@@ -21,21 +21,21 @@ import (
 func (s *Server) routeAPI() {
 	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.authorize(h)) }
 	write := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.authorize(s.writable(h))) }
-	api("GET /api/overview", s.apiOverview)
-	api("GET /api/saga-types", s.apiSagaTypes)
-	api("GET /api/dead-letters/counts", s.apiDeadLetterCounts)
-	write("POST /api/dead-letters/replay", s.apiBulkDeadLetters(true))
-	write("POST /api/dead-letters/purge", s.apiBulkDeadLetters(false))
-	api("GET /api/timers", s.apiTimers)
-	write("DELETE /api/timers/{type}/{key}/{name}", s.apiCancelTimer)
-	write("POST /api/timers/{type}/{key}/{name}/reschedule", s.apiRescheduleTimer)
+	api("GET /api/overview", s.api.apiOverview)
+	api("GET /api/saga-types", s.api.apiSagaTypes)
+	api("GET /api/dead-letters/counts", s.api.apiDeadLetterCounts)
+	write("POST /api/dead-letters/replay", s.api.apiBulkDeadLetters(true))
+	write("POST /api/dead-letters/purge", s.api.apiBulkDeadLetters(false))
+	api("GET /api/timers", s.api.apiTimers)
+	write("DELETE /api/timers/{type}/{key}/{name}", s.api.apiCancelTimer)
+	write("POST /api/timers/{type}/{key}/{name}/reschedule", s.api.apiRescheduleTimer)
 	s.routeSchedules()
 	s.routeRetries()
 	s.routeTriageAPI()
 }
 
 // writable refuses h in read-only mode.
-func (s *Server) writable(h http.Handler) http.Handler {
+func (s *parts) writable(h http.Handler) http.Handler {
 	if !s.readOnly {
 		return h
 	}
@@ -85,7 +85,7 @@ func decodeCursor(s string) (*readmodel.InstanceCursor, error) { return inspect.
 
 // querySagas serves GET /api/sagas: the plain listing, or with status,
 // prefix, stuck or attr the filtered query whose cursor is opaque.
-func (s *Server) querySagas(w http.ResponseWriter, r *http.Request) {
+func (s *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if q.Get("status") == "" && q.Get("prefix") == "" && q.Get("stuck") == "" && len(attrFilters(q)) == 0 {
 		s.listSagas(w, r)
@@ -130,7 +130,7 @@ func deadLetterFilter(q url.Values) *inspect.DeadLetterFilter {
 
 // queryDeadLetters serves GET /api/dead-letters, with the reason,
 // message_type and key filters when given.
-func (s *Server) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *api) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if p := triageProblem(q); p != "" {
 		writeError(w, http.StatusBadRequest, "%s", p)
@@ -171,7 +171,7 @@ type DeadLetterCounts struct {
 	AsOf string `json:"as_of,omitempty"`
 }
 
-func (s *Server) apiDeadLetterCounts(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiDeadLetterCounts(w http.ResponseWriter, r *http.Request) {
 	if p := triageProblem(r.URL.Query()); p != "" {
 		writeError(w, http.StatusBadRequest, "%s", p)
 		return
@@ -186,7 +186,7 @@ func (s *Server) apiDeadLetterCounts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c)
 }
 
-func (s *Server) deadLetterCounts(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
+func (s *parts) deadLetterCounts(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
 	c, err := inspect.CountByReason(ctx, s.st, f)
 	if err != nil {
 		return nil, err
@@ -223,7 +223,7 @@ type BulkResult struct {
 	Error string `json:"error,omitempty"`
 }
 
-func (s *Server) apiBulkDeadLetters(replay bool) http.HandlerFunc {
+func (s *api) apiBulkDeadLetters(replay bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		dry := q.Get("dry_run") == "true" || q.Get("dry_run") == "1"
@@ -245,7 +245,7 @@ func (s *Server) apiBulkDeadLetters(replay bool) http.HandlerFunc {
 // bulkFailed logs err and answers 500 (503 when the store timed out) with
 // what the bulk action did before it stopped; the error's text, which may
 // name hosts or paths, stays in the log.
-func (s *Server) bulkFailed(w http.ResponseWriter, r *http.Request, res *BulkResult, err error) {
+func (s *api) bulkFailed(w http.ResponseWriter, r *http.Request, res *BulkResult, err error) {
 	s.log.ErrorContext(r.Context(), "admin: bulk dead letters", "error", err, "method", r.Method, "path", r.URL.Path, "done", res.Done)
 	status := http.StatusInternalServerError
 	res.Error = fmt.Sprintf("stopped after %d done: see the server log for the cause, then retry", res.Done)
@@ -260,7 +260,7 @@ func (s *Server) bulkFailed(w http.ResponseWriter, r *http.Request, res *BulkRes
 // f.AsOf, or as of now when f has no mark: never one recorded after the
 // count the caller confirmed. On error it returns, with the error, what it
 // did until then (nil when it did not start).
-func (s *Server) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilter, replay, dry bool) (*BulkResult, error) {
+func (s *parts) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilter, replay, dry bool) (*BulkResult, error) {
 	res := &BulkResult{DryRun: dry}
 	if f.AsOf == "" {
 		c, err := inspect.CountByReason(ctx, s.st, f)
@@ -343,7 +343,7 @@ func timerFilter(q url.Values, now time.Time) *inspect.TimerFilter {
 	return f
 }
 
-func (s *Server) apiTimers(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiTimers(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
@@ -380,7 +380,7 @@ func timerKey(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
 	return store.TimerKey{SagaType: r.PathValue("type"), Key: key, Name: r.PathValue("name")}, true
 }
 
-func (s *Server) apiCancelTimer(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiCancelTimer(w http.ResponseWriter, r *http.Request) {
 	k, ok := timerKey(w, r)
 	if !ok {
 		return
@@ -404,7 +404,7 @@ type Reschedule struct {
 	In    string    `json:"in,omitempty"`
 }
 
-func (s *Server) apiRescheduleTimer(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiRescheduleTimer(w http.ResponseWriter, r *http.Request) {
 	k, ok := timerKey(w, r)
 	if !ok {
 		return

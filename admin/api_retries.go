@@ -16,12 +16,12 @@ type RetryList struct {
 
 // routeRetries adds GET /api/sagas/{type}/{key}/retries.
 func (s *Server) routeRetries() {
-	s.mux.Handle("GET /api/sagas/{type}/{key}/retries", s.authorize(http.HandlerFunc(s.apiRetries)))
+	s.mux.Handle("GET /api/sagas/{type}/{key}/retries", s.authorize(http.HandlerFunc(s.api.apiRetries)))
 }
 
 // apiRetries lists the retry state of a saga's messages. The saga need
 // not exist: a message that would start it may be the one failing.
-func (s *Server) apiRetries(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiRetries(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
 	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {

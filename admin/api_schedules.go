@@ -34,11 +34,11 @@ type ScheduleList struct {
 // Mutations follow the API's rules (the bearer token, cross-origin
 // protection in ServeHTTP, read-only).
 func (s *Server) routeSchedules() {
-	s.mux.Handle("GET /api/schedules", s.authorize(http.HandlerFunc(s.apiSchedules)))
-	s.mux.Handle("POST /api/schedules/{name}/pause", s.authorize(s.writable(s.apiPauseSchedule(true))))
-	s.mux.Handle("POST /api/schedules/{name}/resume", s.authorize(s.writable(s.apiPauseSchedule(false))))
-	s.mux.Handle("DELETE /api/schedules/{name}", s.authorize(s.writable(http.HandlerFunc(s.apiDeleteSchedule))))
-	s.mux.Handle("POST /api/schedules/{name}/fire", s.authorize(s.writable(http.HandlerFunc(s.apiFireSchedule))))
+	s.mux.Handle("GET /api/schedules", s.authorize(http.HandlerFunc(s.api.apiSchedules)))
+	s.mux.Handle("POST /api/schedules/{name}/pause", s.authorize(s.writable(s.api.apiPauseSchedule(true))))
+	s.mux.Handle("POST /api/schedules/{name}/resume", s.authorize(s.writable(s.api.apiPauseSchedule(false))))
+	s.mux.Handle("DELETE /api/schedules/{name}", s.authorize(s.writable(http.HandlerFunc(s.api.apiDeleteSchedule))))
+	s.mux.Handle("POST /api/schedules/{name}/fire", s.authorize(s.writable(http.HandlerFunc(s.api.apiFireSchedule))))
 }
 
 // FiredTick is the answer of POST /api/schedules/{name}/fire.
@@ -52,7 +52,7 @@ type FiredTick struct {
 	NextDue   time.Time `json:"next_due"`
 }
 
-func (s *Server) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
 	name, ok := scheduleName(w, r)
 	if !ok {
 		return
@@ -96,7 +96,7 @@ func fireError(name string, err error) (int, string) {
 }
 
 // scheduler returns the store's schedules, or answers 501 itself.
-func (s *Server) scheduler(w http.ResponseWriter) (store.Scheduler, bool) {
+func (s *api) scheduler(w http.ResponseWriter) (store.Scheduler, bool) {
 	sc := s.caps.schedules
 	if sc == nil {
 		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
@@ -104,7 +104,7 @@ func (s *Server) scheduler(w http.ResponseWriter) (store.Scheduler, bool) {
 	return sc, sc != nil
 }
 
-func (s *Server) apiSchedules(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiSchedules(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
@@ -135,7 +135,7 @@ func (e badScheduleName) Unwrap() error { return e.err }
 // listSchedules reads the page of at most limit schedules after the name
 // after, for GET /api/schedules and the console; the error wraps
 // errNoSchedules when the store keeps none.
-func (s *Server) listSchedules(ctx context.Context, after string, limit int) (*ScheduleList, error) {
+func (s *parts) listSchedules(ctx context.Context, after string, limit int) (*ScheduleList, error) {
 	sc := s.caps.schedules
 	if sc == nil {
 		return nil, fmt.Errorf("list schedules: store %T: %w", s.st, errNoSchedules)
@@ -158,7 +158,7 @@ func (s *Server) listSchedules(ctx context.Context, after string, limit int) (*S
 // for the API and the console. The error is a badScheduleName, wraps
 // errNoSchedules, or wraps store.ErrNotFound when there is no such
 // schedule.
-func (s *Server) pauseSchedule(ctx context.Context, name string, paused bool) error {
+func (s *parts) pauseSchedule(ctx context.Context, name string, paused bool) error {
 	if err := idem.ValidateScheduleName(name); err != nil {
 		return badScheduleName{err}
 	}
@@ -191,7 +191,7 @@ func scheduleName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return name, true
 }
 
-func (s *Server) apiPauseSchedule(paused bool) http.HandlerFunc {
+func (s *api) apiPauseSchedule(paused bool) http.HandlerFunc {
 	verb := map[bool]string{true: "paused", false: "resumed"}[paused]
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
@@ -205,7 +205,7 @@ func (s *Server) apiPauseSchedule(paused bool) http.HandlerFunc {
 	}
 }
 
-func (s *Server) apiDeleteSchedule(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiDeleteSchedule(w http.ResponseWriter, r *http.Request) {
 	name, ok := scheduleName(w, r)
 	if !ok {
 		return
@@ -223,7 +223,7 @@ func (s *Server) apiDeleteSchedule(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": name})
 }
 
-func (s *Server) scheduleError(w http.ResponseWriter, r *http.Request, name string, err error) {
+func (s *api) scheduleError(w http.ResponseWriter, r *http.Request, name string, err error) {
 	var bad badScheduleName
 	switch {
 	case errors.As(err, &bad):

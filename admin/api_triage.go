@@ -17,9 +17,9 @@ import (
 // routeTriageAPI adds the dead-letter triage routes: groups, archive and
 // restore. The writes are refused in read-only mode.
 func (s *Server) routeTriageAPI() {
-	s.mux.Handle("GET /api/dead-letters/groups", s.authorize(http.HandlerFunc(s.apiDeadLetterGroups)))
-	s.mux.Handle("POST /api/dead-letters/archive", s.authorize(s.writable(s.apiTriage("archive"))))
-	s.mux.Handle("POST /api/dead-letters/restore", s.authorize(s.writable(s.apiTriage("restore"))))
+	s.mux.Handle("GET /api/dead-letters/groups", s.authorize(http.HandlerFunc(s.api.apiDeadLetterGroups)))
+	s.mux.Handle("POST /api/dead-letters/archive", s.authorize(s.writable(s.api.apiTriage("archive"))))
+	s.mux.Handle("POST /api/dead-letters/restore", s.authorize(s.writable(s.api.apiTriage("restore"))))
 }
 
 // DeadLetterGroup is a group of dead letters that failed alike, as GET
@@ -77,7 +77,7 @@ func triageFilter(q url.Values, f *inspect.DeadLetterFilter) *inspect.DeadLetter
 	return f
 }
 
-func (s *Server) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if p := triageProblem(q); p != "" {
 		writeError(w, http.StatusBadRequest, "%s", p)
@@ -109,7 +109,7 @@ func (s *Server) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
 // letters named by id (repeated), else every one the filters select as of
 // as_of (restore selects among the archived), with dry_run. At most
 // maxSelected IDs.
-func (s *Server) apiTriage(action string) http.HandlerFunc {
+func (s *api) apiTriage(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if p := triageProblem(q); p != "" {
@@ -153,7 +153,7 @@ type triageAction struct {
 
 // bulkTriage runs a. On error it returns, with the error, what it did
 // until then (nil when it did not start).
-func (s *Server) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, error) {
+func (s *parts) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, error) {
 	if a.Action == "archive" || a.Action == "restore" {
 		if _, err := inspect.Archiver(s.st); err != nil {
 			return nil, err
@@ -203,7 +203,7 @@ func (s *Server) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, 
 }
 
 // triageIDs acts on the dead letters a names.
-func (s *Server) triageIDs(ctx context.Context, a *triageAction) (*BulkResult, error) {
+func (s *parts) triageIDs(ctx context.Context, a *triageAction) (*BulkResult, error) {
 	ids := uniqueIDs(a.IDs)
 	res := &BulkResult{DryRun: a.DryRun, Matched: len(ids), AsOf: a.Filter.AsOf}
 	if a.DryRun {

@@ -92,7 +92,7 @@ type view struct {
 
 // render executes page into a buffer first, so a template error never
 // sends half a page.
-func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
+func (s *console) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
 	v := view{Title: title, Nav: page, Base: basePath(r), ReadOnly: s.readOnly, Auth: s.auth, Data: data}
 	v.SignedIn = sessionOf(r) != nil
 	tmpl := "layout"
@@ -115,13 +115,13 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page
 
 // consoleError renders an error page with a fixed message (never the
 // error's text, which may name hosts or paths).
-func (s *Server) consoleError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+func (s *console) consoleError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	s.render(w, r, status, "error", http.StatusText(status), msg)
 }
 
 // storeFailed logs err and renders a 500 or 503 page; a mark the store
 // refused (readmodel.ErrBadMark) renders a 400 page instead, not logged.
-func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
+func (s *console) storeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
 	if errors.Is(err, readmodel.ErrBadMark) {
 		s.consoleError(w, r, http.StatusBadRequest, "The count this form was confirmed on is not one this store made ("+op+"). Go back to the dead letters page and count again.")
 		return
@@ -132,21 +132,21 @@ func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, op string, 
 
 // routeConsole adds the console's pages and actions.
 func (s *Server) routeConsole() {
-	page := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.consolePage(h)) }
-	page("GET /{$}", s.pageOverview)
-	page("GET /sagas", s.pageSagaTypes)
-	page("GET /instances", s.pageInstances)
-	page("GET /instances/{type}/{key}", s.pageInstance)
-	page("GET /dead-letters", s.pageDeadLetters)
-	page("GET /dead-letters/{id}", s.pageDeadLetter)
-	page("POST /dead-letters/{id}/replay", s.actReplay)
-	page("POST /dead-letters/{id}/purge", s.actPurge)
-	page("POST /dead-letters/bulk", s.actBulk)
-	page("POST /dead-letters/selected", s.actSelected)
-	page("GET /timers", s.pageTimers)
-	page("GET /timers/cancel", s.pageCancelTimer)
-	page("POST /timers/cancel", s.actCancelTimer)
-	page("POST /timers/reschedule", s.actRescheduleTimer)
+	page := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.console.consolePage(h)) }
+	page("GET /{$}", s.console.pageOverview)
+	page("GET /sagas", s.console.pageSagaTypes)
+	page("GET /instances", s.console.pageInstances)
+	page("GET /instances/{type}/{key}", s.console.pageInstance)
+	page("GET /dead-letters", s.console.pageDeadLetters)
+	page("GET /dead-letters/{id}", s.console.pageDeadLetter)
+	page("POST /dead-letters/{id}/replay", s.console.actReplay)
+	page("POST /dead-letters/{id}/purge", s.console.actPurge)
+	page("POST /dead-letters/bulk", s.console.actBulk)
+	page("POST /dead-letters/selected", s.console.actSelected)
+	page("GET /timers", s.console.pageTimers)
+	page("GET /timers/cancel", s.console.pageCancelTimer)
+	page("POST /timers/cancel", s.console.actCancelTimer)
+	page("POST /timers/reschedule", s.console.actRescheduleTimer)
 	s.routeConsoleSchedules()
 	s.routeActions()
 	s.routeConsoleBatchEnd()
@@ -154,9 +154,9 @@ func (s *Server) routeConsole() {
 	s.routeConsoleReplicas()
 	s.routeHistory()
 	s.routeCharts()
-	page("POST /logout", s.logout)
-	s.mux.HandleFunc("GET /login", s.loginForm)
-	s.mux.HandleFunc("POST /login", s.login)
+	page("POST /logout", s.console.logout)
+	s.mux.HandleFunc("GET /login", s.console.loginForm)
+	s.mux.HandleFunc("POST /login", s.console.login)
 	assets, _ := fs.Sub(assetFiles, "assets")
 	files := http.FileServerFS(assets)
 	s.mux.Handle("GET /assets/", http.StripPrefix("/assets", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -164,7 +164,7 @@ func (s *Server) routeConsole() {
 		files.ServeHTTP(w, r)
 	})))
 	page("/", func(w http.ResponseWriter, r *http.Request) {
-		s.consoleError(w, r, http.StatusNotFound, "There is no console page at this address.")
+		s.console.consoleError(w, r, http.StatusNotFound, "There is no console page at this address.")
 	})
 }
 

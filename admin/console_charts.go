@@ -258,10 +258,10 @@ func number(f float64) *float64 {
 // /api/).
 func (s *Server) routeCharts() {
 	s.mux.Handle("GET /api/overview/series", s.authorize(http.HandlerFunc(s.overviewSeries)))
-	s.mux.Handle("GET /overview/series", s.consolePage(s.overviewSeries))
+	s.mux.Handle("GET /overview/series", s.console.consolePage(s.overviewSeries))
 }
 
-func (s *Server) overviewSeries(w http.ResponseWriter, _ *http.Request) {
+func (s *parts) overviewSeries(w http.ResponseWriter, _ *http.Request) {
 	s.charts.touch(time.Now())
 	writeJSON(w, http.StatusOK, s.charts.series())
 }

@@ -109,7 +109,7 @@ type SagaCounts struct {
 	States   []readmodel.StateCount `json:"states"`
 }
 
-func (s *Server) overview(ctx context.Context) (*Overview, error) {
+func (s *parts) overview(ctx context.Context) (*Overview, error) {
 	now := time.Now()
 	o := &Overview{}
 	o.Rates, o.Totals = s.rates.rates(now)
@@ -143,7 +143,7 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 
 // sagaCounts groups the store's counts by saga type, with a row for every
 // registered type even when it has no instance.
-func (s *Server) sagaCounts(ctx context.Context) ([]SagaCounts, bool, error) {
+func (s *parts) sagaCounts(ctx context.Context) ([]SagaCounts, bool, error) {
 	counts, exact, err := inspect.Counts(ctx, s.st)
 	if err != nil {
 		return nil, false, err
@@ -197,7 +197,7 @@ type SagaTypeState struct {
 // grapher is implemented by *saga.Machine[S].
 type grapher interface{ Graph() saga.Graph }
 
-func (s *Server) sagaTypes(ctx context.Context) ([]SagaType, error) {
+func (s *parts) sagaTypes(ctx context.Context) ([]SagaType, error) {
 	counts, _, err := s.sagaCounts(ctx)
 	if err != nil {
 		return nil, err
@@ -245,7 +245,7 @@ func describe(m idem.Machine, c SagaCounts) SagaType {
 	return st
 }
 
-func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiOverview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	o, err := s.overview(ctx)
@@ -256,7 +256,7 @@ func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, o)
 }
 
-func (s *Server) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	ts, err := s.sagaTypes(ctx)
@@ -269,7 +269,7 @@ func (s *Server) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
 
 // liveReplicas counts the replicas alive at now; nil when the store keeps
 // no heartbeats or did not answer (logged).
-func (s *Server) liveReplicas(ctx context.Context, now time.Time) *int {
+func (s *parts) liveReplicas(ctx context.Context, now time.Time) *int {
 	rr := s.caps.replicas
 	if rr == nil {
 		return nil

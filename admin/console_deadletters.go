@@ -31,7 +31,7 @@ type dlRow struct {
 // deadLetterRows makes the rows of ds, reading which of their sagas exist
 // in one load. A load that fails leaves every saga unlinked rather than
 // failing the page.
-func (s *Server) deadLetterRows(ctx context.Context, ds []store.DeadLetter) []dlRow {
+func (s *console) deadLetterRows(ctx context.Context, ds []store.DeadLetter) []dlRow {
 	rows := make([]dlRow, len(ds))
 	var keys []store.Key
 	for i := range ds {
@@ -55,7 +55,7 @@ func (s *Server) deadLetterRows(ctx context.Context, ds []store.DeadLetter) []dl
 }
 
 // existing reports which of keys are stored sagas, in one load.
-func (s *Server) existing(ctx context.Context, keys []store.Key) (map[store.Key]bool, error) {
+func (s *console) existing(ctx context.Context, keys []store.Key) (map[store.Key]bool, error) {
 	uow, err := s.st.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -90,7 +90,7 @@ func bodyText(b []byte) (string, string) {
 
 // reasonChips counts every reason within f's other filters: the chips show
 // each reason and the total whatever reason f selects.
-func (s *Server) reasonChips(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
+func (s *console) reasonChips(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
 	all := *f
 	all.Reason, all.AsOf = "", ""
 	return s.deadLetterCounts(ctx, &all)
@@ -112,7 +112,7 @@ type triageView struct {
 const consoleGroups = 20
 
 // triage reads the groups of the dead letters f selects.
-func (s *Server) triage(ctx context.Context, f *inspect.DeadLetterFilter) (*triageView, error) {
+func (s *console) triage(ctx context.Context, f *inspect.DeadLetterFilter) (*triageView, error) {
 	v := &triageView{Retention: span(inspect.PurgeRetention)}
 	gs, err := inspect.Groups(ctx, s.st, f, consoleGroups)
 	if errors.Is(err, inspect.ErrUnsupported) {
@@ -147,7 +147,7 @@ func purgeBefore(action string, f *inspect.DeadLetterFilter, confirmed bool) str
 // purgeRefused says why the console refuses a bulk purge of f, or "": it
 // purges only archived dead letters, archived longer ago than the
 // retention.
-func (s *Server) purgeRefused(action string, f *inspect.DeadLetterFilter) string {
+func (s *console) purgeRefused(action string, f *inspect.DeadLetterFilter) string {
 	if action != "purge" {
 		return ""
 	}
@@ -161,7 +161,7 @@ func (s *Server) purgeRefused(action string, f *inspect.DeadLetterFilter) string
 // id, or "" (a missing one, store.ErrNotFound, is left to the delete,
 // which counts 0). Any other error of the read is returned: the console
 // cannot tell whether the letter may go.
-func (s *Server) purgeOneRefused(ctx context.Context, id string) (string, error) {
+func (s *console) purgeOneRefused(ctx context.Context, id string) (string, error) {
 	d, err := s.st.GetDeadLetter(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
@@ -188,7 +188,7 @@ type selectedView struct {
 // actSelected replays, archives or restores the dead letters the form's
 // id fields name (the list's checkboxes), once the form says
 // confirm=yes; before that it asks, naming them.
-func (s *Server) actSelected(w http.ResponseWriter, r *http.Request) {
+func (s *console) actSelected(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm()
 	action := r.PostFormValue("action")
 	if action != "replay" && action != "archive" && action != "restore" {

@@ -46,8 +46,8 @@ type batchEndPair struct{ Name, Value string }
 // (GET, which counts) and the end (POST, refused in read-only mode by
 // consolePage, and cross-origin by ServeHTTP).
 func (s *Server) routeConsoleBatchEnd() {
-	s.mux.Handle("GET /instances/end", s.consolePage(s.pageBatchEnd))
-	s.mux.Handle("POST /instances/end", s.consolePage(s.actBatchEnd))
+	s.mux.Handle("GET /instances/end", s.console.consolePage(s.console.pageBatchEnd))
+	s.mux.Handle("POST /instances/end", s.console.consolePage(s.console.actBatchEnd))
 }
 
 // batchEndFilterOf reads the list's filter out of values, dropping empty
@@ -66,7 +66,7 @@ func batchEndFilterOf(values url.Values) url.Values {
 
 // pageBatchEnd counts the active sagas the filter selects and asks for a
 // reason and a confirmation of that count.
-func (s *Server) pageBatchEnd(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageBatchEnd(w http.ResponseWriter, r *http.Request) {
 	if s.readOnly {
 		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
@@ -86,7 +86,7 @@ func (s *Server) pageBatchEnd(w http.ResponseWriter, r *http.Request) {
 
 // countBatchEnd selects the set f names, as GET /api/sagas/select does;
 // it answers the error page itself when it cannot.
-func (s *Server) countBatchEnd(w http.ResponseWriter, r *http.Request, f url.Values) (*batchEndView, bool) {
+func (s *console) countBatchEnd(w http.ResponseWriter, r *http.Request, f url.Values) (*batchEndView, bool) {
 	if len(f) == 0 || (len(f) == 1 && f.Get("status") != "") {
 		s.consoleError(w, r, http.StatusBadRequest, "Set a filter first: ending every active saga at once is not offered.")
 		return nil, false
@@ -114,7 +114,7 @@ func (s *Server) countBatchEnd(w http.ResponseWriter, r *http.Request, f url.Val
 
 // actBatchEnd ends the set the question counted: refused, with nothing
 // ended, when the filter selects another set now.
-func (s *Server) actBatchEnd(w http.ResponseWriter, r *http.Request) {
+func (s *console) actBatchEnd(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm() // a body that does not parse carries no digest: refused below
 	f := batchEndFilterOf(r.PostForm)
 	digest, reason := r.PostFormValue("digest"), r.PostFormValue("reason")
@@ -153,7 +153,7 @@ func (s *Server) actBatchEnd(w http.ResponseWriter, r *http.Request) {
 
 // refuseBatchEnd answers a refused confirmation with the question again,
 // counted anew, keeping the filter and the reason typed, and saying why.
-func (s *Server) refuseBatchEnd(w http.ResponseWriter, r *http.Request, f url.Values, reason string, status int, why string) {
+func (s *console) refuseBatchEnd(w http.ResponseWriter, r *http.Request, f url.Values, reason string, status int, why string) {
 	v, ok := s.countBatchEnd(w, r, f)
 	if !ok {
 		return

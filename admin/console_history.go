@@ -35,11 +35,11 @@ type HistoryEmitted = inspect.HistoryEmitted
 // routeHistory adds the history downloads: the console's (session auth)
 // and the API's (token auth).
 func (s *Server) routeHistory() {
-	s.mux.Handle("GET /instances/{type}/{key}/history.json", s.consolePage(s.downloadHistory))
-	s.mux.Handle("GET /api/sagas/{type}/{key}/history", s.authorize(http.HandlerFunc(s.apiHistory)))
+	s.mux.Handle("GET /instances/{type}/{key}/history.json", s.console.consolePage(s.console.downloadHistory))
+	s.mux.Handle("GET /api/sagas/{type}/{key}/history", s.authorize(http.HandlerFunc(s.api.apiHistory)))
 }
 
-func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiHistory(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
 	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {
@@ -49,7 +49,7 @@ func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 	s.writeHistory(w, r, store.Key{SagaType: typ, Key: key}, false)
 }
 
-func (s *Server) downloadHistory(w http.ResponseWriter, r *http.Request) {
+func (s *console) downloadHistory(w http.ResponseWriter, r *http.Request) {
 	key, err := canonKey(r.PathValue("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
@@ -59,7 +59,7 @@ func (s *Server) downloadHistory(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeHistory answers with k's SagaHistory, as a download when attach.
-func (s *Server) writeHistory(w http.ResponseWriter, r *http.Request, k store.Key, attach bool) {
+func (s *parts) writeHistory(w http.ResponseWriter, r *http.Request, k store.Key, attach bool) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	in, err := s.load(ctx, k)
@@ -82,7 +82,7 @@ func (s *Server) writeHistory(w http.ResponseWriter, r *http.Request, k store.Ke
 }
 
 // history reads k's journal and the sent state of what it emitted.
-func (s *Server) history(ctx context.Context, k store.Key) (*SagaHistory, error) {
+func (s *parts) history(ctx context.Context, k store.Key) (*SagaHistory, error) {
 	j, err := s.st.Journal(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s/%s: %w", k.SagaType, k.Key, err)
@@ -93,14 +93,14 @@ func (s *Server) history(ctx context.Context, k store.Key) (*SagaHistory, error)
 
 // historyEntries are the journal's entries with the sent state of what
 // they emitted.
-func (s *Server) historyEntries(ctx context.Context, j []store.JournalEntry) []HistoryEntry {
+func (s *parts) historyEntries(ctx context.Context, j []store.JournalEntry) []HistoryEntry {
 	return inspect.HistoryEntries(j, s.sentStates(ctx, j))
 }
 
 // sentStates looks up the sent state of every message the journal says was
 // emitted. A lookup that fails leaves them unknown: the history is still
 // worth showing.
-func (s *Server) sentStates(ctx context.Context, j []store.JournalEntry) map[string]inspect.SentState {
+func (s *parts) sentStates(ctx context.Context, j []store.JournalEntry) map[string]inspect.SentState {
 	ids := inspect.EmittedIDs(j)
 	out := make(map[string]inspect.SentState, len(ids))
 	if len(ids) == 0 {
@@ -120,7 +120,7 @@ func (s *Server) sentStates(ctx context.Context, j []store.JournalEntry) map[str
 
 // onStoreQueue tells whether the engine's transport is its store's own
 // queue, which takes emitted messages in the commit that emits them.
-func (s *Server) onStoreQueue() bool {
+func (s *parts) onStoreQueue() bool {
 	q := s.caps.storeQueue
 	tr := s.e.Transport()
 	return q != nil && tr != nil && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr)
@@ -146,7 +146,7 @@ type diffOp struct {
 }
 
 // historyRows are the journal's entries as the instance page shows them.
-func (s *Server) historyRows(ctx context.Context, j []store.JournalEntry) []historyRow {
+func (s *console) historyRows(ctx context.Context, j []store.JournalEntry) []historyRow {
 	entries := s.historyEntries(ctx, j)
 	rows := make([]historyRow, len(entries))
 	for i, e := range entries {

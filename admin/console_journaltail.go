@@ -13,7 +13,7 @@ import (
 // JournalTailer, which reads those entries only, or else from the whole
 // journal. It reads one entry more than it shows, whose state is the state
 // before the oldest entry shown.
-func (s *Server) latestJournal(ctx context.Context, k store.Key) (shown []store.JournalEntry, older int, err error) {
+func (s *console) latestJournal(ctx context.Context, k store.Key) (shown []store.JournalEntry, older int, err error) {
 	var total int
 	if jt := s.caps.journalTailer; jt != nil {
 		shown, total, err = jt.JournalTail(ctx, k, journalShown+1)

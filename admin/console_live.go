@@ -198,7 +198,7 @@ func liveInstanceQuery(q url.Values, p *readmodel.InstanceQuery) error {
 // another page follows), and its count when the store can count. A page
 // before a cursor that comes back short is the start of the list: the
 // first page is read instead, so that it is full.
-func (s *Server) instancePage(ctx context.Context, p *readmodel.InstanceQuery) (*instanceRows, error) {
+func (s *console) instancePage(ctx context.Context, p *readmodel.InstanceQuery) (*instanceRows, error) {
 	queries := s.caps.instances != nil
 	if !queries && (p.Before != nil || !p.UpdatedFrom.IsZero() || !p.UpdatedBefore.IsZero()) {
 		return nil, fmt.Errorf("previous pages and time ranges: %w", inspect.ErrUnsupported)
@@ -258,7 +258,7 @@ func (v *instancesView) instanceLinks(p *readmodel.InstanceQuery, page *instance
 // timerPage reads the timers page of the console through
 // readmodel.TimerQuerier (one row more, to know whether another page
 // follows), and its count when the store can count.
-func (s *Server) timerPage(ctx context.Context, tq readmodel.TimerQuerier, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
+func (s *console) timerPage(ctx context.Context, tq readmodel.TimerQuerier, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
 	limit := p.Limit
 	p.Limit++
 	ts, err := tq.QueryTimers(ctx, p)
@@ -320,7 +320,7 @@ func (v *timersView) timerLinks(ts []store.Timer, hasPrev, hasNext bool) {
 // one key (through the store's index), or every timer of a store without
 // readmodel.TimerQuerier. A key has few timers: its range start is applied to
 // the page, its count is exact, and its previous page is its first.
-func (s *Server) keyTimers(ctx context.Context, q url.Values, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
+func (s *console) keyTimers(ctx context.Context, q url.Values, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
 	f := timerFilter(q, v.Now)
 	f.DueBefore, f.Limit = p.DueBefore, consolePage
 	if f.Key == "" && (!p.DueFrom.IsZero() || p.Before != nil) {

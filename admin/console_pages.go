@@ -35,7 +35,7 @@ func flash(r *http.Request) string {
 	return strconv.Itoa(n) + " " + what
 }
 
-func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageOverview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	o, err := s.overview(ctx)
@@ -47,7 +47,7 @@ func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "overview", "Overview", o)
 }
 
-func (s *Server) pageSagaTypes(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageSagaTypes(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	ts, err := s.sagaTypes(ctx)
@@ -80,7 +80,7 @@ type instancesView struct {
 	Chips []stuckChip
 }
 
-func (s *Server) pageInstances(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageInstances(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &instancesView{Filter: map[string]string{}, Attrs: attrFilters(q), Now: time.Now()}
 	for _, k := range []string{"type", "state", "status", "prefix", "stuck", "from", "to", "reason", "idle"} {
@@ -164,7 +164,7 @@ type instanceView struct {
 	Now         time.Time
 }
 
-func (s *Server) pageInstance(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageInstance(w http.ResponseWriter, r *http.Request) {
 	typ := r.PathValue("type")
 	key, err := canonKey(r.PathValue("key"), maxFieldLen)
 	if err != nil {
@@ -233,7 +233,7 @@ type deadLettersView struct {
 	Triage *triageView
 }
 
-func (s *Server) pageDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &deadLettersView{Filter: map[string]string{}, Flash: flash(r), Now: time.Now()}
 	for _, k := range []string{"type", "reason", "message_type", "key", "state", "fingerprint", "archived", "archived_before"} {
@@ -284,7 +284,7 @@ type deadLetterView struct {
 	Retention string
 }
 
-func (s *Server) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	d, err := s.st.GetDeadLetter(ctx, r.PathValue("id"))
@@ -303,7 +303,7 @@ func (s *Server) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "deadletter", "Dead letter", v)
 }
 
-func (s *Server) actReplay(w http.ResponseWriter, r *http.Request) {
+func (s *console) actReplay(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	err := s.e.ReplayDeadLetter(ctx, r.PathValue("id"))
@@ -322,7 +322,7 @@ func (s *Server) actReplay(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, basePath(r)+"/dead-letters?done=replayed&n=1", http.StatusSeeOther)
 }
 
-func (s *Server) actPurge(w http.ResponseWriter, r *http.Request) {
+func (s *console) actPurge(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, basePath(r)+"/dead-letters/"+url.PathEscape(id)+"?confirm=purge", http.StatusSeeOther)
@@ -349,7 +349,7 @@ func (s *Server) actPurge(w http.ResponseWriter, r *http.Request) {
 
 // actBulk replays or purges every dead letter the form's filters select,
 // once the form says confirm=yes; before that it shows the count.
-func (s *Server) actBulk(w http.ResponseWriter, r *http.Request) {
+func (s *console) actBulk(w http.ResponseWriter, r *http.Request) {
 	action := r.PostFormValue("action")
 	if action != "replay" && action != "purge" && action != "archive" && action != "restore" {
 		s.consoleError(w, r, http.StatusBadRequest, "Unknown bulk action.")
@@ -410,7 +410,7 @@ type timerRow struct {
 // Inert reports whether the timer's saga finished or is gone.
 func (t timerRow) Inert() bool { return t.Finished || t.Gone }
 
-func (s *Server) pageTimers(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageTimers(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	now := time.Now()
 	v := &timersView{Filter: map[string]string{"type": q.Get("type"), "key": q.Get("key"), "overdue": q.Get("overdue")}, Now: now, Back: r.URL.RequestURI(), Flash: flash(r)}
@@ -445,7 +445,7 @@ func (s *Server) pageTimers(w http.ResponseWriter, r *http.Request) {
 
 // timerRows marks the timers whose saga finished or is gone, loading
 // their sagas in one unit of work.
-func (s *Server) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, error) {
+func (s *console) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, error) {
 	rows := make([]timerRow, len(ts))
 	keys := make([]store.Key, 0, len(ts))
 	for i, t := range ts {
@@ -476,7 +476,7 @@ func (s *Server) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, e
 
 // formTimer reads the timer a form names; false when the key is invalid
 // (the error page is sent).
-func (s *Server) formTimer(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
+func (s *console) formTimer(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
 	key, err := canonKey(r.PostFormValue("key"), maxFieldLen)
 	if err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
@@ -502,7 +502,7 @@ func back(w http.ResponseWriter, r *http.Request, done string) {
 
 // timerActionable sends an error page and returns false when the timer's
 // saga finished or is gone: the console changes no such timer.
-func (s *Server) timerActionable(ctx context.Context, w http.ResponseWriter, r *http.Request, k store.TimerKey) bool {
+func (s *console) timerActionable(ctx context.Context, w http.ResponseWriter, r *http.Request, k store.TimerKey) bool {
 	in, err := s.load(ctx, store.Key{SagaType: k.SagaType, Key: k.Key})
 	switch {
 	case err != nil:
@@ -527,7 +527,7 @@ type timerConfirmView struct {
 
 // pageCancelTimer asks whether to cancel the timer the query names, as
 // purging a dead letter asks first.
-func (s *Server) pageCancelTimer(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageCancelTimer(w http.ResponseWriter, r *http.Request) {
 	if s.readOnly {
 		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
@@ -555,7 +555,7 @@ func (s *Server) pageCancelTimer(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "timercancel", "Cancel timer", &timerConfirmView{T: t, Back: safeNext(q.Get("back")), Now: time.Now()})
 }
 
-func (s *Server) actCancelTimer(w http.ResponseWriter, r *http.Request) {
+func (s *console) actCancelTimer(w http.ResponseWriter, r *http.Request) {
 	k, ok := s.formTimer(w, r)
 	if !ok {
 		return
@@ -580,7 +580,7 @@ func (s *Server) actCancelTimer(w http.ResponseWriter, r *http.Request) {
 	back(w, r, "cancelled")
 }
 
-func (s *Server) actRescheduleTimer(w http.ResponseWriter, r *http.Request) {
+func (s *console) actRescheduleTimer(w http.ResponseWriter, r *http.Request) {
 	k, ok := s.formTimer(w, r)
 	if !ok {
 		return

@@ -108,13 +108,13 @@ type replicaRow struct {
 
 // routeConsoleReplicas adds the replicas page and GET /api/replicas.
 func (s *Server) routeConsoleReplicas() {
-	s.mux.Handle("GET /replicas", s.consolePage(s.pageReplicas))
-	s.mux.Handle("GET /api/replicas", s.authorize(http.HandlerFunc(s.apiReplicas)))
-	s.mux.Handle("POST /replicas/remove", s.consolePage(s.actRemoveReplicas))
-	s.mux.Handle("POST /api/replicas/remove", s.authorize(s.writable(http.HandlerFunc(s.apiRemoveReplicas))))
+	s.mux.Handle("GET /replicas", s.console.consolePage(s.console.pageReplicas))
+	s.mux.Handle("GET /api/replicas", s.authorize(http.HandlerFunc(s.api.apiReplicas)))
+	s.mux.Handle("POST /replicas/remove", s.console.consolePage(s.console.actRemoveReplicas))
+	s.mux.Handle("POST /api/replicas/remove", s.authorize(s.writable(http.HandlerFunc(s.api.apiRemoveReplicas))))
 }
 
-func (s *Server) apiReplicas(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiReplicas(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
@@ -133,7 +133,7 @@ func (s *Server) apiReplicas(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) pageReplicas(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageReplicas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &replicasView{Now: time.Now(), Confirm: q.Get("confirm") == "remove"}
 	if n := q.Get("removed"); n != "" {
@@ -161,7 +161,7 @@ func (s *Server) pageReplicas(w http.ResponseWriter, r *http.Request) {
 }
 
 // listReplicas reads at most limit replicas and judges their state at now.
-func (s *Server) listReplicas(ctx context.Context, limit int, now time.Time) (*ReplicaList, error) {
+func (s *parts) listReplicas(ctx context.Context, limit int, now time.Time) (*ReplicaList, error) {
 	rr := s.caps.replicas
 	if rr == nil {
 		return nil, errNoReplicas
@@ -257,7 +257,7 @@ type RemovedReplicas struct {
 // (gone, replaced or stopped) and last beat before every live replica
 // did: store.ReplicaRegistry prunes by last beat, so a live replica's
 // record is never removed.
-func (s *Server) removeReplicas(ctx context.Context, now time.Time) (*RemovedReplicas, error) {
+func (s *parts) removeReplicas(ctx context.Context, now time.Time) (*RemovedReplicas, error) {
 	rr := s.caps.replicas
 	if rr == nil {
 		return nil, errNoReplicas
@@ -285,7 +285,7 @@ func (s *Server) removeReplicas(ctx context.Context, now time.Time) (*RemovedRep
 	return out, nil
 }
 
-func (s *Server) apiRemoveReplicas(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiRemoveReplicas(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
 	out, err := s.removeReplicas(ctx, time.Now())
@@ -300,7 +300,7 @@ func (s *Server) apiRemoveReplicas(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) actRemoveReplicas(w http.ResponseWriter, r *http.Request) {
+func (s *console) actRemoveReplicas(w http.ResponseWriter, r *http.Request) {
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, basePath(r)+"/replicas?confirm=remove", http.StatusSeeOther)
 		return

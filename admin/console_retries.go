@@ -54,14 +54,14 @@ type retrySelection struct {
 
 // routeRetryNow adds the retry now endpoints and console pages.
 func (s *Server) routeRetryNow() {
-	s.mux.Handle("POST /api/sagas/{type}/{key}/retries/{id}/retry", s.authorize(s.writable(http.HandlerFunc(s.apiRetryNow))))
-	s.mux.Handle("GET /api/retries/select", s.authorize(http.HandlerFunc(s.apiSelectRetries)))
-	s.mux.Handle("POST /api/retries/retry", s.authorize(s.writable(http.HandlerFunc(s.apiRetryNowBatch))))
-	s.mux.Handle("GET /retries", s.consolePage(s.pageRetries))
-	s.mux.Handle("GET /retries/retry-now", s.consolePage(s.pageAskRetryNow))
-	s.mux.Handle("POST /retries/retry-now", s.consolePage(s.actRetryNow))
-	s.mux.Handle("GET /retries/retry", s.consolePage(s.pageAskRetryBatch))
-	s.mux.Handle("POST /retries/retry", s.consolePage(s.actRetryBatch))
+	s.mux.Handle("POST /api/sagas/{type}/{key}/retries/{id}/retry", s.authorize(s.writable(http.HandlerFunc(s.api.apiRetryNow))))
+	s.mux.Handle("GET /api/retries/select", s.authorize(http.HandlerFunc(s.api.apiSelectRetries)))
+	s.mux.Handle("POST /api/retries/retry", s.authorize(s.writable(http.HandlerFunc(s.api.apiRetryNowBatch))))
+	s.mux.Handle("GET /retries", s.console.consolePage(s.console.pageRetries))
+	s.mux.Handle("GET /retries/retry-now", s.console.consolePage(s.console.pageAskRetryNow))
+	s.mux.Handle("POST /retries/retry-now", s.console.consolePage(s.console.actRetryNow))
+	s.mux.Handle("GET /retries/retry", s.console.consolePage(s.console.pageAskRetryBatch))
+	s.mux.Handle("POST /retries/retry", s.console.consolePage(s.console.actRetryBatch))
 }
 
 // errRetryNow is a retry now refused, with the HTTP status to answer and
@@ -74,7 +74,7 @@ type errRetryNow struct {
 func (e *errRetryNow) Error() string { return e.msg }
 
 // findRetry returns the retry id of saga k.
-func (s *Server) findRetry(ctx context.Context, k store.Key, id string) (*store.Retry, error) {
+func (s *parts) findRetry(ctx context.Context, k store.Key, id string) (*store.Retry, error) {
 	if s.caps.retries == nil {
 		return nil, &errRetryNow{http.StatusNotImplemented, fmt.Sprintf("store %T keeps no retry state", s.st)}
 	}
@@ -93,7 +93,7 @@ func (s *Server) findRetry(ctx context.Context, k store.Key, id string) (*store.
 // retryNow publishes r's message again now on behalf of actor, under its
 // own ID, after marking the retry (RetryNowAt) so that a failure of the
 // copy is recorded even though its transport counts attempts afresh.
-func (s *Server) retryNow(ctx context.Context, r *store.Retry, actor string) (idem.Envelope, error) {
+func (s *parts) retryNow(ctx context.Context, r *store.Retry, actor string) (idem.Envelope, error) {
 	if err := unretryable(r); err != nil {
 		return idem.Envelope{}, err
 	}
@@ -139,7 +139,7 @@ func retryStatus(err error) (int, string) {
 	return http.StatusServiceUnavailable, "the store or the queue failed (see the server log): try again, which is safe"
 }
 
-func (s *Server) apiRetryNow(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiRetryNow(w http.ResponseWriter, r *http.Request) {
 	k, err := s.sagaKeyOf(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v: path-escape the key as it appears in GET /api/sagas", err)
@@ -186,7 +186,7 @@ func retryFilter(q url.Values, ids bool) (*inspect.RetryFilter, error) {
 	return f, nil
 }
 
-func (s *Server) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
 	f, err := retryFilter(r.URL.Query(), false)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
@@ -208,7 +208,7 @@ func (s *Server) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
 // retryBatch retries now the set f selects, if its digest is still
 // confirmed. The error is ErrSetChanged, ErrCapped, or a failure after
 // res.Done messages were published.
-func (s *Server) retryBatch(ctx context.Context, f *inspect.RetryFilter, confirmed, actor string) (*RetryNowResult, error) {
+func (s *parts) retryBatch(ctx context.Context, f *inspect.RetryFilter, confirmed, actor string) (*RetryNowResult, error) {
 	sel, err := inspect.SelectRetries(ctx, s.st, f)
 	switch {
 	case err != nil:
@@ -232,7 +232,7 @@ func (s *Server) retryBatch(ctx context.Context, f *inspect.RetryFilter, confirm
 	return res, nil
 }
 
-func (s *Server) apiRetryNowBatch(w http.ResponseWriter, r *http.Request) {
+func (s *api) apiRetryNowBatch(w http.ResponseWriter, r *http.Request) {
 	f, err := retryFilter(r.URL.Query(), false)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
@@ -307,7 +307,7 @@ func retryCursor(q url.Values, rq *store.RetryQuery) error {
 	return nil
 }
 
-func (s *Server) pageRetries(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageRetries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &retriesView{SagaType: q.Get("saga_type"), Now: time.Now()}
 	if q.Get("done") == "sent" {
@@ -340,13 +340,13 @@ func (s *Server) pageRetries(w http.ResponseWriter, r *http.Request) {
 }
 
 // formRetry reads the message a retry now form names.
-func (s *Server) formRetry(vals url.Values) (store.Key, string, error) {
+func (s *console) formRetry(vals url.Values) (store.Key, string, error) {
 	k, err := s.sagaKeyOfValues(vals.Get("type"), vals.Get("key"))
 	return k, vals.Get("id"), err
 }
 
 // sagaKeyOfValues is sagaKeyOf for a form's or a query's values.
-func (s *Server) sagaKeyOfValues(typ, raw string) (store.Key, error) {
+func (s *console) sagaKeyOfValues(typ, raw string) (store.Key, error) {
 	key, err := canonKey(raw, s.e.MaxKeyLen())
 	if err != nil {
 		return store.Key{}, fmt.Errorf("saga key %q is not a valid key: %w", raw, err)
@@ -355,7 +355,7 @@ func (s *Server) sagaKeyOfValues(typ, raw string) (store.Key, error) {
 }
 
 // pageAskRetryNow asks whether to retry now the message the query names.
-func (s *Server) pageAskRetryNow(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageAskRetryNow(w http.ResponseWriter, r *http.Request) {
 	if s.readOnly {
 		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
@@ -384,7 +384,7 @@ func (s *Server) pageAskRetryNow(w http.ResponseWriter, r *http.Request) {
 
 // actRetryNow retries now the message of the form once it says
 // confirm=yes; before that it asks (pageAskRetryNow).
-func (s *Server) actRetryNow(w http.ResponseWriter, r *http.Request) {
+func (s *console) actRetryNow(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
@@ -432,7 +432,7 @@ func filterValues(f *inspect.RetryFilter) url.Values {
 
 // pageAskRetryBatch counts the messages the query's filter selects and
 // asks whether to retry them now, bound to the count's digest.
-func (s *Server) pageAskRetryBatch(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageAskRetryBatch(w http.ResponseWriter, r *http.Request) {
 	if s.readOnly {
 		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
@@ -462,7 +462,7 @@ func (s *Server) pageAskRetryBatch(w http.ResponseWriter, r *http.Request) {
 // actRetryBatch retries now the set the form's filter selects once the
 // form says confirm=yes and carries the digest the question counted;
 // before that it asks (pageAskRetryBatch).
-func (s *Server) actRetryBatch(w http.ResponseWriter, r *http.Request) {
+func (s *console) actRetryBatch(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		s.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
 		return

@@ -37,10 +37,10 @@ type schedulesView struct {
 // POST is refused in read-only mode by consolePage, and cross-origin by
 // ServeHTTP.
 func (s *Server) routeConsoleSchedules() {
-	s.mux.Handle("GET /schedules", s.consolePage(s.pageSchedules))
-	s.mux.Handle("POST /schedules/pause", s.consolePage(s.actPauseSchedule("pause")))
-	s.mux.Handle("POST /schedules/resume", s.consolePage(s.actPauseSchedule("resume")))
-	s.mux.Handle("POST /schedules/fire", s.consolePage(s.actFireSchedule))
+	s.mux.Handle("GET /schedules", s.console.consolePage(s.console.pageSchedules))
+	s.mux.Handle("POST /schedules/pause", s.console.consolePage(s.console.actPauseSchedule("pause")))
+	s.mux.Handle("POST /schedules/resume", s.console.consolePage(s.console.actPauseSchedule("resume")))
+	s.mux.Handle("POST /schedules/fire", s.console.consolePage(s.console.actFireSchedule))
 }
 
 // scheduleFlash turns ?done= into a fixed sentence: the query cannot
@@ -49,7 +49,7 @@ func scheduleFlash(done string) string {
 	return map[string]string{"paused": "1 schedule paused.", "resumed": "1 schedule resumed.", "fired": "1 schedule fired: its next tick was sent now, and it is due again at the tick after."}[done]
 }
 
-func (s *Server) pageSchedules(w http.ResponseWriter, r *http.Request) {
+func (s *console) pageSchedules(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &schedulesView{After: q.Get("after"), Flash: scheduleFlash(q.Get("done")), Now: time.Now()}
 	ctx, cancel := s.storeCtx(r)
@@ -80,7 +80,7 @@ func (s *Server) pageSchedules(w http.ResponseWriter, r *http.Request) {
 // askSchedule sets v.Confirm to the schedule the question is about; it
 // sends an error page and returns false when the question cannot be asked
 // (read-only, a bad name, no such schedule), as the action would refuse.
-func (s *Server) askSchedule(ctx context.Context, w http.ResponseWriter, r *http.Request, v *schedulesView, name string) bool {
+func (s *console) askSchedule(ctx context.Context, w http.ResponseWriter, r *http.Request, v *schedulesView, name string) bool {
 	if s.readOnly {
 		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return false
@@ -108,7 +108,7 @@ func (s *Server) askSchedule(ctx context.Context, w http.ResponseWriter, r *http
 
 // actPauseSchedule pauses or resumes the schedule the form names, once the
 // form says confirm=yes; before that it asks, on the schedules page.
-func (s *Server) actPauseSchedule(action string) http.HandlerFunc {
+func (s *console) actPauseSchedule(action string) http.HandlerFunc {
 	done := map[string]string{"pause": "paused", "resume": "resumed"}[action]
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, after := r.PostFormValue("name"), r.PostFormValue("after")
@@ -137,7 +137,7 @@ func (s *Server) actPauseSchedule(action string) http.HandlerFunc {
 
 // actFireSchedule fires the schedule's next tick now once the form says
 // confirm=yes; before that it asks, on the schedules page.
-func (s *Server) actFireSchedule(w http.ResponseWriter, r *http.Request) {
+func (s *console) actFireSchedule(w http.ResponseWriter, r *http.Request) {
 	name, after := r.PostFormValue("name"), r.PostFormValue("after")
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, basePath(r)+"/schedules"+query("confirm", "fire", "name", name, "after", after), http.StatusSeeOther)

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -132,7 +133,7 @@ func basePath(r *http.Request) string {
 // refuses every POST of a read-only console. CSRF is refused before, for
 // every route, by ServeHTTP's http.CrossOriginProtection: a browser's POST
 // from another origin never gets here, so console forms carry no token.
-func (s *Server) consolePage(h http.HandlerFunc) http.Handler {
+func (s *console) consolePage(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sess := s.sessions.get(r, s.sessions.now())
 		if sess == nil && s.auth {
@@ -150,7 +151,7 @@ func (s *Server) consolePage(h http.HandlerFunc) http.Handler {
 	})
 }
 
-func (s *Server) toLogin(w http.ResponseWriter, r *http.Request) {
+func (s *console) toLogin(w http.ResponseWriter, r *http.Request) {
 	target := basePath(r) + "/login"
 	if r.Method == http.MethodGet {
 		target += "?next=" + urlQueryEscape(r.URL.RequestURI())
@@ -163,7 +164,7 @@ func (s *Server) toLogin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }
 
-func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
+func (s *console) loginForm(w http.ResponseWriter, r *http.Request) {
 	if !s.auth {
 		http.Redirect(w, r, basePath(r)+"/", http.StatusSeeOther)
 		return
@@ -171,14 +172,14 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "login", "Sign in", map[string]string{"Next": safeNext(r.URL.Query().Get("next"))})
 }
 
-func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+func (s *console) login(w http.ResponseWriter, r *http.Request) {
 	if !s.auth {
 		http.Redirect(w, r, basePath(r)+"/", http.StatusSeeOther)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	tried := r.PostFormValue("token")
-	if tried != "" && s.limited(w, r, false) { // see console_limit.go
+	if tried != "" && s.loginLimited(w, r) { // see console_limit.go
 		return
 	}
 	got := sha256.Sum256([]byte(tried))
@@ -199,7 +200,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, basePath(r)+next, http.StatusSeeOther)
 }
 
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+func (s *console) logout(w http.ResponseWriter, r *http.Request) {
 	if sess := sessionOf(r); sess != nil {
 		s.sessions.delete(sess.id)
 		setCookie(w, r, sess, -1)
@@ -214,4 +215,15 @@ func safeNext(next string) string {
 		return "/"
 	}
 	return next
+}
+
+// loginLimited answers the login page with 429, and returns true, when r's
+// client may not try a token now.
+func (s *console) loginLimited(w http.ResponseWriter, r *http.Request) bool {
+	secs, refused := s.limited(w, r)
+	if refused {
+		msg := "Too many wrong tokens: wait " + strconv.Itoa(secs) + " s, then try again."
+		s.render(w, r, http.StatusTooManyRequests, "login", "Sign in", map[string]string{"Next": safeNext(r.PostFormValue("next")), "Error": msg})
+	}
+	return refused
 }

@@ -56,7 +56,7 @@ var stuckLabels = map[string]string{
 // stuckChips counts the urgent reasons, most urgent first (bounded: each
 // reads at most consolePage+1 sagas). A reason the store cannot list is
 // left out.
-func (s *Server) stuckChips(ctx context.Context, sagaType string, now time.Time) ([]stuckChip, error) {
+func (s *console) stuckChips(ctx context.Context, sagaType string, now time.Time) ([]stuckChip, error) {
 	var out []stuckChip
 	for _, r := range []string{inspect.StuckDeadline, inspect.StuckRetrying, inspect.StuckTimer} {
 		us, err := s.urgentActive(ctx, r, sagaType, now, consolePage+1)
@@ -73,7 +73,7 @@ func (s *Server) stuckChips(ctx context.Context, sagaType string, now time.Time)
 
 // urgentActive is inspect.UrgentSagas with the sagas that finished or are
 // gone left out, loaded.
-func (s *Server) urgentActive(ctx context.Context, reason, sagaType string, now time.Time, limit int) ([]*store.Instance, error) {
+func (s *console) urgentActive(ctx context.Context, reason, sagaType string, now time.Time, limit int) ([]*store.Instance, error) {
 	us, err := inspect.UrgentSagas(ctx, s.st, reason, sagaType, now, limit)
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func (s *Server) urgentActive(ctx context.Context, reason, sagaType string, now 
 // most urgent sagas of that reason (one page, no cursor); else the stuck
 // query (oldest first), no event for at least f.Idle. It reports whether
 // it filled the rows.
-func (s *Server) stuckPage(ctx context.Context, v *instancesView, p *readmodel.InstanceQuery, f stuckFilter, now time.Time) (bool, error) {
+func (s *console) stuckPage(ctx context.Context, v *instancesView, p *readmodel.InstanceQuery, f stuckFilter, now time.Time) (bool, error) {
 	var err error
 	if v.Chips, err = s.stuckChips(ctx, p.SagaType, now); err != nil {
 		return false, err

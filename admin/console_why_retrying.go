@@ -10,7 +10,7 @@ import (
 
 // retriesOf reads the retry state of the saga k's messages; nil when the
 // store keeps none (it is no store.RetryRecorder).
-func (s *Server) retriesOf(ctx context.Context, k store.Key) ([]store.Retry, error) {
+func (s *parts) retriesOf(ctx context.Context, k store.Key) ([]store.Retry, error) {
 	rr := s.caps.retries
 	if rr == nil {
 		return nil, nil
@@ -48,7 +48,7 @@ func (p *whyPanel) retrying(in *store.Instance, now time.Time) (string, bool) {
 // request past its deadline, an overdue timer, else how long it has had no
 // event in its (non-final) state. Two indexed reads per row (its retries,
 // its timers).
-func (s *Server) stuckReasons(ctx context.Context, rows []*store.Instance, now time.Time) ([]string, error) {
+func (s *console) stuckReasons(ctx context.Context, rows []*store.Instance, now time.Time) ([]string, error) {
 	out := make([]string, len(rows))
 	for i, in := range rows {
 		k := store.Key{SagaType: in.SagaType, Key: in.Key}

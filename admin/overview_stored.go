@@ -47,7 +47,7 @@ const StoredCountBound = 1000
 // storedCounts counts the dead letters and timers the store holds. A
 // failure is logged and leaves the count out: the rest of the overview
 // still shows.
-func (s *Server) storedCounts(ctx context.Context) StoredCounts {
+func (s *parts) storedCounts(ctx context.Context) StoredCounts {
 	var out StoredCounts
 	rc, re := s.caps.rowCounter, s.caps.rowEstimator
 	counts, estimates := rc != nil, re != nil
@@ -109,7 +109,7 @@ const unresolvedSample = 250
 // unresolvedSample by ID times the store's estimate of all. It returns nil when
 // the store cannot select dead letters, or cannot estimate beyond the
 // bound (the caller then counts the table).
-func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
+func (s *parts) unresolvedCount(ctx context.Context) *StoredCount {
 	if uc := s.caps.unresolvedCounter; uc != nil { // from an index: exact up to the bound
 		n, err := uc.CountUnresolved(ctx, StoredCountBound+1)
 		switch {
@@ -150,7 +150,7 @@ func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
 
 // scaledEstimate scales n of read dead letters to the store's estimate of
 // all it holds; nil when the store cannot estimate.
-func (s *Server) scaledEstimate(ctx context.Context, n, read int) *StoredCount {
+func (s *parts) scaledEstimate(ctx context.Context, n, read int) *StoredCount {
 	re := s.caps.rowEstimator
 	if re == nil {
 		return nil
