@@ -59,18 +59,6 @@ type SendEvent struct {
 	Body json.RawMessage `json:"body"`
 }
 
-// routeActions adds the actions on one saga: the JSON endpoints and the
-// console's forms. Every POST is refused in read-only mode (writable,
-// consolePage) and cross-origin (ServeHTTP).
-func (s *Server) routeActions() {
-	s.mux.Handle("POST /api/sagas/{type}/{key}/end", s.authorize(s.writable(http.HandlerFunc(s.api.apiEndSaga))))
-	s.mux.Handle("POST /api/sagas/{type}/{key}/events", s.authorize(s.writable(http.HandlerFunc(s.api.apiSendEvent))))
-	s.mux.Handle("GET /api/sagas/select", s.authorize(http.HandlerFunc(s.api.apiSelectSagas)))
-	s.mux.Handle("POST /api/sagas/end", s.authorize(s.writable(http.HandlerFunc(s.api.apiEndSagas))))
-	s.mux.Handle("POST /instances/{type}/{key}/end", s.console.consolePage(s.console.actEndSaga))
-	s.mux.Handle("POST /instances/{type}/{key}/send", s.console.consolePage(s.console.actSendEvent))
-}
-
 // apiActor names the API caller for the journal.
 func (s *api) apiActor(r *http.Request) (string, error) {
 	who := "api"
@@ -332,7 +320,7 @@ type actionsView struct {
 }
 
 // actionsFor builds the actions card of saga in, whose Why panel is why.
-func (s *parts) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) *actionsView {
+func (s *console) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) *actionsView {
 	q := r.URL.Query()
 	a := &actionsView{Reason: q.Get("reason"), Type: q.Get("type"), Body: q.Get("body"), ID: q.Get("id"), Version: in.Version, State: in.State,
 		Finished: in.Status() == store.StatusFinished}

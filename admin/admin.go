@@ -151,21 +151,7 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 	}
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: slogErrorLog{s.log}})
 
-	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.mux.Handle("GET /metrics", s.authorize(metrics))
-	s.mux.Handle("GET /api/sagas", s.authorize(http.HandlerFunc(s.api.querySagas)))
-	s.mux.Handle("GET /api/sagas/{type}/{key}", s.authorize(http.HandlerFunc(s.api.getSaga)))
-	s.mux.Handle("GET /api/dead-letters", s.authorize(http.HandlerFunc(s.api.queryDeadLetters)))
-	s.mux.Handle("GET /api/dead-letters/{id}", s.authorize(http.HandlerFunc(s.api.getDeadLetter)))
-	s.mux.Handle("POST /api/dead-letters/{id}/replay", s.authorize(s.writable(http.HandlerFunc(s.api.replayDeadLetter))))
-	s.mux.Handle("DELETE /api/dead-letters/{id}", s.authorize(s.writable(http.HandlerFunc(s.api.deleteDeadLetter))))
-	s.mux.Handle("POST /api/messages", s.authorize(s.writable(http.HandlerFunc(s.api.submit))))
-	s.routeAPI()
-	s.routeConsole()
-	s.mux.Handle("/api/", s.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no API route %s %s: see the routes in the documentation of package admin", r.Method, r.URL.Path)
-	})))
+	s.routes(metrics)
 	return s, nil
 }
 

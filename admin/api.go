@@ -414,7 +414,7 @@ func (s *api) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message, b
 }
 
 // consumer returns the registered saga machine consuming msgType, or nil.
-func (s *parts) consumer(msgType string) idem.Machine {
+func (s *api) consumer(msgType string) idem.Machine {
 	for _, m := range s.e.Sagas() {
 		if slices.Contains(m.MessageTypes(), msgType) {
 			return m

@@ -17,23 +17,6 @@ import (
 	"github.com/idemhq/idem/store/readmodel"
 )
 
-// routeAPI adds the routes that the console's actions share with scripts.
-func (s *Server) routeAPI() {
-	api := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.authorize(h)) }
-	write := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.authorize(s.writable(h))) }
-	api("GET /api/overview", s.api.apiOverview)
-	api("GET /api/saga-types", s.api.apiSagaTypes)
-	api("GET /api/dead-letters/counts", s.api.apiDeadLetterCounts)
-	write("POST /api/dead-letters/replay", s.api.apiBulkDeadLetters(true))
-	write("POST /api/dead-letters/purge", s.api.apiBulkDeadLetters(false))
-	api("GET /api/timers", s.api.apiTimers)
-	write("DELETE /api/timers/{type}/{key}/{name}", s.api.apiCancelTimer)
-	write("POST /api/timers/{type}/{key}/{name}/reschedule", s.api.apiRescheduleTimer)
-	s.routeSchedules()
-	s.routeRetries()
-	s.routeTriageAPI()
-}
-
 // writable refuses h in read-only mode.
 func (s *parts) writable(h http.Handler) http.Handler {
 	if !s.readOnly {

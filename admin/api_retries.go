@@ -14,11 +14,6 @@ type RetryList struct {
 	Retries []store.Retry `json:"retries"`
 }
 
-// routeRetries adds GET /api/sagas/{type}/{key}/retries.
-func (s *Server) routeRetries() {
-	s.mux.Handle("GET /api/sagas/{type}/{key}/retries", s.authorize(http.HandlerFunc(s.api.apiRetries)))
-}
-
 // apiRetries lists the retry state of a saga's messages. The saga need
 // not exist: a message that would start it may be the one failing.
 func (s *api) apiRetries(w http.ResponseWriter, r *http.Request) {

@@ -30,17 +30,6 @@ type ScheduleList struct {
 	Next string `json:"next,omitempty"`
 }
 
-// routeSchedules adds the schedule routes: list, pause, resume, delete.
-// Mutations follow the API's rules (the bearer token, cross-origin
-// protection in ServeHTTP, read-only).
-func (s *Server) routeSchedules() {
-	s.mux.Handle("GET /api/schedules", s.authorize(http.HandlerFunc(s.api.apiSchedules)))
-	s.mux.Handle("POST /api/schedules/{name}/pause", s.authorize(s.writable(s.api.apiPauseSchedule(true))))
-	s.mux.Handle("POST /api/schedules/{name}/resume", s.authorize(s.writable(s.api.apiPauseSchedule(false))))
-	s.mux.Handle("DELETE /api/schedules/{name}", s.authorize(s.writable(http.HandlerFunc(s.api.apiDeleteSchedule))))
-	s.mux.Handle("POST /api/schedules/{name}/fire", s.authorize(s.writable(http.HandlerFunc(s.api.apiFireSchedule))))
-}
-
 // FiredTick is the answer of POST /api/schedules/{name}/fire.
 type FiredTick struct {
 	Name string `json:"name"`

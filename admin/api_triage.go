@@ -14,14 +14,6 @@ import (
 	"github.com/idemhq/idem/store/readmodel"
 )
 
-// routeTriageAPI adds the dead-letter triage routes: groups, archive and
-// restore. The writes are refused in read-only mode.
-func (s *Server) routeTriageAPI() {
-	s.mux.Handle("GET /api/dead-letters/groups", s.authorize(http.HandlerFunc(s.api.apiDeadLetterGroups)))
-	s.mux.Handle("POST /api/dead-letters/archive", s.authorize(s.writable(s.api.apiTriage("archive"))))
-	s.mux.Handle("POST /api/dead-letters/restore", s.authorize(s.writable(s.api.apiTriage("restore"))))
-}
-
 // DeadLetterGroup is a group of dead letters that failed alike, as GET
 // /api/dead-letters/groups returns it.
 type DeadLetterGroup struct {

@@ -130,44 +130,6 @@ func (s *console) storeFailed(w http.ResponseWriter, r *http.Request, op string,
 	s.consoleError(w, r, http.StatusServiceUnavailable, "The store did not answer ("+op+"). See the server log, then reload.")
 }
 
-// routeConsole adds the console's pages and actions.
-func (s *Server) routeConsole() {
-	page := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.console.consolePage(h)) }
-	page("GET /{$}", s.console.pageOverview)
-	page("GET /sagas", s.console.pageSagaTypes)
-	page("GET /instances", s.console.pageInstances)
-	page("GET /instances/{type}/{key}", s.console.pageInstance)
-	page("GET /dead-letters", s.console.pageDeadLetters)
-	page("GET /dead-letters/{id}", s.console.pageDeadLetter)
-	page("POST /dead-letters/{id}/replay", s.console.actReplay)
-	page("POST /dead-letters/{id}/purge", s.console.actPurge)
-	page("POST /dead-letters/bulk", s.console.actBulk)
-	page("POST /dead-letters/selected", s.console.actSelected)
-	page("GET /timers", s.console.pageTimers)
-	page("GET /timers/cancel", s.console.pageCancelTimer)
-	page("POST /timers/cancel", s.console.actCancelTimer)
-	page("POST /timers/reschedule", s.console.actRescheduleTimer)
-	s.routeConsoleSchedules()
-	s.routeActions()
-	s.routeConsoleBatchEnd()
-	s.routeRetryNow()
-	s.routeConsoleReplicas()
-	s.routeHistory()
-	s.routeCharts()
-	page("POST /logout", s.console.logout)
-	s.mux.HandleFunc("GET /login", s.console.loginForm)
-	s.mux.HandleFunc("POST /login", s.console.login)
-	assets, _ := fs.Sub(assetFiles, "assets")
-	files := http.FileServerFS(assets)
-	s.mux.Handle("GET /assets/", http.StripPrefix("/assets", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "public, max-age=3600")
-		files.ServeHTTP(w, r)
-	})))
-	page("/", func(w http.ResponseWriter, r *http.Request) {
-		s.console.consoleError(w, r, http.StatusNotFound, "There is no console page at this address.")
-	})
-}
-
 // ago says how long ago t was, or how far ahead it is, with span.
 func ago(t time.Time) string { return agoAt(t, time.Now()) }
 

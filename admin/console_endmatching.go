@@ -42,14 +42,6 @@ type batchEndView struct {
 // batchEndPair is one filter parameter.
 type batchEndPair struct{ Name, Value string }
 
-// routeConsoleBatchEnd adds the instance list's batch end: the question
-// (GET, which counts) and the end (POST, refused in read-only mode by
-// consolePage, and cross-origin by ServeHTTP).
-func (s *Server) routeConsoleBatchEnd() {
-	s.mux.Handle("GET /instances/end", s.console.consolePage(s.console.pageBatchEnd))
-	s.mux.Handle("POST /instances/end", s.console.consolePage(s.console.actBatchEnd))
-}
-
 // batchEndFilterOf reads the list's filter out of values, dropping empty
 // parameters (the list's form sends its blank fields).
 func batchEndFilterOf(values url.Values) url.Values {

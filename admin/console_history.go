@@ -32,13 +32,6 @@ type HistoryEntry = inspect.HistoryEntry
 // in the outbox, or a store that cannot tell).
 type HistoryEmitted = inspect.HistoryEmitted
 
-// routeHistory adds the history downloads: the console's (session auth)
-// and the API's (token auth).
-func (s *Server) routeHistory() {
-	s.mux.Handle("GET /instances/{type}/{key}/history.json", s.console.consolePage(s.console.downloadHistory))
-	s.mux.Handle("GET /api/sagas/{type}/{key}/history", s.authorize(http.HandlerFunc(s.api.apiHistory)))
-}
-
 func (s *api) apiHistory(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
 	key, err := canonKey(raw, s.e.MaxKeyLen())

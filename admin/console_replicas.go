@@ -106,14 +106,6 @@ type replicaRow struct {
 	Config []string
 }
 
-// routeConsoleReplicas adds the replicas page and GET /api/replicas.
-func (s *Server) routeConsoleReplicas() {
-	s.mux.Handle("GET /replicas", s.console.consolePage(s.console.pageReplicas))
-	s.mux.Handle("GET /api/replicas", s.authorize(http.HandlerFunc(s.api.apiReplicas)))
-	s.mux.Handle("POST /replicas/remove", s.console.consolePage(s.console.actRemoveReplicas))
-	s.mux.Handle("POST /api/replicas/remove", s.authorize(s.writable(http.HandlerFunc(s.api.apiRemoveReplicas))))
-}
-
 func (s *api) apiReplicas(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {

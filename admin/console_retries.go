@@ -52,18 +52,6 @@ type retrySelection struct {
 	*inspect.RetrySelection
 }
 
-// routeRetryNow adds the retry now endpoints and console pages.
-func (s *Server) routeRetryNow() {
-	s.mux.Handle("POST /api/sagas/{type}/{key}/retries/{id}/retry", s.authorize(s.writable(http.HandlerFunc(s.api.apiRetryNow))))
-	s.mux.Handle("GET /api/retries/select", s.authorize(http.HandlerFunc(s.api.apiSelectRetries)))
-	s.mux.Handle("POST /api/retries/retry", s.authorize(s.writable(http.HandlerFunc(s.api.apiRetryNowBatch))))
-	s.mux.Handle("GET /retries", s.console.consolePage(s.console.pageRetries))
-	s.mux.Handle("GET /retries/retry-now", s.console.consolePage(s.console.pageAskRetryNow))
-	s.mux.Handle("POST /retries/retry-now", s.console.consolePage(s.console.actRetryNow))
-	s.mux.Handle("GET /retries/retry", s.console.consolePage(s.console.pageAskRetryBatch))
-	s.mux.Handle("POST /retries/retry", s.console.consolePage(s.console.actRetryBatch))
-}
-
 // errRetryNow is a retry now refused, with the HTTP status to answer and
 // a sentence for the operator.
 type errRetryNow struct {

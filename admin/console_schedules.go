@@ -33,16 +33,6 @@ type schedulesView struct {
 	Now    time.Time
 }
 
-// routeConsoleSchedules adds the schedules page and its actions; every
-// POST is refused in read-only mode by consolePage, and cross-origin by
-// ServeHTTP.
-func (s *Server) routeConsoleSchedules() {
-	s.mux.Handle("GET /schedules", s.console.consolePage(s.console.pageSchedules))
-	s.mux.Handle("POST /schedules/pause", s.console.consolePage(s.console.actPauseSchedule("pause")))
-	s.mux.Handle("POST /schedules/resume", s.console.consolePage(s.console.actPauseSchedule("resume")))
-	s.mux.Handle("POST /schedules/fire", s.console.consolePage(s.console.actFireSchedule))
-}
-
 // scheduleFlash turns ?done= into a fixed sentence: the query cannot
 // inject text of its own.
 func scheduleFlash(done string) string {
