@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -76,33 +74,6 @@ type Server struct {
 	api     *api
 	console *console
 }
-
-// parts is what the API, the console and the metrics share: the engine,
-// its store and what the store can do, and the server's configuration.
-type parts struct {
-	e       *idem.Engine
-	st      store.Store
-	caps    *capabilities // capabilities.go
-	log     *slog.Logger
-	mux     *http.ServeMux
-	token   [sha256.Size]byte
-	auth    bool
-	maxBody int64
-	timeout time.Duration
-	// readOnly hides the console's mutating controls and refuses the
-	// API's mutating requests.
-	readOnly bool
-	sessions *sessions    // console_session.go; its limit of failed logins guards the API's token too
-	rates    *rateSampler // the overview's rates
-	charts   *charts      // console_charts.go
-}
-
-// api serves the JSON API under /api/, authorized by the bearer token.
-type api struct{ *parts }
-
-// console serves the console's HTML pages and their forms, authorized by
-// a login session.
-type console struct{ *parts }
 
 // New returns a Server for engine e, whose store is st. It fails when cfg
 // has a negative limit or when Config.Registry already holds collectors of
@@ -187,37 +158,6 @@ func loopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// authorize requires the bearer token when one is configured.
-func (s *parts) authorize(h http.Handler) http.Handler {
-	if !s.auth {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A guess is limited (see console_limit.go); a request without a
-		// token is none.
-		tried := r.Header.Get("Authorization") != ""
-		if tried {
-			if secs, refused := s.limited(w, r); refused {
-				writeError(w, http.StatusTooManyRequests, "too many wrong admin tokens: retry after %d s", secs)
-				return
-			}
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		// Hashing both sides first makes the comparison constant-time in
-		// the token's length too.
-		sum := sha256.Sum256([]byte(got))
-		if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 || !ok {
-			if tried {
-				s.wrongToken(r)
-			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong admin token: send the header Authorization: Bearer <IDEM_ADMIN_TOKEN>")
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
@@ -254,22 +194,6 @@ type errorBody struct {
 
 func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 	writeJSON(w, status, errorBody{Error: fmt.Sprintf(format, args...)})
-}
-
-// internalError logs err and answers 500 (or 503 when the store timed out)
-// without the error's text, which may name hosts or paths. A mark the
-// store refused (readmodel.ErrBadMark) is the caller's error: 400, not logged.
-func (s *parts) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
-	if errors.Is(err, readmodel.ErrBadMark) {
-		writeError(w, http.StatusBadRequest, "%s: as_of is not a mark this store made: pass the as_of a count returned (GET /api/dead-letters/counts)", op)
-		return
-	}
-	s.log.ErrorContext(r.Context(), "admin: "+op, "error", err, "method", r.Method, "path", r.URL.Path)
-	if errors.Is(err, context.DeadlineExceeded) {
-		writeError(w, http.StatusServiceUnavailable, "%s: the store did not answer in time: retry later; see the server log", op)
-		return
-	}
-	writeError(w, http.StatusInternalServerError, "%s failed: see the server log for the cause, then retry", op)
 }
 
 // slogErrorLog adapts a logger to promhttp.Logger.

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"math"
-	"net/http"
 	"sync"
 	"time"
 
@@ -250,9 +249,4 @@ func number(f float64) *float64 {
 		return nil
 	}
 	return &f
-}
-
-func (s *parts) overviewSeries(w http.ResponseWriter, _ *http.Request) {
-	s.charts.touch(time.Now())
-	writeJSON(w, http.StatusOK, s.charts.series())
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // dlRow is a dead letter as the console's tables show it.
@@ -230,3 +232,145 @@ func (s *console) actSelected(w http.ResponseWriter, r *http.Request) {
 // maxSelected bounds a selection: a page of the list, in the console, and
 // the IDs of one POST /api/dead-letters/archive or /restore.
 const maxSelected = 500
+
+func (s *console) pageDeadLetters(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	v := &deadLettersView{Filter: map[string]string{}, Flash: flash(r), Now: time.Now()}
+	for _, k := range []string{"type", "reason", "message_type", "key", "state", "fingerprint", "archived", "archived_before"} {
+		v.Filter[k] = q.Get(k)
+	}
+	if c := q.Get("confirm"); c == "replay" || c == "purge" || c == "archive" || c == "restore" {
+		v.Confirm = c
+	}
+	if p := triageProblem(q); p != "" {
+		s.consoleError(w, r, http.StatusBadRequest, "Bad filter: "+p+".")
+		return
+	}
+	f := deadLetterFilter(q)
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	f.AsOf = "" // the page shows what is stored now
+	var err error
+	var dls []store.DeadLetter
+	if v.Chips, err = s.reasonChips(ctx, f); err == nil {
+		v.Counts = v.Chips
+		if f.Reason != "" {
+			v.Counts, err = s.deadLetterCounts(ctx, f)
+		}
+	}
+	if err == nil {
+		dls, v.Next, err = inspect.DeadLetters(ctx, s.st, f, q.Get("after"), consolePage)
+	}
+	if err == nil {
+		v.Triage, err = s.triage(ctx, f)
+	}
+	if err != nil {
+		s.storeFailed(w, r, "list dead letters", err)
+		return
+	}
+	v.Rows = s.deadLetterRows(ctx, dls)
+	s.render(w, r, http.StatusOK, "deadletters", "Dead letters", v)
+}
+
+func (s *console) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	d, err := s.st.GetDeadLetter(ctx, r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		s.consoleError(w, r, http.StatusNotFound, "There is no such dead letter: it may have been replayed or purged.")
+		return
+	}
+	if err != nil {
+		s.storeFailed(w, r, "get dead letter", err)
+		return
+	}
+	v := &deadLetterView{D: inspect.DeadLetterOf(d), Confirm: r.URL.Query().Get("confirm") == "purge", Retention: span(inspect.PurgeRetention)}
+	v.Purgeable = d.Archived() && d.ArchivedAt.Before(time.Now().Add(-inspect.PurgeRetention))
+	v.Body, v.BodyKind = bodyText(d.Envelope.Body)
+	v.SagaExists = s.deadLetterRows(ctx, []store.DeadLetter{*d})[0].SagaExists
+	s.render(w, r, http.StatusOK, "deadletter", "Dead letter", v)
+}
+
+func (s *console) actReplay(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	err := s.e.ReplayDeadLetter(ctx, r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		s.consoleError(w, r, http.StatusNotFound, "There is no such dead letter: it may have been replayed or purged already.")
+		return
+	}
+	if msg := replayRefused(err); msg != "" {
+		s.consoleError(w, r, http.StatusConflict, "Not replayed: "+msg+".")
+		return
+	}
+	if err != nil {
+		s.storeFailed(w, r, "replay dead letter", err)
+		return
+	}
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done=replayed&n=1", http.StatusSeeOther)
+}
+
+func (s *console) actPurge(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if r.PostFormValue("confirm") != "yes" {
+		http.Redirect(w, r, basePath(r)+"/dead-letters/"+url.PathEscape(id)+"?confirm=purge", http.StatusSeeOther)
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	msg, err := s.purgeOneRefused(ctx, id)
+	if err != nil {
+		s.storeFailed(w, r, "purge dead letter", err)
+		return
+	}
+	if msg != "" {
+		s.consoleError(w, r, http.StatusConflict, msg)
+		return
+	}
+	n, err := s.st.DeleteDeadLetters(ctx, []string{id})
+	if err != nil {
+		s.storeFailed(w, r, "purge dead letter", err)
+		return
+	}
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done=purged&n="+strconv.Itoa(n), http.StatusSeeOther)
+}
+
+// actBulk replays or purges every dead letter the form's filters select,
+// once the form says confirm=yes; before that it shows the count.
+func (s *console) actBulk(w http.ResponseWriter, r *http.Request) {
+	action := r.PostFormValue("action")
+	if action != "replay" && action != "purge" && action != "archive" && action != "restore" {
+		s.consoleError(w, r, http.StatusBadRequest, "Unknown bulk action.")
+		return
+	}
+	_ = r.ParseForm()
+	f := deadLetterFilter(r.PostForm) // with the as_of of the count confirmed
+	filters := query("type", f.SagaType, "reason", f.Reason, "message_type", f.MessageType, "key", f.Key,
+		"state", r.PostFormValue("state"), "fingerprint", f.Fingerprint, "archived", r.PostFormValue("archived"), "archived_before", purgeBefore(action, f, r.PostFormValue("confirm") == "yes"))
+	if msg := s.purgeRefused(action, f); msg != "" {
+		s.consoleError(w, r, http.StatusBadRequest, msg)
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		sep := "?"
+		if filters != "" {
+			sep = "&"
+		}
+		http.Redirect(w, r, basePath(r)+"/dead-letters"+filters+sep+"confirm="+action, http.StatusSeeOther)
+		return
+	}
+	ctx, cancel := s.storeCtx(r)
+	defer cancel()
+	res, err := s.bulkTriage(ctx, &triageAction{Action: action, Filter: f})
+	done := map[string]string{"replay": "replayed", "purge": "purged", "archive": "archived", "restore": "restored"}[action]
+	if err != nil && res != nil && !errors.Is(err, readmodel.ErrBadMark) {
+		s.log.ErrorContext(r.Context(), "admin console: "+action+" dead letters", "error", err, "path", r.URL.Path, "done", res.Done)
+		s.consoleError(w, r, http.StatusInternalServerError, fmt.Sprintf("Stopped after %d dead letter(s) %s. See the server log, then retry.", res.Done, done))
+		return
+	}
+	if err != nil {
+		s.storeFailed(w, r, action+" dead letters", err)
+		return
+	}
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done="+done+"&n="+strconv.Itoa(res.Done), http.StatusSeeOther)
+}

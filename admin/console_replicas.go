@@ -106,25 +106,6 @@ type replicaRow struct {
 	Config []string
 }
 
-func (s *api) apiReplicas(w http.ResponseWriter, r *http.Request) {
-	limit, ok := parseLimit(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	out, err := s.listReplicas(ctx, limit, time.Now())
-	if errors.Is(err, errNoReplicas) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", s.st)
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, "list replicas", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
 func (s *console) pageReplicas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &replicasView{Now: time.Now(), Confirm: q.Get("confirm") == "remove"}
@@ -150,28 +131,6 @@ func (s *console) pageReplicas(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.render(w, r, http.StatusOK, "replicas", "Replicas", v)
-}
-
-// listReplicas reads at most limit replicas and judges their state at now.
-func (s *parts) listReplicas(ctx context.Context, limit int, now time.Time) (*ReplicaList, error) {
-	rr := s.caps.replicas
-	if rr == nil {
-		return nil, errNoReplicas
-	}
-	rs, err := rr.Replicas(ctx, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list replicas: %w", err)
-	}
-	out := &ReplicaList{Replicas: make([]Replica, 0, len(rs))}
-	self := s.e.ReplicaID()
-	states := replicaStates(rs, now)
-	for i := range rs {
-		x := toReplica(&rs[i], now)
-		x.Self, x.State = x.ID == self, states[i]
-		out.Counts.add(x.State)
-		out.Replicas = append(out.Replicas, x)
-	}
-	return out, nil
 }
 
 func (c *ReplicaCounts) add(state string) {
@@ -243,53 +202,6 @@ type RemovedReplicas struct {
 	// Left is how many gone or stopped records are left: those whose last
 	// beat is not older than every live replica's.
 	Left int `json:"left"`
-}
-
-// removeReplicas removes the records of the replicas that no longer run
-// (gone, replaced or stopped) and last beat before every live replica
-// did: store.ReplicaRegistry prunes by last beat, so a live replica's
-// record is never removed.
-func (s *parts) removeReplicas(ctx context.Context, now time.Time) (*RemovedReplicas, error) {
-	rr := s.caps.replicas
-	if rr == nil {
-		return nil, errNoReplicas
-	}
-	rs, err := rr.Replicas(ctx, maxLimit)
-	if err != nil {
-		return nil, fmt.Errorf("list replicas: %w", err)
-	}
-	states := replicaStates(rs, now)
-	before := now
-	for i := range rs {
-		if states[i] == store.ReplicaAlive && rs[i].BeatAt.Before(before) {
-			before = rs[i].BeatAt
-		}
-	}
-	out := &RemovedReplicas{}
-	for i := range rs {
-		if states[i] != store.ReplicaAlive && !rs[i].BeatAt.Before(before) {
-			out.Left++
-		}
-	}
-	if out.Removed, err = rr.PruneReplicas(ctx, before); err != nil {
-		return nil, fmt.Errorf("remove replicas: %w", err)
-	}
-	return out, nil
-}
-
-func (s *api) apiRemoveReplicas(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	out, err := s.removeReplicas(ctx, time.Now())
-	if errors.Is(err, errNoReplicas) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", s.st)
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, "remove replicas", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *console) actRemoveReplicas(w http.ResponseWriter, r *http.Request) {

@@ -1,19 +1,14 @@
 package admin
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/transport"
 )
 
 // Retry now (issue 25): a message waiting in its transport for its
@@ -61,49 +56,6 @@ type errRetryNow struct {
 
 func (e *errRetryNow) Error() string { return e.msg }
 
-// findRetry returns the retry id of saga k.
-func (s *parts) findRetry(ctx context.Context, k store.Key, id string) (*store.Retry, error) {
-	if s.caps.retries == nil {
-		return nil, &errRetryNow{http.StatusNotImplemented, fmt.Sprintf("store %T keeps no retry state", s.st)}
-	}
-	rs, err := s.retriesOf(ctx, k)
-	if err != nil {
-		return nil, fmt.Errorf("read the retries of saga %s/%s: %w", k.SagaType, k.Key, err)
-	}
-	for i := range rs {
-		if rs[i].ID == id {
-			return &rs[i], nil
-		}
-	}
-	return nil, &errRetryNow{http.StatusNotFound, fmt.Sprintf("no message %q of saga %s/%q is being retried: it was applied, dead-lettered or swept meanwhile", id, k.SagaType, k.Key)}
-}
-
-// retryNow publishes r's message again now on behalf of actor, under its
-// own ID, after marking the retry (RetryNowAt) so that a failure of the
-// copy is recorded even though its transport counts attempts afresh.
-func (s *parts) retryNow(ctx context.Context, r *store.Retry, actor string) (idem.Envelope, error) {
-	if err := unretryable(r); err != nil {
-		return idem.Envelope{}, err
-	}
-	mark := *r
-	mark.RetryNowAt = time.Now()
-	if err := s.caps.retries.RecordRetry(ctx, &mark); err != nil {
-		return idem.Envelope{}, fmt.Errorf("mark retry %q: %w", r.ID, err)
-	}
-	env := r.Envelope.Clone()
-	if env.Headers == nil {
-		env.Headers = map[string]string{}
-	}
-	env.Headers[transport.HeaderActor] = actor
-	if err := s.e.Publish(ctx, env); err != nil {
-		if errors.Is(err, idem.ErrInvalidEnvelope) {
-			return env, &errRetryNow{http.StatusBadRequest, fmt.Sprintf("message %q was not published again: %v", r.MessageID, err)}
-		}
-		return env, fmt.Errorf("publish %q again: %w", r.MessageID, err)
-	}
-	return env, nil
-}
-
 // unretryable refuses a retry recorded without its message's envelope.
 func unretryable(r *store.Retry) error {
 	if r.Envelope != nil {
@@ -127,34 +79,6 @@ func retryStatus(err error) (int, string) {
 	return http.StatusServiceUnavailable, "the store or the queue failed (see the server log): try again, which is safe"
 }
 
-func (s *api) apiRetryNow(w http.ResponseWriter, r *http.Request) {
-	k, err := s.sagaKeyOf(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v: path-escape the key as it appears in GET /api/sagas", err)
-		return
-	}
-	actor, err := s.apiActor(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	rt, err := s.findRetry(ctx, k, r.PathValue("id"))
-	var env idem.Envelope
-	if err == nil {
-		env, err = s.retryNow(ctx, rt, actor)
-	}
-	if status, msg := retryStatus(err); status != 0 {
-		if status == http.StatusServiceUnavailable {
-			s.log.ErrorContext(ctx, "admin: retry now", "saga_type", k.SagaType, "error", err)
-		}
-		writeError(w, status, "%s", msg)
-		return
-	}
-	writeJSON(w, http.StatusAccepted, Accepted{ID: env.ID, DedupID: env.DedupID(), Type: env.Type, Saga: k.SagaType, Key: k.Key})
-}
-
 // retryFilter reads a batch's filter from q: saga_type, message_type and,
 // when ids is set, id (repeated). Any other parameter is refused, so that
 // no filter is silently ignored.
@@ -172,88 +96,6 @@ func retryFilter(q url.Values, ids bool) (*inspect.RetryFilter, error) {
 		}
 	}
 	return f, nil
-}
-
-func (s *api) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
-	f, err := retryFilter(r.URL.Query(), false)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	sel, err := inspect.SelectRetries(ctx, s.st, f)
-	if errors.Is(err, inspect.ErrNoRetryState) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", s.st)
-		return
-	} else if err != nil {
-		s.internalError(w, r, "select retries", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, retrySelection{Count: len(sel.Retries), RetrySelection: sel})
-}
-
-// retryBatch retries now the set f selects, if its digest is still
-// confirmed. The error is ErrSetChanged, ErrCapped, or a failure after
-// res.Done messages were published.
-func (s *parts) retryBatch(ctx context.Context, f *inspect.RetryFilter, confirmed, actor string) (*RetryNowResult, error) {
-	sel, err := inspect.SelectRetries(ctx, s.st, f)
-	switch {
-	case err != nil:
-		return nil, err
-	case sel.Capped:
-		return nil, inspect.ErrCapped
-	case sel.Digest != confirmed:
-		return nil, inspect.ErrSetChanged
-	}
-	res := &RetryNowResult{}
-	for _, rt := range sel.Selected() {
-		if rt.Envelope == nil {
-			res.Skipped = append(res.Skipped, rt.ID)
-			continue
-		}
-		if _, err := s.retryNow(ctx, &rt, actor); err != nil {
-			return res, err
-		}
-		res.Done++
-	}
-	return res, nil
-}
-
-func (s *api) apiRetryNowBatch(w http.ResponseWriter, r *http.Request) {
-	f, err := retryFilter(r.URL.Query(), false)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	actor, err := s.apiActor(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	var body RetryNowBatch
-	if err := json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(&body); err != nil || body.Digest == "" {
-		writeError(w, http.StatusBadRequest, `request body is not {"digest": "<from GET /api/retries/select>"}: %v`, err)
-		return
-	}
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	res, err := s.retryBatch(ctx, f, body.Digest, actor)
-	switch {
-	case errors.Is(err, inspect.ErrSetChanged):
-		writeError(w, http.StatusConflict, "the messages the filter selects changed since they were counted: count again with GET /api/retries/select, then confirm")
-	case errors.Is(err, inspect.ErrCapped):
-		writeError(w, http.StatusBadRequest, "the filter selects more than %d messages: narrow it", inspect.MaxBatch)
-	case errors.Is(err, inspect.ErrNoRetryState):
-		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", s.st)
-	case err != nil && res == nil:
-		s.internalError(w, r, "select retries", err)
-	case err != nil:
-		s.log.ErrorContext(ctx, "admin: retry now", "published", res.Done, "error", err)
-		writeError(w, http.StatusServiceUnavailable, "%d messages published again, then the store or the queue failed (see the server log): count again and confirm to retry the rest", res.Done)
-	default:
-		writeJSON(w, http.StatusOK, res)
-	}
 }
 
 // retriesView is the Retrying page: every retrying message, a page at a

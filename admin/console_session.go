@@ -179,7 +179,7 @@ func (s *console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	tried := r.PostFormValue("token")
-	if tried != "" && s.loginLimited(w, r) { // see console_limit.go
+	if tried != "" && s.loginLimited(w, r) { // see limit.go
 		return
 	}
 	got := sha256.Sum256([]byte(tried))

@@ -8,16 +8,6 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// retriesOf reads the retry state of the saga k's messages; nil when the
-// store keeps none (it is no store.RetryRecorder).
-func (s *parts) retriesOf(ctx context.Context, k store.Key) ([]store.Retry, error) {
-	rr := s.caps.retries
-	if rr == nil {
-		return nil, nil
-	}
-	return rr.Retries(ctx, k)
-}
-
 // retrying is the verdict of a saga that is not finished and has a
 // message being retried: the most urgent answer, since a retried message
 // holds back the later messages of its key.

@@ -5,10 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"reflect"
-	"slices"
 	"strconv"
 	"time"
 
@@ -31,25 +29,6 @@ type HistoryEntry = inspect.HistoryEntry
 // commit), "pending" (in the outbox, not sent yet) or "unknown" (no longer
 // in the outbox, or a store that cannot tell).
 type HistoryEmitted = inspect.HistoryEmitted
-
-func (s *api) apiHistory(w http.ResponseWriter, r *http.Request) {
-	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.MaxKeyLen())
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
-		return
-	}
-	s.writeHistory(w, r, store.Key{SagaType: typ, Key: key}, false)
-}
-
-func (s *console) downloadHistory(w http.ResponseWriter, r *http.Request) {
-	key, err := canonKey(r.PathValue("key"), maxFieldLen)
-	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
-		return
-	}
-	s.writeHistory(w, r, store.Key{SagaType: r.PathValue("type"), Key: key}, true)
-}
 
 // writeHistory answers with k's SagaHistory, as a download when attach.
 func (s *parts) writeHistory(w http.ResponseWriter, r *http.Request, k store.Key, attach bool) {
@@ -136,29 +115,6 @@ type historyRow struct {
 // diffOp is one operation of a diff, its value as compact JSON.
 type diffOp struct {
 	Op, Path, From, Value string
-}
-
-// historyRows are the journal's entries as the instance page shows them.
-func (s *console) historyRows(ctx context.Context, j []store.JournalEntry) []historyRow {
-	entries := s.historyEntries(ctx, j)
-	rows := make([]historyRow, len(entries))
-	for i, e := range entries {
-		rows[i] = historyRow{HistoryEntry: e, Duration: time.Duration(e.DurationMicros) * time.Microsecond}
-		rows[i].PayloadText = payloadText(e.Payload, e.PayloadEncoding)
-		for _, name := range slices.Sorted(maps.Keys(e.Headers)) {
-			rows[i].HeaderList = append(rows[i].HeaderList, [2]string{name, e.Headers[name]})
-		}
-		rows[i].Ops = diffOps(e.Diff)
-		if e.EventType == inspect.EndEventType && e.PayloadEncoding == "json" {
-			var end struct {
-				Reason string `json:"reason"`
-			}
-			if json.Unmarshal(e.Payload, &end) == nil {
-				rows[i].EndReason = end.Reason
-			}
-		}
-	}
-	return rows
 }
 
 func payloadText(p json.RawMessage, encoding string) string {

@@ -245,45 +245,7 @@ func describe(m idem.Machine, c SagaCounts) SagaType {
 	return st
 }
 
-func (s *api) apiOverview(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	o, err := s.overview(ctx)
-	if err != nil {
-		s.internalError(w, r, "overview", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, o)
-}
-
-func (s *api) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	ts, err := s.sagaTypes(ctx)
-	if err != nil {
-		s.internalError(w, r, "saga types", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ts)
-}
-
-// liveReplicas counts the replicas alive at now; nil when the store keeps
-// no heartbeats or did not answer (logged).
-func (s *parts) liveReplicas(ctx context.Context, now time.Time) *int {
-	rr := s.caps.replicas
-	if rr == nil {
-		return nil
-	}
-	rs, err := rr.Replicas(ctx, maxLimit)
-	if err != nil {
-		s.log.WarnContext(ctx, "admin: list replicas", "error", err)
-		return nil
-	}
-	n := 0
-	for i := range rs {
-		if rs[i].State(now) == store.ReplicaAlive {
-			n++
-		}
-	}
-	return &n
+func (s *parts) overviewSeries(w http.ResponseWriter, _ *http.Request) {
+	s.charts.touch(time.Now())
+	writeJSON(w, http.StatusOK, s.charts.series())
 }
