@@ -11,17 +11,17 @@ import (
 	"github.com/idemhq/idem/store/readmodel"
 )
 
-func (s *api) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (a *api) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	dls, err := s.st.ListDeadLetters(ctx, &store.ListParams{SagaType: q.Get("type"), After: q.Get("after"), Limit: limit})
+	dls, err := a.st.ListDeadLetters(ctx, &store.ListParams{SagaType: q.Get("type"), After: q.Get("after"), Limit: limit})
 	if err != nil {
-		s.internalError(w, r, "list dead letters", err)
+		a.internalError(w, r, "list dead letters", err)
 		return
 	}
 	out := DeadLetterList{DeadLetters: make([]DeadLetter, 0, len(dls))}
@@ -34,29 +34,29 @@ func (s *api) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *api) getDeadLetter(w http.ResponseWriter, r *http.Request) {
+func (a *api) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	d, err := s.st.GetDeadLetter(ctx, id)
+	d, err := a.st.GetDeadLetter(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no dead letter with ID %q: list them with GET /api/dead-letters", id)
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "get dead letter", err)
+		a.internalError(w, r, "get dead letter", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, inspect.DeadLetterOf(d))
 }
 
-func (s *api) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
+func (a *api) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	replay := s.e.ReplayDeadLetter
+	replay := a.e.ReplayDeadLetter
 	if f := r.URL.Query().Get("force"); f == "true" || f == "1" {
-		replay = s.e.ForceReplayDeadLetter
+		replay = a.e.ForceReplayDeadLetter
 	}
 	err := replay(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -68,19 +68,19 @@ func (s *api) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "replay dead letter", err)
+		a.internalError(w, r, "replay dead letter", err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, requeued(id))
 }
 
-func (s *api) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
+func (a *api) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	n, err := s.st.DeleteDeadLetters(ctx, []string{id})
+	n, err := a.st.DeleteDeadLetters(ctx, []string{id})
 	if err != nil {
-		s.internalError(w, r, "delete dead letter", err)
+		a.internalError(w, r, "delete dead letter", err)
 		return
 	}
 	if n == 0 {
@@ -92,7 +92,7 @@ func (s *api) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 
 // queryDeadLetters serves GET /api/dead-letters, with the reason,
 // message_type and key filters when given.
-func (s *api) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (a *api) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if p := triageProblem(q); p != "" {
 		writeError(w, http.StatusBadRequest, "%s", p)
@@ -100,18 +100,18 @@ func (s *api) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	if q.Get("reason") == "" && q.Get("message_type") == "" && q.Get("key") == "" && q.Get("state") == "" &&
 		q.Get("fingerprint") == "" && q.Get("archived") == "" && q.Get("archived_before") == "" {
-		s.listDeadLetters(w, r)
+		a.listDeadLetters(w, r)
 		return
 	}
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	dls, next, err := inspect.DeadLetters(ctx, s.st, deadLetterFilter(q), q.Get("after"), limit)
+	dls, next, err := inspect.DeadLetters(ctx, a.st, deadLetterFilter(q), q.Get("after"), limit)
 	if err != nil {
-		s.internalError(w, r, "list dead letters", err)
+		a.internalError(w, r, "list dead letters", err)
 		return
 	}
 	out := DeadLetterList{DeadLetters: make([]DeadLetter, 0, len(dls)), Next: next}
@@ -121,34 +121,34 @@ func (s *api) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *api) apiDeadLetterCounts(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiDeadLetterCounts(w http.ResponseWriter, r *http.Request) {
 	if p := triageProblem(r.URL.Query()); p != "" {
 		writeError(w, http.StatusBadRequest, "%s", p)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	c, err := s.deadLetterCounts(ctx, deadLetterFilter(r.URL.Query()))
+	c, err := a.deadLetterCounts(ctx, deadLetterFilter(r.URL.Query()))
 	if err != nil {
-		s.internalError(w, r, "count dead letters", err)
+		a.internalError(w, r, "count dead letters", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, c)
 }
 
-func (s *api) apiBulkDeadLetters(replay bool) http.HandlerFunc {
+func (a *api) apiBulkDeadLetters(replay bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		dry := q.Get("dry_run") == "true" || q.Get("dry_run") == "1"
-		ctx, cancel := context.WithTimeout(r.Context(), 10*s.timeout)
+		ctx, cancel := context.WithTimeout(r.Context(), 10*a.timeout)
 		defer cancel()
-		res, err := s.bulkDeadLetters(ctx, deadLetterFilter(q), replay, dry)
+		res, err := a.bulkDeadLetters(ctx, deadLetterFilter(q), replay, dry)
 		if err != nil && (res == nil || errors.Is(err, readmodel.ErrBadMark)) {
-			s.internalError(w, r, "bulk dead letters", err)
+			a.internalError(w, r, "bulk dead letters", err)
 			return
 		}
 		if err != nil {
-			s.bulkFailed(w, r, res, err)
+			a.bulkFailed(w, r, res, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
@@ -158,8 +158,8 @@ func (s *api) apiBulkDeadLetters(replay bool) http.HandlerFunc {
 // bulkFailed logs err and answers 500 (503 when the store timed out) with
 // what the bulk action did before it stopped; the error's text, which may
 // name hosts or paths, stays in the log.
-func (s *api) bulkFailed(w http.ResponseWriter, r *http.Request, res *BulkResult, err error) {
-	s.log.ErrorContext(r.Context(), "admin: bulk dead letters", "error", err, "method", r.Method, "path", r.URL.Path, "done", res.Done)
+func (a *api) bulkFailed(w http.ResponseWriter, r *http.Request, res *BulkResult, err error) {
+	a.log.ErrorContext(r.Context(), "admin: bulk dead letters", "error", err, "method", r.Method, "path", r.URL.Path, "done", res.Done)
 	status := http.StatusInternalServerError
 	res.Error = fmt.Sprintf("stopped after %d done: see the server log for the cause, then retry", res.Done)
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -169,7 +169,7 @@ func (s *api) bulkFailed(w http.ResponseWriter, r *http.Request, res *BulkResult
 	writeJSON(w, status, res)
 }
 
-func (s *api) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if p := triageProblem(q); p != "" {
 		writeError(w, http.StatusBadRequest, "%s", p)
@@ -179,15 +179,15 @@ func (s *api) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	gs, err := inspect.Groups(ctx, s.st, deadLetterFilter(q), limit)
+	gs, err := inspect.Groups(ctx, a.st, deadLetterFilter(q), limit)
 	if errors.Is(err, inspect.ErrUnsupported) {
 		writeError(w, http.StatusNotImplemented, "this store does not group dead letters (readmodel.DeadLetterGrouper), or message_type was given and the store cannot select by it (readmodel.DeadLetterTypeQuerier)")
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "group dead letters", err)
+		a.internalError(w, r, "group dead letters", err)
 		return
 	}
 	out := DeadLetterGroups{Groups: make([]DeadLetterGroup, 0, len(gs))}
@@ -201,7 +201,7 @@ func (s *api) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
 // letters named by id (repeated), else every one the filters select as of
 // as_of (restore selects among the archived), with dry_run. At most
 // maxSelected IDs.
-func (s *api) apiTriage(action string) http.HandlerFunc {
+func (a *api) apiTriage(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if p := triageProblem(q); p != "" {
@@ -213,19 +213,19 @@ func (s *api) apiTriage(action string) http.HandlerFunc {
 			return
 		}
 		dry := q.Get("dry_run") == "true" || q.Get("dry_run") == "1"
-		ctx, cancel := context.WithTimeout(r.Context(), 10*s.timeout)
+		ctx, cancel := context.WithTimeout(r.Context(), 10*a.timeout)
 		defer cancel()
-		res, err := s.bulkTriage(ctx, &triageAction{Action: action, Filter: deadLetterFilter(q), IDs: q["id"], DryRun: dry})
+		res, err := a.bulkTriage(ctx, &triageAction{Action: action, Filter: deadLetterFilter(q), IDs: q["id"], DryRun: dry})
 		if errors.Is(err, inspect.ErrUnsupported) {
 			writeError(w, http.StatusNotImplemented, "this store does not archive dead letters (readmodel.DeadLetterArchiver)")
 			return
 		}
 		if err != nil && (res == nil || errors.Is(err, readmodel.ErrBadMark)) {
-			s.internalError(w, r, action+" dead letters", err)
+			a.internalError(w, r, action+" dead letters", err)
 			return
 		}
 		if err != nil {
-			s.bulkFailed(w, r, res, err)
+			a.bulkFailed(w, r, res, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, res)

@@ -2,23 +2,23 @@ package admin
 
 import "net/http"
 
-func (s *api) apiOverview(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
+func (a *api) apiOverview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	o, err := s.overview(ctx)
+	o, err := a.overview(ctx)
 	if err != nil {
-		s.internalError(w, r, "overview", err)
+		a.internalError(w, r, "overview", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, o)
 }
 
-func (s *api) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
+func (a *api) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	ts, err := s.sagaTypes(ctx)
+	ts, err := a.sagaTypes(ctx)
 	if err != nil {
-		s.internalError(w, r, "saga types", err)
+		a.internalError(w, r, "saga types", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, ts)

@@ -6,35 +6,35 @@ import (
 	"time"
 )
 
-func (s *api) apiReplicas(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiReplicas(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	out, err := s.listReplicas(ctx, limit, time.Now())
+	out, err := a.listReplicas(ctx, limit, time.Now())
 	if errors.Is(err, errNoReplicas) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", s.st)
+		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", a.st)
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "list replicas", err)
+		a.internalError(w, r, "list replicas", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *api) apiRemoveReplicas(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
+func (a *api) apiRemoveReplicas(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	out, err := s.removeReplicas(ctx, time.Now())
+	out, err := a.removeReplicas(ctx, time.Now())
 	if errors.Is(err, errNoReplicas) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", s.st)
+		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", a.st)
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "remove replicas", err)
+		a.internalError(w, r, "remove replicas", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -21,22 +21,22 @@ type RetryList struct {
 
 // apiRetries lists the retry state of a saga's messages. The saga need
 // not exist: a message that would start it may be the one failing.
-func (s *api) apiRetries(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiRetries(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, a.e.MaxKeyLen())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
 	}
-	if s.caps.retries == nil {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", s.st)
+	if a.caps.retries == nil {
+		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", a.st)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	rs, err := s.retriesOf(ctx, store.Key{SagaType: typ, Key: key})
+	rs, err := a.retriesOf(ctx, store.Key{SagaType: typ, Key: key})
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("read the retries of saga %s/%s", typ, key), err)
+		a.internalError(w, r, fmt.Sprintf("read the retries of saga %s/%s", typ, key), err)
 		return
 	}
 	if rs == nil {
@@ -45,27 +45,27 @@ func (s *api) apiRetries(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, RetryList{Retries: rs})
 }
 
-func (s *api) apiRetryNow(w http.ResponseWriter, r *http.Request) {
-	k, err := s.sagaKeyOf(r)
+func (a *api) apiRetryNow(w http.ResponseWriter, r *http.Request) {
+	k, err := a.sagaKeyOf(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v: path-escape the key as it appears in GET /api/sagas", err)
 		return
 	}
-	actor, err := s.apiActor(r)
+	actor, err := a.apiActor(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	rt, err := s.findRetry(ctx, k, r.PathValue("id"))
+	rt, err := a.findRetry(ctx, k, r.PathValue("id"))
 	var env idem.Envelope
 	if err == nil {
-		env, err = s.retryNow(ctx, rt, actor)
+		env, err = a.retryNow(ctx, rt, actor)
 	}
 	if status, msg := retryStatus(err); status != 0 {
 		if status == http.StatusServiceUnavailable {
-			s.log.ErrorContext(ctx, "admin: retry now", "saga_type", k.SagaType, "error", err)
+			a.log.ErrorContext(ctx, "admin: retry now", "saga_type", k.SagaType, "error", err)
 		}
 		writeError(w, status, "%s", msg)
 		return
@@ -73,55 +73,55 @@ func (s *api) apiRetryNow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, Accepted{ID: env.ID, DedupID: env.DedupID(), Type: env.Type, Saga: k.SagaType, Key: k.Key})
 }
 
-func (s *api) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
 	f, err := retryFilter(r.URL.Query(), false)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	sel, err := inspect.SelectRetries(ctx, s.st, f)
+	sel, err := inspect.SelectRetries(ctx, a.st, f)
 	if errors.Is(err, inspect.ErrNoRetryState) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", s.st)
+		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", a.st)
 		return
 	} else if err != nil {
-		s.internalError(w, r, "select retries", err)
+		a.internalError(w, r, "select retries", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, retrySelection{Count: len(sel.Retries), RetrySelection: sel})
 }
 
-func (s *api) apiRetryNowBatch(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiRetryNowBatch(w http.ResponseWriter, r *http.Request) {
 	f, err := retryFilter(r.URL.Query(), false)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	actor, err := s.apiActor(r)
+	actor, err := a.apiActor(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	var body RetryNowBatch
-	if err := json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(&body); err != nil || body.Digest == "" {
+	if err := json.NewDecoder(io.LimitReader(r.Body, a.maxBody)).Decode(&body); err != nil || body.Digest == "" {
 		writeError(w, http.StatusBadRequest, `request body is not {"digest": "<from GET /api/retries/select>"}: %v`, err)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	res, err := s.retryBatch(ctx, f, body.Digest, actor)
+	res, err := a.retryBatch(ctx, f, body.Digest, actor)
 	switch {
 	case errors.Is(err, inspect.ErrSetChanged):
 		writeError(w, http.StatusConflict, "the messages the filter selects changed since they were counted: count again with GET /api/retries/select, then confirm")
 	case errors.Is(err, inspect.ErrCapped):
 		writeError(w, http.StatusBadRequest, "the filter selects more than %d messages: narrow it", inspect.MaxBatch)
 	case errors.Is(err, inspect.ErrNoRetryState):
-		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", s.st)
+		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", a.st)
 	case err != nil && res == nil:
-		s.internalError(w, r, "select retries", err)
+		a.internalError(w, r, "select retries", err)
 	case err != nil:
-		s.log.ErrorContext(ctx, "admin: retry now", "published", res.Done, "error", err)
+		a.log.ErrorContext(ctx, "admin: retry now", "published", res.Done, "error", err)
 		writeError(w, http.StatusServiceUnavailable, "%d messages published again, then the store or the queue failed (see the server log): count again and confirm to retry the rest", res.Done)
 	default:
 		writeJSON(w, http.StatusOK, res)

@@ -20,26 +20,26 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-func (s *api) listSagas(w http.ResponseWriter, r *http.Request) {
+func (a *api) listSagas(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
 	}
 	q := r.URL.Query()
 	p := &store.ListParams{SagaType: q.Get("type"), State: q.Get("state"), Limit: limit}
-	if a := q.Get("after"); a != "" {
-		c, err := decodeCursor(a)
+	if after := q.Get("after"); after != "" {
+		c, err := decodeCursor(after)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "after: %v", err)
 			return
 		}
 		p.After = inspect.ListAfter(c)
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	ins, err := s.st.ListInstances(ctx, p)
+	ins, err := a.st.ListInstances(ctx, p)
 	if err != nil {
-		s.internalError(w, r, "list sagas", err)
+		a.internalError(w, r, "list sagas", err)
 		return
 	}
 	out := SagaList{Sagas: make([]Instance, 0, len(ins))}
@@ -52,28 +52,28 @@ func (s *api) listSagas(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *api) getSaga(w http.ResponseWriter, r *http.Request) {
+func (a *api) getSaga(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, a.e.MaxKeyLen())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
 	k := store.Key{SagaType: typ, Key: key}
-	in, err := s.load(ctx, k)
+	in, err := a.load(ctx, k)
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("load saga %s/%s", typ, key), err)
+		a.internalError(w, r, fmt.Sprintf("load saga %s/%s", typ, key), err)
 		return
 	}
 	if in == nil {
 		writeError(w, http.StatusNotFound, "no saga %s with key %q: list the sagas with GET /api/sagas?type=%s", typ, key, typ)
 		return
 	}
-	j, err := s.st.Journal(ctx, k)
+	j, err := a.st.Journal(ctx, k)
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("read the journal of saga %s/%s", typ, key), err)
+		a.internalError(w, r, fmt.Sprintf("read the journal of saga %s/%s", typ, key), err)
 		return
 	}
 	if j == nil {
@@ -85,10 +85,10 @@ func (s *api) getSaga(w http.ResponseWriter, r *http.Request) {
 
 // querySagas serves GET /api/sagas: the plain listing, or with status,
 // prefix, stuck or attr the filtered query whose cursor is opaque.
-func (s *api) querySagas(w http.ResponseWriter, r *http.Request) {
+func (a *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if q.Get("status") == "" && q.Get("prefix") == "" && q.Get("stuck") == "" && len(attrFilters(q)) == 0 {
-		s.listSagas(w, r)
+		a.listSagas(w, r)
 		return
 	}
 	limit, ok := parseLimit(w, r)
@@ -101,15 +101,15 @@ func (s *api) querySagas(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Limit = limit
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	ins, err := inspect.Instances(ctx, s.st, p)
+	ins, err := inspect.Instances(ctx, a.st, p)
 	if errors.Is(err, inspect.ErrUnsupported) {
 		writeError(w, http.StatusNotImplemented, "%v: drop stuck=, or use a store that implements it", err)
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "query sagas", err)
+		a.internalError(w, r, "query sagas", err)
 		return
 	}
 	out := SagaList{Sagas: make([]Instance, 0, len(ins))}
@@ -122,8 +122,8 @@ func (s *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *api) submit(w http.ResponseWriter, r *http.Request) {
-	w, r, end := s.traceRequest(w, r, "/api/messages")
+func (a *api) submit(w http.ResponseWriter, r *http.Request) {
+	w, r, end := a.traceRequest(w, r, "/api/messages")
 	defer end()
 	// A JSON content type forces browsers to preflight, which no origin
 	// passes: a web page cannot submit messages.
@@ -131,19 +131,19 @@ func (s *api) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, "Content-Type %q is not application/json: send the message as JSON with Content-Type: application/json", r.Header.Get("Content-Type"))
 		return
 	}
-	m, ok := s.decodeMessage(w, r)
+	m, ok := a.decodeMessage(w, r)
 	if !ok {
 		return
 	}
 	env := idem.Envelope{ID: m.ID, Type: m.Type, CorrelationID: m.CorrelationID, IdempotencyKey: m.IdempotencyKey, Headers: m.Headers, Body: m.Body}
 	acc := Accepted{ID: env.ID, DedupID: env.DedupID(), Type: env.Type}
-	if mach := s.consumer(m.Type); mach != nil {
+	if mach := a.consumer(m.Type); mach != nil {
 		_, rawKey, err := mach.Decode(m.Type, m.Body)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "body does not fit message type %s of saga %s: %v: fix the body and submit again", m.Type, mach.Name(), err)
 			return
 		}
-		key, err := canonKey(rawKey, s.e.MaxKeyLen())
+		key, err := canonKey(rawKey, a.e.MaxKeyLen())
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "body of %s gives saga %s the key %q, which is not valid (%v): fix the body and submit again", m.Type, mach.Name(), rawKey, err)
 			return
@@ -153,18 +153,18 @@ func (s *api) submit(w http.ResponseWriter, r *http.Request) {
 			env.CorrelationID = rawKey
 		}
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	publish := s.e.Publish
+	publish := a.e.Publish
 	if m.Token {
-		publish = s.e.PublishWithTokens
+		publish = a.e.PublishWithTokens
 	}
 	if err := publish(ctx, env); err != nil {
 		if errors.Is(err, idem.ErrInvalidEnvelope) || errors.Is(err, idem.ErrNoTokens) {
 			writeError(w, http.StatusBadRequest, "message %q was not stored: %v", env.ID, err)
 			return
 		}
-		s.log.ErrorContext(ctx, "admin: publish a submitted message", "message_id", env.ID, "error", err)
+		a.log.ErrorContext(ctx, "admin: publish a submitted message", "message_id", env.ID, "error", err)
 		writeError(w, http.StatusServiceUnavailable, "message %q was not stored: the queue refused it (see the server log): submit it again with the same id, which is safe", env.ID)
 		return
 	}
@@ -173,11 +173,11 @@ func (s *api) submit(w http.ResponseWriter, r *http.Request) {
 
 // decodeMessage reads and checks the request body; it answers the client
 // itself when the body is not acceptable.
-func (s *api) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+func (a *api) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, "request body exceeds %d bytes: send a smaller message", s.maxBody)
+		writeError(w, http.StatusRequestEntityTooLarge, "request body exceeds %d bytes: send a smaller message", a.maxBody)
 		return nil, false
 	}
 	if err != nil {
@@ -213,7 +213,7 @@ func (s *api) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message, b
 		limit := maxFieldLen
 		if name == "correlation_id" {
 			// A saga key, which the engine bounds by its own limit.
-			limit = max(limit, s.e.MaxKeyLen())
+			limit = max(limit, a.e.MaxKeyLen())
 		}
 		if len(v) > limit {
 			writeError(w, http.StatusBadRequest, "%s is %d bytes long: at most %d are accepted", name, len(v), limit)
@@ -228,8 +228,8 @@ func (s *api) decodeMessage(w http.ResponseWriter, r *http.Request) (*Message, b
 }
 
 // consumer returns the registered saga machine consuming msgType, or nil.
-func (s *api) consumer(msgType string) idem.Machine {
-	for _, m := range s.e.Sagas() {
+func (a *api) consumer(msgType string) idem.Machine {
+	for _, m := range a.e.Sagas() {
 		if slices.Contains(m.MessageTypes(), msgType) {
 			return m
 		}
@@ -238,9 +238,9 @@ func (s *api) consumer(msgType string) idem.Machine {
 }
 
 // apiActor names the API caller for the journal.
-func (s *api) apiActor(r *http.Request) (string, error) {
+func (a *api) apiActor(r *http.Request) (string, error) {
 	who := "api"
-	if !s.auth {
+	if !a.auth {
 		who = "api (loopback)"
 	}
 	name := r.Header.Get(ActorHeader)
@@ -256,12 +256,12 @@ func (s *api) apiActor(r *http.Request) (string, error) {
 // actionRequest reads the saga, the actor and the JSON body of an action
 // on one saga; it answers 400 itself, naming what is wrong, when one is
 // not acceptable.
-func (s *api) actionRequest(w http.ResponseWriter, r *http.Request, body any, shape string) (store.Key, string, bool) {
-	k, err := s.sagaKeyOf(r)
+func (a *api) actionRequest(w http.ResponseWriter, r *http.Request, body any, shape string) (store.Key, string, bool) {
+	k, err := a.sagaKeyOf(r)
 	if err == nil {
 		var actor string
-		if actor, err = s.apiActor(r); err == nil {
-			if err = json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(body); err == nil {
+		if actor, err = a.apiActor(r); err == nil {
+			if err = json.NewDecoder(io.LimitReader(r.Body, a.maxBody)).Decode(body); err == nil {
 				return k, actor, true
 			}
 			err = fmt.Errorf("%s: %w", shape, err)
@@ -271,18 +271,18 @@ func (s *api) actionRequest(w http.ResponseWriter, r *http.Request, body any, sh
 	return store.Key{}, "", false
 }
 
-func (s *api) apiEndSaga(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiEndSaga(w http.ResponseWriter, r *http.Request) {
 	var body EndSaga
-	k, actor, ok := s.actionRequest(w, r, &body, `request body is not {"reason": "why it is ended"}`)
+	k, actor, ok := a.actionRequest(w, r, &body, `request body is not {"reason": "why it is ended"}`)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	entry, err := inspect.EndSaga(ctx, s.st, k, &inspect.End{Reason: body.Reason, Actor: actor, Version: body.Version, Now: time.Now()})
+	entry, err := inspect.EndSaga(ctx, a.st, k, &inspect.End{Reason: body.Reason, Actor: actor, Version: body.Version, Now: time.Now()})
 	if status, msg := endError(k, err); status != 0 {
 		if status == http.StatusInternalServerError {
-			s.internalError(w, r, "end saga", err)
+			a.internalError(w, r, "end saga", err)
 			return
 		}
 		writeError(w, status, "%s", msg)
@@ -291,18 +291,18 @@ func (s *api) apiEndSaga(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, entry)
 }
 
-func (s *api) apiSendEvent(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiSendEvent(w http.ResponseWriter, r *http.Request) {
 	var body SendEvent
-	k, actor, ok := s.actionRequest(w, r, &body, `request body is not {"type": "...", "body": {...}}`)
+	k, actor, ok := a.actionRequest(w, r, &body, `request body is not {"type": "...", "body": {...}}`)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	env, status, err := s.sendEvent(ctx, k, &body, actor)
+	env, status, err := a.sendEvent(ctx, k, &body, actor)
 	if err != nil {
 		if status == http.StatusServiceUnavailable {
-			s.log.ErrorContext(ctx, "admin: send an event to a saga", "saga_type", k.SagaType, "error", err)
+			a.log.ErrorContext(ctx, "admin: send an event to a saga", "saga_type", k.SagaType, "error", err)
 		}
 		writeError(w, status, "%v", err)
 		return
@@ -310,17 +310,17 @@ func (s *api) apiSendEvent(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, Accepted{ID: env.ID, DedupID: env.DedupID(), Type: env.Type, Saga: k.SagaType, Key: k.Key})
 }
 
-func (s *api) apiSelectSagas(w http.ResponseWriter, r *http.Request) {
-	q, err := s.batchQuery(r.URL.Query())
+func (a *api) apiSelectSagas(w http.ResponseWriter, r *http.Request) {
+	q, err := a.batchQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	sel, err := inspect.SelectSagas(ctx, s.st, q)
+	sel, err := inspect.SelectSagas(ctx, a.st, q)
 	if err != nil {
-		s.internalError(w, r, "select sagas", err)
+		a.internalError(w, r, "select sagas", err)
 		return
 	}
 	if sel.Sagas == nil {
@@ -332,46 +332,46 @@ func (s *api) apiSelectSagas(w http.ResponseWriter, r *http.Request) {
 	}{len(sel.Sagas), sel})
 }
 
-func (s *api) apiEndSagas(w http.ResponseWriter, r *http.Request) {
-	q, err := s.batchQuery(r.URL.Query())
+func (a *api) apiEndSagas(w http.ResponseWriter, r *http.Request) {
+	q, err := a.batchQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	actor, err := s.apiActor(r)
+	actor, err := a.apiActor(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	var body EndSagas
-	if err := json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(&body); err != nil || body.Digest == "" {
+	if err := json.NewDecoder(io.LimitReader(r.Body, a.maxBody)).Decode(&body); err != nil || body.Digest == "" {
 		writeError(w, http.StatusBadRequest, `request body is not {"reason": "...", "digest": "<from GET /api/sagas/select>"}: %v`, err)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	res, err := inspect.EndSagas(ctx, s.st, q, body.Digest, &inspect.End{Reason: body.Reason, Actor: actor, Now: time.Now()})
+	res, err := inspect.EndSagas(ctx, a.st, q, body.Digest, &inspect.End{Reason: body.Reason, Actor: actor, Now: time.Now()})
 	switch {
 	case errors.Is(err, inspect.ErrSetChanged):
 		writeError(w, http.StatusConflict, "%v: count again with GET /api/sagas/select, then confirm", err)
 	case errors.Is(err, inspect.ErrBadReason), errors.Is(err, inspect.ErrCapped):
 		writeError(w, http.StatusBadRequest, "%v", err)
 	case err != nil && res == nil:
-		s.internalError(w, r, "end sagas", err)
+		a.internalError(w, r, "end sagas", err)
 	case err != nil:
-		s.log.ErrorContext(ctx, "admin: end sagas", "ended", res.Done, "error", err)
+		a.log.ErrorContext(ctx, "admin: end sagas", "ended", res.Done, "error", err)
 		writeError(w, http.StatusServiceUnavailable, "%d sagas ended, then the store failed (see the server log): count again and confirm to end the rest", res.Done)
 	default:
 		writeJSON(w, http.StatusOK, res)
 	}
 }
 
-func (s *api) apiHistory(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiHistory(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, a.e.MaxKeyLen())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
 	}
-	s.writeHistory(w, r, store.Key{SagaType: typ, Key: key}, false)
+	a.writeHistory(w, r, store.Key{SagaType: typ, Key: key}, false)
 }

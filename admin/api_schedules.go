@@ -40,12 +40,12 @@ type FiredTick struct {
 	NextDue   time.Time `json:"next_due"`
 }
 
-func (s *api) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
 	name, ok := scheduleName(w, r)
 	if !ok {
 		return
 	}
-	if _, ok := s.scheduler(w); !ok {
+	if _, ok := a.scheduler(w); !ok {
 		return
 	}
 	var tick time.Time
@@ -56,11 +56,11 @@ func (s *api) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	f, err := s.e.FireSchedule(ctx, name, tick)
+	f, err := a.e.FireSchedule(ctx, name, tick)
 	if status, msg := fireError(name, err); status == http.StatusInternalServerError {
-		s.internalError(w, r, "fire schedule", err)
+		a.internalError(w, r, "fire schedule", err)
 		return
 	} else if status != 0 {
 		writeError(w, status, "%s", msg)
@@ -84,28 +84,28 @@ func fireError(name string, err error) (int, string) {
 }
 
 // scheduler returns the store's schedules, or answers 501 itself.
-func (s *api) scheduler(w http.ResponseWriter) (store.Scheduler, bool) {
-	sc := s.caps.schedules
+func (a *api) scheduler(w http.ResponseWriter) (store.Scheduler, bool) {
+	sc := a.caps.schedules
 	if sc == nil {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
+		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", a.st)
 	}
 	return sc, sc != nil
 }
 
-func (s *api) apiSchedules(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiSchedules(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	out, err := s.listSchedules(ctx, r.URL.Query().Get("after"), limit)
+	out, err := a.listSchedules(ctx, r.URL.Query().Get("after"), limit)
 	if errors.Is(err, errNoSchedules) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
+		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", a.st)
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "list schedules", err)
+		a.internalError(w, r, "list schedules", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -139,51 +139,51 @@ func scheduleName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return name, true
 }
 
-func (s *api) apiPauseSchedule(paused bool) http.HandlerFunc {
+func (a *api) apiPauseSchedule(paused bool) http.HandlerFunc {
 	verb := map[bool]string{true: "paused", false: "resumed"}[paused]
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		ctx, cancel := s.storeCtx(r)
+		ctx, cancel := a.storeCtx(r)
 		defer cancel()
-		if err := s.pauseSchedule(ctx, name, paused); err != nil {
-			s.scheduleError(w, r, name, err)
+		if err := a.pauseSchedule(ctx, name, paused); err != nil {
+			a.scheduleError(w, r, name, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{verb: name})
 	}
 }
 
-func (s *api) apiDeleteSchedule(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiDeleteSchedule(w http.ResponseWriter, r *http.Request) {
 	name, ok := scheduleName(w, r)
 	if !ok {
 		return
 	}
-	sc, ok := s.scheduler(w)
+	sc, ok := a.scheduler(w)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
 	if err := sc.DeleteSchedule(ctx, name); err != nil {
-		s.scheduleError(w, r, name, err)
+		a.scheduleError(w, r, name, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": name})
 }
 
-func (s *api) scheduleError(w http.ResponseWriter, r *http.Request, name string, err error) {
+func (a *api) scheduleError(w http.ResponseWriter, r *http.Request, name string, err error) {
 	var bad badScheduleName
 	switch {
 	case errors.As(err, &bad):
 		writeError(w, http.StatusBadRequest, "%v: path-escape the name as GET /api/schedules returns it", bad.err)
 		return
 	case errors.Is(err, errNoSchedules):
-		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
+		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", a.st)
 		return
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no schedule %q: list them with GET /api/schedules", name)
 		return
 	}
-	s.internalError(w, r, fmt.Sprintf("change schedule %q", name), err)
+	a.internalError(w, r, fmt.Sprintf("change schedule %q", name), err)
 }

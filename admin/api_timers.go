@@ -11,7 +11,7 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-func (s *api) apiTimers(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiTimers(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
@@ -19,15 +19,15 @@ func (s *api) apiTimers(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	f := timerFilter(r.URL.Query(), now)
 	f.Limit = limit
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	ts, next, err := inspect.Timers(ctx, s.st, f)
+	ts, next, err := inspect.Timers(ctx, a.st, f)
 	if errors.Is(err, inspect.ErrBadCursor) {
 		writeError(w, http.StatusBadRequest, "after: %v", err)
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "list timers", err)
+		a.internalError(w, r, "list timers", err)
 		return
 	}
 	out := TimerList{Timers: make([]Timer, 0, len(ts)), Next: next}
@@ -37,30 +37,30 @@ func (s *api) apiTimers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *api) apiCancelTimer(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiCancelTimer(w http.ResponseWriter, r *http.Request) {
 	k, ok := timerKey(w, r)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	if err := inspect.CancelTimer(ctx, s.st, k); errors.Is(err, store.ErrNotFound) {
+	if err := inspect.CancelTimer(ctx, a.st, k); errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no timer %s of saga %s/%q: list them with GET /api/timers?type=%s", k.Name, k.SagaType, k.Key, k.SagaType)
 		return
 	} else if err != nil {
-		s.internalError(w, r, "cancel timer", err)
+		a.internalError(w, r, "cancel timer", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"cancelled": k.Name})
 }
 
-func (s *api) apiRescheduleTimer(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiRescheduleTimer(w http.ResponseWriter, r *http.Request) {
 	k, ok := timerKey(w, r)
 	if !ok {
 		return
 	}
 	var body Reschedule
-	if err := json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(&body); err != nil {
+	if err := json.NewDecoder(io.LimitReader(r.Body, a.maxBody)).Decode(&body); err != nil {
 		writeError(w, http.StatusBadRequest, `request body is not {"due_at": "2026-01-02T15:04:05Z"} or {"in": "10m"}: %v`, err)
 		return
 	}
@@ -69,15 +69,15 @@ func (s *api) apiRescheduleTimer(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	t, err := inspect.RescheduleTimer(ctx, s.st, k, due)
+	t, err := inspect.RescheduleTimer(ctx, a.st, k, due)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no timer %s of saga %s/%q: list them with GET /api/timers?type=%s", k.Name, k.SagaType, k.Key, k.SagaType)
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "reschedule timer", err)
+		a.internalError(w, r, "reschedule timer", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, toTimer(t, time.Now()))

@@ -13,12 +13,12 @@ import (
 // JournalTailer, which reads those entries only, or else from the whole
 // journal. It reads one entry more than it shows, whose state is the state
 // before the oldest entry shown.
-func (s *console) latestJournal(ctx context.Context, k store.Key) (shown []store.JournalEntry, older int, err error) {
+func (c *console) latestJournal(ctx context.Context, k store.Key) (shown []store.JournalEntry, older int, err error) {
 	var total int
-	if jt := s.caps.journalTailer; jt != nil {
+	if jt := c.caps.journalTailer; jt != nil {
 		shown, total, err = jt.JournalTail(ctx, k, journalShown+1)
 	} else {
-		shown, err = s.st.Journal(ctx, k)
+		shown, err = c.st.Journal(ctx, k)
 		total = len(shown)
 		shown = shown[max(0, len(shown)-journalShown-1):]
 	}

@@ -5,14 +5,14 @@ import (
 	"time"
 )
 
-func (s *console) pageOverview(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
+func (c *console) pageOverview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	o, err := s.overview(ctx)
+	o, err := c.overview(ctx)
 	if err != nil {
-		s.storeFailed(w, r, "overview", err)
+		c.storeFailed(w, r, "overview", err)
 		return
 	}
-	s.charts.touch(time.Now()) // the charts sample while someone looks
-	s.render(w, r, http.StatusOK, "overview", "Overview", o)
+	c.charts.touch(time.Now()) // the charts sample while someone looks
+	c.render(w, r, http.StatusOK, "overview", "Overview", o)
 }

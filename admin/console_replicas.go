@@ -106,7 +106,7 @@ type replicaRow struct {
 	Config []string
 }
 
-func (s *console) pageReplicas(w http.ResponseWriter, r *http.Request) {
+func (c *console) pageReplicas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &replicasView{Now: time.Now(), Confirm: q.Get("confirm") == "remove"}
 	if n := q.Get("removed"); n != "" {
@@ -115,14 +115,14 @@ func (s *console) pageReplicas(w http.ResponseWriter, r *http.Request) {
 			v.Flash += fmt.Sprintf(" %d left: their last beat is not older than every live replica's; remove them once it is.", left)
 		}
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	list, err := s.listReplicas(ctx, defaultLimit, v.Now)
+	list, err := c.listReplicas(ctx, defaultLimit, v.Now)
 	switch {
 	case errors.Is(err, errNoReplicas):
 		v.Problem = "This store keeps no replica heartbeats."
 	case err != nil:
-		s.storeFailed(w, r, "list replicas", err)
+		c.storeFailed(w, r, "list replicas", err)
 		return
 	default:
 		v.Counts = list.Counts
@@ -130,7 +130,7 @@ func (s *console) pageReplicas(w http.ResponseWriter, r *http.Request) {
 			v.Rows = append(v.Rows, replicaRow{Replica: x, Lag: lagText(x.LagSeconds), Config: configPairs(x.Config)})
 		}
 	}
-	s.render(w, r, http.StatusOK, "replicas", "Replicas", v)
+	c.render(w, r, http.StatusOK, "replicas", "Replicas", v)
 }
 
 func (c *ReplicaCounts) add(state string) {
@@ -204,19 +204,19 @@ type RemovedReplicas struct {
 	Left int `json:"left"`
 }
 
-func (s *console) actRemoveReplicas(w http.ResponseWriter, r *http.Request) {
+func (c *console) actRemoveReplicas(w http.ResponseWriter, r *http.Request) {
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, basePath(r)+"/replicas?confirm=remove", http.StatusSeeOther)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	out, err := s.removeReplicas(ctx, time.Now())
+	out, err := c.removeReplicas(ctx, time.Now())
 	switch {
 	case errors.Is(err, errNoReplicas):
-		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no replica heartbeats.")
+		c.consoleError(w, r, http.StatusNotImplemented, "This store keeps no replica heartbeats.")
 	case err != nil:
-		s.storeFailed(w, r, "remove replicas", err)
+		c.storeFailed(w, r, "remove replicas", err)
 	default:
 		http.Redirect(w, r, basePath(r)+"/replicas"+query("removed", strconv.Itoa(out.Removed), "left", strconv.Itoa(out.Left)), http.StatusSeeOther)
 	}

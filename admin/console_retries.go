@@ -137,28 +137,28 @@ func retryCursor(q url.Values, rq *store.RetryQuery) error {
 	return nil
 }
 
-func (s *console) pageRetries(w http.ResponseWriter, r *http.Request) {
+func (c *console) pageRetries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &retriesView{SagaType: q.Get("saga_type"), Now: time.Now()}
 	if q.Get("done") == "sent" {
 		v.Flash = fmt.Sprintf("%d message(s) published again now. Each leaves this list once an engine has applied it (or its transport delivers the earlier copy, a duplicate).", atoi(q.Get("n")))
 	}
-	rr := s.caps.retries
+	rr := c.caps.retries
 	if rr == nil {
 		v.Problem = "This store keeps no retry state."
-		s.render(w, r, http.StatusOK, "retries", "Retrying", v)
+		c.render(w, r, http.StatusOK, "retries", "Retrying", v)
 		return
 	}
 	rq := &store.RetryQuery{SagaType: v.SagaType, Limit: consolePage}
 	if err := retryCursor(q, rq); err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That filter or page is not one this console made: "+err.Error()+".")
+		c.consoleError(w, r, http.StatusBadRequest, "That filter or page is not one this console made: "+err.Error()+".")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
 	rows, err := rr.QueryRetries(ctx, rq)
 	if err != nil {
-		s.storeFailed(w, r, "list retries", err)
+		c.storeFailed(w, r, "list retries", err)
 		return
 	}
 	v.Rows = rows
@@ -166,18 +166,18 @@ func (s *console) pageRetries(w http.ResponseWriter, r *http.Request) {
 		last := rows[len(rows)-1]
 		v.Next = query("saga_type", v.SagaType, "after_at", last.FirstFailedAt.Format(time.RFC3339Nano), "after_id", last.ID)
 	}
-	s.render(w, r, http.StatusOK, "retries", "Retrying", v)
+	c.render(w, r, http.StatusOK, "retries", "Retrying", v)
 }
 
 // formRetry reads the message a retry now form names.
-func (s *console) formRetry(vals url.Values) (store.Key, string, error) {
-	k, err := s.sagaKeyOfValues(vals.Get("type"), vals.Get("key"))
+func (c *console) formRetry(vals url.Values) (store.Key, string, error) {
+	k, err := c.sagaKeyOfValues(vals.Get("type"), vals.Get("key"))
 	return k, vals.Get("id"), err
 }
 
 // sagaKeyOfValues is sagaKeyOf for a form's or a query's values.
-func (s *console) sagaKeyOfValues(typ, raw string) (store.Key, error) {
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+func (c *console) sagaKeyOfValues(typ, raw string) (store.Key, error) {
+	key, err := canonKey(raw, c.e.MaxKeyLen())
 	if err != nil {
 		return store.Key{}, fmt.Errorf("saga key %q is not a valid key: %w", raw, err)
 	}
@@ -185,43 +185,43 @@ func (s *console) sagaKeyOfValues(typ, raw string) (store.Key, error) {
 }
 
 // pageAskRetryNow asks whether to retry now the message the query names.
-func (s *console) pageAskRetryNow(w http.ResponseWriter, r *http.Request) {
-	if s.readOnly {
-		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+func (c *console) pageAskRetryNow(w http.ResponseWriter, r *http.Request) {
+	if c.readOnly {
+		c.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
 	}
 	q := r.URL.Query()
-	k, id, err := s.formRetry(q)
+	k, id, err := c.formRetry(q)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	rt, err := s.findRetry(ctx, k, id)
+	rt, err := c.findRetry(ctx, k, id)
 	if err == nil {
 		err = unretryable(rt)
 	}
 	if status, msg := retryStatus(err); status == http.StatusServiceUnavailable {
-		s.storeFailed(w, r, "find retry", err)
+		c.storeFailed(w, r, "find retry", err)
 		return
 	} else if status != 0 {
-		s.consoleError(w, r, status, capitalise(msg)+".")
+		c.consoleError(w, r, status, capitalise(msg)+".")
 		return
 	}
-	s.render(w, r, http.StatusOK, "retrynow", "Retry now", &retryAskView{One: rt, Back: safeNext(q.Get("back")), Now: time.Now()})
+	c.render(w, r, http.StatusOK, "retrynow", "Retry now", &retryAskView{One: rt, Back: safeNext(q.Get("back")), Now: time.Now()})
 }
 
 // actRetryNow retries now the message of the form once it says
 // confirm=yes; before that it asks (pageAskRetryNow).
-func (s *console) actRetryNow(w http.ResponseWriter, r *http.Request) {
+func (c *console) actRetryNow(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
+		c.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
-	k, id, err := s.formRetry(r.PostForm)
+	k, id, err := c.formRetry(r.PostForm)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
 	}
 	if r.PostFormValue("confirm") != "yes" {
@@ -229,17 +229,17 @@ func (s *console) actRetryNow(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, basePath(r)+"/retries/retry-now"+ask, http.StatusSeeOther)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	rt, err := s.findRetry(ctx, k, id)
+	rt, err := c.findRetry(ctx, k, id)
 	if err == nil {
-		_, err = s.retryNow(ctx, rt, consoleActor(r))
+		_, err = c.retryNow(ctx, rt, consoleActor(r))
 	}
 	if status, msg := retryStatus(err); status == http.StatusServiceUnavailable {
-		s.storeFailed(w, r, "retry now", err)
+		c.storeFailed(w, r, "retry now", err)
 		return
 	} else if status != 0 {
-		s.consoleError(w, r, status, capitalise(msg)+".")
+		c.consoleError(w, r, status, capitalise(msg)+".")
 		return
 	}
 	back(w, r, "retried")
@@ -262,39 +262,39 @@ func filterValues(f *inspect.RetryFilter) url.Values {
 
 // pageAskRetryBatch counts the messages the query's filter selects and
 // asks whether to retry them now, bound to the count's digest.
-func (s *console) pageAskRetryBatch(w http.ResponseWriter, r *http.Request) {
-	if s.readOnly {
-		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+func (c *console) pageAskRetryBatch(w http.ResponseWriter, r *http.Request) {
+	if c.readOnly {
+		c.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
 	}
 	f, err := retryFilter(r.URL.Query(), true)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, capitalise(err.Error())+".")
+		c.consoleError(w, r, http.StatusBadRequest, capitalise(err.Error())+".")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	sel, err := inspect.SelectRetries(ctx, s.st, f)
+	sel, err := inspect.SelectRetries(ctx, c.st, f)
 	if errors.Is(err, inspect.ErrNoRetryState) {
-		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no retry state.")
+		c.consoleError(w, r, http.StatusNotImplemented, "This store keeps no retry state.")
 		return
 	} else if err != nil {
-		s.storeFailed(w, r, "count retries", err)
+		c.storeFailed(w, r, "count retries", err)
 		return
 	}
 	if sel.Capped {
-		s.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("The filter selects more than %d messages: narrow it.", inspect.MaxBatch))
+		c.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("The filter selects more than %d messages: narrow it.", inspect.MaxBatch))
 		return
 	}
-	s.render(w, r, http.StatusOK, "retrynow", "Retry now", &retryAskView{Sel: sel, Filter: f, Now: time.Now()})
+	c.render(w, r, http.StatusOK, "retrynow", "Retry now", &retryAskView{Sel: sel, Filter: f, Now: time.Now()})
 }
 
 // actRetryBatch retries now the set the form's filter selects once the
 // form says confirm=yes and carries the digest the question counted;
 // before that it asks (pageAskRetryBatch).
-func (s *console) actRetryBatch(w http.ResponseWriter, r *http.Request) {
+func (c *console) actRetryBatch(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
+		c.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
 	vals := url.Values{}
@@ -305,29 +305,29 @@ func (s *console) actRetryBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := retryFilter(vals, true)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, capitalise(err.Error())+".")
+		c.consoleError(w, r, http.StatusBadRequest, capitalise(err.Error())+".")
 		return
 	}
 	if r.PostFormValue("selected") == "yes" && len(f.IDs) == 0 {
-		s.consoleError(w, r, http.StatusBadRequest, "No message is ticked: tick the messages to retry, or use Retry all matching.")
+		c.consoleError(w, r, http.StatusBadRequest, "No message is ticked: tick the messages to retry, or use Retry all matching.")
 		return
 	}
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, basePath(r)+"/retries/retry?"+filterValues(f).Encode(), http.StatusSeeOther)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	res, err := s.retryBatch(ctx, f, r.PostFormValue("digest"), consoleActor(r))
+	res, err := c.retryBatch(ctx, f, r.PostFormValue("digest"), consoleActor(r))
 	switch {
 	case errors.Is(err, inspect.ErrSetChanged):
-		s.consoleError(w, r, http.StatusConflict, "The messages this filter selects changed since you counted them (one was applied, failed again or started retrying): nothing was retried. Go back to Retrying and count again.")
+		c.consoleError(w, r, http.StatusConflict, "The messages this filter selects changed since you counted them (one was applied, failed again or started retrying): nothing was retried. Go back to Retrying and count again.")
 	case errors.Is(err, inspect.ErrCapped):
-		s.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("The filter selects more than %d messages: narrow it.", inspect.MaxBatch))
+		c.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("The filter selects more than %d messages: narrow it.", inspect.MaxBatch))
 	case errors.Is(err, inspect.ErrNoRetryState):
-		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no retry state.")
+		c.consoleError(w, r, http.StatusNotImplemented, "This store keeps no retry state.")
 	case err != nil:
-		s.storeFailed(w, r, "retry now", err)
+		c.storeFailed(w, r, "retry now", err)
 	default:
 		http.Redirect(w, r, basePath(r)+"/retries"+query("saga_type", f.SagaType, "done", "sent", "n", fmt.Sprint(res.Done)), http.StatusSeeOther)
 	}

@@ -26,43 +26,43 @@ import (
 // browser's history gets that address (HX-Replace-Url; htmx would record
 // the action's, which has no page), and the page's own links (a timer's
 // "back") carry it without the question's values.
-func (s *console) askAction(w http.ResponseWriter, r *http.Request, q url.Values) {
+func (c *console) askAction(w http.ResponseWriter, r *http.Request, q url.Values) {
 	ask := r.Clone(r.Context())
 	dir := path.Dir(r.URL.EscapedPath()) // /instances/{type}/{key}, escaped
 	ask.Method, ask.URL.RawPath, ask.URL.RawQuery = http.MethodGet, dir, q.Encode()
 	ask.URL.Path, _ = url.PathUnescape(dir)
 	ask.RequestURI = basePath(r) + ask.URL.RequestURI() // what basePath reads
 	w.Header().Set("HX-Replace-Url", basePath(r)+dir)
-	s.pageInstance(w, ask)
+	c.pageInstance(w, ask)
 }
 
 // actEndSaga ends the saga once the form says confirm=yes; before that the
 // instance page asks.
-func (s *console) actEndSaga(w http.ResponseWriter, r *http.Request) {
-	k, err := s.sagaKeyOf(r)
+func (c *console) actEndSaga(w http.ResponseWriter, r *http.Request) {
+	k, err := c.sagaKeyOf(r)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
 	}
 	page := basePath(r) + "/instances/" + url.PathEscape(k.SagaType) + "/" + url.PathEscape(k.Key)
 	reason := r.PostFormValue("reason")
 	if r.PostFormValue("confirm") != "yes" {
-		s.askAction(w, r, url.Values{"confirm": {"end"}, "reason": {reason}, "version": {r.PostFormValue("version")}})
+		c.askAction(w, r, url.Values{"confirm": {"end"}, "reason": {reason}, "version": {r.PostFormValue("version")}})
 		return
 	}
 	var version int64
 	if _, err := fmt.Sscan(r.PostFormValue("version"), &version); err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "The form carries no version: open the saga again.")
+		c.consoleError(w, r, http.StatusBadRequest, "The form carries no version: open the saga again.")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	_, err = inspect.EndSaga(ctx, s.st, k, &inspect.End{Reason: reason, Actor: consoleActor(r), Version: version, Now: time.Now()})
+	_, err = inspect.EndSaga(ctx, c.st, k, &inspect.End{Reason: reason, Actor: consoleActor(r), Version: version, Now: time.Now()})
 	if status, msg := endError(k, err); status == http.StatusInternalServerError {
-		s.storeFailed(w, r, "end saga", err)
+		c.storeFailed(w, r, "end saga", err)
 		return
 	} else if status != 0 {
-		s.consoleError(w, r, status, msg+".")
+		c.consoleError(w, r, status, msg+".")
 		return
 	}
 	http.Redirect(w, r, page+query("done", "ended", "n", "1"), http.StatusSeeOther)
@@ -71,46 +71,46 @@ func (s *console) actEndSaga(w http.ResponseWriter, r *http.Request) {
 // actSendEvent sends the event of the form once it says confirm=yes;
 // before that the instance page asks, with the message ID it will have:
 // confirming twice (a double click, a resubmission) sends one message.
-func (s *console) actSendEvent(w http.ResponseWriter, r *http.Request) {
-	k, err := s.sagaKeyOf(r)
+func (c *console) actSendEvent(w http.ResponseWriter, r *http.Request) {
+	k, err := c.sagaKeyOf(r)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
 	}
 	page := basePath(r) + "/instances/" + url.PathEscape(k.SagaType) + "/" + url.PathEscape(k.Key)
 	typ, body, id := r.PostFormValue("type"), r.PostFormValue("body"), r.PostFormValue("id")
 	if r.PostFormValue("confirm") != "yes" {
-		s.askAction(w, r, url.Values{"confirm": {"send"}, "type": {typ}, "body": {body}, "id": {randomToken()}})
+		c.askAction(w, r, url.Values{"confirm": {"send"}, "type": {typ}, "body": {body}, "id": {randomToken()}})
 		return
 	}
 	if id == "" {
-		s.consoleError(w, r, http.StatusBadRequest, "The form carries no message ID: open the saga again.")
+		c.consoleError(w, r, http.StatusBadRequest, "The form carries no message ID: open the saga again.")
 		return
 	}
 	if !json.Valid([]byte(body)) {
-		s.consoleError(w, r, http.StatusBadRequest, "The body is not JSON: go back and fix it.")
+		c.consoleError(w, r, http.StatusBadRequest, "The body is not JSON: go back and fix it.")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	if _, status, err := s.sendEvent(ctx, k, &SendEvent{ID: id, Type: typ, Body: json.RawMessage(body)}, consoleActor(r)); err != nil {
+	if _, status, err := c.sendEvent(ctx, k, &SendEvent{ID: id, Type: typ, Body: json.RawMessage(body)}, consoleActor(r)); err != nil {
 		if status == http.StatusServiceUnavailable {
-			s.storeFailed(w, r, "send event", err)
+			c.storeFailed(w, r, "send event", err)
 			return
 		}
-		s.consoleError(w, r, status, "The event was not sent: "+err.Error())
+		c.consoleError(w, r, status, "The event was not sent: "+err.Error())
 		return
 	}
 	http.Redirect(w, r, page+query("done", "sent", "n", "1"), http.StatusSeeOther)
 }
 
 // actionsFor builds the actions card of saga in, whose Why panel is why.
-func (s *console) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) *actionsView {
+func (c *console) actionsFor(r *http.Request, in *store.Instance, why *whyPanel) *actionsView {
 	q := r.URL.Query()
 	a := &actionsView{Reason: q.Get("reason"), Type: q.Get("type"), Body: q.Get("body"), ID: q.Get("id"), Version: in.Version, State: in.State,
 		Finished: in.Status() == store.StatusFinished}
-	if c := q.Get("confirm"); c == "end" || c == "send" {
-		a.Confirm = c
+	if confirm := q.Get("confirm"); confirm == "end" || confirm == "send" {
+		a.Confirm = confirm
 	}
 	// The version the operator read: a saga that moved on since is shown
 	// as it is now, and asked about again.
@@ -122,7 +122,7 @@ func (s *console) actionsFor(r *http.Request, in *store.Instance, why *whyPanel)
 			a.Events = append(a.Events, e.Event)
 		}
 	}
-	if m, ok := s.e.Sagas()[in.SagaType]; ok {
+	if m, ok := c.e.Sagas()[in.SagaType]; ok {
 		for _, t := range m.MessageTypes() {
 			if !slices.Contains(a.Events, t) {
 				a.Others = append(a.Others, t)
@@ -132,24 +132,24 @@ func (s *console) actionsFor(r *http.Request, in *store.Instance, why *whyPanel)
 	return a
 }
 
-func (s *console) pageSagaTypes(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
+func (c *console) pageSagaTypes(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	ts, err := s.sagaTypes(ctx)
+	ts, err := c.sagaTypes(ctx)
 	if err != nil {
-		s.storeFailed(w, r, "saga types", err)
+		c.storeFailed(w, r, "saga types", err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "sagas", "Saga types", ts)
+	c.render(w, r, http.StatusOK, "sagas", "Saga types", ts)
 }
 
-func (s *console) pageInstances(w http.ResponseWriter, r *http.Request) {
+func (c *console) pageInstances(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &instancesView{Filter: map[string]string{}, Attrs: attrFilters(q), Now: time.Now()}
 	for _, k := range []string{"type", "state", "status", "prefix", "stuck", "from", "to", "reason", "idle"} {
 		v.Filter[k] = q.Get(k)
 	}
-	for name, m := range s.e.Sagas() {
+	for name, m := range c.e.Sagas() {
 		v.Types = append(v.Types, name)
 		if g, ok := m.(grapher); ok && (v.Filter["type"] == "" || v.Filter["type"] == name) {
 			for _, st := range g.Graph().States {
@@ -166,33 +166,33 @@ func (s *console) pageInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		v.Problem = err.Error()
-		s.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
+		c.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
 		return
 	}
 	sf, err := parseStuckFilter(q)
 	if err != nil {
 		v.Problem = err.Error()
-		s.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
+		c.render(w, r, http.StatusBadRequest, "instances", "Instances", v)
 		return
 	}
 	p.Limit, v.Q = consolePage, p
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
 	now := time.Now()
 	var page *instanceRows
 	filled := false
 	if p.Stuck {
-		filled, err = s.stuckPage(ctx, v, p, sf, now)
+		filled, err = c.stuckPage(ctx, v, p, sf, now)
 		page = &instanceRows{Rows: v.Rows}
 	}
 	if err == nil && !filled {
-		page, err = s.instancePage(ctx, p)
+		page, err = c.instancePage(ctx, p)
 	}
 	if errors.Is(err, inspect.ErrUnsupported) {
 		v.Problem = "This store cannot list stuck instances, previous pages or time ranges."
 		page = &instanceRows{}
 	} else if err != nil {
-		s.storeFailed(w, r, "list instances", err)
+		c.storeFailed(w, r, "list instances", err)
 		return
 	}
 	to := v.Filter["to"]
@@ -201,31 +201,31 @@ func (s *console) pageInstances(w http.ResponseWriter, r *http.Request) {
 		v.Filter["to"] = to // the idle time is its own field, not an "Updated before"
 	}
 	if p.Stuck && len(v.Rows) > 0 {
-		if v.Reasons, err = s.stuckReasons(ctx, v.Rows, now); err != nil {
-			s.storeFailed(w, r, "explain the stuck instances", err)
+		if v.Reasons, err = c.stuckReasons(ctx, v.Rows, now); err != nil {
+			c.storeFailed(w, r, "explain the stuck instances", err)
 			return
 		}
 	}
-	s.render(w, r, http.StatusOK, "instances", "Instances", v)
+	c.render(w, r, http.StatusOK, "instances", "Instances", v)
 }
 
-func (s *console) pageInstance(w http.ResponseWriter, r *http.Request) {
+func (c *console) pageInstance(w http.ResponseWriter, r *http.Request) {
 	typ := r.PathValue("type")
 	key, err := canonKey(r.PathValue("key"), maxFieldLen)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
 	k := store.Key{SagaType: typ, Key: key}
-	in, err := s.load(ctx, k)
+	in, err := c.load(ctx, k)
 	if err != nil {
-		s.storeFailed(w, r, "load saga", err)
+		c.storeFailed(w, r, "load saga", err)
 		return
 	}
 	if in == nil {
-		s.consoleError(w, r, http.StatusNotFound, "There is no saga "+typ+" with that key (it may have been swept).")
+		c.consoleError(w, r, http.StatusNotFound, "There is no saga "+typ+" with that key (it may have been swept).")
 		return
 	}
 	back := *r.URL
@@ -237,78 +237,78 @@ func (s *console) pageInstance(w http.ResponseWriter, r *http.Request) {
 	v := &instanceView{In: in, Back: back.RequestURI(), Flash: flash(r), Now: time.Now()}
 	var ts []store.Timer
 	var shown []store.JournalEntry // the latest; the download has them all
-	if shown, v.Older, err = s.latestJournal(ctx, k); err == nil {
-		ts, _, err = inspect.Timers(ctx, s.st, &inspect.TimerFilter{SagaType: typ, Key: key})
+	if shown, v.Older, err = c.latestJournal(ctx, k); err == nil {
+		ts, _, err = inspect.Timers(ctx, c.st, &inspect.TimerFilter{SagaType: typ, Key: key})
 	}
-	v.History = s.historyRows(ctx, shown)
+	v.History = c.historyRows(ctx, shown)
 	for _, t := range ts {
 		v.Timers = append(v.Timers, timerRow{Timer: t, Finished: in.Status() == store.StatusFinished})
 	}
 	var dls []store.DeadLetter
 	if err == nil {
-		dls, _, err = inspect.DeadLetters(ctx, s.st, &inspect.DeadLetterFilter{SagaType: typ, Key: key}, "", consolePage)
-		v.DeadLetters = s.deadLetterRows(ctx, dls)
+		dls, _, err = inspect.DeadLetters(ctx, c.st, &inspect.DeadLetterFilter{SagaType: typ, Key: key}, "", consolePage)
+		v.DeadLetters = c.deadLetterRows(ctx, dls)
 	}
 	var rs []store.Retry
 	if err == nil {
-		rs, err = s.retriesOf(ctx, k)
+		rs, err = c.retriesOf(ctx, k)
 	}
 	if err != nil {
-		s.storeFailed(w, r, "read saga details", err)
+		c.storeFailed(w, r, "read saga details", err)
 		return
 	}
-	m, _ := s.e.Sagas()[typ].(grapher)
+	m, _ := c.e.Sagas()[typ].(grapher)
 	v.Why = buildWhy(whyInput{In: in, Machine: m, Timers: ts, DeadLetters: dls, Retries: rs, Now: v.Now})
-	v.Act = s.actionsFor(r, in, v.Why)
-	s.render(w, r, http.StatusOK, "instance", typ+" "+shorten(key, 40), v)
+	v.Act = c.actionsFor(r, in, v.Why)
+	c.render(w, r, http.StatusOK, "instance", typ+" "+shorten(key, 40), v)
 }
 
 // instancePage reads the page p selects (one row more, to know whether
 // another page follows), and its count when the store can count. A page
 // before a cursor that comes back short is the start of the list: the
 // first page is read instead, so that it is full.
-func (s *console) instancePage(ctx context.Context, p *readmodel.InstanceQuery) (*instanceRows, error) {
-	queries := s.caps.instances != nil
+func (c *console) instancePage(ctx context.Context, p *readmodel.InstanceQuery) (*instanceRows, error) {
+	queries := c.caps.instances != nil
 	if !queries && (p.Before != nil || !p.UpdatedFrom.IsZero() || !p.UpdatedBefore.IsZero()) {
 		return nil, fmt.Errorf("previous pages and time ranges: %w", inspect.ErrUnsupported)
 	}
 	limit := p.Limit
 	p.Limit++
 	defer func() { p.Limit = limit }()
-	rows, err := inspect.Instances(ctx, s.st, p)
+	rows, err := inspect.Instances(ctx, c.st, p)
 	if err == nil && p.Before != nil && len(rows) < limit {
 		p.Before = nil
-		rows, err = inspect.Instances(ctx, s.st, p)
+		rows, err = inspect.Instances(ctx, c.st, p)
 	}
 	if err != nil {
 		return nil, err
 	}
 	out := &instanceRows{}
 	out.Rows, out.HasPrev, out.HasNext = trimPage(rows, limit, p.Before != nil, p.After != nil)
-	qc := s.caps.queryCounter
+	qc := c.caps.queryCounter
 	if qc == nil {
 		return out, nil
 	}
-	c, err := qc.CountInstanceQuery(ctx, p, readmodel.CountBound)
+	n, err := qc.CountInstanceQuery(ctx, p, readmodel.CountBound)
 	if err != nil {
 		return nil, fmt.Errorf("count instances: %w", err)
 	}
-	out.Count = &c
+	out.Count = &n
 	return out, nil
 }
 
-func (s *console) downloadHistory(w http.ResponseWriter, r *http.Request) {
+func (c *console) downloadHistory(w http.ResponseWriter, r *http.Request) {
 	key, err := canonKey(r.PathValue("key"), maxFieldLen)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
 	}
-	s.writeHistory(w, r, store.Key{SagaType: r.PathValue("type"), Key: key}, true)
+	c.writeHistory(w, r, store.Key{SagaType: r.PathValue("type"), Key: key}, true)
 }
 
 // historyRows are the journal's entries as the instance page shows them.
-func (s *console) historyRows(ctx context.Context, j []store.JournalEntry) []historyRow {
-	entries := s.historyEntries(ctx, j)
+func (c *console) historyRows(ctx context.Context, j []store.JournalEntry) []historyRow {
+	entries := c.historyEntries(ctx, j)
 	rows := make([]historyRow, len(entries))
 	for i, e := range entries {
 		rows[i] = historyRow{HistoryEntry: e, Duration: time.Duration(e.DurationMicros) * time.Microsecond}

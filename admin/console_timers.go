@@ -14,7 +14,7 @@ import (
 	"github.com/idemhq/idem/store/readmodel"
 )
 
-func (s *console) pageTimers(w http.ResponseWriter, r *http.Request) {
+func (c *console) pageTimers(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	now := time.Now()
 	v := &timersView{Filter: map[string]string{"type": q.Get("type"), "key": q.Get("key"), "overdue": q.Get("overdue")}, Now: now, Back: r.URL.RequestURI(), Flash: flash(r)}
@@ -25,31 +25,31 @@ func (s *console) pageTimers(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		v.Problem = err.Error()
-		s.render(w, r, http.StatusBadRequest, "timers", "Timers", v)
+		c.render(w, r, http.StatusBadRequest, "timers", "Timers", v)
 		return
 	}
 	v.Filter["from"], v.Filter["to"] = formTime(from), formTime(to)
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
 	var ts []store.Timer
-	if tq := s.caps.timers; tq != nil && v.Filter["key"] == "" {
-		ts, err = s.timerPage(ctx, tq, p, v)
+	if tq := c.caps.timers; tq != nil && v.Filter["key"] == "" {
+		ts, err = c.timerPage(ctx, tq, p, v)
 	} else {
-		ts, err = s.keyTimers(ctx, q, p, v)
+		ts, err = c.keyTimers(ctx, q, p, v)
 	}
 	if err == nil {
-		v.Rows, err = s.timerRows(ctx, ts)
+		v.Rows, err = c.timerRows(ctx, ts)
 	}
 	if err != nil {
-		s.storeFailed(w, r, "list timers", err)
+		c.storeFailed(w, r, "list timers", err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "timers", "Timers", v)
+	c.render(w, r, http.StatusOK, "timers", "Timers", v)
 }
 
 // timerRows marks the timers whose saga finished or is gone, loading
 // their sagas in one unit of work.
-func (s *console) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, error) {
+func (c *console) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, error) {
 	rows := make([]timerRow, len(ts))
 	keys := make([]store.Key, 0, len(ts))
 	for i, t := range ts {
@@ -61,7 +61,7 @@ func (s *console) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, 
 	if len(keys) == 0 {
 		return rows, nil
 	}
-	uow, err := s.st.Begin(ctx)
+	uow, err := c.st.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -80,10 +80,10 @@ func (s *console) timerRows(ctx context.Context, ts []store.Timer) ([]timerRow, 
 
 // formTimer reads the timer a form names; false when the key is invalid
 // (the error page is sent).
-func (s *console) formTimer(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
+func (c *console) formTimer(w http.ResponseWriter, r *http.Request) (store.TimerKey, bool) {
 	key, err := canonKey(r.PostFormValue("key"), maxFieldLen)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return store.TimerKey{}, false
 	}
 	return store.TimerKey{SagaType: r.PostFormValue("type"), Key: key, Name: r.PostFormValue("name")}, true
@@ -91,17 +91,17 @@ func (s *console) formTimer(w http.ResponseWriter, r *http.Request) (store.Timer
 
 // timerActionable sends an error page and returns false when the timer's
 // saga finished or is gone: the console changes no such timer.
-func (s *console) timerActionable(ctx context.Context, w http.ResponseWriter, r *http.Request, k store.TimerKey) bool {
-	in, err := s.load(ctx, store.Key{SagaType: k.SagaType, Key: k.Key})
+func (c *console) timerActionable(ctx context.Context, w http.ResponseWriter, r *http.Request, k store.TimerKey) bool {
+	in, err := c.load(ctx, store.Key{SagaType: k.SagaType, Key: k.Key})
 	switch {
 	case err != nil:
-		s.storeFailed(w, r, "load saga", err)
+		c.storeFailed(w, r, "load saga", err)
 		return false
 	case in == nil:
-		s.consoleError(w, r, http.StatusConflict, "The saga of this timer no longer exists: the timer is left as it is.")
+		c.consoleError(w, r, http.StatusConflict, "The saga of this timer no longer exists: the timer is left as it is.")
 		return false
 	case in.Status() == store.StatusFinished:
-		s.consoleError(w, r, http.StatusConflict, "The saga of this timer has finished: the timer is left as it is.")
+		c.consoleError(w, r, http.StatusConflict, "The saga of this timer has finished: the timer is left as it is.")
 		return false
 	}
 	return true
@@ -109,36 +109,36 @@ func (s *console) timerActionable(ctx context.Context, w http.ResponseWriter, r 
 
 // pageCancelTimer asks whether to cancel the timer the query names, as
 // purging a dead letter asks first.
-func (s *console) pageCancelTimer(w http.ResponseWriter, r *http.Request) {
-	if s.readOnly {
-		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+func (c *console) pageCancelTimer(w http.ResponseWriter, r *http.Request) {
+	if c.readOnly {
+		c.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
 	}
 	q := r.URL.Query()
 	key, err := canonKey(q.Get("key"), maxFieldLen)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
 	k := store.TimerKey{SagaType: q.Get("type"), Key: key, Name: q.Get("name")}
-	t, err := inspect.FindTimer(ctx, s.st, k)
+	t, err := inspect.FindTimer(ctx, c.st, k)
 	if errors.Is(err, store.ErrNotFound) {
-		s.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
+		c.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
 		return
 	} else if err != nil {
-		s.storeFailed(w, r, "find timer", err)
+		c.storeFailed(w, r, "find timer", err)
 		return
 	}
-	if !s.timerActionable(ctx, w, r, k) { // ask nothing the POST would refuse
+	if !c.timerActionable(ctx, w, r, k) { // ask nothing the POST would refuse
 		return
 	}
-	s.render(w, r, http.StatusOK, "timercancel", "Cancel timer", &timerConfirmView{T: t, Back: safeNext(q.Get("back")), Now: time.Now()})
+	c.render(w, r, http.StatusOK, "timercancel", "Cancel timer", &timerConfirmView{T: t, Back: safeNext(q.Get("back")), Now: time.Now()})
 }
 
-func (s *console) actCancelTimer(w http.ResponseWriter, r *http.Request) {
-	k, ok := s.formTimer(w, r)
+func (c *console) actCancelTimer(w http.ResponseWriter, r *http.Request) {
+	k, ok := c.formTimer(w, r)
 	if !ok {
 		return
 	}
@@ -147,41 +147,41 @@ func (s *console) actCancelTimer(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, basePath(r)+"/timers/cancel"+ask, http.StatusSeeOther)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	if !s.timerActionable(ctx, w, r, k) {
+	if !c.timerActionable(ctx, w, r, k) {
 		return
 	}
-	if err := inspect.CancelTimer(ctx, s.st, k); errors.Is(err, store.ErrNotFound) {
-		s.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
+	if err := inspect.CancelTimer(ctx, c.st, k); errors.Is(err, store.ErrNotFound) {
+		c.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
 		return
 	} else if err != nil {
-		s.storeFailed(w, r, "cancel timer", err)
+		c.storeFailed(w, r, "cancel timer", err)
 		return
 	}
 	back(w, r, "cancelled")
 }
 
-func (s *console) actRescheduleTimer(w http.ResponseWriter, r *http.Request) {
-	k, ok := s.formTimer(w, r)
+func (c *console) actRescheduleTimer(w http.ResponseWriter, r *http.Request) {
+	k, ok := c.formTimer(w, r)
 	if !ok {
 		return
 	}
 	due, err := dueTime(Reschedule{In: r.PostFormValue("in")}, time.Now())
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "Give the delay as a duration like 10m, 2h or 0s.")
+		c.consoleError(w, r, http.StatusBadRequest, "Give the delay as a duration like 10m, 2h or 0s.")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	if !s.timerActionable(ctx, w, r, k) {
+	if !c.timerActionable(ctx, w, r, k) {
 		return
 	}
-	if _, err := inspect.RescheduleTimer(ctx, s.st, k, due); errors.Is(err, store.ErrNotFound) {
-		s.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
+	if _, err := inspect.RescheduleTimer(ctx, c.st, k, due); errors.Is(err, store.ErrNotFound) {
+		c.consoleError(w, r, http.StatusNotFound, "That timer no longer exists: it fired or was cancelled.")
 		return
 	} else if err != nil {
-		s.storeFailed(w, r, "reschedule timer", err)
+		c.storeFailed(w, r, "reschedule timer", err)
 		return
 	}
 	back(w, r, "rescheduled")
@@ -190,7 +190,7 @@ func (s *console) actRescheduleTimer(w http.ResponseWriter, r *http.Request) {
 // timerPage reads the timers page of the console through
 // readmodel.TimerQuerier (one row more, to know whether another page
 // follows), and its count when the store can count.
-func (s *console) timerPage(ctx context.Context, tq readmodel.TimerQuerier, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
+func (c *console) timerPage(ctx context.Context, tq readmodel.TimerQuerier, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
 	limit := p.Limit
 	p.Limit++
 	ts, err := tq.QueryTimers(ctx, p)
@@ -203,12 +203,12 @@ func (s *console) timerPage(ctx context.Context, tq readmodel.TimerQuerier, p *r
 	}
 	ts, hasPrev, hasNext := trimPage(ts, limit, p.Before != nil, p.After != nil)
 	v.timerLinks(ts, hasPrev, hasNext)
-	if qc := s.caps.queryCounter; qc != nil {
-		c, err := qc.CountTimerQuery(ctx, p, readmodel.CountBound)
+	if qc := c.caps.queryCounter; qc != nil {
+		n, err := qc.CountTimerQuery(ctx, p, readmodel.CountBound)
 		if err != nil {
 			return nil, fmt.Errorf("count timers: %w", err)
 		}
-		v.Count = &c
+		v.Count = &n
 	}
 	return ts, nil
 }
@@ -217,7 +217,7 @@ func (s *console) timerPage(ctx context.Context, tq readmodel.TimerQuerier, p *r
 // one key (through the store's index), or every timer of a store without
 // readmodel.TimerQuerier. A key has few timers: its range start is applied to
 // the page, its count is exact, and its previous page is its first.
-func (s *console) keyTimers(ctx context.Context, q url.Values, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
+func (c *console) keyTimers(ctx context.Context, q url.Values, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
 	f := timerFilter(q, v.Now)
 	f.DueBefore, f.Limit = p.DueBefore, consolePage
 	if f.Key == "" && (!p.DueFrom.IsZero() || p.Before != nil) {
@@ -227,20 +227,20 @@ func (s *console) keyTimers(ctx context.Context, q url.Values, p *readmodel.Time
 	if p.Before != nil {
 		f.After = ""
 	}
-	ts, next, err := inspect.Timers(ctx, s.st, f)
+	ts, next, err := inspect.Timers(ctx, c.st, f)
 	if err != nil {
 		return nil, err
 	}
 	ts = slices.DeleteFunc(ts, func(t store.Timer) bool { return t.DueAt.Before(p.DueFrom) })
 	if f.Key != "" {
 		f.After, f.Limit = "", readmodel.CountBound+1
-		all, _, err := inspect.Timers(ctx, s.st, f)
+		all, _, err := inspect.Timers(ctx, c.st, f)
 		if err != nil {
 			return nil, err
 		}
 		all = slices.DeleteFunc(all, func(t store.Timer) bool { return t.DueAt.Before(p.DueFrom) })
-		c := readmodel.BoundedCount(len(all), readmodel.CountBound)
-		v.Count = &c
+		n := readmodel.BoundedCount(len(all), readmodel.CountBound)
+		v.Count = &n
 	}
 	v.timerLinks(ts, f.After != "", next != "")
 	return ts, nil

@@ -10,8 +10,8 @@ import (
 	"github.com/idemhq/idem/store/readmodel"
 )
 
-func (s *parts) deadLetterCounts(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
-	c, err := inspect.CountByReason(ctx, s.st, f)
+func (p *parts) deadLetterCounts(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
+	c, err := inspect.CountByReason(ctx, p.st, f)
 	if err != nil {
 		return nil, err
 	}
@@ -25,28 +25,28 @@ func (s *parts) deadLetterCounts(ctx context.Context, f *inspect.DeadLetterFilte
 // f.AsOf, or as of now when f has no mark: never one recorded after the
 // count the caller confirmed. On error it returns, with the error, what it
 // did until then (nil when it did not start).
-func (s *parts) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilter, replay, dry bool) (*BulkResult, error) {
+func (p *parts) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilter, replay, dry bool) (*BulkResult, error) {
 	res := &BulkResult{DryRun: dry}
 	if f.AsOf == "" {
-		c, err := inspect.CountByReason(ctx, s.st, f)
+		c, err := inspect.CountByReason(ctx, p.st, f)
 		if err != nil {
 			return nil, err
 		}
 		f.AsOf = c.AsOf
 	}
 	res.AsOf = f.AsOf
-	err := inspect.EachDeadLetter(ctx, s.st, f, func(ds []store.DeadLetter) error {
+	err := inspect.EachDeadLetter(ctx, p.st, f, func(ds []store.DeadLetter) error {
 		res.Matched += len(ds)
 		if dry {
 			return nil
 		}
 		if !replay {
-			n, err := inspect.DeleteDeadLetters(ctx, s.st, f, ds)
+			n, err := inspect.DeleteDeadLetters(ctx, p.st, f, ds)
 			res.Done += n
 			return err
 		}
 		for i := range ds {
-			err := s.e.ReplayDeadLetter(ctx, ds[i].ID)
+			err := p.e.ReplayDeadLetter(ctx, ds[i].ID)
 			switch {
 			case errors.Is(err, store.ErrNotFound) || (err != nil && replayRefused(err) != ""):
 				res.Skipped++ // gone, or its replay resolved or started, since its page was read
@@ -67,17 +67,17 @@ func (s *parts) bulkDeadLetters(ctx context.Context, f *inspect.DeadLetterFilter
 
 // bulkTriage runs a. On error it returns, with the error, what it did
 // until then (nil when it did not start).
-func (s *parts) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, error) {
+func (p *parts) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, error) {
 	if a.Action == "archive" || a.Action == "restore" {
-		if _, err := inspect.Archiver(s.st); err != nil {
+		if _, err := inspect.Archiver(p.st); err != nil {
 			return nil, err
 		}
 	}
 	if len(a.IDs) > 0 {
-		return s.triageIDs(ctx, a)
+		return p.triageIDs(ctx, a)
 	}
 	if a.Action == "replay" || a.Action == "purge" {
-		return s.bulkDeadLetters(ctx, a.Filter, a.Action == "replay", a.DryRun)
+		return p.bulkDeadLetters(ctx, a.Filter, a.Action == "replay", a.DryRun)
 	}
 	f := a.Filter
 	if a.Action == "restore" && f.ArchivedBefore.IsZero() {
@@ -85,14 +85,14 @@ func (s *parts) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, e
 	}
 	res := &BulkResult{DryRun: a.DryRun}
 	if f.AsOf == "" {
-		c, err := inspect.CountByReason(ctx, s.st, f)
+		c, err := inspect.CountByReason(ctx, p.st, f)
 		if err != nil {
 			return nil, err
 		}
 		f.AsOf = c.AsOf
 	}
 	res.AsOf = f.AsOf
-	err := inspect.EachDeadLetter(ctx, s.st, f, func(ds []store.DeadLetter) error {
+	err := inspect.EachDeadLetter(ctx, p.st, f, func(ds []store.DeadLetter) error {
 		res.Matched += len(ds)
 		if a.DryRun {
 			return nil
@@ -100,13 +100,13 @@ func (s *parts) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, e
 		var n int
 		var err error
 		if a.Action == "archive" {
-			n, err = inspect.ArchiveDeadLetters(ctx, s.st, f, ds)
+			n, err = inspect.ArchiveDeadLetters(ctx, p.st, f, ds)
 		} else {
 			ids := make([]string, len(ds))
 			for i := range ds {
 				ids[i] = ds[i].ID
 			}
-			n, err = inspect.RestoreDeadLetters(ctx, s.st, ids, f.AsOf)
+			n, err = inspect.RestoreDeadLetters(ctx, p.st, ids, f.AsOf)
 		}
 		res.Done += n
 		res.Skipped += len(ds) - n
@@ -117,7 +117,7 @@ func (s *parts) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, e
 }
 
 // triageIDs acts on the dead letters a names.
-func (s *parts) triageIDs(ctx context.Context, a *triageAction) (*BulkResult, error) {
+func (p *parts) triageIDs(ctx context.Context, a *triageAction) (*BulkResult, error) {
 	ids := uniqueIDs(a.IDs)
 	res := &BulkResult{DryRun: a.DryRun, Matched: len(ids), AsOf: a.Filter.AsOf}
 	if a.DryRun {
@@ -128,14 +128,14 @@ func (s *parts) triageIDs(ctx context.Context, a *triageAction) (*BulkResult, er
 	switch a.Action {
 	case "archive":
 		var ar readmodel.DeadLetterArchiver
-		if ar, err = inspect.Archiver(s.st); err == nil {
+		if ar, err = inspect.Archiver(p.st); err == nil {
 			res.Done, err = ar.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids, AsOf: a.Filter.AsOf})
 		}
 	case "restore":
-		res.Done, err = inspect.RestoreDeadLetters(ctx, s.st, ids, a.Filter.AsOf)
+		res.Done, err = inspect.RestoreDeadLetters(ctx, p.st, ids, a.Filter.AsOf)
 	case "replay":
 		for _, id := range ids {
-			rerr := s.e.ReplayDeadLetter(ctx, id)
+			rerr := p.e.ReplayDeadLetter(ctx, id)
 			switch {
 			case errors.Is(rerr, store.ErrNotFound) || (rerr != nil && replayRefused(rerr) != ""):
 			case rerr != nil:

@@ -31,20 +31,20 @@ type HistoryEntry = inspect.HistoryEntry
 type HistoryEmitted = inspect.HistoryEmitted
 
 // writeHistory answers with k's SagaHistory, as a download when attach.
-func (s *parts) writeHistory(w http.ResponseWriter, r *http.Request, k store.Key, attach bool) {
-	ctx, cancel := s.storeCtx(r)
+func (p *parts) writeHistory(w http.ResponseWriter, r *http.Request, k store.Key, attach bool) {
+	ctx, cancel := p.storeCtx(r)
 	defer cancel()
-	in, err := s.load(ctx, k)
+	in, err := p.load(ctx, k)
 	if err == nil && in == nil {
 		writeError(w, http.StatusNotFound, "no saga %s with key %q: list the sagas with GET /api/sagas?type=%s", k.SagaType, k.Key, k.SagaType)
 		return
 	}
 	var h *SagaHistory
 	if err == nil {
-		h, err = s.history(ctx, k)
+		h, err = p.history(ctx, k)
 	}
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("read the history of saga %s/%s", k.SagaType, k.Key), err)
+		p.internalError(w, r, fmt.Sprintf("read the history of saga %s/%s", k.SagaType, k.Key), err)
 		return
 	}
 	if attach {
@@ -54,47 +54,47 @@ func (s *parts) writeHistory(w http.ResponseWriter, r *http.Request, k store.Key
 }
 
 // history reads k's journal and the sent state of what it emitted.
-func (s *parts) history(ctx context.Context, k store.Key) (*SagaHistory, error) {
-	j, err := s.st.Journal(ctx, k)
+func (p *parts) history(ctx context.Context, k store.Key) (*SagaHistory, error) {
+	j, err := p.st.Journal(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s/%s: %w", k.SagaType, k.Key, err)
 	}
 	history.FillDiffs(j, inspect.HistoryDiffLimit)
-	return &SagaHistory{SagaType: k.SagaType, Key: k.Key, Entries: s.historyEntries(ctx, j)}, nil
+	return &SagaHistory{SagaType: k.SagaType, Key: k.Key, Entries: p.historyEntries(ctx, j)}, nil
 }
 
 // historyEntries are the journal's entries with the sent state of what
 // they emitted.
-func (s *parts) historyEntries(ctx context.Context, j []store.JournalEntry) []HistoryEntry {
-	return inspect.HistoryEntries(j, s.sentStates(ctx, j))
+func (p *parts) historyEntries(ctx context.Context, j []store.JournalEntry) []HistoryEntry {
+	return inspect.HistoryEntries(j, p.sentStates(ctx, j))
 }
 
 // sentStates looks up the sent state of every message the journal says was
 // emitted. A lookup that fails leaves them unknown: the history is still
 // worth showing.
-func (s *parts) sentStates(ctx context.Context, j []store.JournalEntry) map[string]inspect.SentState {
+func (p *parts) sentStates(ctx context.Context, j []store.JournalEntry) map[string]inspect.SentState {
 	ids := inspect.EmittedIDs(j)
 	out := make(map[string]inspect.SentState, len(ids))
 	if len(ids) == 0 {
 		return out
 	}
-	if s.onStoreQueue() { // enqueued in the commit that journaled them
+	if p.onStoreQueue() { // enqueued in the commit that journaled them
 		for _, id := range ids {
 			out[id] = inspect.SentState{State: inspect.SentYes}
 		}
 		return out
 	}
-	if err := inspect.OutboxSent(ctx, s.caps.outboxSent, ids, out); err != nil {
-		s.log.WarnContext(ctx, "admin: read the outbox's sent state; shown as unknown", "error", err)
+	if err := inspect.OutboxSent(ctx, p.caps.outboxSent, ids, out); err != nil {
+		p.log.WarnContext(ctx, "admin: read the outbox's sent state; shown as unknown", "error", err)
 	}
 	return out
 }
 
 // onStoreQueue tells whether the engine's transport is its store's own
 // queue, which takes emitted messages in the commit that emits them.
-func (s *parts) onStoreQueue() bool {
-	q := s.caps.storeQueue
-	tr := s.e.Transport()
+func (p *parts) onStoreQueue() bool {
+	q := p.caps.storeQueue
+	tr := p.e.Transport()
 	return q != nil && tr != nil && reflect.TypeOf(q).Comparable() && reflect.TypeOf(tr).Comparable() && any(q) == any(tr)
 }
 

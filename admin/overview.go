@@ -109,11 +109,11 @@ type SagaCounts struct {
 	States   []readmodel.StateCount `json:"states"`
 }
 
-func (s *parts) overview(ctx context.Context) (*Overview, error) {
+func (p *parts) overview(ctx context.Context) (*Overview, error) {
 	now := time.Now()
 	o := &Overview{}
-	o.Rates, o.Totals = s.rates.rates(now)
-	n, oldest, err := s.st.OutboxBacklog(ctx)
+	o.Rates, o.Totals = p.rates.rates(now)
+	n, oldest, err := p.st.OutboxBacklog(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -121,35 +121,35 @@ func (s *parts) overview(ctx context.Context) (*Overview, error) {
 	if !oldest.IsZero() {
 		o.OutboxOldestSeconds = max(0, now.Sub(oldest).Seconds())
 	}
-	ts, err := s.st.ListTimers(ctx, &store.ListParams{Limit: 1})
+	ts, err := p.st.ListTimers(ctx, &store.ListParams{Limit: 1})
 	if err != nil {
 		return nil, err
 	}
 	if len(ts) == 1 && ts[0].DueAt.Before(now) {
 		o.TimerLagSeconds = now.Sub(ts[0].DueAt).Seconds()
 	}
-	if s.caps.pending != nil {
-		if ready, unacked, err := s.caps.pending.Pending(ctx); err == nil {
+	if p.caps.pending != nil {
+		if ready, unacked, err := p.caps.pending.Pending(ctx); err == nil {
 			o.QueueReady, o.QueueUnacked = &ready, &unacked
 		} else {
-			s.log.WarnContext(ctx, "admin: queue depth", "error", err)
+			p.log.WarnContext(ctx, "admin: queue depth", "error", err)
 		}
 	}
-	o.Stored = s.storedCounts(ctx)
-	o.LiveReplicas = s.liveReplicas(ctx, now)
-	o.Sagas, o.CountsExact, err = s.sagaCounts(ctx)
+	o.Stored = p.storedCounts(ctx)
+	o.LiveReplicas = p.liveReplicas(ctx, now)
+	o.Sagas, o.CountsExact, err = p.sagaCounts(ctx)
 	return o, err
 }
 
 // sagaCounts groups the store's counts by saga type, with a row for every
 // registered type even when it has no instance.
-func (s *parts) sagaCounts(ctx context.Context) ([]SagaCounts, bool, error) {
-	counts, exact, err := inspect.Counts(ctx, s.st)
+func (p *parts) sagaCounts(ctx context.Context) ([]SagaCounts, bool, error) {
+	counts, exact, err := inspect.Counts(ctx, p.st)
 	if err != nil {
 		return nil, false, err
 	}
 	by := map[string]*SagaCounts{}
-	for name := range s.e.Sagas() {
+	for name := range p.e.Sagas() {
 		by[name] = &SagaCounts{Type: name}
 	}
 	for _, c := range counts {
@@ -197,8 +197,8 @@ type SagaTypeState struct {
 // grapher is implemented by *saga.Machine[S].
 type grapher interface{ Graph() saga.Graph }
 
-func (s *parts) sagaTypes(ctx context.Context) ([]SagaType, error) {
-	counts, _, err := s.sagaCounts(ctx)
+func (p *parts) sagaTypes(ctx context.Context) ([]SagaType, error) {
+	counts, _, err := p.sagaCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (s *parts) sagaTypes(ctx context.Context) ([]SagaType, error) {
 	for _, c := range counts {
 		byType[c.Type] = c
 	}
-	machines := s.e.Sagas()
+	machines := p.e.Sagas()
 	names := make([]string, 0, len(machines))
 	for n := range machines {
 		names = append(names, n)
@@ -245,7 +245,7 @@ func describe(m idem.Machine, c SagaCounts) SagaType {
 	return st
 }
 
-func (s *parts) overviewSeries(w http.ResponseWriter, _ *http.Request) {
-	s.charts.touch(time.Now())
-	writeJSON(w, http.StatusOK, s.charts.series())
+func (p *parts) overviewSeries(w http.ResponseWriter, _ *http.Request) {
+	p.charts.touch(time.Now())
+	writeJSON(w, http.StatusOK, p.charts.series())
 }

@@ -45,19 +45,19 @@ type api struct{ *parts }
 type console struct{ *parts }
 
 // storeCtx bounds the store calls of r by Config.StoreTimeout.
-func (s *parts) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), s.timeout)
+func (p *parts) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), p.timeout)
 }
 
 // internalError logs err and answers 500 (or 503 when the store timed out)
 // without the error's text, which may name hosts or paths. A mark the
 // store refused (readmodel.ErrBadMark) is the caller's error: 400, not logged.
-func (s *parts) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
+func (p *parts) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
 	if errors.Is(err, readmodel.ErrBadMark) {
 		writeError(w, http.StatusBadRequest, "%s: as_of is not a mark this store made: pass the as_of a count returned (GET /api/dead-letters/counts)", op)
 		return
 	}
-	s.log.ErrorContext(r.Context(), "admin: "+op, "error", err, "method", r.Method, "path", r.URL.Path)
+	p.log.ErrorContext(r.Context(), "admin: "+op, "error", err, "method", r.Method, "path", r.URL.Path)
 	if errors.Is(err, context.DeadlineExceeded) {
 		writeError(w, http.StatusServiceUnavailable, "%s: the store did not answer in time: retry later; see the server log", op)
 		return
@@ -66,8 +66,8 @@ func (s *parts) internalError(w http.ResponseWriter, r *http.Request, op string,
 }
 
 // authorize requires the bearer token when one is configured.
-func (s *parts) authorize(h http.Handler) http.Handler {
-	if !s.auth {
+func (p *parts) authorize(h http.Handler) http.Handler {
+	if !p.auth {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +75,7 @@ func (s *parts) authorize(h http.Handler) http.Handler {
 		// token is none.
 		tried := r.Header.Get("Authorization") != ""
 		if tried {
-			if secs, refused := s.limited(w, r); refused {
+			if secs, refused := p.limited(w, r); refused {
 				writeError(w, http.StatusTooManyRequests, "too many wrong admin tokens: retry after %d s", secs)
 				return
 			}
@@ -84,9 +84,9 @@ func (s *parts) authorize(h http.Handler) http.Handler {
 		// Hashing both sides first makes the comparison constant-time in
 		// the token's length too.
 		sum := sha256.Sum256([]byte(got))
-		if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 || !ok {
+		if subtle.ConstantTimeCompare(sum[:], p.token[:]) != 1 || !ok {
 			if tried {
-				s.wrongToken(r)
+				p.wrongToken(r)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong admin token: send the header Authorization: Bearer <IDEM_ADMIN_TOKEN>")
@@ -97,8 +97,8 @@ func (s *parts) authorize(h http.Handler) http.Handler {
 }
 
 // writable refuses h in read-only mode.
-func (s *parts) writable(h http.Handler) http.Handler {
-	if !s.readOnly {
+func (p *parts) writable(h http.Handler) http.Handler {
+	if !p.readOnly {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -9,8 +9,8 @@ import (
 )
 
 // listReplicas reads at most limit replicas and judges their state at now.
-func (s *parts) listReplicas(ctx context.Context, limit int, now time.Time) (*ReplicaList, error) {
-	rr := s.caps.replicas
+func (p *parts) listReplicas(ctx context.Context, limit int, now time.Time) (*ReplicaList, error) {
+	rr := p.caps.replicas
 	if rr == nil {
 		return nil, errNoReplicas
 	}
@@ -19,7 +19,7 @@ func (s *parts) listReplicas(ctx context.Context, limit int, now time.Time) (*Re
 		return nil, fmt.Errorf("list replicas: %w", err)
 	}
 	out := &ReplicaList{Replicas: make([]Replica, 0, len(rs))}
-	self := s.e.ReplicaID()
+	self := p.e.ReplicaID()
 	states := replicaStates(rs, now)
 	for i := range rs {
 		x := toReplica(&rs[i], now)
@@ -34,8 +34,8 @@ func (s *parts) listReplicas(ctx context.Context, limit int, now time.Time) (*Re
 // (gone, replaced or stopped) and last beat before every live replica
 // did: store.ReplicaRegistry prunes by last beat, so a live replica's
 // record is never removed.
-func (s *parts) removeReplicas(ctx context.Context, now time.Time) (*RemovedReplicas, error) {
-	rr := s.caps.replicas
+func (p *parts) removeReplicas(ctx context.Context, now time.Time) (*RemovedReplicas, error) {
+	rr := p.caps.replicas
 	if rr == nil {
 		return nil, errNoReplicas
 	}
@@ -64,14 +64,14 @@ func (s *parts) removeReplicas(ctx context.Context, now time.Time) (*RemovedRepl
 
 // liveReplicas counts the replicas alive at now; nil when the store keeps
 // no heartbeats or did not answer (logged).
-func (s *parts) liveReplicas(ctx context.Context, now time.Time) *int {
-	rr := s.caps.replicas
+func (p *parts) liveReplicas(ctx context.Context, now time.Time) *int {
+	rr := p.caps.replicas
 	if rr == nil {
 		return nil
 	}
 	rs, err := rr.Replicas(ctx, maxLimit)
 	if err != nil {
-		s.log.WarnContext(ctx, "admin: list replicas", "error", err)
+		p.log.WarnContext(ctx, "admin: list replicas", "error", err)
 		return nil
 	}
 	n := 0

@@ -14,11 +14,11 @@ import (
 )
 
 // findRetry returns the retry id of saga k.
-func (s *parts) findRetry(ctx context.Context, k store.Key, id string) (*store.Retry, error) {
-	if s.caps.retries == nil {
-		return nil, &errRetryNow{http.StatusNotImplemented, fmt.Sprintf("store %T keeps no retry state", s.st)}
+func (p *parts) findRetry(ctx context.Context, k store.Key, id string) (*store.Retry, error) {
+	if p.caps.retries == nil {
+		return nil, &errRetryNow{http.StatusNotImplemented, fmt.Sprintf("store %T keeps no retry state", p.st)}
 	}
-	rs, err := s.retriesOf(ctx, k)
+	rs, err := p.retriesOf(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("read the retries of saga %s/%s: %w", k.SagaType, k.Key, err)
 	}
@@ -33,13 +33,13 @@ func (s *parts) findRetry(ctx context.Context, k store.Key, id string) (*store.R
 // retryNow publishes r's message again now on behalf of actor, under its
 // own ID, after marking the retry (RetryNowAt) so that a failure of the
 // copy is recorded even though its transport counts attempts afresh.
-func (s *parts) retryNow(ctx context.Context, r *store.Retry, actor string) (idem.Envelope, error) {
+func (p *parts) retryNow(ctx context.Context, r *store.Retry, actor string) (idem.Envelope, error) {
 	if err := unretryable(r); err != nil {
 		return idem.Envelope{}, err
 	}
 	mark := *r
 	mark.RetryNowAt = time.Now()
-	if err := s.caps.retries.RecordRetry(ctx, &mark); err != nil {
+	if err := p.caps.retries.RecordRetry(ctx, &mark); err != nil {
 		return idem.Envelope{}, fmt.Errorf("mark retry %q: %w", r.ID, err)
 	}
 	env := r.Envelope.Clone()
@@ -47,7 +47,7 @@ func (s *parts) retryNow(ctx context.Context, r *store.Retry, actor string) (ide
 		env.Headers = map[string]string{}
 	}
 	env.Headers[transport.HeaderActor] = actor
-	if err := s.e.Publish(ctx, env); err != nil {
+	if err := p.e.Publish(ctx, env); err != nil {
 		if errors.Is(err, idem.ErrInvalidEnvelope) {
 			return env, &errRetryNow{http.StatusBadRequest, fmt.Sprintf("message %q was not published again: %v", r.MessageID, err)}
 		}
@@ -59,8 +59,8 @@ func (s *parts) retryNow(ctx context.Context, r *store.Retry, actor string) (ide
 // retryBatch retries now the set f selects, if its digest is still
 // confirmed. The error is ErrSetChanged, ErrCapped, or a failure after
 // res.Done messages were published.
-func (s *parts) retryBatch(ctx context.Context, f *inspect.RetryFilter, confirmed, actor string) (*RetryNowResult, error) {
-	sel, err := inspect.SelectRetries(ctx, s.st, f)
+func (p *parts) retryBatch(ctx context.Context, f *inspect.RetryFilter, confirmed, actor string) (*RetryNowResult, error) {
+	sel, err := inspect.SelectRetries(ctx, p.st, f)
 	switch {
 	case err != nil:
 		return nil, err
@@ -75,7 +75,7 @@ func (s *parts) retryBatch(ctx context.Context, f *inspect.RetryFilter, confirme
 			res.Skipped = append(res.Skipped, rt.ID)
 			continue
 		}
-		if _, err := s.retryNow(ctx, &rt, actor); err != nil {
+		if _, err := p.retryNow(ctx, &rt, actor); err != nil {
 			return res, err
 		}
 		res.Done++
@@ -85,8 +85,8 @@ func (s *parts) retryBatch(ctx context.Context, f *inspect.RetryFilter, confirme
 
 // retriesOf reads the retry state of the saga k's messages; nil when the
 // store keeps none (it is no store.RetryRecorder).
-func (s *parts) retriesOf(ctx context.Context, k store.Key) ([]store.Retry, error) {
-	rr := s.caps.retries
+func (p *parts) retriesOf(ctx context.Context, k store.Key) ([]store.Retry, error) {
+	rr := p.caps.retries
 	if rr == nil {
 		return nil, nil
 	}

@@ -16,8 +16,8 @@ import (
 )
 
 // load reads one instance in a unit of work it rolls back; nil when absent.
-func (s *parts) load(ctx context.Context, k store.Key) (*store.Instance, error) {
-	uow, err := s.st.Begin(ctx)
+func (p *parts) load(ctx context.Context, k store.Key) (*store.Instance, error) {
+	uow, err := p.st.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -30,9 +30,9 @@ func (s *parts) load(ctx context.Context, k store.Key) (*store.Instance, error) 
 }
 
 // sagaKeyOf reads the saga a request names.
-func (s *parts) sagaKeyOf(r *http.Request) (store.Key, error) {
+func (p *parts) sagaKeyOf(r *http.Request) (store.Key, error) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.MaxKeyLen())
+	key, err := canonKey(raw, p.e.MaxKeyLen())
 	if err != nil {
 		return store.Key{}, fmt.Errorf("saga key %q is not a valid key: %w", raw, err)
 	}
@@ -43,8 +43,8 @@ func (s *parts) sagaKeyOf(r *http.Request) (store.Key, error) {
 // that the saga's machine is registered here, takes the event's type, and
 // that the body correlates to k. The status is the HTTP answer of an
 // error.
-func (s *parts) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, actor string) (idem.Envelope, int, error) {
-	m, ok := s.e.Sagas()[k.SagaType]
+func (p *parts) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, actor string) (idem.Envelope, int, error) {
+	m, ok := p.e.Sagas()[k.SagaType]
 	if !ok {
 		return idem.Envelope{}, http.StatusNotFound, fmt.Errorf("no saga type %s is registered with this engine", k.SagaType)
 	}
@@ -55,7 +55,7 @@ func (s *parts) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, actor
 	if err != nil {
 		return idem.Envelope{}, http.StatusBadRequest, fmt.Errorf("the body does not fit %s: %v", ev.Type, err)
 	}
-	if key, err := canonKey(rawKey, s.e.MaxKeyLen()); err != nil || key != k.Key {
+	if key, err := canonKey(rawKey, p.e.MaxKeyLen()); err != nil || key != k.Key {
 		return idem.Envelope{}, http.StatusBadRequest, fmt.Errorf("the body correlates to saga key %q, not %q: fix the body", rawKey, k.Key)
 	}
 	id := ev.ID
@@ -63,7 +63,7 @@ func (s *parts) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, actor
 		id = randomToken()
 	}
 	env := idem.Envelope{ID: id, Type: ev.Type, CorrelationID: rawKey, Body: ev.Body, Headers: map[string]string{transport.HeaderActor: actor}}
-	if err := s.e.Publish(ctx, env); err != nil {
+	if err := p.e.Publish(ctx, env); err != nil {
 		if errors.Is(err, idem.ErrInvalidEnvelope) {
 			return env, http.StatusBadRequest, fmt.Errorf("message %q was not sent: %w", id, err)
 		}
@@ -76,7 +76,7 @@ func (s *parts) sendEvent(ctx context.Context, k store.Key, ev *SendEvent, actor
 // its time range on updated_at included, so that the count and the end
 // select what the list shows. A range on a store that cannot apply it is
 // refused rather than ignored, which would count more than asked.
-func (s *parts) batchQuery(v url.Values) (*readmodel.InstanceQuery, error) {
+func (p *parts) batchQuery(v url.Values) (*readmodel.InstanceQuery, error) {
 	q, err := instanceQuery(v)
 	if err != nil {
 		return nil, err
@@ -84,16 +84,16 @@ func (s *parts) batchQuery(v url.Values) (*readmodel.InstanceQuery, error) {
 	if q.Status == store.StatusFinished {
 		return nil, errors.New("parameter status: a batch acts on active sagas, and status=finished selects none")
 	}
-	for _, p := range []string{"from", "to"} {
-		if _, _, err := timeRange(url.Values{p: v[p]}, "Updated"); err != nil {
-			return nil, fmt.Errorf("parameter %s: %w", p, err)
+	for _, param := range []string{"from", "to"} {
+		if _, _, err := timeRange(url.Values{param: v[param]}, "Updated"); err != nil {
+			return nil, fmt.Errorf("parameter %s: %w", param, err)
 		}
 	}
 	if q.UpdatedFrom, q.UpdatedBefore, err = timeRange(v, "Updated"); err != nil {
 		return nil, fmt.Errorf("parameters from and to: %w", err)
 	}
-	if s.caps.instances == nil && (!q.UpdatedFrom.IsZero() || !q.UpdatedBefore.IsZero()) {
-		return nil, fmt.Errorf("parameters from and to: store %T cannot select by time: drop them", s.st)
+	if p.caps.instances == nil && (!q.UpdatedFrom.IsZero() || !q.UpdatedBefore.IsZero()) {
+		return nil, fmt.Errorf("parameters from and to: store %T cannot select by time: drop them", p.st)
 	}
 	return q, nil
 }

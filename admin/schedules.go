@@ -12,10 +12,10 @@ import (
 // listSchedules reads the page of at most limit schedules after the name
 // after, for GET /api/schedules and the console; the error wraps
 // errNoSchedules when the store keeps none.
-func (s *parts) listSchedules(ctx context.Context, after string, limit int) (*ScheduleList, error) {
-	sc := s.caps.schedules
+func (p *parts) listSchedules(ctx context.Context, after string, limit int) (*ScheduleList, error) {
+	sc := p.caps.schedules
 	if sc == nil {
-		return nil, fmt.Errorf("list schedules: store %T: %w", s.st, errNoSchedules)
+		return nil, fmt.Errorf("list schedules: store %T: %w", p.st, errNoSchedules)
 	}
 	list, err := sc.ListSchedules(ctx, &store.ListParams{After: after, Limit: limit})
 	if err != nil {
@@ -35,13 +35,13 @@ func (s *parts) listSchedules(ctx context.Context, after string, limit int) (*Sc
 // for the API and the console. The error is a badScheduleName, wraps
 // errNoSchedules, or wraps store.ErrNotFound when there is no such
 // schedule.
-func (s *parts) pauseSchedule(ctx context.Context, name string, paused bool) error {
+func (p *parts) pauseSchedule(ctx context.Context, name string, paused bool) error {
 	if err := idem.ValidateScheduleName(name); err != nil {
 		return badScheduleName{err}
 	}
-	sc := s.caps.schedules
+	sc := p.caps.schedules
 	if sc == nil {
-		return fmt.Errorf("pause schedule: store %T: %w", s.st, errNoSchedules)
+		return fmt.Errorf("pause schedule: store %T: %w", p.st, errNoSchedules)
 	}
 	if err := sc.PauseSchedule(ctx, name, paused, time.Now()); err != nil {
 		return fmt.Errorf("pause schedule %q: %w", name, err)
