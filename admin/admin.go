@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/engineaccess"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/readmodel"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -67,23 +66,14 @@ type Config struct {
 }
 
 // Server is the HTTP face of one engine. It implements http.Handler and is
-// safe for concurrent use.
+// safe for concurrent use. It routes to three parts over one read model:
+// the JSON API (api), the console's pages (console) and the metrics
+// (collector, metrics.go).
 type Server struct {
-	e       *idem.Engine
-	st      store.Store
-	log     *slog.Logger
-	mux     *http.ServeMux
-	token   [sha256.Size]byte
-	auth    bool
-	maxBody int64
-	timeout time.Duration
+	*parts
 	csrf    *http.CrossOriginProtection
-	// The console's state: see console.go.
-	readOnly bool
-	pending  transport.PendingCounter
-	sessions *sessions
-	rates    *rateSampler
-	charts   *charts // console_charts.go
+	api     *api
+	console *console
 }
 
 // New returns a Server for engine e, whose store is st. It fails when cfg
@@ -120,34 +110,20 @@ func New(e *idem.Engine, st store.Store, cfg *Config) (*Server, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	s := &Server{
-		e: e, st: st, log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
-		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout, csrf: http.NewCrossOriginProtection(),
-		readOnly: c.ReadOnly, pending: pendingCounter(c.Transport, st), sessions: newSessions(c.SessionTTL), rates: newRateSampler(e),
-		charts: newCharts(e, c.Observer),
+	p := &parts{
+		e: e, st: st, caps: resolveCapabilities(st, engineaccess.Transport(e), c.Transport), log: c.Logger.With("component", "idem.admin"), mux: http.NewServeMux(),
+		auth: c.Token != "", token: sha256.Sum256([]byte(c.Token)), maxBody: c.MaxBodyBytes, timeout: c.StoreTimeout,
+		readOnly: c.ReadOnly, sessions: newSessions(c.SessionTTL), rates: newRateSampler(e), charts: newCharts(e, c.Observer),
 	}
-	for _, col := range []prometheus.Collector{newCollector(e, st, s.log, c.StoreTimeout), c.Observer} {
+	s := &Server{parts: p, csrf: http.NewCrossOriginProtection(), api: &api{p}, console: &console{p}}
+	for _, col := range []prometheus.Collector{newCollector(e, st, s.caps, s.log, c.StoreTimeout), c.Observer} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
 		}
 	}
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: slogErrorLog{s.log}})
 
-	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.mux.Handle("GET /metrics", s.authorize(metrics))
-	s.mux.Handle("GET /api/sagas", s.authorize(http.HandlerFunc(s.querySagas)))
-	s.mux.Handle("GET /api/sagas/{type}/{key}", s.authorize(http.HandlerFunc(s.getSaga)))
-	s.mux.Handle("GET /api/dead-letters", s.authorize(http.HandlerFunc(s.queryDeadLetters)))
-	s.mux.Handle("GET /api/dead-letters/{id}", s.authorize(http.HandlerFunc(s.getDeadLetter)))
-	s.mux.Handle("POST /api/dead-letters/{id}/replay", s.authorize(s.writable(http.HandlerFunc(s.replayDeadLetter))))
-	s.mux.Handle("DELETE /api/dead-letters/{id}", s.authorize(s.writable(http.HandlerFunc(s.deleteDeadLetter))))
-	s.mux.Handle("POST /api/messages", s.authorize(s.writable(http.HandlerFunc(s.submit))))
-	s.routeAPI()
-	s.routeConsole()
-	s.mux.Handle("/api/", s.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no API route %s %s: see the routes in the documentation of package admin", r.Method, r.URL.Path)
-	})))
+	s.routes(metrics)
 	return s, nil
 }
 
@@ -181,34 +157,6 @@ func loopbackHost(hostport string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// authorize requires the bearer token when one is configured.
-func (s *Server) authorize(h http.Handler) http.Handler {
-	if !s.auth {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A guess is limited (see console_limit.go); a request without a
-		// token is none.
-		tried := r.Header.Get("Authorization") != ""
-		if tried && s.limited(w, r, true) {
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		// Hashing both sides first makes the comparison constant-time in
-		// the token's length too.
-		sum := sha256.Sum256([]byte(got))
-		if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 || !ok {
-			if tried {
-				s.wrongToken(r)
-			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong admin token: send the header Authorization: Bearer <IDEM_ADMIN_TOKEN>")
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -247,22 +195,6 @@ type errorBody struct {
 
 func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 	writeJSON(w, status, errorBody{Error: fmt.Sprintf(format, args...)})
-}
-
-// internalError logs err and answers 500 (or 503 when the store timed out)
-// without the error's text, which may name hosts or paths. A mark the
-// store refused (readmodel.ErrBadMark) is the caller's error: 400, not logged.
-func (s *Server) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
-	if errors.Is(err, readmodel.ErrBadMark) {
-		writeError(w, http.StatusBadRequest, "%s: as_of is not a mark this store made: pass the as_of a count returned (GET /api/dead-letters/counts)", op)
-		return
-	}
-	s.log.ErrorContext(r.Context(), "admin: "+op, "error", err, "method", r.Method, "path", r.URL.Path)
-	if errors.Is(err, context.DeadlineExceeded) {
-		writeError(w, http.StatusServiceUnavailable, "%s: the store did not answer in time: retry later; see the server log", op)
-		return
-	}
-	writeError(w, http.StatusInternalServerError, "%s failed: see the server log for the cause, then retry", op)
 }
 
 // slogErrorLog adapts a logger to promhttp.Logger.

@@ -1,9 +1,14 @@
 package admin
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 )
 
@@ -14,33 +19,111 @@ type RetryList struct {
 	Retries []store.Retry `json:"retries"`
 }
 
-// routeRetries adds GET /api/sagas/{type}/{key}/retries.
-func (s *Server) routeRetries() {
-	s.mux.Handle("GET /api/sagas/{type}/{key}/retries", s.authorize(http.HandlerFunc(s.apiRetries)))
-}
-
 // apiRetries lists the retry state of a saga's messages. The saga need
 // not exist: a message that would start it may be the one failing.
-func (s *Server) apiRetries(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiRetries(w http.ResponseWriter, r *http.Request) {
 	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, s.e.Config().MaxKeyLen)
+	key, err := canonKey(raw, a.e.Config().MaxKeyLen)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
 		return
 	}
-	if _, ok := s.st.(store.RetryRecorder); !ok {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", s.st)
+	if a.caps.retries == nil {
+		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", a.st)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	rs, err := s.retriesOf(ctx, store.Key{SagaType: typ, Key: key})
+	rs, err := a.retriesOf(ctx, store.Key{SagaType: typ, Key: key})
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("read the retries of saga %s/%s", typ, key), err)
+		a.internalError(w, r, fmt.Sprintf("read the retries of saga %s/%s", typ, key), err)
 		return
 	}
 	if rs == nil {
 		rs = []store.Retry{}
 	}
 	writeJSON(w, http.StatusOK, RetryList{Retries: rs})
+}
+
+func (a *api) apiRetryNow(w http.ResponseWriter, r *http.Request) {
+	k, err := a.sagaKeyOf(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v: path-escape the key as it appears in GET /api/sagas", err)
+		return
+	}
+	actor, err := a.apiActor(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx, cancel := a.storeCtx(r)
+	defer cancel()
+	rt, err := a.findRetry(ctx, k, r.PathValue("id"))
+	var env idem.Envelope
+	if err == nil {
+		env, err = a.retryNow(ctx, rt, actor)
+	}
+	if status, msg := retryStatus(err); status != 0 {
+		if status == http.StatusServiceUnavailable {
+			a.log.ErrorContext(ctx, "admin: retry now", "saga_type", k.SagaType, "error", err)
+		}
+		writeError(w, status, "%s", msg)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, Accepted{ID: env.ID, DedupID: env.DedupID(), Type: env.Type, Saga: k.SagaType, Key: k.Key})
+}
+
+func (a *api) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
+	f, err := retryFilter(r.URL.Query(), false)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx, cancel := a.storeCtx(r)
+	defer cancel()
+	sel, err := inspect.SelectRetries(ctx, a.st, f)
+	if errors.Is(err, inspect.ErrNoRetryState) {
+		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", a.st)
+		return
+	} else if err != nil {
+		a.internalError(w, r, "select retries", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, retrySelection{Count: len(sel.Retries), RetrySelection: sel})
+}
+
+func (a *api) apiRetryNowBatch(w http.ResponseWriter, r *http.Request) {
+	f, err := retryFilter(r.URL.Query(), false)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	actor, err := a.apiActor(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var body RetryNowBatch
+	if err := json.NewDecoder(io.LimitReader(r.Body, a.maxBody)).Decode(&body); err != nil || body.Digest == "" {
+		writeError(w, http.StatusBadRequest, `request body is not {"digest": "<from GET /api/retries/select>"}: %v`, err)
+		return
+	}
+	ctx, cancel := a.storeCtx(r)
+	defer cancel()
+	res, err := a.retryBatch(ctx, f, body.Digest, actor)
+	switch {
+	case errors.Is(err, inspect.ErrSetChanged):
+		writeError(w, http.StatusConflict, "the messages the filter selects changed since they were counted: count again with GET /api/retries/select, then confirm")
+	case errors.Is(err, inspect.ErrCapped):
+		writeError(w, http.StatusBadRequest, "the filter selects more than %d messages: narrow it", inspect.MaxBatch)
+	case errors.Is(err, inspect.ErrNoRetryState):
+		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", a.st)
+	case err != nil && res == nil:
+		a.internalError(w, r, "select retries", err)
+	case err != nil:
+		a.log.ErrorContext(ctx, "admin: retry now", "published", res.Done, "error", err)
+		writeError(w, http.StatusServiceUnavailable, "%d messages published again, then the store or the queue failed (see the server log): count again and confirm to retry the rest", res.Done)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
 }

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -30,17 +29,6 @@ type ScheduleList struct {
 	Next string `json:"next,omitempty"`
 }
 
-// routeSchedules adds the schedule routes: list, pause, resume, delete.
-// Mutations follow the API's rules (the bearer token, cross-origin
-// protection in ServeHTTP, read-only).
-func (s *Server) routeSchedules() {
-	s.mux.Handle("GET /api/schedules", s.authorize(http.HandlerFunc(s.apiSchedules)))
-	s.mux.Handle("POST /api/schedules/{name}/pause", s.authorize(s.writable(s.apiPauseSchedule(true))))
-	s.mux.Handle("POST /api/schedules/{name}/resume", s.authorize(s.writable(s.apiPauseSchedule(false))))
-	s.mux.Handle("DELETE /api/schedules/{name}", s.authorize(s.writable(http.HandlerFunc(s.apiDeleteSchedule))))
-	s.mux.Handle("POST /api/schedules/{name}/fire", s.authorize(s.writable(http.HandlerFunc(s.apiFireSchedule))))
-}
-
 // FiredTick is the answer of POST /api/schedules/{name}/fire.
 type FiredTick struct {
 	Name string `json:"name"`
@@ -52,12 +40,12 @@ type FiredTick struct {
 	NextDue   time.Time `json:"next_due"`
 }
 
-func (s *Server) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
 	name, ok := scheduleName(w, r)
 	if !ok {
 		return
 	}
-	if _, ok := s.scheduler(w); !ok {
+	if _, ok := a.scheduler(w); !ok {
 		return
 	}
 	var tick time.Time
@@ -68,11 +56,11 @@ func (s *Server) apiFireSchedule(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	f, err := s.e.FireSchedule(ctx, name, tick)
+	f, err := a.e.FireSchedule(ctx, name, tick)
 	if status, msg := fireError(name, err); status == http.StatusInternalServerError {
-		s.internalError(w, r, "fire schedule", err)
+		a.internalError(w, r, "fire schedule", err)
 		return
 	} else if status != 0 {
 		writeError(w, status, "%s", msg)
@@ -96,28 +84,28 @@ func fireError(name string, err error) (int, string) {
 }
 
 // scheduler returns the store's schedules, or answers 501 itself.
-func (s *Server) scheduler(w http.ResponseWriter) (store.Scheduler, bool) {
-	sc, ok := s.st.(store.Scheduler)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
+func (a *api) scheduler(w http.ResponseWriter) (store.Scheduler, bool) {
+	sc := a.caps.schedules
+	if sc == nil {
+		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", a.st)
 	}
-	return sc, ok
+	return sc, sc != nil
 }
 
-func (s *Server) apiSchedules(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiSchedules(w http.ResponseWriter, r *http.Request) {
 	limit, ok := parseLimit(w, r)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	out, err := s.listSchedules(ctx, r.URL.Query().Get("after"), limit)
+	out, err := a.listSchedules(ctx, r.URL.Query().Get("after"), limit)
 	if errors.Is(err, errNoSchedules) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
+		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", a.st)
 		return
 	}
 	if err != nil {
-		s.internalError(w, r, "list schedules", err)
+		a.internalError(w, r, "list schedules", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -131,46 +119,6 @@ type badScheduleName struct{ err error }
 
 func (e badScheduleName) Error() string { return e.err.Error() }
 func (e badScheduleName) Unwrap() error { return e.err }
-
-// listSchedules reads the page of at most limit schedules after the name
-// after, for GET /api/schedules and the console; the error wraps
-// errNoSchedules when the store keeps none.
-func (s *Server) listSchedules(ctx context.Context, after string, limit int) (*ScheduleList, error) {
-	sc, ok := s.st.(store.Scheduler)
-	if !ok {
-		return nil, fmt.Errorf("list schedules: store %T: %w", s.st, errNoSchedules)
-	}
-	list, err := sc.ListSchedules(ctx, &store.ListParams{After: after, Limit: limit})
-	if err != nil {
-		return nil, fmt.Errorf("list schedules: %w", err)
-	}
-	out := &ScheduleList{Schedules: make([]Schedule, 0, len(list))}
-	for _, x := range list {
-		out.Schedules = append(out.Schedules, toSchedule(&x))
-	}
-	if len(list) == limit {
-		out.Next = list[len(list)-1].Name
-	}
-	return out, nil
-}
-
-// pauseSchedule sets (paused) or clears the paused flag of schedule name,
-// for the API and the console. The error is a badScheduleName, wraps
-// errNoSchedules, or wraps store.ErrNotFound when there is no such
-// schedule.
-func (s *Server) pauseSchedule(ctx context.Context, name string, paused bool) error {
-	if err := idem.ValidateScheduleName(name); err != nil {
-		return badScheduleName{err}
-	}
-	sc, ok := s.st.(store.Scheduler)
-	if !ok {
-		return fmt.Errorf("pause schedule: store %T: %w", s.st, errNoSchedules)
-	}
-	if err := sc.PauseSchedule(ctx, name, paused, time.Now()); err != nil {
-		return fmt.Errorf("pause schedule %q: %w", name, err)
-	}
-	return nil
-}
 
 func toSchedule(x *store.Schedule) Schedule {
 	out := Schedule{Name: x.Name, Spec: x.Spec, Missed: x.Missed, Paused: x.Paused, NextDue: x.NextDue.UTC(), LastTick: x.LastTick.UTC(), Message: x.Envelope.Type}
@@ -191,51 +139,51 @@ func scheduleName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return name, true
 }
 
-func (s *Server) apiPauseSchedule(paused bool) http.HandlerFunc {
+func (a *api) apiPauseSchedule(paused bool) http.HandlerFunc {
 	verb := map[bool]string{true: "paused", false: "resumed"}[paused]
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		ctx, cancel := s.storeCtx(r)
+		ctx, cancel := a.storeCtx(r)
 		defer cancel()
-		if err := s.pauseSchedule(ctx, name, paused); err != nil {
-			s.scheduleError(w, r, name, err)
+		if err := a.pauseSchedule(ctx, name, paused); err != nil {
+			a.scheduleError(w, r, name, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{verb: name})
 	}
 }
 
-func (s *Server) apiDeleteSchedule(w http.ResponseWriter, r *http.Request) {
+func (a *api) apiDeleteSchedule(w http.ResponseWriter, r *http.Request) {
 	name, ok := scheduleName(w, r)
 	if !ok {
 		return
 	}
-	sc, ok := s.scheduler(w)
+	sc, ok := a.scheduler(w)
 	if !ok {
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := a.storeCtx(r)
 	defer cancel()
 	if err := sc.DeleteSchedule(ctx, name); err != nil {
-		s.scheduleError(w, r, name, err)
+		a.scheduleError(w, r, name, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": name})
 }
 
-func (s *Server) scheduleError(w http.ResponseWriter, r *http.Request, name string, err error) {
+func (a *api) scheduleError(w http.ResponseWriter, r *http.Request, name string, err error) {
 	var bad badScheduleName
 	switch {
 	case errors.As(err, &bad):
 		writeError(w, http.StatusBadRequest, "%v: path-escape the name as GET /api/schedules returns it", bad.err)
 		return
 	case errors.Is(err, errNoSchedules):
-		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", s.st)
+		writeError(w, http.StatusNotImplemented, "store %T keeps no schedules", a.st)
 		return
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no schedule %q: list them with GET /api/schedules", name)
 		return
 	}
-	s.internalError(w, r, fmt.Sprintf("change schedule %q", name), err)
+	a.internalError(w, r, fmt.Sprintf("change schedule %q", name), err)
 }

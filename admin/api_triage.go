@@ -1,8 +1,6 @@
 package admin
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,14 +11,6 @@ import (
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/readmodel"
 )
-
-// routeTriageAPI adds the dead-letter triage routes: groups, archive and
-// restore. The writes are refused in read-only mode.
-func (s *Server) routeTriageAPI() {
-	s.mux.Handle("GET /api/dead-letters/groups", s.authorize(http.HandlerFunc(s.apiDeadLetterGroups)))
-	s.mux.Handle("POST /api/dead-letters/archive", s.authorize(s.writable(s.apiTriage("archive"))))
-	s.mux.Handle("POST /api/dead-letters/restore", s.authorize(s.writable(s.apiTriage("restore"))))
-}
 
 // DeadLetterGroup is a group of dead letters that failed alike, as GET
 // /api/dead-letters/groups returns it.
@@ -77,69 +67,6 @@ func triageFilter(q url.Values, f *inspect.DeadLetterFilter) *inspect.DeadLetter
 	return f
 }
 
-func (s *Server) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if p := triageProblem(q); p != "" {
-		writeError(w, http.StatusBadRequest, "%s", p)
-		return
-	}
-	limit, ok := parseLimit(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	gs, err := inspect.Groups(ctx, s.st, deadLetterFilter(q), limit)
-	if errors.Is(err, inspect.ErrUnsupported) {
-		writeError(w, http.StatusNotImplemented, "this store does not group dead letters (readmodel.DeadLetterGrouper), or message_type was given and the store cannot select by it (readmodel.DeadLetterTypeQuerier)")
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, "group dead letters", err)
-		return
-	}
-	out := DeadLetterGroups{Groups: make([]DeadLetterGroup, 0, len(gs))}
-	for i := range gs {
-		out.Groups = append(out.Groups, groupOf(&gs[i]))
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// apiTriage serves POST /api/dead-letters/archive and /restore: the dead
-// letters named by id (repeated), else every one the filters select as of
-// as_of (restore selects among the archived), with dry_run. At most
-// maxSelected IDs.
-func (s *Server) apiTriage(action string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		if p := triageProblem(q); p != "" {
-			writeError(w, http.StatusBadRequest, "%s", p)
-			return
-		}
-		if len(q["id"]) > maxSelected {
-			writeError(w, http.StatusBadRequest, "%d IDs: at most %d a request (as the console's selection); act on a filter, bound with as_of, instead", len(q["id"]), maxSelected)
-			return
-		}
-		dry := q.Get("dry_run") == "true" || q.Get("dry_run") == "1"
-		ctx, cancel := context.WithTimeout(r.Context(), 10*s.timeout)
-		defer cancel()
-		res, err := s.bulkTriage(ctx, &triageAction{Action: action, Filter: deadLetterFilter(q), IDs: q["id"], DryRun: dry})
-		if errors.Is(err, inspect.ErrUnsupported) {
-			writeError(w, http.StatusNotImplemented, "this store does not archive dead letters (readmodel.DeadLetterArchiver)")
-			return
-		}
-		if err != nil && (res == nil || errors.Is(err, readmodel.ErrBadMark)) {
-			s.internalError(w, r, action+" dead letters", err)
-			return
-		}
-		if err != nil {
-			s.bulkFailed(w, r, res, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-	}
-}
-
 // triageAction is one archive, restore, replay or purge of dead letters:
 // those named by IDs, else those Filter selects as of Filter.AsOf (taken
 // now when empty).
@@ -149,96 +76,6 @@ type triageAction struct {
 	Filter *inspect.DeadLetterFilter
 	IDs    []string
 	DryRun bool
-}
-
-// bulkTriage runs a. On error it returns, with the error, what it did
-// until then (nil when it did not start).
-func (s *Server) bulkTriage(ctx context.Context, a *triageAction) (*BulkResult, error) {
-	if a.Action == "archive" || a.Action == "restore" {
-		if _, err := inspect.Archiver(s.st); err != nil {
-			return nil, err
-		}
-	}
-	if len(a.IDs) > 0 {
-		return s.triageIDs(ctx, a)
-	}
-	if a.Action == "replay" || a.Action == "purge" {
-		return s.bulkDeadLetters(ctx, a.Filter, a.Action == "replay", a.DryRun)
-	}
-	f := a.Filter
-	if a.Action == "restore" && f.ArchivedBefore.IsZero() {
-		f.Archived = readmodel.ArchivedOnly
-	}
-	res := &BulkResult{DryRun: a.DryRun}
-	if f.AsOf == "" {
-		c, err := inspect.CountByReason(ctx, s.st, f)
-		if err != nil {
-			return nil, err
-		}
-		f.AsOf = c.AsOf
-	}
-	res.AsOf = f.AsOf
-	err := inspect.EachDeadLetter(ctx, s.st, f, func(ds []store.DeadLetter) error {
-		res.Matched += len(ds)
-		if a.DryRun {
-			return nil
-		}
-		var n int
-		var err error
-		if a.Action == "archive" {
-			n, err = inspect.ArchiveDeadLetters(ctx, s.st, f, ds)
-		} else {
-			ids := make([]string, len(ds))
-			for i := range ds {
-				ids[i] = ds[i].ID
-			}
-			n, err = inspect.RestoreDeadLetters(ctx, s.st, ids, f.AsOf)
-		}
-		res.Done += n
-		res.Skipped += len(ds) - n
-		return err
-	})
-	res.Message = triageMessage(a.Action, res)
-	return res, err
-}
-
-// triageIDs acts on the dead letters a names.
-func (s *Server) triageIDs(ctx context.Context, a *triageAction) (*BulkResult, error) {
-	ids := uniqueIDs(a.IDs)
-	res := &BulkResult{DryRun: a.DryRun, Matched: len(ids), AsOf: a.Filter.AsOf}
-	if a.DryRun {
-		res.Message = triageMessage(a.Action, res)
-		return res, nil
-	}
-	var err error
-	switch a.Action {
-	case "archive":
-		var ar readmodel.DeadLetterArchiver
-		if ar, err = inspect.Archiver(s.st); err == nil {
-			res.Done, err = ar.ArchiveDeadLetters(ctx, &readmodel.ArchiveParams{IDs: ids, AsOf: a.Filter.AsOf})
-		}
-	case "restore":
-		res.Done, err = inspect.RestoreDeadLetters(ctx, s.st, ids, a.Filter.AsOf)
-	case "replay":
-		for _, id := range ids {
-			rerr := s.e.ReplayDeadLetter(ctx, id)
-			switch {
-			case errors.Is(rerr, store.ErrNotFound) || (rerr != nil && replayRefused(rerr) != ""):
-			case rerr != nil:
-				err = fmt.Errorf("replay dead letter %s: %w", id, rerr)
-			default:
-				res.Done++
-			}
-			if err != nil {
-				break
-			}
-		}
-	default:
-		return nil, fmt.Errorf("dead letters: unknown action %q", a.Action)
-	}
-	res.Skipped = res.Matched - res.Done
-	res.Message = triageMessage(a.Action, res)
-	return res, err
 }
 
 // triageMessage says what an action did.

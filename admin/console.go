@@ -92,8 +92,8 @@ type view struct {
 
 // render executes page into a buffer first, so a template error never
 // sends half a page.
-func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
-	v := view{Title: title, Nav: page, Base: basePath(r), ReadOnly: s.readOnly, Auth: s.auth, Data: data}
+func (c *console) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
+	v := view{Title: title, Nav: page, Base: basePath(r), ReadOnly: c.readOnly, Auth: c.auth, Data: data}
 	v.SignedIn = sessionOf(r) != nil
 	tmpl := "layout"
 	if r.Header.Get("HX-Request") == "true" && r.Header.Get("HX-Boosted") != "true" {
@@ -101,7 +101,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page
 	}
 	var buf bytes.Buffer
 	if err := pages[page].ExecuteTemplate(&buf, tmpl, v); err != nil {
-		s.log.ErrorContext(r.Context(), "admin: render console page", "page", page, "error", err)
+		c.log.ErrorContext(r.Context(), "admin: render console page", "page", page, "error", err)
 		http.Error(w, "the page could not be rendered: see the server log", http.StatusInternalServerError)
 		return
 	}
@@ -115,57 +115,19 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page
 
 // consoleError renders an error page with a fixed message (never the
 // error's text, which may name hosts or paths).
-func (s *Server) consoleError(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	s.render(w, r, status, "error", http.StatusText(status), msg)
+func (c *console) consoleError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	c.render(w, r, status, "error", http.StatusText(status), msg)
 }
 
 // storeFailed logs err and renders a 500 or 503 page; a mark the store
 // refused (readmodel.ErrBadMark) renders a 400 page instead, not logged.
-func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
+func (c *console) storeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
 	if errors.Is(err, readmodel.ErrBadMark) {
-		s.consoleError(w, r, http.StatusBadRequest, "The count this form was confirmed on is not one this store made ("+op+"). Go back to the dead letters page and count again.")
+		c.consoleError(w, r, http.StatusBadRequest, "The count this form was confirmed on is not one this store made ("+op+"). Go back to the dead letters page and count again.")
 		return
 	}
-	s.log.ErrorContext(r.Context(), "admin console: "+op, "error", err, "path", r.URL.Path)
-	s.consoleError(w, r, http.StatusServiceUnavailable, "The store did not answer ("+op+"). See the server log, then reload.")
-}
-
-// routeConsole adds the console's pages and actions.
-func (s *Server) routeConsole() {
-	page := func(pattern string, h http.HandlerFunc) { s.mux.Handle(pattern, s.consolePage(h)) }
-	page("GET /{$}", s.pageOverview)
-	page("GET /sagas", s.pageSagaTypes)
-	page("GET /instances", s.pageInstances)
-	page("GET /instances/{type}/{key}", s.pageInstance)
-	page("GET /dead-letters", s.pageDeadLetters)
-	page("GET /dead-letters/{id}", s.pageDeadLetter)
-	page("POST /dead-letters/{id}/replay", s.actReplay)
-	page("POST /dead-letters/{id}/purge", s.actPurge)
-	page("POST /dead-letters/bulk", s.actBulk)
-	page("POST /dead-letters/selected", s.actSelected)
-	page("GET /timers", s.pageTimers)
-	page("GET /timers/cancel", s.pageCancelTimer)
-	page("POST /timers/cancel", s.actCancelTimer)
-	page("POST /timers/reschedule", s.actRescheduleTimer)
-	s.routeConsoleSchedules()
-	s.routeActions()
-	s.routeConsoleBatchEnd()
-	s.routeRetryNow()
-	s.routeConsoleReplicas()
-	s.routeHistory()
-	s.routeCharts()
-	page("POST /logout", s.logout)
-	s.mux.HandleFunc("GET /login", s.loginForm)
-	s.mux.HandleFunc("POST /login", s.login)
-	assets, _ := fs.Sub(assetFiles, "assets")
-	files := http.FileServerFS(assets)
-	s.mux.Handle("GET /assets/", http.StripPrefix("/assets", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "public, max-age=3600")
-		files.ServeHTTP(w, r)
-	})))
-	page("/", func(w http.ResponseWriter, r *http.Request) {
-		s.consoleError(w, r, http.StatusNotFound, "There is no console page at this address.")
-	})
+	c.log.ErrorContext(r.Context(), "admin console: "+op, "error", err, "path", r.URL.Path)
+	c.consoleError(w, r, http.StatusServiceUnavailable, "The store did not answer ("+op+"). See the server log, then reload.")
 }
 
 // ago says how long ago t was, or how far ahead it is, with span.

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"math"
-	"net/http"
 	"sync"
 	"time"
 
@@ -250,18 +249,4 @@ func number(f float64) *float64 {
 		return nil
 	}
 	return &f
-}
-
-// routeCharts adds GET /api/overview/series, behind the bearer token as
-// every /api/ route, and the same JSON at GET /overview/series for the
-// console's own script, behind the console's session (which never opens
-// /api/).
-func (s *Server) routeCharts() {
-	s.mux.Handle("GET /api/overview/series", s.authorize(http.HandlerFunc(s.overviewSeries)))
-	s.mux.Handle("GET /overview/series", s.consolePage(s.overviewSeries))
-}
-
-func (s *Server) overviewSeries(w http.ResponseWriter, _ *http.Request) {
-	s.charts.touch(time.Now())
-	writeJSON(w, http.StatusOK, s.charts.series())
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // dlRow is a dead letter as the console's tables show it.
@@ -31,7 +33,7 @@ type dlRow struct {
 // deadLetterRows makes the rows of ds, reading which of their sagas exist
 // in one load. A load that fails leaves every saga unlinked rather than
 // failing the page.
-func (s *Server) deadLetterRows(ctx context.Context, ds []store.DeadLetter) []dlRow {
+func (c *console) deadLetterRows(ctx context.Context, ds []store.DeadLetter) []dlRow {
 	rows := make([]dlRow, len(ds))
 	var keys []store.Key
 	for i := range ds {
@@ -43,9 +45,9 @@ func (s *Server) deadLetterRows(ctx context.Context, ds []store.DeadLetter) []dl
 	if len(keys) == 0 {
 		return rows
 	}
-	found, err := s.existing(ctx, keys)
+	found, err := c.existing(ctx, keys)
 	if err != nil {
-		s.log.WarnContext(ctx, "console: read the sagas of dead letters", "error", err)
+		c.log.WarnContext(ctx, "console: read the sagas of dead letters", "error", err)
 		return rows
 	}
 	for i := range rows {
@@ -55,8 +57,8 @@ func (s *Server) deadLetterRows(ctx context.Context, ds []store.DeadLetter) []dl
 }
 
 // existing reports which of keys are stored sagas, in one load.
-func (s *Server) existing(ctx context.Context, keys []store.Key) (map[store.Key]bool, error) {
-	uow, err := s.st.Begin(ctx)
+func (c *console) existing(ctx context.Context, keys []store.Key) (map[store.Key]bool, error) {
+	uow, err := c.st.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -90,10 +92,10 @@ func bodyText(b []byte) (string, string) {
 
 // reasonChips counts every reason within f's other filters: the chips show
 // each reason and the total whatever reason f selects.
-func (s *Server) reasonChips(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
+func (c *console) reasonChips(ctx context.Context, f *inspect.DeadLetterFilter) (*DeadLetterCounts, error) {
 	all := *f
 	all.Reason, all.AsOf = "", ""
-	return s.deadLetterCounts(ctx, &all)
+	return c.deadLetterCounts(ctx, &all)
 }
 
 // triageView is what the dead-letters page shows for triage: the groups
@@ -112,9 +114,9 @@ type triageView struct {
 const consoleGroups = 20
 
 // triage reads the groups of the dead letters f selects.
-func (s *Server) triage(ctx context.Context, f *inspect.DeadLetterFilter) (*triageView, error) {
+func (c *console) triage(ctx context.Context, f *inspect.DeadLetterFilter) (*triageView, error) {
 	v := &triageView{Retention: span(inspect.PurgeRetention)}
-	gs, err := inspect.Groups(ctx, s.st, f, consoleGroups)
+	gs, err := inspect.Groups(ctx, c.st, f, consoleGroups)
 	if errors.Is(err, inspect.ErrUnsupported) {
 		return v, nil
 	}
@@ -147,7 +149,7 @@ func purgeBefore(action string, f *inspect.DeadLetterFilter, confirmed bool) str
 // purgeRefused says why the console refuses a bulk purge of f, or "": it
 // purges only archived dead letters, archived longer ago than the
 // retention.
-func (s *Server) purgeRefused(action string, f *inspect.DeadLetterFilter) string {
+func (c *console) purgeRefused(action string, f *inspect.DeadLetterFilter) string {
 	if action != "purge" {
 		return ""
 	}
@@ -161,8 +163,8 @@ func (s *Server) purgeRefused(action string, f *inspect.DeadLetterFilter) string
 // id, or "" (a missing one, store.ErrNotFound, is left to the delete,
 // which counts 0). Any other error of the read is returned: the console
 // cannot tell whether the letter may go.
-func (s *Server) purgeOneRefused(ctx context.Context, id string) (string, error) {
-	d, err := s.st.GetDeadLetter(ctx, id)
+func (c *console) purgeOneRefused(ctx context.Context, id string) (string, error) {
+	d, err := c.st.GetDeadLetter(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
@@ -188,20 +190,20 @@ type selectedView struct {
 // actSelected replays, archives or restores the dead letters the form's
 // id fields name (the list's checkboxes), once the form says
 // confirm=yes; before that it asks, naming them.
-func (s *Server) actSelected(w http.ResponseWriter, r *http.Request) {
+func (c *console) actSelected(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm()
 	action := r.PostFormValue("action")
 	if action != "replay" && action != "archive" && action != "restore" {
-		s.consoleError(w, r, http.StatusBadRequest, "Unknown action on the selected dead letters: want replay, archive or restore.")
+		c.consoleError(w, r, http.StatusBadRequest, "Unknown action on the selected dead letters: want replay, archive or restore.")
 		return
 	}
 	ids := uniqueIDs(r.PostForm["id"])
 	if len(ids) == 0 {
-		s.consoleError(w, r, http.StatusBadRequest, "No dead letter selected: tick the boxes of the dead letters to act on, then press the button again.")
+		c.consoleError(w, r, http.StatusBadRequest, "No dead letter selected: tick the boxes of the dead letters to act on, then press the button again.")
 		return
 	}
 	if len(ids) > maxSelected {
-		s.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("Too many dead letters selected (%d, at most %d): act on a filter instead.", len(ids), maxSelected))
+		c.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("Too many dead letters selected (%d, at most %d): act on a filter instead.", len(ids), maxSelected))
 		return
 	}
 	back := r.PostFormValue("back")
@@ -209,18 +211,18 @@ func (s *Server) actSelected(w http.ResponseWriter, r *http.Request) {
 		back = "/dead-letters"
 	}
 	if r.PostFormValue("confirm") != "yes" {
-		s.render(w, r, http.StatusOK, "dlq", "Confirm", &selectedView{Action: action, IDs: ids, Back: back})
+		c.render(w, r, http.StatusOK, "dlq", "Confirm", &selectedView{Action: action, IDs: ids, Back: back})
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	res, err := s.bulkTriage(ctx, &triageAction{Action: action, Filter: &inspect.DeadLetterFilter{}, IDs: ids})
+	res, err := c.bulkTriage(ctx, &triageAction{Action: action, Filter: &inspect.DeadLetterFilter{}, IDs: ids})
 	if errors.Is(err, inspect.ErrUnsupported) {
-		s.consoleError(w, r, http.StatusNotImplemented, "This store does not archive dead letters.")
+		c.consoleError(w, r, http.StatusNotImplemented, "This store does not archive dead letters.")
 		return
 	}
 	if err != nil {
-		s.storeFailed(w, r, action+" selected dead letters", err)
+		c.storeFailed(w, r, action+" selected dead letters", err)
 		return
 	}
 	done := map[string]string{"replay": "replayed", "archive": "archived", "restore": "restored"}[action]
@@ -230,3 +232,145 @@ func (s *Server) actSelected(w http.ResponseWriter, r *http.Request) {
 // maxSelected bounds a selection: a page of the list, in the console, and
 // the IDs of one POST /api/dead-letters/archive or /restore.
 const maxSelected = 500
+
+func (c *console) pageDeadLetters(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	v := &deadLettersView{Filter: map[string]string{}, Flash: flash(r), Now: time.Now()}
+	for _, k := range []string{"type", "reason", "message_type", "key", "state", "fingerprint", "archived", "archived_before"} {
+		v.Filter[k] = q.Get(k)
+	}
+	if confirm := q.Get("confirm"); confirm == "replay" || confirm == "purge" || confirm == "archive" || confirm == "restore" {
+		v.Confirm = confirm
+	}
+	if p := triageProblem(q); p != "" {
+		c.consoleError(w, r, http.StatusBadRequest, "Bad filter: "+p+".")
+		return
+	}
+	f := deadLetterFilter(q)
+	ctx, cancel := c.storeCtx(r)
+	defer cancel()
+	f.AsOf = "" // the page shows what is stored now
+	var err error
+	var dls []store.DeadLetter
+	if v.Chips, err = c.reasonChips(ctx, f); err == nil {
+		v.Counts = v.Chips
+		if f.Reason != "" {
+			v.Counts, err = c.deadLetterCounts(ctx, f)
+		}
+	}
+	if err == nil {
+		dls, v.Next, err = inspect.DeadLetters(ctx, c.st, f, q.Get("after"), consolePage)
+	}
+	if err == nil {
+		v.Triage, err = c.triage(ctx, f)
+	}
+	if err != nil {
+		c.storeFailed(w, r, "list dead letters", err)
+		return
+	}
+	v.Rows = c.deadLetterRows(ctx, dls)
+	c.render(w, r, http.StatusOK, "deadletters", "Dead letters", v)
+}
+
+func (c *console) pageDeadLetter(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := c.storeCtx(r)
+	defer cancel()
+	d, err := c.st.GetDeadLetter(ctx, r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		c.consoleError(w, r, http.StatusNotFound, "There is no such dead letter: it may have been replayed or purged.")
+		return
+	}
+	if err != nil {
+		c.storeFailed(w, r, "get dead letter", err)
+		return
+	}
+	v := &deadLetterView{D: inspect.DeadLetterOf(d), Confirm: r.URL.Query().Get("confirm") == "purge", Retention: span(inspect.PurgeRetention)}
+	v.Purgeable = d.Archived() && d.ArchivedAt.Before(time.Now().Add(-inspect.PurgeRetention))
+	v.Body, v.BodyKind = bodyText(d.Envelope.Body)
+	v.SagaExists = c.deadLetterRows(ctx, []store.DeadLetter{*d})[0].SagaExists
+	c.render(w, r, http.StatusOK, "deadletter", "Dead letter", v)
+}
+
+func (c *console) actReplay(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := c.storeCtx(r)
+	defer cancel()
+	err := c.e.ReplayDeadLetter(ctx, r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		c.consoleError(w, r, http.StatusNotFound, "There is no such dead letter: it may have been replayed or purged already.")
+		return
+	}
+	if msg := replayRefused(err); msg != "" {
+		c.consoleError(w, r, http.StatusConflict, "Not replayed: "+msg+".")
+		return
+	}
+	if err != nil {
+		c.storeFailed(w, r, "replay dead letter", err)
+		return
+	}
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done=replayed&n=1", http.StatusSeeOther)
+}
+
+func (c *console) actPurge(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if r.PostFormValue("confirm") != "yes" {
+		http.Redirect(w, r, basePath(r)+"/dead-letters/"+url.PathEscape(id)+"?confirm=purge", http.StatusSeeOther)
+		return
+	}
+	ctx, cancel := c.storeCtx(r)
+	defer cancel()
+	msg, err := c.purgeOneRefused(ctx, id)
+	if err != nil {
+		c.storeFailed(w, r, "purge dead letter", err)
+		return
+	}
+	if msg != "" {
+		c.consoleError(w, r, http.StatusConflict, msg)
+		return
+	}
+	n, err := c.st.DeleteDeadLetters(ctx, []string{id})
+	if err != nil {
+		c.storeFailed(w, r, "purge dead letter", err)
+		return
+	}
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done=purged&n="+strconv.Itoa(n), http.StatusSeeOther)
+}
+
+// actBulk replays or purges every dead letter the form's filters select,
+// once the form says confirm=yes; before that it shows the count.
+func (c *console) actBulk(w http.ResponseWriter, r *http.Request) {
+	action := r.PostFormValue("action")
+	if action != "replay" && action != "purge" && action != "archive" && action != "restore" {
+		c.consoleError(w, r, http.StatusBadRequest, "Unknown bulk action.")
+		return
+	}
+	_ = r.ParseForm()
+	f := deadLetterFilter(r.PostForm) // with the as_of of the count confirmed
+	filters := query("type", f.SagaType, "reason", f.Reason, "message_type", f.MessageType, "key", f.Key,
+		"state", r.PostFormValue("state"), "fingerprint", f.Fingerprint, "archived", r.PostFormValue("archived"), "archived_before", purgeBefore(action, f, r.PostFormValue("confirm") == "yes"))
+	if msg := c.purgeRefused(action, f); msg != "" {
+		c.consoleError(w, r, http.StatusBadRequest, msg)
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		sep := "?"
+		if filters != "" {
+			sep = "&"
+		}
+		http.Redirect(w, r, basePath(r)+"/dead-letters"+filters+sep+"confirm="+action, http.StatusSeeOther)
+		return
+	}
+	ctx, cancel := c.storeCtx(r)
+	defer cancel()
+	res, err := c.bulkTriage(ctx, &triageAction{Action: action, Filter: f})
+	done := map[string]string{"replay": "replayed", "purge": "purged", "archive": "archived", "restore": "restored"}[action]
+	if err != nil && res != nil && !errors.Is(err, readmodel.ErrBadMark) {
+		c.log.ErrorContext(r.Context(), "admin console: "+action+" dead letters", "error", err, "path", r.URL.Path, "done", res.Done)
+		c.consoleError(w, r, http.StatusInternalServerError, fmt.Sprintf("Stopped after %d dead letter(s) %s. See the server log, then retry.", res.Done, done))
+		return
+	}
+	if err != nil {
+		c.storeFailed(w, r, action+" dead letters", err)
+		return
+	}
+	http.Redirect(w, r, basePath(r)+"/dead-letters?done="+done+"&n="+strconv.Itoa(res.Done), http.StatusSeeOther)
+}

@@ -42,14 +42,6 @@ type batchEndView struct {
 // batchEndPair is one filter parameter.
 type batchEndPair struct{ Name, Value string }
 
-// routeConsoleBatchEnd adds the instance list's batch end: the question
-// (GET, which counts) and the end (POST, refused in read-only mode by
-// consolePage, and cross-origin by ServeHTTP).
-func (s *Server) routeConsoleBatchEnd() {
-	s.mux.Handle("GET /instances/end", s.consolePage(s.pageBatchEnd))
-	s.mux.Handle("POST /instances/end", s.consolePage(s.actBatchEnd))
-}
-
 // batchEndFilterOf reads the list's filter out of values, dropping empty
 // parameters (the list's form sends its blank fields).
 func batchEndFilterOf(values url.Values) url.Values {
@@ -66,13 +58,13 @@ func batchEndFilterOf(values url.Values) url.Values {
 
 // pageBatchEnd counts the active sagas the filter selects and asks for a
 // reason and a confirmation of that count.
-func (s *Server) pageBatchEnd(w http.ResponseWriter, r *http.Request) {
-	if s.readOnly {
-		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+func (c *console) pageBatchEnd(w http.ResponseWriter, r *http.Request) {
+	if c.readOnly {
+		c.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
 	}
 	q := r.URL.Query()
-	v, ok := s.countBatchEnd(w, r, batchEndFilterOf(q))
+	v, ok := c.countBatchEnd(w, r, batchEndFilterOf(q))
 	if !ok {
 		return
 	}
@@ -81,26 +73,26 @@ func (s *Server) pageBatchEnd(w http.ResponseWriter, r *http.Request) {
 		v.Skipped, _ = strconv.Atoi(q.Get("skipped"))
 		v.Gone, _ = strconv.Atoi(q.Get("gone"))
 	}
-	s.render(w, r, http.StatusOK, "batchend", "End all matching", v)
+	c.render(w, r, http.StatusOK, "batchend", "End all matching", v)
 }
 
 // countBatchEnd selects the set f names, as GET /api/sagas/select does;
 // it answers the error page itself when it cannot.
-func (s *Server) countBatchEnd(w http.ResponseWriter, r *http.Request, f url.Values) (*batchEndView, bool) {
+func (c *console) countBatchEnd(w http.ResponseWriter, r *http.Request, f url.Values) (*batchEndView, bool) {
 	if len(f) == 0 || (len(f) == 1 && f.Get("status") != "") {
-		s.consoleError(w, r, http.StatusBadRequest, "Set a filter first: ending every active saga at once is not offered.")
+		c.consoleError(w, r, http.StatusBadRequest, "Set a filter first: ending every active saga at once is not offered.")
 		return nil, false
 	}
-	iq, err := s.batchQuery(f)
+	iq, err := c.batchQuery(f)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "This filter cannot select sagas to end: "+err.Error()+".")
+		c.consoleError(w, r, http.StatusBadRequest, "This filter cannot select sagas to end: "+err.Error()+".")
 		return nil, false
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	sel, err := inspect.SelectSagas(ctx, s.st, iq)
+	sel, err := inspect.SelectSagas(ctx, c.st, iq)
 	if err != nil {
-		s.storeFailed(w, r, "select sagas", err)
+		c.storeFailed(w, r, "select sagas", err)
 		return nil, false
 	}
 	v := &batchEndView{Filter: f, Query: "?" + f.Encode(), Count: len(sel.Sagas), Digest: sel.Digest, Capped: sel.Capped}
@@ -114,31 +106,31 @@ func (s *Server) countBatchEnd(w http.ResponseWriter, r *http.Request, f url.Val
 
 // actBatchEnd ends the set the question counted: refused, with nothing
 // ended, when the filter selects another set now.
-func (s *Server) actBatchEnd(w http.ResponseWriter, r *http.Request) {
+func (c *console) actBatchEnd(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm() // a body that does not parse carries no digest: refused below
 	f := batchEndFilterOf(r.PostForm)
 	digest, reason := r.PostFormValue("digest"), r.PostFormValue("reason")
 	if digest == "" || r.PostFormValue("confirm") != "yes" {
-		s.consoleError(w, r, http.StatusBadRequest, "The form does not carry the count it confirms: open the instance list and press End all matching again.")
+		c.consoleError(w, r, http.StatusBadRequest, "The form does not carry the count it confirms: open the instance list and press End all matching again.")
 		return
 	}
-	iq, err := s.batchQuery(f)
+	iq, err := c.batchQuery(f)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "This filter cannot select sagas to end: "+err.Error()+".")
+		c.consoleError(w, r, http.StatusBadRequest, "This filter cannot select sagas to end: "+err.Error()+".")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	res, err := inspect.EndSagas(ctx, s.st, iq, digest, &inspect.End{Reason: reason, Actor: consoleActor(r), Now: time.Now()})
+	res, err := inspect.EndSagas(ctx, c.st, iq, digest, &inspect.End{Reason: reason, Actor: consoleActor(r), Now: time.Now()})
 	switch {
 	case errors.Is(err, inspect.ErrSetChanged):
-		s.refuseBatchEnd(w, r, f, reason, http.StatusConflict, "Nothing was ended: this confirmation is not a count of this filter ("+err.Error()+"). The filter is counted again below: confirm the new count.")
+		c.refuseBatchEnd(w, r, f, reason, http.StatusConflict, "Nothing was ended: this confirmation is not a count of this filter ("+err.Error()+"). The filter is counted again below: confirm the new count.")
 	case errors.Is(err, inspect.ErrBadReason):
-		s.refuseBatchEnd(w, r, f, reason, http.StatusBadRequest, "Nothing was ended: "+err.Error()+".")
+		c.refuseBatchEnd(w, r, f, reason, http.StatusBadRequest, "Nothing was ended: "+err.Error()+".")
 	case err != nil && res == nil:
-		s.storeFailed(w, r, "end sagas", err)
+		c.storeFailed(w, r, "end sagas", err)
 	case err != nil:
-		s.storeFailed(w, r, "end sagas after "+strconv.Itoa(res.Done)+" were ended", err)
+		c.storeFailed(w, r, "end sagas after "+strconv.Itoa(res.Done)+" were ended", err)
 	default:
 		back := url.Values{}
 		for k, vs := range f {
@@ -153,11 +145,11 @@ func (s *Server) actBatchEnd(w http.ResponseWriter, r *http.Request) {
 
 // refuseBatchEnd answers a refused confirmation with the question again,
 // counted anew, keeping the filter and the reason typed, and saying why.
-func (s *Server) refuseBatchEnd(w http.ResponseWriter, r *http.Request, f url.Values, reason string, status int, why string) {
-	v, ok := s.countBatchEnd(w, r, f)
+func (c *console) refuseBatchEnd(w http.ResponseWriter, r *http.Request, f url.Values, reason string, status int, why string) {
+	v, ok := c.countBatchEnd(w, r, f)
 	if !ok {
 		return
 	}
 	v.Reason, v.Refused = reason, why
-	s.render(w, r, status, "batchend", "End all matching", v)
+	c.render(w, r, status, "batchend", "End all matching", v)
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/idemhq/idem/internal/history"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/readmodel"
 )
 
 // latestJournal reads the latest journalShown entries of k's journal, with
@@ -13,19 +13,19 @@ import (
 // JournalTailer, which reads those entries only, or else from the whole
 // journal. It reads one entry more than it shows, whose state is the state
 // before the oldest entry shown.
-func (s *Server) latestJournal(ctx context.Context, k store.Key) (shown []store.JournalEntry, older int, err error) {
+func (c *console) latestJournal(ctx context.Context, k store.Key) (shown []store.JournalEntry, older int, err error) {
 	var total int
-	if jt, ok := s.st.(readmodel.JournalTailer); ok {
+	if jt := c.caps.journalTailer; jt != nil {
 		shown, total, err = jt.JournalTail(ctx, k, journalShown+1)
 	} else {
-		shown, err = s.st.Journal(ctx, k)
+		shown, err = c.st.Journal(ctx, k)
 		total = len(shown)
 		shown = shown[max(0, len(shown)-journalShown-1):]
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	history.FillDiffs(shown, historyDiffLimit)
+	history.FillDiffs(shown, inspect.HistoryDiffLimit)
 	shown = shown[max(0, len(shown)-journalShown):]
 	return shown, total - len(shown), nil
 }

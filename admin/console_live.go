@@ -1,13 +1,11 @@
 package admin
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"html"
 	"html/template"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -194,40 +192,6 @@ func liveInstanceQuery(q url.Values, p *readmodel.InstanceQuery) error {
 	return nil
 }
 
-// instancePage reads the page p selects (one row more, to know whether
-// another page follows), and its count when the store can count. A page
-// before a cursor that comes back short is the start of the list: the
-// first page is read instead, so that it is full.
-func (s *Server) instancePage(ctx context.Context, p *readmodel.InstanceQuery) (*instanceRows, error) {
-	_, queries := s.st.(readmodel.InstanceQuerier)
-	if !queries && (p.Before != nil || !p.UpdatedFrom.IsZero() || !p.UpdatedBefore.IsZero()) {
-		return nil, fmt.Errorf("previous pages and time ranges: %w", inspect.ErrUnsupported)
-	}
-	limit := p.Limit
-	p.Limit++
-	defer func() { p.Limit = limit }()
-	rows, err := inspect.Instances(ctx, s.st, p)
-	if err == nil && p.Before != nil && len(rows) < limit {
-		p.Before = nil
-		rows, err = inspect.Instances(ctx, s.st, p)
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := &instanceRows{}
-	out.Rows, out.HasPrev, out.HasNext = trimPage(rows, limit, p.Before != nil, p.After != nil)
-	qc, ok := s.st.(readmodel.QueryCounter)
-	if !ok {
-		return out, nil
-	}
-	c, err := qc.CountInstanceQuery(ctx, p, readmodel.CountBound)
-	if err != nil {
-		return nil, fmt.Errorf("count instances: %w", err)
-	}
-	out.Count = &c
-	return out, nil
-}
-
 // instanceRows is a page of instances, its neighbours and its count.
 type instanceRows struct {
 	Rows             []*store.Instance
@@ -253,32 +217,6 @@ func (v *instancesView) instanceLinks(p *readmodel.InstanceQuery, page *instance
 	if v.NextQuery != "" {
 		v.Next = last
 	}
-}
-
-// timerPage reads the timers page of the console through
-// readmodel.TimerQuerier (one row more, to know whether another page
-// follows), and its count when the store can count.
-func (s *Server) timerPage(ctx context.Context, tq readmodel.TimerQuerier, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
-	limit := p.Limit
-	p.Limit++
-	ts, err := tq.QueryTimers(ctx, p)
-	if err == nil && p.Before != nil && len(ts) < limit {
-		p.Before = nil
-		ts, err = tq.QueryTimers(ctx, p)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("query timers: %w", err)
-	}
-	ts, hasPrev, hasNext := trimPage(ts, limit, p.Before != nil, p.After != nil)
-	v.timerLinks(ts, hasPrev, hasNext)
-	if qc, ok := s.st.(readmodel.QueryCounter); ok {
-		c, err := qc.CountTimerQuery(ctx, p, readmodel.CountBound)
-		if err != nil {
-			return nil, fmt.Errorf("count timers: %w", err)
-		}
-		v.Count = &c
-	}
-	return ts, nil
 }
 
 // timerQuery turns the timers page's parameters into a readmodel.TimerQuery:
@@ -314,37 +252,4 @@ func (v *timersView) timerLinks(ts []store.Timer, hasPrev, hasNext bool) {
 		first, last = inspect.TimerCursor(&ts[0]), inspect.TimerCursor(&ts[len(ts)-1])
 	}
 	v.pageLinks(filters, first, last, hasPrev, hasNext)
-}
-
-// keyTimers reads the timers page through inspect.Timers: the timers of
-// one key (through the store's index), or every timer of a store without
-// readmodel.TimerQuerier. A key has few timers: its range start is applied to
-// the page, its count is exact, and its previous page is its first.
-func (s *Server) keyTimers(ctx context.Context, q url.Values, p *readmodel.TimerQuery, v *timersView) ([]store.Timer, error) {
-	f := timerFilter(q, v.Now)
-	f.DueBefore, f.Limit = p.DueBefore, consolePage
-	if f.Key == "" && (!p.DueFrom.IsZero() || p.Before != nil) {
-		v.Problem = "This store cannot list timers from a due time, or previous pages."
-		return nil, nil
-	}
-	if p.Before != nil {
-		f.After = ""
-	}
-	ts, next, err := inspect.Timers(ctx, s.st, f)
-	if err != nil {
-		return nil, err
-	}
-	ts = slices.DeleteFunc(ts, func(t store.Timer) bool { return t.DueAt.Before(p.DueFrom) })
-	if f.Key != "" {
-		f.After, f.Limit = "", readmodel.CountBound+1
-		all, _, err := inspect.Timers(ctx, s.st, f)
-		if err != nil {
-			return nil, err
-		}
-		all = slices.DeleteFunc(all, func(t store.Timer) bool { return t.DueAt.Before(p.DueFrom) })
-		c := readmodel.BoundedCount(len(all), readmodel.CountBound)
-		v.Count = &c
-	}
-	v.timerLinks(ts, f.After != "", next != "")
-	return ts, nil
 }

@@ -106,34 +106,7 @@ type replicaRow struct {
 	Config []string
 }
 
-// routeConsoleReplicas adds the replicas page and GET /api/replicas.
-func (s *Server) routeConsoleReplicas() {
-	s.mux.Handle("GET /replicas", s.consolePage(s.pageReplicas))
-	s.mux.Handle("GET /api/replicas", s.authorize(http.HandlerFunc(s.apiReplicas)))
-	s.mux.Handle("POST /replicas/remove", s.consolePage(s.actRemoveReplicas))
-	s.mux.Handle("POST /api/replicas/remove", s.authorize(s.writable(http.HandlerFunc(s.apiRemoveReplicas))))
-}
-
-func (s *Server) apiReplicas(w http.ResponseWriter, r *http.Request) {
-	limit, ok := parseLimit(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	out, err := s.listReplicas(ctx, limit, time.Now())
-	if errors.Is(err, errNoReplicas) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", s.st)
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, "list replicas", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Server) pageReplicas(w http.ResponseWriter, r *http.Request) {
+func (c *console) pageReplicas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &replicasView{Now: time.Now(), Confirm: q.Get("confirm") == "remove"}
 	if n := q.Get("removed"); n != "" {
@@ -142,14 +115,14 @@ func (s *Server) pageReplicas(w http.ResponseWriter, r *http.Request) {
 			v.Flash += fmt.Sprintf(" %d left: their last beat is not older than every live replica's; remove them once it is.", left)
 		}
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	list, err := s.listReplicas(ctx, defaultLimit, v.Now)
+	list, err := c.listReplicas(ctx, defaultLimit, v.Now)
 	switch {
 	case errors.Is(err, errNoReplicas):
 		v.Problem = "This store keeps no replica heartbeats."
 	case err != nil:
-		s.storeFailed(w, r, "list replicas", err)
+		c.storeFailed(w, r, "list replicas", err)
 		return
 	default:
 		v.Counts = list.Counts
@@ -157,29 +130,7 @@ func (s *Server) pageReplicas(w http.ResponseWriter, r *http.Request) {
 			v.Rows = append(v.Rows, replicaRow{Replica: x, Lag: lagText(x.LagSeconds), Config: configPairs(x.Config)})
 		}
 	}
-	s.render(w, r, http.StatusOK, "replicas", "Replicas", v)
-}
-
-// listReplicas reads at most limit replicas and judges their state at now.
-func (s *Server) listReplicas(ctx context.Context, limit int, now time.Time) (*ReplicaList, error) {
-	rr, ok := s.st.(store.ReplicaRegistry)
-	if !ok {
-		return nil, errNoReplicas
-	}
-	rs, err := rr.Replicas(ctx, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list replicas: %w", err)
-	}
-	out := &ReplicaList{Replicas: make([]Replica, 0, len(rs))}
-	self := s.e.ReplicaID()
-	states := replicaStates(rs, now)
-	for i := range rs {
-		x := toReplica(&rs[i], now)
-		x.Self, x.State = x.ID == self, states[i]
-		out.Counts.add(x.State)
-		out.Replicas = append(out.Replicas, x)
-	}
-	return out, nil
+	c.render(w, r, http.StatusOK, "replicas", "Replicas", v)
 }
 
 func (c *ReplicaCounts) add(state string) {
@@ -225,8 +176,8 @@ func lagText(sec float64) string {
 // collectReplicas exports idem_replicas: the replicas by state, when the
 // store keeps heartbeats. Every state has a sample, zero included.
 func (c *collector) collectReplicas(ctx context.Context, now time.Time, gauge func(*prometheus.Desc, float64, ...string)) {
-	rr, ok := c.st.(store.ReplicaRegistry)
-	if !ok {
+	rr := c.caps.replicas
+	if rr == nil {
 		return
 	}
 	rs, err := rr.Replicas(ctx, maxLimit)
@@ -253,66 +204,19 @@ type RemovedReplicas struct {
 	Left int `json:"left"`
 }
 
-// removeReplicas removes the records of the replicas that no longer run
-// (gone, replaced or stopped) and last beat before every live replica
-// did: store.ReplicaRegistry prunes by last beat, so a live replica's
-// record is never removed.
-func (s *Server) removeReplicas(ctx context.Context, now time.Time) (*RemovedReplicas, error) {
-	rr, ok := s.st.(store.ReplicaRegistry)
-	if !ok {
-		return nil, errNoReplicas
-	}
-	rs, err := rr.Replicas(ctx, maxLimit)
-	if err != nil {
-		return nil, fmt.Errorf("list replicas: %w", err)
-	}
-	states := replicaStates(rs, now)
-	before := now
-	for i := range rs {
-		if states[i] == store.ReplicaAlive && rs[i].BeatAt.Before(before) {
-			before = rs[i].BeatAt
-		}
-	}
-	out := &RemovedReplicas{}
-	for i := range rs {
-		if states[i] != store.ReplicaAlive && !rs[i].BeatAt.Before(before) {
-			out.Left++
-		}
-	}
-	if out.Removed, err = rr.PruneReplicas(ctx, before); err != nil {
-		return nil, fmt.Errorf("remove replicas: %w", err)
-	}
-	return out, nil
-}
-
-func (s *Server) apiRemoveReplicas(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	out, err := s.removeReplicas(ctx, time.Now())
-	if errors.Is(err, errNoReplicas) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", s.st)
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, "remove replicas", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Server) actRemoveReplicas(w http.ResponseWriter, r *http.Request) {
+func (c *console) actRemoveReplicas(w http.ResponseWriter, r *http.Request) {
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, basePath(r)+"/replicas?confirm=remove", http.StatusSeeOther)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	out, err := s.removeReplicas(ctx, time.Now())
+	out, err := c.removeReplicas(ctx, time.Now())
 	switch {
 	case errors.Is(err, errNoReplicas):
-		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no replica heartbeats.")
+		c.consoleError(w, r, http.StatusNotImplemented, "This store keeps no replica heartbeats.")
 	case err != nil:
-		s.storeFailed(w, r, "remove replicas", err)
+		c.storeFailed(w, r, "remove replicas", err)
 	default:
 		http.Redirect(w, r, basePath(r)+"/replicas"+query("removed", strconv.Itoa(out.Removed), "left", strconv.Itoa(out.Left)), http.StatusSeeOther)
 	}

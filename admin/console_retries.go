@@ -1,19 +1,14 @@
 package admin
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/transport"
 )
 
 // Retry now (issue 25): a message waiting in its transport for its
@@ -52,18 +47,6 @@ type retrySelection struct {
 	*inspect.RetrySelection
 }
 
-// routeRetryNow adds the retry now endpoints and console pages.
-func (s *Server) routeRetryNow() {
-	s.mux.Handle("POST /api/sagas/{type}/{key}/retries/{id}/retry", s.authorize(s.writable(http.HandlerFunc(s.apiRetryNow))))
-	s.mux.Handle("GET /api/retries/select", s.authorize(http.HandlerFunc(s.apiSelectRetries)))
-	s.mux.Handle("POST /api/retries/retry", s.authorize(s.writable(http.HandlerFunc(s.apiRetryNowBatch))))
-	s.mux.Handle("GET /retries", s.consolePage(s.pageRetries))
-	s.mux.Handle("GET /retries/retry-now", s.consolePage(s.pageAskRetryNow))
-	s.mux.Handle("POST /retries/retry-now", s.consolePage(s.actRetryNow))
-	s.mux.Handle("GET /retries/retry", s.consolePage(s.pageAskRetryBatch))
-	s.mux.Handle("POST /retries/retry", s.consolePage(s.actRetryBatch))
-}
-
 // errRetryNow is a retry now refused, with the HTTP status to answer and
 // a sentence for the operator.
 type errRetryNow struct {
@@ -72,49 +55,6 @@ type errRetryNow struct {
 }
 
 func (e *errRetryNow) Error() string { return e.msg }
-
-// findRetry returns the retry id of saga k.
-func (s *Server) findRetry(ctx context.Context, k store.Key, id string) (*store.Retry, error) {
-	if _, ok := s.st.(store.RetryRecorder); !ok {
-		return nil, &errRetryNow{http.StatusNotImplemented, fmt.Sprintf("store %T keeps no retry state", s.st)}
-	}
-	rs, err := s.retriesOf(ctx, k)
-	if err != nil {
-		return nil, fmt.Errorf("read the retries of saga %s/%s: %w", k.SagaType, k.Key, err)
-	}
-	for i := range rs {
-		if rs[i].ID == id {
-			return &rs[i], nil
-		}
-	}
-	return nil, &errRetryNow{http.StatusNotFound, fmt.Sprintf("no message %q of saga %s/%q is being retried: it was applied, dead-lettered or swept meanwhile", id, k.SagaType, k.Key)}
-}
-
-// retryNow publishes r's message again now on behalf of actor, under its
-// own ID, after marking the retry (RetryNowAt) so that a failure of the
-// copy is recorded even though its transport counts attempts afresh.
-func (s *Server) retryNow(ctx context.Context, r *store.Retry, actor string) (idem.Envelope, error) {
-	if err := unretryable(r); err != nil {
-		return idem.Envelope{}, err
-	}
-	mark := *r
-	mark.RetryNowAt = time.Now()
-	if err := s.st.(store.RetryRecorder).RecordRetry(ctx, &mark); err != nil {
-		return idem.Envelope{}, fmt.Errorf("mark retry %q: %w", r.ID, err)
-	}
-	env := r.Envelope.Clone()
-	if env.Headers == nil {
-		env.Headers = map[string]string{}
-	}
-	env.Headers[transport.HeaderActor] = actor
-	if err := s.e.Publish(ctx, env); err != nil {
-		if errors.Is(err, idem.ErrInvalidEnvelope) {
-			return env, &errRetryNow{http.StatusBadRequest, fmt.Sprintf("message %q was not published again: %v", r.MessageID, err)}
-		}
-		return env, fmt.Errorf("publish %q again: %w", r.MessageID, err)
-	}
-	return env, nil
-}
 
 // unretryable refuses a retry recorded without its message's envelope.
 func unretryable(r *store.Retry) error {
@@ -139,34 +79,6 @@ func retryStatus(err error) (int, string) {
 	return http.StatusServiceUnavailable, "the store or the queue failed (see the server log): try again, which is safe"
 }
 
-func (s *Server) apiRetryNow(w http.ResponseWriter, r *http.Request) {
-	k, err := s.sagaKeyOf(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v: path-escape the key as it appears in GET /api/sagas", err)
-		return
-	}
-	actor, err := s.apiActor(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	rt, err := s.findRetry(ctx, k, r.PathValue("id"))
-	var env idem.Envelope
-	if err == nil {
-		env, err = s.retryNow(ctx, rt, actor)
-	}
-	if status, msg := retryStatus(err); status != 0 {
-		if status == http.StatusServiceUnavailable {
-			s.log.ErrorContext(ctx, "admin: retry now", "saga_type", k.SagaType, "error", err)
-		}
-		writeError(w, status, "%s", msg)
-		return
-	}
-	writeJSON(w, http.StatusAccepted, Accepted{ID: env.ID, DedupID: env.DedupID(), Type: env.Type, Saga: k.SagaType, Key: k.Key})
-}
-
 // retryFilter reads a batch's filter from q: saga_type, message_type and,
 // when ids is set, id (repeated). Any other parameter is refused, so that
 // no filter is silently ignored.
@@ -184,88 +96,6 @@ func retryFilter(q url.Values, ids bool) (*inspect.RetryFilter, error) {
 		}
 	}
 	return f, nil
-}
-
-func (s *Server) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
-	f, err := retryFilter(r.URL.Query(), false)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	sel, err := inspect.SelectRetries(ctx, s.st, f)
-	if errors.Is(err, inspect.ErrNoRetryState) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", s.st)
-		return
-	} else if err != nil {
-		s.internalError(w, r, "select retries", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, retrySelection{Count: len(sel.Retries), RetrySelection: sel})
-}
-
-// retryBatch retries now the set f selects, if its digest is still
-// confirmed. The error is ErrSetChanged, ErrCapped, or a failure after
-// res.Done messages were published.
-func (s *Server) retryBatch(ctx context.Context, f *inspect.RetryFilter, confirmed, actor string) (*RetryNowResult, error) {
-	sel, err := inspect.SelectRetries(ctx, s.st, f)
-	switch {
-	case err != nil:
-		return nil, err
-	case sel.Capped:
-		return nil, inspect.ErrCapped
-	case sel.Digest != confirmed:
-		return nil, inspect.ErrSetChanged
-	}
-	res := &RetryNowResult{}
-	for _, rt := range sel.Selected() {
-		if rt.Envelope == nil {
-			res.Skipped = append(res.Skipped, rt.ID)
-			continue
-		}
-		if _, err := s.retryNow(ctx, &rt, actor); err != nil {
-			return res, err
-		}
-		res.Done++
-	}
-	return res, nil
-}
-
-func (s *Server) apiRetryNowBatch(w http.ResponseWriter, r *http.Request) {
-	f, err := retryFilter(r.URL.Query(), false)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	actor, err := s.apiActor(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	var body RetryNowBatch
-	if err := json.NewDecoder(io.LimitReader(r.Body, s.maxBody)).Decode(&body); err != nil || body.Digest == "" {
-		writeError(w, http.StatusBadRequest, `request body is not {"digest": "<from GET /api/retries/select>"}: %v`, err)
-		return
-	}
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	res, err := s.retryBatch(ctx, f, body.Digest, actor)
-	switch {
-	case errors.Is(err, inspect.ErrSetChanged):
-		writeError(w, http.StatusConflict, "the messages the filter selects changed since they were counted: count again with GET /api/retries/select, then confirm")
-	case errors.Is(err, inspect.ErrCapped):
-		writeError(w, http.StatusBadRequest, "the filter selects more than %d messages: narrow it", inspect.MaxBatch)
-	case errors.Is(err, inspect.ErrNoRetryState):
-		writeError(w, http.StatusNotImplemented, "store %T keeps no retry state", s.st)
-	case err != nil && res == nil:
-		s.internalError(w, r, "select retries", err)
-	case err != nil:
-		s.log.ErrorContext(ctx, "admin: retry now", "published", res.Done, "error", err)
-		writeError(w, http.StatusServiceUnavailable, "%d messages published again, then the store or the queue failed (see the server log): count again and confirm to retry the rest", res.Done)
-	default:
-		writeJSON(w, http.StatusOK, res)
-	}
 }
 
 // retriesView is the Retrying page: every retrying message, a page at a
@@ -307,28 +137,28 @@ func retryCursor(q url.Values, rq *store.RetryQuery) error {
 	return nil
 }
 
-func (s *Server) pageRetries(w http.ResponseWriter, r *http.Request) {
+func (c *console) pageRetries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &retriesView{SagaType: q.Get("saga_type"), Now: time.Now()}
 	if q.Get("done") == "sent" {
 		v.Flash = fmt.Sprintf("%d message(s) published again now. Each leaves this list once an engine has applied it (or its transport delivers the earlier copy, a duplicate).", atoi(q.Get("n")))
 	}
-	rr, ok := s.st.(store.RetryRecorder)
-	if !ok {
+	rr := c.caps.retries
+	if rr == nil {
 		v.Problem = "This store keeps no retry state."
-		s.render(w, r, http.StatusOK, "retries", "Retrying", v)
+		c.render(w, r, http.StatusOK, "retries", "Retrying", v)
 		return
 	}
 	rq := &store.RetryQuery{SagaType: v.SagaType, Limit: consolePage}
 	if err := retryCursor(q, rq); err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That filter or page is not one this console made: "+err.Error()+".")
+		c.consoleError(w, r, http.StatusBadRequest, "That filter or page is not one this console made: "+err.Error()+".")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
 	rows, err := rr.QueryRetries(ctx, rq)
 	if err != nil {
-		s.storeFailed(w, r, "list retries", err)
+		c.storeFailed(w, r, "list retries", err)
 		return
 	}
 	v.Rows = rows
@@ -336,18 +166,18 @@ func (s *Server) pageRetries(w http.ResponseWriter, r *http.Request) {
 		last := rows[len(rows)-1]
 		v.Next = query("saga_type", v.SagaType, "after_at", last.FirstFailedAt.Format(time.RFC3339Nano), "after_id", last.ID)
 	}
-	s.render(w, r, http.StatusOK, "retries", "Retrying", v)
+	c.render(w, r, http.StatusOK, "retries", "Retrying", v)
 }
 
 // formRetry reads the message a retry now form names.
-func (s *Server) formRetry(vals url.Values) (store.Key, string, error) {
-	k, err := s.sagaKeyOfValues(vals.Get("type"), vals.Get("key"))
+func (c *console) formRetry(vals url.Values) (store.Key, string, error) {
+	k, err := c.sagaKeyOfValues(vals.Get("type"), vals.Get("key"))
 	return k, vals.Get("id"), err
 }
 
 // sagaKeyOfValues is sagaKeyOf for a form's or a query's values.
-func (s *Server) sagaKeyOfValues(typ, raw string) (store.Key, error) {
-	key, err := canonKey(raw, s.e.Config().MaxKeyLen)
+func (c *console) sagaKeyOfValues(typ, raw string) (store.Key, error) {
+	key, err := canonKey(raw, c.e.Config().MaxKeyLen)
 	if err != nil {
 		return store.Key{}, fmt.Errorf("saga key %q is not a valid key: %w", raw, err)
 	}
@@ -355,43 +185,43 @@ func (s *Server) sagaKeyOfValues(typ, raw string) (store.Key, error) {
 }
 
 // pageAskRetryNow asks whether to retry now the message the query names.
-func (s *Server) pageAskRetryNow(w http.ResponseWriter, r *http.Request) {
-	if s.readOnly {
-		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+func (c *console) pageAskRetryNow(w http.ResponseWriter, r *http.Request) {
+	if c.readOnly {
+		c.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
 	}
 	q := r.URL.Query()
-	k, id, err := s.formRetry(q)
+	k, id, err := c.formRetry(q)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	rt, err := s.findRetry(ctx, k, id)
+	rt, err := c.findRetry(ctx, k, id)
 	if err == nil {
 		err = unretryable(rt)
 	}
 	if status, msg := retryStatus(err); status == http.StatusServiceUnavailable {
-		s.storeFailed(w, r, "find retry", err)
+		c.storeFailed(w, r, "find retry", err)
 		return
 	} else if status != 0 {
-		s.consoleError(w, r, status, capitalise(msg)+".")
+		c.consoleError(w, r, status, capitalise(msg)+".")
 		return
 	}
-	s.render(w, r, http.StatusOK, "retrynow", "Retry now", &retryAskView{One: rt, Back: safeNext(q.Get("back")), Now: time.Now()})
+	c.render(w, r, http.StatusOK, "retrynow", "Retry now", &retryAskView{One: rt, Back: safeNext(q.Get("back")), Now: time.Now()})
 }
 
 // actRetryNow retries now the message of the form once it says
 // confirm=yes; before that it asks (pageAskRetryNow).
-func (s *Server) actRetryNow(w http.ResponseWriter, r *http.Request) {
+func (c *console) actRetryNow(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
+		c.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
-	k, id, err := s.formRetry(r.PostForm)
+	k, id, err := c.formRetry(r.PostForm)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
+		c.consoleError(w, r, http.StatusBadRequest, "That saga key is not a valid key.")
 		return
 	}
 	if r.PostFormValue("confirm") != "yes" {
@@ -399,17 +229,17 @@ func (s *Server) actRetryNow(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, basePath(r)+"/retries/retry-now"+ask, http.StatusSeeOther)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	rt, err := s.findRetry(ctx, k, id)
+	rt, err := c.findRetry(ctx, k, id)
 	if err == nil {
-		_, err = s.retryNow(ctx, rt, consoleActor(r))
+		_, err = c.retryNow(ctx, rt, consoleActor(r))
 	}
 	if status, msg := retryStatus(err); status == http.StatusServiceUnavailable {
-		s.storeFailed(w, r, "retry now", err)
+		c.storeFailed(w, r, "retry now", err)
 		return
 	} else if status != 0 {
-		s.consoleError(w, r, status, capitalise(msg)+".")
+		c.consoleError(w, r, status, capitalise(msg)+".")
 		return
 	}
 	back(w, r, "retried")
@@ -432,39 +262,39 @@ func filterValues(f *inspect.RetryFilter) url.Values {
 
 // pageAskRetryBatch counts the messages the query's filter selects and
 // asks whether to retry them now, bound to the count's digest.
-func (s *Server) pageAskRetryBatch(w http.ResponseWriter, r *http.Request) {
-	if s.readOnly {
-		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+func (c *console) pageAskRetryBatch(w http.ResponseWriter, r *http.Request) {
+	if c.readOnly {
+		c.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return
 	}
 	f, err := retryFilter(r.URL.Query(), true)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, capitalise(err.Error())+".")
+		c.consoleError(w, r, http.StatusBadRequest, capitalise(err.Error())+".")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	sel, err := inspect.SelectRetries(ctx, s.st, f)
+	sel, err := inspect.SelectRetries(ctx, c.st, f)
 	if errors.Is(err, inspect.ErrNoRetryState) {
-		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no retry state.")
+		c.consoleError(w, r, http.StatusNotImplemented, "This store keeps no retry state.")
 		return
 	} else if err != nil {
-		s.storeFailed(w, r, "count retries", err)
+		c.storeFailed(w, r, "count retries", err)
 		return
 	}
 	if sel.Capped {
-		s.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("The filter selects more than %d messages: narrow it.", inspect.MaxBatch))
+		c.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("The filter selects more than %d messages: narrow it.", inspect.MaxBatch))
 		return
 	}
-	s.render(w, r, http.StatusOK, "retrynow", "Retry now", &retryAskView{Sel: sel, Filter: f, Now: time.Now()})
+	c.render(w, r, http.StatusOK, "retrynow", "Retry now", &retryAskView{Sel: sel, Filter: f, Now: time.Now()})
 }
 
 // actRetryBatch retries now the set the form's filter selects once the
 // form says confirm=yes and carries the digest the question counted;
 // before that it asks (pageAskRetryBatch).
-func (s *Server) actRetryBatch(w http.ResponseWriter, r *http.Request) {
+func (c *console) actRetryBatch(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
+		c.consoleError(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
 	vals := url.Values{}
@@ -475,29 +305,29 @@ func (s *Server) actRetryBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := retryFilter(vals, true)
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, capitalise(err.Error())+".")
+		c.consoleError(w, r, http.StatusBadRequest, capitalise(err.Error())+".")
 		return
 	}
 	if r.PostFormValue("selected") == "yes" && len(f.IDs) == 0 {
-		s.consoleError(w, r, http.StatusBadRequest, "No message is ticked: tick the messages to retry, or use Retry all matching.")
+		c.consoleError(w, r, http.StatusBadRequest, "No message is ticked: tick the messages to retry, or use Retry all matching.")
 		return
 	}
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, basePath(r)+"/retries/retry?"+filterValues(f).Encode(), http.StatusSeeOther)
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
-	res, err := s.retryBatch(ctx, f, r.PostFormValue("digest"), consoleActor(r))
+	res, err := c.retryBatch(ctx, f, r.PostFormValue("digest"), consoleActor(r))
 	switch {
 	case errors.Is(err, inspect.ErrSetChanged):
-		s.consoleError(w, r, http.StatusConflict, "The messages this filter selects changed since you counted them (one was applied, failed again or started retrying): nothing was retried. Go back to Retrying and count again.")
+		c.consoleError(w, r, http.StatusConflict, "The messages this filter selects changed since you counted them (one was applied, failed again or started retrying): nothing was retried. Go back to Retrying and count again.")
 	case errors.Is(err, inspect.ErrCapped):
-		s.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("The filter selects more than %d messages: narrow it.", inspect.MaxBatch))
+		c.consoleError(w, r, http.StatusBadRequest, fmt.Sprintf("The filter selects more than %d messages: narrow it.", inspect.MaxBatch))
 	case errors.Is(err, inspect.ErrNoRetryState):
-		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no retry state.")
+		c.consoleError(w, r, http.StatusNotImplemented, "This store keeps no retry state.")
 	case err != nil:
-		s.storeFailed(w, r, "retry now", err)
+		c.storeFailed(w, r, "retry now", err)
 	default:
 		http.Redirect(w, r, basePath(r)+"/retries"+query("saga_type", f.SagaType, "done", "sent", "n", fmt.Sprint(res.Done)), http.StatusSeeOther)
 	}

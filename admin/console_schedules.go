@@ -33,73 +33,63 @@ type schedulesView struct {
 	Now    time.Time
 }
 
-// routeConsoleSchedules adds the schedules page and its actions; every
-// POST is refused in read-only mode by consolePage, and cross-origin by
-// ServeHTTP.
-func (s *Server) routeConsoleSchedules() {
-	s.mux.Handle("GET /schedules", s.consolePage(s.pageSchedules))
-	s.mux.Handle("POST /schedules/pause", s.consolePage(s.actPauseSchedule("pause")))
-	s.mux.Handle("POST /schedules/resume", s.consolePage(s.actPauseSchedule("resume")))
-	s.mux.Handle("POST /schedules/fire", s.consolePage(s.actFireSchedule))
-}
-
 // scheduleFlash turns ?done= into a fixed sentence: the query cannot
 // inject text of its own.
 func scheduleFlash(done string) string {
 	return map[string]string{"paused": "1 schedule paused.", "resumed": "1 schedule resumed.", "fired": "1 schedule fired: its next tick was sent now, and it is due again at the tick after."}[done]
 }
 
-func (s *Server) pageSchedules(w http.ResponseWriter, r *http.Request) {
+func (c *console) pageSchedules(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := &schedulesView{After: q.Get("after"), Flash: scheduleFlash(q.Get("done")), Now: time.Now()}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
 	if a := q.Get("confirm"); a == "pause" || a == "resume" || a == "fire" {
 		v.Action = a
-		if !s.askSchedule(ctx, w, r, v, q.Get("name")) {
+		if !c.askSchedule(ctx, w, r, v, q.Get("name")) {
 			return
 		}
 	}
-	list, err := s.listSchedules(ctx, v.After, consolePage)
+	list, err := c.listSchedules(ctx, v.After, consolePage)
 	if errors.Is(err, errNoSchedules) {
 		v.Problem = "This store keeps no schedules."
-		s.render(w, r, http.StatusOK, "schedules", "Schedules", v)
+		c.render(w, r, http.StatusOK, "schedules", "Schedules", v)
 		return
 	}
 	if err != nil {
-		s.storeFailed(w, r, "list schedules", err)
+		c.storeFailed(w, r, "list schedules", err)
 		return
 	}
 	v.Next = list.Next
 	for _, x := range list.Schedules {
 		v.Rows = append(v.Rows, scheduleRow{Schedule: x, Valid: idem.ValidateScheduleName(x.Name) == nil})
 	}
-	s.render(w, r, http.StatusOK, "schedules", "Schedules", v)
+	c.render(w, r, http.StatusOK, "schedules", "Schedules", v)
 }
 
 // askSchedule sets v.Confirm to the schedule the question is about; it
 // sends an error page and returns false when the question cannot be asked
 // (read-only, a bad name, no such schedule), as the action would refuse.
-func (s *Server) askSchedule(ctx context.Context, w http.ResponseWriter, r *http.Request, v *schedulesView, name string) bool {
-	if s.readOnly {
-		s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+func (c *console) askSchedule(ctx context.Context, w http.ResponseWriter, r *http.Request, v *schedulesView, name string) bool {
+	if c.readOnly {
+		c.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 		return false
 	}
 	if idem.ValidateScheduleName(name) != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That is not a schedule name: names are 1 to 200 bytes of printable UTF-8.")
+		c.consoleError(w, r, http.StatusBadRequest, "That is not a schedule name: names are 1 to 200 bytes of printable UTF-8.")
 		return false
 	}
-	sc, ok := s.st.(store.Scheduler)
-	if !ok {
-		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no schedules.")
+	sc := c.caps.schedules
+	if sc == nil {
+		c.consoleError(w, r, http.StatusNotImplemented, "This store keeps no schedules.")
 		return false
 	}
 	x, err := sc.GetSchedule(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		s.consoleError(w, r, http.StatusNotFound, "There is no such schedule: it may have been deleted.")
+		c.consoleError(w, r, http.StatusNotFound, "There is no such schedule: it may have been deleted.")
 		return false
 	} else if err != nil {
-		s.storeFailed(w, r, "get schedule", err)
+		c.storeFailed(w, r, "get schedule", err)
 		return false
 	}
 	v.Confirm = &scheduleRow{Schedule: toSchedule(x), Valid: true}
@@ -108,7 +98,7 @@ func (s *Server) askSchedule(ctx context.Context, w http.ResponseWriter, r *http
 
 // actPauseSchedule pauses or resumes the schedule the form names, once the
 // form says confirm=yes; before that it asks, on the schedules page.
-func (s *Server) actPauseSchedule(action string) http.HandlerFunc {
+func (c *console) actPauseSchedule(action string) http.HandlerFunc {
 	done := map[string]string{"pause": "paused", "resume": "resumed"}[action]
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, after := r.PostFormValue("name"), r.PostFormValue("after")
@@ -116,19 +106,19 @@ func (s *Server) actPauseSchedule(action string) http.HandlerFunc {
 			http.Redirect(w, r, basePath(r)+"/schedules"+query("confirm", action, "name", name, "after", after), http.StatusSeeOther)
 			return
 		}
-		ctx, cancel := s.storeCtx(r)
+		ctx, cancel := c.storeCtx(r)
 		defer cancel()
-		err := s.pauseSchedule(ctx, name, action == "pause")
+		err := c.pauseSchedule(ctx, name, action == "pause")
 		var bad badScheduleName
 		switch {
 		case errors.As(err, &bad):
-			s.consoleError(w, r, http.StatusBadRequest, "That is not a schedule name: names are 1 to 200 bytes of printable UTF-8.")
+			c.consoleError(w, r, http.StatusBadRequest, "That is not a schedule name: names are 1 to 200 bytes of printable UTF-8.")
 		case errors.Is(err, errNoSchedules):
-			s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no schedules.")
+			c.consoleError(w, r, http.StatusNotImplemented, "This store keeps no schedules.")
 		case errors.Is(err, store.ErrNotFound):
-			s.consoleError(w, r, http.StatusNotFound, "There is no such schedule: it may have been deleted.")
+			c.consoleError(w, r, http.StatusNotFound, "There is no such schedule: it may have been deleted.")
 		case err != nil:
-			s.storeFailed(w, r, action+" schedule", err)
+			c.storeFailed(w, r, action+" schedule", err)
 		default:
 			http.Redirect(w, r, basePath(r)+"/schedules"+query("after", after, "done", done, "n", "1"), http.StatusSeeOther)
 		}
@@ -137,33 +127,33 @@ func (s *Server) actPauseSchedule(action string) http.HandlerFunc {
 
 // actFireSchedule fires the schedule's next tick now once the form says
 // confirm=yes; before that it asks, on the schedules page.
-func (s *Server) actFireSchedule(w http.ResponseWriter, r *http.Request) {
+func (c *console) actFireSchedule(w http.ResponseWriter, r *http.Request) {
 	name, after := r.PostFormValue("name"), r.PostFormValue("after")
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, basePath(r)+"/schedules"+query("confirm", "fire", "name", name, "after", after), http.StatusSeeOther)
 		return
 	}
 	if idem.ValidateScheduleName(name) != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "That is not a schedule name: names are 1 to 200 bytes of printable UTF-8.")
+		c.consoleError(w, r, http.StatusBadRequest, "That is not a schedule name: names are 1 to 200 bytes of printable UTF-8.")
 		return
 	}
-	if _, ok := s.st.(store.Scheduler); !ok {
-		s.consoleError(w, r, http.StatusNotImplemented, "This store keeps no schedules.")
+	if c.caps.schedules == nil {
+		c.consoleError(w, r, http.StatusNotImplemented, "This store keeps no schedules.")
 		return
 	}
-	ctx, cancel := s.storeCtx(r)
+	ctx, cancel := c.storeCtx(r)
 	defer cancel()
 	tick, err := time.Parse(time.RFC3339Nano, r.PostFormValue("tick"))
 	if err != nil {
-		s.consoleError(w, r, http.StatusBadRequest, "The form does not say which tick to fire: open the schedules page again.")
+		c.consoleError(w, r, http.StatusBadRequest, "The form does not say which tick to fire: open the schedules page again.")
 		return
 	}
-	_, err = s.e.FireSchedule(ctx, name, tick)
+	_, err = c.e.FireSchedule(ctx, name, tick)
 	if status, msg := fireError(name, err); status == http.StatusInternalServerError {
-		s.storeFailed(w, r, "fire schedule", err)
+		c.storeFailed(w, r, "fire schedule", err)
 		return
 	} else if status != 0 {
-		s.consoleError(w, r, status, msg+".")
+		c.consoleError(w, r, status, msg+".")
 		return
 	}
 	http.Redirect(w, r, basePath(r)+"/schedules"+query("after", after, "done", "fired", "n", "1"), http.StatusSeeOther)

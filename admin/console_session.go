@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -132,15 +133,15 @@ func basePath(r *http.Request) string {
 // refuses every POST of a read-only console. CSRF is refused before, for
 // every route, by ServeHTTP's http.CrossOriginProtection: a browser's POST
 // from another origin never gets here, so console forms carry no token.
-func (s *Server) consolePage(h http.HandlerFunc) http.Handler {
+func (c *console) consolePage(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sess := s.sessions.get(r, s.sessions.now())
-		if sess == nil && s.auth {
-			s.toLogin(w, r)
+		sess := c.sessions.get(r, c.sessions.now())
+		if sess == nil && c.auth {
+			c.toLogin(w, r)
 			return
 		}
-		if r.Method == http.MethodPost && s.readOnly && r.URL.Path != "/logout" {
-			s.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
+		if r.Method == http.MethodPost && c.readOnly && r.URL.Path != "/logout" {
+			c.consoleError(w, r, http.StatusForbidden, "This console is read-only: nothing can be changed here.")
 			return
 		}
 		if sess != nil {
@@ -150,7 +151,7 @@ func (s *Server) consolePage(h http.HandlerFunc) http.Handler {
 	})
 }
 
-func (s *Server) toLogin(w http.ResponseWriter, r *http.Request) {
+func (c *console) toLogin(w http.ResponseWriter, r *http.Request) {
 	target := basePath(r) + "/login"
 	if r.Method == http.MethodGet {
 		target += "?next=" + urlQueryEscape(r.URL.RequestURI())
@@ -163,45 +164,45 @@ func (s *Server) toLogin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }
 
-func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
-	if !s.auth {
+func (c *console) loginForm(w http.ResponseWriter, r *http.Request) {
+	if !c.auth {
 		http.Redirect(w, r, basePath(r)+"/", http.StatusSeeOther)
 		return
 	}
-	s.render(w, r, http.StatusOK, "login", "Sign in", map[string]string{"Next": safeNext(r.URL.Query().Get("next"))})
+	c.render(w, r, http.StatusOK, "login", "Sign in", map[string]string{"Next": safeNext(r.URL.Query().Get("next"))})
 }
 
-func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	if !s.auth {
+func (c *console) login(w http.ResponseWriter, r *http.Request) {
+	if !c.auth {
 		http.Redirect(w, r, basePath(r)+"/", http.StatusSeeOther)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	tried := r.PostFormValue("token")
-	if tried != "" && s.limited(w, r, false) { // see console_limit.go
+	if tried != "" && c.loginLimited(w, r) { // see limit.go
 		return
 	}
 	got := sha256.Sum256([]byte(tried))
 	next := safeNext(r.PostFormValue("next"))
-	if subtle.ConstantTimeCompare(got[:], s.token[:]) != 1 {
+	if subtle.ConstantTimeCompare(got[:], c.token[:]) != 1 {
 		if tried != "" {
-			s.wrongToken(r)
+			c.wrongToken(r)
 		}
-		s.render(w, r, http.StatusUnauthorized, "login", "Sign in", map[string]string{"Next": next, "Error": "That token is not the admin token."})
+		c.render(w, r, http.StatusUnauthorized, "login", "Sign in", map[string]string{"Next": next, "Error": "That token is not the admin token."})
 		return
 	}
-	sess := s.sessions.create(s.sessions.now())
+	sess := c.sessions.create(c.sessions.now())
 	if sess == nil {
 		http.Error(w, "too many console sessions: retry later", http.StatusServiceUnavailable)
 		return
 	}
-	setCookie(w, r, sess, int(s.sessions.ttl.Seconds()))
+	setCookie(w, r, sess, int(c.sessions.ttl.Seconds()))
 	http.Redirect(w, r, basePath(r)+next, http.StatusSeeOther)
 }
 
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+func (c *console) logout(w http.ResponseWriter, r *http.Request) {
 	if sess := sessionOf(r); sess != nil {
-		s.sessions.delete(sess.id)
+		c.sessions.delete(sess.id)
 		setCookie(w, r, sess, -1)
 	}
 	http.Redirect(w, r, basePath(r)+"/login", http.StatusSeeOther)
@@ -214,4 +215,15 @@ func safeNext(next string) string {
 		return "/"
 	}
 	return next
+}
+
+// loginLimited answers the login page with 429, and returns true, when r's
+// client may not try a token now.
+func (c *console) loginLimited(w http.ResponseWriter, r *http.Request) bool {
+	secs, refused := c.limited(w, r)
+	if refused {
+		msg := "Too many wrong tokens: wait " + strconv.Itoa(secs) + " s, then try again."
+		c.render(w, r, http.StatusTooManyRequests, "login", "Sign in", map[string]string{"Next": safeNext(r.PostFormValue("next")), "Error": msg})
+	}
+	return refused
 }

@@ -56,10 +56,10 @@ var stuckLabels = map[string]string{
 // stuckChips counts the urgent reasons, most urgent first (bounded: each
 // reads at most consolePage+1 sagas). A reason the store cannot list is
 // left out.
-func (s *Server) stuckChips(ctx context.Context, sagaType string, now time.Time) ([]stuckChip, error) {
+func (c *console) stuckChips(ctx context.Context, sagaType string, now time.Time) ([]stuckChip, error) {
 	var out []stuckChip
 	for _, r := range []string{inspect.StuckDeadline, inspect.StuckRetrying, inspect.StuckTimer} {
-		us, err := s.urgentActive(ctx, r, sagaType, now, consolePage+1)
+		us, err := c.urgentActive(ctx, r, sagaType, now, consolePage+1)
 		if err != nil {
 			if errors.Is(err, inspect.ErrUnsupported) {
 				continue
@@ -73,14 +73,14 @@ func (s *Server) stuckChips(ctx context.Context, sagaType string, now time.Time)
 
 // urgentActive is inspect.UrgentSagas with the sagas that finished or are
 // gone left out, loaded.
-func (s *Server) urgentActive(ctx context.Context, reason, sagaType string, now time.Time, limit int) ([]*store.Instance, error) {
-	us, err := inspect.UrgentSagas(ctx, s.st, reason, sagaType, now, limit)
+func (c *console) urgentActive(ctx context.Context, reason, sagaType string, now time.Time, limit int) ([]*store.Instance, error) {
+	us, err := inspect.UrgentSagas(ctx, c.st, reason, sagaType, now, limit)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*store.Instance, 0, len(us))
 	for _, u := range us {
-		in, err := s.load(ctx, u.Key)
+		in, err := c.load(ctx, u.Key)
 		if err != nil {
 			return nil, err
 		}
@@ -95,9 +95,9 @@ func (s *Server) urgentActive(ctx context.Context, reason, sagaType string, now 
 // most urgent sagas of that reason (one page, no cursor); else the stuck
 // query (oldest first), no event for at least f.Idle. It reports whether
 // it filled the rows.
-func (s *Server) stuckPage(ctx context.Context, v *instancesView, p *readmodel.InstanceQuery, f stuckFilter, now time.Time) (bool, error) {
+func (c *console) stuckPage(ctx context.Context, v *instancesView, p *readmodel.InstanceQuery, f stuckFilter, now time.Time) (bool, error) {
 	var err error
-	if v.Chips, err = s.stuckChips(ctx, p.SagaType, now); err != nil {
+	if v.Chips, err = c.stuckChips(ctx, p.SagaType, now); err != nil {
 		return false, err
 	}
 	if f.Idle > 0 {
@@ -108,6 +108,6 @@ func (s *Server) stuckPage(ctx context.Context, v *instancesView, p *readmodel.I
 	if !f.urgent() {
 		return false, nil
 	}
-	v.Rows, err = s.urgentActive(ctx, f.Reason, p.SagaType, now, consolePage)
+	v.Rows, err = c.urgentActive(ctx, f.Reason, p.SagaType, now, consolePage)
 	return true, err
 }

@@ -8,16 +8,6 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// retriesOf reads the retry state of the saga k's messages; nil when the
-// store keeps none (it is no store.RetryRecorder).
-func (s *Server) retriesOf(ctx context.Context, k store.Key) ([]store.Retry, error) {
-	rr, ok := s.st.(store.RetryRecorder)
-	if !ok {
-		return nil, nil
-	}
-	return rr.Retries(ctx, k)
-}
-
 // retrying is the verdict of a saga that is not finished and has a
 // message being retried: the most urgent answer, since a retried message
 // holds back the later messages of its key.
@@ -48,15 +38,15 @@ func (p *whyPanel) retrying(in *store.Instance, now time.Time) (string, bool) {
 // request past its deadline, an overdue timer, else how long it has had no
 // event in its (non-final) state. Two indexed reads per row (its retries,
 // its timers).
-func (s *Server) stuckReasons(ctx context.Context, rows []*store.Instance, now time.Time) ([]string, error) {
+func (c *console) stuckReasons(ctx context.Context, rows []*store.Instance, now time.Time) ([]string, error) {
 	out := make([]string, len(rows))
 	for i, in := range rows {
 		k := store.Key{SagaType: in.SagaType, Key: in.Key}
-		rs, err := s.retriesOf(ctx, k)
+		rs, err := c.retriesOf(ctx, k)
 		if err != nil {
 			return nil, err
 		}
-		ts, err := s.st.TimersOf(ctx, k)
+		ts, err := c.st.TimersOf(ctx, k)
 		if err != nil {
 			return nil, err
 		}

@@ -11,11 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/engineaccess"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/readmodel"
-	"github.com/idemhq/idem/transport"
 )
 
 // Observer records the duration of every committed unit of work in the
@@ -118,6 +116,7 @@ type RowEstimator = readmodel.RowEstimator
 type collector struct {
 	e       *idem.Engine
 	st      store.Store
+	caps    *capabilities
 	log     *slog.Logger
 	timeout time.Duration
 	now     func() time.Time
@@ -133,12 +132,12 @@ type collector struct {
 	buildInfo prometheus.Metric
 }
 
-func newCollector(e *idem.Engine, st store.Store, log *slog.Logger, timeout time.Duration) *collector {
+func newCollector(e *idem.Engine, st store.Store, caps *capabilities, log *slog.Logger, timeout time.Duration) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &collector{
-		e: e, st: st, log: log, timeout: timeout, now: time.Now,
+		e: e, st: st, caps: caps, log: log, timeout: timeout, now: time.Now,
 		messages:  d("idem_messages_total", "Messages processed, by result: applied, ignored, duplicate (skipped by the inbox), not_found, dead_lettered.", "result"),
 		received:  d("idem_messages_received_total", "Deliveries taken from the transport."),
 		conflicts: d("idem_conflicts_total", "Units of work that lost an optimistic-concurrency race and were re-applied."),
@@ -164,7 +163,7 @@ func newCollector(e *idem.Engine, st store.Store, log *slog.Logger, timeout time
 		queueUp:         d("idem_queue_up", "1 when the transport answered the last scrape's count, 0 otherwise; absent when it cannot count."),
 		rows:            d("idem_store_rows", "Estimated rows by table, when the store can estimate them without a scan.", "table"),
 		replicas:        d("idem_replicas", "Engine replicas by state (alive, stopped, gone) from the heartbeats in the store, when it keeps them: every replica reports the same numbers, so aggregate with max.", "state"),
-		stored:          newStoreGauges(st, log),
+		stored:          newStoreGauges(st, caps, log),
 		buildInfo:       newBuildInfo(debug.ReadBuildInfo()),
 	}
 }
@@ -250,7 +249,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.storeUp, up)
 	ch <- c.buildInfo
 
-	if pc, ok := engineaccess.Transport(c.e).(transport.PendingCounter); ok {
+	if pc := c.caps.transportPending; pc != nil {
 		ready, unacked, err := pc.Pending(ctx)
 		if err != nil {
 			c.log.Warn("metrics: count the transport's messages", "error", err)
@@ -261,7 +260,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.queueUp, 1)
 		}
 	}
-	if re, ok := c.st.(readmodel.RowEstimator); ok {
+	if re := c.caps.rowEstimator; re != nil {
 		rows, err := re.EstimateRows(ctx)
 		if err != nil {
 			c.log.Warn("metrics: estimate the store's rows", "error", err)
@@ -297,8 +296,9 @@ const UnclaimedTokenAge = time.Hour
 // storeGauges reads what the store holds, every process's alike, at most
 // once per StoreGaugeInterval.
 type storeGauges struct {
-	st  store.Store
-	log *slog.Logger
+	st   store.Store
+	caps *capabilities
+	log  *slog.Logger
 
 	deadLetters, unresolved, timers, sagas, sagasEstimated, staleTokens *prometheus.Desc
 
@@ -307,12 +307,12 @@ type storeGauges struct {
 	last   []prometheus.Metric
 }
 
-func newStoreGauges(st store.Store, log *slog.Logger) *storeGauges {
+func newStoreGauges(st store.Store, caps *capabilities, log *slog.Logger) *storeGauges {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &storeGauges{
-		st: st, log: log,
+		st: st, caps: caps, log: log,
 		deadLetters:    d("idem_dead_letters_stored", "Dead letters the store holds, resolved or not: exact up to 10000, the store's estimate above."),
 		unresolved:     d("idem_dead_letters_unresolved", "Stored dead letters no replay resolved (never replayed, or the latest replay failed): the ones waiting for an operator."),
 		timers:         d("idem_timers_pending", "Timers the store holds, due or not: exact up to 10000, the store's estimate above."),
@@ -361,10 +361,10 @@ type storeRead struct {
 }
 
 func (r *storeRead) read(ctx context.Context) {
-	st := r.g.st
+	st, caps := r.g.st, r.g.caps
 	r.count(ctx, r.g.deadLetters, readmodel.TableDeadLetters)
 	r.count(ctx, r.g.timers, readmodel.TableTimers)
-	if dq, ok := st.(readmodel.DeadLetterQuerier); ok {
+	if dq := caps.deadLetters; dq != nil {
 		c, err := dq.CountDeadLetters(ctx, &readmodel.DeadLetterQuery{State: store.DeadLettersUnresolved})
 		if r.check(err, "count unresolved dead letters") {
 			n := 0
@@ -385,7 +385,7 @@ func (r *storeRead) read(ctx context.Context) {
 		}
 		r.gauge(r.g.sagasEstimated, estimated)
 	}
-	if ts, ok := st.(store.TokenSweeper); ok {
+	if ts := caps.tokens; ts != nil {
 		n, err := ts.CountStaleTokens(ctx, &store.StaleTokens{MintedBefore: r.now.Add(-UnclaimedTokenAge), Limit: StoreGaugeBound})
 		if r.check(err, "count stale tokens") {
 			r.gauge(r.g.staleTokens, float64(n))
@@ -417,8 +417,8 @@ func (r *storeRead) gauge(d *prometheus.Desc, v float64, labels ...string) {
 // (readmodel.RowCounter), estimated above (readmodel.RowEstimator). A store that
 // can do neither has no such gauge.
 func (r *storeRead) count(ctx context.Context, d *prometheus.Desc, table string) {
-	rc, counts := r.g.st.(readmodel.RowCounter)
-	re, estimates := r.g.st.(readmodel.RowEstimator)
+	rc, re := r.g.caps.rowCounter, r.g.caps.rowEstimator
+	counts, estimates := rc != nil, re != nil
 	n := int64(0)
 	switch {
 	case counts:

@@ -47,10 +47,10 @@ const StoredCountBound = 1000
 // storedCounts counts the dead letters and timers the store holds. A
 // failure is logged and leaves the count out: the rest of the overview
 // still shows.
-func (s *Server) storedCounts(ctx context.Context) StoredCounts {
+func (p *parts) storedCounts(ctx context.Context) StoredCounts {
 	var out StoredCounts
-	rc, counts := s.st.(readmodel.RowCounter)
-	re, estimates := s.st.(readmodel.RowEstimator)
+	rc, re := p.caps.rowCounter, p.caps.rowEstimator
+	counts, estimates := rc != nil, re != nil
 	if !counts && !estimates {
 		return out
 	}
@@ -60,7 +60,7 @@ func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 		if counts {
 			var err error
 			if n, err = rc.CountRows(ctx, table, StoredCountBound); err != nil {
-				s.log.WarnContext(ctx, "admin: count stored rows", "table", table, "error", err)
+				p.log.WarnContext(ctx, "admin: count stored rows", "table", table, "error", err)
 				return nil
 			}
 			if n < StoredCountBound {
@@ -73,7 +73,7 @@ func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 		if est == nil {
 			var err error
 			if est, err = re.EstimateRows(ctx); err != nil {
-				s.log.WarnContext(ctx, "admin: estimate stored rows", "error", err)
+				p.log.WarnContext(ctx, "admin: estimate stored rows", "error", err)
 				est = map[string]int64{}
 			}
 		}
@@ -85,7 +85,7 @@ func (s *Server) storedCounts(ctx context.Context) StoredCounts {
 		}
 		return &StoredCount{Count: e, Accuracy: AccuracyEstimate, Source: "the store's statistics"}
 	}
-	out.DeadLetters = s.unresolvedCount(ctx)
+	out.DeadLetters = p.unresolvedCount(ctx)
 	if out.DeadLetters == nil {
 		out.DeadLetters = count(readmodel.TableDeadLetters)
 	}
@@ -109,31 +109,31 @@ const unresolvedSample = 250
 // unresolvedSample by ID times the store's estimate of all. It returns nil when
 // the store cannot select dead letters, or cannot estimate beyond the
 // bound (the caller then counts the table).
-func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
-	if uc, ok := s.st.(readmodel.UnresolvedCounter); ok { // from an index: exact up to the bound
+func (p *parts) unresolvedCount(ctx context.Context) *StoredCount {
+	if uc := p.caps.unresolvedCounter; uc != nil { // from an index: exact up to the bound
 		n, err := uc.CountUnresolved(ctx, StoredCountBound+1)
 		switch {
 		case err != nil:
-			s.log.WarnContext(ctx, "admin: count unresolved dead letters", "error", err)
+			p.log.WarnContext(ctx, "admin: count unresolved dead letters", "error", err)
 			return nil
 		case n > StoredCountBound:
 			return &StoredCount{Count: StoredCountBound, Accuracy: AccuracyAtLeast}
 		}
 		return &StoredCount{Count: int64(n), Accuracy: AccuracyExact}
 	}
-	dq, ok := s.st.(readmodel.DeadLetterQuerier)
-	if !ok {
+	dq := p.caps.deadLetters
+	if dq == nil {
 		return nil
 	}
 	limit := StoredCountBound
-	if rc, ok := s.st.(readmodel.RowCounter); ok {
+	if rc := p.caps.rowCounter; rc != nil {
 		if n, err := rc.CountRows(ctx, readmodel.TableDeadLetters, StoredCountBound); err == nil && n >= StoredCountBound {
 			limit = unresolvedSample // an estimate anyway: read fewer
 		}
 	}
 	ds, err := dq.QueryDeadLetters(ctx, &readmodel.DeadLetterQuery{State: store.DeadLettersAll, Archived: readmodel.ArchivedInclude, Limit: limit})
 	if err != nil {
-		s.log.WarnContext(ctx, "admin: count unresolved dead letters", "error", err)
+		p.log.WarnContext(ctx, "admin: count unresolved dead letters", "error", err)
 		return nil
 	}
 	n := 0
@@ -145,19 +145,19 @@ func (s *Server) unresolvedCount(ctx context.Context) *StoredCount {
 	if len(ds) < limit { // every stored dead letter
 		return &StoredCount{Count: int64(n), Accuracy: AccuracyExact}
 	}
-	return s.scaledEstimate(ctx, n, len(ds))
+	return p.scaledEstimate(ctx, n, len(ds))
 }
 
 // scaledEstimate scales n of read dead letters to the store's estimate of
 // all it holds; nil when the store cannot estimate.
-func (s *Server) scaledEstimate(ctx context.Context, n, read int) *StoredCount {
-	re, ok := s.st.(readmodel.RowEstimator)
-	if !ok {
+func (p *parts) scaledEstimate(ctx context.Context, n, read int) *StoredCount {
+	re := p.caps.rowEstimator
+	if re == nil {
 		return nil
 	}
 	est, err := re.EstimateRows(ctx)
 	if err != nil {
-		s.log.WarnContext(ctx, "admin: estimate stored rows", "error", err)
+		p.log.WarnContext(ctx, "admin: estimate stored rows", "error", err)
 		return nil
 	}
 	total := max(est[readmodel.TableDeadLetters], int64(read)) // the estimate may lag

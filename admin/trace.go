@@ -13,8 +13,8 @@ import (
 // handler publishes joins the trace) and the function that ends the span
 // with the status written. Without such a tracer it returns w and r as
 // they are.
-func (s *Server) traceRequest(w http.ResponseWriter, r *http.Request, route string) (http.ResponseWriter, *http.Request, func()) {
-	rt, ok := s.e.Config().Tracer.(idem.RequestTracer)
+func (a *api) traceRequest(w http.ResponseWriter, r *http.Request, route string) (http.ResponseWriter, *http.Request, func()) {
+	rt, ok := a.e.Config().Tracer.(idem.RequestTracer)
 	if !ok {
 		return w, r, func() {}
 	}

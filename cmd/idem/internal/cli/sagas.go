@@ -239,9 +239,9 @@ it is not there (the engines run on the store's own queue, or it was swept).`,
 }
 
 // showJSON prints sagas show --json: the instance, and its journal as
-// GET /api/sagas/{type}/{key}/history shows it (admin.HistoryOf).
+// GET /api/sagas/{type}/{key}/history shows it (inspect.HistoryOf).
 func showJSON(ctx context.Context, w io.Writer, st store.Store, in *store.Instance, journal []store.JournalEntry) error {
-	h, err := admin.HistoryOf(ctx, st, store.Key{SagaType: in.SagaType, Key: in.Key}, journal)
+	h, err := inspect.HistoryOf(ctx, st, store.Key{SagaType: in.SagaType, Key: in.Key}, journal)
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}

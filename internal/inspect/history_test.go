@@ -1,11 +1,11 @@
-package admin_test
+package inspect_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 )
@@ -18,7 +18,7 @@ func TestHistoryOfComputesDiffs(t *testing.T) {
 		{SagaType: "order", Key: "o-1", MessageID: "m-1", Version: 1, At: at, JournalDetail: store.JournalDetail{State: []byte(`{"paid":false}`)}},
 		{SagaType: "order", Key: "o-1", MessageID: "m-2", Version: 2, At: at, JournalDetail: store.JournalDetail{State: []byte(`{"paid":true}`)}},
 	}
-	h, err := admin.HistoryOf(context.Background(), memstore.New(nil), store.Key{SagaType: "order", Key: "o-1"}, j)
+	h, err := inspect.HistoryOf(context.Background(), memstore.New(nil), store.Key{SagaType: "order", Key: "o-1"}, j)
 	if err != nil {
 		t.Fatal(err)
 	}

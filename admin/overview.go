@@ -109,11 +109,11 @@ type SagaCounts struct {
 	States   []readmodel.StateCount `json:"states"`
 }
 
-func (s *Server) overview(ctx context.Context) (*Overview, error) {
+func (p *parts) overview(ctx context.Context) (*Overview, error) {
 	now := time.Now()
 	o := &Overview{}
-	o.Rates, o.Totals = s.rates.rates(now)
-	n, oldest, err := s.st.OutboxBacklog(ctx)
+	o.Rates, o.Totals = p.rates.rates(now)
+	n, oldest, err := p.st.OutboxBacklog(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -121,35 +121,35 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 	if !oldest.IsZero() {
 		o.OutboxOldestSeconds = max(0, now.Sub(oldest).Seconds())
 	}
-	ts, err := s.st.ListTimers(ctx, &store.ListParams{Limit: 1})
+	ts, err := p.st.ListTimers(ctx, &store.ListParams{Limit: 1})
 	if err != nil {
 		return nil, err
 	}
 	if len(ts) == 1 && ts[0].DueAt.Before(now) {
 		o.TimerLagSeconds = now.Sub(ts[0].DueAt).Seconds()
 	}
-	if s.pending != nil {
-		if ready, unacked, err := s.pending.Pending(ctx); err == nil {
+	if p.caps.pending != nil {
+		if ready, unacked, err := p.caps.pending.Pending(ctx); err == nil {
 			o.QueueReady, o.QueueUnacked = &ready, &unacked
 		} else {
-			s.log.WarnContext(ctx, "admin: queue depth", "error", err)
+			p.log.WarnContext(ctx, "admin: queue depth", "error", err)
 		}
 	}
-	o.Stored = s.storedCounts(ctx)
-	o.LiveReplicas = s.liveReplicas(ctx, now)
-	o.Sagas, o.CountsExact, err = s.sagaCounts(ctx)
+	o.Stored = p.storedCounts(ctx)
+	o.LiveReplicas = p.liveReplicas(ctx, now)
+	o.Sagas, o.CountsExact, err = p.sagaCounts(ctx)
 	return o, err
 }
 
 // sagaCounts groups the store's counts by saga type, with a row for every
 // registered type even when it has no instance.
-func (s *Server) sagaCounts(ctx context.Context) ([]SagaCounts, bool, error) {
-	counts, exact, err := inspect.Counts(ctx, s.st)
+func (p *parts) sagaCounts(ctx context.Context) ([]SagaCounts, bool, error) {
+	counts, exact, err := inspect.Counts(ctx, p.st)
 	if err != nil {
 		return nil, false, err
 	}
 	by := map[string]*SagaCounts{}
-	for name := range s.e.Sagas() {
+	for name := range p.e.Sagas() {
 		by[name] = &SagaCounts{Type: name}
 	}
 	for _, c := range counts {
@@ -197,8 +197,8 @@ type SagaTypeState struct {
 // grapher is implemented by *saga.Machine[S].
 type grapher interface{ Graph() saga.Graph }
 
-func (s *Server) sagaTypes(ctx context.Context) ([]SagaType, error) {
-	counts, _, err := s.sagaCounts(ctx)
+func (p *parts) sagaTypes(ctx context.Context) ([]SagaType, error) {
+	counts, _, err := p.sagaCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (s *Server) sagaTypes(ctx context.Context) ([]SagaType, error) {
 	for _, c := range counts {
 		byType[c.Type] = c
 	}
-	machines := s.e.Sagas()
+	machines := p.e.Sagas()
 	names := make([]string, 0, len(machines))
 	for n := range machines {
 		names = append(names, n)
@@ -245,45 +245,7 @@ func describe(m idem.Machine, c SagaCounts) SagaType {
 	return st
 }
 
-func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	o, err := s.overview(ctx)
-	if err != nil {
-		s.internalError(w, r, "overview", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, o)
-}
-
-func (s *Server) apiSagaTypes(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeCtx(r)
-	defer cancel()
-	ts, err := s.sagaTypes(ctx)
-	if err != nil {
-		s.internalError(w, r, "saga types", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ts)
-}
-
-// liveReplicas counts the replicas alive at now; nil when the store keeps
-// no heartbeats or did not answer (logged).
-func (s *Server) liveReplicas(ctx context.Context, now time.Time) *int {
-	rr, ok := s.st.(store.ReplicaRegistry)
-	if !ok {
-		return nil
-	}
-	rs, err := rr.Replicas(ctx, maxLimit)
-	if err != nil {
-		s.log.WarnContext(ctx, "admin: list replicas", "error", err)
-		return nil
-	}
-	n := 0
-	for i := range rs {
-		if rs[i].State(now) == store.ReplicaAlive {
-			n++
-		}
-	}
-	return &n
+func (p *parts) overviewSeries(w http.ResponseWriter, _ *http.Request) {
+	p.charts.touch(time.Now())
+	writeJSON(w, http.StatusOK, p.charts.series())
 }

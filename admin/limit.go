@@ -156,33 +156,27 @@ func clientAddr(r *http.Request) string {
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
-// limited answers 429 with Retry-After, and returns true, when r's client
-// may not try a token now (see refused); api chooses a JSON answer over
-// the login page. Call it before looking at the token.
-func (s *Server) limited(w http.ResponseWriter, r *http.Request, api bool) bool {
+// limited sets Retry-After and returns the seconds to wait, and true,
+// when r's client may not try a token now (see refused); the caller then
+// answers 429. Call it before looking at the token.
+func (p *parts) limited(w http.ResponseWriter, r *http.Request) (int, bool) {
 	addr := clientAddr(r)
-	d, first := s.sessions.limit.refused(addr, s.sessions.now())
+	d, first := p.sessions.limit.refused(addr, p.sessions.now())
 	if d == 0 {
-		return false
+		return 0, false
 	}
 	secs := int(math.Ceil(d.Seconds()))
 	if first {
-		s.log.WarnContext(r.Context(), "admin: login refused: too many wrong admin tokens; answering this client 429 for a while", "client", addr, "path", r.URL.Path, "retry_after_seconds", secs)
+		p.log.WarnContext(r.Context(), "admin: login refused: too many wrong admin tokens; answering this client 429 for a while", "client", addr, "path", r.URL.Path, "retry_after_seconds", secs)
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	msg := "Too many wrong tokens: wait " + strconv.Itoa(secs) + " s, then try again."
-	if api {
-		writeError(w, http.StatusTooManyRequests, "too many wrong admin tokens: retry after %d s", secs)
-	} else {
-		s.render(w, r, http.StatusTooManyRequests, "login", "Sign in", map[string]string{"Next": safeNext(r.PostFormValue("next")), "Error": msg})
-	}
-	return true
+	return secs, true
 }
 
 // wrongToken records a wrong token from r's client, and logs it without
 // the token.
-func (s *Server) wrongToken(r *http.Request) {
+func (p *parts) wrongToken(r *http.Request) {
 	addr := clientAddr(r)
-	s.sessions.limit.failed(addr, s.sessions.now())
-	s.log.WarnContext(r.Context(), "admin: login failed: wrong admin token", "client", addr, "path", r.URL.Path)
+	p.sessions.limit.failed(addr, p.sessions.now())
+	p.log.WarnContext(r.Context(), "admin: login failed: wrong admin token", "client", addr, "path", r.URL.Path)
 }
