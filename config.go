@@ -75,6 +75,15 @@ type Config struct {
 	// back off the same way while their store or transport keeps
 	// failing, capped at 10 s. Defaults 100ms and 1m.
 	RetryBase, RetryMax time.Duration
+	// MaxLeaseRenewal is how long the engine keeps renewing the leases of
+	// a batch that is still running, on a transport that can renew them
+	// (transport.LeaseExtender). Past it the engine stops, logs the batch's
+	// messages at Error, and lets the leases run out, so that a handler
+	// that hangs does not hold its batch, and the keys of its lane, for
+	// ever: another consumer then takes the batch, and a message that
+	// outlives its lease again and again is run alone and dead-lettered
+	// after MaxAttempts. Default ten times the transport's lease.
+	MaxLeaseRenewal time.Duration
 	// ConflictRetries is how many times a unit of work that lost an
 	// optimistic-concurrency race is re-applied at once (with a short
 	// jittered pause) before its messages are returned to the transport.
@@ -162,7 +171,7 @@ func (c *Config) withDefaults() (Config, error) {
 		{"Retention", int64(out.Retention)}, {"OutboxRetention", int64(out.OutboxRetention)}, {"SweepInterval", int64(out.SweepInterval)},
 		{"SweepBatch", int64(out.SweepBatch)}, {"TokenRetention", int64(out.TokenRetention)}, {"TimerInterval", int64(out.TimerInterval)}, {"RelayInterval", int64(out.RelayInterval)},
 		{"RelayAge", int64(out.RelayAge)}, {"ClaimLease", int64(out.ClaimLease)}, {"StopTimeout", int64(out.StopTimeout)},
-		{"HeartbeatInterval", int64(out.HeartbeatInterval)},
+		{"HeartbeatInterval", int64(out.HeartbeatInterval)}, {"MaxLeaseRenewal", int64(out.MaxLeaseRenewal)},
 	} {
 		if f.v < 0 {
 			return out, fmt.Errorf("idem: Config.%s is negative (%d): use 0 for the default or a positive value", f.name, f.v)

@@ -89,6 +89,7 @@ func NewEngine(st store.Store, tr transport.Transport, cfg *Config) (*Engine, er
 		return nil, err
 	}
 	caps := resolveCapabilities(st, tr)
+	caps.leases.limit(c.MaxLeaseRenewal, c.Logger)
 	if caps.singleWriter && (cfg == nil || cfg.Consumers == 0) {
 		c.Consumers = 1
 	}

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -14,13 +15,31 @@ import (
 // consumer, every commit refused as "lease lost", and runs again (a
 // livelock). A consumer keeps the leases of the batch it runs (keep);
 // each renewal extends, every third of the lease, those of the batch's
-// deliveries not yet settled. The settler releases a delivery before it
-// settles it, so that no extension replaces a Nack's delay.
+// deliveries not yet settled, for at most Config.MaxLeaseRenewal. The
+// settler releases a delivery before it settles it, so that no extension
+// replaces a Nack's delay.
 type leases struct {
 	ext   transport.LeaseExtender
 	every time.Duration
+	max   time.Duration // how long one batch's leases are renewed
+	log   *slog.Logger
 	mu    sync.Mutex
 	held  map[string]*renewal // by delivery token
+}
+
+// defaultRenewalLeases is Config.MaxLeaseRenewal's default, in leases.
+const defaultRenewalLeases = 10
+
+// limit sets how long one batch's leases are renewed (0: ten leases), and
+// where reaching that limit is logged. A nil ls does nothing.
+func (ls *leases) limit(max time.Duration, log *slog.Logger) {
+	if ls == nil {
+		return
+	}
+	if max <= 0 {
+		max = defaultRenewalLeases * ls.ext.LeaseDuration()
+	}
+	ls.max, ls.log = max, log
 }
 
 // newLeases returns the leases of ext, or nil when they cannot be kept
@@ -29,7 +48,8 @@ func newLeases(ext transport.LeaseExtender) *leases {
 	if ext == nil || ext.LeaseDuration() <= 0 {
 		return nil
 	}
-	return &leases{ext: ext, every: ext.LeaseDuration() / 3, held: map[string]*renewal{}}
+	d := ext.LeaseDuration()
+	return &leases{ext: ext, every: d / 3, max: defaultRenewalLeases * d, log: slog.Default(), held: map[string]*renewal{}}
 }
 
 // renewal keeps the leases of one batch's unsettled deliveries.
@@ -40,6 +60,7 @@ type renewal struct {
 	mu    sync.Mutex // held during an extension: a release waits for it
 	ds    map[string]transport.Delivery
 	timer *time.Timer
+	until time.Time // renewals end here (Config.MaxLeaseRenewal)
 	done  bool
 }
 
@@ -51,7 +72,7 @@ func (ls *leases) keep(ctx context.Context, ds []transport.Delivery, fails *fail
 	if ls == nil || len(ds) == 0 {
 		return nil
 	}
-	r := &renewal{ls: ls, ctx: ctx, fails: fails, ds: make(map[string]transport.Delivery, len(ds))}
+	r := &renewal{ls: ls, ctx: ctx, fails: fails, ds: make(map[string]transport.Delivery, len(ds)), until: time.Now().Add(ls.max)}
 	ls.mu.Lock()
 	for _, d := range ds {
 		r.ds[d.Token] = d
@@ -65,7 +86,9 @@ func (ls *leases) keep(ctx context.Context, ds []transport.Delivery, fails *fail
 }
 
 // renew extends the leases of the batch's unsettled deliveries, and
-// arms the next renewal.
+// arms the next renewal; past the renewal limit it stops, and logs the
+// messages whose leases will run out. An extension waits at most a
+// renewal period: a release (before every settle) waits for it.
 func (r *renewal) renew() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -76,7 +99,19 @@ func (r *renewal) renew() {
 	for _, d := range r.ds {
 		ds = append(ds, d)
 	}
-	err := r.ls.ext.ExtendLeases(r.ctx, ds)
+	if !time.Now().Before(r.until) {
+		r.done = true
+		ids := make([]string, 0, min(len(ds), 10))
+		for _, d := range ds[:min(len(ds), 10)] {
+			ids = append(ids, d.Envelope.ID)
+		}
+		r.ls.log.ErrorContext(r.ctx, "a batch outlived Config.MaxLeaseRenewal: its leases are no longer renewed, and another consumer may take it",
+			"max_lease_renewal", r.ls.max.String(), "deliveries", len(ds), "message_ids", ids)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.ls.every)
+	err := r.ls.ext.ExtendLeases(ctx, ds)
+	cancel()
 	if r.fails != nil {
 		r.fails.report(r.ctx, err)
 	}

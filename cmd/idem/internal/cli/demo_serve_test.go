@@ -16,7 +16,7 @@ func TestDemoServeChecksTheListenerFirst(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("demo-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte("demo-admin-token-0123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	certFile, _, _ := selfSigned(t)

@@ -64,7 +64,7 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 // that plain HTTP is wanted (a TLS proxy in front).
 func TestServeRefusesPlainHTTPBeyondLoopback(t *testing.T) {
 	// Not parallel: it sets IDEM_ADMIN_TOKEN.
-	t.Setenv("IDEM_ADMIN_TOKEN", "tls-test-token")
+	t.Setenv("IDEM_ADMIN_TOKEN", "tls-test-admin-token")
 	db := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // a server that starts anyway stops at once
@@ -85,7 +85,7 @@ func TestServeRefusesPlainHTTPBeyondLoopback(t *testing.T) {
 // --tls-key: the API answers over HTTPS and the session cookie is Secure.
 func TestServeOverTLS(t *testing.T) {
 	// Not parallel: it sets IDEM_ADMIN_TOKEN.
-	t.Setenv("IDEM_ADMIN_TOKEN", "tls-test-token")
+	t.Setenv("IDEM_ADMIN_TOKEN", "tls-test-admin-token")
 	certFile, keyFile, pool := selfSigned(t)
 	_, port, err := net.SplitHostPort(freeAddr(t))
 	if err != nil {
@@ -124,7 +124,7 @@ func TestServeOverTLS(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	req, _ := http.NewRequest(http.MethodGet, base+"/api/sagas", nil)
-	req.Header.Set("Authorization", "Bearer tls-test-token")
+	req.Header.Set("Authorization", "Bearer tls-test-admin-token")
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestServeOverTLS(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("GET /api/sagas over TLS with the token: status %d, want 200", resp.StatusCode)
 	}
-	req, _ = http.NewRequest(http.MethodPost, base+"/login", strings.NewReader(url.Values{"token": {"tls-test-token"}}.Encode()))
+	req, _ = http.NewRequest(http.MethodPost, base+"/login", strings.NewReader(url.Values{"token": {"tls-test-admin-token"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", base)
 	if resp, err = client.Do(req); err != nil {
