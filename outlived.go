@@ -18,9 +18,10 @@ import (
 //   - the unit of work that lost its lease remembers its slowest message,
 //     when that message took most of its time (outlived.note);
 //   - a later lane that holds a remembered message runs its batch mates
-//     first, in a unit of work of their own, and the slow message (with
-//     the later messages of its key, to keep their order) alone after
-//     them (outlived.setAside), so that the batch mates commit;
+//     on other keys first, in a unit of work of their own, and the slow
+//     message with the other messages of its key (earlier and later, in
+//     arrival order, so that one given back holds back those after it)
+//     alone after them (units.setAside), so that the batch mates commit;
 //   - a remembered message handed out Config.MaxAttempts times or more is
 //     dead-lettered (ReasonRetriesExhausted) without running again, with
 //     an error that names the lease.
@@ -119,33 +120,15 @@ func (o *outlived) forget(it *item) {
 }
 
 // setAside splits a lane that holds a message remembered as slow: it runs
-// the others first in a unit of work of their own, then each slow message
-// with the later messages of its key, alone. A slow message handed out
-// Config.MaxAttempts times or more is marked to be dead-lettered. It
-// reports whether it ran the lane.
+// the messages of the other keys first in a unit of work of their own,
+// then each slow message with the other messages of its key, alone (see
+// splitSlow). A slow message handed out Config.MaxAttempts times or more
+// is marked to be dead-lettered. It reports whether it ran the lane.
 func (u *units) setAside(ctx context.Context, items []*item) bool {
 	if u.slow.n.Load() == 0 {
 		return false
 	}
-	var rest []*item
-	var groups [][]*item
-	slowKeys := map[store.Key]int{} // the group of each key set aside
-	for _, it := range items {
-		if g, ok := slowKeys[it.sagaKey()]; ok && it.h == nil {
-			groups[g] = append(groups[g], it)
-			continue
-		}
-		r, ok := u.slow.run(it)
-		if !ok || it.reason != "" {
-			rest = append(rest, it)
-			continue
-		}
-		u.exhaust(it, r)
-		if it.h == nil {
-			slowKeys[it.sagaKey()] = len(groups)
-		}
-		groups = append(groups, []*item{it})
-	}
+	rest, groups := u.splitSlow(items)
 	if len(groups) == 0 || len(rest) == 0 && len(groups) == 1 {
 		return false // nothing to set aside, or the lane is one slow message and its key's
 	}
@@ -157,6 +140,45 @@ func (u *units) setAside(ctx context.Context, items []*item) bool {
 		u.runLane(ctx, g)
 	}
 	return true
+}
+
+// splitSlow parts a lane into the messages of keys with no slow message
+// (rest) and one group for each key that has one (a slow plain handler
+// message is a group alone). A group holds every message of its key, the
+// earlier ones included, in arrival order: within one unit of work an
+// earlier message given back holds back the later ones (lane.blocked),
+// and across two units nothing would, so the slow message could commit
+// ahead of an earlier message of its key.
+func (u *units) splitSlow(items []*item) (rest []*item, groups [][]*item) {
+	slowKeys := map[store.Key]int{} // the group of each key set aside, -1 until made
+	alone := map[*item]bool{}
+	for _, it := range items {
+		r, ok := u.slow.run(it)
+		if !ok || it.reason != "" {
+			continue
+		}
+		u.exhaust(it, r)
+		if it.h != nil {
+			alone[it] = true
+		} else {
+			slowKeys[it.sagaKey()] = -1
+		}
+	}
+	for _, it := range items {
+		g, ok := slowKeys[it.sagaKey()]
+		switch {
+		case alone[it]:
+			groups = append(groups, []*item{it})
+		case !ok || it.h != nil:
+			rest = append(rest, it)
+		case g < 0:
+			slowKeys[it.sagaKey()] = len(groups)
+			groups = append(groups, []*item{it})
+		default:
+			groups[g] = append(groups[g], it)
+		}
+	}
+	return rest, groups
 }
 
 // exhaust marks a slow message handed out Config.MaxAttempts times or
