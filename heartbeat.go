@@ -22,8 +22,20 @@ import (
 // replicaRetention is how long a replica's record is kept after its last
 // beat, whatever its state: a replica that stopped or went away stays
 // listed (as stopped or gone) for a day, then a running replica's
-// heartbeat prunes it.
+// heartbeat prunes it; a replaced one goes sooner (replacedRetention).
 const replicaRetention = 24 * time.Hour
+
+// replacedRetention is how long the record of a gone replica that a
+// running replica replaced (it started after that replica's last beat) is
+// kept after its last beat: it needs no one's attention (IdemReplicaGone
+// does not count it), so its record goes sooner than replicaRetention,
+// which still keeps a gone replica that nothing replaced listed, and
+// alerting, while the capacity is missing.
+const replacedRetention = time.Hour
+
+// replacedScan bounds how many records one prune reads to find replaced
+// ones; those past it go at a later prune, or after replicaRetention.
+const replacedScan = 1000
 
 // pruneEvery is how many beats pass between two prunes.
 const pruneEvery = 60
@@ -131,6 +143,34 @@ func (h *heartbeat) beat(ctx context.Context, r *store.Replica, prune bool) {
 	if _, err := h.rr.PruneReplicas(ctx, r.BeatAt.Add(-replicaRetention)); err != nil && ctx.Err() == nil {
 		h.log.WarnContext(ctx, "prune old replicas", "error", err)
 	}
+	if err := h.pruneReplaced(ctx, r); err != nil && ctx.Err() == nil {
+		h.log.WarnContext(ctx, "prune replaced replicas", "error", err)
+	}
+}
+
+// pruneReplaced removes the records of the gone replicas that r, alive,
+// replaced (it started after their last beat) more than replacedRetention
+// after their last beat; each only as it was read
+// (store.ReplicaRegistry.RemoveReplicas), so one that beats again is kept.
+func (h *heartbeat) pruneReplaced(ctx context.Context, r *store.Replica) error {
+	rs, err := h.rr.Replicas(ctx, replacedScan)
+	if err != nil {
+		return fmt.Errorf("list replicas: %w", err)
+	}
+	var marks []store.ReplicaMark
+	for i := range rs {
+		x := &rs[i]
+		if x.ID != r.ID && x.State(r.BeatAt) == store.ReplicaGone && x.BeatAt.Before(r.StartedAt) && r.BeatAt.Sub(x.BeatAt) > replacedRetention {
+			marks = append(marks, store.ReplicaMark{ID: x.ID, BeatAt: x.BeatAt})
+		}
+	}
+	if len(marks) == 0 {
+		return nil
+	}
+	if _, err := h.rr.RemoveReplicas(ctx, marks); err != nil {
+		return fmt.Errorf("remove replicas: %w", err)
+	}
+	return nil
 }
 
 // replica describes this engine as its heartbeats report it.

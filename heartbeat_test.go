@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,5 +191,36 @@ func TestHeartbeatNoFinalBeatAfterFailure(t *testing.T) {
 	}
 	if r := replicasOf(t, st)[e.ReplicaID()]; !r.StoppedAt.IsZero() {
 		t.Errorf("replica after a failed loop: stopped at %v, want no final beat", r.StoppedAt)
+	}
+}
+
+// A gone replica that this one replaced (it started after that replica's
+// last beat) is pruned an hour after that beat; a gone replica that beat
+// after this one started (no replica replaced it) keeps its record for a
+// day, so IdemReplicaGone keeps firing while the capacity is missing.
+func TestHeartbeatPrunesReplacedAfterAnHour(t *testing.T) {
+	st := memstore.New(nil)
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	now := time.Now()
+	for id, beat := range map[string]time.Time{"replaced-2h": now.Add(-2 * time.Hour), "replaced-30m": now.Add(-30 * time.Minute), "gone-later": now.Add(time.Minute)} {
+		r := &store.Replica{ID: id, Host: "h", StartedAt: now.Add(-3 * time.Hour), Interval: 10 * time.Second, BeatAt: beat}
+		if err := st.Heartbeat(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := enginetest.NewEngine(t, st, newMemTransport(t), &idem.Config{HeartbeatInterval: time.Millisecond, Clock: clock})
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	rs := waitReplicas(t, st, "the replica replaced 2 h ago to be pruned", func(rs map[string]store.Replica) bool { _, ok := rs["replaced-2h"]; return !ok })
+	if _, ok := rs["replaced-30m"]; !ok {
+		t.Errorf("the replica replaced 30 min ago was pruned: replicas %v", rs)
+	}
+	offset.Store(int64(2 * time.Hour))
+	rs = waitReplicas(t, st, "the replica replaced 2.5 h ago to be pruned", func(rs map[string]store.Replica) bool { _, ok := rs["replaced-30m"]; return !ok })
+	if _, ok := rs["gone-later"]; !ok {
+		t.Errorf("a gone replica nothing replaced was pruned 2 h after its last beat: replicas %v", rs)
 	}
 }

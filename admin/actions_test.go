@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"encoding/json"
+	"html"
 	"net/http"
 	"net/url"
 	"strings"
@@ -329,5 +330,27 @@ func TestAPISelectSagasRefusesFinished(t *testing.T) {
 	seed(t, b)
 	if code, body := b.do(t, "GET", "/api/sagas/select?type=order&status=finished", ""); code != http.StatusBadRequest || !strings.Contains(body, "parameter status") {
 		t.Errorf("select status=finished: %d %s; want 400 naming parameter status", code, body)
+	}
+}
+
+// The send form's textarea, pre-filled with the body the question carried,
+// holds it as it is: a right-to-left mark (ordinary in Hebrew or Arabic
+// data) is not rewritten as the visible [U+200F] the page shows elsewhere,
+// so editing and sending again sends what was there.
+func TestConsoleSendFormKeepsBidiMarks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	seed(t, b)
+	br := newBrowser(t, b)
+	body := "{\"OrderID\":\"o-1\",\"Amount\":3,\"Note\":\"\u05e9\u05dc\u05d5\u05dd\u200f \u202bx\u202c\"}"
+	_, page := br.post("/instances/order/o-1/send", url.Values{"type": {paymentType(t, b)}, "body": {body}})
+	const open = `id="send-body" rows="4" class="mono" required>`
+	i := strings.Index(page, open)
+	j := strings.Index(page, "</textarea>")
+	if i < 0 || j < i {
+		t.Fatalf("no pre-filled send form:\n%.600s", page)
+	}
+	if got := html.UnescapeString(page[i+len(open) : j]); got != body {
+		t.Errorf("the send form's textarea holds %+q; want the body %+q as it is", got, body)
 	}
 }

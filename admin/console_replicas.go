@@ -112,7 +112,7 @@ func (c *console) pageReplicas(w http.ResponseWriter, r *http.Request) {
 	if n := q.Get("removed"); n != "" {
 		v.Flash = fmt.Sprintf("%d replica record(s) removed.", atoi(n))
 		if left := atoi(q.Get("left")); left > 0 {
-			v.Flash += fmt.Sprintf(" %d left: their last beat is not older than every live replica's; remove them once it is.", left)
+			v.Flash += fmt.Sprintf(" %d kept: those replicas beat again while they were being removed.", left)
 		}
 	}
 	ctx, cancel := c.storeCtx(r)
@@ -199,8 +199,8 @@ func (c *collector) collectReplicas(ctx context.Context, now time.Time, gauge fu
 type RemovedReplicas struct {
 	// Removed is how many records were removed.
 	Removed int `json:"removed"`
-	// Left is how many gone or stopped records are left: those whose last
-	// beat is not older than every live replica's.
+	// Left is how many records judged no longer running were kept
+	// because the replica beat again before they could be removed.
 	Left int `json:"left"`
 }
 

@@ -109,18 +109,30 @@ func bidiControl(r rune) bool {
 // rendered page html, and in its title and aria-label attributes, as a
 // visible [U+XXXX], so a hostile error cannot show reversed or reorder
 // what is around it. Other attributes keep it: it may be part of a value
-// a form sends back (a saga key may hold one).
+// a form sends back (a saga key may hold one); so do the contents of a
+// textarea (a form sends them back too: an event's body, in Hebrew or
+// Arabic, holds marks), a script and a style.
 func neutraliseBidi(html []byte) []byte {
 	if !bytes.ContainsFunc(html, bidiControl) {
 		return html
 	}
 	out := make([]byte, 0, len(html)+32)
 	inTag, shown := false, false // shown: in text, or in a displayed attribute
+	var rawEnd []byte            // the end tag of the raw text element whose start tag this is
 	for i := 0; i < len(html); {
 		r, n := utf8.DecodeRune(html[i:])
 		switch {
 		case !inTag && r == '<':
-			inTag = true
+			inTag, rawEnd = true, rawTextEnd(html[i+1:])
+		case inTag && !shown && r == '>' && rawEnd != nil:
+			j := indexFold(html[i+1:], rawEnd)
+			if j < 0 {
+				j = len(html) - i - 1
+			}
+			out = append(out, html[i:i+1+j]...) // the tag's end and the element's contents as they are
+			inTag, rawEnd = false, nil
+			i += 1 + j
+			continue
 		case inTag && !shown && r == '"':
 			shown = bytes.HasSuffix(out, []byte(" title=")) || bytes.HasSuffix(out, []byte(" aria-label="))
 			if !shown {
@@ -143,6 +155,36 @@ func neutraliseBidi(html []byte) []byte {
 		i += n
 	}
 	return out
+}
+
+// rawTextElements are the elements whose contents neutraliseBidi copies
+// as they are.
+var rawTextElements = []string{"textarea", "script", "style"}
+
+// rawTextEnd is the end tag ("</textarea") of the raw text element whose
+// start tag b (after its '<') begins, or nil when it begins none.
+func rawTextEnd(b []byte) []byte {
+	for _, name := range rawTextElements {
+		if len(b) > len(name) && bytes.EqualFold(b[:len(name)], []byte(name)) && strings.IndexByte(" \t\n\f\r/>", b[len(name)]) >= 0 {
+			return []byte("</" + name)
+		}
+	}
+	return nil
+}
+
+// indexFold is the index of the first sub in b, ASCII letters matched in
+// either case; -1 when there is none.
+func indexFold(b, sub []byte) int {
+	for i := 0; i+len(sub) <= len(b); i++ {
+		j := bytes.IndexByte(b[i:], sub[0])
+		if j < 0 || i+j+len(sub) > len(b) {
+			return -1
+		}
+		if i += j; bytes.EqualFold(b[i:i+len(sub)], sub) {
+			return i
+		}
+	}
+	return -1
 }
 
 // historyFileName names the download of a saga's history after its type

@@ -23,6 +23,22 @@ func TestNeutraliseBidi(t *testing.T) {
 	}
 }
 
+// The contents of a textarea (a form sends them back), a script and a
+// style are copied as they are; the text after them is neutralised again.
+func TestNeutraliseBidiKeepsRawText(t *testing.T) {
+	for in, want := range map[string]string{
+		"<textarea name=\"body\" title=\"\u200f\">{\"n\":\"\u05e9\u200f\u202b\"}</textarea>\u200f": "<textarea name=\"body\" title=\"[U+200F]\">{\"n\":\"\u05e9\u200f\u202b\"}</textarea>[U+200F]",
+		"<TEXTAREA>\u200e<b>\u200e</b></TextArea>\u200e":                                           "<TEXTAREA>\u200e<b>\u200e</b></TextArea>[U+200E]",
+		"<script>var s = \"\u202e\";</script><style>p::after{content:\"\u2066\"}</style>\u202e":    "<script>var s = \"\u202e\";</script><style>p::after{content:\"\u2066\"}</style>[U+202E]",
+		"<textareas>\u200f</textareas>":                                                            "<textareas>[U+200F]</textareas>",
+		"<textarea>\u200f unclosed":                                                                "<textarea>\u200f unclosed",
+	} {
+		if got := string(neutraliseBidi([]byte(in))); got != want {
+			t.Errorf("neutraliseBidi(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestHistoryFileName(t *testing.T) {
 	for k, want := range map[[2]string]string{
 		{"order", "o-1"}:                 "history-order-o-1.json",

@@ -30,36 +30,48 @@ func (p *parts) listReplicas(ctx context.Context, limit int, now time.Time) (*Re
 	return out, nil
 }
 
+// removeRounds bounds how many lists removeReplicas reads: each round
+// reads maxLimit records, so records past that many are reached once the
+// rounds before have removed those in front of them.
+const removeRounds = 100
+
 // removeReplicas removes the records of the replicas that no longer run
-// (gone, replaced or stopped) and last beat before every live replica
-// did: store.ReplicaRegistry prunes by last beat, so a live replica's
-// record is never removed.
+// (gone, replaced or stopped): each exactly as it was judged (its ID and
+// last beat; store.ReplicaRegistry.RemoveReplicas), so a live replica's
+// record, or one that beat again since the list, is never removed.
 func (p *parts) removeReplicas(ctx context.Context, now time.Time) (*RemovedReplicas, error) {
 	rr := p.caps.replicas
 	if rr == nil {
 		return nil, errNoReplicas
 	}
-	rs, err := rr.Replicas(ctx, maxLimit)
-	if err != nil {
-		return nil, fmt.Errorf("list replicas: %w", err)
-	}
-	states := replicaStates(rs, now)
-	before := now
-	for i := range rs {
-		if states[i] == store.ReplicaAlive && rs[i].BeatAt.Before(before) {
-			before = rs[i].BeatAt
-		}
-	}
 	out := &RemovedReplicas{}
-	for i := range rs {
-		if states[i] != store.ReplicaAlive && !rs[i].BeatAt.Before(before) {
-			out.Left++
+	for range removeRounds {
+		rs, err := rr.Replicas(ctx, maxLimit)
+		if err != nil {
+			return nil, fmt.Errorf("list replicas: %w", err)
 		}
-	}
-	if out.Removed, err = rr.PruneReplicas(ctx, before); err != nil {
-		return nil, fmt.Errorf("remove replicas: %w", err)
+		marks := notRunning(rs, now)
+		n, err := rr.RemoveReplicas(ctx, marks)
+		if err != nil {
+			return nil, fmt.Errorf("remove replicas: %w", err)
+		}
+		out.Removed, out.Left = out.Removed+n, out.Left+len(marks)-n
+		if len(rs) < maxLimit || n == 0 {
+			break
+		}
 	}
 	return out, nil
+}
+
+// notRunning marks the replicas of rs that are not alive at now.
+func notRunning(rs []store.Replica, now time.Time) []store.ReplicaMark {
+	var out []store.ReplicaMark
+	for i, st := range replicaStates(rs, now) {
+		if st != store.ReplicaAlive {
+			out = append(out, store.ReplicaMark{ID: rs[i].ID, BeatAt: rs[i].BeatAt})
+		}
+	}
+	return out
 }
 
 // liveReplicas counts the replicas alive at now; nil when the store keeps

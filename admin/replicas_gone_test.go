@@ -21,7 +21,9 @@ func TestReplicasReplacedAndRemoved(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	now := time.Now().UTC()
-	old := &store.Replica{ID: "r-crashed", Host: "h", StartedAt: now.Add(-3 * time.Hour), Interval: 10 * time.Second, BeatAt: now.Add(-2 * time.Hour)}
+	// Its last beat is less than an hour old: the engine's heartbeat prunes
+	// a replaced record an hour after its last beat.
+	old := &store.Replica{ID: "r-crashed", Host: "h", StartedAt: now.Add(-time.Hour), Interval: 10 * time.Second, BeatAt: now.Add(-30 * time.Minute)}
 	if err := b.st.Heartbeat(t.Context(), old); err != nil {
 		t.Fatal(err)
 	}

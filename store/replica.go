@@ -94,4 +94,16 @@ type ReplicaRegistry interface {
 	// PruneReplicas deletes the replicas whose last beat is before before,
 	// whatever their state, and returns how many it deleted.
 	PruneReplicas(ctx context.Context, before time.Time) (int, error)
+	// RemoveReplicas deletes, for each mark, the replica with that ID
+	// whose last beat is still exactly mark.BeatAt, and returns how many
+	// it deleted. A replica that beat again since the caller read it is
+	// kept: the caller judged a state it no longer has.
+	RemoveReplicas(ctx context.Context, marks []ReplicaMark) (int, error)
+}
+
+// ReplicaMark names one replica record as it was read: its ID and the
+// BeatAt of its last heartbeat then (see ReplicaRegistry.RemoveReplicas).
+type ReplicaMark struct {
+	ID     string
+	BeatAt time.Time
 }

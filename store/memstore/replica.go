@@ -69,6 +69,24 @@ func (s *Store) PruneReplicas(ctx context.Context, before time.Time) (int, error
 	return n, nil
 }
 
+// RemoveReplicas deletes the replicas named by marks whose last beat is
+// still the mark's.
+func (s *Store) RemoveReplicas(ctx context.Context, marks []store.ReplicaMark) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "remove replicas"); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range marks {
+		if r := s.replicas[m.ID]; r != nil && r.BeatAt.Equal(m.BeatAt) {
+			delete(s.replicas, m.ID)
+			n++
+		}
+	}
+	return n, nil
+}
+
 func cloneReplica(r store.Replica) store.Replica {
 	r.Config = maps.Clone(r.Config)
 	return r

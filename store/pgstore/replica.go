@@ -73,6 +73,27 @@ func (s *Store) PruneReplicas(ctx context.Context, before time.Time) (int, error
 	return int(tag.RowsAffected()), nil
 }
 
+// RemoveReplicas deletes the replicas named by marks whose last beat is
+// still the mark's, in one statement.
+func (s *Store) RemoveReplicas(ctx context.Context, marks []store.ReplicaMark) (int, error) {
+	if err := s.check("remove replicas"); err != nil {
+		return 0, err
+	}
+	if len(marks) == 0 {
+		return 0, nil
+	}
+	ids, beats := make([]string, len(marks)), make([]time.Time, len(marks))
+	for i, m := range marks {
+		ids[i], beats[i] = m.ID, m.BeatAt
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idem_replicas r USING unnest($1::text[], $2::timestamptz[]) AS m(id, beat_at)
+WHERE r.id = m.id AND r.beat_at = m.beat_at`, ids, beats)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: remove replicas: %w", translate(err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 func nullTime(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
 
 func scanReplicas(rows pgx.Rows) ([]store.Replica, error) {

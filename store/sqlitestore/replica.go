@@ -72,6 +72,27 @@ func (s *Store) PruneReplicas(ctx context.Context, before time.Time) (int, error
 	return int(n), nil
 }
 
+// RemoveReplicas deletes the replicas named by marks whose last beat is
+// still the mark's, in one transaction.
+func (s *Store) RemoveReplicas(ctx context.Context, marks []store.ReplicaMark) (int, error) {
+	var n int64
+	err := s.write(ctx, "remove replicas", 0, func(w *writer) error {
+		n = 0
+		for _, m := range marks {
+			k, err := w.exec(`DELETE FROM idem_replicas WHERE id = ?1 AND beat_at = ?2`, m.ID, micros(m.BeatAt))
+			if err != nil {
+				return err
+			}
+			n += k
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: remove replicas: %w", err)
+	}
+	return int(n), nil
+}
+
 func scanReplicas(rows *sql.Rows) ([]store.Replica, error) {
 	defer rows.Close()
 	var out []store.Replica

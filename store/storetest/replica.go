@@ -16,6 +16,7 @@ var replicaCases = []testCase{
 	{"ReplicasLateBeatIgnored", replicasOnly(testReplicasLateBeatIgnored)},
 	{"ReplicasListOrderAndLimit", replicasOnly(testReplicasListOrderAndLimit)},
 	{"ReplicasPrune", replicasOnly(testReplicasPrune)},
+	{"ReplicasRemoveByMark", replicasOnly(testReplicasRemoveByMark)},
 	{"ReplicasHostileStrings", replicasOnly(testReplicasHostileStrings)},
 }
 
@@ -175,6 +176,41 @@ func testReplicasPrune(t *testing.T, rr store.ReplicaRegistry) {
 	}
 	if n, err := rr.PruneReplicas(t.Context(), t0.Add(-24*time.Hour)); err != nil || n != 0 {
 		t.Errorf("prune again: got %d, %v; want 0, nil", n, err)
+	}
+}
+
+// RemoveReplicas deletes exactly the records named by a mark whose beat is
+// still the marked one: a replica that beat since, an unmarked one (however
+// old its beat) and an unknown ID are kept.
+func testReplicasRemoveByMark(t *testing.T, rr store.ReplicaRegistry) {
+	t0 := now()
+	gone := newReplica("gone", t0.Add(-time.Hour))
+	stopped := newReplica("stopped", t0.Add(-time.Hour))
+	stopped.StoppedAt = stopped.BeatAt
+	back := newReplica("back", t0.Add(-time.Hour))
+	unmarked := newReplica("unmarked", t0.Add(-2*time.Hour))
+	for _, r := range []*store.Replica{gone, stopped, back, unmarked} {
+		heartbeat(t, rr, r)
+	}
+	var marks []store.ReplicaMark
+	for _, r := range listReplicas(t, rr, 10) {
+		if r.ID != "unmarked" {
+			marks = append(marks, store.ReplicaMark{ID: r.ID, BeatAt: r.BeatAt})
+		}
+	}
+	marks = append(marks, store.ReplicaMark{ID: "unknown", BeatAt: t0})
+	next := *back
+	next.BeatAt = t0
+	heartbeat(t, rr, &next)
+	n, err := rr.RemoveReplicas(t.Context(), marks)
+	if err != nil || n != 2 {
+		t.Fatalf("remove: got %d, %v; want 2, nil", n, err)
+	}
+	if got := replicaIDs(listReplicas(t, rr, 10)); fmt.Sprint(got) != "[back unmarked]" {
+		t.Errorf("after the removal: got replicas %q, want [back unmarked] (back beat after it was read)", got)
+	}
+	if n, err := rr.RemoveReplicas(t.Context(), nil); err != nil || n != 0 {
+		t.Errorf("remove none: got %d, %v; want 0, nil", n, err)
 	}
 }
 
