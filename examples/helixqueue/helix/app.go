@@ -49,6 +49,10 @@ type Options struct {
 	// holding one loses it after this long, and another takes it over.
 	// Default 30s.
 	DeliveryLease time.Duration
+	// MaxLeaseRenewal is how long a process that is still running a batch
+	// keeps renewing its leases (idem.Config.MaxLeaseRenewal): past it, a
+	// process that hangs loses the batch to another. Default ten leases.
+	MaxLeaseRenewal time.Duration
 	// AllowLossOnCrash accepts a Redis server without appendfsync always
 	// (see redisstreams.Config).
 	AllowLossOnCrash bool
@@ -256,7 +260,7 @@ func Open(ctx context.Context, o Options) (a *App, err error) {
 	if err != nil {
 		return a, fmt.Errorf("helixqueue: open redis: %w", err)
 	}
-	a.Engine, err = idem.NewEngine(a.Store, a.tr, &idem.Config{TimerInterval: o.TimerInterval, Lanes: 4, Logger: o.Logger})
+	a.Engine, err = idem.NewEngine(a.Store, a.tr, &idem.Config{TimerInterval: o.TimerInterval, Lanes: 4, Logger: o.Logger, MaxLeaseRenewal: o.MaxLeaseRenewal})
 	if err != nil {
 		return a, err
 	}

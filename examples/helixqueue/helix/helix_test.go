@@ -264,8 +264,10 @@ func TestStoppedBeforeCommitReclaimed(t *testing.T) {
 	eachStore(t, func(t *testing.T, o helix.Options) {
 		ctx := testCtx(t)
 		o.DeliveryLease = time.Second
+		// A hung process renews its leases this long, then loses them.
+		o.MaxLeaseRenewal = 2 * time.Second
 		entered, release := make(chan struct{}), make(chan struct{})
-		var once sync.Once
+		var once, released sync.Once
 		ho := o
 		ho.Machine.BeforeWrite = func(_ context.Context, to string) error {
 			if to == helix.Assigned {
@@ -275,6 +277,9 @@ func TestStoppedBeforeCommitReclaimed(t *testing.T) {
 			return nil
 		}
 		pa := start(t, ho)
+		// Run before pa's stop (cleanups run last first): a failure below
+		// must not leave the stuck process unable to stop.
+		t.Cleanup(func() { released.Do(func() { close(release) }) })
 		if _, err := pa.Submit(ctx, nfc); err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +293,7 @@ func TestStoppedBeforeCommitReclaimed(t *testing.T) {
 			rows, err := pb.DB.Audit(ctx, nfc)
 			return err == nil && len(rows) == 2
 		})
-		close(release) // the stuck process resumes, and stops
+		released.Do(func() { close(release) }) // the stuck process resumes, and stops
 		stop(t, pa)
 		rows, err := pb.DB.Audit(ctx, nfc)
 		if err != nil {
