@@ -9,14 +9,15 @@ import (
 	"github.com/idemhq/idem/transport"
 )
 
-// claimSource is the consume loop's source that claims a batch inside the
-// unit of work that applies it. When the transport is the store's own
+// claimer is the source's way to claim a batch inside the unit of work
+// that applies it (source.go). When the transport is the store's own
 // queue and its units of work can claim (store.ClaimUnitOfWork), a
 // consumer that found a backlog takes its next batch that way: BEGIN and
 // the claim in one round trip, then the load, then the commit that writes
 // the state and settles the claim. The queue rows are deleted once, by the
 // claim, instead of being leased by Receive's own transaction and deleted
-// by the commit.
+// by the commit. The units run a claimed batch as they run a leased one
+// (units.runClaimed).
 //
 // A claimed batch always settles as a leased one would, so that per-key
 // order is the lease path's (docs/architecture.md, "Order"):
@@ -39,25 +40,24 @@ import (
 // has its partition or the stream to itself. (Claiming in turn, with
 // consumers sharing one stream, was built and measured not to pay:
 // docs/benchmarks.md.)
-type claimSource struct {
+type claimer struct {
 	*base
-	plan        *planner
-	units       *units
+	slots       chan struct{} // the units' (Config.Lanes)
 	part, parts int
 }
 
 // claimsInUnit reports whether consumers may claim inside units of work
-// (see claimSource); Start asks it once, with a probe unit of work.
+// (see claimer); Start asks it once, with a probe unit of work.
 func claimsInUnit(b *base, reg *registry, plan *planner, uow store.UnitOfWork) bool {
 	_, ok := claimUnit(uow)
 	return ok && b.caps.queue && plan.lanesPerBatch() == 1 && len(reg.handlers) == 0
 }
 
-// claimed is a batch claimed inside the unit of work that applies it. It
-// holds one of the Config.Lanes slots until it is settled.
+// claimed is a batch's claim: the unit of work it was claimed in, which
+// holds one of the Config.Lanes slots until the batch is settled.
 type claimed struct {
-	uow   store.ClaimUnitOfWork
-	items []*item
+	uow store.ClaimUnitOfWork
+	n   int // deliveries claimed
 	// lost is set when the claim went with its transaction: the rows are
 	// back untouched, their attempt not counted, so the consumer must take
 	// them next with Receive, which counts it, and not claim them again at
@@ -66,42 +66,14 @@ type claimed struct {
 	lost bool
 }
 
-// run claims a batch and runs it. It returns how many deliveries it
-// claimed and settled (committed, returned or leased): 0 when it claimed
-// none, or when the claim was lost with its transaction.
-func (s *claimSource) run(ctx context.Context) int {
-	c := s.take(ctx)
-	if c == nil {
-		return 0
-	}
-	defer func() { <-s.units.slots }()
-	// Rolled back last (a no-op after a commit), in the unit of work's
-	// span when there is one.
-	defer func() { _ = c.uow.Rollback(ctx) }()
-	if ctx.Err() != nil {
-		return 0 // aborting: the rollback returns the batch untouched
-	}
-	if t := s.cfg.Tracer; t != nil {
-		var span UnitOfWorkSpan
-		ctx, span = t.StartUnitOfWork(ctx, s.trace.uowStart(c.items))
-		span.End(s.apply(ctx, c))
-	} else {
-		s.apply(ctx, c)
-	}
-	if c.lost {
-		return 0
-	}
-	return len(c.items)
-}
-
 // take takes a slot, begins a unit of work and claims up to
-// Config.BatchSize messages of the source's partition in it. It returns
+// Config.BatchSize messages of the claimer's partition in it. It returns
 // nil, with the slot released, when it claimed nothing.
-func (s *claimSource) take(ctx context.Context) *claimed {
-	s.units.slots <- struct{}{}
+func (s *claimer) take(ctx context.Context) *batch {
+	s.slots <- struct{}{}
 	uow, err := s.store.Begin(ctx)
 	if err != nil {
-		<-s.units.slots
+		<-s.slots
 		return nil // Receive meets the same store and reports it
 	}
 	cu, ok := claimUnit(uow)
@@ -111,111 +83,106 @@ func (s *claimSource) take(ctx context.Context) *claimed {
 	}
 	if !ok || err != nil || len(ds) == 0 {
 		_ = uow.Rollback(ctx)
-		<-s.units.slots
+		<-s.slots
 		if err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "claim inside a unit of work failed; receiving instead", "error", err)
 		}
 		return nil
 	}
-	s.obs.received(len(ds))
-	return &claimed{uow: cu, items: s.decode(ds)}
+	return &batch{ds: ds, full: len(ds) == s.cfg.BatchSize, claim: &claimed{uow: cu, n: len(ds)}}
 }
 
-func (s *claimSource) decode(ds []transport.Delivery) []*item {
-	items := make([]*item, len(ds))
-	for i, d := range ds {
-		items[i] = s.plan.decode(d)
+// runClaimed runs a claimed batch, one lane, in the unit of work that
+// claimed it, then ends that unit of work and gives its slot back.
+func (u *units) runClaimed(ctx context.Context, b *batch) {
+	c := b.claim
+	defer func() { <-u.slots }()
+	// Rolled back last: a no-op after a commit, and after a failed one
+	// only once Lease has turned the claim into a lease.
+	defer func() { _ = c.uow.Rollback(ctx) }()
+	if ctx.Err() != nil {
+		c.lost = true
+		return // aborting: the rollback returns the batch untouched
 	}
-	return items
+	items := b.lanes[0].items
+	u.traced(ctx, items, func(ctx context.Context) UnitOfWorkEnd { return u.applyClaimed(ctx, items, c, b.renewals) })
 }
 
-// apply loads, applies and commits the claimed batch in its unit of work,
-// returning the messages to retry in the same commit; when it cannot
-// commit as applied, it hands the batch to the lease path.
-func (s *claimSource) apply(ctx context.Context, c *claimed) UnitOfWorkEnd {
+// applyClaimed applies, returns and commits the claimed items in their
+// unit of work; when it cannot commit as applied, it hands the batch to
+// the lease path.
+func (u *units) applyClaimed(ctx context.Context, items []*item, c *claimed, renewals *failures) UnitOfWorkEnd {
 	began := time.Now()
-	l := newLane(s.base, s.units.emit, c.items)
-	l.uow = c.uow
-	if err := l.load(ctx, c.uow, c.items); err != nil {
-		return s.unclaimed(ctx, c, err)
+	res, err := u.unitOfWork(ctx, items, c.uow)
+	if err == nil {
+		u.committed(ctx, res, began, 1)
+		return UnitOfWorkEnd{Outcome: UnitCommitted, Attempts: 1}
 	}
-	runSteps(ctx, l, c.items)
-	l.collect()
-	returned := len(l.res.nacks)
-	for _, n := range l.res.nacks {
-		if err := c.uow.Return(ctx, n.d, n.delay); err != nil {
-			s.obs.ended(l.res.att, err)
-			return s.unclaimed(ctx, c, err)
-		}
+	var uc *uncertainCommit
+	if !errors.As(err, &uc) {
+		return u.unclaimed(ctx, c, err, renewals)
 	}
-	l.res.nacks = nil
-	res, err := l.commit(ctx, len(c.items))
-	s.obs.ended(l.res.att, err)
-	if err != nil {
-		var uc *uncertainCommit
-		if !errors.As(err, &uc) {
-			return s.unclaimed(ctx, c, err)
-		}
-		// The store kept the claim (the commit was refused and cannot
-		// have landed), or the transaction ended: read it back.
-		if items, lerr := s.lease(ctx, c, err); lerr == nil {
-			return s.leased(ctx, items)
-		}
-		if !s.units.landed(ctx, uc) {
-			return s.lost(ctx, c, err)
-		}
-		res = uc.res
+	// The store kept the claim (the commit was refused and cannot have
+	// landed), or the transaction ended: read it back.
+	if leased, lerr := u.leaseClaim(ctx, c, err); lerr == nil {
+		return u.leased(ctx, leased, renewals)
 	}
-	s.obs.retried(returned)
-	s.units.committed(ctx, res, began, 1)
+	if !u.landed(ctx, uc) {
+		return u.lost(ctx, c, err)
+	}
+	u.committed(ctx, uc.res, began, 1)
 	return UnitOfWorkEnd{Outcome: UnitCommitted, Attempts: 1}
 }
 
 // unclaimed handles a claimed batch whose unit of work failed with err:
 // when the store kept the claim, Lease turns it into a lease and the batch
 // goes down the lease path; otherwise the claim went with the transaction.
-func (s *claimSource) unclaimed(ctx context.Context, c *claimed, err error) UnitOfWorkEnd {
-	items, lerr := s.lease(ctx, c, err)
+func (u *units) unclaimed(ctx context.Context, c *claimed, err error, renewals *failures) UnitOfWorkEnd {
+	items, lerr := u.leaseClaim(ctx, c, err)
 	if lerr != nil {
-		return s.lost(ctx, c, err)
+		return u.lost(ctx, c, err)
 	}
-	return s.leased(ctx, items)
+	return u.leased(ctx, items, renewals)
 }
 
-// lease turns the claim of a batch whose unit of work failed with err
-// into a lease, and returns the batch's items with their leased
+// leaseClaim turns the claim of a batch whose unit of work failed with
+// err into a lease, and returns the batch's items with their leased
 // deliveries.
-func (s *claimSource) lease(ctx context.Context, c *claimed, err error) ([]*item, error) {
+func (u *units) leaseClaim(ctx context.Context, c *claimed, err error) ([]*item, error) {
 	ds, lerr := c.uow.Lease(ctx)
 	if lerr != nil {
 		return nil, lerr
 	}
-	if errors.Is(err, store.ErrConflict) {
-		s.obs.conflicted(c.items)
+	items := make([]*item, len(ds))
+	for i, d := range ds {
+		items[i] = u.plan.decode(d)
 	}
-	return s.decode(ds), nil
+	if errors.Is(err, store.ErrConflict) {
+		u.obs.conflicted(items)
+	}
+	return items, nil
 }
 
 // leased runs a batch leased from its failed claim down the lease path,
-// in the claim's slot.
-func (s *claimSource) leased(ctx context.Context, items []*item) UnitOfWorkEnd {
+// in the claim's slot, keeping its leases alive.
+func (u *units) leased(ctx context.Context, items []*item, renewals *failures) UnitOfWorkEnd {
 	ds := make([]transport.Delivery, len(items))
 	for i, it := range items {
 		ds[i] = it.d
 	}
-	r := s.caps.leases.keep(ctx, ds, nil) // the unit of work reports a lost lease
+	r := u.caps.leases.keep(ctx, ds, renewals)
 	defer r.stop()
-	end := s.units.runUnit(ctx, items)
+	end := u.runUnit(ctx, items)
 	end.Attempts++
 	return end
 }
 
 // lost reports a claimed batch whose claim went with its transaction: its
 // messages are back in the queue untouched, as after a crash.
-func (s *claimSource) lost(ctx context.Context, c *claimed, err error) UnitOfWorkEnd {
+func (u *units) lost(ctx context.Context, c *claimed, err error) UnitOfWorkEnd {
 	c.lost = true
 	if ctx.Err() == nil {
-		s.log.WarnContext(ctx, "claimed batch failed with its transaction; its messages are back in the queue untouched", "messages", len(c.items), "error", err)
+		u.log.WarnContext(ctx, "claimed batch failed with its transaction; its messages are back in the queue untouched", "messages", c.n, "error", err)
 	}
 	return UnitOfWorkEnd{Outcome: UnitFailed, Attempts: 1, Err: err}
 }

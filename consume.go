@@ -10,24 +10,17 @@ import (
 )
 
 // consumer is one of the engine's Config.Consumers loops: the one consume
-// loop. It takes a batch from its source, has the planner deal it to
-// lanes, and runs the lanes (units); then it takes the next. The source
-// is pluggable:
-//
-//   - receive: Transport.Receive (leased deliveries), or
-//     PartitionedConsumer.ReceivePartition for one partition of the keys;
-//   - claim (claim.go): on the store's own queue, while batches come back
-//     full, the batch is claimed inside the unit of work that applies it.
+// loop. It takes a batch from its source (source.go), has the planner
+// deal it to lanes, and has the units run it; then it takes the next.
 //
 // Consumers that share one stream take turns under the key order
-// (order.go): a consumer receives and registers its batch's keys in its
+// (order.go): a consumer takes and registers its batch's keys in its
 // turn, so that per-key order holds across them.
 type consumer struct {
 	*base
-	plan    *planner
-	units   *units
-	receive func(ctx context.Context, max int) ([]transport.Delivery, error)
-	claim   *claimSource // nil: the consumer never claims
+	plan  *planner
+	units *units
+	src   *source
 	// fails paces and logs failed receives; renewals logs failed lease
 	// extensions (lease.go).
 	fails, renewals *failures
@@ -36,20 +29,17 @@ type consumer struct {
 // run takes and runs batches until loopCtx ends; work in flight runs in
 // workCtx, which outlives loopCtx until Stop gives up on it.
 func (c *consumer) run(loopCtx, workCtx context.Context) error {
-	backlog := false
 	for {
-		if backlog && c.claim != nil && loopCtx.Err() == nil && c.claim.run(workCtx) == c.cfg.BatchSize {
-			continue
-		}
-		lanes, ds, err, ok := c.take(loopCtx)
+		b, err, ok := c.take(loopCtx, workCtx)
 		if !ok {
 			return nil
 		}
-		backlog = len(ds) == c.plan.fetchSize()
-		if len(lanes) > 0 {
-			r := c.caps.leases.keep(workCtx, ds, c.renewals)
-			c.units.runLanes(workCtx, lanes)
-			r.stop()
+		if len(b.lanes) > 0 {
+			c.units.run(workCtx, b)
+		}
+		c.src.ran(b)
+		if b.claim != nil {
+			continue // a claim never fails the loop: it falls back to receive
 		}
 		if stop, ferr := c.received(loopCtx, err); stop {
 			return ferr
@@ -57,24 +47,29 @@ func (c *consumer) run(loopCtx, workCtx context.Context) error {
 	}
 }
 
-// take receives a batch and plans it: with a key order, in the consumer's
-// turn, registering its lanes' keys before the next consumer's receive.
-// ok is false when loopCtx ended while the consumer waited for its turn.
-func (c *consumer) take(loopCtx context.Context) (lanes []*laneRun, ds []transport.Delivery, err error, ok bool) {
+// take takes a batch and plans it: with a key order, in the consumer's
+// turn, registering its lanes' keys before the next consumer's take. ok
+// is false when loopCtx ended while the consumer waited for its turn.
+func (c *consumer) take(loopCtx, workCtx context.Context) (b *batch, err error, ok bool) {
 	o := c.units.order
 	if o != nil {
 		select {
 		case o.turn <- struct{}{}:
 		case <-loopCtx.Done():
-			return nil, nil, nil, false
+			return nil, nil, false
 		}
 		defer func() { <-o.turn }()
 	}
-	ds, err = c.receive(loopCtx, c.plan.fetchSize())
-	if len(ds) > 0 {
-		lanes = o.register(c.plan.plan(ds))
+	b, err = c.src.take(loopCtx, workCtx, c.plan.fetchSize())
+	b.renewals = c.renewals
+	switch {
+	case b.claim != nil:
+		// One unit of work, whatever it holds: the claim's.
+		b.lanes = o.register([][]*item{c.plan.decodeAll(b.ds)})
+	case len(b.ds) > 0:
+		b.lanes = o.register(c.plan.plan(b.ds))
 	}
-	return lanes, ds, err, true
+	return b, err, true
 }
 
 // received decides what a consumer does after a receive whose deliveries
@@ -102,10 +97,10 @@ func (c *consumer) received(loopCtx context.Context, err error) (stop bool, fata
 func consumers(b *base, plan *planner, u *units, claim bool) []*consumer {
 	n := b.cfg.Consumers
 	mk := func(receive func(context.Context, int) ([]transport.Delivery, error), part, parts int) *consumer {
-		c := &consumer{base: b, plan: plan, units: u, receive: receive,
+		c := &consumer{base: b, plan: plan, units: u, src: &source{receive: receive},
 			fails: newFailures(b, slog.LevelError, "receive failed"), renewals: newFailures(b, slog.LevelWarn, "lease extension failed; the batch may be handed out again")}
 		if claim && u.order == nil {
-			c.claim = &claimSource{base: b, plan: plan, units: u, part: part, parts: parts}
+			c.src.claim = &claimer{base: b, slots: u.slots, part: part, parts: parts}
 		}
 		return c
 	}

@@ -120,10 +120,11 @@ func newEngine(b *base) *Engine {
 	b.obs = obs
 	reg := newRegistry(b.cfg.MaxKeyLen)
 	emit := emitter{reg: reg, maxBody: b.cfg.MaxBodyBytes}
+	plan := &planner{base: b, reg: reg}
 	e := &Engine{
 		base: b, reg: reg, counters: cnt,
-		plan:    &planner{base: b, reg: reg},
-		units:   &units{base: b, emit: emit, settle: &settler{base: b}, slots: make(chan struct{}, b.cfg.Lanes)},
+		plan:    plan,
+		units:   &units{base: b, plan: plan, emit: emit, settle: &settler{base: b}, slots: make(chan struct{}, b.cfg.Lanes)},
 		relay:   &relay{base: b},
 		timers:  &timerPoller{base: b},
 		sweeper: &sweeper{base: b},

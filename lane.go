@@ -30,6 +30,9 @@ type laneResult struct {
 	outbox []Envelope
 	logs   []logLine
 	att    *attempt // what it decided, for the observers
+	// returned counts the deliveries a claimed unit of work returned to
+	// the queue in its commit (not nacked after it).
+	returned int
 }
 
 // working is an instance as the lane's unit of work changes it.
@@ -265,6 +268,18 @@ func (l *lane) collect() {
 			l.ch.Timers = append(l.ch.Timers, *t)
 		}
 	}
+}
+
+// returnRetries returns the messages to retry to the queue in the claimed
+// unit of work that commits the rest, with the backoff a Nack would give.
+func (l *lane) returnRetries(ctx context.Context, claim store.ClaimUnitOfWork) error {
+	for _, n := range l.res.nacks {
+		if err := claim.Return(ctx, n.d, n.delay); err != nil {
+			return err
+		}
+	}
+	l.res.returned, l.res.nacks = len(l.res.nacks), nil
+	return nil
 }
 
 // commit writes the changes (on the store's own queue, with the

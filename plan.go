@@ -152,6 +152,17 @@ func (p *planner) plan(ds []transport.Delivery) [][]*item {
 	return out
 }
 
+// decodeAll decodes a batch that is one unit of work whatever it holds
+// (a claimed batch), in the order received.
+func (p *planner) decodeAll(ds []transport.Delivery) []*item {
+	p.obs.received(len(ds))
+	items := make([]*item, len(ds))
+	for i, d := range ds {
+		items[i] = p.decode(d)
+	}
+	return items
+}
+
 // decode checks a delivery and finds what consumes it: an item ready for
 // a lane, or one marked with the reason to dead-letter it.
 func (p *planner) decode(d transport.Delivery) *item {

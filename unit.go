@@ -21,11 +21,25 @@ import (
 // A unit of work that landed goes to the observers, then to settle.
 type units struct {
 	*base
+	plan   *planner
 	emit   emitter
 	settle *settler
 	order  *keyOrder     // nil: one consumer, or partitioned consumers
 	slots  chan struct{} // one per unit of work open at once (Config.Lanes)
 	slow   outlived      // messages whose unit of work outlived its lease
+}
+
+// run runs a batch, the one runner for every source's batches: a claimed
+// batch in the unit of work that claimed it (runClaimed), a leased one
+// lane by lane (runLanes), its leases kept alive while it runs.
+func (u *units) run(ctx context.Context, b *batch) {
+	if b.claim != nil {
+		u.runClaimed(ctx, b)
+		return
+	}
+	r := u.caps.leases.keep(ctx, b.ds, b.renewals)
+	u.runLanes(ctx, b.lanes)
+	r.stop()
 }
 
 // runLanes runs a batch's lanes in parallel and waits for them. Each lane
@@ -62,23 +76,32 @@ func (u *units) runOrdered(ctx context.Context, lr *laneRun) {
 // runLane runs one unit of work (see runUnit) inside a unit-of-work span
 // when a Tracer is set.
 func (u *units) runLane(ctx context.Context, items []*item) UnitOfWorkEnd {
+	return u.traced(ctx, items, func(ctx context.Context) UnitOfWorkEnd { return u.runUnit(ctx, items) })
+}
+
+// traced runs the unit of work of items (run) inside a unit-of-work span
+// when a Tracer is set.
+func (u *units) traced(ctx context.Context, items []*item, run func(context.Context) UnitOfWorkEnd) UnitOfWorkEnd {
 	t := u.cfg.Tracer
 	if t == nil {
-		return u.runUnit(ctx, items)
+		return run(ctx)
 	}
 	ctx, span := t.StartUnitOfWork(ctx, u.trace.uowStart(items))
-	end := u.runUnit(ctx, items)
+	end := run(ctx)
 	span.End(end)
 	return end
 }
 
 // unitOfWork is one attempt of a lane's unit of work: begin, load, the
-// steps of each message, collect, commit. A lane of plain handlers reads
+// steps of each message, collect, commit. With claim set it runs in that
+// unit of work, which claimed its items: the messages to retry go back
+// to the queue in the commit (Return), and the caller rolls it back,
+// after Lease when the commit failed (claim.go). A lane of plain handlers reads
 // its inbox and runs them before it begins: they do their own I/O, and no
 // pooled connection should sit idle in a transaction while they call
 // other services. Their inbox records commit afterwards; a crash in
 // between runs them again (at least once).
-func (u *units) unitOfWork(ctx context.Context, items []*item) (*laneResult, error) {
+func (u *units) unitOfWork(ctx context.Context, items []*item, claim store.ClaimUnitOfWork) (*laneResult, error) {
 	began := time.Now()
 	l := newLane(u.base, u.emit, items)
 	handlers := handlersOnly(items)
@@ -88,12 +111,15 @@ func (u *units) unitOfWork(ctx context.Context, items []*item) (*laneResult, err
 		}
 		runSteps(ctx, l, items)
 	}
-	uow, err := u.store.Begin(ctx)
-	if err != nil {
-		u.obs.ended(l.res.att, err) // the handlers' message spans
-		return nil, &beginError{err}
+	var uow store.UnitOfWork = claim
+	if claim == nil {
+		var err error
+		if uow, err = u.store.Begin(ctx); err != nil {
+			u.obs.ended(l.res.att, err) // the handlers' message spans
+			return nil, &beginError{err}
+		}
+		defer func() { _ = uow.Rollback(ctx) }()
 	}
-	defer func() { _ = uow.Rollback(ctx) }()
 	l.uow = uow
 	if !handlers {
 		if err := l.load(ctx, uow, items); err != nil {
@@ -102,8 +128,14 @@ func (u *units) unitOfWork(ctx context.Context, items []*item) (*laneResult, err
 		runSteps(ctx, l, items)
 	}
 	l.collect()
+	if claim != nil {
+		if err := l.returnRetries(ctx, claim); err != nil {
+			u.obs.ended(l.res.att, err)
+			return nil, err
+		}
+	}
 	res, err := l.commit(ctx, len(items))
-	if err == nil {
+	if err == nil && claim == nil {
 		u.release(items)
 	}
 	u.obs.ended(l.res.att, err)
@@ -143,7 +175,7 @@ func (u *units) runUnit(ctx context.Context, items []*item) UnitOfWorkEnd {
 	}
 	for attempt := 1; ; attempt++ {
 		began := time.Now()
-		res, err := u.unitOfWork(ctx, items)
+		res, err := u.unitOfWork(ctx, items, nil)
 		if err == nil {
 			u.committed(ctx, res, began, attempt)
 			return UnitOfWorkEnd{Outcome: UnitCommitted, Attempts: attempt}
@@ -194,6 +226,9 @@ func (u *units) leaseLost(ctx context.Context, items []*item, err error) {
 
 // committed observes a unit of work that landed, then settles it.
 func (u *units) committed(ctx context.Context, res *laneResult, began time.Time, attempt int) {
+	if res.returned > 0 {
+		u.obs.retried(res.returned)
+	}
 	u.obs.committed(res.att, time.Since(began), attempt)
 	u.settle.settle(ctx, res)
 }
