@@ -177,3 +177,15 @@ func (l *lane) deadLetter(ctx context.Context, it *item, reason string, err erro
 type deadLetterError string
 
 func (d deadLetterError) Error() string { return string(d) }
+
+// collect turns what the unit of work decided into changes: the retry
+// records it ends, the replays it settles, and the working instances and
+// timers.
+func (l *lane) collect() {
+	l.ch.ClearRetries = l.clearRetries()
+	// Settled in the commit: a crash after it cannot leave them pending.
+	ok, dup := l.consumedReplays()
+	l.ch.SettleReplays = l.settleParams(ok, store.ReplaySucceeded)
+	l.ch.SettleDuplicates = l.settleParams(dup, store.ReplayDuplicate)
+	l.collectWork()
+}

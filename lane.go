@@ -125,18 +125,6 @@ func (l *lane) traceSends(ctx context.Context, envs ...*Envelope) {
 	}
 }
 
-// collect turns what the unit of work decided into changes: the retry
-// records it ends, the replays it settles, and the working instances and
-// timers.
-func (l *lane) collect() {
-	l.ch.ClearRetries = l.clearRetries()
-	// Settled in the commit: a crash after it cannot leave them pending.
-	ok, dup := l.consumedReplays()
-	l.ch.SettleReplays = l.settleParams(ok, store.ReplaySucceeded)
-	l.ch.SettleDuplicates = l.settleParams(dup, store.ReplayDuplicate)
-	l.collectWork()
-}
-
 // returnRetries returns the messages to retry to the queue in the claimed
 // unit of work that commits the rest, with the backoff a Nack would give.
 func (l *lane) returnRetries(ctx context.Context, claim store.ClaimUnitOfWork) error {

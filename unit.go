@@ -29,19 +29,6 @@ type units struct {
 	slow   outlived      // messages whose unit of work outlived its lease
 }
 
-// run runs a batch, the one runner for every source's batches: a claimed
-// batch in the unit of work that claimed it (runClaimed), a leased one
-// lane by lane (runLanes), its leases kept alive while it runs.
-func (u *units) run(ctx context.Context, b *batch) {
-	if b.claim != nil {
-		u.runClaimed(ctx, b)
-		return
-	}
-	r := u.caps.leases.keep(ctx, b.ds, b.renewals)
-	u.runLanes(ctx, b.lanes)
-	r.stop()
-}
-
 // runLanes runs a batch's lanes in parallel and waits for them. Each lane
 // first waits for the earlier lanes that hold its keys, then for one of
 // the engine's Config.Lanes slots, which every consumer shares: so the
