@@ -66,13 +66,13 @@ type claimed struct {
 
 // take takes a slot, begins a unit of work and claims up to
 // Config.BatchSize messages of the claimer's partition in it. It returns
-// nil, with the slot released, when it claimed nothing.
-func (s *claimer) take(ctx context.Context) *batch {
+// false, with the slot released, when it claimed nothing.
+func (s *claimer) take(ctx context.Context) (batch, bool) {
 	s.slots <- struct{}{}
 	uow, err := s.store.Begin(ctx)
 	if err != nil {
 		<-s.slots
-		return nil // Receive meets the same store and reports it
+		return batch{}, false // Receive meets the same store and reports it
 	}
 	cu, ok := claimUnit(uow)
 	var ds []transport.Delivery
@@ -85,7 +85,7 @@ func (s *claimer) take(ctx context.Context) *batch {
 		if err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "claim inside a unit of work failed; receiving instead", "error", err)
 		}
-		return nil
+		return batch{}, false
 	}
-	return &batch{ds: ds, full: len(ds) == s.cfg.BatchSize, claim: &claimed{uow: cu, n: len(ds)}}
+	return batch{ds: ds, full: len(ds) == s.cfg.BatchSize, claim: &claimed{uow: cu, n: len(ds)}}, true
 }

@@ -35,9 +35,9 @@ func (c *consumer) run(loopCtx, workCtx context.Context) error {
 			return nil
 		}
 		if len(b.lanes) > 0 {
-			c.units.run(workCtx, b)
+			c.units.run(workCtx, &b)
 		}
-		c.src.ran(b)
+		c.src.ran(&b)
 		if b.claim != nil {
 			continue // a claim never fails the loop: it falls back to receive
 		}
@@ -50,13 +50,13 @@ func (c *consumer) run(loopCtx, workCtx context.Context) error {
 // take takes a batch and plans it: with a key order, in the consumer's
 // turn, registering its lanes' keys before the next consumer's take. ok
 // is false when loopCtx ended while the consumer waited for its turn.
-func (c *consumer) take(loopCtx, workCtx context.Context) (b *batch, err error, ok bool) {
+func (c *consumer) take(loopCtx, workCtx context.Context) (b batch, err error, ok bool) {
 	o := c.units.order
 	if o != nil {
 		select {
 		case o.turn <- struct{}{}:
 		case <-loopCtx.Done():
-			return nil, nil, false
+			return batch{}, nil, false
 		}
 		defer func() { <-o.turn }()
 	}

@@ -39,14 +39,14 @@ type batch struct {
 // and the claim finds any, otherwise received (at most max deliveries).
 // A claimed batch's unit of work lives in workCtx; the receive waits in
 // loopCtx.
-func (s *source) take(loopCtx, workCtx context.Context, max int) (*batch, error) {
+func (s *source) take(loopCtx, workCtx context.Context, max int) (batch, error) {
 	if s.backlog && s.claim != nil && loopCtx.Err() == nil {
-		if b := s.claim.take(workCtx); b != nil {
+		if b, ok := s.claim.take(workCtx); ok {
 			return b, nil
 		}
 	}
 	ds, err := s.receive(loopCtx, max)
-	return &batch{ds: ds, full: len(ds) == max}, err
+	return batch{ds: ds, full: len(ds) == max}, err
 }
 
 // ran tells the source how its last batch ended: the next is claimed if
