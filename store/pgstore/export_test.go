@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -32,3 +33,6 @@ func QueueInstanceWrites(b *pgx.Batch, inserts, updates []*store.Instance) error
 	}
 	return queueInstances(b, updateInstancesSQL, updates, true)
 }
+
+// SetNotifySpacing sets the least time between two NOTIFYs of s.
+func SetNotifySpacing(s *Store, d time.Duration) { s.notifySpacing = d }

@@ -164,8 +164,14 @@ type Store struct {
 
 	notifyOn bool
 	notify   chan struct{} // capacity 1: a pending notification
-	bg       context.Context
-	bgCancel context.CancelFunc // cancelled by Close
+	// notifySent is when the latest NOTIFY known to have committed was
+	// sent (unix ns), by a unit of work that carried it or by the
+	// notifier; notifyWanted is when the latest commit that needed one
+	// and did not carry it ended (notify.go).
+	notifySent, notifyWanted atomic.Int64
+	notifySpacing            time.Duration
+	bg                       context.Context
+	bgCancel                 context.CancelFunc // cancelled by Close
 }
 
 // Open connects to the database at url, checks that commits are durable,
@@ -220,7 +226,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 }
 
 func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCounter) (*Store, error) {
-	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: make(chan struct{}), wake: make(chan struct{}), notify: make(chan struct{}, 1)}
+	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: make(chan struct{}), wake: make(chan struct{}), notify: make(chan struct{}, 1), notifySpacing: defaultNotifySpacing}
 	s.bg, s.bgCancel = context.WithCancel(context.Background())
 	if err := s.checkServer(ctx); err != nil {
 		return nil, err

@@ -240,44 +240,6 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	return s.fenced(ctx, "nack", seqs, nil)
 }
 
-// notifySoon wakes the receivers of this schema's queue after a commit that
-// enqueued messages: at once in this process, and through NOTIFY in others.
-// The NOTIFY is sent after the commit, by one goroutine, and notifications
-// that arrive while one is in flight coalesce into the next. NOTIFY inside
-// the unit of work would take PostgreSQL's global notification lock at
-// every commit and serialise them; sent afterwards, a process that dies in
-// between leaves receivers to find the messages at their next poll
-// (Config.PollInterval).
-func (s *Store) notifySoon() {
-	s.lmu.Lock()
-	if !s.notifyOn && !s.closed.Load() {
-		s.notifyOn = true
-		s.lwg.Add(1)
-		go s.notifier()
-	}
-	close(s.wake)
-	s.wake = make(chan struct{})
-	s.lmu.Unlock()
-	select {
-	case s.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (s *Store) notifier() {
-	defer s.lwg.Done()
-	for {
-		select {
-		case <-s.bg.Done():
-			return
-		case <-s.notify:
-		}
-		if _, err := s.pool.Exec(s.bg, notifySQL, s.cfg.Schema); err != nil && s.bg.Err() == nil {
-			s.log.Warn("queue notification failed; other processes find the messages at their next poll", "error", err)
-		}
-	}
-}
-
 // startListener starts, once, the goroutine that LISTENs for queue
 // notifications and wakes waiting receivers.
 func (s *Store) startListener() {

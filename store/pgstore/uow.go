@@ -31,6 +31,9 @@ type unitOfWork struct {
 	// claim is what this unit of work claimed from the queue (see
 	// claim.go); nil when it claimed nothing, and every use checks.
 	claim *txClaim
+	// notifies is set when the commit carries the queue's NOTIFY
+	// (notify.go).
+	notifies bool
 }
 
 // Begin acquires a connection; the transaction starts with the first Load or
@@ -293,6 +296,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if err != nil {
 		return err
 	}
+	sent := time.Now()
 	err = u.conn.SendBatch(ctx, b).Close()
 	if len(c.DeadLetters) > 0 || c.SettleReplays != nil || c.SettleDuplicates != nil {
 		// Even when the commit failed: its outcome may be unknown, and a
@@ -306,10 +310,20 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: commit: %w", translate(err))
 	}
-	if len(u.enqueue) > 0 || (u.claim != nil && len(u.claim.returns) > 0) {
+	switch {
+	case u.notifies:
+		u.s.notifiedAt(sent)
+		u.s.wakeLocal()
+	case u.enqueues():
 		u.s.notifySoon()
 	}
 	return nil
+}
+
+// enqueues reports whether the unit of work puts messages in the queue:
+// its own, or claimed ones it returns.
+func (u *unitOfWork) enqueues() bool {
+	return len(u.enqueue) > 0 || (u.claim != nil && len(u.claim.returns) > 0)
 }
 
 // commitBatch is the pipeline of Commit: BEGIN unless a Load sent it, one
@@ -357,6 +371,10 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 	queueTokenWrites(b, c)
 	if u.claim != nil {
 		u.claim.queueRequeue(b, u.claim.returns, u.claim.token)
+	}
+	// The NOTIFY rides in the commit when one is due (notify.go).
+	if u.notifies = u.enqueues() && u.s.notifyDue(); u.notifies {
+		b.Queue(notifySQL, u.s.cfg.Schema)
 	}
 	b.Queue(`COMMIT`)
 	return b, nil
