@@ -20,14 +20,14 @@ type capabilities struct {
 	journalTailer     readmodel.JournalTailer
 	outboxSent        readmodel.OutboxSentReader
 
-	retries    store.RetryRecorder
-	schedules  store.Scheduler
-	replicas   store.ReplicaRegistry
+	retries   store.RetryRecorder
+	schedules store.Scheduler
+	replicas  store.ReplicaRegistry
 	// replicaCounter counts every replica record by state; nil where the
 	// store cannot, and the counts are then those of the records listed.
 	replicaCounter readmodel.ReplicaCounter
-	tokens     store.TokenSweeper
-	storeQueue store.Queue
+	tokens         store.TokenSweeper
+	storeQueue     store.Queue
 
 	// transportPending counts the engine's transport's messages, when it
 	// can; pending is the queue depth source of the overview: the
