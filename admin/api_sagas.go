@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 func (a *api) listSagas(w http.ResponseWriter, r *http.Request) {
@@ -84,10 +86,13 @@ func (a *api) getSaga(w http.ResponseWriter, r *http.Request) {
 }
 
 // querySagas serves GET /api/sagas: the plain listing, or with status,
-// prefix, stuck or attr the filtered query whose cursor is opaque.
+// prefix, stuck, reason, idle or attr the filtered query whose cursor is
+// opaque. With stuck=true, reason (inspect.StuckReasons) and idle (a Go
+// duration) filter as the console's stuck view does: an urgent reason
+// lists its sagas most urgent first, one page with no cursor.
 func (a *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("status") == "" && q.Get("prefix") == "" && q.Get("stuck") == "" && len(attrFilters(q)) == 0 {
+	if !slices.ContainsFunc([]string{"status", "prefix", "stuck", "reason", "idle"}, func(k string) bool { return q.Get(k) != "" }) && len(attrFilters(q)) == 0 {
 		a.listSagas(w, r)
 		return
 	}
@@ -95,7 +100,7 @@ func (a *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := instanceQuery(q)
+	p, sf, err := stuckQuery(q)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -103,9 +108,15 @@ func (a *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	p.Limit = limit
 	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	ins, err := inspect.Instances(ctx, a.st, p)
+	var ins []*store.Instance
+	if now := time.Now(); sf.urgent() {
+		ins, err = a.urgentActive(ctx, sf.Reason, p.SagaType, now, limit)
+	} else {
+		sf.bound(p, now)
+		ins, err = inspect.Instances(ctx, a.st, p)
+	}
 	if errors.Is(err, inspect.ErrUnsupported) {
-		writeError(w, http.StatusNotImplemented, "%v: drop stuck=, or use a store that implements it", err)
+		writeError(w, http.StatusNotImplemented, "%v: drop stuck=, reason= and idle=, or use a store that implements it", err)
 		return
 	}
 	if err != nil {
@@ -116,10 +127,24 @@ func (a *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	for _, in := range ins {
 		out.Sagas = append(out.Sagas, toInstance(in))
 	}
-	if len(ins) == limit {
+	if len(ins) == limit && !sf.urgent() {
 		out.Next = encodeCursor(ins[len(ins)-1])
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// stuckQuery reads the instance filter of q with the stuck view's reason
+// and idle time, checked together.
+func stuckQuery(q url.Values) (*readmodel.InstanceQuery, stuckFilter, error) {
+	p, err := instanceQuery(q)
+	if err != nil {
+		return nil, stuckFilter{}, err
+	}
+	sf, err := parseStuckFilter(q)
+	if err == nil {
+		err = sf.check(p.Stuck, q)
+	}
+	return p, sf, err
 }
 
 func (a *api) submit(w http.ResponseWriter, r *http.Request) {
