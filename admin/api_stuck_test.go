@@ -4,12 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
-	"github.com/idemhq/idem/saga"
-	"github.com/idemhq/idem/store"
 )
 
 // GET /api/sagas takes the stuck view's reason and idle filters, with the
@@ -19,25 +15,7 @@ import (
 func TestAPIStuckFilters(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	seed(t, b)
-	ctx := t.Context()
-	if err := b.e.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	recordRetry(t, b, "pay-o-1", "o-1")
-	now := time.Now().UTC()
-	timer := func(key, name string, ago time.Duration) store.Timer {
-		return store.Timer{SagaType: "order", Key: key, Name: name, DueAt: now.Add(-ago),
-			Envelope: idem.Envelope{ID: "timer-" + key + name, Type: "idem.Timeout@order", Body: []byte(`{}`)}}
-	}
-	uow, err := b.st.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := uow.Commit(ctx, &store.Changes{Timers: []store.Timer{timer("o-2", "reminder", time.Minute), timer("x-9", "reminder", time.Hour),
-		timer("o-3", saga.RequestTimerPrefix+"authorize", 90*time.Second)}}); err != nil {
-		t.Fatal(err)
-	}
+	stuckFixture(t, b)
 	keys := func(path string) []string {
 		t.Helper()
 		var list admin.SagaList
