@@ -78,3 +78,15 @@ func batchRequest[F any](a *api, w http.ResponseWriter, r *http.Request, parse f
 	}
 	return f, actor, true
 }
+
+// triageRequest reads the dead-letter filter of the query string
+// (triageProblem checks it) and the page's limit.
+func triageRequest(w http.ResponseWriter, r *http.Request) (url.Values, int, bool) {
+	q := r.URL.Query()
+	if p := triageProblem(q); p != "" {
+		writeError(w, http.StatusBadRequest, "%s", p)
+		return nil, 0, false
+	}
+	limit, ok := parseLimit(w, r)
+	return q, limit, ok
+}
