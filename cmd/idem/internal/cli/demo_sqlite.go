@@ -203,7 +203,7 @@ func runSQLiteDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer)
 		return fmt.Errorf("read the journal: %w", err)
 	}
 	if o.kills > 0 && kills < o.kills {
-		r.Violations = append(r.Violations, fmt.Sprintf("only %d SIGKILLs before the work finished, want %d: raise --searches", kills, o.kills))
+		r.Violations = append(r.Violations, fmt.Sprintf("only %d SIGKILLs before the run gave up, want %d", kills, o.kills))
 		r.Pass = false
 	}
 	r.Elapsed = time.Since(start).Round(time.Millisecond).String()
