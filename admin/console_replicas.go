@@ -45,7 +45,8 @@ type Replica struct {
 }
 
 // ReplicaList is GET /api/replicas: the replicas, the most recently
-// started first, and how many are in each state.
+// started first (up to the limit), and how many records are in each state,
+// every record counted where the store is a readmodel.ReplicaCounter.
 type ReplicaList struct {
 	Replicas []Replica     `json:"replicas"`
 	Counts   ReplicaCounts `json:"counts"`
