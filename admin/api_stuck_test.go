@@ -38,8 +38,9 @@ func TestAPIStuckFilters(t *testing.T) {
 		t.Errorf("GET /api/sagas reason=idle idle=1ns: sagas %q, want every active one", got)
 	}
 	for _, bad := range []string{"stuck=true&reason=nosuch", "stuck=true&idle=soon", "stuck=true&idle=-1h",
-		"reason=deadline", "idle=1h", "stuck=true&reason=deadline&prefix=o-", "stuck=true&reason=timer&idle=1h"} {
-		if code, body := b.do(t, http.MethodGet, "/api/sagas?"+bad, ""); code != http.StatusBadRequest {
+		"reason=deadline", "idle=1h", "stuck=true&reason=deadline&prefix=o-", "stuck=true&reason=timer&idle=1h",
+		"stuck=true&reason=%3Cscript%3E%00%FF", "stuck=true&idle=%3Cscript%3E%00%FF"} {
+		if code, body := b.do(t, http.MethodGet, "/api/sagas?"+bad, ""); code != http.StatusBadRequest || strings.Contains(body, "<script>") {
 			t.Errorf("GET /api/sagas?%s: %d %.200s, want 400", bad, code, body)
 		}
 	}
