@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-
 )
 
 // The operator sees a message retrying with an hour's backoff, presses
