@@ -132,6 +132,13 @@ func (f Features) quietWait() time.Duration { return 3 * f.Lease }
 //   - PendingCounts (Pending): Pending counts ready and unacked messages
 //     through publishing, receiving and acking, and returns
 //     transport.ErrClosed after Close.
+//   - ExtendLease (transport.LeaseExtender): extending a lease every third
+//     of LeaseDuration keeps the delivery from being handed out again;
+//     with Fencing, an extension of a delivery handed out again since
+//     fails with transport.ErrLeaseLost.
+//   - ExtendAfterNackKeepsDelay (transport.LeaseExtender, NativeDelay): an
+//     extension of a nacked delivery is ignored and keeps the Nack's
+//     delay.
 //
 // A capability case is skipped, with a reason, when its Features field is
 // false, and fails when the field is true but the transport does not
@@ -167,6 +174,7 @@ func Run(t *testing.T, f Features, newTransport func(t *testing.T) transport.Tra
 		{"SizeLimit", s.sizeLimit},
 		{"PendingCounts", s.pendingCounts},
 		{"ExtendLease", s.extendLease},
+		{"ExtendAfterNackKeepsDelay", s.extendAfterNack},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
