@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -41,12 +40,5 @@ func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error
 	if err := s.check("extend leases"); err != nil {
 		return err
 	}
-	if len(ds) == 0 {
-		return nil
-	}
-	seqs, toks, err := sqlq.SplitTokens(ds)
-	if err != nil {
-		return err
-	}
-	return s.fencedWrite(ctx, "extend lease", seqs, toks, false, extendSQL, s.cfg.Lease.Seconds())
+	return s.fencedWrite(ctx, "extend lease", ds, false, extendSQL, s.cfg.Lease.Seconds())
 }

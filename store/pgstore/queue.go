@@ -163,6 +163,19 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
 		return err
 	}
+	return s.fencedWrite(ctx, "ack", ds, false, `
+DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
+WHERE q.seq = u.seq AND q.token = u.token
+RETURNING q.seq`)
+}
+
+// fencedWrite runs q, a statement over the queue rows of ds ($1 their
+// seqs and $2 their claim tokens; args follow) that returns the seq of
+// each row it wrote, then NOTIFY when notify is set, in one round trip.
+// It reports with transport.ErrLeaseLost the rows it missed that were
+// handed out again since (see fenced). Ack, Nack and ExtendLeases share
+// it.
+func (s *Store) fencedWrite(ctx context.Context, op string, ds []transport.Delivery, notify bool, q string, args ...any) error {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -170,18 +183,6 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "ack", seqs, toks, false, `
-DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
-WHERE q.seq = u.seq AND q.token = u.token
-RETURNING q.seq`)
-}
-
-// fencedWrite runs q, a statement over the queue rows seqs held with the
-// claim tokens toks ($1 and $2; args follow) that returns the seq of each
-// row it wrote, then NOTIFY when notify is set, in one round trip. It
-// reports with transport.ErrLeaseLost the rows it missed that were handed
-// out again since (see fenced). Ack, Nack and ExtendLeases share it.
-func (s *Store) fencedWrite(ctx context.Context, op string, seqs []int64, toks []string, notify bool, q string, args ...any) error {
 	var done []int64
 	b := &pgx.Batch{}
 	b.Queue(q, append([]any{seqs, toks}, args...)...).Query(func(rows pgx.Rows) error {
@@ -246,11 +247,7 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	if err := s.check("nack"); err != nil {
 		return err
 	}
-	seqs, toks, err := sqlq.SplitTokens([]transport.Delivery{d})
-	if err != nil {
-		return err
-	}
-	return s.fencedWrite(ctx, "nack", seqs, toks, delay <= 0, `
+	return s.fencedWrite(ctx, "nack", []transport.Delivery{d}, delay <= 0, `
 UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3), token = $4 || q.token
 FROM unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token

@@ -25,8 +25,5 @@ func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error
 	if err := s.check("extend leases"); err != nil {
 		return err
 	}
-	if len(ds) == 0 {
-		return nil
-	}
 	return s.fencedWrite(ctx, "extend lease", leaseOnly, ds, extendSQL, micros(time.Now().Add(s.cfg.Lease)))
 }

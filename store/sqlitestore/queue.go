@@ -181,19 +181,19 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
 		return err
 	}
-	if len(ds) == 0 {
-		return nil
-	}
 	return s.fencedWrite(ctx, "ack", 0, ds, consumeSQL)
 }
 
 // fencedWrite runs q, a statement over one queue row whose arguments are
 // ?1 its seq, ?2 the claim's token, then args, for each delivery of ds, in
-// one write. It reports with transport.ErrLeaseLost each delivery whose
+// one write (none for no deliveries). It reports with transport.ErrLeaseLost each delivery whose
 // row q missed because it was handed out again since (see lost); the
 // others are written whatever happens to one. Ack, Nack and ExtendLeases
 // share it.
 func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, ds []transport.Delivery, q string, args ...any) error {
+	if len(ds) == 0 {
+		return nil
+	}
 	seqs, toks, err := sqlq.SplitTokens(ds)
 	if err != nil {
 		return err
