@@ -448,7 +448,7 @@ func (r *driver) countWorkerFaults() {
 		case faultStall:
 			r.rep.Faults["lease expiry (stalled worker)"]++
 		case faultRenewedStall:
-			r.rep.Faults["lease renewed (stalled worker)"]++
+			r.rep.Faults["stall kept by lease renewal"]++
 		case faultKillInSchedule:
 			r.rep.Faults["SIGKILL in schedule pass"]++
 		case faultKillAfterFire:

@@ -236,9 +236,9 @@ type faults struct {
 	mu    sync.Mutex
 	rng   *rand.Rand
 	acked sync.Map // delivery tokens acknowledged at receive (BreakAckBeforeCommit)
-	// starved ends the withholding of lease renewals by a stall; guarded
-	// by mu.
-	starved time.Time
+	// starved ends the withholding of lease renewals by a stall, and
+	// stalled a stall whose renewals pass; guarded by mu.
+	starved, stalled time.Time
 }
 
 // starve withholds this process's lease renewals for d from now.
@@ -247,6 +247,25 @@ func (f *faults) starve(d time.Duration) {
 	defer f.mu.Unlock()
 	if until := time.Now().Add(d); until.After(f.starved) {
 		f.starved = until
+	}
+}
+
+// renewing marks a stall of d from now whose leases are renewed; the
+// first renewal sent in it notes faultRenewedStall (renewed).
+func (f *faults) renewing(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stalled = time.Now().Add(d)
+}
+
+// renewed notes a stall whose leases a renewal kept, once per stall.
+func (f *faults) renewed() {
+	f.mu.Lock()
+	in := time.Now().Before(f.stalled)
+	f.stalled = time.Time{}
+	f.mu.Unlock()
+	if in {
+		f.note(faultRenewedStall)
 	}
 }
 
@@ -296,7 +315,8 @@ func (f *faults) die(name string) {
 // A transport whose leases the engine renews (transport.LeaseExtender)
 // stays one through the wrapper, so that the engine renews the leases of
 // slow batches here as in production; a stalled worker withholds its
-// renewals for half of its stalls (see renewer).
+// renewals for half of its stalls (see renewer), and the others are
+// counted when a renewal goes through during them.
 func wrap(st store.Store, tr transport.Transport, f *faults) (store.Store, transport.Transport) {
 	ext, leased := tr.(transport.LeaseExtender)
 	if q, ok := st.(store.Queue); ok && any(q) == any(tr) {
@@ -333,7 +353,11 @@ func (r renewer) ExtendLeases(ctx context.Context, ds []transport.Delivery) erro
 	if r.faults.starving() {
 		return errRenewalWithheld
 	}
-	return r.ext.ExtendLeases(ctx, ds)
+	err := r.ext.ExtendLeases(ctx, ds)
+	if err == nil {
+		r.faults.renewed()
+	}
+	return err
 }
 
 // leasedQueue is a faultQueue over a store whose queue leases can be
@@ -449,7 +473,7 @@ func (u *faultUoW) Load(ctx context.Context, p *store.LoadParams) (*store.LoadRe
 			u.f.starve(stall)
 			u.f.note(faultStall)
 		} else {
-			u.f.note(faultRenewedStall)
+			u.f.renewing(stall) // noted by the first renewal sent in it
 		}
 		select {
 		case <-time.After(stall):

@@ -3,6 +3,7 @@ package torture
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -36,7 +37,8 @@ func TestWrapKeepsLeaseRenewal(t *testing.T) {
 		{"transport", memstore.New(nil), mt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &faults{}
+			log := filepath.Join(t.TempDir(), "faults")
+			f := &faults{cfg: workerConfig{FaultLog: log}}
 			_, wtr := wrap(tc.st, tc.tr, f)
 			ext, ok := wtr.(transport.LeaseExtender)
 			if !ok {
@@ -52,8 +54,12 @@ func TestWrapKeepsLeaseRenewal(t *testing.T) {
 			if err != nil || len(ds) != 1 {
 				t.Fatalf("Receive: %v, %v", ds, err)
 			}
+			f.renewing(time.Minute)
 			if err := ext.ExtendLeases(ctx, ds); err != nil {
 				t.Errorf("ExtendLeases through the wrapper: %v", err)
+			}
+			if b, err := os.ReadFile(log); err != nil || string(b) != faultRenewedStall+"\n" {
+				t.Errorf("fault log after a renewal in a stall: %q, %v; want %q", b, err, faultRenewedStall+"\n")
 			}
 			f.starve(time.Minute)
 			if err := ext.ExtendLeases(ctx, ds); !errors.Is(err, errRenewalWithheld) {
