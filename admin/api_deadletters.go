@@ -93,18 +93,13 @@ func (a *api) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 // queryDeadLetters serves GET /api/dead-letters, with the reason,
 // message_type and key filters when given.
 func (a *api) queryDeadLetters(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if p := triageProblem(q); p != "" {
-		writeError(w, http.StatusBadRequest, "%s", p)
+	q, limit, ok := triageRequest(w, r)
+	if !ok {
 		return
 	}
 	if q.Get("reason") == "" && q.Get("message_type") == "" && q.Get("key") == "" && q.Get("state") == "" &&
 		q.Get("fingerprint") == "" && q.Get("archived") == "" && q.Get("archived_before") == "" {
 		a.listDeadLetters(w, r)
-		return
-	}
-	limit, ok := parseLimit(w, r)
-	if !ok {
 		return
 	}
 	ctx, cancel := a.storeCtx(r)
@@ -170,12 +165,7 @@ func (a *api) bulkFailed(w http.ResponseWriter, r *http.Request, res *BulkResult
 }
 
 func (a *api) apiDeadLetterGroups(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if p := triageProblem(q); p != "" {
-		writeError(w, http.StatusBadRequest, "%s", p)
-		return
-	}
-	limit, ok := parseLimit(w, r)
+	q, limit, ok := triageRequest(w, r)
 	if !ok {
 		return
 	}

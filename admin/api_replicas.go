@@ -14,28 +14,25 @@ func (a *api) apiReplicas(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := a.storeCtx(r)
 	defer cancel()
 	out, err := a.listReplicas(ctx, limit, time.Now())
-	if errors.Is(err, errNoReplicas) {
-		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", a.st)
-		return
-	}
-	if err != nil {
-		a.internalError(w, r, "list replicas", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	a.replicasAnswer(w, r, "list replicas", out, err)
 }
 
 func (a *api) apiRemoveReplicas(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := a.storeCtx(r)
 	defer cancel()
 	out, err := a.removeReplicas(ctx, time.Now())
-	if errors.Is(err, errNoReplicas) {
+	a.replicasAnswer(w, r, "remove replicas", out, err)
+}
+
+// replicasAnswer writes out, or the error of what: 501 when the store
+// keeps no replica heartbeats.
+func (a *api) replicasAnswer(w http.ResponseWriter, r *http.Request, what string, out any, err error) {
+	switch {
+	case errors.Is(err, errNoReplicas):
 		writeError(w, http.StatusNotImplemented, "store %T keeps no replica heartbeats", a.st)
-		return
+	case err != nil:
+		a.internalError(w, r, what, err)
+	default:
+		writeJSON(w, http.StatusOK, out)
 	}
-	if err != nil {
-		a.internalError(w, r, "remove replicas", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
 }

@@ -1,11 +1,10 @@
 package admin
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"net/url"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/inspect"
@@ -22,10 +21,8 @@ type RetryList struct {
 // apiRetries lists the retry state of a saga's messages. The saga need
 // not exist: a message that would start it may be the one failing.
 func (a *api) apiRetries(w http.ResponseWriter, r *http.Request) {
-	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, a.e.Config().MaxKeyLen)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
+	k, ok := a.sagaParam(w, r)
+	if !ok {
 		return
 	}
 	if a.caps.retries == nil {
@@ -34,9 +31,9 @@ func (a *api) apiRetries(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	rs, err := a.retriesOf(ctx, store.Key{SagaType: typ, Key: key})
+	rs, err := a.retriesOf(ctx, k)
 	if err != nil {
-		a.internalError(w, r, fmt.Sprintf("read the retries of saga %s/%s", typ, key), err)
+		a.internalError(w, r, fmt.Sprintf("read the retries of saga %s/%s", k.SagaType, k.Key), err)
 		return
 	}
 	if rs == nil {
@@ -46,9 +43,8 @@ func (a *api) apiRetries(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) apiRetryNow(w http.ResponseWriter, r *http.Request) {
-	k, err := a.sagaKeyOf(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v: path-escape the key as it appears in GET /api/sagas", err)
+	k, ok := a.sagaParam(w, r)
+	if !ok {
 		return
 	}
 	actor, err := a.apiActor(r)
@@ -73,8 +69,11 @@ func (a *api) apiRetryNow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, Accepted{ID: env.ID, DedupID: env.DedupID(), Type: env.Type, Saga: k.SagaType, Key: k.Key})
 }
 
+// apiRetryFilter is retryFilter as the API reads it.
+func apiRetryFilter(q url.Values) (*inspect.RetryFilter, error) { return retryFilter(q, false) }
+
 func (a *api) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
-	f, err := retryFilter(r.URL.Query(), false)
+	f, err := apiRetryFilter(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -93,19 +92,9 @@ func (a *api) apiSelectRetries(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) apiRetryNowBatch(w http.ResponseWriter, r *http.Request) {
-	f, err := retryFilter(r.URL.Query(), false)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	actor, err := a.apiActor(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
 	var body RetryNowBatch
-	if err := json.NewDecoder(io.LimitReader(r.Body, a.maxBody)).Decode(&body); err != nil || body.Digest == "" {
-		writeError(w, http.StatusBadRequest, `request body is not {"digest": "<from GET /api/retries/select>"}: %v`, err)
+	f, actor, ok := batchRequest(a, w, r, apiRetryFilter, &body, `{"digest": "<from GET /api/retries/select>"}`)
+	if !ok {
 		return
 	}
 	ctx, cancel := a.storeCtx(r)

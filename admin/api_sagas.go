@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/idemhq/idem/internal/history"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 func (a *api) listSagas(w http.ResponseWriter, r *http.Request) {
@@ -53,27 +55,24 @@ func (a *api) listSagas(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) getSaga(w http.ResponseWriter, r *http.Request) {
-	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, a.e.Config().MaxKeyLen)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
+	k, ok := a.sagaParam(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	k := store.Key{SagaType: typ, Key: key}
 	in, err := a.load(ctx, k)
 	if err != nil {
-		a.internalError(w, r, fmt.Sprintf("load saga %s/%s", typ, key), err)
+		a.internalError(w, r, fmt.Sprintf("load saga %s/%s", k.SagaType, k.Key), err)
 		return
 	}
 	if in == nil {
-		writeError(w, http.StatusNotFound, "no saga %s with key %q: list the sagas with GET /api/sagas?type=%s", typ, key, typ)
+		writeError(w, http.StatusNotFound, "no saga %s with key %q: list the sagas with GET /api/sagas?type=%s", k.SagaType, k.Key, k.SagaType)
 		return
 	}
 	j, err := a.st.Journal(ctx, k)
 	if err != nil {
-		a.internalError(w, r, fmt.Sprintf("read the journal of saga %s/%s", typ, key), err)
+		a.internalError(w, r, fmt.Sprintf("read the journal of saga %s/%s", k.SagaType, k.Key), err)
 		return
 	}
 	if j == nil {
@@ -84,10 +83,13 @@ func (a *api) getSaga(w http.ResponseWriter, r *http.Request) {
 }
 
 // querySagas serves GET /api/sagas: the plain listing, or with status,
-// prefix, stuck or attr the filtered query whose cursor is opaque.
+// prefix, stuck, reason, idle or attr the filtered query whose cursor is
+// opaque. With stuck=true, reason (inspect.StuckReasons) and idle (a Go
+// duration) filter as the console's stuck view does: an urgent reason
+// lists its sagas most urgent first, one page with no cursor.
 func (a *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("status") == "" && q.Get("prefix") == "" && q.Get("stuck") == "" && len(attrFilters(q)) == 0 {
+	if !slices.ContainsFunc([]string{"status", "prefix", "stuck", "reason", "idle"}, func(k string) bool { return q.Get(k) != "" }) && len(attrFilters(q)) == 0 {
 		a.listSagas(w, r)
 		return
 	}
@@ -95,7 +97,7 @@ func (a *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := instanceQuery(q)
+	p, sf, err := stuckQuery(q)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -103,9 +105,15 @@ func (a *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	p.Limit = limit
 	ctx, cancel := a.storeCtx(r)
 	defer cancel()
-	ins, err := inspect.Instances(ctx, a.st, p)
+	var ins []*store.Instance
+	if now := time.Now(); sf.urgent() {
+		ins, err = a.urgentActive(ctx, sf.Reason, p.SagaType, now, limit)
+	} else {
+		sf.bound(p, now)
+		ins, err = inspect.Instances(ctx, a.st, p)
+	}
 	if errors.Is(err, inspect.ErrUnsupported) {
-		writeError(w, http.StatusNotImplemented, "%v: drop stuck=, or use a store that implements it", err)
+		writeError(w, http.StatusNotImplemented, "%v: drop stuck=, reason= and idle=, or use a store that implements it", err)
 		return
 	}
 	if err != nil {
@@ -116,10 +124,24 @@ func (a *api) querySagas(w http.ResponseWriter, r *http.Request) {
 	for _, in := range ins {
 		out.Sagas = append(out.Sagas, toInstance(in))
 	}
-	if len(ins) == limit {
+	if len(ins) == limit && !sf.urgent() {
 		out.Next = encodeCursor(ins[len(ins)-1])
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// stuckQuery reads the instance filter of q with the stuck view's reason
+// and idle time, checked together.
+func stuckQuery(q url.Values) (*readmodel.InstanceQuery, stuckFilter, error) {
+	p, err := instanceQuery(q)
+	if err != nil {
+		return nil, stuckFilter{}, err
+	}
+	sf, err := parseStuckFilter(q)
+	if err == nil {
+		err = sf.check(p.Stuck, q)
+	}
+	return p, sf, err
 }
 
 func (a *api) submit(w http.ResponseWriter, r *http.Request) {
@@ -253,27 +275,9 @@ func (a *api) apiActor(r *http.Request) (string, error) {
 	return who + ": " + name, nil
 }
 
-// actionRequest reads the saga, the actor and the JSON body of an action
-// on one saga; it answers 400 itself, naming what is wrong, when one is
-// not acceptable.
-func (a *api) actionRequest(w http.ResponseWriter, r *http.Request, body any, shape string) (store.Key, string, bool) {
-	k, err := a.sagaKeyOf(r)
-	if err == nil {
-		var actor string
-		if actor, err = a.apiActor(r); err == nil {
-			if err = json.NewDecoder(io.LimitReader(r.Body, a.maxBody)).Decode(body); err == nil {
-				return k, actor, true
-			}
-			err = fmt.Errorf("%s: %w", shape, err)
-		}
-	}
-	writeError(w, http.StatusBadRequest, "%v", err)
-	return store.Key{}, "", false
-}
-
 func (a *api) apiEndSaga(w http.ResponseWriter, r *http.Request) {
 	var body EndSaga
-	k, actor, ok := a.actionRequest(w, r, &body, `request body is not {"reason": "why it is ended"}`)
+	k, actor, ok := a.actionRequest(w, r, &body, `{"reason": "why it is ended"}`)
 	if !ok {
 		return
 	}
@@ -293,7 +297,7 @@ func (a *api) apiEndSaga(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) apiSendEvent(w http.ResponseWriter, r *http.Request) {
 	var body SendEvent
-	k, actor, ok := a.actionRequest(w, r, &body, `request body is not {"type": "...", "body": {...}}`)
+	k, actor, ok := a.actionRequest(w, r, &body, `{"type": "...", "body": {...}}`)
 	if !ok {
 		return
 	}
@@ -333,19 +337,9 @@ func (a *api) apiSelectSagas(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) apiEndSagas(w http.ResponseWriter, r *http.Request) {
-	q, err := a.batchQuery(r.URL.Query())
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	actor, err := a.apiActor(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
 	var body EndSagas
-	if err := json.NewDecoder(io.LimitReader(r.Body, a.maxBody)).Decode(&body); err != nil || body.Digest == "" {
-		writeError(w, http.StatusBadRequest, `request body is not {"reason": "...", "digest": "<from GET /api/sagas/select>"}: %v`, err)
+	q, actor, ok := batchRequest(a, w, r, a.batchQuery, &body, `{"reason": "...", "digest": "<from GET /api/sagas/select>"}`)
+	if !ok {
 		return
 	}
 	ctx, cancel := a.storeCtx(r)
@@ -367,11 +361,7 @@ func (a *api) apiEndSagas(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) apiHistory(w http.ResponseWriter, r *http.Request) {
-	typ, raw := r.PathValue("type"), r.PathValue("key")
-	key, err := canonKey(raw, a.e.Config().MaxKeyLen)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "saga key %q is not a valid key (%v): path-escape the key as it appears in GET /api/sagas", raw, err)
-		return
+	if k, ok := a.sagaParam(w, r); ok {
+		a.writeHistory(w, r, k, false)
 	}
-	a.writeHistory(w, r, store.Key{SagaType: typ, Key: key}, false)
 }

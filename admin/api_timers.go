@@ -1,9 +1,7 @@
 package admin
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -60,8 +58,8 @@ func (a *api) apiRescheduleTimer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body Reschedule
-	if err := json.NewDecoder(io.LimitReader(r.Body, a.maxBody)).Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, `request body is not {"due_at": "2026-01-02T15:04:05Z"} or {"in": "10m"}: %v`, err)
+	if err := a.decodeBody(r, &body, `{"due_at": "2026-01-02T15:04:05Z"} or {"in": "10m"}`); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	due, err := dueTime(body, time.Now())

@@ -20,11 +20,14 @@ type capabilities struct {
 	journalTailer     readmodel.JournalTailer
 	outboxSent        readmodel.OutboxSentReader
 
-	retries    store.RetryRecorder
-	schedules  store.Scheduler
-	replicas   store.ReplicaRegistry
-	tokens     store.TokenSweeper
-	storeQueue store.Queue
+	retries   store.RetryRecorder
+	schedules store.Scheduler
+	replicas  store.ReplicaRegistry
+	// replicaCounter counts every replica record by state; nil where the
+	// store cannot, and the counts are then those of the records listed.
+	replicaCounter readmodel.ReplicaCounter
+	tokens         store.TokenSweeper
+	storeQueue     store.Queue
 
 	// transportPending counts the engine's transport's messages, when it
 	// can; pending is the queue depth source of the overview: the
@@ -49,6 +52,7 @@ func resolveCapabilities(st store.Store, tr, cfgTr transport.Transport) *capabil
 	c.retries, _ = st.(store.RetryRecorder)
 	c.schedules, _ = st.(store.Scheduler)
 	c.replicas, _ = st.(store.ReplicaRegistry)
+	c.replicaCounter, _ = st.(readmodel.ReplicaCounter)
 	c.tokens, _ = st.(store.TokenSweeper)
 	c.storeQueue, _ = st.(store.Queue)
 	c.transportPending, _ = tr.(transport.PendingCounter)

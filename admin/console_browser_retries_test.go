@@ -2,40 +2,12 @@ package admin_test
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/saga"
-	"github.com/idemhq/idem/store"
 )
-
-// flakyPaymentMachine is paymentMachine whose charge fails at its first
-// delivery only, asking for a retry in an hour, and then moves the
-// payment to Charged.
-func flakyPaymentMachine() *saga.Machine[payment] {
-	m := saga.New[payment]("payment")
-	awaiting, charged := m.State("AwaitingCharge"), m.State("Charged")
-	started := saga.NewEvent[paymentStarted](m, func(e paymentStarted) string { return e.ID })
-	charge := saga.NewEvent[paymentCharge](m, func(e paymentCharge) string { return e.ID })
-	m.Initially(saga.When(started).Then(func(c *saga.Context[payment], e paymentStarted) error {
-		c.Data.Amount = e.Amount
-		return nil
-	}).TransitionTo(awaiting))
-	var calls atomic.Int32
-	m.During(awaiting, saga.When(charge).Then(func(*saga.Context[payment], paymentCharge) error {
-		if calls.Add(1) == 1 {
-			return idem.RetryAfter(time.Hour, errors.New(`charge card: gateway said <script>alert("x")</script>`))
-		}
-		return nil
-	}).TransitionTo(charged))
-	return m
-}
 
 // The operator sees a message retrying with an hour's backoff, presses
 // Retry now, is asked with the message's ID, type, attempts and last
@@ -43,26 +15,8 @@ func flakyPaymentMachine() *saga.Machine[payment] {
 // journal names who retried it.
 func TestBrowserRetryNow(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, nil, 0, flakyPaymentMachine())
-	ctx := context.Background()
-	env, err := b.e.NewEnvelope("start-pay-1", paymentStarted{ID: "pay-1", Amount: 42})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.e.PublishAndWait(ctx, env); err != nil {
-		t.Fatalf("start pay-1: %v", err)
-	}
-	if env, err = b.e.NewEnvelope("charge-pay-1", paymentCharge{ID: "pay-1"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.e.Publish(ctx, env); err != nil {
-		t.Fatal(err)
-	}
-	k := store.Key{SagaType: "payment", Key: "pay-1"}
-	eventually(t, "the charge's retry state", func() bool {
-		rs, err := b.st.Retries(ctx, k)
-		return err == nil && len(rs) == 1
-	})
+	b := retryingCharge(t, paymentMachine(1))
+	ctx, k := context.Background(), payKey
 	if rs, _ := b.st.Retries(ctx, k); rs[0].Envelope == nil {
 		t.Fatal("the engine recorded the charge's retry without its envelope: it cannot be retried now (the engine must set store.Retry.Envelope where it records a retry, lane.go noteRetry)")
 	}
@@ -83,15 +37,15 @@ func TestBrowserRetryNow(t *testing.T) {
 		!strings.HasSuffix(lastErr, `charge card: gateway said <script>alert("x")</script>`) {
 		t.Errorf("question: %q, message %q of type %q, attempts %q, last error %q; want the charge's", question, msgID, msgType, attempts, lastErr)
 	}
-	if in, err := loadInstance2(b, k); err != nil || in.State != "AwaitingCharge" {
+	if in, err := loadSaga(b, k); err != nil || in == nil || in.State != "AwaitingCharge" {
 		t.Fatalf("before the confirmation: %+v, %v; want pay-1 still awaiting its charge", in, err)
 	}
 	screenshot(t, bctx, "retry-now-question")
 	confirmed := time.Now()
 	run(t, bctx, "confirm", chromedp.Click("#confirm-retry-yes", chromedp.ByID), chromedp.WaitVisible("#why"))
 	eventually(t, "pay-1 to be charged by the copy", func() bool {
-		in, err := loadInstance2(b, k)
-		return err == nil && in.State == "Charged"
+		in, err := loadSaga(b, k)
+		return err == nil && in != nil && in.State == "Charged"
 	})
 	t.Logf("charged %v after the confirmation; the backoff was 1h", time.Since(confirmed).Round(time.Millisecond))
 	eventually(t, "the charge's retry state to be cleared by the copy that applied", func() bool {
@@ -114,23 +68,4 @@ func TestBrowserRetryNow(t *testing.T) {
 	if dialog.Load() {
 		t.Error("a JavaScript dialog opened: the error's markup ran")
 	}
-}
-
-// loadInstance2 loads the saga k, which must exist.
-func loadInstance2(b *bundle, k store.Key) (*store.Instance, error) {
-	ctx := context.Background()
-	uow, err := b.st.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = uow.Rollback(ctx) }()
-	res, err := uow.Load(ctx, &store.LoadParams{Keys: []store.Key{k}})
-	if err != nil {
-		return nil, err
-	}
-	in := res.Instances[k]
-	if in == nil {
-		return nil, errors.New("no such saga")
-	}
-	return in, nil
 }

@@ -269,14 +269,19 @@ func TestBrowserLogin(t *testing.T) {
 	}
 }
 
+// loadInstance loads the order saga key; nil when there is none.
 func loadInstance(b *bundle, key string) (*store.Instance, error) {
+	return loadSaga(b, store.Key{SagaType: "order", Key: key})
+}
+
+// loadSaga loads the saga k; nil when there is none.
+func loadSaga(b *bundle, k store.Key) (*store.Instance, error) {
 	ctx := context.Background()
 	uow, err := b.st.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = uow.Rollback(ctx) }()
-	k := store.Key{SagaType: "order", Key: key}
 	res, err := uow.Load(ctx, &store.LoadParams{Keys: []store.Key{k}})
 	if err != nil {
 		return nil, err

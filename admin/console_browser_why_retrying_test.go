@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,29 +24,38 @@ type (
 	paymentCharge struct{ ID string }
 )
 
-// paymentMachine starts a payment, then fails every charge with a
-// transient error asking for a retry in an hour: the charge stays
-// retrying.
-func paymentMachine() *saga.Machine[payment] {
+// paymentMachine starts a payment, then fails a charge with a transient
+// error asking for a retry in an hour, and moves the payment to Charged
+// once a charge succeeds: with fail 0 every charge fails (the charge stays
+// retrying), else only the first fail charges do.
+func paymentMachine(fail int32) *saga.Machine[payment] {
 	m := saga.New[payment]("payment")
-	awaiting := m.State("AwaitingCharge")
+	awaiting, charged := m.State("AwaitingCharge"), m.State("Charged")
 	started := saga.NewEvent[paymentStarted](m, func(e paymentStarted) string { return e.ID })
 	charge := saga.NewEvent[paymentCharge](m, func(e paymentCharge) string { return e.ID })
 	m.Initially(saga.When(started).Then(func(c *saga.Context[payment], e paymentStarted) error {
 		c.Data.Amount = e.Amount
 		return nil
 	}).TransitionTo(awaiting))
+	var calls atomic.Int32
 	m.During(awaiting, saga.When(charge).Then(func(*saga.Context[payment], paymentCharge) error {
-		return idem.RetryAfter(time.Hour, errors.New(`charge card: gateway said <script>alert("x")</script>`))
-	}))
+		if n := calls.Add(1); fail == 0 || n <= fail {
+			return idem.RetryAfter(time.Hour, errors.New(`charge card: gateway said <script>alert("x")</script>`))
+		}
+		return nil
+	}).TransitionTo(charged))
 	return m
 }
 
-// An instance page shows a message the engine is retrying, with its last
-// error as text, and the verdict says the saga is retrying.
-func TestBrowserInstanceRetrying(t *testing.T) {
-	t.Parallel()
-	b := setupWith(t, nil, 0, paymentMachine())
+// payKey is the payment saga that retryingCharge starts.
+var payKey = store.Key{SagaType: "payment", Key: "pay-1"}
+
+// retryingCharge is the rig of the retrying tests: an engine with m that
+// starts payment pay-1 and sends it a charge (charge-pay-1), returned once
+// the charge's retry state is stored.
+func retryingCharge(t *testing.T, m *saga.Machine[payment]) *bundle {
+	t.Helper()
+	b := setupWith(t, nil, 0, m)
 	ctx := context.Background()
 	env, err := b.e.NewEnvelope("start-pay-1", paymentStarted{ID: "pay-1", Amount: 42})
 	if err != nil {
@@ -61,9 +71,17 @@ func TestBrowserInstanceRetrying(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the charge's retry state", func() bool {
-		rs, err := b.st.Retries(ctx, store.Key{SagaType: "payment", Key: "pay-1"})
+		rs, err := b.st.Retries(ctx, payKey)
 		return err == nil && len(rs) == 1
 	})
+	return b
+}
+
+// An instance page shows a message the engine is retrying, with its last
+// error as text, and the verdict says the saga is retrying.
+func TestBrowserInstanceRetrying(t *testing.T) {
+	t.Parallel()
+	b := retryingCharge(t, paymentMachine(0))
 
 	bctx, dialog := chrome(t)
 	var verdict, retries string

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // Replica is an engine replica as GET /api/replicas shows it: its last
@@ -44,7 +45,8 @@ type Replica struct {
 }
 
 // ReplicaList is GET /api/replicas: the replicas, the most recently
-// started first, and how many are in each state.
+// started first (up to the limit), and how many records are in each state,
+// every record counted where the store is a readmodel.ReplicaCounter.
 type ReplicaList struct {
 	Replicas []Replica     `json:"replicas"`
 	Counts   ReplicaCounts `json:"counts"`
@@ -61,7 +63,7 @@ type ReplicaCounts struct {
 // ReplicaReplaced is the state of a gone replica that a replica started
 // after its last beat has replaced: it needs no one's attention, and
 // idem_replicas{state="gone"} (IdemReplicaGone) no longer counts it.
-const ReplicaReplaced = "replaced"
+const ReplicaReplaced = readmodel.ReplicaReplaced
 
 // replicaStates judges each replica's state at now: store.Replica.State,
 // with a gone one that a live replica started after its last beat marked
@@ -176,18 +178,13 @@ func lagText(sec float64) string {
 // collectReplicas exports idem_replicas: the replicas by state, when the
 // store keeps heartbeats. Every state has a sample, zero included.
 func (c *collector) collectReplicas(ctx context.Context, now time.Time, gauge func(*prometheus.Desc, float64, ...string)) {
-	rr := c.caps.replicas
-	if rr == nil {
+	if c.caps.replicas == nil {
 		return
 	}
-	rs, err := rr.Replicas(ctx, maxLimit)
+	n, err := c.caps.countReplicas(ctx, now)
 	if err != nil {
-		c.log.Warn("metrics: list the replicas", "error", err)
+		c.log.Warn("metrics: count the replicas", "error", err)
 		return
-	}
-	var n ReplicaCounts
-	for _, st := range replicaStates(rs, now) {
-		n.add(st)
 	}
 	gauge(c.replicas, float64(n.Alive), store.ReplicaAlive)
 	gauge(c.replicas, float64(n.Stopped), store.ReplicaStopped)

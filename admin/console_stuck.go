@@ -3,43 +3,11 @@ package admin
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/idemhq/idem/internal/inspect"
-	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/readmodel"
 )
-
-// stuckFilter is the stuck view's reason and idle time, as given.
-type stuckFilter struct {
-	Reason string
-	Idle   time.Duration
-}
-
-// parseStuckFilter reads reason (inspect.StuckReasons) and idle (a Go
-// duration such as 30m or 48h: no event for at least that long).
-func parseStuckFilter(q url.Values) (stuckFilter, error) {
-	var f stuckFilter
-	var err error
-	if f.Reason, err = inspect.ParseStuckReason(q.Get("reason")); err != nil {
-		return f, err
-	}
-	if v := strings.TrimSpace(q.Get("idle")); v != "" {
-		if f.Idle, err = time.ParseDuration(v); err != nil || f.Idle <= 0 {
-			return f, fmt.Errorf("idle %.40q: want a duration such as 30m or 48h", v)
-		}
-	}
-	return f, nil
-}
-
-// urgent tells whether f lists the sagas of an urgent reason (from the
-// timers or the retries) rather than the stuck query's idle order.
-func (f stuckFilter) urgent() bool {
-	return f.Reason == inspect.StuckDeadline || f.Reason == inspect.StuckTimer || f.Reason == inspect.StuckRetrying
-}
 
 // stuckChip is one reason of the stuck view with how many sagas it holds.
 type stuckChip struct {
@@ -71,26 +39,6 @@ func (c *console) stuckChips(ctx context.Context, sagaType string, now time.Time
 	return out, nil
 }
 
-// urgentActive is inspect.UrgentSagas with the sagas that finished or are
-// gone left out, loaded.
-func (c *console) urgentActive(ctx context.Context, reason, sagaType string, now time.Time, limit int) ([]*store.Instance, error) {
-	us, err := inspect.UrgentSagas(ctx, c.st, reason, sagaType, now, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*store.Instance, 0, len(us))
-	for _, u := range us {
-		in, err := c.load(ctx, u.Key)
-		if err != nil {
-			return nil, err
-		}
-		if in != nil && in.Status() == store.StatusActive {
-			out = append(out, in)
-		}
-	}
-	return out, nil
-}
-
 // stuckPage fills v's rows for the stuck view: with an urgent reason, the
 // most urgent sagas of that reason (one page, no cursor); else the stuck
 // query (oldest first), no event for at least f.Idle. It reports whether
@@ -100,11 +48,7 @@ func (c *console) stuckPage(ctx context.Context, v *instancesView, p *readmodel.
 	if v.Chips, err = c.stuckChips(ctx, p.SagaType, now); err != nil {
 		return false, err
 	}
-	if f.Idle > 0 {
-		if before := now.Add(-f.Idle); p.UpdatedBefore.IsZero() || before.Before(p.UpdatedBefore) {
-			p.UpdatedBefore = before
-		}
-	}
+	f.bound(p, now)
 	if !f.urgent() {
 		return false, nil
 	}

@@ -18,25 +18,7 @@ import (
 func TestConsoleStuckViewFilters(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	seed(t, b)
-	ctx := t.Context()
-	if err := b.e.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	recordRetry(t, b, "pay-o-1", "o-1")
-	now := time.Now().UTC()
-	timer := func(key, name string, ago time.Duration) store.Timer {
-		return store.Timer{SagaType: "order", Key: key, Name: name, DueAt: now.Add(-ago),
-			Envelope: idem.Envelope{ID: "timer-" + key + name, Type: "idem.Timeout@order", Body: []byte(`{}`)}}
-	}
-	uow, err := b.st.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := uow.Commit(ctx, &store.Changes{Timers: []store.Timer{timer("o-2", "reminder", time.Minute), timer("x-9", "reminder", time.Hour),
-		timer("o-3", saga.RequestTimerPrefix+"authorize", 90*time.Second)}}); err != nil {
-		t.Fatal(err)
-	}
+	stuckFixture(t, b)
 	br := newBrowser(t, b)
 	keys := func(page string) []string {
 		var out []string
@@ -70,5 +52,31 @@ func TestConsoleStuckViewFilters(t *testing.T) {
 		if code, _ := br.get("/instances?stuck=on&" + bad); code != http.StatusBadRequest {
 			t.Errorf("stuck view %s: %d, want 400", bad, code)
 		}
+	}
+}
+
+// stuckFixture seeds b's sagas and stops its engine, then makes o-1
+// retrying, o-2 and x-9 (most overdue) have an overdue timer, and o-3 a
+// request past its deadline.
+func stuckFixture(t *testing.T, b *bundle) {
+	t.Helper()
+	seed(t, b)
+	ctx := t.Context()
+	if err := b.e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recordRetry(t, b, "pay-o-1", "o-1")
+	now := time.Now().UTC()
+	timer := func(key, name string, ago time.Duration) store.Timer {
+		return store.Timer{SagaType: "order", Key: key, Name: name, DueAt: now.Add(-ago),
+			Envelope: idem.Envelope{ID: "timer-" + key + name, Type: "idem.Timeout@order", Body: []byte(`{}`)}}
+	}
+	uow, err := b.st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uow.Commit(ctx, &store.Changes{Timers: []store.Timer{timer("o-2", "reminder", time.Minute), timer("x-9", "reminder", time.Hour),
+		timer("o-3", saga.RequestTimerPrefix+"authorize", 90*time.Second)}}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -27,7 +27,34 @@ func (p *parts) listReplicas(ctx context.Context, limit int, now time.Time) (*Re
 		out.Counts.add(x.State)
 		out.Replicas = append(out.Replicas, x)
 	}
+	if p.caps.replicaCounter != nil {
+		if out.Counts, err = p.caps.countReplicas(ctx, now); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// countReplicas counts every replica record by state at now: in one read
+// where the store can (readmodel.ReplicaCounter), else from the maxLimit
+// most recently started records.
+func (c *capabilities) countReplicas(ctx context.Context, now time.Time) (ReplicaCounts, error) {
+	if rc := c.replicaCounter; rc != nil {
+		n, err := rc.CountReplicas(ctx, now)
+		if err != nil {
+			return ReplicaCounts{}, fmt.Errorf("count replicas: %w", err)
+		}
+		return ReplicaCounts{Alive: n.Alive, Stopped: n.Stopped, Gone: n.Gone, Replaced: n.Replaced}, nil
+	}
+	rs, err := c.replicas.Replicas(ctx, maxLimit)
+	if err != nil {
+		return ReplicaCounts{}, fmt.Errorf("list replicas: %w", err)
+	}
+	var n ReplicaCounts
+	for _, st := range replicaStates(rs, now) {
+		n.add(st)
+	}
+	return n, nil
 }
 
 // removeRounds bounds how many lists removeReplicas reads: each round
@@ -77,20 +104,13 @@ func notRunning(rs []store.Replica, now time.Time) []store.ReplicaMark {
 // liveReplicas counts the replicas alive at now; nil when the store keeps
 // no heartbeats or did not answer (logged).
 func (p *parts) liveReplicas(ctx context.Context, now time.Time) *int {
-	rr := p.caps.replicas
-	if rr == nil {
+	if p.caps.replicas == nil {
 		return nil
 	}
-	rs, err := rr.Replicas(ctx, maxLimit)
+	c, err := p.caps.countReplicas(ctx, now)
 	if err != nil {
-		p.log.WarnContext(ctx, "admin: list replicas", "error", err)
+		p.log.WarnContext(ctx, "admin: count replicas", "error", err)
 		return nil
 	}
-	n := 0
-	for i := range rs {
-		if rs[i].State(now) == store.ReplicaAlive {
-			n++
-		}
-	}
-	return &n
+	return &c.Alive
 }

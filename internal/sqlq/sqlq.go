@@ -83,6 +83,21 @@ func ParseToken(s string) (int64, string, bool) {
 	return seq, b, err == nil && b != ""
 }
 
+// RetiredPrefix starts the token column of a queue row whose delivery was
+// nacked (or returned by the unit of work that claimed it): the SQL queues
+// write RetiredPrefix and the claim's token there, in the Nack's UPDATE,
+// so that a later Ack, Nack or lease extension with the old token matches
+// no row and is ignored, as for a settled delivery, instead of replacing
+// the Nack's delay. The next Receive writes a new token.
+const RetiredPrefix = "nacked:"
+
+// LeaseLost reports whether a queue row whose token column holds cur was
+// handed out again since the claim whose token is tok: it holds neither
+// tok (a settlement in flight holds the row) nor tok retired by a Nack.
+func LeaseLost(cur, tok string) bool {
+	return cur != tok && cur != RetiredPrefix+tok
+}
+
 // ErrForeignToken is wrapped when a delivery's token was not made by this
 // kind of store.
 var ErrForeignToken = errors.New("delivery token is not from this store")

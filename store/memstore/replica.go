@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var _ store.ReplicaRegistry = (*Store)(nil)
@@ -90,4 +91,37 @@ func (s *Store) RemoveReplicas(ctx context.Context, marks []store.ReplicaMark) (
 func cloneReplica(r store.Replica) store.Replica {
 	r.Config = maps.Clone(r.Config)
 	return r
+}
+
+var _ readmodel.ReplicaCounter = (*Store)(nil)
+
+// CountReplicas counts every replica by its state at now.
+func (s *Store) CountReplicas(ctx context.Context, now time.Time) (*readmodel.ReplicaCounts, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx, "count replicas"); err != nil {
+		return nil, err
+	}
+	var c readmodel.ReplicaCounts
+	var liveStart time.Time
+	for _, r := range s.replicas {
+		if r.State(now) == store.ReplicaAlive && r.StartedAt.After(liveStart) {
+			liveStart = r.StartedAt
+		}
+	}
+	for _, r := range s.replicas {
+		switch r.State(now) {
+		case store.ReplicaAlive:
+			c.Alive++
+		case store.ReplicaStopped:
+			c.Stopped++
+		case store.ReplicaGone:
+			if r.BeatAt.Before(liveStart) {
+				c.Replaced++
+			} else {
+				c.Gone++
+			}
+		}
+	}
+	return &c, nil
 }

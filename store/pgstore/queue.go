@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemhq/idem/internal/sqlq"
@@ -158,11 +158,24 @@ func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.De
 
 // Ack deletes settled messages. A delivery whose claim was taken over by
 // another consumer is refused with transport.ErrLeaseLost; one already
-// deleted is not an error.
+// deleted or nacked is not an error.
 func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
 		return err
 	}
+	return s.fencedWrite(ctx, "ack", ds, false, `
+DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
+WHERE q.seq = u.seq AND q.token = u.token
+RETURNING q.seq`)
+}
+
+// fencedWrite runs q, a statement over the queue rows of ds ($1 their
+// seqs and $2 their claim tokens; args follow) that returns the seq of
+// each row it wrote, then NOTIFY when notify is set, in one round trip.
+// It reports with transport.ErrLeaseLost the rows it missed that were
+// handed out again since (see fenced). Ack, Nack and ExtendLeases share
+// it.
+func (s *Store) fencedWrite(ctx context.Context, op string, ds []transport.Delivery, notify bool, q string, args ...any) error {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -170,74 +183,75 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err != nil {
 		return err
 	}
-	rows, err := s.pool.Query(ctx, `
-DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
-WHERE q.seq = u.seq AND q.token = u.token
-RETURNING q.seq`, seqs, toks)
-	if err != nil {
-		return fmt.Errorf("pgstore: ack: %w", translate(err))
+	var done []int64
+	b := &pgx.Batch{}
+	b.Queue(q, append([]any{seqs, toks}, args...)...).Query(func(rows pgx.Rows) error {
+		var err error
+		done, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	if notify {
+		b.Queue(notifySQL, s.cfg.Schema)
 	}
-	deleted, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return fmt.Errorf("pgstore: ack: %w", translate(err))
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("pgstore: %s: %w", op, translate(err))
 	}
-	if len(deleted) == len(ds) {
+	if len(done) == len(seqs) {
 		return nil
 	}
-	return s.fenced(ctx, "ack", seqs, deleted)
+	return s.fenced(ctx, op, seqs, toks, done)
 }
 
-// fenced reports ErrLeaseLost for the deliveries among seqs that were not
-// settled but still exist (claimed by someone else, or released).
-func (s *Store) fenced(ctx context.Context, op string, seqs, settled []int64) error {
-	var missing []int64
-	for _, q := range seqs {
-		if !slices.Contains(settled, q) {
-			missing = append(missing, q)
+// fenced reports ErrLeaseLost for the deliveries among seqs (claimed with
+// toks) that were not written (done) and whose rows were handed out again
+// since (sqlq.LeaseLost). A row that is gone was acked; one whose claim a
+// Nack retired is settled; one still holding the claim's token was
+// locked by a settlement in flight (the lease extension skips locked
+// rows).
+func (s *Store) fenced(ctx context.Context, op string, seqs []int64, toks []string, done []int64) error {
+	held := map[int64]string{}
+	for i, q := range seqs {
+		if !slices.Contains(done, q) {
+			held[q] = toks[i]
 		}
 	}
-	rows, err := s.pool.Query(ctx, `SELECT seq FROM idem_queue WHERE seq = ANY($1)`, missing)
+	rows, err := s.pool.Query(ctx, `SELECT seq, coalesce(token, '') FROM idem_queue WHERE seq = ANY($1)`, slices.Collect(maps.Keys(held)))
 	if err != nil {
 		return fmt.Errorf("pgstore: %s: %w", op, translate(err))
 	}
-	still, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	var lost []int64
+	var seq int64
+	var cur string
+	_, err = pgx.ForEachRow(rows, []any{&seq, &cur}, func() error {
+		if sqlq.LeaseLost(cur, held[seq]) {
+			lost = append(lost, seq)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("pgstore: %s: %w", op, translate(err))
 	}
-	if len(still) == 0 {
-		return nil // already settled
+	if len(lost) == 0 {
+		return nil // settled already
 	}
-	return fmt.Errorf("pgstore: %s of queue rows %v: %w", op, still, transport.ErrLeaseLost)
+	slices.Sort(lost)
+	return fmt.Errorf("pgstore: %s of queue rows %v: %w", op, lost, transport.ErrLeaseLost)
 }
 
-// Nack makes a claimed message visible again after delay. The claim's token
-// stays until the message is claimed again, so a repeated Nack (or a late
-// Ack) of the same delivery is not an error.
+// Nack makes a claimed message visible again after delay. It settles the
+// delivery: the claim's token is retired in the same UPDATE
+// (sqlq.RetiredPrefix), so a repeated Nack, a late Ack or a lease
+// extension of the same delivery is ignored, and no extension replaces
+// the delay.
 func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Duration) error {
 	if err := s.check("nack"); err != nil {
 		return err
 	}
-	seqs, toks, err := sqlq.SplitTokens([]transport.Delivery{d})
-	if err != nil {
-		return err
-	}
-	b := &pgx.Batch{}
-	var n int64
-	b.Queue(`UPDATE idem_queue SET visible_at = now() + make_interval(secs => $3) WHERE seq = $1 AND token = $2`,
-		seqs[0], toks[0], delay.Seconds()).Exec(func(ct pgconn.CommandTag) error {
-		n = ct.RowsAffected()
-		return nil
-	})
-	if delay <= 0 {
-		b.Queue(notifySQL, s.cfg.Schema)
-	}
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("pgstore: nack: %w", translate(err))
-	}
-	if n == 1 {
-		return nil
-	}
-	return s.fenced(ctx, "nack", seqs, nil)
+	return s.fencedWrite(ctx, "nack", []transport.Delivery{d}, delay <= 0, `
+UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3), token = $4 || q.token
+FROM unnest($1::bigint[], $2::text[]) AS u(seq, token)
+WHERE q.seq = u.seq AND q.token = u.token
+RETURNING q.seq`, delay.Seconds(), sqlq.RetiredPrefix)
 }
 
 // startListener starts, once, the goroutine that LISTENs for queue

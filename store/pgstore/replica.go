@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var _ store.ReplicaRegistry = (*Store)(nil)
@@ -122,4 +123,39 @@ func scanReplicas(rows pgx.Rows) ([]store.Replica, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+var _ readmodel.ReplicaCounter = (*Store)(nil)
+
+// countReplicasSQL counts the replicas by state at $1 (0 stopped, 1 alive,
+// 2 gone), a gone one whose last beat is before an alive one's start
+// counted as replaced. $2 is store.ReplicaGoneBeats and $3 the default
+// interval in nanoseconds.
+const countReplicasSQL = `
+WITH r AS (
+  SELECT started_at, beat_at,
+    CASE WHEN stopped_at IS NOT NULL THEN 0
+         WHEN $1::timestamptz - beat_at > interval '1 microsecond' * ($2::bigint * (CASE WHEN interval_ns > 0 THEN interval_ns ELSE $3::bigint END) / 1000) THEN 2
+         ELSE 1 END AS st
+  FROM idem_replicas),
+live AS (SELECT max(started_at) AS started FROM r WHERE st = 1)
+SELECT count(*) FILTER (WHERE st = 1),
+       count(*) FILTER (WHERE st = 0),
+       count(*) FILTER (WHERE st = 2 AND NOT coalesce(r.beat_at < live.started, false)),
+       count(*) FILTER (WHERE st = 2 AND coalesce(r.beat_at < live.started, false))
+FROM r, live`
+
+// CountReplicas counts every replica record by its state at now, in one
+// statement.
+func (s *Store) CountReplicas(ctx context.Context, now time.Time) (*readmodel.ReplicaCounts, error) {
+	if err := s.check("count replicas"); err != nil {
+		return nil, err
+	}
+	var c readmodel.ReplicaCounts
+	err := s.pool.QueryRow(ctx, countReplicasSQL, now, int64(store.ReplicaGoneBeats), int64(store.DefaultReplicaInterval)).
+		Scan(&c.Alive, &c.Stopped, &c.Gone, &c.Replaced)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: count replicas: %w", translate(err))
+	}
+	return &c, nil
 }

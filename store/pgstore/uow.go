@@ -370,7 +370,7 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 	u.queueAdvances(b)
 	queueTokenWrites(b, c)
 	if u.claim != nil {
-		u.claim.queueRequeue(b, u.claim.returns, u.claim.token)
+		u.claim.queueRequeue(b, u.claim.returns, sqlq.RetiredPrefix+u.claim.token) // returned: settled, as by a Nack
 	}
 	// The NOTIFY rides in the commit when one is due (notify.go).
 	if u.notifies = u.enqueues() && u.s.notifyDue(); u.notifies {

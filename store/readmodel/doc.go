@@ -9,7 +9,8 @@
 // timers; DeadLetterQuerier, DeadLetterGrouper, DeadLetterArchiver,
 // DeadLetterTypeQuerier and UnresolvedCounter triage dead letters;
 // RowEstimator and RowCounter size the tables; JournalTailer and
-// OutboxSentReader serve a saga's history. A nil result of the assertion
+// OutboxSentReader serve a saga's history; ReplicaCounter counts the
+// engine replicas by state. A nil result of the assertion
 // means "this store cannot", and the caller says so or falls back to the
 // store.Store methods.
 //

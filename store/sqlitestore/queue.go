@@ -173,15 +173,24 @@ func (s *Store) claim(ctx context.Context, max int) ([]transport.Delivery, time.
 	return ds, time.Time{}, nil
 }
 
-const existsSQL = `SELECT 1 FROM idem_queue WHERE seq = ?1`
-
 // Ack deletes settled messages. A delivery whose message was claimed again
 // by another consumer is refused with transport.ErrLeaseLost and left
-// alone; one already deleted is not an error. The others are settled.
+// alone; one already deleted or nacked is not an error. The others are
+// settled.
 func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
 		return err
 	}
+	return s.fencedWrite(ctx, "ack", 0, ds, consumeSQL)
+}
+
+// fencedWrite runs q, a statement over one queue row whose arguments are
+// ?1 its seq, ?2 the claim's token, then args, for each delivery of ds, in
+// one write (none for no deliveries). It reports with transport.ErrLeaseLost each delivery whose
+// row q missed because it was handed out again since (see lost); the
+// others are written whatever happens to one. Ack, Nack and ExtendLeases
+// share it.
+func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, ds []transport.Delivery, q string, args ...any) error {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -190,76 +199,67 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 		return err
 	}
 	var lost []error
-	err = s.write(ctx, "ack", 0, func(w *writer) error {
+	err = s.write(ctx, op, opts, func(w *writer) error {
 		lost = lost[:0]
 		for i := range seqs {
-			n, err := w.exec(consumeSQL, seqs[i], toks[i])
+			n, err := w.exec(q, append([]any{seqs[i], toks[i]}, args...)...)
 			if err != nil {
 				return err
 			}
 			if n == 1 {
 				continue
 			}
-			taken, err := w.fenced(seqs[i])
+			taken, err := w.lost(seqs[i], toks[i])
 			if err != nil {
 				return err
 			}
 			if taken {
-				lost = append(lost, fmt.Errorf("sqlitestore: ack %s (queue row %d): %w", ds[i].Envelope.ID, seqs[i], transport.ErrLeaseLost))
+				lost = append(lost, fmt.Errorf("sqlitestore: %s %s (queue row %d): %w", op, ds[i].Envelope.ID, seqs[i], transport.ErrLeaseLost))
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("sqlitestore: ack: %w", err)
+		return fmt.Errorf("sqlitestore: %s: %w", op, err)
 	}
 	return errors.Join(lost...)
 }
 
-// fenced reports whether the queue row seq, which the caller failed to
-// settle with its token, still exists: another consumer claimed it since,
-// and the caller's lease is lost. A missing row was settled already.
-func (w *writer) fenced(seq int64) (bool, error) {
-	rows, err := w.query(existsSQL, seq)
+const tokenSQL = `SELECT coalesce(token, '') FROM idem_queue WHERE seq = ?1`
+
+// lost reports whether the queue row seq, which the caller failed to
+// write with its claim token tok, was handed out again since
+// (sqlq.LeaseLost): the caller's lease is lost. A missing row was acked
+// already, and one whose token a Nack retired is settled.
+func (w *writer) lost(seq int64, tok string) (bool, error) {
+	rows, err := w.query(tokenSQL, seq)
 	if err != nil {
 		return false, err
 	}
 	defer rows.Close()
-	if rows.Next() {
-		return true, nil
+	if !rows.Next() {
+		return false, rows.Err()
 	}
-	return false, rows.Err()
+	var cur string
+	if err := rows.Scan(&cur); err != nil {
+		return false, err
+	}
+	return sqlq.LeaseLost(cur, tok), nil
 }
 
-const nackSQL = `UPDATE idem_queue SET visible_at = ?3 WHERE seq = ?1 AND token = ?2`
+const nackSQL = `UPDATE idem_queue SET visible_at = ?3, token = ?4 || token WHERE seq = ?1 AND token = ?2`
 
-// Nack makes a claimed message visible again after delay. The claim's token
-// stays until the message is claimed again, so a repeated Nack (or a late
-// Ack) of the same delivery is not an error.
+// Nack makes a claimed message visible again after delay. It settles the
+// delivery: the claim's token is retired in the same UPDATE
+// (sqlq.RetiredPrefix), so a repeated Nack, a late Ack or a lease
+// extension of the same delivery is ignored, and no extension replaces
+// the delay.
 func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Duration) error {
 	if err := s.check("nack"); err != nil {
 		return err
 	}
-	seqs, toks, err := sqlq.SplitTokens([]transport.Delivery{d})
-	if err != nil {
-		return err
-	}
-	var lost bool
-	err = s.write(ctx, "nack", wakeConsumers, func(w *writer) error {
-		n, err := w.exec(nackSQL, seqs[0], toks[0], micros(time.Now().Add(max(delay, 0))))
-		if err != nil || n == 1 {
-			return err
-		}
-		lost, err = w.fenced(seqs[0])
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("sqlitestore: nack: %w", err)
-	}
-	if lost {
-		return fmt.Errorf("sqlitestore: nack %s (queue row %d): %w", d.Envelope.ID, seqs[0], transport.ErrLeaseLost)
-	}
-	return nil
+	at := micros(time.Now().Add(max(delay, 0)))
+	return s.fencedWrite(ctx, "nack", wakeConsumers, []transport.Delivery{d}, nackSQL, at, sqlq.RetiredPrefix)
 }
 
 // Pending counts the queue's messages: ready ones, visible now, and unacked

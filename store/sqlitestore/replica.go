@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 var _ store.ReplicaRegistry = (*Store)(nil)
@@ -113,4 +114,39 @@ func scanReplicas(rows *sql.Rows) ([]store.Replica, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+var _ readmodel.ReplicaCounter = (*Store)(nil)
+
+// countReplicasSQL counts the replicas by state at ?1 (0 stopped, 1 alive,
+// 2 gone; times in microseconds), a gone one whose last beat is before an
+// alive one's start counted as replaced. ?2 is store.ReplicaGoneBeats and
+// ?3 the default interval in nanoseconds.
+const countReplicasSQL = `
+WITH r AS (
+  SELECT started_at, beat_at,
+    CASE WHEN stopped_at IS NOT NULL THEN 0
+         WHEN (?1 - beat_at) * 1000 > ?2 * (CASE WHEN interval_ns > 0 THEN interval_ns ELSE ?3 END) THEN 2
+         ELSE 1 END AS st
+  FROM idem_replicas),
+live AS (SELECT max(started_at) AS started FROM r WHERE st = 1)
+SELECT coalesce(sum(st = 1), 0),
+       coalesce(sum(st = 0), 0),
+       coalesce(sum(st = 2 AND NOT coalesce(r.beat_at < live.started, 0)), 0),
+       coalesce(sum(st = 2 AND coalesce(r.beat_at < live.started, 0)), 0)
+FROM r, live`
+
+// CountReplicas counts every replica record by its state at now, in one
+// statement.
+func (s *Store) CountReplicas(ctx context.Context, now time.Time) (*readmodel.ReplicaCounts, error) {
+	if err := s.check("count replicas"); err != nil {
+		return nil, err
+	}
+	var c readmodel.ReplicaCounts
+	err := s.rdb.QueryRowContext(ctx, countReplicasSQL, micros(now), int64(store.ReplicaGoneBeats), int64(store.DefaultReplicaInterval)).
+		Scan(&c.Alive, &c.Stopped, &c.Gone, &c.Replaced)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: count replicas: %w", err)
+	}
+	return &c, nil
 }

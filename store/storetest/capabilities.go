@@ -41,6 +41,8 @@ var (
 	deadLetterReplayer = implements[store.DeadLetterReplayer]("store.DeadLetterReplayer")
 	deadLetterGrouper  = implements[readmodel.DeadLetterGrouper]("readmodel.DeadLetterGrouper")
 	deadLetterArchiver = implements[readmodel.DeadLetterArchiver]("readmodel.DeadLetterArchiver")
+	replicaCounter     = implements[readmodel.ReplicaCounter]("readmodel.ReplicaCounter")
+	replicaRegistry    = implements[store.ReplicaRegistry]("store.ReplicaRegistry")
 )
 
 // deadLetterTypeQuerier is a readmodel.DeadLetterTypeQuerier that selects
@@ -62,6 +64,7 @@ func capabilities() []capability {
 		{"DeadLetterReplayer", []iface{deadLetterReplayer}, deadLetterReplayerCases},
 		{"DeadLetterTriage", []iface{deadLetterGrouper, deadLetterArchiver, deadLetterQuerier}, deadLetterTriageCases},
 		{"DeadLetterState", []iface{deadLetterTypeQuerier, deadLetterReplayer, deadLetterGrouper, deadLetterArchiver}, deadLetterStateCases},
+		{"ReplicaCounter", []iface{replicaCounter, replicaRegistry}, replicaCounterCases},
 	}
 }
 

@@ -67,7 +67,7 @@ func (t *Transport) receive(ctx context.Context, max int, set []int) ([]transpor
 		if ferr != nil {
 			return nil, t.closedOr(fmt.Errorf("natsjs: fetch: %w", ferr))
 		}
-		if ds := t.takeLeftovers(set, max); len(ds) > 0 {
+		if ds := t.takeLeftovers(ctx, set, max); len(ds) > 0 {
 			return ds, nil
 		}
 		got, err := t.fetchNoWait(set, max)
@@ -196,10 +196,12 @@ func (t *Transport) wakeLocked() {
 
 // takeLeftovers hands out up to max held messages of the partitions of
 // set whose lease is still alive, in the order they arrived per
-// partition; the others are dropped and come back from the server.
-func (t *Transport) takeLeftovers(set []int, max int) []transport.Delivery {
+// partition; the others are dropped and come back from the server. Those
+// with less than half of AckWait left are renewed first (renewShort), so
+// that the engine's first renewal, a third of AckWait after the
+// hand-out, finds their leases alive.
+func (t *Transport) takeLeftovers(ctx context.Context, set []int, max int) []transport.Delivery {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	var take []pending
 	now := time.Now()
 	for _, p := range set {
@@ -212,8 +214,35 @@ func (t *Transport) takeLeftovers(set []int, max int) []transport.Delivery {
 		}
 		t.leftovers[p] = left[i:]
 	}
+	t.mu.Unlock()
 	if len(take) == 0 {
 		return nil
 	}
-	return t.handOutLocked(take)
+	t.renewShort(ctx, take)
+	return t.handOut(take)
+}
+
+// renewShort sends an in-progress acknowledgement for each message of ps
+// with less than half of AckWait left, and waits until the server has
+// received them. A message whose acknowledgement reached the server
+// before its lease ran out has its lease counted again from when it was
+// sent; the others keep theirs, whatever happened to the acknowledgement
+// (it can only lengthen the lease).
+func (t *Transport) renewShort(ctx context.Context, ps []pending) {
+	sent := time.Now()
+	var short []int
+	for i, p := range ps {
+		if !sent.Before(p.start.Add(t.cfg.AckWait/2)) && p.msg.InProgress() == nil {
+			short = append(short, i)
+		}
+	}
+	if len(short) == 0 || t.flush(ctx) != nil {
+		return
+	}
+	received := time.Now() // the server had every acknowledgement by then
+	for _, i := range short {
+		if received.Before(ps[i].start.Add(t.cfg.AckWait - t.margin)) {
+			ps[i].start = sent
+		}
+	}
 }

@@ -121,7 +121,10 @@
 // # Close
 //
 // Messages that pull requests abandoned by Receive brought after it gave
-// up are held for the next Receive. Close returns them with a Nak while
+// up are held for the next Receive, which hands out those whose lease is
+// alive; one with less than half of AckWait left is first extended
+// (in-progress acknowledgement), so that the engine's first renewal, a
+// third of AckWait later, comes in time. Close returns them with a Nak while
 // their lease is alive, so they are redelivered at once instead of after
 // AckWait (the redelivery counts as an attempt, as it would after
 // AckWait). Deliveries handed out and not settled are left to AckWait.

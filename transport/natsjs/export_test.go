@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"context"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -55,4 +56,20 @@ func (t *Transport) StreamState(ctx context.Context) (jetstream.StreamState, err
 		return jetstream.StreamState{}, err
 	}
 	return s.CachedInfo().State, nil
+}
+
+// HeldLeaseLeft reports the shortest lease left, by t's clock, of the
+// messages t holds for a later Receive, and whether it holds any.
+func (t *Transport) HeldLeaseLeft() (time.Duration, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	least, held := time.Duration(0), false
+	for _, left := range t.leftovers {
+		for _, p := range left {
+			if d := time.Until(p.start.Add(t.cfg.AckWait)); !held || d < least {
+				least, held = d, true
+			}
+		}
+	}
+	return least, held
 }

@@ -65,3 +65,24 @@ func (s *suite) extendLease(t *testing.T) {
 	ack(t, tr, d2)
 	expectNothing(t, tr, s.f.quietWait())
 }
+
+// extendAfterNack checks that a Nack settles a delivery for
+// transport.LeaseExtender as an Ack does: an extension of the nacked
+// delivery is ignored (no error) and does not replace the Nack's delay,
+// so the message is not handed out again before the delay has passed.
+func (s *suite) extendAfterNack(t *testing.T) {
+	tr := s.setup(t)
+	ext, ok := tr.(transport.LeaseExtender)
+	if !ok {
+		t.Skipf("transport (%T) does not implement transport.LeaseExtender", tr)
+	}
+	if !s.f.NativeDelay {
+		t.Skip("transport does not honour Nack delays: Features.NativeDelay is false")
+	}
+	nackWithDelay(t, tr, "extend-nack", 3*s.f.Lease, s.f.redeliveryWait(), " and an extension: the extension replaced the delay", func(d transport.Delivery) {
+		if err := ext.ExtendLeases(t.Context(), []transport.Delivery{d}); err != nil {
+			t.Errorf("ExtendLeases of %s after its Nack: %v, want nil (a nacked delivery is settled)", describe(d), err)
+		}
+	})
+	expectNothing(t, tr, s.f.quietWait())
+}

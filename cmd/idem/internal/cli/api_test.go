@@ -279,8 +279,8 @@ func checkAPIRefusals(t *testing.T, r *apiRig) {
 }
 
 // idem replicas ls shows the running engine alive and a replica whose
-// heartbeat stopped gone, as the console judges them; hostile strings are
-// quoted.
+// heartbeat stopped before the engine started replaced, as the console
+// judges them; hostile strings are quoted.
 func checkReplicas(t *testing.T, r *apiRig) {
 	// Less than an hour old: the engine prunes a record it replaced an
 	// hour after its last beat.
@@ -302,17 +302,17 @@ func checkReplicas(t *testing.T, r *apiRig) {
 		switch {
 		case strings.HasPrefix(line, r.e.ReplicaID()) && !strings.Contains(line, " alive "):
 			t.Errorf("the running engine's row is not alive: %q", line)
-		case strings.HasPrefix(line, "dead-replica") && !strings.Contains(line, " gone "):
-			t.Errorf("the replica beating no more is not gone: %q", line)
+		case strings.HasPrefix(line, "dead-replica") && !strings.Contains(line, " replaced "):
+			t.Errorf("the replica beating no more since before the engine started is not replaced: %q", line)
 		}
 	}
-	if strings.Contains(out, "\x1b") || !strings.Contains(errOut, "1 alive, 0 stopped, 1 gone") {
+	if strings.Contains(out, "\x1b") || !strings.Contains(errOut, "1 alive, 0 stopped, 0 gone, 1 replaced") {
 		t.Errorf("replicas ls: stdout %q, stderr %q; want the escape quoted and the counts", out, errOut)
 	}
 	code, out, errOut = run(t, append([]string{"replicas", "ls", "--json"}, r.storeArgs...)...)
 	wantExit(t, code, out, errOut, 0)
 	var list admin.ReplicaList
-	if err := json.Unmarshal([]byte(out), &list); err != nil || list.Counts != (admin.ReplicaCounts{Alive: 1, Gone: 1}) || len(list.Replicas) != 2 {
-		t.Errorf("replicas ls --json: %+v (%v); want one alive and one gone", list, err)
+	if err := json.Unmarshal([]byte(out), &list); err != nil || list.Counts != (admin.ReplicaCounts{Alive: 1, Replaced: 1}) || len(list.Replicas) != 2 {
+		t.Errorf("replicas ls --json: %+v (%v); want one alive and one replaced", list, err)
 	}
 }

@@ -36,6 +36,9 @@ type demoOptions struct {
 	store, db                 string
 	kills                     int
 	serve                     bool
+	// poll is how often the SQLite demo reads its progress (default
+	// demoPoll); tests set it long, as a loaded machine makes it.
+	poll time.Duration
 	// web is what --serve serves with: the listening flags of idem serve.
 	web serveOptions
 }
@@ -54,9 +57,11 @@ times, some storage notifications are re-sent with a new ID, the parser
 answers at least once, and bad input is mixed in. A worker is killed with
 SIGKILL (--kills times, spread over the run: the i-th once i/(kills+1) of
 the sagas are finished, and more at random moments on a long run) and
-restarted; the run continues from what the database holds. Each kill needs
-work around it: a run of fewer than ` + "20×(kills+1)" + ` sagas is refused
-before it starts (pass more --searches, or fewer --kills).
+restarted; the run continues from what the database holds. The work is
+published in kills+1 shares, each once the kills before it are delivered,
+so that however fast the machine the run cannot finish before its kills.
+Each kill needs work around it: a run of fewer than ` + "20×(kills+1)" + ` sagas is
+refused before it starts (pass more --searches, or fewer --kills).
 
 With --store memory, engine replicas share an in-memory store and a
 transport that reorders deliveries and loses acknowledgements (--lose-acks).
@@ -86,6 +91,9 @@ by reason. The exit code is 1 if an invariant fails.`,
 	f.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr")
 	return cmd
 }
+
+// demoPoll is how often the SQLite demo reads its progress.
+const demoPoll = 50 * time.Millisecond
 
 // demoSagasPerKill is the least number of sagas per SIGKILL (and one
 // more share for the end of the run) of the SQLite demo.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/readmodel"
 )
 
 // newReplicas is `idem replicas` and its subcommand ls.
@@ -32,9 +33,11 @@ func newReplicasLs() *cobra.Command {
 		Use:   "ls [--limit N] [--json]",
 		Short: "List replicas, the most recently started first, with their state",
 		Long: `List the replicas, the most recently started first, with their state as the
-console's replicas page judges it: alive, stopped (it stopped cleanly) or
+console's replicas page judges it: alive, stopped (it stopped cleanly),
 gone (no heartbeat for ` + fmt.Sprint(store.ReplicaGoneBeats) + ` of its intervals: it crashed, was killed or lost
-the store). The count by state is printed on stderr. --json prints what GET
+the store) or replaced (gone, and a replica started after its last beat is
+alive). The count by state, of every record the store keeps, is printed on
+stderr. --json prints what GET
 /api/replicas answers (without "self": this command is no replica).
 ` + storeHelp,
 		Args: cobra.NoArgs,
@@ -53,14 +56,23 @@ the store). The count by state is printed on stderr. --json prints what GET
 			if err != nil {
 				return failed(fmt.Errorf("list replicas: %w", err))
 			}
-			list := replicaList(rs, time.Now())
+			now := time.Now()
+			list := replicaList(rs, now)
+			if rc, ok := st.(readmodel.ReplicaCounter); ok {
+				c, err := rc.CountReplicas(ctx, now)
+				if err != nil {
+					return failed(fmt.Errorf("count replicas: %w", err))
+				}
+				list.Counts = admin.ReplicaCounts{Alive: c.Alive, Stopped: c.Stopped, Gone: c.Gone, Replaced: c.Replaced}
+			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), list)
 			}
 			if err := printReplicas(cmd, list); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "%d alive, %d stopped, %d gone\n", list.Counts.Alive, list.Counts.Stopped, list.Counts.Gone)
+			c := list.Counts
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d alive, %d stopped, %d gone, %d replaced\n", c.Alive, c.Stopped, c.Gone, c.Replaced)
 			return nil
 		},
 	}
@@ -71,15 +83,26 @@ the store). The count by state is printed on stderr. --json prints what GET
 }
 
 // replicaList is the replicas as GET /api/replicas shows them, each in
-// the state store.Replica.State judges at now (as the console does).
+// the state the console judges at now: store.Replica.State, with a gone
+// one whose last beat is before an alive one's start replaced. Its counts
+// are of the rows listed.
 func replicaList(rs []store.Replica, now time.Time) *admin.ReplicaList {
 	out := &admin.ReplicaList{Replicas: make([]admin.Replica, 0, len(rs))}
+	var liveStart time.Time
+	for i := range rs {
+		if rs[i].State(now) == store.ReplicaAlive && rs[i].StartedAt.After(liveStart) {
+			liveStart = rs[i].StartedAt
+		}
+	}
 	for i := range rs {
 		r := &rs[i]
 		x := admin.Replica{
 			ID: r.ID, Host: r.Host, Version: r.Version, StartedAt: r.StartedAt, Config: r.Config,
 			Lanes: r.Lanes, Consumers: r.Consumers, LastBatchAt: r.LastBatchAt, LagSeconds: r.Lag.Seconds(),
 			IntervalSeconds: r.Interval.Seconds(), BeatAt: r.BeatAt, StoppedAt: r.StoppedAt, State: r.State(now),
+		}
+		if x.State == store.ReplicaGone && r.BeatAt.Before(liveStart) {
+			x.State = admin.ReplicaReplaced
 		}
 		switch x.State {
 		case store.ReplicaAlive:
@@ -88,6 +111,8 @@ func replicaList(rs []store.Replica, now time.Time) *admin.ReplicaList {
 			out.Counts.Stopped++
 		case store.ReplicaGone:
 			out.Counts.Gone++
+		case admin.ReplicaReplaced:
+			out.Counts.Replaced++
 		}
 		out.Replicas = append(out.Replicas, x)
 	}
