@@ -62,6 +62,7 @@ func capabilities() []capability {
 		{"DeadLetterReplayer", []iface{deadLetterReplayer}, deadLetterReplayerCases},
 		{"DeadLetterTriage", []iface{deadLetterGrouper, deadLetterArchiver, deadLetterQuerier}, deadLetterTriageCases},
 		{"DeadLetterState", []iface{deadLetterTypeQuerier, deadLetterReplayer, deadLetterGrouper, deadLetterArchiver}, deadLetterStateCases},
+		{"Flow", []iface{limiterIface}, flowCases},
 	}
 }
 
