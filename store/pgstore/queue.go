@@ -170,7 +170,7 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "ack", seqs, toks, false, `
+	return s.fencedWrite(ctx, "ack", seqs, toks, false, releaseOf(ds), `
 DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token
 RETURNING q.seq`)
@@ -181,7 +181,9 @@ RETURNING q.seq`)
 // row it wrote, then NOTIFY when notify is set, in one round trip. It
 // reports with transport.ErrLeaseLost the rows it missed that were handed
 // out again since (see fenced). Ack, Nack and ExtendLeases share it.
-func (s *Store) fencedWrite(ctx context.Context, op string, seqs []int64, toks []string, notify bool, q string, args ...any) error {
+// also, when not nil, queues statements of its own after q's (the holds
+// of admitted deliveries: see flow.go).
+func (s *Store) fencedWrite(ctx context.Context, op string, seqs []int64, toks []string, notify bool, also func(*pgx.Batch), q string, args ...any) error {
 	var done []int64
 	b := &pgx.Batch{}
 	b.Queue(q, append([]any{seqs, toks}, args...)...).Query(func(rows pgx.Rows) error {
@@ -189,6 +191,9 @@ func (s *Store) fencedWrite(ctx context.Context, op string, seqs []int64, toks [
 		done, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err
 	})
+	if also != nil {
+		also(b)
+	}
 	if notify {
 		b.Queue(notifySQL, s.cfg.Schema)
 	}
@@ -250,7 +255,7 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	if err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "nack", seqs, toks, delay <= 0, `
+	return s.fencedWrite(ctx, "nack", seqs, toks, delay <= 0, releaseOf([]transport.Delivery{d}), `
 UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3), token = $4 || q.token
 FROM unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token

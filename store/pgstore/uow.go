@@ -350,6 +350,7 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 	if err := queueConsume(b, u.consume); err != nil {
 		return nil, err
 	}
+	queueReleaseHolds(b, append(c.ReleaseHolds[:len(c.ReleaseHolds):len(c.ReleaseHolds)], sqlq.Holders(u.consume)...))
 	if err := queueEnqueue(b, u.enqueue); err != nil {
 		return nil, err
 	}
