@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -28,5 +29,9 @@ func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error
 	if len(ds) == 0 {
 		return nil
 	}
-	return s.fencedWrite(ctx, "extend lease", leaseOnly, ds, extendSQL, micros(time.Now().Add(s.cfg.Lease)))
+	var also func(*writer) error
+	if hs := sqlq.Holders(ds); len(hs) > 0 {
+		also = func(w *writer) error { return w.extendHolds(hs, s.cfg.Lease) }
+	}
+	return s.fencedWrite(ctx, "extend lease", leaseOnly, also, ds, extendSQL, micros(time.Now().Add(s.cfg.Lease)))
 }
