@@ -177,3 +177,63 @@ func distinct(ks []store.LimitKey) []store.LimitKey {
 	}
 	return out
 }
+
+// Candidate is a queue message an admitting receive looks at, in the
+// queue's order.
+type Candidate struct {
+	// Holder is the Token its delivery gets when admitted.
+	Holder string
+	// PartKey is its partition key (transport.PartitionKey): a refused
+	// candidate blocks every later one of its key.
+	PartKey string
+	// Keys are the counters it needs.
+	Keys []store.LimitKey
+}
+
+// QueueDecision is what DecideQueue admitted.
+type QueueDecision struct {
+	// Admitted are the indexes of the admitted candidates, in order.
+	Admitted []int
+	// Holds are, for each admitted candidate, the capped counters it
+	// holds.
+	Holds [][]store.LimitKey
+	// Wait is the shortest wait of a refusal by a rate (0: none).
+	Wait time.Duration
+}
+
+// DecideQueue decides cands in order as Decide does, admitting at most
+// max, with the per-key order of a queue: a candidate refused blocks
+// every later one of its partition key, which is refused without being
+// decided (it takes nothing).
+func DecideQueue(limits map[string]store.Limit, cands []Candidate, cs map[store.LimitKey]*Counter, now time.Time, max int) QueueDecision {
+	var d QueueDecision
+	blocked := map[string]bool{}
+	for i, c := range cands {
+		if len(d.Admitted) >= max {
+			break
+		}
+		if blocked[c.PartKey] {
+			continue
+		}
+		adm, holds := Decide(limits, []store.AdmitRequest{{Holder: c.Holder, Keys: c.Keys}}, cs, now)
+		if !adm[0].Admitted {
+			blocked[c.PartKey] = true
+			if w := adm[0].Wait; w > 0 && (d.Wait == 0 || w < d.Wait) {
+				d.Wait = w
+			}
+			continue
+		}
+		d.Admitted = append(d.Admitted, i)
+		d.Holds = append(d.Holds, holds[0])
+	}
+	return d
+}
+
+// KeysOf is Keys over candidates.
+func KeysOf(limits map[string]store.Limit, cands []Candidate) []store.LimitKey {
+	reqs := make([]store.AdmitRequest, len(cands))
+	for i, c := range cands {
+		reqs[i] = store.AdmitRequest{Holder: c.Holder, Keys: c.Keys}
+	}
+	return Keys(limits, reqs)
+}

@@ -170,10 +170,15 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "ack", seqs, toks, false, releaseOf(ds), `
+	release := releaseOf(ds)
+	err = s.fencedWrite(ctx, "ack", seqs, toks, false, release, `
 DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token
 RETURNING q.seq`)
+	if release != nil {
+		s.wakeReceivers() // a waiting message may be admitted now
+	}
+	return err
 }
 
 // fencedWrite runs q, a statement over the queue rows seqs held with the
@@ -255,11 +260,16 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	if err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "nack", seqs, toks, delay <= 0, releaseOf([]transport.Delivery{d}), `
+	release := releaseOf([]transport.Delivery{d})
+	err = s.fencedWrite(ctx, "nack", seqs, toks, delay <= 0, release, `
 UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3), token = $4 || q.token
 FROM unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token
 RETURNING q.seq`, delay.Seconds(), sqlq.RetiredPrefix)
+	if release != nil {
+		s.wakeReceivers() // a waiting message may be admitted now
+	}
+	return err
 }
 
 // notifySoon wakes the receivers of this schema's queue after a commit that

@@ -308,6 +308,8 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	}
 	if len(u.enqueue) > 0 || (u.claim != nil && len(u.claim.returns) > 0) {
 		u.s.notifySoon()
+	} else if len(c.ReleaseHolds) > 0 || len(sqlq.Holders(u.consume)) > 0 {
+		u.s.wakeReceivers() // a waiting message may be admitted now
 	}
 	return nil
 }
