@@ -26,7 +26,9 @@ type LeaseExtender interface {
 	// database's or the broker's), fenced by the delivery's Token: a
 	// delivery whose lease expired and that was handed out again is left
 	// untouched, and its error wraps ErrLeaseLost. A delivery settled
-	// already is ignored. As with Ack, the others are extended whatever
+	// already is ignored, without an error: acked, or nacked, for a Nack
+	// settles a delivery too, and an extension after it must keep the
+	// Nack's delay (transporttest's ExtendAfterNackKeepsDelay). As with Ack, the others are extended whatever
 	// happens to one, and the errors are joined. It must be safe for
 	// concurrent use with Receive, Ack and Nack, and returns ErrClosed
 	// after Close.

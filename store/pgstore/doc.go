@@ -35,7 +35,11 @@
 // leases of a batch alive while it runs: ExtendLeases
 // (transport.LeaseExtender) moves visible_at to now() plus Config.Lease
 // for the deliveries still unsettled, fenced by their tokens, every third
-// of the Lease. So a handler slower than the Lease costs nothing more than
+// of the Lease. It locks the rows in seq order and skips those locked by
+// another transaction (a commit consuming them), so it never waits for a
+// commit and cannot deadlock with one. A Nack (or a claim's Return)
+// retires the delivery's token, so a later extension leaves the Nack's
+// delay alone. So a handler slower than the Lease costs nothing more than
 // one UPDATE per third of the Lease. Config.Lease then bounds only how
 // long the messages of a dead consumer wait. A store wrapper that hides
 // ExtendLeases, or a database that refuses the extension, brings the

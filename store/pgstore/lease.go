@@ -43,16 +43,9 @@ func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error
 	if err := s.check("extend leases"); err != nil {
 		return err
 	}
-	if len(ds) == 0 {
-		return nil
-	}
-	seqs, toks, err := sqlq.SplitTokens(ds)
-	if err != nil {
-		return err
-	}
 	var also func(*pgx.Batch)
 	if hs := sqlq.Holders(ds); len(hs) > 0 {
 		also = func(b *pgx.Batch) { b.Queue(extendHoldsSQL, hs, s.cfg.Lease.Seconds()) }
 	}
-	return s.fencedWrite(ctx, "extend lease", seqs, toks, false, also, extendSQL, s.cfg.Lease.Seconds())
+	return s.fencedWrite(ctx, "extend lease", ds, false, also, extendSQL, s.cfg.Lease.Seconds())
 }

@@ -163,15 +163,8 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
 		return err
 	}
-	if len(ds) == 0 {
-		return nil
-	}
-	seqs, toks, err := sqlq.SplitTokens(ds)
-	if err != nil {
-		return err
-	}
 	release := releaseOf(ds)
-	err = s.fencedWrite(ctx, "ack", seqs, toks, false, release, `
+	err := s.fencedWrite(ctx, "ack", ds, false, release, `
 DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token
 RETURNING q.seq`)
@@ -181,14 +174,21 @@ RETURNING q.seq`)
 	return err
 }
 
-// fencedWrite runs q, a statement over the queue rows seqs held with the
-// claim tokens toks ($1 and $2; args follow) that returns the seq of each
-// row it wrote, then NOTIFY when notify is set, in one round trip. It
-// reports with transport.ErrLeaseLost the rows it missed that were handed
-// out again since (see fenced). Ack, Nack and ExtendLeases share it.
-// also, when not nil, queues statements of its own after q's (the holds
-// of admitted deliveries: see flow.go).
-func (s *Store) fencedWrite(ctx context.Context, op string, seqs []int64, toks []string, notify bool, also func(*pgx.Batch), q string, args ...any) error {
+// fencedWrite runs q, a statement over the queue rows of ds ($1 their
+// seqs and $2 their claim tokens; args follow) that returns the seq of
+// each row it wrote, then NOTIFY when notify is set, in one round trip.
+// It reports with transport.ErrLeaseLost the rows it missed that were
+// handed out again since (see fenced). Ack, Nack and ExtendLeases share
+// it. also, when not nil, queues statements of its own after q's (the
+// holds of admitted deliveries: see flow.go).
+func (s *Store) fencedWrite(ctx context.Context, op string, ds []transport.Delivery, notify bool, also func(*pgx.Batch), q string, args ...any) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	seqs, toks, err := sqlq.SplitTokens(ds)
+	if err != nil {
+		return err
+	}
 	var done []int64
 	b := &pgx.Batch{}
 	b.Queue(q, append([]any{seqs, toks}, args...)...).Query(func(rows pgx.Rows) error {
@@ -256,12 +256,8 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	if err := s.check("nack"); err != nil {
 		return err
 	}
-	seqs, toks, err := sqlq.SplitTokens([]transport.Delivery{d})
-	if err != nil {
-		return err
-	}
 	release := releaseOf([]transport.Delivery{d})
-	err = s.fencedWrite(ctx, "nack", seqs, toks, delay <= 0, release, `
+	err := s.fencedWrite(ctx, "nack", []transport.Delivery{d}, delay <= 0, release, `
 UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3), token = $4 || q.token
 FROM unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token

@@ -99,7 +99,8 @@
 // leases of a batch alive while it runs: ExtendLeases
 // (transport.LeaseExtender) moves the deliveries still unsettled, fenced
 // by their tokens, to Config.Lease from now, every third of the Lease, in
-// a lease-only write. So a handler slower than the Lease is safe, and
+// a lease-only write. A Nack retires the delivery's token, so a later
+// extension leaves the Nack's delay alone. So a handler slower than the Lease is safe, and
 // Config.Lease bounds only how long the messages of a dead consumer wait.
 // Without the extension (a wrapper that hides it), the engine runs a
 // message that outlived its lease apart from its batch mates and

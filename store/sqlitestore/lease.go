@@ -26,9 +26,6 @@ func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error
 	if err := s.check("extend leases"); err != nil {
 		return err
 	}
-	if len(ds) == 0 {
-		return nil
-	}
 	var also func(*writer) error
 	if hs := sqlq.Holders(ds); len(hs) > 0 {
 		also = func(w *writer) error { return w.extendHolds(hs, s.cfg.Lease) }

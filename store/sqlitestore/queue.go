@@ -181,23 +181,21 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
 		return err
 	}
-	if len(ds) == 0 {
-		return nil
-	}
 	hs, opts := heldOf(ds)
 	return s.fencedWrite(ctx, "ack", opts, releasing(hs), ds, consumeSQL)
 }
 
 // fencedWrite runs q, a statement over one queue row whose arguments are
 // ?1 its seq, ?2 the claim's token, then args, for each delivery of ds, in
-// one write. It reports with transport.ErrLeaseLost each delivery whose
+// one write (none for no deliveries). It reports with transport.ErrLeaseLost each delivery whose
 // row q missed because it was handed out again since (see lost); the
 // others are written whatever happens to one. Ack, Nack and ExtendLeases
-// share it.
-//
-// also, when not nil, runs in the same write after them (the holds of
-// admitted deliveries: see flow.go).
+// share it. also, when not nil, runs in the same write before them (the
+// holds of admitted deliveries: see flow.go).
 func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, also func(*writer) error, ds []transport.Delivery, q string, args ...any) error {
+	if len(ds) == 0 {
+		return nil
+	}
 	seqs, toks, err := sqlq.SplitTokens(ds)
 	if err != nil {
 		return err

@@ -32,43 +32,18 @@ func (t *Transport) ExtendLeases(ctx context.Context, ds []transport.Delivery) e
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
-	var errs []error
-	sent := false
-	for _, d := range ds {
-		ok, err := t.extend(d)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		sent = sent || ok
-	}
-	if sent {
-		if err := t.flush(ctx); err != nil {
-			errs = append(errs, t.closedOr(fmt.Errorf("natsjs: flush lease extensions: %w", err)))
-		}
-	}
-	return errors.Join(errs...)
+	return t.sendEach(ctx, "lease extensions", ds, t.extend)
 }
 
 // extend sends the in-progress acknowledgement of d, under the fence of
-// claimSeq, and reports whether it sent one.
+// fenceLocked, and reports whether it sent one.
 func (t *Transport) extend(d transport.Delivery) (bool, error) {
-	seq, dc, err := parseToken(d)
-	if err != nil {
-		return false, err
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l := t.leases[seq]
 	now := time.Now()
-	switch {
-	case l == nil || l.dc < dc:
-		return false, fmt.Errorf("natsjs: extend lease of %s (stream sequence %d, delivery %d): not handed out by this transport or forgotten after its lease: %w", d.Envelope.ID, seq, dc, transport.ErrLeaseLost)
-	case l.dc > dc:
-		return false, fmt.Errorf("natsjs: extend lease of %s (stream sequence %d, delivery %d): handed out again as delivery %d: %w", d.Envelope.ID, seq, dc, l.dc, transport.ErrLeaseLost)
-	case l.settled:
-		return false, nil
-	case !now.Before(l.deadline.Add(-t.margin)):
-		return false, fmt.Errorf("natsjs: extend lease of %s (stream sequence %d, delivery %d): lease of %v expired or about to: %w", d.Envelope.ID, seq, dc, t.cfg.AckWait, transport.ErrLeaseLost)
+	l, _, err := t.fenceLocked("extend lease of", d)
+	if err != nil || l == nil {
+		return false, err
 	}
 	// Sent under t.mu, so that no Ack or Nack of d goes out in between.
 	if err := l.msg.InProgress(); err != nil {

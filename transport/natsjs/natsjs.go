@@ -664,25 +664,38 @@ func decode(m jetstream.Msg, seq uint64) transport.Envelope {
 // message to settle, nil for a delivery settled before, or an error
 // wrapping transport.ErrLeaseLost.
 func (t *Transport) claimSeq(d transport.Delivery) (jetstream.Msg, uint64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, seq, err := t.fenceLocked("settle message", d)
+	if err != nil || l == nil {
+		return nil, 0, err
+	}
+	l.settled = true
+	return l.msg, seq, nil
+}
+
+// fenceLocked returns the lease of d, under the client-side fence, and
+// its stream sequence: nil for a delivery settled before, or an error
+// wrapping transport.ErrLeaseLost when d was handed out again since, was
+// never handed out here or forgotten, or its lease is (nearly) expired.
+// t.mu is held. Settling and extending share it.
+func (t *Transport) fenceLocked(op string, d transport.Delivery) (*lease, uint64, error) {
 	seq, dc, err := parseToken(d)
 	if err != nil {
 		return nil, 0, err
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	l := t.leases[seq]
 	switch {
 	case l == nil || l.dc < dc:
-		return nil, 0, fmt.Errorf("natsjs: settle message %s (stream sequence %d, delivery %d): not handed out by this transport or forgotten after its lease: %w", d.Envelope.ID, seq, dc, transport.ErrLeaseLost)
+		return nil, 0, fmt.Errorf("natsjs: %s %s (stream sequence %d, delivery %d): not handed out by this transport or forgotten after its lease: %w", op, d.Envelope.ID, seq, dc, transport.ErrLeaseLost)
 	case l.dc > dc:
-		return nil, 0, fmt.Errorf("natsjs: settle message %s (stream sequence %d, delivery %d): handed out again as delivery %d: %w", d.Envelope.ID, seq, dc, l.dc, transport.ErrLeaseLost)
+		return nil, 0, fmt.Errorf("natsjs: %s %s (stream sequence %d, delivery %d): handed out again as delivery %d: %w", op, d.Envelope.ID, seq, dc, l.dc, transport.ErrLeaseLost)
 	case l.settled:
 		return nil, 0, nil
 	case !time.Now().Before(l.deadline.Add(-t.margin)):
-		return nil, 0, fmt.Errorf("natsjs: settle message %s (stream sequence %d, delivery %d): lease of %v expired or about to: %w", d.Envelope.ID, seq, dc, t.cfg.AckWait, transport.ErrLeaseLost)
+		return nil, 0, fmt.Errorf("natsjs: %s %s (stream sequence %d, delivery %d): lease of %v expired or about to: %w", op, d.Envelope.ID, seq, dc, t.cfg.AckWait, transport.ErrLeaseLost)
 	}
-	l.settled = true
-	return l.msg, seq, nil
+	return l, seq, nil
 }
 
 // parseToken splits d's token into the stream sequence and the delivery
@@ -718,27 +731,36 @@ func (t *Transport) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
-	var errs []error
-	sent := false
-	for _, d := range ds {
+	return t.sendEach(ctx, "acks", ds, func(d transport.Delivery) (bool, error) {
 		m, seq, err := t.claimSeq(d)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if m == nil {
-			continue
+		if err != nil || m == nil {
+			return false, err
 		}
 		if err := m.Ack(); err != nil {
 			t.unclaim(seq, m)
-			errs = append(errs, t.closedOr(fmt.Errorf("natsjs: ack %s: %w", d.Envelope.ID, err)))
-			continue
+			return false, t.closedOr(fmt.Errorf("natsjs: ack %s: %w", d.Envelope.ID, err))
 		}
-		sent = true
+		return true, nil
+	})
+}
+
+// sendEach calls send for each delivery of ds, which sends an
+// acknowledgement (what) of it and reports whether it did, then waits
+// until the server has received them. The errors of several deliveries
+// are joined. Ack and ExtendLeases share it.
+func (t *Transport) sendEach(ctx context.Context, what string, ds []transport.Delivery, send func(transport.Delivery) (bool, error)) error {
+	var errs []error
+	sent := false
+	for _, d := range ds {
+		ok, err := send(d)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		sent = sent || ok
 	}
 	if sent {
 		if err := t.flush(ctx); err != nil {
-			errs = append(errs, t.closedOr(fmt.Errorf("natsjs: flush acks: %w", err)))
+			errs = append(errs, t.closedOr(fmt.Errorf("natsjs: flush %s: %w", what, err)))
 		}
 	}
 	return errors.Join(errs...)

@@ -432,19 +432,29 @@ func (t *Transport) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
+	return t.fencedRun(ctx, "ack", ds, func(ctx context.Context, chunk []transport.Delivery) ([]string, error) {
+		return t.settle(ctx, chunk, -1)
+	})
+}
+
+// fencedRun runs script, a fenced script of one result per delivery (see
+// settleErrors), on ds in chunks of maxSettle, waiting for the server for
+// up to Config.Lease at each, and joins the errors of the deliveries
+// whose leases were lost. Ack and ExtendLeases share it.
+func (t *Transport) fencedRun(ctx context.Context, op string, ds []transport.Delivery, script func(context.Context, []transport.Delivery) ([]string, error)) error {
 	var errs []error
 	for start := 0; start < len(ds); start += maxSettle {
 		chunk := ds[start:min(start+maxSettle, len(ds))]
 		var res []string
-		err := t.do(ctx, "ack", t.cfg.Lease, func(ctx context.Context) error {
+		err := t.do(ctx, op, t.cfg.Lease, func(ctx context.Context) error {
 			var err error
-			res, err = t.settle(ctx, chunk, -1)
+			res, err = script(ctx, chunk)
 			return err
 		})
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		errs = append(errs, t.settleErrors("ack", chunk, res))
+		errs = append(errs, t.settleErrors(op, chunk, res))
 	}
 	return errors.Join(errs...)
 }

@@ -3,7 +3,6 @@ package redisstreams
 import (
 	"context"
 	_ "embed" // the extend script
-	"errors"
 	"fmt"
 	"time"
 
@@ -36,21 +35,7 @@ func (t *Transport) ExtendLeases(ctx context.Context, ds []transport.Delivery) e
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
-	var errs []error
-	for start := 0; start < len(ds); start += maxSettle {
-		chunk := ds[start:min(start+maxSettle, len(ds))]
-		var res []string
-		err := t.do(ctx, "extend leases", t.cfg.Lease, func(ctx context.Context) error {
-			var err error
-			res, err = t.extend(ctx, chunk)
-			return err
-		})
-		if err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		errs = append(errs, t.settleErrors("extend lease", chunk, res))
-	}
-	return errors.Join(errs...)
+	return t.fencedRun(ctx, "extend lease", ds, t.extend)
 }
 
 // extend runs the extend script for ds and returns one result per

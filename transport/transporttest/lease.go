@@ -79,23 +79,10 @@ func (s *suite) extendAfterNack(t *testing.T) {
 	if !s.f.NativeDelay {
 		t.Skip("transport does not honour Nack delays: Features.NativeDelay is false")
 	}
-	publish(t, tr, envelopes("extend-nack", 1)...)
-	d1 := receiveOne(t, tr, promptWait)
-	delay := 3 * s.f.Lease
-	start := time.Now() // the delay starts no earlier than this
-	if err := tr.Nack(t.Context(), d1, delay); err != nil {
-		t.Fatalf("Nack(%s, %v): %v", describe(d1), delay, err)
-	}
-	if err := ext.ExtendLeases(t.Context(), []transport.Delivery{d1}); err != nil {
-		t.Errorf("ExtendLeases of %s after its Nack: %v, want nil (a nacked delivery is settled)", describe(d1), err)
-	}
-	d2 := receiveOne(t, tr, delay+promptWait+s.f.redeliveryWait())
-	if elapsed := time.Since(start); elapsed < delay {
-		t.Errorf("redelivered %v after a Nack with delay %v and an extension: the extension replaced the delay", elapsed, delay)
-	}
-	if d2.Envelope.ID != d1.Envelope.ID || d2.Attempt != 2 {
-		t.Fatalf("after Nack of %s: got %s, want attempt 2 of the same message", describe(d1), describe(d2))
-	}
-	ack(t, tr, d2)
+	nackWithDelay(t, tr, "extend-nack", 3*s.f.Lease, s.f.redeliveryWait(), " and an extension: the extension replaced the delay", func(d transport.Delivery) {
+		if err := ext.ExtendLeases(t.Context(), []transport.Delivery{d}); err != nil {
+			t.Errorf("ExtendLeases of %s after its Nack: %v, want nil (a nacked delivery is settled)", describe(d), err)
+		}
+	})
 	expectNothing(t, tr, s.f.quietWait())
 }

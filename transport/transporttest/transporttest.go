@@ -439,23 +439,34 @@ func (s *suite) nackRedelivers(t *testing.T) {
 		if !s.f.NativeDelay {
 			t.Skip("transport does not honour Nack delays: Features.NativeDelay is false")
 		}
-		tr := s.setup(t)
-		publish(t, tr, envelopes("nack-delay", 1)...)
-		d1 := receiveOne(t, tr, promptWait)
-		delay := 2 * s.f.Lease
-		start := time.Now() // the delay starts no earlier than this
-		if err := tr.Nack(t.Context(), d1, delay); err != nil {
-			t.Fatalf("Nack(%s, %v): %v", describe(d1), delay, err)
-		}
-		d2 := receiveOne(t, tr, delay+promptWait+s.f.redeliveryWait())
-		if elapsed := time.Since(start); elapsed < delay {
-			t.Errorf("redelivered %v after a Nack with delay %v", elapsed, delay)
-		}
-		if d2.Envelope.ID != d1.Envelope.ID || d2.Attempt != 2 {
-			t.Fatalf("after Nack of %s: got %s, want attempt 2 of the same message", describe(d1), describe(d2))
-		}
-		ack(t, tr, d2)
+		nackWithDelay(t, s.setup(t), "nack-delay", 2*s.f.Lease, s.f.redeliveryWait(), "", nil)
 	})
+}
+
+// nackWithDelay publishes a message, receives it, nacks it with delay,
+// calls then (when not nil) with the nacked delivery, and checks that the
+// message comes back as attempt 2 no sooner than delay after the Nack
+// (within delay+promptWait+wait), and acks it; after names what then
+// did, for the error.
+func nackWithDelay(t *testing.T, tr transport.Transport, prefix string, delay, wait time.Duration, after string, then func(transport.Delivery)) {
+	t.Helper()
+	publish(t, tr, envelopes(prefix, 1)...)
+	d1 := receiveOne(t, tr, promptWait)
+	start := time.Now() // the delay starts no earlier than this
+	if err := tr.Nack(t.Context(), d1, delay); err != nil {
+		t.Fatalf("Nack(%s, %v): %v", describe(d1), delay, err)
+	}
+	if then != nil {
+		then(d1)
+	}
+	d2 := receiveOne(t, tr, delay+promptWait+wait)
+	if elapsed := time.Since(start); elapsed < delay {
+		t.Errorf("redelivered %v after a Nack with delay %v%s", elapsed, delay, after)
+	}
+	if d2.Envelope.ID != d1.Envelope.ID || d2.Attempt != 2 {
+		t.Fatalf("after Nack of %s: got %s, want attempt 2 of the same message", describe(d1), describe(d2))
+	}
+	ack(t, tr, d2)
 }
 
 func (s *suite) lateAckAfterLeaseLostIsFenced(t *testing.T) {

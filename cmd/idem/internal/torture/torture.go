@@ -447,6 +447,8 @@ func (r *driver) countWorkerFaults() {
 			r.rep.Faults["SIGKILL before commit (self)"]++
 		case faultStall:
 			r.rep.Faults["lease expiry (stalled worker)"]++
+		case faultRenewedStall:
+			r.rep.Faults["stall kept by lease renewal"]++
 		case faultKillInSchedule:
 			r.rep.Faults["SIGKILL in schedule pass"]++
 		case faultKillAfterFire:

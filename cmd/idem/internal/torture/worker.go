@@ -3,6 +3,7 @@ package torture
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -88,6 +89,7 @@ const (
 	faultKillAfterCommit = "kill_after_commit"
 	faultKillInUoW       = "kill_before_commit"
 	faultStall           = "lease_expiry_stall"
+	faultRenewedStall    = "renewed_stall"
 	faultKillInSchedule  = "kill_in_schedule_pass"
 	faultKillAfterFire   = "kill_after_schedule_fire"
 )
@@ -234,6 +236,44 @@ type faults struct {
 	mu    sync.Mutex
 	rng   *rand.Rand
 	acked sync.Map // delivery tokens acknowledged at receive (BreakAckBeforeCommit)
+	// starved ends the withholding of lease renewals by a stall, and
+	// stalled a stall whose renewals pass; guarded by mu.
+	starved, stalled time.Time
+}
+
+// starve withholds this process's lease renewals for d from now.
+func (f *faults) starve(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if until := time.Now().Add(d); until.After(f.starved) {
+		f.starved = until
+	}
+}
+
+// renewing marks a stall of d from now whose leases are renewed; the
+// first renewal sent in it notes faultRenewedStall (renewed).
+func (f *faults) renewing(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stalled = time.Now().Add(d)
+}
+
+// renewed notes a stall whose leases a renewal kept, once per stall.
+func (f *faults) renewed() {
+	f.mu.Lock()
+	in := time.Now().Before(f.stalled)
+	f.stalled = time.Time{}
+	f.mu.Unlock()
+	if in {
+		f.note(faultRenewedStall)
+	}
+}
+
+// starving reports whether lease renewals are withheld now.
+func (f *faults) starving() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Now().Before(f.starved)
 }
 
 func (f *faults) roll(p float64) bool {
@@ -271,12 +311,67 @@ func (f *faults) die(name string) {
 // the store and transport. When the store is its own queue the result is
 // one value, so the engine still settles deliveries inside each unit of
 // work.
+//
+// A transport whose leases the engine renews (transport.LeaseExtender)
+// stays one through the wrapper, so that the engine renews the leases of
+// slow batches here as in production; a stalled worker withholds its
+// renewals for half of its stalls (see renewer), and the others are
+// counted when a renewal goes through during them.
 func wrap(st store.Store, tr transport.Transport, f *faults) (store.Store, transport.Transport) {
+	ext, leased := tr.(transport.LeaseExtender)
 	if q, ok := st.(store.Queue); ok && any(q) == any(tr) {
 		w := &faultQueue{faultStore: faultStore{Store: q, f: f}, q: q}
+		if leased {
+			lw := &leasedQueue{faultQueue: w, renewer: renewer{ext: ext, faults: f}}
+			return lw, lw
+		}
 		return w, w
 	}
-	return &faultStore{Store: st, f: f}, &faultTransport{Transport: tr, f: f}
+	w := &faultTransport{Transport: tr, f: f}
+	if leased {
+		return &faultStore{Store: st, f: f}, &leasedTransport{faultTransport: w, renewer: renewer{ext: ext, faults: f}}
+	}
+	return &faultStore{Store: st, f: f}, w
+}
+
+// renewer passes the engine's lease renewals through to the wrapped
+// transport, except while a stalled worker withholds them (faults.starve):
+// then the stalled batch's leases run out and its commit must be fenced.
+type renewer struct {
+	ext    transport.LeaseExtender
+	faults *faults
+}
+
+// errRenewalWithheld is the error of a renewal a stalled worker withholds.
+var errRenewalWithheld = errors.New("torture: lease renewal withheld by a stalled worker")
+
+// LeaseDuration is the wrapped transport's.
+func (r renewer) LeaseDuration() time.Duration { return r.ext.LeaseDuration() }
+
+// ExtendLeases renews the leases of ds, unless a stall withholds renewals.
+func (r renewer) ExtendLeases(ctx context.Context, ds []transport.Delivery) error {
+	if r.faults.starving() {
+		return errRenewalWithheld
+	}
+	err := r.ext.ExtendLeases(ctx, ds)
+	if err == nil {
+		r.faults.renewed()
+	}
+	return err
+}
+
+// leasedQueue is a faultQueue over a store whose queue leases can be
+// renewed.
+type leasedQueue struct {
+	*faultQueue
+	renewer
+}
+
+// leasedTransport is a faultTransport over a broker whose leases can be
+// renewed.
+type leasedTransport struct {
+	*faultTransport
+	renewer
 }
 
 // faultStore wraps a store: its units of work stall or crash the process
@@ -368,12 +463,20 @@ func (u *faultUoW) Load(ctx context.Context, p *store.LoadParams) (*store.LoadRe
 		u.f.die(faultKillInUoW)
 	}
 	if u.f.roll(u.f.cfg.Stall) {
-		// A slow worker: its deliveries' lease expires before it commits,
-		// so another worker takes them; this commit must then be fenced
-		// (lease lost) or lose the version race.
-		u.f.note(faultStall)
+		// A slow worker, past its lease. In half of the stalls it
+		// withholds its lease renewals: its deliveries' lease expires
+		// before it commits, so another worker takes them; this commit
+		// must then be fenced (lease lost) or lose the version race. In
+		// the others the engine renews the leases and the batch commits.
+		stall := u.f.cfg.Lease + u.f.cfg.Lease/2
+		if u.f.roll(0.5) {
+			u.f.starve(stall)
+			u.f.note(faultStall)
+		} else {
+			u.f.renewing(stall) // noted by the first renewal sent in it
+		}
 		select {
-		case <-time.After(u.f.cfg.Lease + u.f.cfg.Lease/2):
+		case <-time.After(stall):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
