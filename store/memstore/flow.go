@@ -128,6 +128,9 @@ func (f *flow) live(k store.LimitKey, now time.Time) int {
 
 // Admit decides p's requests in order (see store.Limiter).
 func (s *Store) Admit(ctx context.Context, p *store.AdmitParams) ([]store.Admission, error) {
+	if p == nil {
+		p = &store.AdmitParams{TTL: time.Second}
+	}
 	if err := admit.Validate(p.Requests); err != nil {
 		return nil, fmt.Errorf("memstore: admit: %w", err)
 	}

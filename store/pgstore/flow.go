@@ -175,6 +175,9 @@ WHERE h.ctid IN (
 // round trip, the decision in Go, the holds and buckets with COMMIT in a
 // second.
 func (s *Store) Admit(ctx context.Context, p *store.AdmitParams) ([]store.Admission, error) {
+	if p == nil {
+		p = &store.AdmitParams{TTL: time.Second}
+	}
 	if err := s.check("admit"); err != nil {
 		return nil, err
 	}

@@ -53,6 +53,9 @@ const nextVisibleSQL = `SELECT min(visible_at) FROM idem_queue WHERE visible_at 
 // release by this process wakes it; a release by another process is
 // seen at the next notification or Config.PollInterval.
 func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]transport.Delivery, error) {
+	if p == nil {
+		p = &store.ReceiveParams{}
+	}
 	s.startListener()
 	for {
 		if err := s.check("receive"); err != nil {

@@ -141,6 +141,9 @@ ON CONFLICT (name, key) DO UPDATE SET tokens = excluded.tokens, refilled_at = ex
 // Admit decides p's requests in order, in one write transaction (see
 // store.Limiter).
 func (s *Store) Admit(ctx context.Context, p *store.AdmitParams) ([]store.Admission, error) {
+	if p == nil {
+		p = &store.AdmitParams{TTL: time.Second}
+	}
 	if err := admit.Validate(p.Requests); err != nil {
 		return nil, fmt.Errorf("sqlitestore: admit: %w", err)
 	}

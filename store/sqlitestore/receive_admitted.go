@@ -37,6 +37,9 @@ const leaseAdmittedSQL = `UPDATE idem_queue SET attempt = attempt + 1, token = ?
 // release through this Store wakes it; one by another process is seen at
 // Config.PollInterval.
 func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]transport.Delivery, error) {
+	if p == nil {
+		p = &store.ReceiveParams{}
+	}
 	if p.Parts > 1 {
 		return nil, fmt.Errorf("sqlitestore: receive admitted: ReceiveParams.Parts is %d, but this queue has no partitions: give 0 or 1", p.Parts)
 	}

@@ -3,8 +3,11 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +26,7 @@ func init() {
 		featureCase{"FlowQueuePerKeyOrder", needAdmit, testFlowQueuePerKeyOrder},
 		featureCase{"FlowQueueExtendLeasesExtendsHolds", needAdmit, testFlowQueueExtendLeasesExtendsHolds},
 		featureCase{"FlowQueuePlainDeliveriesUntouched", needAdmit, testFlowQueuePlainDeliveriesUntouched},
+		featureCase{"FlowQueueConcurrentNeverOverCap", needAdmit, testFlowQueueConcurrentNeverOverCap},
 	)
 }
 
@@ -229,4 +233,75 @@ func testFlowQueuePlainDeliveriesUntouched(t *testing.T, s store.Store, f Featur
 	if n := inFlight(t, q, lk("api", "")); n != 0 {
 		t.Fatalf("in flight after m-1's Ack: got %d, want 0", n)
 	}
+}
+
+// testFlowQueueConcurrentNeverOverCap runs 4 consumers of one queue under
+// a cap of 2: each admitted delivery counts in flight until its Ack, and
+// never more than 2 are.
+func testFlowQueueConcurrentNeverOverCap(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	const total, cap2 = 40, 2
+	var envs []transport.Envelope
+	for i := range total {
+		envs = append(envs, limited(fmt.Sprintf("m-%02d", i), fmt.Sprintf("k-%02d", i), "api"))
+	}
+	publish(t, q, envs...)
+	lim := limits(store.Limit{Name: "api", Concurrency: cap2})
+	ctx, cancel := context.WithTimeout(t.Context(), 4*promptWait)
+	defer cancel()
+	var live, peak, acked atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- flowConsumer(ctx, cancel, q, lim, total, &live, &peak, &acked)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := acked.Load(); n != total {
+		t.Fatalf("acked %d of %d within %v", n, total, 4*promptWait)
+	}
+	if p := peak.Load(); p > cap2 {
+		t.Errorf("peak in flight: got %d, want at most %d", p, cap2)
+	}
+	if n := inFlight(t, q, lk("api", "")); n != 0 {
+		t.Errorf("in flight at the end: got %d, want 0", n)
+	}
+}
+
+// flowConsumer receives admitted deliveries and acks them one by one
+// until total are acked, then cancels the others' waits.
+func flowConsumer(ctx context.Context, cancel func(), q store.AdmittingQueue, lim map[string]store.Limit, total int64, live, peak, acked *atomic.Int64) error {
+	for acked.Load() < total {
+		ds, err := q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: 3, Limits: lim, Needs: needsOf})
+		if err != nil {
+			if acked.Load() >= total {
+				return nil
+			}
+			return fmt.Errorf("receive admitted after %d acks: %w", acked.Load(), err)
+		}
+		for range ds {
+			n := live.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+		}
+		for _, d := range ds {
+			live.Add(-1)
+			if err := q.Ack(ctx, []transport.Delivery{d}); err != nil {
+				return fmt.Errorf("ack %s: %w", d.Envelope.ID, err)
+			}
+			if acked.Add(1) >= total {
+				cancel()
+			}
+		}
+	}
+	return nil
 }
