@@ -355,12 +355,18 @@ type Changes struct {
 	// refuses fails the commit with its error (wrapping ErrRejected); a
 	// store without RetryRecorder ignores them.
 	RecordRetries []Retry
+	// ReleaseHolds are the holders (see Limiter) whose holds the commit
+	// releases, in the same transaction as the rest: the engine sets them,
+	// only on a Limiter, for the messages whose outcome the unit of work
+	// commits. An unknown holder is ignored; a store without Limiter
+	// ignores them.
+	ReleaseHolds []string
 }
 
 // Empty reports whether c holds no writes.
 func (c *Changes) Empty() bool {
 	return len(c.Inserts)+len(c.Updates)+len(c.Inbox)+len(c.Outbox)+len(c.Timers)+
-		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens)+len(c.ClearRetries)+len(c.RecordRetries) == 0 &&
+		len(c.CancelTimers)+len(c.Journal)+len(c.DeadLetters)+len(c.MintTokens)+len(c.ClaimTokens)+len(c.ClearRetries)+len(c.RecordRetries)+len(c.ReleaseHolds) == 0 &&
 		(c.SettleReplays == nil || len(c.SettleReplays.IDs) == 0) &&
 		(c.SettleDuplicates == nil || len(c.SettleDuplicates.IDs) == 0)
 }

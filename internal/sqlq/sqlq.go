@@ -200,3 +200,22 @@ func (st InstanceStatements) Pick(p *readmodel.InstanceQuery) (string, *readmode
 	}
 	return q, c
 }
+
+// HeldPrefix starts the claim token of the deliveries of an admitting
+// receive (store.AdmittingQueue), whose Token is the Holder of their
+// limit holds: settling one releases its holds, and extending its lease
+// extends them. A plain Receive's token is hex and never starts with it,
+// so settling its deliveries costs no statement more.
+const HeldPrefix = "held"
+
+// Holders returns the Tokens of the deliveries of ds that hold limits
+// (their claim token starts with HeldPrefix), nil when none do.
+func Holders(ds []transport.Delivery) []string {
+	var hs []string
+	for _, d := range ds {
+		if _, tok, ok := ParseToken(d.Token); ok && strings.HasPrefix(tok, HeldPrefix) {
+			hs = append(hs, d.Token)
+		}
+	}
+	return hs
+}

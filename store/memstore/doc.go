@@ -16,6 +16,9 @@
 // durable storage" holds only for the life of the process. It passes the
 // rest of the conformance suite in package storetest.
 //
+// A Store is also a store.Limiter: its limits and holds live behind the
+// same mutex, and holds expire by the process's clock.
+//
 // # Choices where package store leaves room
 //
 //   - A nil params pointer means the zero params. ListParams.Limit,

@@ -47,6 +47,7 @@ type Store struct {
 	// deadMarks numbers the recordings of dead letters (deadletters.go).
 	deadMarks deadMarks
 	retries   map[string]*store.Retry // by ID; see retry.go
+	flow      flow                    // limits and holds; see flow.go
 }
 
 type outboxRow struct {
@@ -166,6 +167,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	s.apply(c)
 	s.applyAdvances(u.advance)
 	s.applyTokens(c)
+	s.flow.release(c.ReleaseHolds)
 	return nil
 }
 

@@ -55,6 +55,15 @@
 // The journal is append-only: triggers refuse UPDATE, TRUNCATE, and DELETE
 // outside Sweep.
 //
+// Flow control: a Store is a store.Limiter and a store.AdmittingQueue.
+// Admit locks the counters it needs in (name, key) order and counts their
+// live holds in the next statement, so admissions from any number of
+// connections never exceed a cap; ReceiveAdmitted does the same inside
+// the transaction that leases the admitted messages, whose holds expire
+// with their leases, are extended by ExtendLeases and released by Ack,
+// Nack and Consume. Deliveries of Receive and Claim hold nothing and
+// settle as before.
+//
 // Open refuses to start when the server cannot be reached, when the schema
 // is missing and Config.Migrate is off, or when the server acknowledges
 // commits before they are durable (synchronous_commit=off, fsync=off)

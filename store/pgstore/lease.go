@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -40,5 +43,9 @@ func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error
 	if err := s.check("extend leases"); err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "extend lease", ds, false, extendSQL, s.cfg.Lease.Seconds())
+	var also func(*pgx.Batch)
+	if hs := sqlq.Holders(ds); len(hs) > 0 {
+		also = func(b *pgx.Batch) { b.Queue(extendHoldsSQL, hs, s.cfg.Lease.Seconds()) }
+	}
+	return s.fencedWrite(ctx, "extend lease", ds, false, also, extendSQL, s.cfg.Lease.Seconds())
 }

@@ -9,7 +9,7 @@ import (
 const defaultNotifySpacing = 10 * time.Millisecond
 
 // How a commit that enqueued messages wakes the receivers: at once in
-// this process (wakeLocal), and through NOTIFY in others. NOTIFY inside a
+// this process (wakeReceivers), and through NOTIFY in others. NOTIFY inside a
 // transaction takes PostgreSQL's global notification lock at its commit
 // and serialises the commits that carry one; a NOTIFY of its own costs a
 // round trip and a commit per unit of work. So a store sends at most one
@@ -66,19 +66,11 @@ func (s *Store) notifySoon() {
 		go s.notifier()
 	}
 	s.lmu.Unlock()
-	s.wakeLocal()
+	s.wakeReceivers()
 	select {
 	case s.notify <- struct{}{}:
 	default:
 	}
-}
-
-// wakeLocal wakes this process's receivers.
-func (s *Store) wakeLocal() {
-	s.lmu.Lock()
-	close(s.wake)
-	s.wake = make(chan struct{})
-	s.lmu.Unlock()
 }
 
 // notifier sends the NOTIFYs the commits asked for, one notifySpacing

@@ -53,7 +53,7 @@ const conformanceLease = time.Second
 
 // conformance is what pgstore declares to storetest.Run.
 func conformance() storetest.Features {
-	return storetest.Features{Queue: true, Lease: conformanceLease, Partitioned: true, Pending: true, Claim: true, Tokens: true,
+	return storetest.Features{Queue: true, Lease: conformanceLease, Partitioned: true, Pending: true, Claim: true, Tokens: true, Admit: true,
 		TamperJournal: tamperJournal, DomainTx: domainTxFeature, Schema: schemaFeature, SharedClock: twoReplicas}
 }
 

@@ -163,10 +163,15 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "ack", ds, false, `
+	release := releaseOf(ds)
+	err := s.fencedWrite(ctx, "ack", ds, false, release, `
 DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token
 RETURNING q.seq`)
+	if release != nil {
+		s.wakeReceivers() // a waiting message may be admitted now
+	}
+	return err
 }
 
 // fencedWrite runs q, a statement over the queue rows of ds ($1 their
@@ -174,8 +179,9 @@ RETURNING q.seq`)
 // each row it wrote, then NOTIFY when notify is set, in one round trip.
 // It reports with transport.ErrLeaseLost the rows it missed that were
 // handed out again since (see fenced). Ack, Nack and ExtendLeases share
-// it.
-func (s *Store) fencedWrite(ctx context.Context, op string, ds []transport.Delivery, notify bool, q string, args ...any) error {
+// it. also, when not nil, queues statements of its own after q's (the
+// holds of admitted deliveries: see flow.go).
+func (s *Store) fencedWrite(ctx context.Context, op string, ds []transport.Delivery, notify bool, also func(*pgx.Batch), q string, args ...any) error {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -190,6 +196,9 @@ func (s *Store) fencedWrite(ctx context.Context, op string, ds []transport.Deliv
 		done, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err
 	})
+	if also != nil {
+		also(b)
+	}
 	if notify {
 		b.Queue(notifySQL, s.cfg.Schema)
 	}
@@ -247,11 +256,16 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	if err := s.check("nack"); err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "nack", []transport.Delivery{d}, delay <= 0, `
+	release := releaseOf([]transport.Delivery{d})
+	err := s.fencedWrite(ctx, "nack", []transport.Delivery{d}, delay <= 0, release, `
 UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3), token = $4 || q.token
 FROM unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token
 RETURNING q.seq`, delay.Seconds(), sqlq.RetiredPrefix)
+	if release != nil {
+		s.wakeReceivers() // a waiting message may be admitted now
+	}
+	return err
 }
 
 // startListener starts, once, the goroutine that LISTENs for queue

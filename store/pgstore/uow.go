@@ -313,9 +313,11 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	switch {
 	case u.notifies:
 		u.s.notifiedAt(sent)
-		u.s.wakeLocal()
+		u.s.wakeReceivers()
 	case u.enqueues():
 		u.s.notifySoon()
+	case len(c.ReleaseHolds) > 0 || len(sqlq.Holders(u.consume)) > 0:
+		u.s.wakeReceivers() // a waiting message may be admitted now
 	}
 	return nil
 }
@@ -364,6 +366,7 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 	if err := queueConsume(b, u.consume); err != nil {
 		return nil, err
 	}
+	queueReleaseHolds(b, append(c.ReleaseHolds[:len(c.ReleaseHolds):len(c.ReleaseHolds)], sqlq.Holders(u.consume)...))
 	if err := queueEnqueue(b, u.enqueue); err != nil {
 		return nil, err
 	}

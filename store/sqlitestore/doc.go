@@ -113,6 +113,17 @@
 // Sweep sets that flag and clears it again inside its own transaction, so
 // no other connection ever sees it set.
 //
+// # Flow control
+//
+// A Store is a store.Limiter and a store.AdmittingQueue. Every admission
+// is one request to the writer, so admissions are serialised by the
+// database's write lock, across processes too; holds expire by the
+// process's clock, as leases do. ReceiveAdmitted decides and leases in one
+// write transaction; an admitted delivery's holds expire with its lease,
+// are extended by ExtendLeases and released by Ack, Nack and Consume.
+// Deliveries of Receive hold nothing and settle as before. The queue has
+// no partitions: ReceiveParams.Parts above 1 is refused.
+//
 // # Storage and choices where package store leaves room
 //
 // Times are INTEGER microseconds since the Unix epoch (UTC) and come back

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -25,5 +26,9 @@ func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error
 	if err := s.check("extend leases"); err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "extend lease", leaseOnly, ds, extendSQL, micros(time.Now().Add(s.cfg.Lease)))
+	var also func(*writer) error
+	if hs := sqlq.Holders(ds); len(hs) > 0 {
+		also = func(w *writer) error { return w.extendHolds(hs, s.cfg.Lease) }
+	}
+	return s.fencedWrite(ctx, "extend lease", leaseOnly, also, ds, extendSQL, micros(time.Now().Add(s.cfg.Lease)))
 }

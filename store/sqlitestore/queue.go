@@ -181,7 +181,8 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
 		return err
 	}
-	return s.fencedWrite(ctx, "ack", 0, ds, consumeSQL)
+	hs, opts := heldOf(ds)
+	return s.fencedWrite(ctx, "ack", opts, releasing(hs), ds, consumeSQL)
 }
 
 // fencedWrite runs q, a statement over one queue row whose arguments are
@@ -189,8 +190,9 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 // one write (none for no deliveries). It reports with transport.ErrLeaseLost each delivery whose
 // row q missed because it was handed out again since (see lost); the
 // others are written whatever happens to one. Ack, Nack and ExtendLeases
-// share it.
-func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, ds []transport.Delivery, q string, args ...any) error {
+// share it. also, when not nil, runs in the same write before them (the
+// holds of admitted deliveries: see flow.go).
+func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, also func(*writer) error, ds []transport.Delivery, q string, args ...any) error {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -201,6 +203,11 @@ func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, ds [
 	var lost []error
 	err = s.write(ctx, op, opts, func(w *writer) error {
 		lost = lost[:0]
+		if also != nil {
+			if err := also(w); err != nil {
+				return err
+			}
+		}
 		for i := range seqs {
 			n, err := w.exec(q, append([]any{seqs[i], toks[i]}, args...)...)
 			if err != nil {
@@ -259,7 +266,8 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 		return err
 	}
 	at := micros(time.Now().Add(max(delay, 0)))
-	return s.fencedWrite(ctx, "nack", wakeConsumers, []transport.Delivery{d}, nackSQL, at, sqlq.RetiredPrefix)
+	hs, _ := heldOf([]transport.Delivery{d})
+	return s.fencedWrite(ctx, "nack", wakeConsumers, releasing(hs), []transport.Delivery{d}, nackSQL, at, sqlq.RetiredPrefix)
 }
 
 // Pending counts the queue's messages: ready ones, visible now, and unacked

@@ -38,7 +38,7 @@ func openStore(t testing.TB, cfg sqlitestore.Config) *sqlitestore.Store {
 
 func TestStoreConformance(t *testing.T) {
 	const lease = time.Second
-	f := storetest.Features{Queue: true, Lease: lease, Pending: true, Tokens: true,
+	f := storetest.Features{Queue: true, Lease: lease, Pending: true, Tokens: true, Admit: true,
 		TamperJournal: tamperJournal, DomainTx: domainTxFeature, Schema: schemaFeature, SharedClock: twoProcesses}
 	storetest.Run(t, f, func(t *testing.T) store.Store {
 		return openStore(t, sqlitestore.Config{Lease: lease, PollInterval: 50 * time.Millisecond})

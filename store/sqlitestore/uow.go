@@ -231,8 +231,8 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 		return nil
 	}
 	var opts writeOpts
-	if len(u.enqueue) > 0 {
-		opts = wakeConsumers
+	if len(u.enqueue) > 0 || len(c.ReleaseHolds) > 0 || len(sqlq.Holders(u.consume)) > 0 {
+		opts = wakeConsumers // a release may let a waiting message in
 	}
 	err = u.s.write(ctx, "commit", opts, func(w *writer) error { return runOps(w, ops) })
 	if err != nil {
@@ -326,6 +326,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 			return err
 		}})
 	}
+	ops = append(ops, releaseOps(append(c.ReleaseHolds[:len(c.ReleaseHolds):len(c.ReleaseHolds)], sqlq.Holders(u.consume)...))...)
 	ops = append(ops, tokenOps(c)...)
 	ops = append(ops, clearRetryOps(c)...)
 	rec, err := recordRetryOps(c)

@@ -65,6 +65,7 @@ func capabilities() []capability {
 		{"DeadLetterTriage", []iface{deadLetterGrouper, deadLetterArchiver, deadLetterQuerier}, deadLetterTriageCases},
 		{"DeadLetterState", []iface{deadLetterTypeQuerier, deadLetterReplayer, deadLetterGrouper, deadLetterArchiver}, deadLetterStateCases},
 		{"ReplicaCounter", []iface{replicaCounter, replicaRegistry}, replicaCounterCases},
+		{"Flow", []iface{limiterIface}, flowCases},
 	}
 }
 

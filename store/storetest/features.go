@@ -44,6 +44,10 @@ type Features struct {
 	// token inbox).
 	Tokens bool
 
+	// Admit is true when the queue implements store.AdmittingQueue: it
+	// admits under limits (store.Limiter) as it leases.
+	Admit bool
+
 	// TamperJournal, when set, declares that the store keeps its journal
 	// append-only even against other writers (a database trigger). It must
 	// try, behind the store's back as another program with the database's
@@ -81,8 +85,8 @@ func (f Features) validate() error {
 	switch {
 	case f.Queue && f.Lease <= 0:
 		return fmt.Errorf("Features.Queue is set but Features.Lease is %v: give the queue's visibility timeout", f.Lease)
-	case !f.Queue && (f.Partitioned || f.Pending || f.Claim):
-		return errors.New("Features.Partitioned, Features.Pending and Features.Claim describe a queue: set Features.Queue too")
+	case !f.Queue && (f.Partitioned || f.Pending || f.Claim || f.Admit):
+		return errors.New("Features.Partitioned, Features.Pending, Features.Claim and Features.Admit describe a queue: set Features.Queue too")
 	}
 	return f.Schema.validate()
 }
@@ -129,6 +133,13 @@ func needClaim(f Features) string {
 	return ""
 }
 
+func needAdmit(f Features) string {
+	if !f.Admit {
+		return "Features.Admit is false: the queue does not admit as it leases"
+	}
+	return ""
+}
+
 func needClaimPartitioned(f Features) string {
 	if r := needClaim(f); r != "" {
 		return r
@@ -151,6 +162,7 @@ func testFeaturesMatchStore(t *testing.T, s store.Store, f Features) {
 	_, partitioned := s.(transport.PartitionedConsumer)
 	_, pending := s.(transport.PendingCounter)
 	_, tokens := s.(store.TokenStore)
+	_, admits := s.(store.AdmittingQueue)
 	for _, c := range []struct {
 		name             string
 		declared, actual bool
@@ -160,6 +172,7 @@ func testFeaturesMatchStore(t *testing.T, s store.Store, f Features) {
 		{"Partitioned", f.Partitioned, partitioned, "transport.PartitionedConsumer"},
 		{"Pending", f.Pending, pending, "transport.PendingCounter"},
 		{"Tokens", f.Tokens, tokens, "store.TokenStore"},
+		{"Admit", f.Admit, admits, "store.AdmittingQueue"},
 	} {
 		switch {
 		case c.declared && !c.actual:

@@ -1,0 +1,79 @@
+package admit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+var t0 = time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+
+func TestDecideRate(t *testing.T) {
+	k := store.LimitKey{Name: "r"}
+	lim := map[string]store.Limit{"r": {Name: "r", Rate: 10, Burst: 2}}
+	reqs := []store.AdmitRequest{{Holder: "a", Keys: []store.LimitKey{k}}, {Holder: "b", Keys: []store.LimitKey{k}}, {Holder: "c", Keys: []store.LimitKey{k}}}
+	cs := map[store.LimitKey]*Counter{k: {Fresh: true}}
+	adm, holds := Decide(lim, reqs, cs, t0)
+	if !adm[0].Admitted || !adm[1].Admitted || adm[2].Admitted {
+		t.Fatalf("got %+v, want the first two admitted", adm)
+	}
+	if adm[2].Wait != 100*time.Millisecond {
+		t.Errorf("wait: got %v, want 100ms", adm[2].Wait)
+	}
+	if holds[0] != nil {
+		t.Errorf("a rate holds no slot: got %v", holds[0])
+	}
+	// 100ms later exactly one token is back.
+	adm, _ = Decide(lim, reqs[2:], cs, t0.Add(adm[2].Wait))
+	if !adm[0].Admitted {
+		t.Fatalf("after the wait: got %+v, want admitted", adm[0])
+	}
+	// A bucket never holds more than Burst.
+	cs[k].Tokens, cs[k].RefilledAt = 0, t0
+	adm, _ = Decide(lim, reqs, cs, t0.Add(time.Hour))
+	if !adm[0].Admitted || !adm[1].Admitted || adm[2].Admitted {
+		t.Fatalf("after an hour: got %+v, want two admitted (Burst 2)", adm)
+	}
+}
+
+func TestDecideQueueBlocksLaterOfARefusedKey(t *testing.T) {
+	c := store.LimitKey{Name: "c"}
+	lim := map[string]store.Limit{"c": {Name: "c", Concurrency: 1}}
+	cands := []Candidate{
+		{Holder: "1", PartKey: "x", Keys: []store.LimitKey{c}},
+		{Holder: "2", PartKey: "y", Keys: []store.LimitKey{c}}, // refused: c is full
+		{Holder: "3", PartKey: "y"},                            // needs nothing, but behind 2
+		{Holder: "4", PartKey: "z"},
+		{Holder: "5", PartKey: "w"}, // over max
+	}
+	cs := map[store.LimitKey]*Counter{c: {}}
+	d := DecideQueue(lim, cands, cs, t0, 2)
+	if len(d.Admitted) != 2 || d.Admitted[0] != 0 || d.Admitted[1] != 3 {
+		t.Fatalf("admitted: got %v, want [0 3]", d.Admitted)
+	}
+	if len(d.Holds[0]) != 1 || d.Holds[0][0] != c || d.Holds[1] != nil {
+		t.Errorf("holds: got %v, want [[c] []]", d.Holds)
+	}
+	if cs[c].Live != 1 {
+		t.Errorf("live: got %d, want 1", cs[c].Live)
+	}
+}
+
+func TestKeysSortedDistinctGoverned(t *testing.T) {
+	lim := map[string]store.Limit{"b": {Concurrency: 1}, "a": {Rate: 1}, "off": {}}
+	reqs := []store.AdmitRequest{
+		{Keys: []store.LimitKey{{Name: "b", Key: "2"}, {Name: "a"}, {Name: "off"}, {Name: "none"}}},
+		{Keys: []store.LimitKey{{Name: "b", Key: "1"}, {Name: "a"}}},
+	}
+	got := Keys(lim, reqs)
+	want := []store.LimitKey{{Name: "a"}, {Name: "b", Key: "1"}, {Name: "b", Key: "2"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+}

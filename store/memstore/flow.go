@@ -1,0 +1,220 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/idemhq/idem/internal/admit"
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.Limiter = (*Store)(nil)
+
+// flow is the Store's flow-control state (see store.Limiter), guarded by
+// Store.mu. Holds expire by the process's clock.
+type flow struct {
+	limits  map[string]store.Limit
+	holds   map[store.LimitKey]map[string]time.Time // holder → expires at
+	buckets map[store.LimitKey]*admit.Counter       // Tokens and RefilledAt only
+	held    map[string][]store.LimitKey             // holder → the counters it holds
+}
+
+func (f *flow) init() {
+	if f.limits == nil {
+		f.limits = map[string]store.Limit{}
+		f.holds = map[store.LimitKey]map[string]time.Time{}
+		f.buckets = map[store.LimitKey]*admit.Counter{}
+		f.held = map[string][]store.LimitKey{}
+	}
+}
+
+// SetLimit creates or replaces the override of l.Name.
+func (s *Store) SetLimit(ctx context.Context, l store.Limit) error {
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("memstore: set limit: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "set limit"); err != nil {
+		return err
+	}
+	s.flow.init()
+	l.UpdatedAt = time.Now().UTC()
+	s.flow.limits[l.Name] = l
+	return nil
+}
+
+// ResetLimit removes the override of name; none is not an error.
+func (s *Store) ResetLimit(ctx context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "reset limit"); err != nil {
+		return err
+	}
+	delete(s.flow.limits, name)
+	return nil
+}
+
+// Limits returns the overrides, ordered by name.
+func (s *Store) Limits(ctx context.Context) ([]store.Limit, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx, "limits"); err != nil {
+		return nil, err
+	}
+	out := make([]store.Limit, 0, len(s.flow.limits))
+	for _, l := range s.flow.limits {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b store.Limit) int { return store.LimitKey{Name: a.Name}.Compare(store.LimitKey{Name: b.Name}) })
+	return out, nil
+}
+
+// LimitUses returns every counter with a live hold or a bucket.
+func (s *Store) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "limit uses"); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	uses := map[store.LimitKey]*store.LimitUse{}
+	use := func(k store.LimitKey) *store.LimitUse {
+		if uses[k] == nil {
+			uses[k] = &store.LimitUse{LimitKey: k}
+		}
+		return uses[k]
+	}
+	for k := range s.flow.holds {
+		if n := s.flow.live(k, now); n > 0 {
+			use(k).InFlight = n
+		}
+	}
+	for k, b := range s.flow.buckets {
+		u := use(k)
+		u.Tokens = b.Tokens
+		if l, ok := s.flow.limits[k.Name]; ok && l.Rate > 0 {
+			u.Tokens = admit.Refilled(l, b.Tokens, b.RefilledAt, now)
+		}
+	}
+	out := make([]store.LimitUse, 0, len(uses))
+	for _, u := range uses {
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b store.LimitUse) int { return a.LimitKey.Compare(b.LimitKey) })
+	return out, nil
+}
+
+// live drops the expired holds of k and counts the others.
+func (f *flow) live(k store.LimitKey, now time.Time) int {
+	hs := f.holds[k]
+	for h, exp := range hs {
+		if !exp.After(now) {
+			delete(hs, h)
+			f.held[h] = slices.DeleteFunc(f.held[h], func(o store.LimitKey) bool { return o == k })
+			if len(f.held[h]) == 0 {
+				delete(f.held, h)
+			}
+		}
+	}
+	if len(hs) == 0 {
+		delete(f.holds, k)
+	}
+	return len(hs)
+}
+
+// Admit decides p's requests in order (see store.Limiter).
+func (s *Store) Admit(ctx context.Context, p *store.AdmitParams) ([]store.Admission, error) {
+	if p == nil {
+		p = &store.AdmitParams{TTL: time.Second}
+	}
+	if err := admit.Validate(p.Requests); err != nil {
+		return nil, fmt.Errorf("memstore: admit: %w", err)
+	}
+	if p.TTL <= 0 {
+		return nil, errors.New("memstore: admit: AdmitParams.TTL must be positive")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "admit"); err != nil {
+		return nil, err
+	}
+	s.flow.init()
+	now := time.Now()
+	cs := map[store.LimitKey]*admit.Counter{}
+	for _, k := range admit.Keys(p.Limits, p.Requests) {
+		c := &admit.Counter{Live: s.flow.live(k, now), Fresh: true}
+		if b := s.flow.buckets[k]; b != nil {
+			c.Tokens, c.RefilledAt, c.Fresh = b.Tokens, b.RefilledAt, false
+		}
+		cs[k] = c
+	}
+	adm, holds := admit.Decide(p.Limits, p.Requests, cs, now)
+	for k, c := range cs {
+		if c.Refilled {
+			s.flow.buckets[k] = &admit.Counter{Tokens: c.Tokens, RefilledAt: c.RefilledAt}
+		}
+	}
+	for i, ks := range holds {
+		s.flow.hold(p.Requests[i].Holder, ks, now.Add(p.TTL))
+	}
+	return adm, nil
+}
+
+// hold gives holder a hold on each of ks until exp.
+func (f *flow) hold(holder string, ks []store.LimitKey, exp time.Time) {
+	for _, k := range ks {
+		if f.holds[k] == nil {
+			f.holds[k] = map[string]time.Time{}
+		}
+		f.holds[k][holder] = exp
+		if !slices.Contains(f.held[holder], k) {
+			f.held[holder] = append(f.held[holder], k)
+		}
+	}
+}
+
+// ExtendHolds makes the live holds of holders expire ttl from now.
+func (s *Store) ExtendHolds(ctx context.Context, holders []string, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "extend holds"); err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, h := range holders {
+		for _, k := range s.flow.held[h] {
+			if exp, ok := s.flow.holds[k][h]; ok && exp.After(now) {
+				s.flow.holds[k][h] = now.Add(ttl)
+			}
+		}
+	}
+	return nil
+}
+
+// ReleaseHolds releases every hold of holders.
+func (s *Store) ReleaseHolds(ctx context.Context, holders []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "release holds"); err != nil {
+		return err
+	}
+	s.flow.release(holders)
+	return nil
+}
+
+// release drops every hold of holders. The caller holds Store.mu.
+func (f *flow) release(holders []string) {
+	for _, h := range holders {
+		for _, k := range f.held[h] {
+			delete(f.holds[k], h)
+			if len(f.holds[k]) == 0 {
+				delete(f.holds, k)
+			}
+		}
+		delete(f.held, h)
+	}
+}

@@ -1,0 +1,113 @@
+package pgstore_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem/internal/testenv"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/transport"
+)
+
+// holdsTracer counts the statements sent that name idem_limit_holds.
+type holdsTracer struct{ n atomic.Int64 }
+
+func (h *holdsTracer) see(sql string) {
+	if strings.Contains(sql, "idem_limit_holds") {
+		h.n.Add(1)
+	}
+}
+
+func (h *holdsTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	h.see(d.SQL)
+	return ctx
+}
+func (h *holdsTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (h *holdsTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (h *holdsTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	h.see(d.SQL)
+}
+func (h *holdsTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// The plain queue paths (Receive, a unit of work's Consume, Ack, Nack,
+// ExtendLeases) send no statement about holds: flow control costs them
+// nothing. The deliveries of ReceiveAdmitted do, as a control.
+func TestPlainQueuePathsSendNoHoldStatement(t *testing.T) {
+	testenv.PostgresURL(t)
+	t.Parallel()
+	ctx := t.Context()
+	schema := openStore(t, pgstore.Config{}).Schema()
+	pc, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["search_path"] = pgstore.SearchPath(schema)
+	tr := &holdsTracer{}
+	pc.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := pgstore.New(ctx, pool, &pgstore.Config{Schema: schema, Lease: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var envs []transport.Envelope
+	for _, id := range []string{"a", "b", "c", "d"} {
+		envs = append(envs, transport.Envelope{ID: id, Type: "t", CorrelationID: id, Body: []byte(`{}`)})
+	}
+	if err := s.Publish(ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.Receive(ctx, 3)
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("receive: got %d deliveries, %v, want 3", len(ds), err)
+	}
+	if err := s.ExtendLeases(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	uow, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uow.(store.QueueUnitOfWork).Consume(ctx, ds[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := uow.Commit(ctx, &store.Changes{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(ctx, ds[1:2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Nack(ctx, ds[2], time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n := tr.n.Load(); n != 0 {
+		t.Fatalf("the plain queue paths sent %d statements about holds, want 0", n)
+	}
+	lim := map[string]store.Limit{"api": {Name: "api", Concurrency: 1}}
+	ad, err := s.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: 1, Limits: lim, Needs: func(*transport.Envelope) []store.LimitKey {
+		return []store.LimitKey{{Name: "api"}}
+	}})
+	if err != nil || len(ad) != 1 {
+		t.Fatalf("receive admitted: got %d deliveries, %v, want 1", len(ad), err)
+	}
+	before := tr.n.Load()
+	if err := s.Ack(ctx, ad); err != nil {
+		t.Fatal(err)
+	}
+	if tr.n.Load() == before {
+		t.Error("the Ack of an admitted delivery sent no statement about holds: the control failed")
+	}
+}

@@ -1,0 +1,312 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem/internal/admit"
+	"github.com/idemhq/idem/internal/sqlq"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+var _ store.Limiter = (*Store)(nil)
+
+// Flow control (store.Limiter) on SQLite: every admission is one request
+// to the writer, so admissions are serialised by the database's write
+// lock, across processes too. Holds expire by the process's clock, as the
+// queue's leases do.
+
+const setLimitSQL = `
+INSERT INTO idem_limits (name, concurrency, rate, burst, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency, rate = excluded.rate, burst = excluded.burst, updated_at = excluded.updated_at`
+
+// SetLimit creates or replaces the override of l.Name.
+func (s *Store) SetLimit(ctx context.Context, l store.Limit) error {
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("sqlitestore: set limit: %w", err)
+	}
+	err := s.write(ctx, "set limit", 0, func(w *writer) error {
+		_, err := w.exec(setLimitSQL, l.Name, l.Concurrency, l.Rate, l.Burst, micros(time.Now()))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: set limit %q: %w", l.Name, err)
+	}
+	return nil
+}
+
+// ResetLimit removes the override of name; none is not an error.
+func (s *Store) ResetLimit(ctx context.Context, name string) error {
+	err := s.write(ctx, "reset limit", 0, func(w *writer) error {
+		_, err := w.exec(`DELETE FROM idem_limits WHERE name = ?1`, name)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: reset limit %q: %w", name, err)
+	}
+	return nil
+}
+
+// Limits returns the overrides, ordered by name.
+func (s *Store) Limits(ctx context.Context) ([]store.Limit, error) {
+	if err := s.check("limits"); err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: limits: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Limit
+	for rows.Next() {
+		var l store.Limit
+		var at int64
+		if err := rows.Scan(&l.Name, &l.Concurrency, &l.Rate, &l.Burst, &at); err != nil {
+			return nil, fmt.Errorf("sqlitestore: limits: %w", err)
+		}
+		l.UpdatedAt = fromMicros(at)
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: limits: %w", err)
+	}
+	return out, nil
+}
+
+// limitUsesSQL lists the counters with a bucket or a live hold (?1: now),
+// with the override's rate and burst when there is one.
+const limitUsesSQL = `
+WITH live AS (
+  SELECT name, key, count(*) AS n FROM idem_limit_holds WHERE expires_at > ?1 GROUP BY name, key
+), ks AS (
+  SELECT name, key FROM idem_limit_counters WHERE tokens IS NOT NULL UNION SELECT name, key FROM live
+)
+SELECT ks.name, ks.key, coalesce(h.n, 0), c.tokens, c.refilled_at, l.rate, l.burst
+FROM ks
+LEFT JOIN live h ON h.name = ks.name AND h.key = ks.key
+LEFT JOIN idem_limit_counters c ON c.name = ks.name AND c.key = ks.key
+LEFT JOIN idem_limits l ON l.name = ks.name
+ORDER BY ks.name, ks.key`
+
+// LimitUses returns every counter with a live hold or a bucket, ordered
+// by (Name, Key).
+func (s *Store) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
+	if err := s.check("limit uses"); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	rows, err := s.rdb.QueryContext(ctx, limitUsesSQL, micros(now))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: limit uses: %w", err)
+	}
+	defer rows.Close()
+	var out []store.LimitUse
+	for rows.Next() {
+		var u store.LimitUse
+		var tokens, rate sql.NullFloat64
+		var at, burst sql.NullInt64
+		if err := rows.Scan(&u.Name, &u.Key, &u.InFlight, &tokens, &at, &rate, &burst); err != nil {
+			return nil, fmt.Errorf("sqlitestore: limit uses: %w", err)
+		}
+		u.Tokens = tokens.Float64
+		if tokens.Valid && rate.Valid && rate.Float64 > 0 {
+			u.Tokens = admit.Refilled(store.Limit{Rate: rate.Float64, Burst: int(burst.Int64)}, tokens.Float64, fromMicros(at.Int64), now)
+		}
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: limit uses: %w", err)
+	}
+	return out, nil
+}
+
+const (
+	bucketSQL      = `SELECT tokens, refilled_at FROM idem_limit_counters WHERE name = ?1 AND key = ?2`
+	dropExpiredSQL = `DELETE FROM idem_limit_holds WHERE name = ?1 AND key = ?2 AND expires_at <= ?3`
+	liveHoldsSQL   = `SELECT count(*) FROM idem_limit_holds WHERE name = ?1 AND key = ?2`
+	insertHoldSQL  = `
+INSERT INTO idem_limit_holds (name, key, holder, expires_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (name, key, holder) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)`
+	saveBucketSQL = `
+INSERT INTO idem_limit_counters (name, key, tokens, refilled_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (name, key) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at`
+	releaseHoldsSQL = `DELETE FROM idem_limit_holds WHERE holder = ?1`
+	extendHoldsSQL  = `UPDATE idem_limit_holds SET expires_at = ?2 WHERE holder = ?1 AND expires_at > ?3`
+)
+
+// Admit decides p's requests in order, in one write transaction (see
+// store.Limiter).
+func (s *Store) Admit(ctx context.Context, p *store.AdmitParams) ([]store.Admission, error) {
+	if p == nil {
+		p = &store.AdmitParams{TTL: time.Second}
+	}
+	if err := admit.Validate(p.Requests); err != nil {
+		return nil, fmt.Errorf("sqlitestore: admit: %w", err)
+	}
+	if p.TTL <= 0 {
+		return nil, fmt.Errorf("sqlitestore: admit: AdmitParams.TTL is %v: give how long a hold lives", p.TTL)
+	}
+	keys := admit.Keys(p.Limits, p.Requests)
+	var adm []store.Admission
+	if len(keys) == 0 {
+		adm, _ = admit.Decide(p.Limits, p.Requests, nil, time.Now())
+		return adm, nil
+	}
+	err := s.write(ctx, "admit", 0, func(w *writer) error {
+		var err error
+		adm, err = w.admit(p.Limits, p.Requests, keys, p.TTL)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: admit: %w", err)
+	}
+	return adm, nil
+}
+
+// admit decides reqs inside the writer's transaction: it reads the
+// counters keys, decides, and writes the holds and buckets.
+func (w *writer) admit(limits map[string]store.Limit, reqs []store.AdmitRequest, keys []store.LimitKey, ttl time.Duration) ([]store.Admission, error) {
+	now := time.Now()
+	cs, err := w.counters(keys, now)
+	if err != nil {
+		return nil, err
+	}
+	adm, holds := admit.Decide(limits, reqs, cs, now)
+	exp := micros(now.Add(ttl))
+	for i, hs := range holds {
+		for _, k := range hs {
+			if _, err := w.exec(insertHoldSQL, k.Name, k.Key, reqs[i].Holder, exp); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for k, c := range cs {
+		if c.Refilled {
+			if _, err := w.exec(saveBucketSQL, k.Name, k.Key, c.Tokens, micros(c.RefilledAt)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return adm, nil
+}
+
+// counters reads the state of the counters keys at now, dropping their
+// expired holds.
+func (w *writer) counters(keys []store.LimitKey, now time.Time) (map[store.LimitKey]*admit.Counter, error) {
+	cs := make(map[store.LimitKey]*admit.Counter, len(keys))
+	for _, k := range keys {
+		c := &admit.Counter{Fresh: true}
+		rows, err := w.query(bucketSQL, k.Name, k.Key)
+		if err != nil {
+			return nil, err
+		}
+		var tokens sql.NullFloat64
+		var at sql.NullInt64
+		if rows.Next() {
+			err = rows.Scan(&tokens, &at)
+		}
+		rows.Close()
+		if err != nil {
+			return nil, err
+		}
+		if tokens.Valid {
+			c.Tokens, c.RefilledAt, c.Fresh = tokens.Float64, fromMicros(at.Int64), false
+		}
+		if _, err := w.exec(dropExpiredSQL, k.Name, k.Key, micros(now)); err != nil {
+			return nil, err
+		}
+		if c.Live, err = w.count(liveHoldsSQL, k.Name, k.Key); err != nil {
+			return nil, err
+		}
+		cs[k] = c
+	}
+	return cs, nil
+}
+
+// count runs q, which returns one integer.
+func (w *writer) count(q string, args ...any) (int, error) {
+	rows, err := w.query(q, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	if rows.Next() {
+		err = rows.Scan(&n)
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	return n, err
+}
+
+// ExtendHolds makes the live holds of holders expire ttl from now.
+func (s *Store) ExtendHolds(ctx context.Context, holders []string, ttl time.Duration) error {
+	if len(holders) == 0 {
+		return nil
+	}
+	err := s.write(ctx, "extend holds", leaseOnly, func(w *writer) error {
+		return w.extendHolds(holders, ttl)
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: extend holds: %w", err)
+	}
+	return nil
+}
+
+func (w *writer) extendHolds(holders []string, ttl time.Duration) error {
+	now := time.Now()
+	for _, h := range holders {
+		if _, err := w.exec(extendHoldsSQL, h, micros(now.Add(ttl)), micros(now)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReleaseHolds releases every hold of holders.
+func (s *Store) ReleaseHolds(ctx context.Context, holders []string) error {
+	if len(holders) == 0 {
+		return nil
+	}
+	err := s.write(ctx, "release holds", wakeConsumers, func(w *writer) error {
+		return runOps(w, releaseOps(holders))
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: release holds: %w", err)
+	}
+	return nil
+}
+
+// releaseOps are the statements that release the holds of holders.
+func releaseOps(holders []string) []op {
+	ops := make([]op, len(holders))
+	for i, h := range holders {
+		ops[i] = op{sql: releaseHoldsSQL, args: []any{h}}
+	}
+	return ops
+}
+
+// heldOf returns the holders among ds (admitted deliveries) and the write
+// option that wakes consumers when there are any: a release may let a
+// waiting message in.
+func heldOf(ds []transport.Delivery) ([]string, writeOpts) {
+	hs := sqlq.Holders(ds)
+	if len(hs) == 0 {
+		return nil, 0
+	}
+	return hs, wakeConsumers
+}
+
+// releasing returns, for fencedWrite, the release of holders' holds; nil
+// when there are none.
+func releasing(holders []string) func(*writer) error {
+	if len(holders) == 0 {
+		return nil
+	}
+	return func(w *writer) error { return runOps(w, releaseOps(holders)) }
+}

@@ -1,0 +1,195 @@
+package sqlitestore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/idemhq/idem/internal/admit"
+	"github.com/idemhq/idem/internal/sqlq"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+var _ store.AdmittingQueue = (*Store)(nil)
+
+// admitWindow is how many visible messages an admitting receive looks at
+// per delivery it may return.
+const admitWindow = 4
+
+const candidatesSQL = `
+SELECT seq, id, envelope, body, attempt FROM idem_queue
+WHERE visible_at <= ?1
+ORDER BY visible_at, seq
+LIMIT ?2`
+
+const leaseAdmittedSQL = `UPDATE idem_queue SET attempt = attempt + 1, token = ?2, visible_at = ?3 WHERE seq = ?1`
+
+// ReceiveAdmitted is Receive that admits as it leases (see
+// store.AdmittingQueue): in one write transaction it reads a window of
+// admitWindow × p.Max visible messages, computes their needs, decides,
+// takes the holds (expiring with the lease) and leases the admitted
+// messages. The queue has no partitions: p.Parts above 1 is refused. A
+// release through this Store wakes it; one by another process is seen at
+// Config.PollInterval.
+func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]transport.Delivery, error) {
+	if p == nil {
+		p = &store.ReceiveParams{}
+	}
+	if p.Parts > 1 {
+		return nil, fmt.Errorf("sqlitestore: receive admitted: ReceiveParams.Parts is %d, but this queue has no partitions: give 0 or 1", p.Parts)
+	}
+	for {
+		if err := s.check("receive"); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		wake := s.wakeChan()
+		ds, next, err := s.claimAdmitted(ctx, p)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if cerr := s.check("receive"); cerr != nil {
+				return nil, cerr
+			}
+			return nil, fmt.Errorf("sqlitestore: receive admitted: %w", err)
+		}
+		if len(ds) > 0 {
+			return ds, nil
+		}
+		if err := sqlq.Wait(ctx, s.done, wake, next, s.cfg.PollInterval); err != nil {
+			if errors.Is(err, transport.ErrClosed) {
+				return nil, fmt.Errorf("sqlitestore: receive admitted: %w", err)
+			}
+			return nil, err
+		}
+	}
+}
+
+// claimAdmitted is one admitting receive: the deliveries, or when none the
+// time to look again (zero: at the next wake or poll).
+func (s *Store) claimAdmitted(ctx context.Context, p *store.ReceiveParams) ([]transport.Delivery, time.Time, error) {
+	var next sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT min(visible_at) FROM idem_queue`).Scan(&next); err != nil {
+		return nil, time.Time{}, err
+	}
+	if !next.Valid {
+		return nil, time.Time{}, nil
+	}
+	if nextAt := fromMicros(next.Int64); nextAt.After(time.Now()) {
+		return nil, nextAt, nil
+	}
+	var out []transport.Delivery
+	var wait time.Duration
+	err := s.write(ctx, "receive", leaseOnly, func(w *writer) error {
+		var err error
+		out, wait, err = w.receiveAdmitted(p, s.cfg.Lease)
+		return err
+	})
+	if err != nil || len(out) > 0 {
+		return out, time.Time{}, err
+	}
+	if err := s.rdb.QueryRowContext(ctx, `SELECT min(visible_at) FROM idem_queue WHERE visible_at > ?1`, micros(time.Now())).Scan(&next); err != nil {
+		return nil, time.Time{}, err
+	}
+	at := fromNullMicros(next)
+	if wait > 0 && (at.IsZero() || time.Now().Add(wait).Before(at)) {
+		at = time.Now().Add(wait)
+	}
+	return nil, at, nil
+}
+
+// receiveAdmitted decides on the window of visible messages and leases
+// those admitted, inside the writer's transaction. It returns them, and
+// the shortest wait of a refusal by a rate.
+func (w *writer) receiveAdmitted(p *store.ReceiveParams, lease time.Duration) ([]transport.Delivery, time.Duration, error) {
+	now := time.Now()
+	n := max(p.Max, 1)
+	tok := sqlq.HeldPrefix + sqlq.NewToken()
+	ds, seqs, err := w.candidates(now, admitWindow*n, tok)
+	if err != nil || len(ds) == 0 {
+		return nil, 0, err
+	}
+	cands := make([]admit.Candidate, len(ds))
+	reqs := make([]store.AdmitRequest, len(ds))
+	for i := range ds {
+		cands[i] = admit.Candidate{Holder: ds[i].Token, PartKey: transport.PartitionKey(&ds[i].Envelope)}
+		if p.Needs != nil {
+			cands[i].Keys = p.Needs(&ds[i].Envelope)
+		}
+		reqs[i] = store.AdmitRequest{Holder: cands[i].Holder, Keys: cands[i].Keys}
+	}
+	if err := admit.Validate(reqs); err != nil {
+		return nil, 0, err
+	}
+	cs, err := w.counters(admit.KeysOf(p.Limits, cands), now)
+	if err != nil {
+		return nil, 0, err
+	}
+	dec := admit.DecideQueue(p.Limits, cands, cs, now, n)
+	exp := micros(now.Add(lease))
+	out := make([]transport.Delivery, len(dec.Admitted))
+	for j, i := range dec.Admitted {
+		for _, k := range dec.Holds[j] {
+			if _, err := w.exec(insertHoldSQL, k.Name, k.Key, ds[i].Token, exp); err != nil {
+				return nil, 0, err
+			}
+		}
+		if _, err := w.exec(leaseAdmittedSQL, seqs[i], tok, exp); err != nil {
+			return nil, 0, err
+		}
+		out[j] = ds[i]
+	}
+	slices.SortFunc(out, func(a, b transport.Delivery) int { return cmp.Compare(seqOf(a), seqOf(b)) }) // enqueue order, as Receive
+	for k, c := range cs {
+		if c.Refilled {
+			if _, err := w.exec(saveBucketSQL, k.Name, k.Key, c.Tokens, micros(c.RefilledAt)); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	return out, dec.Wait, nil
+}
+
+// candidates reads up to n visible messages in Receive's order, as the
+// deliveries they become when leased under tok, with their rows.
+func (w *writer) candidates(now time.Time, n int, tok string) ([]transport.Delivery, []int64, error) {
+	rows, err := w.query(candidatesSQL, micros(now), n)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var ds []transport.Delivery
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		var attempt int
+		var id, meta string
+		var body []byte
+		if err := rows.Scan(&seq, &id, &meta, &body, &attempt); err != nil {
+			return nil, nil, err
+		}
+		env, err := sqlq.DecodeEnvelope([]byte(meta), body)
+		if err != nil {
+			// As Receive: handed out with what is known, for the engine
+			// to dead-letter.
+			env = transport.Envelope{ID: id, Body: body}
+		}
+		ds = append(ds, transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok)})
+		seqs = append(seqs, seq)
+	}
+	return ds, seqs, rows.Err()
+}
+
+// seqOf is the queue row of a delivery of this store.
+func seqOf(d transport.Delivery) int64 {
+	seq, _, _ := sqlq.ParseToken(d.Token)
+	return seq
+}

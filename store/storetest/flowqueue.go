@@ -1,0 +1,307 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// The FlowQueue cases check store.AdmittingQueue (Features.Admit): a queue
+// that admits under limits in the transaction that leases the work.
+
+func init() {
+	featureCases = append(featureCases,
+		featureCase{"FlowQueueCapLeavesRefusedUntouched", needAdmit, testFlowQueueCapLeavesRefusedUntouched},
+		featureCase{"FlowQueueSettleReleases", needAdmit, testFlowQueueSettleReleases},
+		featureCase{"FlowQueueLeaseExpiryReleases", needAdmit, testFlowQueueLeaseExpiryReleases},
+		featureCase{"FlowQueuePerKeyOrder", needAdmit, testFlowQueuePerKeyOrder},
+		featureCase{"FlowQueueExtendLeasesExtendsHolds", needAdmit, testFlowQueueExtendLeasesExtendsHolds},
+		featureCase{"FlowQueuePlainDeliveriesUntouched", needAdmit, testFlowQueuePlainDeliveriesUntouched},
+		featureCase{"FlowQueueConcurrentNeverOverCap", needAdmit, testFlowQueueConcurrentNeverOverCap},
+	)
+}
+
+// needsHeader lists, comma-separated, the limit names (unpartitioned
+// counters) a test message needs.
+const needsHeader = "x-test-needs"
+
+// needsOf is the ReceiveParams.Needs of the FlowQueue cases.
+func needsOf(env *transport.Envelope) []store.LimitKey {
+	v := env.Headers[needsHeader]
+	if v == "" {
+		return nil
+	}
+	var ks []store.LimitKey
+	for _, n := range strings.Split(v, ",") {
+		ks = append(ks, lk(n, ""))
+	}
+	return ks
+}
+
+// limited returns a message of saga key corr that needs the limits in
+// needs (comma-separated).
+func limited(id, corr, needs string) transport.Envelope {
+	env := message(id, corr)
+	if needs != "" {
+		env.Headers[needsHeader] = needs
+	}
+	return env
+}
+
+func admittingOf(t *testing.T, s store.Store) store.AdmittingQueue {
+	t.Helper()
+	q, ok := s.(store.AdmittingQueue)
+	if !ok {
+		t.Fatalf("Features.Admit is true but %T is not a store.AdmittingQueue", s)
+	}
+	return q
+}
+
+// receiveAdmitted calls ReceiveAdmitted once, waiting at most wait.
+func receiveAdmitted(t *testing.T, q store.AdmittingQueue, lim map[string]store.Limit, max int, wait time.Duration) []transport.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	ds, err := q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Limits: lim, Needs: needsOf})
+	if err != nil {
+		t.Fatalf("receive admitted: got error %v, want deliveries within %v", err, wait)
+	}
+	return ds
+}
+
+// expectNoAdmission fails the test if ReceiveAdmitted returns a delivery
+// within wait.
+func expectNoAdmission(t *testing.T, q store.AdmittingQueue, lim map[string]store.Limit, what string, wait time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	ds, err := q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: 10, Limits: lim, Needs: needsOf})
+	switch {
+	case err == nil:
+		t.Fatalf("%s: got %s, want no admission within %v", what, describe(ds), wait)
+	case !errors.Is(err, context.DeadlineExceeded):
+		t.Fatalf("%s: receive admitted: got error %v, want context.DeadlineExceeded", what, err)
+	}
+}
+
+func wantIDs(t *testing.T, what string, ds []transport.Delivery, attempt int, ids ...string) {
+	t.Helper()
+	got := idsOf(ds)
+	slices.Sort(got)
+	if !slices.Equal(got, ids) {
+		t.Fatalf("%s: got %s, want %v", what, describe(ds), ids)
+	}
+	for _, d := range ds {
+		if d.Attempt != attempt {
+			t.Errorf("%s: %s has attempt %d, want %d", what, d.Envelope.ID, d.Attempt, attempt)
+		}
+	}
+}
+
+var apiCap1 = limits(store.Limit{Name: "api", Concurrency: 1})
+
+func testFlowQueueCapLeavesRefusedUntouched(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	publish(t, q, limited("m-1", "k-1", "api"), limited("m-2", "k-2", "api"), limited("m-3", "k-3", "api"))
+	wantIDs(t, "cap 1 over 3 keys", receiveAdmitted(t, q, apiCap1, 10, promptWait), 1, "m-1")
+	if n := inFlight(t, q, lk("api", "")); n != 1 {
+		t.Errorf("in flight: got %d, want 1", n)
+	}
+	// The refused messages were not leased: a plain receive gets them at
+	// once, their attempt not counted.
+	wantIDs(t, "the refused ones", receive(t, q, 2, promptWait), 1, "m-2", "m-3")
+}
+
+func testFlowQueueSettleReleases(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	ctx := t.Context()
+	api := lk("api", "")
+	publish(t, q, limited("m-1", "k-1", "api"), limited("m-2", "k-2", "api"), limited("m-3", "k-3", "api"), limited("m-4", "k-4", "api"))
+	d1 := receiveAdmitted(t, q, apiCap1, 10, promptWait)
+	wantIDs(t, "first", d1, 1, "m-1")
+
+	uow := queueUnit(t, s)
+	if err := uow.Consume(ctx, d1); err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	if err := uow.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := inFlight(t, q, api); n != 1 {
+		t.Fatalf("in flight after a rolled-back Consume: got %d, want 1", n)
+	}
+	uow = queueUnit(t, s)
+	if err := uow.Consume(ctx, d1); err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	if err := uow.Commit(ctx, &store.Changes{}); err != nil {
+		t.Fatalf("commit consuming %s: %v", d1[0].Envelope.ID, err)
+	}
+	// Checked at once: a lease's expiry would release the hold later.
+	if n := inFlight(t, q, api); n != 0 {
+		t.Fatalf("in flight after a committed Consume: got %d, want 0", n)
+	}
+	d2 := receiveAdmitted(t, q, apiCap1, 10, promptWait)
+	wantIDs(t, "after Consume", d2, 1, "m-2")
+	if err := q.Nack(ctx, d2[0], time.Hour); err != nil {
+		t.Fatalf("nack: %v", err)
+	}
+	if n := inFlight(t, q, api); n != 0 {
+		t.Fatalf("in flight after a Nack: got %d, want 0", n)
+	}
+	d3 := receiveAdmitted(t, q, apiCap1, 10, promptWait)
+	wantIDs(t, "after Nack", d3, 1, "m-3")
+	ackAll(t, q, d3)
+	if n := inFlight(t, q, api); n != 0 {
+		t.Fatalf("in flight after an Ack: got %d, want 0", n)
+	}
+	wantIDs(t, "after Ack", receiveAdmitted(t, q, apiCap1, 10, promptWait), 1, "m-4")
+}
+
+func testFlowQueueLeaseExpiryReleases(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	publish(t, q, limited("m-1", "k-1", "api"), limited("m-2", "k-2", "api"))
+	wantIDs(t, "first", receiveAdmitted(t, q, apiCap1, 10, promptWait), 1, "m-1")
+	// Unsettled: once its lease runs out, its hold is released and the
+	// next receive admits again (m-1 again, first in order, or m-2).
+	ds := receiveAdmitted(t, q, apiCap1, 10, f.redeliveryWait())
+	if len(ds) != 1 {
+		t.Fatalf("after the lease expired: got %s, want one delivery", describe(ds))
+	}
+	if n := inFlight(t, q, lk("api", "")); n != 1 {
+		t.Errorf("in flight: got %d, want 1", n)
+	}
+}
+
+func testFlowQueuePerKeyOrder(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	slow := limits(store.Limit{Name: "slow", Rate: 0.001, Burst: 1})
+	publish(t, q, limited("m-0", "k-0", "slow"))
+	wantIDs(t, "the only token", receiveAdmitted(t, q, slow, 10, promptWait), 1, "m-0")
+	publish(t, q, limited("m-1", "k", "slow"), limited("m-2", "k", ""), limited("m-3", "other", ""))
+	// m-1 waits for a token; m-2, of its key, must not overtake it.
+	wantIDs(t, "behind a refusal by a rate", receiveAdmitted(t, q, slow, 10, promptWait), 1, "m-3")
+	wantIDs(t, "left untouched", receive(t, q, 2, promptWait), 1, "m-1", "m-2")
+}
+
+func testFlowQueueExtendLeasesExtendsHolds(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	lx, ok := s.(transport.LeaseExtender)
+	if !ok {
+		t.Skipf("%T is not a transport.LeaseExtender", s)
+	}
+	publish(t, q, limited("m-1", "k-1", "api"), limited("m-2", "k-2", "api"))
+	d1 := receiveAdmitted(t, q, apiCap1, 10, promptWait)
+	wantIDs(t, "first", d1, 1, "m-1")
+	for end := time.Now().Add(2 * f.Lease); time.Now().Before(end); {
+		if err := lx.ExtendLeases(t.Context(), d1); err != nil {
+			t.Fatalf("extend leases: %v", err)
+		}
+		time.Sleep(f.Lease / 4) // the renewal period, as the engine's
+	}
+	if n := inFlight(t, q, lk("api", "")); n != 1 {
+		t.Fatalf("in flight after 2 leases of renewals: got %d, want 1", n)
+	}
+	expectNoAdmission(t, q, apiCap1, "while the renewed hold lives", f.Lease/2)
+	ackAll(t, q, d1)
+	wantIDs(t, "after Ack", receiveAdmitted(t, q, apiCap1, 10, promptWait), 1, "m-2")
+}
+
+// testFlowQueuePlainDeliveriesUntouched checks that the deliveries of a
+// plain Receive take no hold and that settling them releases none.
+func testFlowQueuePlainDeliveriesUntouched(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	publish(t, q, limited("m-1", "k-1", "api"))
+	d1 := receiveAdmitted(t, q, apiCap1, 10, promptWait)
+	publish(t, q, limited("p-1", "k-2", "api"))
+	p1 := receive(t, q, 1, promptWait)
+	wantIDs(t, "plain receive", p1, 1, "p-1")
+	ackAll(t, q, p1)
+	if n := inFlight(t, q, lk("api", "")); n != 1 {
+		t.Fatalf("in flight after a plain Ack: got %d, want 1 (m-1's hold)", n)
+	}
+	ackAll(t, q, d1)
+	if n := inFlight(t, q, lk("api", "")); n != 0 {
+		t.Fatalf("in flight after m-1's Ack: got %d, want 0", n)
+	}
+}
+
+// testFlowQueueConcurrentNeverOverCap runs 4 consumers of one queue under
+// a cap of 2: each admitted delivery counts in flight until its Ack, and
+// never more than 2 are.
+func testFlowQueueConcurrentNeverOverCap(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	const total, cap2 = 40, 2
+	var envs []transport.Envelope
+	for i := range total {
+		envs = append(envs, limited(fmt.Sprintf("m-%02d", i), fmt.Sprintf("k-%02d", i), "api"))
+	}
+	publish(t, q, envs...)
+	lim := limits(store.Limit{Name: "api", Concurrency: cap2})
+	ctx, cancel := context.WithTimeout(t.Context(), 4*promptWait)
+	defer cancel()
+	var live, peak, acked atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- flowConsumer(ctx, cancel, q, lim, total, &live, &peak, &acked)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := acked.Load(); n != total {
+		t.Fatalf("acked %d of %d within %v", n, total, 4*promptWait)
+	}
+	if p := peak.Load(); p > cap2 {
+		t.Errorf("peak in flight: got %d, want at most %d", p, cap2)
+	}
+	if n := inFlight(t, q, lk("api", "")); n != 0 {
+		t.Errorf("in flight at the end: got %d, want 0", n)
+	}
+}
+
+// flowConsumer receives admitted deliveries and acks them one by one
+// until total are acked, then cancels the others' waits.
+func flowConsumer(ctx context.Context, cancel func(), q store.AdmittingQueue, lim map[string]store.Limit, total int64, live, peak, acked *atomic.Int64) error {
+	for acked.Load() < total {
+		ds, err := q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: 3, Limits: lim, Needs: needsOf})
+		if err != nil {
+			if acked.Load() >= total {
+				return nil
+			}
+			return fmt.Errorf("receive admitted after %d acks: %w", acked.Load(), err)
+		}
+		for range ds {
+			n := live.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+		}
+		for _, d := range ds {
+			live.Add(-1)
+			if err := q.Ack(ctx, []transport.Delivery{d}); err != nil {
+				return fmt.Errorf("ack %s: %w", d.Envelope.ID, err)
+			}
+			if acked.Add(1) >= total {
+				cancel()
+			}
+		}
+	}
+	return nil
+}
