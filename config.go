@@ -153,6 +153,19 @@ type Config struct {
 	// marked truncated, and a cut state gets no diff in the console).
 	// Default 4096; at most 16 MiB; negative: none of the three is kept.
 	JournalPayloadLimit int
+	// Limits are the flow-control limits the engine admits messages
+	// under, across every replica that shares the store
+	// (docs/flow-control.md): concurrency caps and rate limits by message
+	// type, saga type or named resource, partitioned by a key computed
+	// from the envelope. Their values can be changed at runtime (idem
+	// limits set), and a change reaches every replica within one
+	// LimitsInterval. They need the store's own queue as transport
+	// (store.AdmittingQueue: pgstore, sqlitestore); NewEngine refuses them
+	// otherwise.
+	Limits []Limit
+	// LimitsInterval is how often the engine reads the limits' runtime
+	// values from the store, when Limits are declared. Default 1s.
+	LimitsInterval time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -172,6 +185,7 @@ func (c *Config) withDefaults() (Config, error) {
 		{"SweepBatch", int64(out.SweepBatch)}, {"TokenRetention", int64(out.TokenRetention)}, {"TimerInterval", int64(out.TimerInterval)}, {"RelayInterval", int64(out.RelayInterval)},
 		{"RelayAge", int64(out.RelayAge)}, {"ClaimLease", int64(out.ClaimLease)}, {"StopTimeout", int64(out.StopTimeout)},
 		{"HeartbeatInterval", int64(out.HeartbeatInterval)}, {"MaxLeaseRenewal", int64(out.MaxLeaseRenewal)},
+		{"LimitsInterval", int64(out.LimitsInterval)},
 	} {
 		if f.v < 0 {
 			return out, fmt.Errorf("idem: Config.%s is negative (%d): use 0 for the default or a positive value", f.name, f.v)
@@ -203,6 +217,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.SweepBatch, 1000)
 	defd(&out.RetryBase, 100*time.Millisecond)
 	defd(&out.RetryMax, time.Minute)
+	defd(&out.LimitsInterval, time.Second)
 	defd(&out.Retention, 7*24*time.Hour)
 	defd(&out.OutboxRetention, time.Hour)
 	defd(&out.SweepInterval, time.Minute)

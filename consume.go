@@ -93,10 +93,14 @@ func (c *consumer) received(loopCtx context.Context, err error) (stop bool, fata
 // consumers makes the engine's Config.Consumers loops: on partitions of
 // the keys with Config.PartitionedReceive, otherwise taking turns on one
 // stream under the units' key order (one consumer needs none). Each
-// claims inside units of work when claim is set.
-func consumers(b *base, plan *planner, u *units, claim bool) []*consumer {
+// claims inside units of work when claim is set, and receives through
+// admission when adm is set (flow.go).
+func consumers(b *base, plan *planner, u *units, claim bool, adm *admission) []*consumer {
 	n := b.cfg.Consumers
 	mk := func(receive func(context.Context, int) ([]transport.Delivery, error), part, parts int) *consumer {
+		if adm != nil {
+			receive = adm.receive(part, parts)
+		}
 		c := &consumer{base: b, plan: plan, units: u, src: &source{receive: receive},
 			fails: newFailures(b, slog.LevelError, "receive failed"), renewals: newFailures(b, slog.LevelWarn, "lease extension failed; the batch may be handed out again")}
 		if claim && u.order == nil {

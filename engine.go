@@ -214,6 +214,17 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	adm, err := newAdmission(e.base, e.reg)
+	if err != nil {
+		return err
+	}
+	if adm != nil {
+		// A claim takes messages inside a unit of work, past admission.
+		claim = false
+		if err := adm.refresh(ctx); err != nil {
+			return fmt.Errorf("idem: start: read the limits' runtime values: %w", err)
+		}
+	}
 	if err := saveSchedules(ctx, e.base, e.reg); err != nil {
 		return err
 	}
@@ -226,10 +237,14 @@ func (e *Engine) Start(ctx context.Context) error {
 	// error reaches Stop, Done's readers (Err) and Ready.
 	g, loopCtx := errgroup.WithContext(loopCtx)
 	e.units.order = keyOrderFor(&e.cfg, e.caps)
-	for _, c := range consumers(e.base, e.plan, e.units, claim) {
+	for _, c := range consumers(e.base, e.plan, e.units, claim, adm) {
 		g.Go(func() error { return c.run(loopCtx, workCtx) })
 	}
-	for _, s := range e.services() {
+	services := e.services()
+	if adm != nil {
+		services = append(services, newLimitsPoller(e.base, adm))
+	}
+	for _, s := range services {
 		g.Go(func() error { return s.run(loopCtx) })
 	}
 	go e.wait(g, e.done)

@@ -129,3 +129,10 @@ func TestEngineAttributesSearchable(t *testing.T) {
 	t.Parallel()
 	enginetest.Attributes(t, openStore(t, pgstore.Config{Lease: 5 * time.Second}))
 }
+
+// The engine admits a plain handler's messages under a concurrency cap per
+// tenant, and releases every slot (enginetest.Flow).
+func TestEngineFlowControl(t *testing.T) {
+	t.Parallel()
+	enginetest.Flow(t, openStore(t, pgstore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
+}

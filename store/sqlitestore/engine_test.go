@@ -222,3 +222,9 @@ func TestEngineDefaultsToOneConsumer(t *testing.T) {
 		t.Errorf("Consumers 3 on SQLite: got %d, want the 3 given", got)
 	}
 }
+
+// The engine admits a plain handler's messages under a concurrency cap per
+// tenant, and releases every slot (enginetest.Flow).
+func TestEngineFlowControl(t *testing.T) {
+	enginetest.Flow(t, openStore(t, sqlitestore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
+}

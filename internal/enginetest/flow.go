@@ -1,0 +1,174 @@
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/store"
+)
+
+// parseType is the message the Flow case's handler consumes: a call to a
+// parser whose API takes at most flowCap calls at once per tenant.
+const (
+	parseType = "flow.Parse"
+	flowCap   = 2
+)
+
+// tenantsInFlight counts the handler's calls in flight by tenant, the
+// most seen at once, and the calls handled.
+type tenantsInFlight struct {
+	mu      sync.Mutex
+	now     map[string]int
+	most    map[string]int
+	handled map[string]bool
+	fails   map[string]int // attempts each message ID failed so far
+}
+
+func (f *tenantsInFlight) enter(tenant string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now[tenant]++
+	f.most[tenant] = max(f.most[tenant], f.now[tenant])
+}
+
+func (f *tenantsInFlight) leave(tenant, id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now[tenant]--
+	f.handled[id] = true
+}
+
+func (f *tenantsInFlight) read(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
+}
+
+// Flow runs a plain handler under a concurrency cap of flowCap per
+// tenant (Config.Limits, keyed by a header) on q, as store and transport:
+//
+//   - four calls of tenant a and two of tenant b, the handler holding
+//     each until released: exactly flowCap of each tenant are admitted at
+//     once, and never more run at once, although the engine has lanes for
+//     all six;
+//   - a call that fails once and one that fails for good: given back and
+//     dead-lettered, each releases its slot;
+//
+// and at the end the store shows no slot in use (none leaked).
+func Flow(t *testing.T, q store.Queue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lim, ok := q.(store.Limiter)
+	if !ok {
+		t.Fatalf("%T is not a store.Limiter", q)
+	}
+	f := &tenantsInFlight{now: map[string]int{}, most: map[string]int{}, handled: map[string]bool{}, fails: map[string]int{}}
+	gate := make(chan struct{})
+	e := NewEngine(t, q, q, &idem.Config{BatchSize: 1, Lanes: 8, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
+		Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: flowCap,
+			Key: func(env *idem.Envelope) string { return env.Headers["tenant"] }}}})
+	if err := e.Handle(parseType, func(ctx context.Context, env idem.Envelope) error {
+		tenant := env.Headers["tenant"]
+		f.enter(tenant)
+		defer f.leave(tenant, env.ID)
+		switch env.Headers["fail"] {
+		case "once":
+			f.mu.Lock()
+			f.fails[env.ID]++
+			n := f.fails[env.ID]
+			f.mu.Unlock()
+			if n == 1 {
+				return errors.New("parser busy")
+			}
+		case "always":
+			return idem.Permanent(errors.New("parser refuses this file"))
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	defer func() {
+		open() // a failed test leaves no handler waiting
+		_ = e.Stop(context.Background())
+	}()
+
+	var envs []idem.Envelope
+	for i, tenant := range []string{"a", "a", "b", "a", "b", "a"} {
+		envs = append(envs, idem.Envelope{ID: fmt.Sprintf("p-%d", i), Type: parseType, CorrelationID: fmt.Sprintf("file-%d", i),
+			Headers: map[string]string{"tenant": tenant}})
+	}
+	if err := e.Publish(ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+	// Every admitted call holds its slot until its commit, which waits
+	// for the gate: the store shows what the engine admitted at once.
+	held := map[string]int{}
+	WaitFor(t, time.Minute, "the calls admitted at once", func() (bool, error) {
+		uses, err := lim.LimitUses(ctx)
+		clear(held)
+		n := 0
+		for _, u := range uses {
+			held[u.Key] += u.InFlight
+			n += u.InFlight
+		}
+		return n >= 2*flowCap, err
+	})
+	if held["a"] != flowCap || held["b"] != flowCap {
+		t.Errorf("admitted at once: tenant a %d, tenant b %d; want %d each (the cap binds per tenant)", held["a"], held["b"], flowCap)
+	}
+	open()
+	WaitFor(t, time.Minute, "every call handled", func() (bool, error) {
+		var n int
+		f.read(func() { n = len(f.handled) })
+		return n == len(envs), nil
+	})
+
+	// A call given back releases its slot, and so does one dead-lettered.
+	if err := e.Publish(ctx,
+		idem.Envelope{ID: "c-once", Type: parseType, CorrelationID: "file-c1", Headers: map[string]string{"tenant": "c", "fail": "once"}},
+		idem.Envelope{ID: "c-always", Type: parseType, CorrelationID: "file-c2", Headers: map[string]string{"tenant": "c", "fail": "always"}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	WaitFor(t, time.Minute, "the failing calls settled", func() (bool, error) {
+		var again bool
+		f.read(func() { again = f.fails["c-once"] >= 2 })
+		_, err := q.GetDeadLetter(ctx, "c-always")
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return again && err == nil, err
+	})
+	f.read(func() {
+		for tenant, most := range f.most {
+			if most > flowCap {
+				t.Errorf("tenant %s had %d calls in flight at once, over its cap of %d", tenant, most, flowCap)
+			}
+		}
+	})
+	WaitFor(t, time.Minute, "no slot in use once every call settled", func() (bool, error) {
+		uses, err := lim.LimitUses(ctx)
+		for _, u := range uses {
+			if u.InFlight != 0 {
+				return false, err
+			}
+		}
+		return true, err
+	})
+}
