@@ -224,7 +224,7 @@ func printLimits(w io.Writer, views []limitView) error {
 		case !v.Applies && v.Override != nil:
 			note = "override applies to nothing: no engine declares this limit"
 		case !v.Applies:
-			note = "declared by no engine: holds taken before it was removed"
+			note = "no engine declares this limit: counters in use only"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", clean(v.Name), v.InForce.describe(), v.Declared.describe(), v.Override.describe(), inFlight, note)
 	}
