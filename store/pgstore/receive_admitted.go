@@ -59,7 +59,8 @@ const nextVisibleSQL = `SELECT min(visible_at) FROM idem_queue WHERE visible_at 
 
 // ReceiveAdmitted is ReceivePartition that admits as it leases (see
 // store.AdmittingQueue): in one transaction it locks a window of
-// admitWindow × p.Max visible messages (SKIP LOCKED), computes their
+// admitWindow × p.Max visible messages (SKIP LOCKED), and the next while
+// a full window admitted fewer than p.Max (see admitTxn), computes their
 // needs, locks their counters in (Name, Key) order, decides, takes the
 // holds (expiring with the lease) and leases the admitted messages. A
 // release by this process wakes it; a release by another process is
