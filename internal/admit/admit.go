@@ -199,6 +199,9 @@ type QueueDecision struct {
 	Holds [][]store.LimitKey
 	// Wait is the shortest wait of a refusal by a rate (0: none).
 	Wait time.Duration
+
+	seen    int             // candidates decided so far, over every page
+	blocked map[string]bool // partition keys refused so far
 }
 
 // DecideQueue decides cands in order as Decide does, admitting at most
@@ -207,27 +210,55 @@ type QueueDecision struct {
 // decided (it takes nothing).
 func DecideQueue(limits map[string]store.Limit, cands []Candidate, cs map[store.LimitKey]*Counter, now time.Time, max int) QueueDecision {
 	var d QueueDecision
-	blocked := map[string]bool{}
+	d.Page(limits, cands, cs, now, max)
+	return d
+}
+
+// Page decides the next page of candidates, which follow those of the
+// earlier pages in the queue's order, as DecideQueue does: the partition
+// keys blocked on earlier pages stay blocked, max bounds the admissions
+// over every page, and Admitted indexes the candidates of every page as
+// one list. cs must hold the counters of this page too.
+func (d *QueueDecision) Page(limits map[string]store.Limit, cands []Candidate, cs map[store.LimitKey]*Counter, now time.Time, max int) {
+	if d.blocked == nil {
+		d.blocked = map[string]bool{}
+	}
+	base := d.seen
+	d.seen += len(cands)
 	for i, c := range cands {
 		if len(d.Admitted) >= max {
-			break
+			return
 		}
-		if blocked[c.PartKey] {
+		if d.blocked[c.PartKey] {
 			continue
 		}
 		adm, holds := Decide(limits, []store.AdmitRequest{{Holder: c.Holder, Keys: c.Keys}}, cs, now)
 		if !adm[0].Admitted {
-			blocked[c.PartKey] = true
+			d.blocked[c.PartKey] = true
 			if w := adm[0].Wait; w > 0 && (d.Wait == 0 || w < d.Wait) {
 				d.Wait = w
 			}
 			continue
 		}
-		d.Admitted = append(d.Admitted, i)
+		d.Admitted = append(d.Admitted, base+i)
 		d.Holds = append(d.Holds, holds[0])
 	}
-	return d
 }
+
+// MorePages reports whether an admitting receive should look at the next
+// page after deciding pages of window candidates each, the last of which
+// held got: that page was full, fewer than max were admitted, and fewer
+// than MaxPages were looked at.
+func (d *QueueDecision) MorePages(pages, window, got, max int) bool {
+	return got >= window && len(d.Admitted) < max && pages < MaxPages
+}
+
+// MaxPages bounds the windows an admitting receive looks at in one
+// transaction: when a full window admitted fewer than Max, it pages on
+// past the last row it saw, up to MaxPages windows in all (with a window
+// of 4×Max, 32×Max messages), carrying the blocked partition keys across
+// pages.
+const MaxPages = 8
 
 // KeysOf is Keys over candidates.
 func KeysOf(limits map[string]store.Limit, cands []Candidate) []store.LimitKey {

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -75,5 +76,30 @@ func TestKeysSortedDistinctGoverned(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("got %v, want %v", got, want)
 		}
+	}
+}
+
+// TestQueuePagesCarryBlockedKeys checks that a key refused on one page
+// stays blocked on the next, that Admitted indexes every page as one
+// list, and that max bounds the admissions over all pages.
+func TestQueuePagesCarryBlockedKeys(t *testing.T) {
+	lim := map[string]store.Limit{"api": {Name: "api", Concurrency: 1}}
+	api := store.LimitKey{Name: "api"}
+	cs := map[store.LimitKey]*Counter{api: {Live: 1}}
+	now := time.Now()
+	var d QueueDecision
+	d.Page(lim, []Candidate{{Holder: "a", PartKey: "k", Keys: []store.LimitKey{api}}, {Holder: "b", PartKey: "x", Keys: []store.LimitKey{api}}}, cs, now, 2)
+	if !d.MorePages(1, 2, 2, 2) {
+		t.Fatalf("after a full page admitting nothing: MorePages got false, want true")
+	}
+	d.Page(lim, []Candidate{{Holder: "c", PartKey: "k"}, {Holder: "d", PartKey: "y"}, {Holder: "e", PartKey: "z"}, {Holder: "f", PartKey: "w"}}, cs, now, 2)
+	if want := []int{3, 4}; !slices.Equal(d.Admitted, want) {
+		t.Errorf("admitted: got %v, want %v (c blocked behind a of its key, max 2)", d.Admitted, want)
+	}
+	if d.MorePages(2, 4, 4, 2) {
+		t.Errorf("MorePages with max admitted: got true, want false")
+	}
+	if (&QueueDecision{}).MorePages(MaxPages, 2, 2, 1) {
+		t.Errorf("MorePages after MaxPages pages: got true, want false")
 	}
 }

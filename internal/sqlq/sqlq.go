@@ -98,6 +98,20 @@ func LeaseLost(cur, tok string) bool {
 	return cur != tok && cur != RetiredPrefix+tok
 }
 
+// Lost reports whether a claim with token tok has lost the queue row
+// whose token column holds cur and whose lease has passed when expired
+// (visible_at <= now, by the database's clock): the row was handed out
+// again since (LeaseLost), or tok holds limits (HeldPrefix) and its
+// lease has passed. A held claim cannot outlive its lease, because its
+// holds expire with it and another message may have been admitted in
+// their place; a plain claim past its lease and not handed out again
+// still settles. The SQL queues write the same rule into their Ack, Nack,
+// lease extension and unit-of-work Consume, as the condition
+// "visible_at > now OR token does not start with HeldPrefix".
+func Lost(cur, tok string, expired bool) bool {
+	return LeaseLost(cur, tok) || (cur == tok && expired && strings.HasPrefix(tok, HeldPrefix))
+}
+
 // ErrForeignToken is wrapped when a delivery's token was not made by this
 // kind of store.
 var ErrForeignToken = errors.New("delivery token is not from this store")

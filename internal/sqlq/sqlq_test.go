@@ -111,3 +111,25 @@ func TestPrepareTxRefuses(t *testing.T) {
 		t.Errorf("PrepareTx of a good envelope: %v, %v; want it back with SentAt set", out, err)
 	}
 }
+
+func TestLost(t *testing.T) {
+	held, plain := HeldPrefix+"abc", "abc"
+	for _, c := range []struct {
+		cur, tok string
+		expired  bool
+		want     bool
+	}{
+		{plain, plain, false, false},
+		{plain, plain, true, false}, // a plain claim past its lease still settles
+		{held, held, false, false},
+		{held, held, true, true}, // a held claim past its lease is lost
+		{RetiredPrefix + held, held, true, false},
+		{RetiredPrefix + plain, plain, true, false},
+		{"other", plain, false, true},
+		{HeldPrefix + "other", held, false, true},
+	} {
+		if got := Lost(c.cur, c.tok, c.expired); got != c.want {
+			t.Errorf("Lost(%q, %q, %v): got %v, want %v", c.cur, c.tok, c.expired, got, c.want)
+		}
+	}
+}

@@ -61,8 +61,10 @@
 // connections never exceed a cap; ReceiveAdmitted does the same inside
 // the transaction that leases the admitted messages, whose holds expire
 // with their leases, are extended by ExtendLeases and released by Ack,
-// Nack and Consume. Deliveries of Receive and Claim hold nothing and
-// settle as before.
+// Nack and Consume. Once its lease has passed by the database's clock,
+// an admitted delivery is lost: those four refuse it with
+// transport.ErrLeaseLost, so two holders of a slot never overlap.
+// Deliveries of Receive and Claim hold nothing and settle as before.
 //
 // Open refuses to start when the server cannot be reached, when the schema
 // is missing and Config.Migrate is off, or when the server acknowledges

@@ -20,12 +20,15 @@ func (s *Store) LeaseDuration() time.Duration { return s.cfg.Lease }
 // $2. It locks them in seq order and skips a row locked by another
 // transaction: a unit of work's commit that consumes it (it needs no
 // extension), a Nack or a claim. It never waits for a lock, so it cannot
-// deadlock with a commit that deletes the same rows in another order.
+// deadlock with a commit that deletes the same rows in another order. A
+// held row (sqlq.HeldPrefix) past its lease is lost (sqlq.Lost) and not
+// renewed.
 const extendSQL = `
 UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3)
 FROM (
   SELECT r.seq FROM idem_queue r
   JOIN unnest($1::bigint[], $2::text[]) AS u(seq, token) ON r.seq = u.seq AND r.token = u.token
+  WHERE r.visible_at > clock_timestamp() OR r.token NOT LIKE 'held%'
   ORDER BY r.seq
   FOR UPDATE OF r SKIP LOCKED
 ) c
@@ -36,7 +39,9 @@ RETURNING q.seq`
 // now, by the database's clock, while the engine still works on them, so
 // that a batch slower than the Lease is not handed to another consumer.
 // A delivery claimed since by another consumer is left alone and reported
-// with transport.ErrLeaseLost; one acked or nacked already (a Nack
+// with transport.ErrLeaseLost, and so is an admitted delivery whose lease
+// passed before this renewal (its holds expired with it, and another
+// message may hold its slot); one acked or nacked already (a Nack
 // retires the claim's token) is ignored, and keeps the Nack's delay. A
 // row locked by a transaction settling it is skipped, not waited for.
 func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error {

@@ -157,8 +157,10 @@ func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.De
 }
 
 // Ack deletes settled messages. A delivery whose claim was taken over by
-// another consumer is refused with transport.ErrLeaseLost; one already
-// deleted or nacked is not an error.
+// another consumer is refused with transport.ErrLeaseLost, and so is an
+// admitted delivery (ReceiveAdmitted) whose lease has passed, by the
+// database's clock (sqlq.Lost); one already deleted or nacked is not an
+// error.
 func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
 		return err
@@ -166,7 +168,7 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	release := releaseOf(ds)
 	err := s.fencedWrite(ctx, "ack", ds, false, release, `
 DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
-WHERE q.seq = u.seq AND q.token = u.token
+WHERE q.seq = u.seq AND q.token = u.token AND (q.visible_at > clock_timestamp() OR q.token NOT LIKE 'held%')
 RETURNING q.seq`)
 	if release != nil {
 		s.wakeReceivers() // a waiting message may be admitted now
@@ -212,9 +214,10 @@ func (s *Store) fencedWrite(ctx context.Context, op string, ds []transport.Deliv
 }
 
 // fenced reports ErrLeaseLost for the deliveries among seqs (claimed with
-// toks) that were not written (done) and whose rows were handed out again
-// since (sqlq.LeaseLost). A row that is gone was acked; one whose claim a
-// Nack retired is settled; one still holding the claim's token was
+// toks) that were not written (done) and that are lost (sqlq.Lost): their
+// rows were handed out again since, or they were admitted and their lease
+// has passed. A row that is gone was acked; one whose claim a Nack
+// retired is settled; a plain one still holding the claim's token was
 // locked by a settlement in flight (the lease extension skips locked
 // rows).
 func (s *Store) fenced(ctx context.Context, op string, seqs []int64, toks []string, done []int64) error {
@@ -224,15 +227,16 @@ func (s *Store) fenced(ctx context.Context, op string, seqs []int64, toks []stri
 			held[q] = toks[i]
 		}
 	}
-	rows, err := s.pool.Query(ctx, `SELECT seq, coalesce(token, '') FROM idem_queue WHERE seq = ANY($1)`, slices.Collect(maps.Keys(held)))
+	rows, err := s.pool.Query(ctx, `SELECT seq, coalesce(token, ''), visible_at <= clock_timestamp() FROM idem_queue WHERE seq = ANY($1)`, slices.Collect(maps.Keys(held)))
 	if err != nil {
 		return fmt.Errorf("pgstore: %s: %w", op, translate(err))
 	}
 	var lost []int64
 	var seq int64
 	var cur string
-	_, err = pgx.ForEachRow(rows, []any{&seq, &cur}, func() error {
-		if sqlq.LeaseLost(cur, held[seq]) {
+	var expired bool
+	_, err = pgx.ForEachRow(rows, []any{&seq, &cur, &expired}, func() error {
+		if sqlq.Lost(cur, held[seq], expired) {
 			lost = append(lost, seq)
 		}
 		return nil
@@ -247,8 +251,8 @@ func (s *Store) fenced(ctx context.Context, op string, seqs []int64, toks []stri
 	return fmt.Errorf("pgstore: %s of queue rows %v: %w", op, lost, transport.ErrLeaseLost)
 }
 
-// Nack makes a claimed message visible again after delay. It settles the
-// delivery: the claim's token is retired in the same UPDATE
+// Nack makes a claimed message visible again after delay; a lost
+// delivery is refused as by Ack. It settles the delivery: the claim's token is retired in the same UPDATE
 // (sqlq.RetiredPrefix), so a repeated Nack, a late Ack or a lease
 // extension of the same delivery is ignored, and no extension replaces
 // the delay.
@@ -260,7 +264,7 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	err := s.fencedWrite(ctx, "nack", []transport.Delivery{d}, delay <= 0, release, `
 UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3), token = $4 || q.token
 FROM unnest($1::bigint[], $2::text[]) AS u(seq, token)
-WHERE q.seq = u.seq AND q.token = u.token
+WHERE q.seq = u.seq AND q.token = u.token AND (q.visible_at > clock_timestamp() OR q.token NOT LIKE 'held%')
 RETURNING q.seq`, delay.Seconds(), sqlq.RetiredPrefix)
 	if release != nil {
 		s.wakeReceivers() // a waiting message may be admitted now

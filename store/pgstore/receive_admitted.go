@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -27,9 +28,20 @@ const admitWindow = 4
 // candidatesSQL locks the window of visible messages an admitting receive
 // decides on, in Receive's order, skipping those another consumer holds.
 const candidatesSQL = `
-SELECT seq, envelope, body, attempt FROM idem_queue
+SELECT seq, envelope, body, attempt, visible_at FROM idem_queue
 WHERE visible_at <= now()
   AND ($3 < 2 OR mod(part, $3) = $2)
+ORDER BY visible_at, seq
+LIMIT $1
+FOR UPDATE SKIP LOCKED`
+
+// candidatesAfterSQL is candidatesSQL for the next page: the window after
+// the row ($4, $5), the (visible_at, seq) looked at last.
+const candidatesAfterSQL = `
+SELECT seq, envelope, body, attempt, visible_at FROM idem_queue
+WHERE visible_at <= now()
+  AND ($3 < 2 OR mod(part, $3) = $2)
+  AND (visible_at, seq) > ($4, $5)
 ORDER BY visible_at, seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
@@ -47,7 +59,8 @@ const nextVisibleSQL = `SELECT min(visible_at) FROM idem_queue WHERE visible_at 
 
 // ReceiveAdmitted is ReceivePartition that admits as it leases (see
 // store.AdmittingQueue): in one transaction it locks a window of
-// admitWindow × p.Max visible messages (SKIP LOCKED), computes their
+// admitWindow × p.Max visible messages (SKIP LOCKED), and the next while
+// a full window admitted fewer than p.Max (see admitTxn), computes their
 // needs, locks their counters in (Name, Key) order, decides, takes the
 // holds (expiring with the lease) and leases the admitted messages. A
 // release by this process wakes it; a release by another process is
@@ -88,49 +101,36 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 
 // candidate is a locked queue row an admitting receive decides on.
 type candidate struct {
-	seq int64
-	d   transport.Delivery
+	seq     int64
+	visible time.Time
+	d       transport.Delivery
 }
+
+// admitAttempts bounds the transactions of one admitting receive: a page
+// that needs a counter ordered before one already locked rolls the first
+// back, and the second locks every counter seen up front, in order.
+const admitAttempts = 2
 
 // receiveAdmitted is one admitting receive: the deliveries, or when none
 // the time to look again (zero: at the next wake or poll).
 func (s *Store) receiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]transport.Delivery, time.Time, error) {
-	n := max(p.Max, 1)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, time.Time{}, redact(err)
 	}
 	defer conn.Release()
-	tok := sqlq.HeldPrefix + sqlq.NewToken()
-	var rows []candidate
-	b := &pgx.Batch{}
-	b.Queue(beginSQL)
-	b.Queue(candidatesSQL, admitWindow*n, p.Part, p.Parts).Query(func(r pgx.Rows) error {
-		for r.Next() {
-			var c candidate
-			var meta, body []byte
-			if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt); err != nil {
-				return err
-			}
-			env, err := sqlq.DecodeEnvelope(meta, body)
-			if err != nil {
-				return err
-			}
-			c.d = transport.Delivery{Envelope: env, Attempt: c.d.Attempt + 1, Token: sqlq.FormatToken(c.seq, tok)}
-			rows = append(rows, c)
-		}
-		return r.Err()
-	})
+	var pre []store.LimitKey
 	var out []transport.Delivery
-	var dec admit.QueueDecision
-	err = s.admitTx(ctx, conn, b, func() (*pgx.Batch, error) {
-		var err error
-		out, dec, err = s.decideCandidates(ctx, conn, p, rows, n, tok)
-		if err != nil {
-			return nil, err
+	var dec *admit.QueueDecision
+	for attempt := 1; ; attempt++ {
+		tx := &admitTxn{s: s, conn: conn, p: p, n: max(p.Max, 1), tok: sqlq.HeldPrefix + sqlq.NewToken(), last: attempt >= admitAttempts}
+		out, dec, err = tx.run(ctx, pre)
+		if err != nil && tx.restart != nil {
+			pre = tx.restart // rolled back: again, with these locked first
+			continue
 		}
-		return nil, nil
-	})
+		break
+	}
 	if err != nil || len(out) > 0 {
 		return out, time.Time{}, err
 	}
@@ -145,49 +145,170 @@ func (s *Store) receiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 	return nil, at, nil
 }
 
-// decideCandidates locks the counters rows need, decides, and sends the
-// holds, the leases and COMMIT. It returns the admitted deliveries in
-// enqueue order, as Receive does.
-func (s *Store) decideCandidates(ctx context.Context, conn *pgxpool.Conn, p *store.ReceiveParams, rows []candidate, n int, tok string) ([]transport.Delivery, admit.QueueDecision, error) {
-	cands := make([]admit.Candidate, len(rows))
-	reqs := make([]store.AdmitRequest, len(rows))
-	for i, r := range rows {
+// admitTxn is the transaction of one admitting receive: it locks a window
+// of admitWindow × n visible messages (SKIP LOCKED), locks the counters
+// they need, decides, and while a full window admitted fewer than n pages
+// on (admit.QueueDecision.MorePages), in the same transaction. Counters
+// are locked in (Name, Key) order: a page that needs one ordered before a
+// counter already locked ends the transaction with restart set (every
+// counter seen), or, on the last attempt, ends the paging there.
+type admitTxn struct {
+	s    *Store
+	conn *pgxpool.Conn
+	p    *store.ReceiveParams
+	n    int
+	tok  string
+	last bool
+
+	rows    []candidate // every row decided, over the pages
+	page    []candidate // the page being read
+	locked  []store.LimitKey
+	cs      map[store.LimitKey]*admit.Counter
+	fresh   map[store.LimitKey]*admit.Counter // locked by the batch in flight
+	now     time.Time
+	dec     admit.QueueDecision
+	restart []store.LimitKey
+}
+
+// errRestart ends a transaction whose next page needs a counter out of
+// order.
+var errRestart = errors.New("a page needs a counter ordered before one already locked")
+
+// run runs the transaction, with the counters pre locked first, and
+// returns the admitted deliveries in enqueue order, as Receive does.
+func (t *admitTxn) run(ctx context.Context, pre []store.LimitKey) ([]transport.Delivery, *admit.QueueDecision, error) {
+	t.cs, t.now = map[store.LimitKey]*admit.Counter{}, time.Now()
+	b := &pgx.Batch{}
+	b.Queue(beginSQL)
+	if len(pre) > 0 {
+		t.queueLock(b, pre)
+	}
+	t.queuePage(b, nil)
+	var out []transport.Delivery
+	err := t.s.admitTx(ctx, t.conn, b, func() (*pgx.Batch, error) {
+		if err := t.pages(ctx); err != nil {
+			return nil, err
+		}
+		var w *pgx.Batch
+		w, out = t.commit()
+		return w, nil
+	})
+	return out, &t.dec, err
+}
+
+// queueLock queues the lock of keys (sorted, none locked yet) into
+// t.fresh; merge moves them into t.cs once the batch has run.
+func (t *admitTxn) queueLock(b *pgx.Batch, keys []store.LimitKey) {
+	queueLock(b, keys, &t.fresh, &t.now)
+	t.locked = append(t.locked, keys...)
+	slices.SortFunc(t.locked, store.LimitKey.Compare)
+}
+
+// merge moves the counters a batch locked into t.cs.
+func (t *admitTxn) merge() {
+	maps.Copy(t.cs, t.fresh)
+	t.fresh = nil
+}
+
+// queuePage queues the read of the next page into t.page: the first when
+// after is nil, else the one after that row.
+func (t *admitTxn) queuePage(b *pgx.Batch, after *candidate) {
+	t.page = t.page[:0]
+	scan := func(r pgx.Rows) error {
+		for r.Next() {
+			var c candidate
+			var meta, body []byte
+			if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible); err != nil {
+				return err
+			}
+			env, err := sqlq.DecodeEnvelope(meta, body)
+			if err != nil {
+				return err
+			}
+			c.d = transport.Delivery{Envelope: env, Attempt: c.d.Attempt + 1, Token: sqlq.FormatToken(c.seq, t.tok)}
+			t.page = append(t.page, c)
+		}
+		return r.Err()
+	}
+	w := admitWindow * t.n
+	if after == nil {
+		b.Queue(candidatesSQL, w, t.p.Part, t.p.Parts).Query(scan)
+		return
+	}
+	b.Queue(candidatesAfterSQL, w, t.p.Part, t.p.Parts, after.visible, after.seq).Query(scan)
+}
+
+// pages decides the page read, locking its counters first, and reads and
+// decides the next while MorePages says so.
+func (t *admitTxn) pages(ctx context.Context) error {
+	t.merge() // the first batch's
+	for page := 1; ; page++ {
+		cands, err := t.candidates()
+		if err != nil {
+			return err
+		}
+		keys := slices.DeleteFunc(admit.KeysOf(t.p.Limits, cands), func(k store.LimitKey) bool { return t.cs[k] != nil })
+		if len(keys) > 0 && len(t.locked) > 0 && keys[0].Compare(t.locked[len(t.locked)-1]) < 0 {
+			if t.last {
+				return nil // decided what it could lock in order
+			}
+			t.restart = slices.SortedFunc(slices.Values(append(slices.Clone(t.locked), keys...)), store.LimitKey.Compare)
+			return errRestart
+		}
+		b := &pgx.Batch{}
+		if len(keys) > 0 {
+			t.queueLock(b, keys)
+			if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			t.merge()
+		}
+		t.dec.Page(t.p.Limits, cands, t.cs, t.now, t.n)
+		t.rows = append(t.rows, t.page...)
+		if !t.dec.MorePages(page, admitWindow*t.n, len(t.page), t.n) {
+			return nil
+		}
+		b = &pgx.Batch{}
+		last := t.page[len(t.page)-1]
+		t.queuePage(b, &last)
+		if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+	}
+}
+
+// candidates computes the needs of the page's rows, which it checks.
+func (t *admitTxn) candidates() ([]admit.Candidate, error) {
+	cands := make([]admit.Candidate, len(t.page))
+	reqs := make([]store.AdmitRequest, len(t.page))
+	for i, r := range t.page {
 		cands[i] = admit.Candidate{Holder: r.d.Token, PartKey: transport.PartitionKey(&r.d.Envelope)}
-		if p.Needs != nil {
-			cands[i].Keys = p.Needs(&r.d.Envelope)
+		if t.p.Needs != nil {
+			cands[i].Keys = t.p.Needs(&r.d.Envelope)
 		}
 		reqs[i] = store.AdmitRequest{Holder: cands[i].Holder, Keys: cands[i].Keys}
 	}
-	if err := admit.Validate(reqs); err != nil {
-		return nil, admit.QueueDecision{}, err
-	}
-	var cs map[store.LimitKey]*admit.Counter
-	now := time.Now()
-	if keys := admit.KeysOf(p.Limits, cands); len(keys) > 0 {
-		b := &pgx.Batch{}
-		queueLock(b, keys, &cs, &now)
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
-			return nil, admit.QueueDecision{}, err
-		}
-	}
-	dec := admit.DecideQueue(p.Limits, cands, cs, now, n)
+	return cands, admit.Validate(reqs)
+}
+
+// commit returns the batch of the holds, the leases and COMMIT, and the
+// admitted deliveries in enqueue order.
+func (t *admitTxn) commit() (*pgx.Batch, []transport.Delivery) {
 	w := &pgx.Batch{}
-	held := make([]store.AdmitRequest, len(dec.Admitted))
-	seqs := make([]int64, len(dec.Admitted))
-	out := make([]transport.Delivery, len(dec.Admitted))
-	for j, i := range dec.Admitted {
-		held[j], seqs[j], out[j] = reqs[i], rows[i].seq, rows[i].d
+	held := make([]store.AdmitRequest, len(t.dec.Admitted))
+	seqs := make([]int64, len(t.dec.Admitted))
+	out := make([]transport.Delivery, len(t.dec.Admitted))
+	for j, i := range t.dec.Admitted {
+		r := t.rows[i]
+		held[j], seqs[j], out[j] = store.AdmitRequest{Holder: r.d.Token, Keys: t.dec.Holds[j]}, r.seq, r.d
 	}
-	queueHolds(w, held, dec.Holds, cs, now, s.cfg.Lease)
+	queueHolds(w, held, t.dec.Holds, t.cs, t.now, t.s.cfg.Lease)
 	if len(seqs) > 0 {
-		w.Queue(leaseAdmittedSQL, seqs, tok, s.cfg.Lease.Seconds())
+		w.Queue(leaseAdmittedSQL, seqs, t.tok, t.s.cfg.Lease.Seconds())
 	}
 	w.Queue(`COMMIT`)
-	if err := conn.SendBatch(ctx, w).Close(); err != nil {
-		return nil, admit.QueueDecision{}, err
-	}
 	slices.SortFunc(out, func(a, b transport.Delivery) int { return cmp.Compare(seqOf(a), seqOf(b)) })
-	return out, dec, nil
+	return w, out
 }
 
 // seqOf is the queue row of a delivery of this store.

@@ -229,11 +229,15 @@ SET envelope = excluded.envelope, body = excluded.body, reason = excluded.reason
     first_failed_at = least(idem_dead_letters.first_failed_at, excluded.first_failed_at), last_failed_at = excluded.last_failed_at,
     fingerprint = excluded.fingerprint, archived_at = NULL`
 
+// consumeSQL deletes the rows of consumed deliveries, and fails with
+// ErrLeaseLost (ID002) when one is missing: handed out again, or held
+// (sqlq.HeldPrefix) and past its lease by the database's clock at the
+// commit (sqlq.Lost), whatever the transaction's start.
 const consumeSQL = `
 WITH gone AS (
   DELETE FROM idem_queue q
   USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
-  WHERE q.seq = u.seq AND q.token = u.token
+  WHERE q.seq = u.seq AND q.token = u.token AND (q.visible_at > clock_timestamp() OR q.token NOT LIKE 'held%')
   RETURNING 1
 )
 SELECT idem_expect((SELECT count(*) FROM gone), $3, 'lease')`

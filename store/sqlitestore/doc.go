@@ -121,7 +121,9 @@
 // process's clock, as leases do. ReceiveAdmitted decides and leases in one
 // write transaction; an admitted delivery's holds expire with its lease,
 // are extended by ExtendLeases and released by Ack, Nack and Consume.
-// Deliveries of Receive hold nothing and settle as before. The queue has
+// Once its lease has passed, an admitted delivery is lost: those four
+// refuse it with transport.ErrLeaseLost, so two holders of a slot never
+// overlap. Deliveries of Receive hold nothing and settle as before. The queue has
 // no partitions: ReceiveParams.Parts above 1 is refused.
 //
 // # Storage and choices where package store leaves room

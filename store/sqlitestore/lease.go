@@ -14,12 +14,16 @@ var _ transport.LeaseExtender = (*Store)(nil)
 // (transport.LeaseExtender).
 func (s *Store) LeaseDuration() time.Duration { return s.cfg.Lease }
 
-const extendSQL = `UPDATE idem_queue SET visible_at = ?3 WHERE seq = ?1 AND token = ?2`
+// extendSQL renews the lease of the row ?1 claimed with token ?2 until
+// ?4, unless the claim is lost at ?3 (see consumeSQL).
+const extendSQL = `UPDATE idem_queue SET visible_at = ?4 WHERE seq = ?1 AND token = ?2 AND (visible_at > ?3 OR substr(token, 1, 4) <> 'held')`
 
 // ExtendLeases keeps leased deliveries invisible for Config.Lease from
 // now while the engine still works on them, so that a batch slower than
 // the Lease is not handed to another consumer. A delivery claimed since by
-// another consumer is left alone and reported with transport.ErrLeaseLost;
+// another consumer is left alone and reported with transport.ErrLeaseLost,
+// and so is an admitted delivery whose lease passed before this renewal
+// (its holds expired with it, and another message may hold its slot);
 // one acked or nacked already (a Nack retires the claim's token) is
 // ignored, and keeps the Nack's delay.
 func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -175,7 +176,8 @@ func (s *Store) claim(ctx context.Context, max int) ([]transport.Delivery, time.
 
 // Ack deletes settled messages. A delivery whose message was claimed again
 // by another consumer is refused with transport.ErrLeaseLost and left
-// alone; one already deleted or nacked is not an error. The others are
+// alone, and so is an admitted delivery (ReceiveAdmitted) whose lease has
+// passed (sqlq.Lost); one already deleted or nacked is not an error. The others are
 // settled.
 func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("ack"); err != nil {
@@ -186,8 +188,8 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 }
 
 // fencedWrite runs q, a statement over one queue row whose arguments are
-// ?1 its seq, ?2 the claim's token, then args, for each delivery of ds, in
-// one write (none for no deliveries). It reports with transport.ErrLeaseLost each delivery whose
+// ?1 its seq, ?2 the claim's token, ?3 the time (clockNow), then args,
+// for each delivery of ds, in one write (none for no deliveries). It reports with transport.ErrLeaseLost each delivery whose
 // row q missed because it was handed out again since (see lost); the
 // others are written whatever happens to one. Ack, Nack and ExtendLeases
 // share it. also, when not nil, runs in the same write before them (the
@@ -209,7 +211,7 @@ func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, also
 			}
 		}
 		for i := range seqs {
-			n, err := w.exec(q, append([]any{seqs[i], toks[i]}, args...)...)
+			n, err := w.exec(q, append([]any{seqs[i], toks[i], clockNow{}}, args...)...)
 			if err != nil {
 				return err
 			}
@@ -232,14 +234,14 @@ func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, also
 	return errors.Join(lost...)
 }
 
-const tokenSQL = `SELECT coalesce(token, '') FROM idem_queue WHERE seq = ?1`
+const tokenSQL = `SELECT coalesce(token, ''), visible_at <= ?2 FROM idem_queue WHERE seq = ?1`
 
-// lost reports whether the queue row seq, which the caller failed to
-// write with its claim token tok, was handed out again since
-// (sqlq.LeaseLost): the caller's lease is lost. A missing row was acked
+// lost reports whether the caller's claim of the queue row seq, which it
+// failed to write with its claim token tok, is lost (sqlq.Lost): handed
+// out again since, or held and past its lease. A missing row was acked
 // already, and one whose token a Nack retired is settled.
 func (w *writer) lost(seq int64, tok string) (bool, error) {
-	rows, err := w.query(tokenSQL, seq)
+	rows, err := w.query(tokenSQL, seq, clockNow{})
 	if err != nil {
 		return false, err
 	}
@@ -248,15 +250,28 @@ func (w *writer) lost(seq int64, tok string) (bool, error) {
 		return false, rows.Err()
 	}
 	var cur string
-	if err := rows.Scan(&cur); err != nil {
+	var expired bool
+	if err := rows.Scan(&cur, &expired); err != nil {
 		return false, err
 	}
-	return sqlq.LeaseLost(cur, tok), nil
+	return sqlq.Lost(cur, tok, expired), nil
 }
 
-const nackSQL = `UPDATE idem_queue SET visible_at = ?3, token = ?4 || token WHERE seq = ?1 AND token = ?2`
+// clockNow is an argument that is the time, in the queue's microseconds,
+// when its statement runs: a write that waited for the writer judges
+// leases at the time it writes, not the time it was asked for.
+type clockNow struct{}
 
-// Nack makes a claimed message visible again after delay. It settles the
+// Value implements driver.Valuer.
+func (clockNow) Value() (driver.Value, error) { return micros(time.Now()), nil }
+
+// nackSQL makes the row ?1 claimed with token ?2 visible at ?4 and
+// retires the token (prefix ?5), unless the claim is lost at ?3 (see
+// consumeSQL).
+const nackSQL = `UPDATE idem_queue SET visible_at = ?4, token = ?5 || token WHERE seq = ?1 AND token = ?2 AND (visible_at > ?3 OR substr(token, 1, 4) <> 'held')`
+
+// Nack makes a claimed message visible again after delay; a lost
+// delivery is refused as by Ack. It settles the
 // delivery: the claim's token is retired in the same UPDATE
 // (sqlq.RetiredPrefix), so a repeated Nack, a late Ack or a lease
 // extension of the same delivery is ignored, and no extension replaces

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -21,9 +22,11 @@ var _ store.AdmittingQueue = (*Store)(nil)
 // per delivery it may return.
 const admitWindow = 4
 
+// candidatesSQL reads a window of ?2 visible messages, in Receive's
+// order, after the row (?3, ?4) (visible_at, seq) looked at last.
 const candidatesSQL = `
-SELECT seq, id, envelope, body, attempt FROM idem_queue
-WHERE visible_at <= ?1
+SELECT seq, id, envelope, body, attempt, visible_at FROM idem_queue
+WHERE visible_at <= ?1 AND (visible_at > ?3 OR (visible_at = ?3 AND seq > ?4))
 ORDER BY visible_at, seq
 LIMIT ?2`
 
@@ -31,7 +34,8 @@ const leaseAdmittedSQL = `UPDATE idem_queue SET attempt = attempt + 1, token = ?
 
 // ReceiveAdmitted is Receive that admits as it leases (see
 // store.AdmittingQueue): in one write transaction it reads a window of
-// admitWindow × p.Max visible messages, computes their needs, decides,
+// admitWindow × p.Max visible messages (and, while a full window admits
+// fewer than p.Max, the next, up to admit.MaxPages), computes their needs, decides,
 // takes the holds (expiring with the lease) and leases the admitted
 // messages. The queue has no partitions: p.Parts above 1 is refused. A
 // release through this Store wakes it; one by another process is seen at
@@ -113,27 +117,11 @@ func (w *writer) receiveAdmitted(p *store.ReceiveParams, lease time.Duration) ([
 	now := time.Now()
 	n := max(p.Max, 1)
 	tok := sqlq.HeldPrefix + sqlq.NewToken()
-	ds, seqs, err := w.candidates(now, admitWindow*n, tok)
+	ds, seqs, dec, err := w.decidePages(p, now, n, tok)
 	if err != nil || len(ds) == 0 {
 		return nil, 0, err
 	}
-	cands := make([]admit.Candidate, len(ds))
-	reqs := make([]store.AdmitRequest, len(ds))
-	for i := range ds {
-		cands[i] = admit.Candidate{Holder: ds[i].Token, PartKey: transport.PartitionKey(&ds[i].Envelope)}
-		if p.Needs != nil {
-			cands[i].Keys = p.Needs(&ds[i].Envelope)
-		}
-		reqs[i] = store.AdmitRequest{Holder: cands[i].Holder, Keys: cands[i].Keys}
-	}
-	if err := admit.Validate(reqs); err != nil {
-		return nil, 0, err
-	}
-	cs, err := w.counters(admit.KeysOf(p.Limits, cands), now)
-	if err != nil {
-		return nil, 0, err
-	}
-	dec := admit.DecideQueue(p.Limits, cands, cs, now, n)
+	cs := dec.cs
 	exp := micros(now.Add(lease))
 	out := make([]transport.Delivery, len(dec.Admitted))
 	for j, i := range dec.Admitted {
@@ -158,12 +146,74 @@ func (w *writer) receiveAdmitted(p *store.ReceiveParams, lease time.Duration) ([
 	return out, dec.Wait, nil
 }
 
-// candidates reads up to n visible messages in Receive's order, as the
-// deliveries they become when leased under tok, with their rows.
-func (w *writer) candidates(now time.Time, n int, tok string) ([]transport.Delivery, []int64, error) {
-	rows, err := w.query(candidatesSQL, micros(now), n)
+// pages is what an admitting receive decided over its pages: the
+// counters it read and the decision.
+type pages struct {
+	*admit.QueueDecision
+	cs map[store.LimitKey]*admit.Counter
+}
+
+// decidePages reads windows of admitWindow × n candidates and decides
+// them, page after page while a full page admitted fewer than n (see
+// admit.QueueDecision.MorePages). It returns every candidate looked at,
+// as deliveries leased under tok, with their rows.
+func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok string) ([]transport.Delivery, []int64, pages, error) {
+	pg := pages{QueueDecision: &admit.QueueDecision{}, cs: map[store.LimitKey]*admit.Counter{}}
+	var ds []transport.Delivery
+	var seqs []int64
+	after := cursor{at: -1 << 63}
+	for page := 1; ; page++ {
+		got, gseqs, next, err := w.candidates(now, admitWindow*n, tok, after)
+		if err != nil {
+			return nil, nil, pg, err
+		}
+		cands, err := candidatesOf(p, got)
+		if err != nil {
+			return nil, nil, pg, err
+		}
+		if err := w.addCounters(pg.cs, admit.KeysOf(p.Limits, cands), now); err != nil {
+			return nil, nil, pg, err
+		}
+		pg.Page(p.Limits, cands, pg.cs, now, n)
+		ds, seqs, after = append(ds, got...), append(seqs, gseqs...), next
+		if !pg.MorePages(page, admitWindow*n, len(got), n) {
+			return ds, seqs, pg, nil
+		}
+	}
+}
+
+// candidatesOf computes the needs of the deliveries ds, which it checks.
+func candidatesOf(p *store.ReceiveParams, ds []transport.Delivery) ([]admit.Candidate, error) {
+	cands := make([]admit.Candidate, len(ds))
+	reqs := make([]store.AdmitRequest, len(ds))
+	for i := range ds {
+		cands[i] = admit.Candidate{Holder: ds[i].Token, PartKey: transport.PartitionKey(&ds[i].Envelope)}
+		if p.Needs != nil {
+			cands[i].Keys = p.Needs(&ds[i].Envelope)
+		}
+		reqs[i] = store.AdmitRequest{Holder: cands[i].Holder, Keys: cands[i].Keys}
+	}
+	return cands, admit.Validate(reqs)
+}
+
+// addCounters reads into cs the counters of keys it does not hold yet.
+func (w *writer) addCounters(cs map[store.LimitKey]*admit.Counter, keys []store.LimitKey, now time.Time) error {
+	keys = slices.DeleteFunc(keys, func(k store.LimitKey) bool { return cs[k] != nil })
+	more, err := w.counters(keys, now)
+	maps.Copy(cs, more)
+	return err
+}
+
+// cursor is the (visible_at, seq) of the last row a page looked at.
+type cursor struct{ at, seq int64 }
+
+// candidates reads up to n visible messages in Receive's order after the
+// row after, as the deliveries they become when leased under tok, with
+// their rows and the cursor of the last.
+func (w *writer) candidates(now time.Time, n int, tok string, after cursor) ([]transport.Delivery, []int64, cursor, error) {
+	rows, err := w.query(candidatesSQL, micros(now), n, after.at, after.seq)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, after, err
 	}
 	defer rows.Close()
 	var ds []transport.Delivery
@@ -173,9 +223,10 @@ func (w *writer) candidates(now time.Time, n int, tok string) ([]transport.Deliv
 		var attempt int
 		var id, meta string
 		var body []byte
-		if err := rows.Scan(&seq, &id, &meta, &body, &attempt); err != nil {
-			return nil, nil, err
+		if err := rows.Scan(&seq, &id, &meta, &body, &attempt, &after.at); err != nil {
+			return nil, nil, after, err
 		}
+		after.seq = seq
 		env, err := sqlq.DecodeEnvelope([]byte(meta), body)
 		if err != nil {
 			// As Receive: handed out with what is known, for the engine
@@ -185,7 +236,7 @@ func (w *writer) candidates(now time.Time, n int, tok string) ([]transport.Deliv
 		ds = append(ds, transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok)})
 		seqs = append(seqs, seq)
 	}
-	return ds, seqs, rows.Err()
+	return ds, seqs, after, rows.Err()
 }
 
 // seqOf is the queue row of a delivery of this store.

@@ -188,7 +188,10 @@ SET envelope = excluded.envelope, body = excluded.body, reason = excluded.reason
     first_failed_at = min(idem_dead_letters.first_failed_at, excluded.first_failed_at), last_failed_at = excluded.last_failed_at,
     fingerprint = excluded.fingerprint, archived_at = NULL`
 
-const consumeSQL = `DELETE FROM idem_queue WHERE seq = ?1 AND token = ?2`
+// consumeSQL deletes the queue row ?1 claimed with token ?2, unless the
+// claim is lost (sqlq.Lost): a held claim (sqlq.HeldPrefix) whose lease
+// has passed at ?3 (clockNow) deletes nothing.
+const consumeSQL = `DELETE FROM idem_queue WHERE seq = ?1 AND token = ?2 AND (visible_at > ?3 OR substr(token, 1, 4) <> 'held')`
 
 const enqueueSQL = `INSERT INTO idem_queue (id, envelope, body, visible_at) VALUES (?1, ?2, ?3, ?4)`
 
@@ -319,7 +322,7 @@ func (u *unitOfWork) plan(c *store.Changes) ([]op, error) {
 			return nil, fmt.Errorf("sqlitestore: consume %s: delivery token %q is not from this store", d.Envelope.ID, d.Token)
 		}
 		id := d.Envelope.ID
-		ops = append(ops, op{sql: consumeSQL, args: []any{seq, tok}, check: func(n int64, err error) error {
+		ops = append(ops, op{sql: consumeSQL, args: []any{seq, tok, clockNow{}}, check: func(n int64, err error) error {
 			if err == nil && n != 1 {
 				return fmt.Errorf("consume %s (queue row %d): %w", id, seq, transport.ErrLeaseLost)
 			}

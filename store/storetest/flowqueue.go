@@ -27,6 +27,8 @@ func init() {
 		featureCase{"FlowQueueExtendLeasesExtendsHolds", needAdmit, testFlowQueueExtendLeasesExtendsHolds},
 		featureCase{"FlowQueuePlainDeliveriesUntouched", needAdmit, testFlowQueuePlainDeliveriesUntouched},
 		featureCase{"FlowQueueConcurrentNeverOverCap", needAdmit, testFlowQueueConcurrentNeverOverCap},
+		featureCase{"FlowQueueExpiredHoldIsLost", needAdmit, testFlowQueueExpiredHoldIsLost},
+		featureCase{"FlowQueueLooksPastRefusedWindow", needAdmit, testFlowQueueLooksPastRefusedWindow},
 	)
 }
 
@@ -304,4 +306,78 @@ func flowConsumer(ctx context.Context, cancel func(), q store.AdmittingQueue, li
 		}
 	}
 	return nil
+}
+
+// testFlowQueueExpiredHoldIsLost is the overlap of a lease that expires
+// before its renewal (Inngest #4766): under a cap of 1, m-1's worker
+// stalls past the Lease and m-2 is admitted in its place. m-1's delivery
+// is then lost: its extension, its unit of work's Consume, its Nack and
+// its Ack are refused with transport.ErrLeaseLost, and m-1 stays in the
+// queue, so that m-1 and m-2 are never both in flight.
+func testFlowQueueExpiredHoldIsLost(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	ctx := t.Context()
+	publish(t, q, limited("m-1", "k-1", "api"), limited("m-2", "k-2", "api"))
+	d1 := receiveAdmitted(t, q, apiCap1, 1, promptWait)
+	wantIDs(t, "first", d1, 1, "m-1")
+	// Waits until m-1's lease and hold have passed: m-2 comes first in
+	// the queue's order (m-1's row is visible from its lease's end).
+	d2 := receiveAdmitted(t, q, apiCap1, 1, f.redeliveryWait())
+	wantIDs(t, "once m-1's lease passed", d2, 1, "m-2")
+	if lx, ok := s.(transport.LeaseExtender); ok {
+		if err := lx.ExtendLeases(ctx, d1); !errors.Is(err, transport.ErrLeaseLost) {
+			t.Errorf("extend m-1's expired lease after m-2's admission: got %v, want ErrLeaseLost", err)
+		}
+	}
+	uow := queueUnit(t, s)
+	if err := uow.Consume(ctx, d1); err != nil {
+		uow.Rollback(ctx)
+		t.Fatalf("consume: %v", err)
+	}
+	if err := uow.Commit(ctx, &store.Changes{}); !errors.Is(err, transport.ErrLeaseLost) {
+		t.Errorf("commit consuming m-1 after m-2's admission: got %v, want ErrLeaseLost", err)
+	}
+	if err := q.Nack(ctx, d1[0], 0); !errors.Is(err, transport.ErrLeaseLost) {
+		t.Errorf("nack m-1 after m-2's admission: got %v, want ErrLeaseLost", err)
+	}
+	if err := q.Ack(ctx, d1); !errors.Is(err, transport.ErrLeaseLost) {
+		t.Errorf("ack m-1 after m-2's admission: got %v, want ErrLeaseLost", err)
+	}
+	if n := inFlight(t, q, lk("api", "")); n != 1 {
+		t.Errorf("in flight: got %d, want 1 (m-2's hold)", n)
+	}
+	ackAll(t, q, d2)
+	// m-1 was not settled: it is admitted again, as attempt 2.
+	wantIDs(t, "m-1 again", receiveAdmitted(t, q, apiCap1, 1, promptWait), 2, "m-1")
+}
+
+// testFlowQueueLooksPastRefusedWindow checks that a full window of
+// refused messages does not hide the messages behind it: under a cap of 1
+// that binds, with Max 1, five refused messages of the capped counter
+// come first, then an unlimited message and one of another counter
+// (whose name sorts before the capped one's); both are admitted.
+func testFlowQueueLooksPastRefusedWindow(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	lim := limits(store.Limit{Name: "api", Concurrency: 1}, store.Limit{Name: "aaa", Concurrency: 5})
+	// The cap is taken for the whole test by a hold that no lease ends.
+	adm, err := q.Admit(t.Context(), &store.AdmitParams{Limits: lim, TTL: time.Hour,
+		Requests: []store.AdmitRequest{{Holder: "h-0", Keys: []store.LimitKey{lk("api", "")}}}})
+	if err != nil || len(adm) != 1 || !adm[0].Admitted {
+		t.Fatalf("admit h-0: got %v, %v, want it admitted", adm, err)
+	}
+	var envs []transport.Envelope
+	for i := range 5 {
+		envs = append(envs, limited(fmt.Sprintf("r-%d", i), fmt.Sprintf("k-r%d", i), "api"))
+	}
+	publish(t, q, envs...)
+	publish(t, q, limited("b-1", "k-b1", ""))
+	publish(t, q, limited("b-2", "k-b2", "aaa"))
+	wantIDs(t, "behind five refused", receiveAdmitted(t, q, lim, 1, promptWait), 1, "b-1")
+	wantIDs(t, "behind five refused, another counter", receiveAdmitted(t, q, lim, 1, promptWait), 1, "b-2")
+	if n := inFlight(t, q, lk("api", "")); n != 1 {
+		t.Errorf("in flight on api: got %d, want 1 (h-0's hold)", n)
+	}
+	if n := inFlight(t, q, lk("aaa", "")); n != 1 {
+		t.Errorf("in flight on aaa: got %d, want 1 (b-2's hold)", n)
+	}
 }
