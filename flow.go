@@ -193,27 +193,15 @@ func limitKey(v string) string {
 // receive is the source's receive through admission: the store's
 // ReceivePartition that admits as it leases. A receive decides under the
 // limits in force when it began, and may wait long for a slot: when a
-// refresh changes the values in force, it is cancelled and ends empty,
-// and the next receive decides under the new values.
+// refresh changes the values in force, its wait ends empty
+// (ReceiveParams.Changed), and the next receive decides under the new
+// values.
 func (a *admission) receive(part, parts int) func(context.Context, int) ([]transport.Delivery, error) {
 	return func(ctx context.Context, max int) ([]transport.Delivery, error) {
 		a.mu.Lock()
 		limits, changed := *a.inForce.Load(), a.changed
 		a.mu.Unlock()
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-changed:
-				cancel()
-			case <-rctx.Done():
-			}
-		}()
-		ds, err := a.q.ReceiveAdmitted(rctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: limits, Needs: a.needs})
-		if err != nil && ctx.Err() == nil && rctx.Err() != nil {
-			return nil, nil // the limits changed: receive again under the new ones
-		}
-		return ds, err
+		return a.q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: limits, Needs: a.needs, Changed: changed})
 	}
 }
 
