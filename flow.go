@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,7 @@ func (l *Limit) values() store.Limit {
 // limitsPoller service). The source receives through it
 // (store.AdmittingQueue.ReceiveAdmitted).
 type admission struct {
+	log     *slog.Logger
 	q       store.AdmittingQueue
 	byType  map[string][]*Limit // the limits of each message type
 	all     []*Limit            // the limits of every message
@@ -74,6 +76,8 @@ type admission struct {
 	// declared is set once refresh has recorded decl in the store (at
 	// Start, before the limitsPoller runs).
 	declared bool
+	mu       sync.Mutex
+	changed  chan struct{} // closed when the values in force change
 }
 
 // newAdmission checks the declared limits against the registry and the
@@ -86,7 +90,7 @@ func newAdmission(b *base, reg *registry) (*admission, error) {
 	if !ok || !b.caps.queue {
 		return nil, fmt.Errorf("idem: start: Config.Limits needs the store's own queue as transport (pgstore or sqlitestore as both store and transport); with %T as store and %T as transport there is no admission: remove Config.Limits, or use the store's queue", b.store, b.tr)
 	}
-	a := &admission{q: q, byType: map[string][]*Limit{}, decl: map[string]store.Limit{}}
+	a := &admission{log: b.log, q: q, byType: map[string][]*Limit{}, decl: map[string]store.Limit{}, changed: make(chan struct{})}
 	for i := range b.cfg.Limits {
 		l := &b.cfg.Limits[i]
 		if err := a.declare(l, reg); err != nil {
@@ -154,13 +158,30 @@ func (a *admission) needs(env *transport.Envelope) []store.LimitKey {
 		for _, l := range set {
 			k := store.LimitKey{Name: l.Name}
 			if l.Key != nil {
-				k.Key = limitKey(l.Key(env))
+				k.Key = a.key(l, env)
 			}
 			out = append(out, k)
 		}
 	}
 	return out
 }
+
+// key runs l.Key on env, inside the store's transaction: a Key that
+// panics must not fail every receive while its message waits at the head
+// of the queue, so the message counts under the key keyPanicked, and the
+// panic is logged.
+func (a *admission) key(l *Limit, env *transport.Envelope) (k string) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.log.Error("a flow-control limit's Key panicked; the message counts under the key "+keyPanicked, "limit", l.Name, logMessageID, env.ID, "panic", fmt.Sprint(p))
+			k = keyPanicked
+		}
+	}()
+	return limitKey(l.Key(env))
+}
+
+// keyPanicked is the counter key of a message whose Limit.Key panicked.
+const keyPanicked = "idem:key-panicked"
 
 // limitKey makes a counter's key of a value computed from an envelope:
 // the value itself when a store keeps it as is, else a digest of it.
@@ -173,10 +194,17 @@ func limitKey(v string) string {
 }
 
 // receive is the source's receive through admission: the store's
-// ReceivePartition that admits as it leases.
+// ReceivePartition that admits as it leases. A receive decides under the
+// limits in force when it began, and may wait long for a slot: when a
+// refresh changes the values in force, its wait ends empty
+// (ReceiveParams.Changed), and the next receive decides under the new
+// values.
 func (a *admission) receive(part, parts int) func(context.Context, int) ([]transport.Delivery, error) {
 	return func(ctx context.Context, max int) ([]transport.Delivery, error) {
-		return a.q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: *a.inForce.Load(), Needs: a.needs})
+		a.mu.Lock()
+		limits, changed := *a.inForce.Load(), a.changed
+		a.mu.Unlock()
+		return a.q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: limits, Needs: a.needs, Changed: changed})
 	}
 }
 
@@ -198,12 +226,31 @@ func (a *admission) refresh(ctx context.Context) error {
 	}
 	in := maps.Clone(a.decl)
 	for _, o := range over {
-		if _, ok := in[o.Name]; ok {
-			in[o.Name] = o
+		if _, ok := in[o.Name]; !ok {
+			continue
 		}
+		if err := o.Validate(); err != nil {
+			// A row written around the store's checks: keep the declared
+			// values rather than lift the limit.
+			a.log.Error("a limit's runtime values are invalid; its declared values stay in force", "limit", o.Name, "error", err)
+			continue
+		}
+		in[o.Name] = o
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if maps.EqualFunc(*a.inForce.Load(), in, sameValues) {
+		return nil
 	}
 	a.inForce.Store(&in)
+	close(a.changed) // the receives waiting under the old values end
+	a.changed = make(chan struct{})
 	return nil
+}
+
+// sameValues reports whether two limits admit alike.
+func sameValues(x, y store.Limit) bool {
+	return x.Concurrency == y.Concurrency && x.Rate == y.Rate && x.Burst == y.Burst
 }
 
 // limitsPoller is the service that refreshes the limits in force every

@@ -229,6 +229,11 @@ type ReceiveParams struct {
 	// an error wrapping ErrRejected, so a caller maps hostile text (from a
 	// header, say) to a valid key first.
 	Needs func(*transport.Envelope) []LimitKey
+	// Changed, when set, ends the receive's wait when it is closed (the
+	// limits in force changed): ReceiveAdmitted then returns no delivery
+	// and no error, so that its caller receives again under the new
+	// values. It interrupts only the wait, never a transaction.
+	Changed <-chan struct{}
 }
 
 // AdmittingQueue is a store.Queue (and Limiter) that admits inside its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,7 +73,12 @@ func Flow(t *testing.T, q store.Queue) {
 	gate := make(chan struct{})
 	e := NewEngine(t, q, q, &idem.Config{BatchSize: 1, Lanes: 8, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
 		Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: flowCap,
-			Key: func(env *idem.Envelope) string { return env.Headers["tenant"] }}}})
+			Key: func(env *idem.Envelope) string {
+				if env.Headers["tenant"] == "boom" {
+					panic("no tenant")
+				}
+				return env.Headers["tenant"]
+			}}}})
 	if err := e.Handle(parseType, func(ctx context.Context, env idem.Envelope) error {
 		tenant := env.Headers["tenant"]
 		f.enter(tenant)
@@ -139,16 +145,21 @@ func Flow(t *testing.T, q store.Queue) {
 		return n == len(envs), nil
 	})
 
-	// A call given back releases its slot, and so does one dead-lettered.
+	// A call given back releases its slot, and so does one dead-lettered;
+	// a tenant no store keeps as a counter's key, and one whose Key
+	// panics, are admitted under a key of their own.
+	hostile := "<script>" + strings.Repeat("t", 300) // headers refuse NUL and invalid UTF-8; too long for a counter key
 	if err := e.Publish(ctx,
 		idem.Envelope{ID: "c-once", Type: parseType, CorrelationID: "file-c1", Headers: map[string]string{"tenant": "c", "fail": "once"}},
 		idem.Envelope{ID: "c-always", Type: parseType, CorrelationID: "file-c2", Headers: map[string]string{"tenant": "c", "fail": "always"}},
+		idem.Envelope{ID: "d-hostile", Type: parseType, CorrelationID: "file-d1", Headers: map[string]string{"tenant": hostile}},
+		idem.Envelope{ID: "d-panic", Type: parseType, CorrelationID: "file-d2", Headers: map[string]string{"tenant": "boom"}},
 	); err != nil {
 		t.Fatal(err)
 	}
-	WaitFor(t, time.Minute, "the failing calls settled", func() (bool, error) {
+	WaitFor(t, time.Minute, "the failing, hostile and panicking calls settled", func() (bool, error) {
 		var again bool
-		f.read(func() { again = f.fails["c-once"] >= 2 })
+		f.read(func() { again = f.fails["c-once"] >= 2 && f.handled["d-hostile"] && f.handled["d-panic"] })
 		_, err := q.GetDeadLetter(ctx, "c-always")
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
@@ -171,4 +182,65 @@ func Flow(t *testing.T, q store.Queue) {
 		}
 		return true, err
 	})
+}
+
+// FlowChange raises a cap at runtime while a message waits for it: with
+// the cap at 1 and the first call held, the second waits; once the
+// store's override raises the cap to 2, the second is admitted while the
+// first still runs, within a few Config.LimitsInterval, although nothing
+// was released meanwhile.
+func FlowChange(t *testing.T, q store.Queue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lim, ok := q.(store.Limiter)
+	if !ok {
+		t.Fatalf("%T is not a store.Limiter", q)
+	}
+	f := &tenantsInFlight{now: map[string]int{}, most: map[string]int{}, handled: map[string]bool{}, fails: map[string]int{}}
+	gate := make(chan struct{})
+	// Two consumers: one runs the batch of the held call while the other
+	// receives (a consumer takes its next batch once its last one ended).
+	e := NewEngine(t, q, q, &idem.Config{BatchSize: 1, Lanes: 4, Consumers: 2, LimitsInterval: 20 * time.Millisecond,
+		Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: 1}}})
+	if err := e.Handle(parseType, func(ctx context.Context, env idem.Envelope) error {
+		f.enter("t")
+		defer f.leave("t", env.ID)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	defer func() {
+		open()
+		_ = e.Stop(context.Background())
+	}()
+	if err := e.Publish(ctx,
+		idem.Envelope{ID: "first", Type: parseType, CorrelationID: "file-1"},
+		idem.Envelope{ID: "second", Type: parseType, CorrelationID: "file-2"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := func(n int) func() (bool, error) {
+		return func() (bool, error) {
+			var got int
+			f.read(func() { got = f.now["t"] })
+			return got == n, nil
+		}
+	}
+	WaitFor(t, time.Minute, "the first call in flight", inFlight(1))
+	if err := lim.SetLimit(ctx, store.Limit{Name: "parser-api", Concurrency: 2}); err != nil {
+		t.Fatal(err)
+	}
+	WaitFor(t, time.Minute, "the second call admitted under the raised cap, the first still running", inFlight(2))
+	open()
 }

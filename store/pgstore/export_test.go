@@ -34,5 +34,13 @@ func QueueInstanceWrites(b *pgx.Batch, inserts, updates []*store.Instance) error
 	return queueInstances(b, updateInstancesSQL, updates, true)
 }
 
-// SetNotifySpacing sets the least time between two NOTIFYs of s.
-func SetNotifySpacing(s *Store, d time.Duration) { s.notifySpacing = d }
+// SetNotifySpacing sets the least time between two NOTIFYs of s, before
+// its first commit.
+func SetNotifySpacing(s *Store, d time.Duration) {
+	s.notifySpacing = d
+	s.notifySent.Store(-int64(d))
+	s.notifyClaimed.Store(-int64(d))
+}
+
+// NotifyCarried reports whether a commit of s has carried a NOTIFY.
+func NotifyCarried(s *Store) bool { return s.notifyClaimed.Load() >= 0 }

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"time"
 )
 
@@ -16,10 +17,11 @@ const defaultNotifySpacing = 10 * time.Millisecond
 // NOTIFY per notifySpacing, and sends it inside a unit of work's commit
 // when it can:
 //
-//   - a commit that enqueues carries the NOTIFY in its pipeline when none
-//     was sent for notifySpacing (notifyDue): no round trip, no commit of
-//     its own, and at most one commit per notifySpacing per process takes
-//     the lock;
+//   - a commit that enqueues (or releases flow-control holds, which may
+//     let another replica's waiting message in) carries the NOTIFY in its
+//     pipeline when none was reserved for notifySpacing (reserveNotify):
+//     no round trip, no commit of its own, and at most one commit per
+//     notifySpacing per process takes the lock;
 //   - a commit that enqueues while one was sent more recently asks the
 //     notifier, which sends one notifySpacing after the last, unless a
 //     unit of work sent after that commit ended carried one (its NOTIFY
@@ -31,28 +33,44 @@ const defaultNotifySpacing = 10 * time.Millisecond
 // most notifySpacing late; a process that dies in between leaves them to
 // find the messages at their next poll (Config.PollInterval).
 
-// notifyDue reports whether a commit that enqueues should carry the
-// NOTIFY.
-func (s *Store) notifyDue() bool {
-	return time.Since(time.Unix(0, s.notifySent.Load())) >= s.notifySpacing
+// The notification times are nanoseconds on the store's monotonic clock
+// (notifyNow), so that a step of the wall clock cannot hold NOTIFYs back.
+
+// notifyNow is the time on the store's monotonic clock.
+func (s *Store) notifyNow() int64 { return int64(time.Since(s.notifyBase)) }
+
+// reserveNotify reserves the NOTIFY for a commit about to be sent, when
+// none was reserved for notifySpacing: of the commits built at once, one
+// carries it. It returns the reservation's time, which is before the
+// commit's.
+func (s *Store) reserveNotify() (int64, bool) {
+	now := s.notifyNow()
+	for {
+		last := s.notifyClaimed.Load()
+		if now-last < int64(s.notifySpacing) {
+			return 0, false
+		}
+		if s.notifyClaimed.CompareAndSwap(last, now) {
+			return now, true
+		}
+	}
 }
 
-// notifiedAt records a NOTIFY sent at sent and committed.
-func (s *Store) notifiedAt(sent time.Time) {
-	ns := sent.UnixNano()
+// notifiedAt records a NOTIFY sent at sent (notifyNow) and committed.
+func (s *Store) notifiedAt(sent int64) {
 	for {
 		cur := s.notifySent.Load()
-		if cur >= ns || s.notifySent.CompareAndSwap(cur, ns) {
+		if cur >= sent || s.notifySent.CompareAndSwap(cur, sent) {
 			return
 		}
 	}
 }
 
 // notifySoon wakes the receivers of this schema's queue after a commit that
-// enqueued messages without carrying a NOTIFY: at once in this process, and
-// through the notifier in others.
+// enqueued messages (or released holds) without carrying a NOTIFY: at once
+// in this process, and through the notifier in others.
 func (s *Store) notifySoon() {
-	now := time.Now().UnixNano()
+	now := s.notifyNow()
 	for {
 		cur := s.notifyWanted.Load()
 		if cur >= now || s.notifyWanted.CompareAndSwap(cur, now) {
@@ -73,9 +91,14 @@ func (s *Store) notifySoon() {
 	}
 }
 
+// owed reports whether a commit that wanted a NOTIFY ended after the
+// last NOTIFY that committed was sent.
+func (s *Store) owed() bool { return s.notifyWanted.Load() >= s.notifySent.Load() }
+
 // notifier sends the NOTIFYs the commits asked for, one notifySpacing
-// after the last one sent, unless a unit of work sent after the latest
-// request carried one meanwhile.
+// after the last one sent or reserved, unless a unit of work sent after the latest
+// request carried one meanwhile; when the store closes, it sends the one
+// still owed.
 func (s *Store) notifier() {
 	defer s.lwg.Done()
 	t := time.NewTimer(0)
@@ -83,28 +106,49 @@ func (s *Store) notifier() {
 	for {
 		select {
 		case <-s.bg.Done():
+			s.flushNotify()
 			return
 		case <-s.notify:
 		}
-		if wait := s.notifySpacing - time.Since(time.Unix(0, s.notifySent.Load())); wait > 0 {
+		// One notifySpacing after the last NOTIFY sent or reserved by a
+		// commit (in flight, it may be the one this request needs).
+		last := max(s.notifySent.Load(), s.notifyClaimed.Load())
+		if wait := time.Duration(last + int64(s.notifySpacing) - s.notifyNow()); wait > 0 {
 			t.Reset(wait)
 			select {
 			case <-s.bg.Done():
 				t.Stop()
+				s.flushNotify()
 				return
 			case <-t.C:
 			}
 		}
-		if s.notifySent.Load() > s.notifyWanted.Load() {
+		if !s.owed() {
 			continue // a later unit of work carried one
 		}
-		sent := time.Now()
-		if _, err := s.pool.Exec(s.bg, notifySQL, s.cfg.Schema); err != nil {
-			if s.bg.Err() == nil {
-				s.log.Warn("queue notification failed; other processes find the messages at their next poll", "error", err)
-			}
-			continue
-		}
-		s.notifiedAt(sent)
+		s.sendNotify(s.bg)
 	}
+}
+
+// sendNotify sends a NOTIFY of its own.
+func (s *Store) sendNotify(ctx context.Context) {
+	sent := s.notifyNow()
+	if _, err := s.pool.Exec(ctx, notifySQL, s.cfg.Schema); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("queue notification failed; other processes find the messages at their next poll", "error", err)
+		}
+		return
+	}
+	s.notifiedAt(sent)
+}
+
+// flushNotify sends the NOTIFY still owed when the store closes (the pool
+// closes after the notifier returns), within a second.
+func (s *Store) flushNotify() {
+	if !s.owed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s.sendNotify(ctx)
 }

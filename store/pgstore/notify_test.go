@@ -96,6 +96,9 @@ func TestCommitsThatEnqueueShareTheirNotifications(t *testing.T) {
 	// one it holds, after a claim that found nothing).
 	<-receiving
 	enqueue("m-0")
+	if !pgstore.NotifyCarried(a) {
+		t.Fatal("the first commit that enqueued did not carry its NOTIFY")
+	}
 	select {
 	case <-got:
 	case <-ctx.Done():
@@ -125,5 +128,65 @@ func TestCommitsThatEnqueueShareTheirNotifications(t *testing.T) {
 	}
 	if n := len(notes); n > 2 {
 		t.Errorf("%d commits within %v sent %d notifications by the time the other process had every message, want at most 2 (one carried by the first commit, one deferred)", commits, spacing, n)
+	}
+}
+
+// Of the commits sent at once, one carries the NOTIFY: the others leave it
+// to the notifier (whose next one is an hour away here).
+func TestConcurrentCommitsCarryOneNotification(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := openStore(t, pgstore.Config{PollInterval: time.Hour})
+	pgstore.SetNotifySpacing(a, time.Hour)
+	listen, err := pgx.Connect(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(context.Background())
+	if _, err := listen.Exec(ctx, "LISTEN idem_queue"); err != nil {
+		t.Fatal(err)
+	}
+	const commits = 4
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range commits {
+		uow, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := uow.(store.QueueUnitOfWork).Enqueue(ctx, []transport.Envelope{{ID: fmt.Sprintf("c-%d", i), Type: "t", CorrelationID: fmt.Sprintf("c-%d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if err := uow.Commit(ctx, &store.Changes{}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	// PostgreSQL delivers notifications in commit order: once the
+	// sentinel, sent after every commit, arrives, so have theirs.
+	if _, err := listen.Exec(ctx, "SELECT pg_notify('idem_queue', 'sentinel')"); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		note, err := listen.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the sentinel: %v", err)
+		}
+		if note.Payload == "sentinel" {
+			break
+		}
+		if note.Payload == a.Schema() {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d commits sent at once carried %d NOTIFYs, want 1", commits, n)
 	}
 }

@@ -171,7 +171,7 @@ DELETE FROM idem_queue q USING unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token AND (q.visible_at > clock_timestamp() OR q.token NOT LIKE 'held%')
 RETURNING q.seq`)
 	if release != nil {
-		s.wakeReceivers() // a waiting message may be admitted now
+		s.notifySoon() // a waiting message may be admitted now, here or elsewhere
 	}
 	return err
 }
@@ -267,7 +267,7 @@ FROM unnest($1::bigint[], $2::text[]) AS u(seq, token)
 WHERE q.seq = u.seq AND q.token = u.token AND (q.visible_at > clock_timestamp() OR q.token NOT LIKE 'held%')
 RETURNING q.seq`, delay.Seconds(), sqlq.RetiredPrefix)
 	if release != nil {
-		s.wakeReceivers() // a waiting message may be admitted now
+		s.notifySoon() // a waiting message may be admitted now, here or elsewhere
 	}
 	return err
 }

@@ -31,9 +31,10 @@ type unitOfWork struct {
 	// claim is what this unit of work claimed from the queue (see
 	// claim.go); nil when it claimed nothing, and every use checks.
 	claim *txClaim
-	// notifies is set when the commit carries the queue's NOTIFY
-	// (notify.go).
+	// notifies is set when the commit carries the queue's NOTIFY,
+	// reserved at notifyAt (notify.go).
 	notifies bool
+	notifyAt int64
 }
 
 // Begin acquires a connection; the transaction starts with the first Load or
@@ -300,7 +301,6 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if err != nil {
 		return err
 	}
-	sent := time.Now()
 	err = u.conn.SendBatch(ctx, b).Close()
 	if len(c.DeadLetters) > 0 || c.SettleReplays != nil || c.SettleDuplicates != nil {
 		// Even when the commit failed: its outcome may be unknown, and a
@@ -316,20 +316,20 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	}
 	switch {
 	case u.notifies:
-		u.s.notifiedAt(sent)
+		u.s.notifiedAt(u.notifyAt)
 		u.s.wakeReceivers()
-	case u.enqueues():
+	case u.wakes(c):
 		u.s.notifySoon()
-	case len(c.ReleaseHolds) > 0 || len(sqlq.Holders(u.consume)) > 0:
-		u.s.wakeReceivers() // a waiting message may be admitted now
 	}
 	return nil
 }
 
-// enqueues reports whether the unit of work puts messages in the queue:
-// its own, or claimed ones it returns.
-func (u *unitOfWork) enqueues() bool {
-	return len(u.enqueue) > 0 || (u.claim != nil && len(u.claim.returns) > 0)
+// wakes reports whether the unit of work gives receivers something new:
+// messages in the queue (its own, or claimed ones it returns), or
+// flow-control holds released, which may let a waiting message in.
+func (u *unitOfWork) wakes(c *store.Changes) bool {
+	return len(u.enqueue) > 0 || (u.claim != nil && len(u.claim.returns) > 0) ||
+		len(c.ReleaseHolds) > 0 || len(sqlq.Holders(u.consume)) > 0
 }
 
 // commitBatch is the pipeline of Commit: BEGIN unless a Load sent it, one
@@ -380,8 +380,10 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 		u.claim.queueRequeue(b, u.claim.returns, sqlq.RetiredPrefix+u.claim.token) // returned: settled, as by a Nack
 	}
 	// The NOTIFY rides in the commit when one is due (notify.go).
-	if u.notifies = u.enqueues() && u.s.notifyDue(); u.notifies {
-		b.Queue(notifySQL, u.s.cfg.Schema)
+	if u.wakes(c) {
+		if u.notifyAt, u.notifies = u.s.reserveNotify(); u.notifies {
+			b.Queue(notifySQL, u.s.cfg.Schema)
+		}
 	}
 	b.Queue(`COMMIT`)
 	return b, nil

@@ -224,7 +224,15 @@ func TestEngineDefaultsToOneConsumer(t *testing.T) {
 }
 
 // The engine admits a plain handler's messages under a concurrency cap per
-// tenant, and releases every slot (enginetest.Flow).
+// tenant, and releases every slot (enginetest.Flow). The lease is an
+// hour, renewed while a call runs: a slot leaked by a settle that did not
+// release it would stay held past the test, not expire.
 func TestEngineFlowControl(t *testing.T) {
-	enginetest.Flow(t, openStore(t, sqlitestore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
+	enginetest.Flow(t, openStore(t, sqlitestore.Config{Lease: time.Hour, PollInterval: 20 * time.Millisecond}))
+}
+
+// A cap raised at runtime admits a waiting message although nothing was
+// released (enginetest.FlowChange).
+func TestEngineFlowControlChangedAtRuntime(t *testing.T) {
+	enginetest.FlowChange(t, openStore(t, sqlitestore.Config{Lease: time.Hour, PollInterval: time.Hour}))
 }
