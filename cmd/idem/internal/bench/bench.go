@@ -14,6 +14,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -70,6 +71,9 @@ type Options struct {
 	// queue to run (each configuration once per way, one after the other):
 	// ClaimLease and ClaimTx. Empty means ClaimTx only.
 	Claims []string
+	// LimitCap is the concurrency cap of ClaimLimit runs; 0 means
+	// DefaultLimitCap.
+	LimitCap int
 	// Defaults adds, before the others, a run of the engine with the zero
 	// Config (every default) and pgstore's default pool, for each
 	// transport: what a user who sets nothing gets.
@@ -131,7 +135,17 @@ const (
 	// (see claim.go in package idem). Consumers taking turns on one stream
 	// lease whatever this says.
 	ClaimTx = "tx"
+	// ClaimLimit leases every batch as ClaimLease does, but through
+	// flow-control admission (store.AdmittingQueue.ReceiveAdmitted): the
+	// engine declares a concurrency cap of Options.LimitCap on the
+	// workload's message type (Config.Limits), which binds only when it
+	// is below the messages in flight. With the default cap it never
+	// binds: the run measures what admission costs the happy path.
+	ClaimLimit = "limit"
 )
+
+// DefaultLimitCap is Options.LimitCap's default: a cap no run reaches.
+const DefaultLimitCap = 1_000_000
 
 // Broker is a transport the benchmark runs the engine on, with PostgreSQL
 // as the store only.
@@ -195,8 +209,8 @@ func (o *Options) Validate() error {
 		}
 	}
 	for _, c := range o.Claims {
-		if c != ClaimLease && c != ClaimTx {
-			return fmt.Errorf("--claim modes are %s and %s, got %q", ClaimLease, ClaimTx, c)
+		if c != ClaimLease && c != ClaimTx && c != ClaimLimit {
+			return fmt.Errorf("--claim modes are %s, %s and %s, got %q", ClaimLease, ClaimTx, ClaimLimit, c)
 		}
 	}
 	return o.validateScale()
@@ -740,6 +754,9 @@ func (r *runner) session(ctx context.Context, label string, run *EngineRun, w *W
 	cfg := &idem.Config{
 		BatchSize: run.Batch, Lanes: run.Lanes, Consumers: run.Consumers, PartitionedReceive: run.Partitioned, Tracer: r.tracer(run), Dedup: dedupOf(run), SweepInterval: sweepInterval(run),
 		Logger: slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelError})), JournalPayloadLimit: r.o.JournalPayloadLimit,
+	}
+	if run.Claim == ClaimLimit {
+		cfg.Limits = []idem.Limit{{Name: "bench", MessageTypes: []string{incrementType}, Concurrency: cmp.Or(r.o.LimitCap, DefaultLimitCap)}}
 	}
 	e, err := idem.NewEngine(t, tr, cfg)
 	if err == nil {

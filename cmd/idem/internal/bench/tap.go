@@ -143,6 +143,14 @@ func (t *tap) ReceivePartition(ctx context.Context, max, part, parts int) ([]tra
 	return ds, err
 }
 
+// ReceiveAdmitted is ReceivePartition through flow-control admission.
+func (t *tap) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]transport.Delivery, error) {
+	start := time.Now()
+	ds, err := t.Store.ReceiveAdmitted(ctx, p)
+	t.received(start, ds)
+	return ds, err
+}
+
 // received notes a receive that started at start and returned ds.
 func (t *tap) received(start time.Time, ds []transport.Delivery) {
 	now := time.Now()

@@ -118,6 +118,7 @@ type benchFlags struct {
 	sagas, inbox      string
 	dedups, consumers string
 	claims            string
+	limitCap          int
 	asJSON, quiet     bool
 	traced            bool
 	transportSpecs    []string
@@ -136,7 +137,8 @@ func (bf *benchFlags) register(cmd *cobra.Command) {
 	f.StringVar(&bf.lanes, "lanes", "1,4,16", "engine lane counts to run, comma-separated (every batch × lanes pair runs)")
 	f.StringVar(&bf.consumers, "consumers", "4", "engine consumers to run, comma-separated: batches received and committed concurrently (Config.Consumers)")
 	f.BoolVar(&bf.o.Partitioned, "partitioned", false, "run every configuration on the PostgreSQL queue but the defaults with Config.PartitionedReceive: each consumer receives its own partitions of the keys instead of taking turns on one stream (runs with a --transport always set it)")
-	f.StringVar(&bf.claims, "claim", "tx", "how the engine may take messages from the PostgreSQL queue, comma-separated, each configuration once per way: lease (Receive leases a batch, its unit of work deletes it), tx (the engine claims a backlog inside the unit of work that applies it, where it can: one lane per batch, no plain handlers; consumers taking turns claim so only in tx runs that set the configuration, not in the defaults run, as the zero Config does not)")
+	f.StringVar(&bf.claims, "claim", "tx", "how the engine may take messages from the PostgreSQL queue, comma-separated, each configuration once per way: lease (Receive leases a batch, its unit of work deletes it), tx (the engine claims a backlog inside the unit of work that applies it, where it can: one lane per batch, no plain handlers; consumers taking turns claim so only in tx runs that set the configuration, not in the defaults run, as the zero Config does not), limit (leases as lease does, through flow control's admission: the engine declares a concurrency cap of --limit-cap on the workload's messages, which never binds at its default)")
+	f.IntVar(&bf.limitCap, "limit-cap", bench.DefaultLimitCap, "the concurrency cap of --claim limit runs (Config.Limits on the workload's message type); below the messages in flight it binds")
 	f.BoolVar(&bf.o.Defaults, "defaults", true, "first run the engine with the zero Config (every default) and pgstore's default pool, labelled \"defaults\"")
 	f.IntVar(&bf.o.BaselineClients, "baseline-clients", 8, "concurrent clients of the baselines")
 	f.IntVar(&bf.o.BaselineBatch, "baseline-batch", 100, "messages per transaction of baseline (b)")
@@ -197,6 +199,7 @@ func (bf *benchFlags) options(cmd *cobra.Command) error {
 		return usageErrorf("%v", err)
 	}
 	o.Claims = strings.Split(bf.claims, ",")
+	o.LimitCap = bf.limitCap
 	if o.URL, err = bf.sf.benchURL(); err != nil {
 		return err
 	}
