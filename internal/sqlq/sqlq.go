@@ -171,6 +171,14 @@ func CompareTimers(a, b store.Timer) int {
 // comes first. It returns ctx's error when ctx ends and transport.ErrClosed
 // when done is closed.
 func Wait(ctx context.Context, done, wake <-chan struct{}, next time.Time, poll time.Duration) error {
+	_, err := WaitOr(ctx, done, wake, nil, next, poll)
+	return err
+}
+
+// WaitOr is Wait that also ends when changed is closed (a nil changed
+// never is), reporting whether it did: an admitting receive's limits
+// changed (store.ReceiveParams.Changed).
+func WaitOr(ctx context.Context, done, wake, changed <-chan struct{}, next time.Time, poll time.Duration) (bool, error) {
 	wait := poll
 	if !next.IsZero() {
 		if d := time.Until(next); d < wait {
@@ -181,13 +189,15 @@ func Wait(ctx context.Context, done, wake <-chan struct{}, next time.Time, poll 
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-done:
-		return transport.ErrClosed
+		return false, transport.ErrClosed
+	case <-changed:
+		return true, nil
 	case <-wake:
 	case <-t.C:
 	}
-	return nil
+	return false, nil
 }
 
 // InstanceStatements are a store's four statements of an InstanceQuery:

@@ -90,7 +90,11 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 		if len(ds) > 0 {
 			return ds, nil
 		}
-		if err := sqlq.Wait(ctx, s.done, wake, next, s.cfg.PollInterval); err != nil {
+		changed, err := sqlq.WaitOr(ctx, s.done, wake, p.Changed, next, s.cfg.PollInterval)
+		if changed {
+			return nil, nil // the caller receives again under the new limits
+		}
+		if err != nil {
 			if errors.Is(err, transport.ErrClosed) {
 				return nil, fmt.Errorf("pgstore: receive admitted: %w", err)
 			}
