@@ -71,6 +71,9 @@ type admission struct {
 	all     []*Limit            // the limits of every message
 	decl    map[string]store.Limit
 	inForce atomic.Pointer[map[string]store.Limit]
+	// declared is set once refresh has recorded decl in the store (at
+	// Start, before the limitsPoller runs).
+	declared bool
 }
 
 // newAdmission checks the declared limits against the registry and the
@@ -179,8 +182,16 @@ func (a *admission) receive(part, parts int) func(context.Context, int) ([]trans
 
 // refresh reads the store's overrides and puts the limits in force: each
 // declared limit's values, or its override's. An override of a name no
-// limit declares applies to nothing.
+// limit declares applies to nothing. Its first run records the
+// declarations in the store (store.Limiter.DeclareLimits) for the
+// operator's tools.
 func (a *admission) refresh(ctx context.Context) error {
+	if !a.declared {
+		if err := a.q.DeclareLimits(ctx, slices.Collect(maps.Values(a.decl))); err != nil {
+			return fmt.Errorf("record Config.Limits in the store: %w", err)
+		}
+		a.declared = true
+	}
 	over, err := a.q.Limits(ctx)
 	if err != nil {
 		return err

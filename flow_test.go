@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/countersaga"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/transport/memtransport"
@@ -61,5 +63,53 @@ func TestStartRefusesLimitsItCannotEnforce(t *testing.T) {
 				t.Fatalf("Start with %+v: %v, want an error naming Config.Limits and containing %q", tc.limits, err, tc.want)
 			}
 		})
+	}
+}
+
+// Start records the declared limits' values in the store, so that an
+// operator's tool in another process (idem limits ls) can show them; an
+// override already in the store is left as it is.
+func TestStartDeclaresLimitsInTheStore(t *testing.T) {
+	ctx := context.Background()
+	sq, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	if err := sq.SetLimit(ctx, store.Limit{Name: "parser-api", Concurrency: 9}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &idem.Config{Limits: []idem.Limit{
+		{Name: "parser-api", Concurrency: 5, Rate: 20, Burst: 10, Key: func(*idem.Envelope) string { return "t" }},
+		{Name: "counter", SagaType: countersaga.SagaType, Rate: 2.5},
+	}}
+	e, err := idem.NewEngine(sq, sq, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(countersaga.Machine()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Stop(ctx) }()
+	got, err := sq.DeclaredLimits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.Limit{{Name: "counter", Rate: 2.5}, {Name: "parser-api", Concurrency: 5, Rate: 20, Burst: 10}}
+	if len(got) != len(want) {
+		t.Fatalf("declared limits after Start: got %+v, want %+v", got, want)
+	}
+	for i := range got {
+		got[i].UpdatedAt = time.Time{}
+		if got[i] != want[i] {
+			t.Errorf("declared limit %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	over, err := sq.Limits(ctx)
+	if err != nil || len(over) != 1 || over[0].Concurrency != 9 {
+		t.Errorf("overrides after Start: got %+v, %v, want parser-api's override of 9 kept", over, err)
 	}
 }

@@ -21,8 +21,8 @@ import (
 const MaxLimitName = 200
 
 // Limit is a limit's values as the store keeps them: a runtime override
-// of the code's declaration. The zero value of each field means "no
-// limit of that kind".
+// (Limiter.SetLimit) or the code's declaration (Limiter.DeclareLimits).
+// The zero value of each field means "no limit of that kind".
 type Limit struct {
 	// Name names the limit: non-empty, valid UTF-8 without U+0000, at
 	// most MaxLimitName bytes.
@@ -36,7 +36,8 @@ type Limit struct {
 	// Burst is the bucket's size; with Rate > 0 and Burst < 1, 1. A new
 	// bucket starts full.
 	Burst int `json:"burst"`
-	// UpdatedAt is when the override was set; the store sets it.
+	// UpdatedAt is when the override was set or the declaration made;
+	// the store sets it.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
@@ -175,6 +176,16 @@ type Limiter interface {
 	ResetLimit(ctx context.Context, name string) error
 	// Limits returns the overrides, ordered by name.
 	Limits(ctx context.Context) ([]Limit, error)
+	// DeclareLimits records the values the code declares
+	// (idem.Config.Limits), so that an operator's tool in another process
+	// can show them: an upsert by name that sets UpdatedAt. Replicas
+	// running different builds may declare different values; the last
+	// writer wins. A declaration is never removed, and it never changes
+	// an override. Each limit is checked as SetLimit checks it; a bad one
+	// fails the whole call (nothing recorded), wrapping ErrRejected.
+	DeclareLimits(ctx context.Context, ls []Limit) error
+	// DeclaredLimits returns the declarations, ordered by name.
+	DeclaredLimits(ctx context.Context) ([]Limit, error)
 	// LimitUses returns every counter that has a live hold or a bucket,
 	// ordered by (Name, Key).
 	LimitUses(ctx context.Context) ([]LimitUse, error)

@@ -16,15 +16,17 @@ var _ store.Limiter = (*Store)(nil)
 // flow is the Store's flow-control state (see store.Limiter), guarded by
 // Store.mu. Holds expire by the process's clock.
 type flow struct {
-	limits  map[string]store.Limit
-	holds   map[store.LimitKey]map[string]time.Time // holder → expires at
-	buckets map[store.LimitKey]*admit.Counter       // Tokens and RefilledAt only
-	held    map[string][]store.LimitKey             // holder → the counters it holds
+	limits   map[string]store.Limit
+	declared map[string]store.Limit
+	holds    map[store.LimitKey]map[string]time.Time // holder → expires at
+	buckets  map[store.LimitKey]*admit.Counter       // Tokens and RefilledAt only
+	held     map[string][]store.LimitKey             // holder → the counters it holds
 }
 
 func (f *flow) init() {
 	if f.limits == nil {
 		f.limits = map[string]store.Limit{}
+		f.declared = map[string]store.Limit{}
 		f.holds = map[store.LimitKey]map[string]time.Time{}
 		f.buckets = map[store.LimitKey]*admit.Counter{}
 		f.held = map[string][]store.LimitKey{}
@@ -65,12 +67,48 @@ func (s *Store) Limits(ctx context.Context) ([]store.Limit, error) {
 	if err := s.check(ctx, "limits"); err != nil {
 		return nil, err
 	}
-	out := make([]store.Limit, 0, len(s.flow.limits))
-	for _, l := range s.flow.limits {
+	return sortedLimits(s.flow.limits), nil
+}
+
+// DeclareLimits records the code's declarations; the last writer wins.
+func (s *Store) DeclareLimits(ctx context.Context, ls []store.Limit) error {
+	for _, l := range ls {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("memstore: declare limits: %w", err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "declare limits"); err != nil {
+		return err
+	}
+	s.flow.init()
+	now := time.Now().UTC()
+	for _, l := range ls {
+		l.UpdatedAt = now
+		s.flow.declared[l.Name] = l
+	}
+	return nil
+}
+
+// DeclaredLimits returns the declarations, ordered by name.
+func (s *Store) DeclaredLimits(ctx context.Context) ([]store.Limit, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx, "declared limits"); err != nil {
+		return nil, err
+	}
+	return sortedLimits(s.flow.declared), nil
+}
+
+// sortedLimits returns m's limits ordered by name.
+func sortedLimits(m map[string]store.Limit) []store.Limit {
+	out := make([]store.Limit, 0, len(m))
+	for _, l := range m {
 		out = append(out, l)
 	}
 	slices.SortFunc(out, func(a, b store.Limit) int { return store.LimitKey{Name: a.Name}.Compare(store.LimitKey{Name: b.Name}) })
-	return out, nil
+	return out
 }
 
 // LimitUses returns every counter with a live hold or a bucket.

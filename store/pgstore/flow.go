@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,12 +54,56 @@ func (s *Store) ResetLimit(ctx context.Context, name string) error {
 
 // Limits returns the overrides, ordered by name (byte for byte).
 func (s *Store) Limits(ctx context.Context) ([]store.Limit, error) {
-	if err := s.check("limits"); err != nil {
+	return s.queryLimits(ctx, "limits", `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits ORDER BY name COLLATE "C"`)
+}
+
+// declareLimitsSQL upserts the declarations $1.. (one element per name,
+// in name order, so that two replicas declaring at once lock the rows in
+// the same order).
+const declareLimitsSQL = `
+INSERT INTO idem_limits_declared (name, concurrency, rate, burst, updated_at)
+SELECT u.*, now() FROM unnest($1::text[], $2::integer[], $3::double precision[], $4::integer[]) AS u
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency, rate = excluded.rate, burst = excluded.burst, updated_at = excluded.updated_at`
+
+// DeclareLimits records the code's declarations in one statement; the
+// last writer wins.
+func (s *Store) DeclareLimits(ctx context.Context, ls []store.Limit) error {
+	if err := s.check("declare limits"); err != nil {
+		return err
+	}
+	byName := map[string]store.Limit{}
+	for _, l := range ls {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("pgstore: declare limits: %w", err)
+		}
+		byName[l.Name] = l // a name given twice: the last one counts
+	}
+	names := slices.Sorted(maps.Keys(byName))
+	cs, rs, bs := make([]int, len(names)), make([]float64, len(names)), make([]int, len(names))
+	for i, n := range names {
+		cs[i], rs[i], bs[i] = byName[n].Concurrency, byName[n].Rate, byName[n].Burst
+	}
+	if _, err := s.pool.Exec(ctx, declareLimitsSQL, names, cs, rs, bs); err != nil {
+		return fmt.Errorf("pgstore: declare limits: %w", translate(err))
+	}
+	return nil
+}
+
+// DeclaredLimits returns the declarations, ordered by name (byte for
+// byte).
+func (s *Store) DeclaredLimits(ctx context.Context) ([]store.Limit, error) {
+	return s.queryLimits(ctx, "declared limits", `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits_declared ORDER BY name COLLATE "C"`)
+}
+
+// queryLimits runs q, which selects a limit's columns.
+func (s *Store) queryLimits(ctx context.Context, op, q string) ([]store.Limit, error) {
+	if err := s.check(op); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits ORDER BY name COLLATE "C"`)
+	rows, err := s.pool.Query(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: limits: %w", translate(err))
+		return nil, fmt.Errorf("pgstore: %s: %w", op, translate(err))
 	}
 	ls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Limit, error) {
 		var l store.Limit
@@ -66,7 +112,7 @@ func (s *Store) Limits(ctx context.Context) ([]store.Limit, error) {
 		return l, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: limits: %w", translate(err))
+		return nil, fmt.Errorf("pgstore: %s: %w", op, translate(err))
 	}
 	return ls, nil
 }

@@ -53,12 +53,50 @@ func (s *Store) ResetLimit(ctx context.Context, name string) error {
 
 // Limits returns the overrides, ordered by name.
 func (s *Store) Limits(ctx context.Context) ([]store.Limit, error) {
-	if err := s.check("limits"); err != nil {
+	return s.queryLimits(ctx, "limits", `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits ORDER BY name`)
+}
+
+const declareLimitSQL = `
+INSERT INTO idem_limits_declared (name, concurrency, rate, burst, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency, rate = excluded.rate, burst = excluded.burst, updated_at = excluded.updated_at`
+
+// DeclareLimits records the code's declarations in one transaction; the
+// last writer wins.
+func (s *Store) DeclareLimits(ctx context.Context, ls []store.Limit) error {
+	for _, l := range ls {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("sqlitestore: declare limits: %w", err)
+		}
+	}
+	at := micros(time.Now())
+	err := s.write(ctx, "declare limits", 0, func(w *writer) error {
+		for _, l := range ls {
+			if _, err := w.exec(declareLimitSQL, l.Name, l.Concurrency, l.Rate, l.Burst, at); err != nil {
+				return fmt.Errorf("limit %q: %w", l.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: declare limits: %w", err)
+	}
+	return nil
+}
+
+// DeclaredLimits returns the declarations, ordered by name.
+func (s *Store) DeclaredLimits(ctx context.Context) ([]store.Limit, error) {
+	return s.queryLimits(ctx, "declared limits", `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits_declared ORDER BY name`)
+}
+
+// queryLimits runs q, which selects a limit's columns, on the readers.
+func (s *Store) queryLimits(ctx context.Context, op, q string) ([]store.Limit, error) {
+	if err := s.check(op); err != nil {
 		return nil, err
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits ORDER BY name`)
+	rows, err := s.rdb.QueryContext(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: limits: %w", err)
+		return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
 	}
 	defer rows.Close()
 	var out []store.Limit
@@ -66,13 +104,13 @@ func (s *Store) Limits(ctx context.Context) ([]store.Limit, error) {
 		var l store.Limit
 		var at int64
 		if err := rows.Scan(&l.Name, &l.Concurrency, &l.Rate, &l.Burst, &at); err != nil {
-			return nil, fmt.Errorf("sqlitestore: limits: %w", err)
+			return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
 		}
 		l.UpdatedAt = fromMicros(at)
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlitestore: limits: %w", err)
+		return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
 	}
 	return out, nil
 }

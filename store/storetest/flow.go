@@ -30,6 +30,10 @@ var flowCases = []testCase{
 	{"FlowReleaseInCommit", testFlowReleaseInCommit},
 	{"FlowLimitsKept", testFlowLimitsKept},
 	{"FlowHostileNamesAndKeys", testFlowHostileNamesAndKeys},
+	{"FlowDeclaredKept", testFlowDeclaredKept},
+	{"FlowDeclaredApartFromOverrides", testFlowDeclaredApartFromOverrides},
+	{"FlowDeclaredRefusedWhole", testFlowDeclaredRefusedWhole},
+	{"FlowDeclaredHostileNames", testFlowDeclaredHostileNames},
 }
 
 // flowTTL is a hold's lifetime where a case needs it to outlive the case.
