@@ -91,19 +91,11 @@ var errNoLimits = errors.New("the store keeps no flow-control limits")
 // declares and no override holds.
 var errUnknownLimit = errors.New("no such limit")
 
-// limitDeclarations is the store's record of the declared limits.
-type limitDeclarations interface {
-	DeclaredLimits(ctx context.Context) ([]store.Limit, error)
-}
-
 // limitState is one read of the store's limits.
 type limitState struct {
 	declared map[string]store.Limit
-	// knowsDeclared is false where the store records no declarations:
-	// every override is then taken to be in force.
-	knowsDeclared bool
-	override      map[string]store.Limit
-	uses          map[string][]store.LimitUse // by name, the most in flight first
+	override map[string]store.Limit
+	uses     map[string][]store.LimitUse // by name, the most in flight first
 }
 
 // readLimits reads the declarations, the overrides and the counters; the
@@ -114,15 +106,12 @@ func (c *capabilities) readLimits(ctx context.Context) (*limitState, error) {
 		return nil, fmt.Errorf("read limits: %w", errNoLimits)
 	}
 	s := &limitState{declared: map[string]store.Limit{}, override: map[string]store.Limit{}, uses: map[string][]store.LimitUse{}}
-	if d, ok := lim.(limitDeclarations); ok {
-		ls, err := d.DeclaredLimits(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read declared limits: %w", err)
-		}
-		s.knowsDeclared = true
-		for _, l := range ls {
-			s.declared[l.Name] = l
-		}
+	decl, err := lim.DeclaredLimits(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read declared limits: %w", err)
+	}
+	for _, l := range decl {
+		s.declared[l.Name] = l
 	}
 	over, err := lim.Limits(ctx)
 	if err != nil {
@@ -171,7 +160,7 @@ func (s *limitState) inForce(name string) (store.Limit, bool) {
 	d, declared := s.declared[name]
 	o, overridden := s.override[name]
 	switch {
-	case overridden && (declared || !s.knowsDeclared):
+	case overridden && declared:
 		return o, true
 	case declared:
 		return d, true
