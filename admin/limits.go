@@ -15,7 +15,7 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// Flow-control limits (docs/flow-control.md) as the API, the console and
+// Flow-control limits (docs/architecture.md, "Flow control in the stores") as the API, the console and
 // the metrics show them: each limit's declared values, its runtime
 // override, the values in force, and its counters' use.
 
