@@ -116,6 +116,15 @@ func TestAPILimits(t *testing.T) {
 		t.Errorf("the store's overrides after set: %+v %v", over, err)
 	}
 
+	// A second set replaces the override whole: what it leaves out is the
+	// declared value again, as with idem limits set.
+	if code, body = b.do(t, http.MethodPost, "/api/limits/parser-api", `{"rate": 2.5, "burst": 0}`); code != http.StatusOK || json.Unmarshal([]byte(body), &got) != nil {
+		t.Fatalf("set rate 2.5: %d %s", code, body)
+	}
+	if want := `{"concurrency":2,"rate":2.5,"burst":0}`; valuesOf(got.Override) != want || valuesOf(got.InForce) != want {
+		t.Errorf("after a second set: override %s, in force %s: want %s for both (the declared cap, not the first override's)", valuesOf(got.Override), valuesOf(got.InForce), want)
+	}
+
 	if code, body = b.do(t, http.MethodPost, "/api/limits/parser-api/reset", ""); code != http.StatusOK || json.Unmarshal([]byte(body), &got) != nil {
 		t.Fatalf("reset: %d %s", code, body)
 	}

@@ -171,11 +171,7 @@ func (c *console) askLimit(w http.ResponseWriter, r *http.Request, v *limitsView
 		c.consoleError(w, r, http.StatusBadRequest, "The "+field+" is not a number of 0 or more: give a whole number (a decimal one for the rate), 0 for none.")
 		return false
 	}
-	in := store.Limit{}
-	if f := row.InForce; f != nil {
-		in = store.Limit{Concurrency: f.Concurrency, Rate: f.Rate, Burst: f.Burst}
-	}
-	to := merged(name, in, ch)
+	to := merged(name, store.Limit{}, ch) // the form gives every value
 	if err := to.Validate(); err != nil {
 		c.consoleError(w, r, http.StatusBadRequest, "The "+limitField(err)+" is not a number of 0 or more: give a whole number (a decimal one for the rate), 0 for none.")
 		return false

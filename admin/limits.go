@@ -76,8 +76,9 @@ type LimitList struct {
 }
 
 // LimitChange is the body of POST /api/limits/{name}: the override to
-// set. A field left out keeps the value in force (the override's, else
-// the declaration's); 0 means none of that kind.
+// set, which replaces any override whole. A field left out takes the
+// declared value (0 for a name no engine declares), as idem limits set
+// does with a flag not given; 0 means none of that kind.
 type LimitChange struct {
 	Concurrency *int     `json:"concurrency"`
 	Rate        *float64 `json:"rate"`
@@ -251,8 +252,7 @@ func (p *parts) changeLimit(ctx context.Context, c *limitChange, keys int) (*Lim
 		err = p.caps.limits.ResetLimit(ctx, c.name)
 	} else {
 		verb = "set"
-		l, _ := s.inForce(c.name)
-		l = merged(c.name, l, &c.set)
+		l := merged(c.name, s.declared[c.name], &c.set)
 		if err = l.Validate(); err != nil {
 			return nil, err
 		}
@@ -269,7 +269,8 @@ func (p *parts) changeLimit(ctx context.Context, c *limitChange, keys int) (*Lim
 	return &l, nil
 }
 
-// merged is in (the values in force) changed by ch, named name.
+// merged is the override ch makes of limit name: in (the declared
+// values) changed by ch.
 func merged(name string, in store.Limit, ch *LimitChange) store.Limit {
 	out := store.Limit{Name: name, Concurrency: in.Concurrency, Rate: in.Rate, Burst: in.Burst}
 	if ch.Concurrency != nil {
