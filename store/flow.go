@@ -122,8 +122,9 @@ type LimitUse struct {
 	// expired).
 	InFlight int `json:"in_flight"`
 	// Tokens is what the counter's bucket held at its last admission,
-	// refilled up to now by the limit's current Rate when the store
-	// knows it (an override), else as last written; 0 without a bucket.
+	// refilled up to now by the limit's Rate in force as the store knows
+	// it (the override, else the declaration), else as last written; 0
+	// without a bucket.
 	Tokens float64 `json:"tokens"`
 }
 

@@ -134,7 +134,11 @@ func (s *Store) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
 	for k, b := range s.flow.buckets {
 		u := use(k)
 		u.Tokens = b.Tokens
-		if l, ok := s.flow.limits[k.Name]; ok && l.Rate > 0 {
+		l, ok := s.flow.limits[k.Name]
+		if !ok {
+			l, ok = s.flow.declared[k.Name]
+		}
+		if ok && l.Rate > 0 {
 			u.Tokens = admit.Refilled(l, b.Tokens, b.RefilledAt, now)
 		}
 	}

@@ -118,17 +118,20 @@ func (s *Store) queryLimits(ctx context.Context, op, q string) ([]store.Limit, e
 }
 
 // limitUsesSQL lists the counters with a bucket or a live hold, with the
-// override's rate and burst when there is one, and the database's clock.
+// rate and burst in force when the store knows them (the override's, else
+// the declaration's), and the database's clock.
 const limitUsesSQL = `
 SELECT * FROM (
 WITH live AS (
   SELECT name, key, count(*) AS n FROM idem_limit_holds WHERE expires_at > clock_timestamp() GROUP BY name, key
 )
 SELECT coalesce(c.name, h.name), coalesce(c.key, h.key), coalesce(h.n, 0), c.tokens, c.refilled_at,
-  l.rate, l.burst, clock_timestamp()
+  CASE WHEN l.name IS NULL THEN d.rate ELSE l.rate END, CASE WHEN l.name IS NULL THEN d.burst ELSE l.burst END,
+  clock_timestamp()
 FROM (SELECT * FROM idem_limit_counters WHERE tokens IS NOT NULL) c
 FULL JOIN live h ON h.name = c.name AND h.key = c.key
 LEFT JOIN idem_limits l ON l.name = coalesce(c.name, h.name)
+LEFT JOIN idem_limits_declared d ON d.name = coalesce(c.name, h.name)
 ) AS u(name, key, n, tokens, refilled_at, rate, burst, now)
 ORDER BY name COLLATE "C", key COLLATE "C"`
 

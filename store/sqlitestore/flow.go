@@ -116,18 +116,21 @@ func (s *Store) queryLimits(ctx context.Context, op, q string) ([]store.Limit, e
 }
 
 // limitUsesSQL lists the counters with a bucket or a live hold (?1: now),
-// with the override's rate and burst when there is one.
+// with the rate and burst in force when the store knows them: the
+// override's, else the declaration's.
 const limitUsesSQL = `
 WITH live AS (
   SELECT name, key, count(*) AS n FROM idem_limit_holds WHERE expires_at > ?1 GROUP BY name, key
 ), ks AS (
   SELECT name, key FROM idem_limit_counters WHERE tokens IS NOT NULL UNION SELECT name, key FROM live
 )
-SELECT ks.name, ks.key, coalesce(h.n, 0), c.tokens, c.refilled_at, l.rate, l.burst
+SELECT ks.name, ks.key, coalesce(h.n, 0), c.tokens, c.refilled_at,
+  CASE WHEN l.name IS NULL THEN d.rate ELSE l.rate END, CASE WHEN l.name IS NULL THEN d.burst ELSE l.burst END
 FROM ks
 LEFT JOIN live h ON h.name = ks.name AND h.key = ks.key
 LEFT JOIN idem_limit_counters c ON c.name = ks.name AND c.key = ks.key
 LEFT JOIN idem_limits l ON l.name = ks.name
+LEFT JOIN idem_limits_declared d ON d.name = ks.name
 ORDER BY ks.name, ks.key`
 
 // LimitUses returns every counter with a live hold or a bucket, ordered

@@ -34,6 +34,7 @@ var flowCases = []testCase{
 	{"FlowDeclaredApartFromOverrides", testFlowDeclaredApartFromOverrides},
 	{"FlowDeclaredRefusedWhole", testFlowDeclaredRefusedWhole},
 	{"FlowDeclaredHostileNames", testFlowDeclaredHostileNames},
+	{"FlowDeclaredRefillsUses", testFlowDeclaredRefillsUses},
 }
 
 // flowTTL is a hold's lifetime where a case needs it to outlive the case.

@@ -135,3 +135,30 @@ func testFlowDeclaredHostileNames(t *testing.T, s store.Store) {
 	}
 	wantLimits(t, "declared limits with hostile names", declared(t, l, time.Time{}), want)
 }
+
+// LimitUses refills a bucket by the declared rate when the limit has no
+// override: what the operator sees is what the engines admit under.
+func testFlowDeclaredRefillsUses(t *testing.T, s store.Store) {
+	l := limiterOf(t, s)
+	ctx := t.Context()
+	lim := store.Limit{Name: "api", Rate: 1000, Burst: 3}
+	if err := l.DeclareLimits(ctx, []store.Limit{lim}); err != nil {
+		t.Fatal(err)
+	}
+	k := lk("api", "")
+	wantAdmitted(t, "a burst of 3", admitAll(t, l, limits(lim), flowTTL, req("h1", k), req("h2", k), req("h3", k)), "111")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		uses, err := l.LimitUses(ctx)
+		if err != nil {
+			t.Fatalf("limit uses: got error %v, want nil", err)
+		}
+		if len(uses) == 1 && uses[0].LimitKey == k && uses[0].Tokens >= 1 && uses[0].Tokens <= 3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("limit uses 10s after emptying a bucket refilled at 1000/s (declared): got %+v, want api's tokens refilled (1 to 3)", uses)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+	}
+}

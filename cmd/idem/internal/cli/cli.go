@@ -64,7 +64,7 @@ carry deterministic IDs.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newTimers(), newSchedules(), newBench())
-	root.AddCommand(newReplicas(), newRetries())
+	root.AddCommand(newReplicas(), newRetries(), newLimits())
 	root.AddCommand(newServe(), newTorture(), newTortureWorker())
 	return root
 }
