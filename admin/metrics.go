@@ -165,7 +165,7 @@ func newCollector(e *idem.Engine, st store.Store, caps *capabilities, log *slog.
 		rows:             d("idem_store_rows", "Estimated rows by table, when the store can estimate them without a scan.", "table"),
 		replicas:         d("idem_replicas", "Engine replicas by state (alive, stopped, gone) from the heartbeats in the store, when it keeps them: every replica reports the same numbers, so aggregate with max.", "state"),
 		limitInFlight:    d("idem_limit_in_flight", "Messages in flight (admitted, not settled) per flow-control limit and key, across replicas: the 100 busiest keys of a limit, the rest (and a key named other) summed under key=\"other\". Every replica reports the same numbers: aggregate with max.", "limit", "key"),
-		limitTokens:      d("idem_limit_tokens", "Tokens in the rate bucket of each flow-control limit and key at its last admission; the same 100 keys as idem_limit_in_flight, the rest summed under key=\"other\".", "limit", "key"),
+		limitTokens:      d("idem_limit_tokens", "Tokens in the rate bucket of each flow-control limit and key now (refilled by the rate in force since its last admission); the same 100 keys as idem_limit_in_flight, the rest summed under key=\"other\".", "limit", "key"),
 		limitConcurrency: d("idem_limit_concurrency", "The concurrency cap in force of each flow-control limit, per key (the override, else the declaration); 0: no cap.", "limit"),
 		stored:           newStoreGauges(st, caps, log),
 		buildInfo:        newBuildInfo(debug.ReadBuildInfo()),
