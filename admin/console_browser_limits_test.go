@@ -71,10 +71,10 @@ func TestBrowserLimits(t *testing.T) {
 }
 
 // admit takes a slot of parser-api's counter key for holder, for an hour,
-// under the values the store holds in force.
+// under a cap of 5 and parser-api's declared rate.
 func admit(t *testing.T, lim store.Limiter, holder, key string) {
 	t.Helper()
-	in := map[string]store.Limit{"parser-api": {Name: "parser-api", Concurrency: 5}}
+	in := map[string]store.Limit{"parser-api": {Name: "parser-api", Concurrency: 5, Rate: 20, Burst: 5}}
 	got, err := lim.Admit(context.Background(), &store.AdmitParams{Limits: in, TTL: time.Hour,
 		Requests: []store.AdmitRequest{{Holder: holder, Keys: []store.LimitKey{{Name: "parser-api", Key: key}}}}})
 	if err != nil || !got[0].Admitted {
