@@ -28,6 +28,7 @@ type capabilities struct {
 	replicaCounter readmodel.ReplicaCounter
 	tokens         store.TokenSweeper
 	storeQueue     store.Queue
+	limits         store.Limiter // limits.go
 
 	// transportPending counts the engine's transport's messages, when it
 	// can; pending is the queue depth source of the overview: the
@@ -55,6 +56,7 @@ func resolveCapabilities(st store.Store, tr, cfgTr transport.Transport) *capabil
 	c.replicaCounter, _ = st.(readmodel.ReplicaCounter)
 	c.tokens, _ = st.(store.TokenSweeper)
 	c.storeQueue, _ = st.(store.Queue)
+	c.limits, _ = st.(store.Limiter)
 	c.transportPending, _ = tr.(transport.PendingCounter)
 	c.pending, _ = cfgTr.(transport.PendingCounter)
 	if c.pending == nil {

@@ -22,7 +22,7 @@ import (
 // (console.js swaps the new <main> in unless the operator is busy there).
 var livePages = map[string]int{
 	"overview": 2, "sagas": 5, "instances": 3, "instance": 3, "deadletters": 3,
-	"deadletter": 3, "timers": 3, "schedules": 5, "replicas": 5,
+	"deadletter": 3, "timers": 3, "schedules": 5, "replicas": 5, "limits": 3,
 }
 
 // livePage is the refresh period of page in seconds; 0 for a page that is

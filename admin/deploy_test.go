@@ -75,6 +75,7 @@ func exported(t *testing.T, st store.Store) map[string]bool {
 		}
 		<-tick.C
 	}
+	useLimit(t, st)
 	h, err := New(e, st, &Config{Observer: obs, Logger: logger, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +93,25 @@ func exported(t *testing.T, st store.Store) map[string]bool {
 		t.Fatalf("/metrics has samples of %v: want idem_store_up and idem_transition_seconds among them", names)
 	}
 	return names
+}
+
+// useLimit declares a limit on st and holds one of its slots, as an
+// engine with idem.Config.Limits does, so that the limit metrics have
+// samples.
+func useLimit(t *testing.T, st store.Store) {
+	t.Helper()
+	lim, ok := st.(store.Limiter)
+	if !ok {
+		t.Fatalf("store %T keeps no limits", st)
+	}
+	l := store.Limit{Name: "parser-api", Concurrency: 2}
+	if err := lim.DeclareLimits(t.Context(), []store.Limit{l}); err != nil {
+		t.Fatal(err)
+	}
+	req := store.AdmitRequest{Holder: "h-1", Keys: []store.LimitKey{{Name: l.Name, Key: "tenant-a"}}}
+	if _, err := lim.Admit(t.Context(), &store.AdmitParams{Limits: map[string]store.Limit{l.Name: l}, Requests: []store.AdmitRequest{req}, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // deployStores returns the bundled SQL stores, fresh: SQLite, and

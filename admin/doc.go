@@ -42,6 +42,9 @@
 //	POST   /api/schedules/{name}/resume      resume it (missed ticks follow its policy)
 //	DELETE /api/schedules/{name}             delete it
 //	POST   /api/schedules/{name}/fire?tick=  fire its next tick (tick: the next_due shown) now, under that tick's ID (202; 409 when it is not next)
+//	GET    /api/limits?keys=                 flow-control limits: declared, override, in force, in flight, the busiest keys' counters (501 when the store keeps none)
+//	POST   /api/limits/{name}                {"concurrency": N, "rate": R, "burst": B}: override it (a member left out takes the declared value; ?undeclared=true for a name no engine declares)
+//	POST   /api/limits/{name}/reset          remove its override: the declared values are in force again
 //	GET    /api/replicas?limit=              engine replicas from their heartbeats, with their state (501 when the store keeps none)
 //	POST   /api/messages                     submit a message (202)
 //
@@ -76,8 +79,9 @@
 // /: overview, saga types drawn as SVG, instances with filters and a
 // stuck view, each instance's journal, timers and dead letters, dead
 // letters with single and bulk replay and purge, timers with cancel
-// and reschedule, recurring schedules with pause and resume, and the
-// engine replicas with their heartbeats. Mount
+// and reschedule, recurring schedules with pause and resume, flow-control
+// limits with their use, changed and reset, and the engine replicas with
+// their heartbeats. Mount
 // the Server at a prefix with http.StripPrefix: the console finds its
 // prefix from the request.
 //

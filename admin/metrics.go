@@ -127,6 +127,7 @@ type collector struct {
 	typeMessages, typeDead, typeConflicts, typeLeaseLost, typeRedelivered, typeRawKeys *prometheus.Desc
 	queueReady, queueUnacked, queueUp, rows                                            *prometheus.Desc
 	replicas                                                                           *prometheus.Desc // console_replicas.go
+	limitInFlight, limitTokens, limitConcurrency                                       *prometheus.Desc // limits.go
 
 	stored    *storeGauges
 	buildInfo prometheus.Metric
@@ -152,19 +153,22 @@ func newCollector(e *idem.Engine, st store.Store, caps *capabilities, log *slog.
 		timerLag:  d("idem_timer_lag_seconds", "How late the earliest pending timer is: now minus its due time; 0 when none is due."),
 		storeUp:   d("idem_store_up", "1 when the store answered the last scrape's queries, 0 otherwise."),
 
-		typeMessages:    d("idem_saga_messages_total", "Committed messages by saga type and result: applied, ignored, duplicate (skipped by the inbox), not_found, retried (returned to the transport).", "saga_type", "result"),
-		typeDead:        d("idem_saga_dead_letters_total", "Messages dead-lettered, by saga type and reason.", "saga_type", "reason"),
-		typeConflicts:   d("idem_saga_conflicts_total", "Units of work holding messages of the saga type that lost an optimistic-concurrency race and were re-applied.", "saga_type"),
-		typeLeaseLost:   d("idem_saga_lease_lost_total", "Messages whose transport lease ran out before their unit of work committed; the transport redelivers them.", "saga_type"),
-		typeRedelivered: d("idem_saga_redelivered_total", "Committed messages that had been delivered before (delivery attempt above 1).", "saga_type"),
-		typeRawKeys:     d("idem_saga_noncanonical_keys_total", "Applied messages whose raw correlation key differed from its canonical form.", "saga_type"),
-		queueReady:      d("idem_queue_ready", "Messages the transport holds ready to hand out (the queue depth), when the transport can count them."),
-		queueUnacked:    d("idem_queue_unacked", "Messages the transport handed out that are not settled yet, when the transport can count them."),
-		queueUp:         d("idem_queue_up", "1 when the transport answered the last scrape's count, 0 otherwise; absent when it cannot count."),
-		rows:            d("idem_store_rows", "Estimated rows by table, when the store can estimate them without a scan.", "table"),
-		replicas:        d("idem_replicas", "Engine replicas by state (alive, stopped, gone) from the heartbeats in the store, when it keeps them: every replica reports the same numbers, so aggregate with max.", "state"),
-		stored:          newStoreGauges(st, caps, log),
-		buildInfo:       newBuildInfo(debug.ReadBuildInfo()),
+		typeMessages:     d("idem_saga_messages_total", "Committed messages by saga type and result: applied, ignored, duplicate (skipped by the inbox), not_found, retried (returned to the transport).", "saga_type", "result"),
+		typeDead:         d("idem_saga_dead_letters_total", "Messages dead-lettered, by saga type and reason.", "saga_type", "reason"),
+		typeConflicts:    d("idem_saga_conflicts_total", "Units of work holding messages of the saga type that lost an optimistic-concurrency race and were re-applied.", "saga_type"),
+		typeLeaseLost:    d("idem_saga_lease_lost_total", "Messages whose transport lease ran out before their unit of work committed; the transport redelivers them.", "saga_type"),
+		typeRedelivered:  d("idem_saga_redelivered_total", "Committed messages that had been delivered before (delivery attempt above 1).", "saga_type"),
+		typeRawKeys:      d("idem_saga_noncanonical_keys_total", "Applied messages whose raw correlation key differed from its canonical form.", "saga_type"),
+		queueReady:       d("idem_queue_ready", "Messages the transport holds ready to hand out (the queue depth), when the transport can count them."),
+		queueUnacked:     d("idem_queue_unacked", "Messages the transport handed out that are not settled yet, when the transport can count them."),
+		queueUp:          d("idem_queue_up", "1 when the transport answered the last scrape's count, 0 otherwise; absent when it cannot count."),
+		rows:             d("idem_store_rows", "Estimated rows by table, when the store can estimate them without a scan.", "table"),
+		replicas:         d("idem_replicas", "Engine replicas by state (alive, stopped, gone) from the heartbeats in the store, when it keeps them: every replica reports the same numbers, so aggregate with max.", "state"),
+		limitInFlight:    d("idem_limit_in_flight", "Messages in flight (admitted, not settled) per flow-control limit and key, across replicas: the 100 busiest keys of a limit, the rest (and a key named other) summed under key=\"other\". Every replica reports the same numbers: aggregate with max.", "limit", "key"),
+		limitTokens:      d("idem_limit_tokens", "Tokens in the rate bucket of each flow-control limit and key now (refilled by the rate in force since its last admission); the same 100 keys as idem_limit_in_flight, the rest summed under key=\"other\".", "limit", "key"),
+		limitConcurrency: d("idem_limit_concurrency", "The concurrency cap in force of each flow-control limit, per key (the override, else the declaration); 0: no cap.", "limit"),
+		stored:           newStoreGauges(st, caps, log),
+		buildInfo:        newBuildInfo(debug.ReadBuildInfo()),
 	}
 }
 
@@ -172,7 +176,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.messages, c.received, c.conflicts, c.retries, c.stale, c.emitted,
 		c.relayed, c.fired, c.swept, c.backlog, c.oldest, c.timerLag, c.storeUp,
 		c.typeMessages, c.typeDead, c.typeConflicts, c.typeLeaseLost, c.typeRedelivered, c.typeRawKeys,
-		c.queueReady, c.queueUnacked, c.queueUp, c.rows, c.replicas} {
+		c.queueReady, c.queueUnacked, c.queueUp, c.rows, c.replicas, c.limitInFlight, c.limitTokens, c.limitConcurrency} {
 		ch <- d
 	}
 	c.stored.describe(ch)
@@ -244,6 +248,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.timerLag, lag)
 	}
 	if !c.stored.collect(ctx, ch, now) {
+		up = 0
+	}
+	if !c.collectLimits(ctx, ch) {
 		up = 0
 	}
 	gauge(c.storeUp, up)

@@ -60,6 +60,10 @@ func (a *api) routes() {
 	write("DELETE /api/schedules/{name}", a.apiDeleteSchedule)
 	write("POST /api/schedules/{name}/fire", a.apiFireSchedule)
 
+	get("GET /api/limits", a.apiLimits)
+	write("POST /api/limits/{name}", a.apiSetLimit)
+	write("POST /api/limits/{name}/reset", a.apiResetLimit)
+
 	get("GET /api/replicas", a.apiReplicas)
 	write("POST /api/replicas/remove", a.apiRemoveReplicas)
 
@@ -107,6 +111,10 @@ func (c *console) routes() {
 	page("POST /schedules/pause", c.actPauseSchedule("pause"))
 	page("POST /schedules/resume", c.actPauseSchedule("resume"))
 	page("POST /schedules/fire", c.actFireSchedule)
+
+	page("GET /limits", c.pageLimits)
+	page("POST /limits/set", c.actSetLimit)
+	page("POST /limits/reset", c.actResetLimit)
 
 	page("GET /replicas", c.pageReplicas)
 	page("POST /replicas/remove", c.actRemoveReplicas)
