@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -107,19 +106,11 @@ func TestAPILimitsFromEngine(t *testing.T) {
 }
 
 // A cap raised through the API while a consumer waits for admission
-// admits the waiting message within the engine's LimitsInterval.
-//
-// Skipped: it fails on main. The engine passes the limits in force once
-// per receive (flow.go, admission.receive: ReceiveParams.Limits), and
-// ReceiveAdmitted keeps looking with them while nothing is admitted, so
-// a consumer waiting on a full cap never sees the raise until a slot is
-// released. Remove the skip once the engine or the stores read the
-// limits afresh while they wait.
+// admits the waiting message within the engine's LimitsInterval: the
+// waiting receive ends when the limits in force change
+// (store.ReceiveParams.Changed), and the next decides under the new ones.
 func TestAPILimitRaiseReachesWaitingConsumer(t *testing.T) {
 	t.Parallel()
-	if os.Getenv("IDEM_KNOWN_BUGS") == "" {
-		t.Skip("known bug: a waiting ReceiveAdmitted keeps the limits of its call; see the comment (IDEM_KNOWN_BUGS=1 runs it)")
-	}
 	r := newLimitRig(t, 2)
 	r.publish(t, 3)
 	eventually(t, "two of acme's calls in flight, its cap", r.inFlight(t, 2))
