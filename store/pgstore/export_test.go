@@ -39,8 +39,4 @@ func QueueInstanceWrites(b *pgx.Batch, inserts, updates []*store.Instance) error
 func SetNotifySpacing(s *Store, d time.Duration) {
 	s.notifySpacing = d
 	s.notifySent.Store(-int64(d))
-	s.notifyClaimed.Store(-int64(d))
 }
-
-// NotifyCarried reports whether a commit of s has carried a NOTIFY.
-func NotifyCarried(s *Store) bool { return s.notifyClaimed.Load() >= 0 }

@@ -164,16 +164,14 @@ type Store struct {
 
 	notifyOn bool
 	notify   chan struct{} // capacity 1: a pending notification
-	// notifySent is when the latest NOTIFY known to have committed was
-	// sent, by a unit of work that carried it or by the notifier;
-	// notifyWanted is when the latest commit that needed one and did not
-	// carry it ended; notifyClaimed is the latest reservation of one by a
-	// commit (notify.go).
-	notifySent, notifyWanted, notifyClaimed atomic.Int64
-	notifySpacing                           time.Duration
-	notifyBase                              time.Time // the times above are since it (notifyNow)
-	bg                                      context.Context
-	bgCancel                                context.CancelFunc // cancelled by Close
+	// notifySent is when the latest NOTIFY that committed was sent;
+	// notifyWanted is when the latest commit that needed one ended
+	// (notify.go).
+	notifySent, notifyWanted atomic.Int64
+	notifySpacing            time.Duration
+	notifyBase               time.Time // the times above are since it (notifyNow)
+	bg                       context.Context
+	bgCancel                 context.CancelFunc // cancelled by Close
 }
 
 // Open connects to the database at url, checks that commits are durable,
@@ -230,7 +228,6 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCounter) (*Store, error) {
 	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: make(chan struct{}), wake: make(chan struct{}), notify: make(chan struct{}, 1), notifySpacing: defaultNotifySpacing, notifyBase: time.Now()}
 	s.notifySent.Store(-int64(defaultNotifySpacing))
-	s.notifyClaimed.Store(-int64(defaultNotifySpacing))
 	s.bg, s.bgCancel = context.WithCancel(context.Background())
 	if err := s.checkServer(ctx); err != nil {
 		return nil, err

@@ -31,10 +31,6 @@ type unitOfWork struct {
 	// claim is what this unit of work claimed from the queue (see
 	// claim.go); nil when it claimed nothing, and every use checks.
 	claim *txClaim
-	// notifies is set when the commit carries the queue's NOTIFY,
-	// reserved at notifyAt (notify.go).
-	notifies bool
-	notifyAt int64
 }
 
 // Begin acquires a connection; the transaction starts with the first Load or
@@ -314,11 +310,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: commit: %w", translate(err))
 	}
-	switch {
-	case u.notifies:
-		u.s.notifiedAt(u.notifyAt)
-		u.s.wakeReceivers()
-	case u.wakes(c):
+	if u.wakes(c) {
 		u.s.notifySoon()
 	}
 	return nil
@@ -378,12 +370,6 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 	queueTokenWrites(b, c)
 	if u.claim != nil {
 		u.claim.queueRequeue(b, u.claim.returns, sqlq.RetiredPrefix+u.claim.token) // returned: settled, as by a Nack
-	}
-	// The NOTIFY rides in the commit when one is due (notify.go).
-	if u.wakes(c) {
-		if u.notifyAt, u.notifies = u.s.reserveNotify(); u.notifies {
-			b.Queue(notifySQL, u.s.cfg.Schema)
-		}
 	}
 	b.Queue(`COMMIT`)
 	return b, nil
