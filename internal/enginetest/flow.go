@@ -50,36 +50,25 @@ func (f *tenantsInFlight) read(fn func()) {
 	fn()
 }
 
-// Flow runs a plain handler under a concurrency cap of flowCap per
-// tenant (Config.Limits, keyed by a header) on q, as store and transport:
-//
-//   - four calls of tenant a and two of tenant b, the handler holding
-//     each until released: exactly flowCap of each tenant are admitted at
-//     once, and never more run at once, although the engine has lanes for
-//     all six;
-//   - a call that fails once and one that fails for good: given back and
-//     dead-lettered, each releases its slot;
-//
-// and at the end the store shows no slot in use (none leaked).
-func Flow(t *testing.T, q store.Queue) {
+// parserRig is an engine on a store's queue whose plain handler of
+// parseType calls a parser: it counts the calls in flight by the tenant
+// header, fails as the "fail" header says ("once", "always"), and holds
+// every other call until open.
+type parserRig struct {
+	f    *tenantsInFlight
+	e    *idem.Engine
+	open func()
+}
+
+// startParser starts a parserRig with cfg; the test's cleanup opens the
+// gate (a failed test leaves no call waiting) and stops the engine.
+func startParser(ctx context.Context, t *testing.T, q store.Queue, cfg *idem.Config) *parserRig {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	lim, ok := q.(store.Limiter)
-	if !ok {
-		t.Fatalf("%T is not a store.Limiter", q)
-	}
 	f := &tenantsInFlight{now: map[string]int{}, most: map[string]int{}, handled: map[string]bool{}, fails: map[string]int{}}
 	gate := make(chan struct{})
-	e := NewEngine(t, q, q, &idem.Config{BatchSize: 1, Lanes: 8, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
-		Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: flowCap,
-			Key: func(env *idem.Envelope) string {
-				if env.Headers["tenant"] == "boom" {
-					panic("no tenant")
-				}
-				return env.Headers["tenant"]
-			}}}})
-	if err := e.Handle(parseType, func(ctx context.Context, env idem.Envelope) error {
+	var once sync.Once
+	r := &parserRig{f: f, e: NewEngine(t, q, q, cfg), open: func() { once.Do(func() { close(gate) }) }}
+	if err := r.e.Handle(parseType, func(ctx context.Context, env idem.Envelope) error {
 		tenant := env.Headers["tenant"]
 		f.enter(tenant)
 		defer f.leave(tenant, env.ID)
@@ -104,15 +93,44 @@ func Flow(t *testing.T, q store.Queue) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Start(ctx); err != nil {
+	if err := r.e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate) }) }
-	defer func() {
-		open() // a failed test leaves no handler waiting
-		_ = e.Stop(context.Background())
-	}()
+	t.Cleanup(func() {
+		r.open()
+		_ = r.e.Stop(context.Background())
+	})
+	return r
+}
+
+// Flow runs a plain handler under a concurrency cap of flowCap per
+// tenant (Config.Limits, keyed by a header) on q, as store and transport:
+//
+//   - four calls of tenant a and two of tenant b, the handler holding
+//     each until released: exactly flowCap of each tenant are admitted at
+//     once, and never more run at once, although the engine has lanes for
+//     all six;
+//   - a call that fails once and one that fails for good: given back and
+//     dead-lettered, each releases its slot;
+//
+// and at the end the store shows no slot in use (none leaked).
+func Flow(t *testing.T, q store.Queue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lim, ok := q.(store.Limiter)
+	if !ok {
+		t.Fatalf("%T is not a store.Limiter", q)
+	}
+	r := startParser(ctx, t, q, &idem.Config{BatchSize: 1, Lanes: 8, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
+		Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: flowCap,
+			Key: func(env *idem.Envelope) string {
+				if env.Headers["tenant"] == "boom" {
+					panic("no tenant")
+				}
+				return env.Headers["tenant"]
+			}}}})
+	f, e, open := r.f, r.e, r.open
 
 	var envs []idem.Envelope
 	for i, tenant := range []string{"a", "a", "b", "a", "b", "a"} {
@@ -197,33 +215,11 @@ func FlowChange(t *testing.T, q store.Queue) {
 	if !ok {
 		t.Fatalf("%T is not a store.Limiter", q)
 	}
-	f := &tenantsInFlight{now: map[string]int{}, most: map[string]int{}, handled: map[string]bool{}, fails: map[string]int{}}
-	gate := make(chan struct{})
 	// Two consumers: one runs the batch of the held call while the other
 	// receives (a consumer takes its next batch once its last one ended).
-	e := NewEngine(t, q, q, &idem.Config{BatchSize: 1, Lanes: 4, Consumers: 2, LimitsInterval: 20 * time.Millisecond,
+	r := startParser(ctx, t, q, &idem.Config{BatchSize: 1, Lanes: 4, Consumers: 2, LimitsInterval: 20 * time.Millisecond,
 		Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: 1}}})
-	if err := e.Handle(parseType, func(ctx context.Context, env idem.Envelope) error {
-		f.enter("t")
-		defer f.leave("t", env.ID)
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate) }) }
-	defer func() {
-		open()
-		_ = e.Stop(context.Background())
-	}()
+	f, e, open := r.f, r.e, r.open
 	if err := e.Publish(ctx,
 		idem.Envelope{ID: "first", Type: parseType, CorrelationID: "file-1"},
 		idem.Envelope{ID: "second", Type: parseType, CorrelationID: "file-2"},
@@ -233,7 +229,7 @@ func FlowChange(t *testing.T, q store.Queue) {
 	inFlight := func(n int) func() (bool, error) {
 		return func() (bool, error) {
 			var got int
-			f.read(func() { got = f.now["t"] })
+			f.read(func() { got = f.now[""] })
 			return got == n, nil
 		}
 	}
