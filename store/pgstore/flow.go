@@ -374,7 +374,7 @@ func (s *Store) ReleaseHolds(ctx context.Context, holders []string) error {
 	if _, err := s.pool.Exec(ctx, releaseHoldsSQL, storableTexts(holders)); err != nil {
 		return fmt.Errorf("pgstore: release holds: %w", translate(err))
 	}
-	s.wakeReceivers()
+	s.notifySoon() // a waiting message may be admitted now, here or elsewhere
 	return nil
 }
 

@@ -111,9 +111,13 @@ type candidate struct {
 }
 
 // admitAttempts bounds the transactions of one admitting receive: a page
-// that needs a counter ordered before one already locked rolls the first
-// back, and the second locks every counter seen up front, in order.
-const admitAttempts = 2
+// that needs a counter ordered before one already locked rolls the
+// transaction back, and the next locks every counter seen so far up
+// front, in order. Each restart adds the keys of at least one page, so
+// with a keyed limit (a tenant per page) paging still reaches its
+// admit.MaxPages windows; the last attempt decides what it could lock in
+// order.
+const admitAttempts = admit.MaxPages
 
 // receiveAdmitted is one admitting receive: the deliveries, or when none
 // the time to look again (zero: at the next wake or poll).
