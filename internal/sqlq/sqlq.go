@@ -165,6 +165,57 @@ func CompareTimers(a, b store.Timer) int {
 	return strings.Compare(a.SagaType+"\x00"+a.Key+"\x00"+a.Name, b.SagaType+"\x00"+b.Key+"\x00"+b.Name)
 }
 
+// Poller is how a SQL queue's receive waits for messages: Check refuses a
+// closed store, Wake returns the channel a publish through this process
+// closes, Done is closed with the store, and Every is its poll interval.
+type Poller struct {
+	Check func(op string) error
+	Wake  func() <-chan struct{}
+	Done  <-chan struct{}
+	Every time.Duration
+}
+
+// Receive is a SQL queue's receive loop: it takes (take returns the
+// deliveries, or when none the time the next becomes visible, zero when
+// unknown) and waits (WaitOr) until take returns some, ctx ends or the
+// store closes. It returns none, and no error, once changed is closed (an
+// admitting receive's limits changed). op names it in errors: "sqlitestore:
+// receive", say.
+func (p *Poller) Receive(ctx context.Context, op string, changed <-chan struct{}, take func(context.Context) ([]transport.Delivery, time.Time, error)) ([]transport.Delivery, error) {
+	for {
+		if err := p.Check("receive"); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		wake := p.Wake()
+		ds, next, err := take(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if cerr := p.Check("receive"); cerr != nil {
+				return nil, cerr
+			}
+			return nil, err
+		}
+		if len(ds) > 0 {
+			return ds, nil
+		}
+		stop, err := WaitOr(ctx, p.Done, wake, changed, next, p.Every)
+		if stop {
+			return nil, nil
+		}
+		if err != nil {
+			if errors.Is(err, transport.ErrClosed) {
+				return nil, fmt.Errorf("%s: %w", op, err)
+			}
+			return nil, err
+		}
+	}
+}
+
 // Wait is the idle wait of a SQL queue's Receive: it returns nil once wake
 // is closed (a publish through this process), next is reached (the next
 // message becomes visible; zero means unknown), or poll has passed, whichever

@@ -74,33 +74,20 @@ func (s *Store) ReceivePartition(ctx context.Context, max, part, parts int) ([]t
 		max = 1
 	}
 	s.startListener()
-	for {
-		if err := s.check("receive"); err != nil {
-			return nil, err
-		}
-		s.lmu.Lock()
-		wake := s.wake
-		s.lmu.Unlock()
+	return s.poller().Receive(ctx, "pgstore: receive", nil, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
 		ds, next, err := s.claim(ctx, max, part, parts)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if cerr := s.check("receive"); cerr != nil {
-				return nil, cerr
-			}
-			return nil, err
-		}
-		if len(ds) > 0 {
-			return ds, nil
-		}
-		if err := sqlq.Wait(ctx, s.done, wake, nextTime(next), s.cfg.PollInterval); err != nil {
-			if errors.Is(err, transport.ErrClosed) {
-				return nil, fmt.Errorf("pgstore: receive: %w", err)
-			}
-			return nil, err
-		}
-	}
+		return ds, nextTime(next), err
+	})
+}
+
+// poller is how this store's receives wait (sqlq.Poller): woken by the
+// listener's notifications and this process's commits.
+func (s *Store) poller() *sqlq.Poller {
+	return &sqlq.Poller{Check: s.check, Done: s.done, Every: s.cfg.PollInterval, Wake: func() <-chan struct{} {
+		s.lmu.Lock()
+		defer s.lmu.Unlock()
+		return s.wake
+	}}
 }
 
 // nextTime is the zero time when the queue had no next visible message.

@@ -70,37 +70,13 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 		p = &store.ReceiveParams{}
 	}
 	s.startListener()
-	for {
-		if err := s.check("receive"); err != nil {
-			return nil, err
-		}
-		s.lmu.Lock()
-		wake := s.wake
-		s.lmu.Unlock()
+	return s.poller().Receive(ctx, "pgstore: receive admitted", p.Changed, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
 		ds, next, err := s.receiveAdmitted(ctx, p)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if cerr := s.check("receive"); cerr != nil {
-				return nil, cerr
-			}
-			return nil, fmt.Errorf("pgstore: receive admitted: %w", err)
+			err = fmt.Errorf("pgstore: receive admitted: %w", err)
 		}
-		if len(ds) > 0 {
-			return ds, nil
-		}
-		changed, err := sqlq.WaitOr(ctx, s.done, wake, p.Changed, next, s.cfg.PollInterval)
-		if changed {
-			return nil, nil // the caller receives again under the new limits
-		}
-		if err != nil {
-			if errors.Is(err, transport.ErrClosed) {
-				return nil, fmt.Errorf("pgstore: receive admitted: %w", err)
-			}
-			return nil, err
-		}
-	}
+		return ds, next, err
+	})
 }
 
 // candidate is a locked queue row an admitting receive decides on.

@@ -80,34 +80,14 @@ func (s *Store) Receive(ctx context.Context, max int) ([]transport.Delivery, err
 	if max < 1 {
 		max = 1
 	}
-	for {
-		if err := s.check("receive"); err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		wake := s.wakeChan()
-		ds, next, err := s.claim(ctx, max)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if cerr := s.check("receive"); cerr != nil {
-				return nil, cerr
-			}
-			return nil, err
-		}
-		if len(ds) > 0 {
-			return ds, nil
-		}
-		if err := sqlq.Wait(ctx, s.done, wake, next, s.cfg.PollInterval); err != nil {
-			if errors.Is(err, transport.ErrClosed) {
-				return nil, fmt.Errorf("sqlitestore: receive: %w", err)
-			}
-			return nil, err
-		}
-	}
+	return s.poller().Receive(ctx, "sqlitestore: receive", nil, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
+		return s.claim(ctx, max)
+	})
+}
+
+// poller is how this store's receives wait (sqlq.Poller).
+func (s *Store) poller() *sqlq.Poller {
+	return &sqlq.Poller{Check: s.check, Wake: func() <-chan struct{} { return s.wakeChan() }, Done: s.done, Every: s.cfg.PollInterval}
 }
 
 // claim looks, on a reader, for the earliest visible time in the queue and

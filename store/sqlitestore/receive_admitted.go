@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -47,38 +46,13 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 	if p.Parts > 1 {
 		return nil, fmt.Errorf("sqlitestore: receive admitted: ReceiveParams.Parts is %d, but this queue has no partitions: give 0 or 1", p.Parts)
 	}
-	for {
-		if err := s.check("receive"); err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		wake := s.wakeChan()
+	return s.poller().Receive(ctx, "sqlitestore: receive admitted", p.Changed, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
 		ds, next, err := s.claimAdmitted(ctx, p)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if cerr := s.check("receive"); cerr != nil {
-				return nil, cerr
-			}
-			return nil, fmt.Errorf("sqlitestore: receive admitted: %w", err)
+			err = fmt.Errorf("sqlitestore: receive admitted: %w", err)
 		}
-		if len(ds) > 0 {
-			return ds, nil
-		}
-		changed, err := sqlq.WaitOr(ctx, s.done, wake, p.Changed, next, s.cfg.PollInterval)
-		if changed {
-			return nil, nil // the caller receives again under the new limits
-		}
-		if err != nil {
-			if errors.Is(err, transport.ErrClosed) {
-				return nil, fmt.Errorf("sqlitestore: receive admitted: %w", err)
-			}
-			return nil, err
-		}
-	}
+		return ds, next, err
+	})
 }
 
 // claimAdmitted is one admitting receive: the deliveries, or when none the
