@@ -300,13 +300,19 @@ func (s *Store) ExtendHolds(ctx context.Context, holders []string, ttl time.Dura
 }
 
 func (w *writer) extendHolds(holders []string, ttl time.Duration) error {
-	now := time.Now()
+	until := time.Now().Add(ttl)
 	for _, h := range holders {
-		if _, err := w.exec(extendHoldsSQL, h, micros(now.Add(ttl)), micros(now)); err != nil {
+		if err := w.extendHoldsUntil(h, until); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// extendHoldsUntil makes the live holds of holder expire at until.
+func (w *writer) extendHoldsUntil(holder string, until time.Time) error {
+	_, err := w.exec(extendHoldsSQL, holder, micros(until), micros(time.Now()))
+	return err
 }
 
 // ReleaseHolds releases every hold of holders.

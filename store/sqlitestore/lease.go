@@ -25,14 +25,22 @@ const extendSQL = `UPDATE idem_queue SET visible_at = ?4 WHERE seq = ?1 AND toke
 // and so is an admitted delivery whose lease passed before this renewal
 // (its holds expired with it, and another message may hold its slot);
 // one acked or nacked already (a Nack retires the claim's token) is
-// ignored, and keeps the Nack's delay.
+// ignored, and keeps the Nack's delay. The holds of an admitted delivery
+// are extended with its lease, to the same instant, and only when its
+// lease is: a lost delivery's holds keep their expiry.
 func (s *Store) ExtendLeases(ctx context.Context, ds []transport.Delivery) error {
 	if err := s.check("extend leases"); err != nil {
 		return err
 	}
-	var also func(*writer) error
-	if hs := sqlq.Holders(ds); len(hs) > 0 {
-		also = func(w *writer) error { return w.extendHolds(hs, s.cfg.Lease) }
+	until := time.Now().Add(s.cfg.Lease)
+	var h fenceHooks
+	if len(sqlq.Holders(ds)) > 0 {
+		h.written = func(w *writer, d transport.Delivery) error {
+			if len(sqlq.Holders([]transport.Delivery{d})) == 0 {
+				return nil
+			}
+			return w.extendHoldsUntil(d.Token, until)
+		}
 	}
-	return s.fencedWrite(ctx, "extend lease", leaseOnly, also, ds, extendSQL, micros(time.Now().Add(s.cfg.Lease)))
+	return s.fencedWrite(ctx, "extend lease", leaseOnly, h, ds, extendSQL, micros(until))
 }

@@ -164,7 +164,7 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 		return err
 	}
 	hs, opts := heldOf(ds)
-	return s.fencedWrite(ctx, "ack", opts, releasing(hs), ds, consumeSQL)
+	return s.fencedWrite(ctx, "ack", opts, fenceHooks{before: releasing(hs)}, ds, consumeSQL)
 }
 
 // fencedWrite runs q, a statement over one queue row whose arguments are
@@ -172,9 +172,9 @@ func (s *Store) Ack(ctx context.Context, ds []transport.Delivery) error {
 // for each delivery of ds, in one write (none for no deliveries). It reports with transport.ErrLeaseLost each delivery whose
 // row q missed because it was handed out again since (see lost); the
 // others are written whatever happens to one. Ack, Nack and ExtendLeases
-// share it. also, when not nil, runs in the same write before them (the
-// holds of admitted deliveries: see flow.go).
-func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, also func(*writer) error, ds []transport.Delivery, q string, args ...any) error {
+// share it; h runs beside q, in the same write (the holds of admitted
+// deliveries: see flow.go).
+func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, h fenceHooks, ds []transport.Delivery, q string, args ...any) error {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -185,8 +185,8 @@ func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, also
 	var lost []error
 	err = s.write(ctx, op, opts, func(w *writer) error {
 		lost = lost[:0]
-		if also != nil {
-			if err := also(w); err != nil {
+		if h.before != nil {
+			if err := h.before(w); err != nil {
 				return err
 			}
 		}
@@ -196,6 +196,11 @@ func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, also
 				return err
 			}
 			if n == 1 {
+				if h.written != nil {
+					if err := h.written(w, ds[i]); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			taken, err := w.lost(seqs[i], toks[i])
@@ -212,6 +217,16 @@ func (s *Store) fencedWrite(ctx context.Context, op string, opts writeOpts, also
 		return fmt.Errorf("sqlitestore: %s: %w", op, err)
 	}
 	return errors.Join(lost...)
+}
+
+// fenceHooks are what fencedWrite runs beside its statement: before,
+// when not nil, first (the release of the holds of admitted deliveries,
+// whether their rows are written or lost); written, when not nil, for
+// each delivery whose row the statement wrote (the extension of its
+// holds: a lost delivery's are left to expire).
+type fenceHooks struct {
+	before  func(*writer) error
+	written func(*writer, transport.Delivery) error
 }
 
 const tokenSQL = `SELECT coalesce(token, ''), visible_at <= ?2 FROM idem_queue WHERE seq = ?1`
@@ -262,7 +277,7 @@ func (s *Store) Nack(ctx context.Context, d transport.Delivery, delay time.Durat
 	}
 	at := micros(time.Now().Add(max(delay, 0)))
 	hs, _ := heldOf([]transport.Delivery{d})
-	return s.fencedWrite(ctx, "nack", wakeConsumers, releasing(hs), []transport.Delivery{d}, nackSQL, at, sqlq.RetiredPrefix)
+	return s.fencedWrite(ctx, "nack", wakeConsumers, fenceHooks{before: releasing(hs)}, []transport.Delivery{d}, nackSQL, at, sqlq.RetiredPrefix)
 }
 
 // Pending counts the queue's messages: ready ones, visible now, and unacked

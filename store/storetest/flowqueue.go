@@ -29,6 +29,7 @@ func init() {
 		featureCase{"FlowQueueConcurrentNeverOverCap", needAdmit, testFlowQueueConcurrentNeverOverCap},
 		featureCase{"FlowQueueExpiredHoldIsLost", needAdmit, testFlowQueueExpiredHoldIsLost},
 		featureCase{"FlowQueueLooksPastRefusedWindow", needAdmit, testFlowQueueLooksPastRefusedWindow},
+		featureCase{"FlowQueueLostLeaseKeepsHoldExpiry", needAdmit, testFlowQueueLostLeaseKeepsHoldExpiry},
 	)
 }
 
@@ -379,5 +380,43 @@ func testFlowQueueLooksPastRefusedWindow(t *testing.T, s store.Store, f Features
 	}
 	if n := inFlight(t, q, lk("aaa", "")); n != 1 {
 		t.Errorf("in flight on aaa: got %d, want 1 (b-2's hold)", n)
+	}
+}
+
+// testFlowQueueLostLeaseKeepsHoldExpiry checks that an extension of a
+// delivery whose lease was lost extends none of its holds: m-1's hold is
+// made to outlive its lease by a quarter of a lease (ExtendHolds), m-1 is
+// received again once its lease passed, and the lost delivery's
+// extension, refused, must leave the hold to expire when it would have,
+// not a whole lease after the extension (which held a slot for nothing:
+// under-admission).
+func testFlowQueueLostLeaseKeepsHoldExpiry(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	lx, ok := s.(transport.LeaseExtender)
+	if !ok {
+		t.Skipf("%T is not a transport.LeaseExtender", s)
+	}
+	ctx := t.Context()
+	api := lk("api", "")
+	publish(t, q, limited("m-1", "k-1", "api"))
+	d1 := receiveAdmitted(t, q, apiCap1, 1, promptWait)
+	wantIDs(t, "first", d1, 1, "m-1")
+	if err := q.ExtendHolds(ctx, []string{d1[0].Token}, f.Lease+f.Lease/4); err != nil {
+		t.Fatalf("extend m-1's hold: %v", err)
+	}
+	holdEnd := time.Now().Add(f.Lease + f.Lease/4)
+	// Returns once m-1's lease has passed: its first delivery is lost.
+	wantIDs(t, "m-1 once its lease passed", receive(t, q, 1, f.redeliveryWait()), 2, "m-1")
+	if err := lx.ExtendLeases(ctx, d1); !errors.Is(err, transport.ErrLeaseLost) {
+		t.Fatalf("extend m-1's lost lease: got %v, want ErrLeaseLost", err)
+	}
+	// Extended, the hold would live until a lease after the extension,
+	// at least 3/4 of a lease after holdEnd.
+	deadline := holdEnd.Add(f.Lease / 4)
+	for inFlight(t, q, api) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("m-1's hold still lives %v after it was due to expire: the lost delivery's extension extended it", time.Since(holdEnd).Round(time.Millisecond))
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
 	}
 }
