@@ -210,6 +210,20 @@ type Limiter interface {
 	// of work (Changes.ReleaseHolds releases them in one); an unknown
 	// holder is ignored.
 	ReleaseHolds(ctx context.Context, holders []string) error
+	// SweepCounters deletes, in one short transaction, the counters that
+	// no decision needs among at most p.Limit counters read after p.After
+	// (in the store's order of counters), and at most p.Limit expired
+	// holds. A counter read is deleted when it has no live hold, no
+	// admission has decided on it for longer than p.Idle (by the store's
+	// clock), and its bucket is full: refilled to its size under the
+	// limit in force as the store knows it (the override, else the
+	// declaration), which is what a new counter starts with, so deleting
+	// it changes no decision; or it has no bucket in force (none kept, or
+	// no rate in force: a rate set again later starts full). It never
+	// waits for a counter an admission holds (it skips it) and never
+	// makes an admission wait long. A p that CounterSweepParams.Validate
+	// refuses is refused with its error.
+	SweepCounters(ctx context.Context, p *CounterSweepParams) (*CounterSweep, error)
 }
 
 // ReceiveParams are the inputs of AdmittingQueue.ReceiveAdmitted.

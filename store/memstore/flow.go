@@ -152,20 +152,12 @@ func (s *Store) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
 
 // live drops the expired holds of k and counts the others.
 func (f *flow) live(k store.LimitKey, now time.Time) int {
-	hs := f.holds[k]
-	for h, exp := range hs {
+	for h, exp := range f.holds[k] {
 		if !exp.After(now) {
-			delete(hs, h)
-			f.held[h] = slices.DeleteFunc(f.held[h], func(o store.LimitKey) bool { return o == k })
-			if len(f.held[h]) == 0 {
-				delete(f.held, h)
-			}
+			f.release1(h, k)
 		}
 	}
-	if len(hs) == 0 {
-		delete(f.holds, k)
-	}
-	return len(hs)
+	return len(f.holds[k])
 }
 
 // Admit decides p's requests in order (see store.Limiter).
@@ -259,4 +251,101 @@ func (f *flow) release(holders []string) {
 		}
 		delete(f.held, h)
 	}
+}
+
+// SweepCounters deletes up to p.Limit expired holds, and the buckets no
+// decision needs among p.Limit read after p.After in (Name, Key) order
+// (see store.Limiter).
+func (s *Store) SweepCounters(ctx context.Context, p *store.CounterSweepParams) (*store.CounterSweep, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("memstore: sweep counters: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "sweep counters"); err != nil {
+		return nil, err
+	}
+	s.flow.init()
+	now := time.Now()
+	out := &store.CounterSweep{Holds: s.flow.dropExpired(now, p.Limit)}
+	keys := s.flow.bucketsAfter(p.After)
+	if len(keys) >= p.Limit {
+		keys = keys[:p.Limit]
+		out.Next = &keys[len(keys)-1]
+	}
+	for _, k := range keys {
+		b := s.flow.buckets[k]
+		c := admit.Idle{Bucket: true, Tokens: b.Tokens, RefilledAt: b.RefilledAt, UsedAt: b.RefilledAt, Limit: s.flow.inForce(k.Name)}
+		if s.flow.liveHolds(k, now) == 0 && admit.Sweepable(c, now, p.Idle) {
+			delete(s.flow.buckets, k)
+			out.Counters++
+		}
+	}
+	return out, nil
+}
+
+// dropExpired deletes up to n expired holds and returns how many it
+// deleted.
+func (f *flow) dropExpired(now time.Time, n int) int {
+	dropped := 0
+	for k, hs := range f.holds {
+		for h, exp := range hs {
+			if dropped == n {
+				return dropped
+			}
+			if !exp.After(now) {
+				f.release1(h, k)
+				dropped++
+			}
+		}
+	}
+	return dropped
+}
+
+// release1 drops holder's hold on k.
+func (f *flow) release1(holder string, k store.LimitKey) {
+	delete(f.holds[k], holder)
+	if len(f.holds[k]) == 0 {
+		delete(f.holds, k)
+	}
+	f.held[holder] = slices.DeleteFunc(f.held[holder], func(o store.LimitKey) bool { return o == k })
+	if len(f.held[holder]) == 0 {
+		delete(f.held, holder)
+	}
+}
+
+// liveHolds counts k's live holds at now, deleting none.
+func (f *flow) liveHolds(k store.LimitKey, now time.Time) int {
+	n := 0
+	for _, exp := range f.holds[k] {
+		if exp.After(now) {
+			n++
+		}
+	}
+	return n
+}
+
+// bucketsAfter returns the keys of the buckets after after (all when
+// nil), in (Name, Key) order.
+func (f *flow) bucketsAfter(after *store.LimitKey) []store.LimitKey {
+	var ks []store.LimitKey
+	for k := range f.buckets {
+		if after == nil || k.Compare(*after) > 0 {
+			ks = append(ks, k)
+		}
+	}
+	slices.SortFunc(ks, store.LimitKey.Compare)
+	return ks
+}
+
+// inForce returns the limit name in force as the store knows it: the
+// override, else the declaration; nil when neither.
+func (f *flow) inForce(name string) *store.Limit {
+	if l, ok := f.limits[name]; ok {
+		return &l
+	}
+	if l, ok := f.declared[name]; ok {
+		return &l
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -169,11 +170,14 @@ func (s *Store) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
 // lockCountersSQL creates the counters $1/$2 that do not exist and locks
 // every one of them, in the order given (the callers sort by (Name, Key)),
 // so that two admissions cannot deadlock. It returns each counter's bucket
-// and the database's clock once the locks are held.
+// and the database's clock once the locks are held. A counter without a
+// bucket (tokens NULL: it starts full) keeps in refilled_at when it was
+// last locked, for SweepCounters to tell how long it has been idle.
 const lockCountersSQL = `
-INSERT INTO idem_limit_counters (name, key)
-SELECT u.name, u.key FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(name, key, ord) ORDER BY u.ord
-ON CONFLICT (name, key) DO UPDATE SET name = excluded.name
+INSERT INTO idem_limit_counters (name, key, refilled_at)
+SELECT u.name, u.key, clock_timestamp() FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(name, key, ord) ORDER BY u.ord
+ON CONFLICT (name, key) DO UPDATE
+SET refilled_at = CASE WHEN idem_limit_counters.tokens IS NULL THEN excluded.refilled_at ELSE idem_limit_counters.refilled_at END
 RETURNING name, key, tokens, refilled_at, clock_timestamp()`
 
 // liveHoldsSQL counts the live holds of the counters $1/$2, after they
@@ -407,4 +411,124 @@ func releaseOf(ds []transport.Delivery) func(*pgx.Batch) {
 		return nil
 	}
 	return func(b *pgx.Batch) { queueReleaseHolds(b, hs) }
+}
+
+// sweepReadSQL locks up to $3 counters after ($1, $2), in the primary
+// key's order, skipping those an admission holds, each with the rate and
+// burst in force (the override's, else the declaration's) and the
+// database's clock.
+const sweepReadSQL = `
+SELECT c.name, c.key, c.tokens, c.refilled_at,
+  CASE WHEN l.name IS NULL THEN d.rate ELSE l.rate END, CASE WHEN l.name IS NULL THEN d.burst ELSE l.burst END,
+  clock_timestamp()
+FROM idem_limit_counters c
+LEFT JOIN idem_limits l ON l.name = c.name
+LEFT JOIN idem_limits_declared d ON d.name = c.name
+WHERE (c.name, c.key) > ($1, $2)
+ORDER BY c.name, c.key
+LIMIT $3
+FOR UPDATE OF c SKIP LOCKED`
+
+// sweepCountersSQL deletes the counters $1/$2, locked by sweepReadSQL,
+// that have no live hold: a statement of its own, which sees every hold
+// committed before the locks were taken (no admission adds one to a
+// counter it has not locked).
+const sweepCountersSQL = `
+DELETE FROM idem_limit_counters c USING unnest($1::text[], $2::text[]) AS u(name, key)
+WHERE c.name = u.name AND c.key = u.key
+  AND NOT EXISTS (SELECT 1 FROM idem_limit_holds h WHERE h.name = c.name AND h.key = c.key AND h.expires_at > clock_timestamp())`
+
+// sweepHoldsSQL deletes up to $1 expired holds, skipping those a
+// transaction holds.
+const sweepHoldsSQL = `
+DELETE FROM idem_limit_holds WHERE ctid IN (
+  SELECT ctid FROM idem_limit_holds WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
+// SweepCounters deletes up to p.Limit expired holds, and the counters no
+// decision needs among p.Limit read after p.After (see store.Limiter), in
+// one transaction of two round trips: BEGIN and the read, which locks the
+// counters it returns (never waiting for one); then the deletions and
+// COMMIT. The decision is made in Go, on the counters' locked values.
+func (s *Store) SweepCounters(ctx context.Context, p *store.CounterSweepParams) (*store.CounterSweep, error) {
+	if err := s.check("sweep counters"); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("pgstore: sweep counters: %w", err)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: sweep counters: %w", redact(err))
+	}
+	defer conn.Release()
+	sw := &counterSweep{p: p, out: &store.CounterSweep{}}
+	b := &pgx.Batch{}
+	b.Queue(beginSQL)
+	sw.queueRead(b)
+	err = s.admitTx(ctx, conn, b, func() (*pgx.Batch, error) { return sw.deletions(), nil })
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: sweep counters: %w", err)
+	}
+	return sw.out, nil
+}
+
+// counterSweep is one SweepCounters transaction.
+type counterSweep struct {
+	p    *store.CounterSweepParams
+	out  *store.CounterSweep
+	gone []store.LimitKey // the counters read that no decision needs
+}
+
+// queueRead queues sweepReadSQL, which fills sw.gone and sw.out.Next.
+func (sw *counterSweep) queueRead(b *pgx.Batch) {
+	after := store.LimitKey{} // below every counter: a name is never empty
+	if sw.p.After != nil {
+		after = *sw.p.After
+	}
+	b.Queue(sweepReadSQL, after.Name, after.Key, sw.p.Limit).Query(func(rows pgx.Rows) error {
+		read := 0
+		for rows.Next() {
+			var k store.LimitKey
+			var tokens, rate pgtype.Float8
+			var burst pgtype.Int4
+			var at pgtype.Timestamptz
+			var now time.Time
+			if err := rows.Scan(&k.Name, &k.Key, &tokens, &at, &rate, &burst, &now); err != nil {
+				return err
+			}
+			if read++; read == sw.p.Limit {
+				sw.out.Next = &k
+			}
+			c := admit.Idle{Bucket: tokens.Valid, Tokens: tokens.Float64, RefilledAt: at.Time, UsedAt: at.Time}
+			if rate.Valid {
+				c.Limit = &store.Limit{Name: k.Name, Rate: rate.Float64, Burst: int(burst.Int32)}
+			}
+			if admit.Sweepable(c, now, sw.p.Idle) {
+				sw.gone = append(sw.gone, k)
+			}
+		}
+		return rows.Err()
+	})
+}
+
+// deletions returns the batch that deletes sw.gone (those without a live
+// hold) and expired holds, and commits.
+func (sw *counterSweep) deletions() *pgx.Batch {
+	b := &pgx.Batch{}
+	if len(sw.gone) > 0 {
+		names, keys := make([]string, len(sw.gone)), make([]string, len(sw.gone))
+		for i, k := range sw.gone {
+			names[i], keys[i] = k.Name, k.Key
+		}
+		b.Queue(sweepCountersSQL, names, keys).Exec(func(ct pgconn.CommandTag) error {
+			sw.out.Counters = int(ct.RowsAffected())
+			return nil
+		})
+	}
+	b.Queue(sweepHoldsSQL, sw.p.Limit).Exec(func(ct pgconn.CommandTag) error {
+		sw.out.Holds = int(ct.RowsAffected())
+		return nil
+	})
+	b.Queue(`COMMIT`)
+	return b
 }

@@ -357,3 +357,101 @@ func releasing(holders []string) func(*writer) error {
 	}
 	return func(w *writer) error { return runOps(w, releaseOps(holders)) }
 }
+
+// sweepReadSQL reads up to ?4 counters after (?2, ?3), in key order
+// (BINARY: byte for byte), each with the rate and burst in force (the
+// override's, else the declaration's) and whether it has a live hold at
+// ?1.
+const sweepReadSQL = `
+SELECT c.name, c.key, c.tokens, c.refilled_at,
+  CASE WHEN l.name IS NULL THEN d.rate ELSE l.rate END, CASE WHEN l.name IS NULL THEN d.burst ELSE l.burst END,
+  EXISTS (SELECT 1 FROM idem_limit_holds h WHERE h.name = c.name AND h.key = c.key AND h.expires_at > ?1)
+FROM idem_limit_counters c
+LEFT JOIN idem_limits l ON l.name = c.name
+LEFT JOIN idem_limits_declared d ON d.name = c.name
+WHERE (c.name, c.key) > (?2, ?3)
+ORDER BY c.name, c.key
+LIMIT ?4`
+
+const (
+	sweepCounterSQL = `DELETE FROM idem_limit_counters WHERE name = ?1 AND key = ?2`
+	sweepHoldsSQL   = `
+DELETE FROM idem_limit_holds WHERE (name, key, holder) IN (
+  SELECT name, key, holder FROM idem_limit_holds WHERE expires_at <= ?1 LIMIT ?2)`
+)
+
+// SweepCounters deletes up to p.Limit expired holds, and the counters no
+// decision needs among p.Limit read after p.After (see store.Limiter), in
+// one write transaction.
+func (s *Store) SweepCounters(ctx context.Context, p *store.CounterSweepParams) (*store.CounterSweep, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: sweep counters: %w", err)
+	}
+	var out *store.CounterSweep
+	err := s.write(ctx, "sweep counters", 0, func(w *writer) error {
+		var err error
+		out, err = w.sweepCounters(p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: sweep counters: %w", err)
+	}
+	return out, nil
+}
+
+func (w *writer) sweepCounters(p *store.CounterSweepParams) (*store.CounterSweep, error) {
+	now := time.Now()
+	holds, err := w.exec(sweepHoldsSQL, micros(now), p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	out := &store.CounterSweep{Holds: int(holds)}
+	gone, err := w.sweepable(p, now, out)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range gone {
+		if _, err := w.exec(sweepCounterSQL, k.Name, k.Key); err != nil {
+			return nil, err
+		}
+	}
+	out.Counters = len(gone)
+	return out, nil
+}
+
+// sweepable reads p.Limit counters after p.After, sets out.Next, and
+// returns those that no decision needs at now.
+func (w *writer) sweepable(p *store.CounterSweepParams, now time.Time, out *store.CounterSweep) ([]store.LimitKey, error) {
+	after := store.LimitKey{} // below every counter: a name is never empty
+	if p.After != nil {
+		after = *p.After
+	}
+	rows, err := w.query(sweepReadSQL, micros(now), after.Name, after.Key, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var gone []store.LimitKey
+	read := 0
+	for rows.Next() {
+		var k store.LimitKey
+		var tokens, rate sql.NullFloat64
+		var at, burst sql.NullInt64
+		var held bool
+		if err := rows.Scan(&k.Name, &k.Key, &tokens, &at, &rate, &burst, &held); err != nil {
+			return nil, err
+		}
+		read++
+		if read == p.Limit {
+			out.Next = &k
+		}
+		c := admit.Idle{Bucket: tokens.Valid, Tokens: tokens.Float64, RefilledAt: fromNullMicros(at), UsedAt: fromNullMicros(at)}
+		if rate.Valid {
+			c.Limit = &store.Limit{Name: k.Name, Rate: rate.Float64, Burst: int(burst.Int64)}
+		}
+		if !held && admit.Sweepable(c, now, p.Idle) {
+			gone = append(gone, k)
+		}
+	}
+	return gone, rows.Err()
+}
