@@ -38,6 +38,7 @@ type capabilities struct {
 	replayer     store.DeadLetterReplayer      // nil: a replay deletes the dead letter
 	retries      store.RetryRecorder           // nil: no retry state is kept
 	retrySweeper store.RetrySweeper            // nil: retries are not swept
+	limiter      store.Limiter                 // nil: no flow-control counters to sweep
 	partitioned  transport.PartitionedConsumer // nil: one stream
 	leases       *leases                       // nil: leases cannot be extended
 	maxMessage   int                           // the transport's body limit; 0: none
@@ -56,6 +57,7 @@ func resolveCapabilities(st store.Store, tr transport.Transport) capabilities {
 	c.replayer, _ = st.(store.DeadLetterReplayer)
 	c.retries, _ = st.(store.RetryRecorder)
 	c.retrySweeper, _ = st.(store.RetrySweeper)
+	c.limiter, _ = st.(store.Limiter)
 	c.partitioned, _ = tr.(transport.PartitionedConsumer)
 	if ext, ok := tr.(transport.LeaseExtender); ok {
 		c.leases = newLeases(ext)

@@ -166,6 +166,13 @@ type Config struct {
 	// LimitsInterval is how often the engine reads the limits' runtime
 	// values from the store, when Limits are declared. Default 1s.
 	LimitsInterval time.Duration
+	// LimitCounterIdle is how long a flow-control counter (a limit's, or
+	// one key's of a keyed limit) must go without an admission before the
+	// sweeper deletes it, on a store that is a store.Limiter, once it has
+	// no live hold and its bucket is full again (or it has none): a
+	// deleted counter starts again full, so deleting it changes no
+	// decision. Default 1h.
+	LimitCounterIdle time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -185,7 +192,7 @@ func (c *Config) withDefaults() (Config, error) {
 		{"SweepBatch", int64(out.SweepBatch)}, {"TokenRetention", int64(out.TokenRetention)}, {"TimerInterval", int64(out.TimerInterval)}, {"RelayInterval", int64(out.RelayInterval)},
 		{"RelayAge", int64(out.RelayAge)}, {"ClaimLease", int64(out.ClaimLease)}, {"StopTimeout", int64(out.StopTimeout)},
 		{"HeartbeatInterval", int64(out.HeartbeatInterval)}, {"MaxLeaseRenewal", int64(out.MaxLeaseRenewal)},
-		{"LimitsInterval", int64(out.LimitsInterval)},
+		{"LimitsInterval", int64(out.LimitsInterval)}, {"LimitCounterIdle", int64(out.LimitCounterIdle)},
 	} {
 		if f.v < 0 {
 			return out, fmt.Errorf("idem: Config.%s is negative (%d): use 0 for the default or a positive value", f.name, f.v)
@@ -218,6 +225,7 @@ func (c *Config) withDefaults() (Config, error) {
 	defd(&out.RetryBase, 100*time.Millisecond)
 	defd(&out.RetryMax, time.Minute)
 	defd(&out.LimitsInterval, time.Second)
+	defd(&out.LimitCounterIdle, time.Hour)
 	defd(&out.Retention, 7*24*time.Hour)
 	defd(&out.OutboxRetention, time.Hour)
 	defd(&out.SweepInterval, time.Minute)

@@ -13,8 +13,10 @@ import (
 // journal), handler inbox records older than Config.Retention, sent
 // outbox rows older than Config.OutboxRetention and, on a store that is a
 // store.TokenSweeper, dedup tokens nobody claimed within
-// Config.TokenRetention and, on a store.RetrySweeper, retries whose next
-// attempt is older than Config.Retention (their message never came back).
+// Config.TokenRetention, on a store.RetrySweeper, retries whose next
+// attempt is older than Config.Retention (their message never came back)
+// and, on a store.Limiter, the flow-control counters no decision needs
+// (idle for Config.LimitCounterIdle) and expired holds.
 type sweeper struct{ *base }
 
 // run sweeps until ctx ends.
@@ -50,6 +52,9 @@ func (s *sweeper) pass(ctx context.Context) (total store.SweepResult, err error)
 				return total, err
 			}
 			if err := s.sweepRetries(ctx); err != nil {
+				return total, err
+			}
+			if err := s.sweepCounters(ctx); err != nil {
 				return total, err
 			}
 			s.obs.passed(TaskSweep, total.Instances, 0)
@@ -105,6 +110,35 @@ func (s *sweeper) sweepRetries(ctx context.Context) error {
 		if n < p.Limit {
 			if swept > 0 {
 				s.log.InfoContext(ctx, "swept retries whose message never came back", "retries", swept, "next_attempt_before", p.NextAttemptBefore)
+			}
+			return nil
+		}
+	}
+}
+
+// sweepCounters deletes, in batches of Config.SweepBatch, the
+// flow-control counters that no decision needs (no live hold, a full
+// bucket or none, unused for Config.LimitCounterIdle) and the expired
+// holds, when the store can (store.Limiter). Each batch starts after the
+// counters the previous one read.
+func (s *sweeper) sweepCounters(ctx context.Context) error {
+	l := s.caps.limiter
+	if l == nil {
+		return nil
+	}
+	p := &store.CounterSweepParams{Idle: s.cfg.LimitCounterIdle, Limit: s.cfg.SweepBatch}
+	var total store.CounterSweep
+	for {
+		r, err := l.SweepCounters(ctx, p)
+		if err != nil {
+			return fmt.Errorf("idem: sweep flow-control counters: %w", err)
+		}
+		total.Counters += r.Counters
+		total.Holds += r.Holds
+		p.After = r.Next
+		if r.Next == nil && r.Holds < p.Limit {
+			if total.Counters+total.Holds > 0 {
+				s.log.InfoContext(ctx, "swept idle flow-control counters and expired holds", "counters", total.Counters, "holds", total.Holds)
 			}
 			return nil
 		}
