@@ -385,7 +385,7 @@ func testFlowQueueLooksPastRefusedWindow(t *testing.T, s store.Store, f Features
 
 // testFlowQueueLostLeaseKeepsHoldExpiry checks that an extension of a
 // delivery whose lease was lost extends none of its holds: m-1's hold is
-// made to outlive its lease by a quarter of a lease (ExtendHolds), m-1 is
+// made to outlive its lease by half a lease (ExtendHolds), m-1 is
 // received again once its lease passed, and the lost delivery's
 // extension, refused, must leave the hold to expire when it would have,
 // not a whole lease after the extension (which held a slot for nothing:
@@ -401,17 +401,17 @@ func testFlowQueueLostLeaseKeepsHoldExpiry(t *testing.T, s store.Store, f Featur
 	publish(t, q, limited("m-1", "k-1", "api"))
 	d1 := receiveAdmitted(t, q, apiCap1, 1, promptWait)
 	wantIDs(t, "first", d1, 1, "m-1")
-	if err := q.ExtendHolds(ctx, []string{d1[0].Token}, f.Lease+f.Lease/4); err != nil {
+	if err := q.ExtendHolds(ctx, []string{d1[0].Token}, f.Lease+f.Lease/2); err != nil {
 		t.Fatalf("extend m-1's hold: %v", err)
 	}
-	holdEnd := time.Now().Add(f.Lease + f.Lease/4)
+	holdEnd := time.Now().Add(f.Lease + f.Lease/2)
 	// Returns once m-1's lease has passed: its first delivery is lost.
 	wantIDs(t, "m-1 once its lease passed", receive(t, q, 1, f.redeliveryWait()), 2, "m-1")
 	if err := lx.ExtendLeases(ctx, d1); !errors.Is(err, transport.ErrLeaseLost) {
 		t.Fatalf("extend m-1's lost lease: got %v, want ErrLeaseLost", err)
 	}
 	// Extended, the hold would live until a lease after the extension,
-	// at least 3/4 of a lease after holdEnd.
+	// at least half a lease after holdEnd.
 	deadline := holdEnd.Add(f.Lease / 4)
 	for inFlight(t, q, api) != 0 {
 		if time.Now().After(deadline) {

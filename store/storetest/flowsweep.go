@@ -102,6 +102,7 @@ func testFlowSweepFullIdleCounters(t *testing.T, s store.Store) {
 		if swept < len(keys) && time.Now().After(deadline) {
 			t.Fatalf("sweep with Idle 0: deleted %d of %d full counters within %v", swept, len(keys), promptWait)
 		}
+		time.Sleep(time.Millisecond) // polling a condition with a deadline
 	}
 	if uses := usesOf(t, l); len(uses) != 0 {
 		t.Fatalf("limit uses after the sweep: got %v, want none", uses)
@@ -158,6 +159,7 @@ func testFlowSweepExpiredHolds(t *testing.T, s store.Store) {
 		if swept < 3 && time.Now().After(deadline) {
 			t.Fatalf("sweep: deleted %d of 3 expired holds within %v", swept, promptWait)
 		}
+		time.Sleep(time.Millisecond) // polling a condition with a deadline
 	}
 	if n := inFlight(t, l, lk("cap", "")); n != 1 {
 		t.Fatalf("in flight after the sweep: got %d, want 1 (the live hold)", n)
