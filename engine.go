@@ -405,8 +405,11 @@ func (e *Engine) RelayOutbox(ctx context.Context, age time.Duration) (int, error
 // inbox records, timers and journal), handler inbox records older than
 // Config.Retention, and sent outbox rows older than
 // Config.OutboxRetention, in batches of Config.SweepBatch, until nothing
-// is left to delete. The background sweeper calls it every
-// Config.SweepInterval.
+// is left to delete; then, when the store can, unclaimed dedup tokens
+// past Config.TokenRetention, retries past Config.Retention, and the
+// flow-control counters no decision needs (idle for
+// Config.LimitCounterIdle) with expired holds. The background sweeper
+// calls it every Config.SweepInterval.
 func (e *Engine) Sweep(ctx context.Context) (store.SweepResult, error) { return e.sweeper.pass(ctx) }
 
 // RunSchedules fires every due schedule once, by the rules of Cron and
