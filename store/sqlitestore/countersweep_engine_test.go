@@ -1,0 +1,17 @@
+package sqlitestore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/store/sqlitestore"
+)
+
+// The engine's sweeper deletes the counters of a keyed limit once their
+// buckets are full again and no call holds a slot
+// (enginetest.CounterSweep).
+func TestEngineSweepsIdleLimitCounters(t *testing.T) {
+	t.Parallel()
+	enginetest.CounterSweep(t, openStore(t, sqlitestore.Config{Lease: time.Hour, PollInterval: 20 * time.Millisecond}))
+}
