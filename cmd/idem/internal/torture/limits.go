@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -162,13 +163,31 @@ func (l *flowLog) begin() int64 {
 	return l.r
 }
 
+// runNeeds are the counters a message needs under runLimits, computed
+// here rather than taken from the engine, so that a delivery the engine
+// let through without admitting it is logged and checked all the same.
+func runNeeds(env *transport.Envelope) []store.LimitKey {
+	var out []store.LimitKey
+	for _, l := range runLimits() {
+		if !slices.Contains(l.MessageTypes, env.Type) {
+			continue
+		}
+		k := store.LimitKey{Name: l.Name}
+		if l.Key != nil {
+			k.Key = l.Key(env)
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
 // end notes that receive r returned ds (err: it failed), with the
-// counters each message needed.
-func (l *flowLog) end(r int64, ds []transport.Delivery, needs map[string][]store.LimitKey, err error) {
+// counters each delivery needs.
+func (l *flowLog) end(r int64, ds []transport.Delivery, err error) {
 	t := time.Now().UnixNano()
 	ev := &flowEvent{Ev: "recv-end", R: r, T: t, OK: err == nil}
 	for _, d := range ds {
-		if ks := needs[d.Envelope.ID]; len(ks) > 0 {
+		if ks := runNeeds(&d.Envelope); len(ks) > 0 {
 			ev.D = append(ev.D, flowDelive{Token: d.Token, ID: d.Envelope.ID, Tenant: tenantOf(&d.Envelope), Keys: ks})
 		}
 	}
@@ -221,27 +240,34 @@ func (w *faultQueue) admitting() store.AdmittingQueue { return w.q.(store.Admitt
 
 // ReceiveAdmitted receives through the wrapped store's admission and, in
 // a limits run, writes the receive's bounds and the counters each
-// admitted delivery needed to the flow log.
+// delivery needs to the flow log. With BreakNoAdmission it asks for no
+// counter: every message is admitted at once.
 func (w *faultQueue) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]transport.Delivery, error) {
 	l := w.f.flow
-	if l == nil || p == nil || p.Needs == nil {
+	if l == nil {
 		return w.admitting().ReceiveAdmitted(ctx, p)
 	}
-	var mu sync.Mutex
-	needs := map[string][]store.LimitKey{}
-	wp := *p
-	wp.Needs = func(env *transport.Envelope) []store.LimitKey {
-		ks := p.Needs(env)
-		mu.Lock()
-		needs[env.ID] = ks
-		mu.Unlock()
-		return ks
+	if p != nil && w.f.cfg.Break == BreakNoAdmission {
+		wp := *p
+		wp.Needs = nil
+		p = &wp
 	}
 	r := l.begin()
-	ds, err := w.admitting().ReceiveAdmitted(ctx, &wp)
-	mu.Lock()
-	defer mu.Unlock()
-	l.end(r, ds, needs, err)
+	ds, err := w.admitting().ReceiveAdmitted(ctx, p)
+	l.end(r, ds, err)
+	return ds, err
+}
+
+// logReceive is receive with a flow log: a plain receive in a limits run
+// admits nothing, and whatever of a limited type it hands out is logged
+// and checked as if admitted.
+func logReceive(l *flowLog, recv func() ([]transport.Delivery, error)) ([]transport.Delivery, error) {
+	if l == nil {
+		return recv()
+	}
+	r := l.begin()
+	ds, err := recv()
+	l.end(r, ds, err)
 	return ds, err
 }
 

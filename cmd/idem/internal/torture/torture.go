@@ -215,7 +215,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--limits with --transport %s: the engine admits under limits only through the store's own queue; drop --transport", o.Transport)
 	case o.FairnessBound < 0 || o.FairnessBound > 0 && !o.Limits:
 		return fmt.Errorf("--fairness-bound %s: give a positive bound, with --limits", o.FairnessBound)
-	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit:
+	case o.Break == BreakNoAdmission && !o.Limits:
+		return fmt.Errorf("breakage %s needs --limits", o.Break)
+	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit && o.Break != BreakNoAdmission:
 		return fmt.Errorf("unknown breakage %q", o.Break)
 	}
 	for _, f := range o.Faults {

@@ -108,6 +108,10 @@ const (
 	// BreakAckBeforeCommit acknowledges each delivery as soon as it is
 	// received: a crash before the commit loses it.
 	BreakAckBeforeCommit = "ack-before-commit"
+	// BreakNoAdmission, in a limits run, asks the store's admitting
+	// receive for no counter: every message is admitted at once, and
+	// the caps and the rate are exceeded.
+	BreakNoAdmission = "no-admission"
 )
 
 // workerMaxBody is the workers' Config.MaxBodyBytes; the workload's
@@ -544,7 +548,7 @@ func (w *faultQueue) Publish(ctx context.Context, envs []transport.Envelope) err
 	return w.q.Publish(ctx, envs)
 }
 func (w *faultQueue) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
-	return receive(ctx, w.q, w.f, max)
+	return logReceive(w.f.flow, func() ([]transport.Delivery, error) { return receive(ctx, w.q, w.f, max) })
 }
 func (w *faultQueue) Ack(ctx context.Context, ds []transport.Delivery) error {
 	if w.f.flow == nil {
