@@ -107,7 +107,7 @@ message waiting longer than the bound for its admission
 	f.StringVar(&o.PGRestartCmd, "pg-restart-cmd", "", "shell command that restarts the PostgreSQL server (for the pg-restart fault)")
 	f.StringVar(&o.BrokerRestartCmd, "broker-restart-cmd", "", "shell command that restarts the broker of --transport nats://…, amqp://… or redis://… (for the broker-restart fault)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the history, fault log and SQLite file (default: a temporary one, removed after a pass)")
-	f.BoolVar(&o.Limits, "limits", false, "declare flow-control limits (a cap of 2 on a shared resource, 20/s burst 5, a cap of 3 per tenant; two tenants, one flooding) and check them too (store's own queue only)")
+	f.BoolVar(&o.Limits, "limits", false, "declare flow-control limits (a cap of 2 on a shared resource, 20/s burst 5, a cap of 8 per tenant; two tenants, one flooding) and check them too (store's own queue only)")
 	f.DurationVar(&o.FairnessBound, "fairness-bound", 0, "with --limits, fail if a tenant's message waits longer than this for admission (0: not checked; plain FIFO admission lets a flood delay the other tenant)")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	f.StringVar(&o.Break, "break", "", "break the engine on purpose (skip-inbox, ack-before-commit) to see the checker fail")

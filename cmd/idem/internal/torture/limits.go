@@ -40,7 +40,7 @@ const (
 	// limitRate admits the uploads' storage notifications at 20 a second
 	// with a burst of 5.
 	limitRate = "upload-intake"
-	// limitTenant caps each tenant's increments: 3 in flight per tenant.
+	// limitTenant caps each tenant's increments: 8 in flight per tenant.
 	limitTenant = "tenant-incs"
 )
 
@@ -50,7 +50,7 @@ func runLimits() []idem.Limit {
 	return []idem.Limit{
 		{Name: limitResource, MessageTypes: []string{parseType, addedType}, Concurrency: 2},
 		{Name: limitRate, MessageTypes: []string{savedType}, Rate: 20, Burst: 5},
-		{Name: limitTenant, MessageTypes: []string{incType}, Concurrency: 3, Key: tenantOf},
+		{Name: limitTenant, MessageTypes: []string{incType}, Concurrency: 8, Key: tenantOf},
 	}
 }
 

@@ -88,7 +88,7 @@ type Options struct {
 	Break string
 	// Limits runs the limits mode (limits.go): the workers declare a
 	// concurrency cap of 2 on a resource two message types share, a rate
-	// limit of 20/s with a burst of 5 and a cap of 3 per tenant; the
+	// limit of 20/s with a burst of 5 and a cap of 8 per tenant; the
 	// driver's messages carry one of two tenants, one flooding; and the
 	// checker also checks the limits (flowcheck.go). It needs the store's
 	// own queue (no Transport).
