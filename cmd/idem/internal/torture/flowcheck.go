@@ -50,13 +50,17 @@ const (
 //   - Concurrency. A delivery's hold is live from the commit of its
 //     admission (before End) until the commit that settles it, or until
 //     its lease lapses: at Begin + TTL at the earliest, since the hold is
-//     stamped at A ≥ Begin. A settlement (commit, Ack, Nack) succeeds
-//     only while the lease is live, and a lapsed lease is never renewed
-//     (store.AdmittingQueue), so a hold whose settlement succeeded was
-//     live from End until the first settlement was sent (noted before
-//     it). One whose settlement failed or was never sent (the worker was
-//     killed, stalled past its lease, or lost the database) was live at
-//     least from End until min(Begin + TTL, the first settlement sent).
+//     stamped at A ≥ Begin. A unit of work's commit that consumes a
+//     delivery succeeds only while its lease is live (a row gone or past
+//     its lease fails it with ErrLeaseLost), and a lapsed lease is never
+//     renewed (store.AdmittingQueue), so a hold whose commit succeeded
+//     was live from End until the first settlement was sent (noted
+//     before it; an earlier one that failed may have released it). An
+//     Ack or a Nack that succeeds proves nothing (one on a row already
+//     gone is ignored, not refused), so a hold settled only by those, or
+//     whose settlement failed or was never sent (the worker was killed,
+//     stalled past its lease, or lost the database), was live at least
+//     from End until min(Begin + TTL, the first settlement sent).
 //     Each interval is thus inside its hold, and more than Concurrency
 //     intervals containing one instant prove more live holds than the
 //     cap. A killed worker's hold still counts until its lease runs out:
@@ -83,7 +87,7 @@ type flowAdmission struct {
 	// Begin and End bound the receive call that admitted it.
 	Begin, End time.Time
 	// Settle is when its first settlement was sent (zero: never), and
-	// Settled whether one succeeded.
+	// Settled whether a commit that consumed it succeeded.
 	Settle  time.Time
 	Settled bool
 }
@@ -416,7 +420,7 @@ func readFlowHistory(dir string, hist []Record, exits map[int]time.Time) (*flowH
 				}
 			case "settled":
 				for _, tok := range ev.Tokens {
-					settled[tok] = settled[tok] || ev.OK
+					settled[tok] = settled[tok] || ev.OK && ev.How == "commit"
 				}
 			}
 		}

@@ -230,13 +230,18 @@ func TestReadFlowHistory(t *testing.T) {
 	env := transport.Envelope{ID: "inc-1", Type: incType, Headers: map[string]string{fairnessHeader: tenantQuiet}}
 	d := transport.Delivery{Envelope: env, Token: "1:heldabc"}
 	plain := transport.Delivery{Envelope: transport.Envelope{ID: "tick-1", Type: tickType}, Token: "2:heldabc"}
+	nacked := transport.Delivery{Envelope: transport.Envelope{ID: "parse-1", Type: parseType}, Token: "3:heldabc"}
 	r := l.begin()
-	l.end(r, []transport.Delivery{d, plain}, nil)
+	l.end(r, []transport.Delivery{d, plain, nacked}, nil)
+	// A Nack that succeeds may have been ignored (the row gone): it
+	// proves no live hold.
+	l.settle([]string{nacked.Token}, "nack")
+	l.settled([]string{nacked.Token}, "nack", nil)
 	held := l.heldOf([]transport.Delivery{d, plain})
 	l.settle(held, "commit")
-	l.settled(held, store.ErrConflict)
+	l.settled(held, "commit", store.ErrConflict)
 	l.settle(held, "commit")
-	l.settled(held, nil)
+	l.settled(held, "commit", nil)
 	l.begin() // killed inside this receive
 	if _, err := l.f.WriteString(`{"ev":"recv-e`); err != nil {
 		t.Fatal(err)
@@ -247,10 +252,13 @@ func TestReadFlowHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(h.Admissions) != 1 {
-		t.Fatalf("got %d admissions, want 1 (the tick needs no counter): %+v", len(h.Admissions), h.Admissions)
+	if len(h.Admissions) != 2 {
+		t.Fatalf("got %d admissions, want 2 (the tick needs no counter): %+v", len(h.Admissions), h.Admissions)
 	}
-	a := h.Admissions[0]
+	a, n := h.Admissions[0], h.Admissions[1]
+	if n.ID != "parse-1" || n.Settled || n.Settle.IsZero() {
+		t.Errorf("got admission %+v, want parse-1 with a settlement sent, not proven", n)
+	}
 	want := []store.LimitKey{{Name: limitTenant, Key: tenantQuiet}}
 	if a.ID != "inc-1" || a.Tenant != tenantQuiet || !slices.Equal(a.Keys, want) || !a.Settled || a.Settle.IsZero() || a.End.Before(a.Begin) {
 		t.Errorf("got admission %+v, want inc-1 of the quiet tenant needing %v, settled", a, want)

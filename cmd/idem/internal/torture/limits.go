@@ -102,9 +102,9 @@ func flowLogName(gen int) string { return fmt.Sprintf("flow-%06d.jsonl", gen) }
 // nanoseconds of the worker's wall clock.
 type flowEvent struct {
 	// Ev is the event: recv-begin (a receive is called), recv-end (it
-	// returned; D lists the deliveries that needed a counter), settle (a
-	// commit, Ack or Nack of Tokens is about to be sent) or settled (it
-	// returned; OK says whether it succeeded).
+	// returned; D lists the deliveries that need a counter), settle (a
+	// commit, Ack or Nack of Tokens is about to be sent: How) or settled
+	// (it returned; OK says whether it succeeded).
 	Ev string `json:"ev"`
 	// R numbers the process's receives.
 	R int64 `json:"r,omitempty"`
@@ -224,13 +224,13 @@ func (l *flowLog) settle(tokens []string, how string) {
 }
 
 // settled notes a settlement's outcome.
-func (l *flowLog) settled(tokens []string, err error) {
+func (l *flowLog) settled(tokens []string, how string, err error) {
 	if len(tokens) == 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.write(&flowEvent{Ev: "settled", Tokens: tokens, OK: err == nil})
+	l.write(&flowEvent{Ev: "settled", Tokens: tokens, How: how, OK: err == nil})
 }
 
 // The admitting queue of a faultQueue (both SQL stores are admitting

@@ -470,7 +470,7 @@ func (u *faultUoW) Commit(ctx context.Context, c *store.Changes) error {
 	}
 	err := u.UnitOfWork.Commit(ctx, c)
 	if u.f.flow != nil {
-		u.f.flow.settled(u.held, err)
+		u.f.flow.settled(u.held, "commit", err)
 	}
 	if err == nil && u.fires && u.f.roll(u.f.cfg.KillAfterScheduleFire) {
 		u.f.die(faultKillAfterFire)
@@ -557,7 +557,7 @@ func (w *faultQueue) Ack(ctx context.Context, ds []transport.Delivery) error {
 	held := w.f.flow.heldOf(ds)
 	w.f.flow.settle(held, "ack")
 	err := w.q.Ack(ctx, ds)
-	w.f.flow.settled(held, err)
+	w.f.flow.settled(held, "ack", err)
 	return err
 }
 func (w *faultQueue) Nack(ctx context.Context, d transport.Delivery, delay time.Duration) error {
@@ -567,7 +567,7 @@ func (w *faultQueue) Nack(ctx context.Context, d transport.Delivery, delay time.
 	held := w.f.flow.heldOf([]transport.Delivery{d})
 	w.f.flow.settle(held, "nack")
 	err := w.q.Nack(ctx, d, delay)
-	w.f.flow.settled(held, err)
+	w.f.flow.settled(held, "nack", err)
 	return err
 }
 func (w *faultQueue) Close() error { return w.q.Close() }
