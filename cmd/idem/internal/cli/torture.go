@@ -60,7 +60,17 @@ saga stuck non-terminal with nothing in flight; every bad input
 dead-lettered with its reason; every schedule tick fired (as recorded by a
 database trigger on each advance) applied exactly once, and ticks passed
 over only as the schedule's missed-tick policy allows. Each violation
-names the saga and message IDs; the exit code is 1 if any invariant fails.`,
+names the saga and message IDs; the exit code is 1 if any invariant fails.
+
+With --limits the workers also declare flow-control limits, the driver's
+messages carry one of two tenants in the idem-fairness-key header (one of
+them sends three quarters of the load), every worker logs each admission
+and each settlement, and the checker also verifies: never more holds of a
+capped counter at once than its cap; never more than Rate × t + Burst
+admissions in any window of length t; every counter at zero in flight once
+the run drained (no leaked slot); and, with --fairness-bound, no tenant's
+message waiting longer than the bound for its admission
+(docs/flow-control.md, "Proven by torture").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if faults != "all" {
@@ -97,6 +107,8 @@ names the saga and message IDs; the exit code is 1 if any invariant fails.`,
 	f.StringVar(&o.PGRestartCmd, "pg-restart-cmd", "", "shell command that restarts the PostgreSQL server (for the pg-restart fault)")
 	f.StringVar(&o.BrokerRestartCmd, "broker-restart-cmd", "", "shell command that restarts the broker of --transport nats://…, amqp://… or redis://… (for the broker-restart fault)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the history, fault log and SQLite file (default: a temporary one, removed after a pass)")
+	f.BoolVar(&o.Limits, "limits", false, "declare flow-control limits (a cap of 2 on a shared resource, 20/s burst 5, a cap of 8 per tenant; two tenants, one flooding) and check them too (store's own queue only)")
+	f.DurationVar(&o.FairnessBound, "fairness-bound", 0, "with --limits, fail if a tenant's message waits longer than this for admission (0: not checked; plain FIFO admission lets a flood delay the other tenant)")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	f.StringVar(&o.Break, "break", "", "break the engine on purpose (skip-inbox, ack-before-commit) to see the checker fail")
 	_ = f.MarkHidden("break")

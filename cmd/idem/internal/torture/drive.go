@@ -30,7 +30,7 @@ type sender struct {
 
 // startSender starts sending waves every 250 ms.
 func (r *driver) startSender(ctx context.Context) *sender {
-	s := &sender{r: r, gen: &generator{rng: rand.New(rand.NewPCG(r.o.Seed, 0x3a7e)), bad: r.o.has(FaultBadInput)},
+	s := &sender{r: r, gen: &generator{rng: rand.New(rand.NewPCG(r.o.Seed, 0x3a7e)), bad: r.o.has(FaultBadInput), limits: r.o.Limits},
 		rng: rand.New(rand.NewPCG(r.o.Seed, 0x5e4d)), done: make(chan struct{}), firstWave: make(chan struct{})}
 	sendCtx, stop := context.WithCancel(ctx)
 	s.stop = stop
@@ -109,6 +109,12 @@ func (s *sender) wave(ctx context.Context) bool {
 		})
 	}
 	wg.Wait()
+	if r := s.r; r.o.Limits {
+		if err := r.hist.append(&Record{Kind: kindPublished}); err != nil {
+			s.fail(err)
+			return false
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rep := s.r.rep

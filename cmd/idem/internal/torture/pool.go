@@ -56,7 +56,7 @@ func newPool(r *driver) *pool {
 func (r *driver) workerConfig() workerConfig {
 	o := &r.o
 	wc := workerConfig{Store: r.storeSpec, Schema: r.schema, Transport: r.brokerSpec, Namespace: r.bo.Namespace, Lease: workerLease,
-		Break: o.Break, FaultLog: r.faultLog}
+		Break: o.Break, FaultLog: r.faultLog, Limits: o.Limits}
 	if o.has(FaultCommitKill) {
 		wc.KillAfterCommit = 0.01
 		wc.KillAfterScheduleFire = 0.05 // about 2.4 passes a second fire a tick
@@ -89,6 +89,7 @@ func (p *pool) start(slot int) error {
 	p.gen++
 	c := p.wc
 	c.Seed = p.r.o.Seed*1000 + uint64(p.gen)
+	c.FlowLog = p.r.flowLogPath(p.gen)
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -116,6 +117,7 @@ func (p *pool) handleExit(ev exitEvent) error {
 		return nil
 	}
 	w.alive = false
+	p.r.noteExit(ev.gen)
 	ws, _ := ev.state.Sys().(syscall.WaitStatus)
 	switch {
 	case w.killedBy:

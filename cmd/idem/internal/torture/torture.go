@@ -86,6 +86,19 @@ type Options struct {
 	// Break names a deliberate breakage (BreakSkipInbox,
 	// BreakAckBeforeCommit), to show the checker fails.
 	Break string
+	// Limits runs the limits mode (limits.go): the workers declare a
+	// concurrency cap of 2 on a resource two message types share, a rate
+	// limit of 20/s with a burst of 5 and a cap of 8 per tenant; the
+	// driver's messages carry one of two tenants, one flooding; and the
+	// checker also checks the limits (flowcheck.go). It needs the store's
+	// own queue (no Transport).
+	Limits bool
+	// FairnessBound, with Limits, is the longest a tenant's message may
+	// wait for its admission (the tenant-starved invariant); 0 does not
+	// check it. Under the queue's plain FIFO order a flooding tenant can
+	// delay the other one legitimately, so it is off unless the engine
+	// orders admission fairly.
+	FairnessBound time.Duration
 	// Command returns the command that starts one worker process; the
 	// driver adds WorkerEnv to its environment.
 	Command func() *exec.Cmd
@@ -114,6 +127,8 @@ type Report struct {
 	Violations []Violation
 	// Problems are failures of the run itself (not settled, too few kills).
 	Problems []string
+	// Flow sums up the limits of a limits run; nil otherwise.
+	Flow *FlowSummary
 }
 
 // Pass reports whether no invariant failed and the run did what it should.
@@ -136,6 +151,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "    %-28s %d\n", "worker kills (total)", r.Kills)
 	if r.UnexpectedExits > 0 {
 		fmt.Fprintf(w, "  workers that exited by themselves (restarted): %d\n", r.UnexpectedExits)
+	}
+	if r.Flow != nil {
+		r.Flow.Print(w)
 	}
 	fmt.Fprintf(w, "  history and fault log: %s\n", r.Dir)
 	for _, p := range r.Problems {
@@ -162,6 +180,9 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.Pass() {
 		fmt.Fprintln(w, "PASS: every message and schedule tick applied exactly once, every saga in its predicted state")
+		if r.Flow != nil {
+			fmt.Fprintln(w, "PASS: no cap or rate exceeded, no slot leaked")
+		}
 	} else {
 		fmt.Fprintln(w, "FAIL")
 	}
@@ -190,7 +211,13 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--duration must be positive, got %s", o.Duration)
 	case o.Command == nil:
 		return errors.New("torture: Options.Command is nil")
-	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit:
+	case o.Limits && o.Transport != "":
+		return fmt.Errorf("--limits with --transport %s: the engine admits under limits only through the store's own queue; drop --transport", o.Transport)
+	case o.FairnessBound < 0 || o.FairnessBound > 0 && !o.Limits:
+		return fmt.Errorf("--fairness-bound %s: give a positive bound, with --limits", o.FairnessBound)
+	case o.Break == BreakNoAdmission && !o.Limits:
+		return fmt.Errorf("breakage %s needs --limits", o.Break)
+	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit && o.Break != BreakNoAdmission:
 		return fmt.Errorf("unknown breakage %q", o.Break)
 	}
 	for _, f := range o.Faults {
@@ -257,7 +284,9 @@ type driver struct {
 	// faultLog is where the workers note the faults they inflict.
 	faultLog string
 	workers  *pool
-	closers  []func() // run by close, last first
+	// exits are when the driver saw each worker generation exit.
+	exits   map[int]time.Time
+	closers []func() // run by close, last first
 }
 
 // logf writes one progress line, if the run has a log.
@@ -424,6 +453,13 @@ func (r *driver) report(ctx context.Context) (*Report, error) {
 	}
 	if rep.Violations, rep.Ticks, err = check(ctx, records, r.st, r.db); err != nil {
 		return nil, err
+	}
+	if r.o.Limits {
+		vs, sum, err := r.flowCheck(ctx, records)
+		if err != nil {
+			return nil, err
+		}
+		rep.Violations, rep.Flow = append(rep.Violations, vs...), sum
 	}
 	if err := r.db.QueryRowContext(ctx, `SELECT count(*) FROM idem_journal`).Scan(&rep.Journal); err != nil {
 		return nil, fmt.Errorf("count the journal: %w", err)

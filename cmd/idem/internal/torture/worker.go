@@ -81,6 +81,10 @@ type workerConfig struct {
 	Break    string `json:"break,omitempty"`
 	FaultLog string `json:"fault_log"`
 	Seed     uint64 `json:"seed"`
+	// Limits declares the limits run's limits (runLimits), and FlowLog is
+	// then the file of the worker's flow log.
+	Limits  bool   `json:"limits,omitempty"`
+	FlowLog string `json:"flow_log,omitempty"`
 }
 
 // Fault names written to the fault log by workers and counted by the
@@ -104,6 +108,10 @@ const (
 	// BreakAckBeforeCommit acknowledges each delivery as soon as it is
 	// received: a crash before the commit loses it.
 	BreakAckBeforeCommit = "ack-before-commit"
+	// BreakNoAdmission, in a limits run, asks the store's admitting
+	// receive for no counter: every message is admitted at once, and
+	// the caps and the rate are exceeded.
+	BreakNoAdmission = "no-admission"
 )
 
 // workerMaxBody is the workers' Config.MaxBodyBytes; the workload's
@@ -136,6 +144,11 @@ func runWorker(ctx context.Context, c workerConfig) error {
 	}
 	defer closeAll()
 	f := &faults{cfg: c, rng: rand.New(rand.NewPCG(c.Seed, uint64(os.Getpid())))}
+	if c.Limits {
+		if f.flow, err = openFlowLog(c.FlowLog); err != nil {
+			return err
+		}
+	}
 	wst, wtr := wrap(st, tr, f)
 	cfg := &idem.Config{
 		Logger: logger, BatchSize: 16, MaxBodyBytes: workerMaxBody,
@@ -148,6 +161,9 @@ func runWorker(ctx context.Context, c workerConfig) error {
 				f.die(faultKillAfterCommit)
 			}
 		},
+	}
+	if c.Limits {
+		cfg.Limits = runLimits()
 	}
 	e, err := idem.NewEngine(wst, wtr, cfg)
 	if err != nil {
@@ -239,6 +255,8 @@ type faults struct {
 	// starved ends the withholding of lease renewals by a stall, and
 	// stalled a stall whose renewals pass; guarded by mu.
 	starved, stalled time.Time
+	// flow is the flow log of a limits run; nil otherwise.
+	flow *flowLog
 }
 
 // starve withholds this process's lease renewals for d from now.
@@ -416,6 +434,9 @@ type faultUoW struct {
 	store.UnitOfWork
 	f     *faults
 	fires bool // a schedule pass that advances schedules
+	// held are the tokens of the admitted deliveries it consumes, which
+	// its commit releases (a limits run).
+	held []string
 }
 
 // DueSchedules reads the due schedules, then may kill the process before
@@ -444,7 +465,13 @@ func (u *faultUoW) AdvanceSchedules(ctx context.Context, as []store.ScheduleAdva
 // Commit commits, then may kill a schedule pass's process before it sends
 // the ticks it wrote to the outbox.
 func (u *faultUoW) Commit(ctx context.Context, c *store.Changes) error {
+	if u.f.flow != nil {
+		u.f.flow.settle(u.held, "commit")
+	}
 	err := u.UnitOfWork.Commit(ctx, c)
+	if u.f.flow != nil {
+		u.f.flow.settled(u.held, "commit", err)
+	}
 	if err == nil && u.fires && u.f.roll(u.f.cfg.KillAfterScheduleFire) {
 		u.f.die(faultKillAfterFire)
 	}
@@ -500,6 +527,9 @@ func (u *faultQueueUoW) Consume(ctx context.Context, ds []transport.Delivery) er
 		}
 		ds = keep
 	}
+	if u.f.flow != nil {
+		u.held = append(u.held, u.f.flow.heldOf(ds)...)
+	}
 	return u.q.Consume(ctx, ds)
 }
 
@@ -518,13 +548,27 @@ func (w *faultQueue) Publish(ctx context.Context, envs []transport.Envelope) err
 	return w.q.Publish(ctx, envs)
 }
 func (w *faultQueue) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
-	return receive(ctx, w.q, w.f, max)
+	return logReceive(w.f.flow, func() ([]transport.Delivery, error) { return receive(ctx, w.q, w.f, max) })
 }
 func (w *faultQueue) Ack(ctx context.Context, ds []transport.Delivery) error {
-	return w.q.Ack(ctx, ds)
+	if w.f.flow == nil {
+		return w.q.Ack(ctx, ds)
+	}
+	held := w.f.flow.heldOf(ds)
+	w.f.flow.settle(held, "ack")
+	err := w.q.Ack(ctx, ds)
+	w.f.flow.settled(held, "ack", err)
+	return err
 }
 func (w *faultQueue) Nack(ctx context.Context, d transport.Delivery, delay time.Duration) error {
-	return w.q.Nack(ctx, d, delay)
+	if w.f.flow == nil {
+		return w.q.Nack(ctx, d, delay)
+	}
+	held := w.f.flow.heldOf([]transport.Delivery{d})
+	w.f.flow.settle(held, "nack")
+	err := w.q.Nack(ctx, d, delay)
+	w.f.flow.settled(held, "nack", err)
+	return err
 }
 func (w *faultQueue) Close() error { return w.q.Close() }
 

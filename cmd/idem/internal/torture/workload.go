@@ -60,6 +60,10 @@ const (
 	kindBad        = "bad_input"
 	kindStaleTimer = "stale_timer"
 	kindSchedule   = "schedule"
+	// kindPublished marks, in a limits run, that every message recorded
+	// before it has been published: its At bounds when they became
+	// visible.
+	kindPublished = "published"
 )
 
 // history appends records to the history file.
@@ -155,6 +159,7 @@ type generator struct {
 	wave     int
 	searches int
 	bad      bool
+	limits   bool // a limits run: the driver's messages carry a tenant
 }
 
 func mustEnvelope(id string, msg any) idem.Envelope {
@@ -174,6 +179,9 @@ func (g *generator) next() []send {
 	var out []send
 	add := func(env idem.Envelope, r *Record) {
 		r.ID, r.Type = env.ID, env.Type
+		if g.limits {
+			tagTenant(&env, r)
+		}
 		out = append(out, send{env: env, rec: r})
 	}
 	for k := range 4 {

@@ -1,0 +1,42 @@
+package torture
+
+import (
+	"testing"
+	"time"
+)
+
+// The limits checker fails a real run whose engine lets every message
+// through without admission: the workers' own log of what they were
+// handed shows the caps and the rate exceeded.
+func TestLimitsCheckerCatchesNoAdmission(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process run of several seconds")
+	}
+	r := run(t, Options{Store: "sqlite", Duration: 5 * time.Second, Seed: 5, Limits: true, Break: BreakNoAdmission, Settle: 30 * time.Second})
+	if r.Pass() {
+		t.Fatal("the checker passed an engine that admits everything")
+	}
+	if r.Flow == nil || r.Flow.Admissions == 0 {
+		t.Fatalf("no admission recorded: %+v", r.Flow)
+	}
+	found := map[string]bool{}
+	for _, v := range r.Violations {
+		found[v.Invariant] = true
+	}
+	if !found[InvConcurrency] {
+		t.Errorf("no %s violation among %v", InvConcurrency, r.Violations)
+	}
+}
+
+func TestLimitsOptionsRefused(t *testing.T) {
+	for _, o := range []Options{
+		{Store: "sqlite", Duration: time.Second, Command: workerCommand, Limits: true, Transport: "nats-embedded"},
+		{Store: "sqlite", Duration: time.Second, Command: workerCommand, FairnessBound: time.Second},
+		{Store: "sqlite", Duration: time.Second, Command: workerCommand, Limits: true, FairnessBound: -time.Second},
+		{Store: "sqlite", Duration: time.Second, Command: workerCommand, Break: BreakNoAdmission},
+	} {
+		if _, err := Run(t.Context(), o); err == nil {
+			t.Errorf("Run(%+v) accepted", o)
+		}
+	}
+}
