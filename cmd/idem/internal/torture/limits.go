@@ -316,4 +316,9 @@ func (w *faultQueue) ReleaseHolds(ctx context.Context, holders []string) error {
 	return w.admitting().ReleaseHolds(ctx, holders)
 }
 
+// SweepCounters is the wrapped store's.
+func (w *faultQueue) SweepCounters(ctx context.Context, p *store.CounterSweepParams) (*store.CounterSweep, error) {
+	return w.admitting().SweepCounters(ctx, p)
+}
+
 var _ store.AdmittingQueue = (*faultQueue)(nil)
