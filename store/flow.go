@@ -229,6 +229,20 @@ type ReceiveParams struct {
 	// an error wrapping ErrRejected, so a caller maps hostile text (from a
 	// header, say) to a valid key first.
 	Needs func(*transport.Envelope) []LimitKey
+	// Fair, when set, receives in fair order (docs/flow-control.md)
+	// instead of the queue's: the visible messages are ranked by share
+	// (transport.HeaderFairnessKey, read by transport.FairnessOf), each
+	// share's in priority order (transport.HeaderPriority, higher first;
+	// then the queue's order), and served round-robin over the shares, a
+	// share of weight w (the highest transport.HeaderFairnessWeight among
+	// its messages) taking w places per round. The messages of one
+	// partition key keep their queue order: they count in the share of
+	// the key's first visible message, at the highest priority among
+	// them. The windows the receive decides on are taken in that order
+	// (admit.FairOrder is the reference). Ranking looks at every visible
+	// message of the partition, so a fair receive costs time in
+	// proportion to the backlog.
+	Fair bool
 	// Changed, when set, ends the receive's wait when it is closed (the
 	// limits in force changed): ReceiveAdmitted then returns no delivery
 	// and no error, so that its caller receives again under the new

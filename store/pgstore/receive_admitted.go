@@ -46,6 +46,40 @@ ORDER BY visible_at, seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
 
+// fairCandidatesSQL is candidatesSQL in fair order (store.ReceiveParams.Fair;
+// admit.FairOrder is the reference, which storetest holds this to): page
+// $4 (from 0) of the visible messages ranked. A message's share and
+// priority come from its headers, read as transport.FairnessOf reads
+// them; the rows of one partition (part, the hash of the partition key)
+// count in the share of its first row, at the highest priority among
+// them. The ranking is read again for each page (a new snapshot): a row
+// seen on an earlier page may come again, and the caller drops it.
+const fairCandidatesSQL = `
+WITH v AS (
+  SELECT seq, visible_at, part,
+    coalesce(envelope->'headers'->>'idem-fairness-key', '') AS share,
+    CASE WHEN envelope->'headers'->>'idem-fairness-weight' ~ '^[0-9]{1,4}$'
+      THEN least(greatest((envelope->'headers'->>'idem-fairness-weight')::int, 1), 1000) ELSE 1 END AS weight,
+    CASE WHEN envelope->'headers'->>'idem-priority' ~ '^-?[0-9]{1,3}$'
+      THEN least(greatest((envelope->'headers'->>'idem-priority')::int, -100), 100) ELSE 0 END AS prio
+  FROM idem_queue
+  WHERE visible_at <= now() AND ($3 < 2 OR mod(part, $3) = $2)
+), k AS (
+  SELECT seq, visible_at, weight,
+    first_value(share) OVER (PARTITION BY part ORDER BY visible_at, seq) AS share,
+    max(prio) OVER (PARTITION BY part) AS prio
+  FROM v
+), r AS (
+  SELECT seq, visible_at, prio,
+    (row_number() OVER (PARTITION BY share ORDER BY prio DESC, visible_at, seq) - 1) / max(weight) OVER (PARTITION BY share) AS round
+  FROM k
+)
+SELECT q.seq, q.envelope, q.body, q.attempt, q.visible_at FROM idem_queue q JOIN r ON q.seq = r.seq
+WHERE q.visible_at <= now()
+ORDER BY r.round, r.prio DESC, r.visible_at, r.seq
+LIMIT $1::int OFFSET $4::int * $1::int
+FOR UPDATE OF q SKIP LOCKED`
+
 // leaseAdmittedSQL leases the admitted rows $1 under token $2 for $3
 // seconds, as receiveSQL does.
 const leaseAdmittedSQL = `
@@ -146,6 +180,9 @@ type admitTxn struct {
 
 	rows    []candidate // every row decided, over the pages
 	page    []candidate // the page being read
+	read    int // rows the page read, with those seen before
+	seen    map[int64]bool
+	pageNo  int // the fair page to read next
 	locked  []store.LimitKey
 	cs      map[store.LimitKey]*admit.Counter
 	fresh   map[store.LimitKey]*admit.Counter // locked by the batch in flight
@@ -161,7 +198,7 @@ var errRestart = errors.New("a page needs a counter ordered before one already l
 // run runs the transaction, with the counters pre locked first, and
 // returns the admitted deliveries in enqueue order, as Receive does.
 func (t *admitTxn) run(ctx context.Context, pre []store.LimitKey) ([]transport.Delivery, *admit.QueueDecision, error) {
-	t.cs, t.now = map[store.LimitKey]*admit.Counter{}, time.Now()
+	t.cs, t.now, t.seen = map[store.LimitKey]*admit.Counter{}, time.Now(), map[int64]bool{}
 	b := &pgx.Batch{}
 	b.Queue(beginSQL)
 	if len(pre) > 0 {
@@ -197,9 +234,10 @@ func (t *admitTxn) merge() {
 // queuePage queues the read of the next page into t.page: the first when
 // after is nil, else the one after that row.
 func (t *admitTxn) queuePage(b *pgx.Batch, after *candidate) {
-	t.page = t.page[:0]
+	t.page, t.read = t.page[:0], 0
 	scan := func(r pgx.Rows) error {
 		for r.Next() {
+			t.read++
 			var c candidate
 			var meta, body []byte
 			if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible); err != nil {
@@ -209,12 +247,21 @@ func (t *admitTxn) queuePage(b *pgx.Batch, after *candidate) {
 			if err != nil {
 				return err
 			}
+			if t.seen[c.seq] {
+				continue // a fair page's ranking moved it after an earlier page
+			}
+			t.seen[c.seq] = true
 			c.d = transport.Delivery{Envelope: env, Attempt: c.d.Attempt + 1, Token: sqlq.FormatToken(c.seq, t.tok)}
 			t.page = append(t.page, c)
 		}
 		return r.Err()
 	}
 	w := admitWindow * t.n
+	if t.p.Fair {
+		b.Queue(fairCandidatesSQL, w, t.p.Part, t.p.Parts, t.pageNo).Query(scan)
+		t.pageNo++
+		return
+	}
 	if after == nil {
 		b.Queue(candidatesSQL, w, t.p.Part, t.p.Parts).Query(scan)
 		return
@@ -249,12 +296,15 @@ func (t *admitTxn) pages(ctx context.Context) error {
 		}
 		t.dec.Page(t.p.Limits, cands, t.cs, t.now, t.n)
 		t.rows = append(t.rows, t.page...)
-		if !t.dec.MorePages(page, admitWindow*t.n, len(t.page), t.n) {
+		if !t.dec.MorePages(page, admitWindow*t.n, t.read, t.n) {
 			return nil
 		}
 		b = &pgx.Batch{}
-		last := t.page[len(t.page)-1]
-		t.queuePage(b, &last)
+		var last *candidate
+		if len(t.page) > 0 {
+			last = &t.page[len(t.page)-1]
+		}
+		t.queuePage(b, last)
 		if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}

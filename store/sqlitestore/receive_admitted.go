@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -140,8 +141,22 @@ func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok s
 	var ds []transport.Delivery
 	var seqs []int64
 	after := cursor{at: -1 << 63}
+	var fair []int64 // with p.Fair: the visible rows in fair order
 	for page := 1; ; page++ {
-		got, gseqs, next, err := w.candidates(now, admitWindow*n, tok, after)
+		var got []transport.Delivery
+		var gseqs []int64
+		var next cursor
+		var err error
+		if p.Fair {
+			if fair == nil {
+				fair, err = w.fairOrder(now)
+			}
+			if err == nil {
+				got, gseqs, err = w.fairPage(fair, page, admitWindow*n, tok)
+			}
+		} else {
+			got, gseqs, next, err = w.candidates(now, admitWindow*n, tok, after)
+		}
 		if err != nil {
 			return nil, nil, pg, err
 		}
@@ -221,4 +236,95 @@ func (w *writer) candidates(now time.Time, n int, tok string, after cursor) ([]t
 func seqOf(d transport.Delivery) int64 {
 	seq, _, _ := sqlq.ParseToken(d.Token)
 	return seq
+}
+
+// fairRowsSQL reads what fair order needs of every visible message, in
+// Receive's order.
+const fairRowsSQL = `
+SELECT seq, id, coalesce(json_extract(envelope, '$.correlation_id'), ''),
+  json_extract(envelope, '$.headers."idem-fairness-key"'),
+  json_extract(envelope, '$.headers."idem-fairness-weight"'),
+  json_extract(envelope, '$.headers."idem-priority"')
+FROM idem_queue WHERE visible_at <= ?1
+ORDER BY visible_at, seq`
+
+// fairOrder returns the rows of the visible messages in fair order
+// (store.ReceiveParams.Fair, admit.FairOrder).
+func (w *writer) fairOrder(now time.Time) ([]int64, error) {
+	rows, err := w.query(fairRowsSQL, micros(now))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var seqs []int64
+	var frs []admit.FairRow
+	for rows.Next() {
+		var seq int64
+		var id, corr string
+		var key, weight, prio sql.NullString
+		if err := rows.Scan(&seq, &id, &corr, &key, &weight, &prio); err != nil {
+			return nil, err
+		}
+		env := transport.Envelope{ID: id, CorrelationID: corr, Headers: map[string]string{}}
+		for h, v := range map[string]sql.NullString{transport.HeaderFairnessKey: key, transport.HeaderFairnessWeight: weight, transport.HeaderPriority: prio} {
+			if v.Valid {
+				env.Headers[h] = v.String
+			}
+		}
+		seqs = append(seqs, seq)
+		frs = append(frs, admit.FairRow{PartKey: transport.PartitionKey(&env), Fairness: transport.FairnessOf(&env)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]int64, 0, len(seqs)) // non-nil even when empty: ranked once
+	for _, i := range admit.FairOrder(frs) {
+		out = append(out, seqs[i])
+	}
+	return out, nil
+}
+
+// fairPageSQL reads the rows whose seqs the JSON array ?1 lists.
+const fairPageSQL = `SELECT seq, id, envelope, body, attempt FROM idem_queue WHERE seq IN (SELECT value FROM json_each(?1))`
+
+// fairPage reads page (from 1) of size n of the rows in fair order, in
+// that order, as candidates does.
+func (w *writer) fairPage(fair []int64, page, n int, tok string) ([]transport.Delivery, []int64, error) {
+	lo := min((page-1)*n, len(fair))
+	want := fair[lo:min(lo+n, len(fair))]
+	if len(want) == 0 {
+		return nil, nil, nil
+	}
+	list, _ := json.Marshal(want)
+	rows, err := w.query(fairPageSQL, string(list))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	bySeq := make(map[int64]transport.Delivery, len(want))
+	for rows.Next() {
+		var seq int64
+		var attempt int
+		var id, meta string
+		var body []byte
+		if err := rows.Scan(&seq, &id, &meta, &body, &attempt); err != nil {
+			return nil, nil, err
+		}
+		env, err := sqlq.DecodeEnvelope([]byte(meta), body)
+		if err != nil {
+			env = transport.Envelope{ID: id, Body: body} // as candidates
+		}
+		bySeq[seq] = transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok)}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	ds := make([]transport.Delivery, 0, len(want))
+	seqs := make([]int64, 0, len(want))
+	for _, seq := range want {
+		if d, ok := bySeq[seq]; ok {
+			ds, seqs = append(ds, d), append(seqs, seq)
+		}
+	}
+	return ds, seqs, nil
 }

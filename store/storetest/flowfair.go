@@ -1,0 +1,134 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/idemhq/idem/internal/admit"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// The FlowQueueFair cases check store.ReceiveParams.Fair: fair share and
+// priority, with admit.FairOrder as the reference.
+
+func init() {
+	featureCases = append(featureCases,
+		featureCase{"FlowQueueFairQuietShareProgresses", needAdmit, testFlowQueueFairQuietShareProgresses},
+		featureCase{"FlowQueueFairMatchesReference", needAdmit, testFlowQueueFairMatchesReference},
+		featureCase{"FlowQueueFairPriorityKeepsKeyOrder", needAdmit, testFlowQueueFairPriorityKeepsKeyOrder},
+		featureCase{"FlowQueueFairUnderCap", needAdmit, testFlowQueueFairUnderCap},
+	)
+}
+
+// fairMessage returns a message of saga key corr in share with these
+// weight and priority headers ("" leaves one out).
+func fairMessage(id, corr, share, weight, prio string) transport.Envelope {
+	env := message(id, corr)
+	for h, v := range map[string]string{transport.HeaderFairnessKey: share, transport.HeaderFairnessWeight: weight, transport.HeaderPriority: prio} {
+		if v != "" {
+			env.Headers[h] = v
+		}
+	}
+	return env
+}
+
+// receiveFair calls ReceiveAdmitted in fair order once.
+func receiveFair(t *testing.T, q store.AdmittingQueue, lim map[string]store.Limit, max int) []transport.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), promptWait)
+	defer cancel()
+	ds, err := q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Limits: lim, Needs: needsOf, Fair: true})
+	if err != nil {
+		t.Fatalf("fair receive: got error %v, want deliveries within %v", err, promptWait)
+	}
+	return ds
+}
+
+func testFlowQueueFairQuietShareProgresses(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	var flood []transport.Envelope
+	for i := range 40 {
+		flood = append(flood, fairMessage(fmt.Sprint("a-", i), fmt.Sprint("ka-", i), "tenant-a", "", ""))
+	}
+	publish(t, q, flood...)
+	publish(t, q, fairMessage("b-0", "kb-0", "tenant-b", "", ""), fairMessage("b-1", "kb-1", "tenant-b", "", ""))
+	// 40 of tenant a are ahead in the queue; in fair order the first four
+	// places alternate between the shares.
+	wantIDs(t, "the first fair batch", receiveFair(t, q, nil, 4), 1, "a-0", "a-1", "b-0", "b-1")
+	wantIDs(t, "the next", receiveFair(t, q, nil, 2), 1, "a-2", "a-3")
+}
+
+func testFlowQueueFairMatchesReference(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	r := rand.New(rand.NewPCG(7, uint64(len(t.Name()))))
+	weights := []string{"", "1", "2", "3", "0", "+2", "99999", "x"} // the last four read as 1 or clamped
+	prios := []string{"", "0", "1", "5", "-3", "101", "-1000", "1e2", "<script>"}
+	var envs []transport.Envelope
+	for i := range 60 {
+		envs = append(envs, fairMessage(fmt.Sprintf("m-%02d", i), fmt.Sprint("k-", r.IntN(15)),
+			fmt.Sprint("s-", r.IntN(4)), weights[r.IntN(len(weights))], prios[r.IntN(len(prios))]))
+	}
+	publish(t, q, envs...)
+	left := slices.Clone(envs)
+	for round := 0; len(left) > 0; round++ {
+		want := fairFirst(left, 7)
+		got := receiveFair(t, q, nil, 7)
+		wantIDs(t, fmt.Sprintf("fair receive %d", round), got, 1, want...)
+		left = slices.DeleteFunc(left, func(e transport.Envelope) bool { return slices.Contains(want, e.ID) })
+	}
+}
+
+// fairFirst returns the IDs of the first n of envs (in queue order) in
+// fair order, sorted.
+func fairFirst(envs []transport.Envelope, n int) []string {
+	rows := make([]admit.FairRow, len(envs))
+	for i := range envs {
+		rows[i] = admit.FairRow{PartKey: transport.PartitionKey(&envs[i]), Fairness: transport.FairnessOf(&envs[i])}
+	}
+	var ids []string
+	for _, i := range admit.FairOrder(rows)[:min(n, len(envs))] {
+		ids = append(ids, envs[i].ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func testFlowQueueFairPriorityKeepsKeyOrder(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	var backlog []transport.Envelope
+	for i := range 20 {
+		backlog = append(backlog, fairMessage(fmt.Sprintf("m-%02d", i), fmt.Sprint("k-", i), "", "", ""))
+	}
+	publish(t, q, backlog...)
+	// An urgent message overtakes the backlog; one of a key with an
+	// earlier message waiting takes that message along, never overtaking
+	// it.
+	publish(t, q, fairMessage("urgent", "u", "", "", "50"), fairMessage("m-urgent", "k-7", "", "", strconv.Itoa(transport.MaxPriority)))
+	wantIDs(t, "urgent first", receiveFair(t, q, nil, 3), 1, "m-07", "m-urgent", "urgent")
+}
+
+func testFlowQueueFairUnderCap(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	ctx := context.Background()
+	capA := limits(store.Limit{Name: "a", Concurrency: 1})
+	var envs []transport.Envelope
+	for i := range 10 {
+		envs = append(envs, limited(fmt.Sprint("a-", i), fmt.Sprint("ka-", i), "a"))
+		envs[i].Headers[transport.HeaderFairnessKey] = "tenant-a"
+	}
+	publish(t, q, envs...)
+	publish(t, q, fairMessage("b-0", "kb-0", "tenant-b", "", ""))
+	// Tenant a's share is capped at one in flight: its refusals do not
+	// keep tenant b out.
+	got := receiveFair(t, q, capA, 5)
+	wantIDs(t, "under a's cap", got, 1, "a-0", "b-0")
+	if err := q.Ack(ctx, got); err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	wantIDs(t, "after the release", receiveFair(t, q, capA, 5), 1, "a-1")
+}
