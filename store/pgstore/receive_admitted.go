@@ -180,7 +180,7 @@ type admitTxn struct {
 
 	rows    []candidate // every row decided, over the pages
 	page    []candidate // the page being read
-	read    int // rows the page read, with those seen before
+	read    int         // rows the page read, with those seen before
 	seen    map[int64]bool
 	pageNo  int // the fair page to read next
 	locked  []store.LimitKey
