@@ -166,6 +166,17 @@ type Config struct {
 	// LimitsInterval is how often the engine reads the limits' runtime
 	// values from the store, when Limits are declared. Default 1s.
 	LimitsInterval time.Duration
+	// FairShare receives in fair order instead of the queue's
+	// (docs/flow-control.md): the values of each message's
+	// idem-fairness-key header (a tenant) are served round-robin,
+	// weighted by idem-fairness-weight, and within one value by
+	// idem-priority, higher first, so that a tenant with 100,000 queued
+	// messages does not hold up one with 10. A saga's messages keep their
+	// order. Messages a saga emits inherit the three headers. Ranking
+	// reads every visible message at each receive: its cost grows with
+	// the backlog. It needs the store's own queue as transport, as Limits
+	// do.
+	FairShare bool
 }
 
 func (c *Config) withDefaults() (Config, error) {

@@ -13,13 +13,48 @@ func row(part, share string, weight, prio int) FairRow {
 	return FairRow{PartKey: part, Fairness: transport.Fairness{Key: share, Weight: weight, Priority: prio}}
 }
 
+// order is FairOrder's indexes under a new clock.
+func order(rows []FairRow) []int {
+	var out []int
+	for _, r := range FairOrder(rows, &FairClock{}) {
+		out = append(out, r.Index)
+	}
+	return out
+}
+
+func TestFairOrderAlternatesOneAtATime(t *testing.T) {
+	var rows []FairRow
+	for i := range 6 {
+		rows = append(rows, row(fmt.Sprint("a", i), "flood", 1, 0))
+	}
+	rows = append(rows, row("b0", "quiet", 1, 0), row("b1", "quiet", 1, 0), row("c0", "heavy", 2, 0), row("c1", "heavy", 2, 0), row("c2", "heavy", 2, 0))
+	// One admission per receive: the clock carries the rounds over.
+	c := &FairClock{}
+	var got []string
+	for len(rows) > 0 {
+		first := FairOrder(rows, c)[0]
+		got = append(got, rows[first.Index].PartKey)
+		c.Served(first.Share, first.Weight)
+		rows = slices.Delete(rows, first.Index, first.Index+1)
+	}
+	want := []string{"a0", "b0", "c0", "c1", "a1", "b1", "c2", "a2", "a3", "a4", "a5"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	// A share that comes back after idling joins the current round.
+	c.Served("late", 1)
+	if f := c.Finish["late"]; f != c.V+1 {
+		t.Fatalf("a new share's finish: got %v, want V+1 = %v", f, c.V+1)
+	}
+}
+
 func TestFairOrderServesSharesRoundRobin(t *testing.T) {
 	var rows []FairRow
 	for i := range 6 {
 		rows = append(rows, row(fmt.Sprint("a", i), "flood", 1, 0))
 	}
 	rows = append(rows, row("b0", "quiet", 1, 0), row("b1", "quiet", 1, 0))
-	got := FairOrder(rows)
+	got := order(rows)
 	want := []int{0, 6, 1, 7, 2, 3, 4, 5}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v (the quiet share's two messages served in the first two rounds)", got, want)
@@ -34,7 +69,7 @@ func TestFairOrderWeighsShares(t *testing.T) {
 	for i := range 6 {
 		rows = append(rows, row(fmt.Sprint("b", i), "heavy", 3, 0))
 	}
-	got := FairOrder(rows)
+	got := order(rows)
 	want := []int{0, 4, 5, 6, 1, 7, 8, 9, 2, 3}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v (three of the weight-3 share per round)", got, want)
@@ -49,7 +84,7 @@ func TestFairOrderPriorityWithinShareTakesItsKeyAlong(t *testing.T) {
 		row("k3", "", 1, 9), // ...its second urgent: both go first, in order
 		row("k4", "", 1, 5),
 	}
-	got := FairOrder(rows)
+	got := order(rows)
 	want := []int{2, 3, 4, 0, 1}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
@@ -63,7 +98,7 @@ func TestFairOrderKeepsEachKeysQueueOrder(t *testing.T) {
 		for i := range rows {
 			rows[i] = row(fmt.Sprint("k", r.IntN(8)), fmt.Sprint("s", r.IntN(3)), 1+r.IntN(4), r.IntN(5)-2)
 		}
-		got := FairOrder(rows)
+		got := order(rows)
 		if len(got) != len(rows) {
 			t.Fatalf("trial %d: %d indexes for %d rows", trial, len(got), len(rows))
 		}

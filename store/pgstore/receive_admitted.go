@@ -48,12 +48,14 @@ FOR UPDATE SKIP LOCKED`
 
 // fairCandidatesSQL is candidatesSQL in fair order (store.ReceiveParams.Fair;
 // admit.FairOrder is the reference, which storetest holds this to): page
-// $4 (from 0) of the visible messages ranked. A message's share and
-// priority come from its headers, read as transport.FairnessOf reads
-// them; the rows of one partition (part, the hash of the partition key)
-// count in the share of its first row, at the highest priority among
-// them. The ranking is read again for each page (a new snapshot): a row
-// seen on an earlier page may come again, and the caller drops it.
+// $4 (from 0) of the visible messages ranked by start tag under the fair
+// clock (idem_fair_clock, idem_fair_shares), with each row's share, its
+// weight and the share's finish tag. A message's share and priority come
+// from its headers, read as transport.FairnessOf reads them; the rows of
+// one partition (part, the hash of the partition key) count in the share
+// of its first row, at the highest priority among them. The ranking is
+// read again for each page (a new snapshot): a row seen on an earlier
+// page may come again, and the caller drops it.
 const fairCandidatesSQL = `
 WITH v AS (
   SELECT seq, visible_at, part,
@@ -70,15 +72,33 @@ WITH v AS (
     max(prio) OVER (PARTITION BY part) AS prio
   FROM v
 ), r AS (
-  SELECT seq, visible_at, prio,
-    (row_number() OVER (PARTITION BY share ORDER BY prio DESC, visible_at, seq) - 1) / max(weight) OVER (PARTITION BY share) AS round
+  SELECT seq, visible_at, prio, share,
+    max(weight) OVER (PARTITION BY share) AS weight,
+    row_number() OVER (PARTITION BY share ORDER BY prio DESC, visible_at, seq) - 1 AS n
   FROM k
+), s AS (
+  SELECT r.*, coalesce(f.finish, 0) AS finish,
+    greatest((SELECT c.v FROM idem_fair_clock c WHERE c.id = 1), coalesce(f.finish, 0)) + r.n::float8 / r.weight::float8 AS start
+  FROM r LEFT JOIN idem_fair_shares f ON f.share = r.share
 )
-SELECT q.seq, q.envelope, q.body, q.attempt, q.visible_at FROM idem_queue q JOIN r ON q.seq = r.seq
+SELECT q.seq, q.envelope, q.body, q.attempt, q.visible_at, s.share, s.weight, s.finish FROM idem_queue q JOIN s ON q.seq = s.seq
 WHERE q.visible_at <= now()
-ORDER BY r.round, r.prio DESC, r.visible_at, r.seq
+ORDER BY s.start, s.prio DESC, s.visible_at, s.seq
 LIMIT $1::int OFFSET $4::int * $1::int
 FOR UPDATE OF q SKIP LOCKED`
+
+// lockFairClockSQL locks the fair clock: fair receives take turns, each
+// ranking under the tags the last one wrote.
+const lockFairClockSQL = `SELECT v FROM idem_fair_clock WHERE id = 1 FOR UPDATE`
+
+// saveFairClockSQL stores the clock $1 and the finish tags $3 of the
+// shares $2 past it, and drops the shares at or before it.
+const saveFairClockSQL = `
+WITH c AS (UPDATE idem_fair_clock SET v = $1 WHERE id = 1),
+d AS (DELETE FROM idem_fair_shares WHERE finish <= $1 AND NOT share = ANY($2::text[]))
+INSERT INTO idem_fair_shares (share, finish)
+SELECT * FROM unnest($2::text[], $3::float8[]) AS u(share, finish) WHERE u.finish > $1
+ON CONFLICT (share) DO UPDATE SET finish = excluded.finish`
 
 // leaseAdmittedSQL leases the admitted rows $1 under token $2 for $3
 // seconds, as receiveSQL does.
@@ -118,6 +138,11 @@ type candidate struct {
 	seq     int64
 	visible time.Time
 	d       transport.Delivery
+	// In fair order: its share, the share's weight and finish tag.
+	fair   bool
+	share  string
+	weight int
+	finish float64
 }
 
 // admitAttempts bounds the transactions of one admitting receive: a page
@@ -189,6 +214,7 @@ type admitTxn struct {
 	now     time.Time
 	dec     admit.QueueDecision
 	restart []store.LimitKey
+	clock   admit.FairClock // with Fair
 }
 
 // errRestart ends a transaction whose next page needs a counter out of
@@ -201,6 +227,10 @@ func (t *admitTxn) run(ctx context.Context, pre []store.LimitKey) ([]transport.D
 	t.cs, t.now, t.seen = map[store.LimitKey]*admit.Counter{}, time.Now(), map[int64]bool{}
 	b := &pgx.Batch{}
 	b.Queue(beginSQL)
+	if t.p.Fair {
+		t.clock = admit.FairClock{Finish: map[string]float64{}}
+		b.Queue(lockFairClockSQL).QueryRow(func(r pgx.Row) error { return r.Scan(&t.clock.V) })
+	}
 	if len(pre) > 0 {
 		t.queueLock(b, pre)
 	}
@@ -240,7 +270,12 @@ func (t *admitTxn) queuePage(b *pgx.Batch, after *candidate) {
 			t.read++
 			var c candidate
 			var meta, body []byte
-			if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible); err != nil {
+			if t.p.Fair {
+				c.fair = true
+				if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.share, &c.weight, &c.finish); err != nil {
+					return err
+				}
+			} else if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible); err != nil {
 				return err
 			}
 			env, err := sqlq.DecodeEnvelope(meta, body)
@@ -337,6 +372,9 @@ func (t *admitTxn) commit() (*pgx.Batch, []transport.Delivery) {
 		held[j], seqs[j], out[j] = store.AdmitRequest{Holder: r.d.Token, Keys: t.dec.Holds[j]}, r.seq, r.d
 	}
 	queueHolds(w, held, t.dec.Holds, t.cs, t.now, t.s.cfg.Lease)
+	if t.p.Fair {
+		t.queueServed(w)
+	}
 	if len(seqs) > 0 {
 		w.Queue(leaseAdmittedSQL, seqs, t.tok, t.s.cfg.Lease.Seconds())
 	}
@@ -349,4 +387,27 @@ func (t *admitTxn) commit() (*pgx.Batch, []transport.Delivery) {
 func seqOf(d transport.Delivery) int64 {
 	seq, _, _ := sqlq.ParseToken(d.Token)
 	return seq
+}
+
+// queueServed advances the fair clock by the admitted rows, in the order
+// admitted, and queues its save.
+func (t *admitTxn) queueServed(w *pgx.Batch) {
+	touched := map[string]bool{}
+	for _, i := range t.dec.Admitted {
+		r := t.rows[i]
+		if _, ok := t.clock.Finish[r.share]; !ok {
+			t.clock.Finish[r.share] = r.finish
+		}
+		t.clock.Served(r.share, r.weight)
+		touched[r.share] = true
+	}
+	if len(touched) == 0 {
+		return
+	}
+	shares := slices.Sorted(maps.Keys(touched))
+	finish := make([]float64, len(shares))
+	for i, sh := range shares {
+		finish[i] = t.clock.Finish[sh]
+	}
+	w.Queue(saveFairClockSQL, t.clock.V, shares, finish)
 }

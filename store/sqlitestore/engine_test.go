@@ -236,3 +236,9 @@ func TestEngineFlowControl(t *testing.T) {
 func TestEngineFlowControlChangedAtRuntime(t *testing.T) {
 	enginetest.FlowChange(t, openStore(t, sqlitestore.Config{Lease: time.Hour, PollInterval: time.Hour}))
 }
+
+// TestEngineFairShare: a quiet tenant's calls overtake a flooding
+// tenant's backlog in fair order (enginetest.FlowFair).
+func TestEngineFairShare(t *testing.T) {
+	enginetest.FlowFair(t, openStore(t, sqlitestore.Config{Lease: time.Hour, PollInterval: 20 * time.Millisecond}))
+}

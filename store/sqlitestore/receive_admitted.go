@@ -115,6 +115,11 @@ func (w *writer) receiveAdmitted(p *store.ReceiveParams, lease time.Duration) ([
 		out[j] = ds[i]
 	}
 	slices.SortFunc(out, func(a, b transport.Delivery) int { return cmp.Compare(seqOf(a), seqOf(b)) }) // enqueue order, as Receive
+	if dec.fair != nil {
+		if err := w.served(dec.fair, seqs, dec.Admitted); err != nil {
+			return nil, 0, err
+		}
+	}
 	for k, c := range cs {
 		if c.Refilled {
 			if _, err := w.exec(saveBucketSQL, k.Name, k.Key, c.Tokens, micros(c.RefilledAt)); err != nil {
@@ -129,7 +134,8 @@ func (w *writer) receiveAdmitted(p *store.ReceiveParams, lease time.Duration) ([
 // counters it read and the decision.
 type pages struct {
 	*admit.QueueDecision
-	cs map[store.LimitKey]*admit.Counter
+	cs   map[store.LimitKey]*admit.Counter
+	fair *fairOrder // with ReceiveParams.Fair
 }
 
 // decidePages reads windows of admitWindow × n candidates and decides
@@ -141,18 +147,17 @@ func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok s
 	var ds []transport.Delivery
 	var seqs []int64
 	after := cursor{at: -1 << 63}
-	var fair []int64 // with p.Fair: the visible rows in fair order
 	for page := 1; ; page++ {
 		var got []transport.Delivery
 		var gseqs []int64
 		var next cursor
 		var err error
 		if p.Fair {
-			if fair == nil {
-				fair, err = w.fairOrder(now)
+			if pg.fair == nil {
+				pg.fair, err = w.fairOrder(now)
 			}
 			if err == nil {
-				got, gseqs, err = w.fairPage(fair, page, admitWindow*n, tok)
+				got, gseqs, err = w.fairPage(pg.fair.seqs, page, admitWindow*n, tok)
 			}
 		} else {
 			got, gseqs, next, err = w.candidates(now, admitWindow*n, tok, after)
@@ -248,9 +253,21 @@ SELECT seq, id, coalesce(json_extract(envelope, '$.correlation_id'), ''),
 FROM idem_queue WHERE visible_at <= ?1
 ORDER BY visible_at, seq`
 
-// fairOrder returns the rows of the visible messages in fair order
-// (store.ReceiveParams.Fair, admit.FairOrder).
-func (w *writer) fairOrder(now time.Time) ([]int64, error) {
+// fairOrder is the visible messages in fair order, with the clock they
+// were ranked under.
+type fairOrder struct {
+	seqs  []int64                  // the rows, in fair order
+	ranks map[int64]admit.FairRank // by row
+	clock admit.FairClock
+}
+
+// fairOrder ranks the visible messages (store.ReceiveParams.Fair,
+// admit.FairOrder) under the stored clock.
+func (w *writer) fairOrder(now time.Time) (*fairOrder, error) {
+	fo := &fairOrder{ranks: map[int64]admit.FairRank{}}
+	if err := w.fairClock(&fo.clock); err != nil {
+		return nil, err
+	}
 	rows, err := w.query(fairRowsSQL, micros(now))
 	if err != nil {
 		return nil, err
@@ -277,11 +294,63 @@ func (w *writer) fairOrder(now time.Time) ([]int64, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]int64, 0, len(seqs)) // non-nil even when empty: ranked once
-	for _, i := range admit.FairOrder(frs) {
-		out = append(out, seqs[i])
+	for _, r := range admit.FairOrder(frs, &fo.clock) {
+		fo.seqs = append(fo.seqs, seqs[r.Index])
+		fo.ranks[seqs[r.Index]] = r
 	}
-	return out, nil
+	return fo, nil
+}
+
+// fairClock reads the stored clock into c.
+func (w *writer) fairClock(c *admit.FairClock) error {
+	rows, err := w.query(`SELECT 0, '', v FROM idem_fair_clock UNION ALL SELECT 1, share, finish FROM idem_fair_shares`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	c.Finish = map[string]float64{}
+	for rows.Next() {
+		var isShare bool
+		var share string
+		var v float64
+		if err := rows.Scan(&isShare, &share, &v); err != nil {
+			return err
+		}
+		if !isShare {
+			c.V = v
+			continue
+		}
+		c.Finish[share] = v
+	}
+	return rows.Err()
+}
+
+// served advances the clock by the admitted rows, in the order admitted,
+// and stores it: the shares whose finish is past the new V, the others
+// dropped (they start at V, as an absent one does).
+func (w *writer) served(fo *fairOrder, seqs []int64, admitted []int) error {
+	c := &fo.clock
+	touched := map[string]bool{}
+	for _, i := range admitted {
+		r := fo.ranks[seqs[i]]
+		c.Served(r.Share, r.Weight)
+		touched[r.Share] = true
+	}
+	if len(touched) == 0 {
+		return nil
+	}
+	if _, err := w.exec(`UPDATE idem_fair_clock SET v = ?1 WHERE id = 1`, c.V); err != nil {
+		return err
+	}
+	for share := range touched {
+		if f := c.Finish[share]; f > c.V {
+			if _, err := w.exec(`INSERT INTO idem_fair_shares (share, finish) VALUES (?1, ?2) ON CONFLICT (share) DO UPDATE SET finish = excluded.finish`, share, f); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := w.exec(`DELETE FROM idem_fair_shares WHERE finish <= ?1`, c.V)
+	return err
 }
 
 // fairPageSQL reads the rows whose seqs the JSON array ?1 lists.

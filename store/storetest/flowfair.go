@@ -75,8 +75,9 @@ func testFlowQueueFairMatchesReference(t *testing.T, s store.Store, f Features) 
 	}
 	publish(t, q, envs...)
 	left := slices.Clone(envs)
+	var c admit.FairClock
 	for round := 0; len(left) > 0; round++ {
-		want := fairFirst(left, 7)
+		want := fairFirst(left, 7, &c)
 		got := receiveFair(t, q, nil, 7)
 		wantIDs(t, fmt.Sprintf("fair receive %d", round), got, 1, want...)
 		left = slices.DeleteFunc(left, func(e transport.Envelope) bool { return slices.Contains(want, e.ID) })
@@ -84,15 +85,16 @@ func testFlowQueueFairMatchesReference(t *testing.T, s store.Store, f Features) 
 }
 
 // fairFirst returns the IDs of the first n of envs (in queue order) in
-// fair order, sorted.
-func fairFirst(envs []transport.Envelope, n int) []string {
+// fair order under c, sorted, and advances c as their admission does.
+func fairFirst(envs []transport.Envelope, n int, c *admit.FairClock) []string {
 	rows := make([]admit.FairRow, len(envs))
 	for i := range envs {
 		rows[i] = admit.FairRow{PartKey: transport.PartitionKey(&envs[i]), Fairness: transport.FairnessOf(&envs[i])}
 	}
 	var ids []string
-	for _, i := range admit.FairOrder(rows)[:min(n, len(envs))] {
-		ids = append(ids, envs[i].ID)
+	for _, r := range admit.FairOrder(rows, c)[:min(n, len(envs))] {
+		ids = append(ids, envs[r.Index].ID)
+		c.Served(r.Share, r.Weight)
 	}
 	slices.Sort(ids)
 	return ids
