@@ -69,7 +69,7 @@ func (l *Limit) values() store.Limit {
 type admission struct {
 	log     *slog.Logger
 	q       store.AdmittingQueue
-	fair    bool // Config.FairShare
+	fair    bool                // Config.FairShare
 	byType  map[string][]*Limit // the limits of each message type
 	all     []*Limit            // the limits of every message
 	decl    map[string]store.Limit
