@@ -28,7 +28,7 @@ const admitWindow = 4
 // candidatesSQL locks the window of visible messages an admitting receive
 // decides on, in Receive's order, skipping those another consumer holds.
 const candidatesSQL = `
-SELECT seq, envelope, body, attempt, visible_at FROM idem_queue
+SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8 FROM idem_queue
 WHERE visible_at <= now()
   AND ($3 < 2 OR mod(part, $3) = $2)
 ORDER BY visible_at, seq
@@ -38,7 +38,7 @@ FOR UPDATE SKIP LOCKED`
 // candidatesAfterSQL is candidatesSQL for the next page: the window after
 // the row ($4, $5), the (visible_at, seq) looked at last.
 const candidatesAfterSQL = `
-SELECT seq, envelope, body, attempt, visible_at FROM idem_queue
+SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8 FROM idem_queue
 WHERE visible_at <= now()
   AND ($3 < 2 OR mod(part, $3) = $2)
   AND (visible_at, seq) > ($4, $5)
@@ -81,7 +81,7 @@ WITH v AS (
     greatest((SELECT c.v FROM idem_fair_clock c WHERE c.id = 1), coalesce(f.finish, 0)) + r.n::float8 / r.weight::float8 AS start
   FROM r LEFT JOIN idem_fair_shares f ON f.share = r.share
 )
-SELECT q.seq, q.envelope, q.body, q.attempt, q.visible_at, s.share, s.weight, s.finish FROM idem_queue q JOIN s ON q.seq = s.seq
+SELECT q.seq, q.envelope, q.body, q.attempt, q.visible_at, extract(epoch FROM now() - q.visible_at)::float8, s.share, s.weight, s.finish FROM idem_queue q JOIN s ON q.seq = s.seq
 WHERE q.visible_at <= now()
 ORDER BY s.start, s.prio DESC, s.visible_at, s.seq
 LIMIT $1::int OFFSET $4::int * $1::int
@@ -137,6 +137,7 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 type candidate struct {
 	seq     int64
 	visible time.Time
+	waited  float64 // seconds visible before this receive
 	d       transport.Delivery
 	// In fair order: its share, the share's weight and finish tag.
 	fair   bool
@@ -272,10 +273,10 @@ func (t *admitTxn) queuePage(b *pgx.Batch, after *candidate) {
 			var meta, body []byte
 			if t.p.Fair {
 				c.fair = true
-				if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.share, &c.weight, &c.finish); err != nil {
+				if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.waited, &c.share, &c.weight, &c.finish); err != nil {
 					return err
 				}
-			} else if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible); err != nil {
+			} else if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.waited); err != nil {
 				return err
 			}
 			env, err := sqlq.DecodeEnvelope(meta, body)
@@ -286,7 +287,8 @@ func (t *admitTxn) queuePage(b *pgx.Batch, after *candidate) {
 				continue // a fair page's ranking moved it after an earlier page
 			}
 			t.seen[c.seq] = true
-			c.d = transport.Delivery{Envelope: env, Attempt: c.d.Attempt + 1, Token: sqlq.FormatToken(c.seq, t.tok)}
+			c.d = transport.Delivery{Envelope: env, Attempt: c.d.Attempt + 1, Token: sqlq.FormatToken(c.seq, t.tok),
+				Admitted: true, Waited: max(time.Duration(c.waited*float64(time.Second)), 0)}
 			t.page = append(t.page, c)
 		}
 		return r.Err()

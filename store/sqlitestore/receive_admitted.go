@@ -231,7 +231,8 @@ func (w *writer) candidates(now time.Time, n int, tok string, after cursor) ([]t
 			// to dead-letter.
 			env = transport.Envelope{ID: id, Body: body}
 		}
-		ds = append(ds, transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok)})
+		ds = append(ds, transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok),
+			Admitted: true, Waited: max(now.Sub(fromMicros(after.at)), 0)})
 		seqs = append(seqs, seq)
 	}
 	return ds, seqs, after, rows.Err()
@@ -354,7 +355,7 @@ func (w *writer) served(fo *fairOrder, seqs []int64, admitted []int) error {
 }
 
 // fairPageSQL reads the rows whose seqs the JSON array ?1 lists.
-const fairPageSQL = `SELECT seq, id, envelope, body, attempt FROM idem_queue WHERE seq IN (SELECT value FROM json_each(?1))`
+const fairPageSQL = `SELECT seq, id, envelope, body, attempt, visible_at FROM idem_queue WHERE seq IN (SELECT value FROM json_each(?1))`
 
 // fairPage reads page (from 1) of size n of the rows in fair order, in
 // that order, as candidates does.
@@ -366,6 +367,7 @@ func (w *writer) fairPage(fair []int64, page, n int, tok string) ([]transport.De
 	}
 	list, _ := json.Marshal(want)
 	rows, err := w.query(fairPageSQL, string(list))
+	now := time.Now()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -376,14 +378,16 @@ func (w *writer) fairPage(fair []int64, page, n int, tok string) ([]transport.De
 		var attempt int
 		var id, meta string
 		var body []byte
-		if err := rows.Scan(&seq, &id, &meta, &body, &attempt); err != nil {
+		var visible int64
+		if err := rows.Scan(&seq, &id, &meta, &body, &attempt, &visible); err != nil {
 			return nil, nil, err
 		}
 		env, err := sqlq.DecodeEnvelope([]byte(meta), body)
 		if err != nil {
 			env = transport.Envelope{ID: id, Body: body} // as candidates
 		}
-		bySeq[seq] = transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok)}
+		bySeq[seq] = transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok),
+			Admitted: true, Waited: max(now.Sub(fromMicros(visible)), 0)}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/internal/admit"
 	"github.com/idemhq/idem/store"
@@ -22,6 +23,7 @@ func init() {
 		featureCase{"FlowQueueFairMatchesReference", needAdmit, testFlowQueueFairMatchesReference},
 		featureCase{"FlowQueueFairPriorityKeepsKeyOrder", needAdmit, testFlowQueueFairPriorityKeepsKeyOrder},
 		featureCase{"FlowQueueFairUnderCap", needAdmit, testFlowQueueFairUnderCap},
+		featureCase{"FlowQueueReportsAdmissionWait", needAdmit, testFlowQueueReportsAdmissionWait},
 	)
 }
 
@@ -133,4 +135,31 @@ func testFlowQueueFairUnderCap(t *testing.T, s store.Store, f Features) {
 		t.Fatalf("ack: %v", err)
 	}
 	wantIDs(t, "after the release", receiveFair(t, q, capA, 5), 1, "a-1")
+}
+
+func testFlowQueueReportsAdmissionWait(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	ctx := context.Background()
+	start := time.Now()
+	publish(t, q, limited("m-1", "k-1", "api"), limited("m-2", "k-2", "api"))
+	first := receiveAdmitted(t, q, apiCap1, 10, promptWait)
+	wantIDs(t, "the first", first, 1, "m-1")
+	if !first[0].Admitted || first[0].Waited < 0 {
+		t.Fatalf("m-1: Admitted %v, Waited %v: want an admitted delivery with a wait of 0 or more", first[0].Admitted, first[0].Waited)
+	}
+	// m-2 waits behind the cap at least as long as the refused receive.
+	const held = 300 * time.Millisecond
+	expectNoAdmission(t, q, apiCap1, "m-2 behind the cap", held)
+	if err := q.Ack(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	second := receiveAdmitted(t, q, apiCap1, 10, promptWait)
+	wantIDs(t, "after the release", second, 1, "m-2")
+	if w := second[0].Waited; !second[0].Admitted || w < held-50*time.Millisecond || w > time.Since(start)+time.Second {
+		t.Fatalf("m-2: Admitted %v, Waited %v: want at least %v (held behind the cap) and at most %v (since its publish)", second[0].Admitted, w, held, time.Since(start))
+	}
+	publish(t, q, message("m-3", "k-3"))
+	if d := receive(t, q, 1, promptWait); d[0].Admitted || d[0].Waited != 0 {
+		t.Fatalf("a plain receive: Admitted %v, Waited %v: want neither", d[0].Admitted, d[0].Waited)
+	}
 }
