@@ -24,6 +24,7 @@ func init() {
 		featureCase{"FlowQueueFairPriorityKeepsKeyOrder", needAdmit, testFlowQueueFairPriorityKeepsKeyOrder},
 		featureCase{"FlowQueueFairUnderCap", needAdmit, testFlowQueueFairUnderCap},
 		featureCase{"FlowQueueReportsAdmissionWait", needAdmit, testFlowQueueReportsAdmissionWait},
+		featureCase{"FairWaitingShares", needAdmit, testFairWaitingShares},
 	)
 }
 
@@ -161,5 +162,29 @@ func testFlowQueueReportsAdmissionWait(t *testing.T, s store.Store, f Features) 
 	publish(t, q, message("m-3", "k-3"))
 	if d := receive(t, q, 1, promptWait); d[0].Admitted || d[0].Waited != 0 {
 		t.Fatalf("a plain receive: Admitted %v, Waited %v: want neither", d[0].Admitted, d[0].Waited)
+	}
+}
+
+func testFairWaitingShares(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	r, ok := s.(store.FairShareReader)
+	if !ok {
+		t.Fatalf("%T is an AdmittingQueue but no store.FairShareReader", s)
+	}
+	hostile := "<script>alert(1)</script>\u00e9"
+	var envs []transport.Envelope
+	for i := range 3 {
+		envs = append(envs, fairMessage(fmt.Sprint("a-", i), fmt.Sprint("ka-", i), "acme", "", ""))
+	}
+	envs = append(envs, fairMessage("h-0", "kh-0", hostile, "", ""), fairMessage("h-1", "kh-1", hostile, "", ""), message("n-0", "kn-0"))
+	publish(t, q, envs...)
+	wantIDs(t, "one leased", receive(t, q, 1, promptWait), 1, "a-0")
+	got, total, err := r.WaitingShares(t.Context(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.ShareWaiting{{Share: hostile, Waiting: 2}, {Share: "acme", Waiting: 2}} // "<" sorts before "a"
+	if !slices.Equal(got, want) || total != 3 {
+		t.Fatalf("WaitingShares(2): got %+v of %d shares, want %+v of 3 (the leased one not waiting; ties by share)", got, total, want)
 	}
 }
