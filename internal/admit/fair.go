@@ -12,6 +12,9 @@ type FairRow struct {
 	// PartKey is its partition key (transport.PartitionKey).
 	PartKey string
 	transport.Fairness
+	// Earlier counts the visible messages of its partition key before it
+	// in the queue's order (a store may stop counting past the window).
+	Earlier int
 }
 
 // FairClock is a fair queue's state between receives, as start-time fair
@@ -46,57 +49,83 @@ func (c *FairClock) Served(share string, weight int) {
 type FairRank struct {
 	// Index is the row's index in the rows ranked.
 	Index int
-	// Share and Weight are what the row counts under (see FairOrder).
+	// Share and Weight are what the row counts under: its own share, at
+	// the highest weight among the share's heads.
 	Share  string
 	Weight int
-	// Start is its start tag: the order is by Start, then priority
-	// (higher first), then queue order.
+	// Start is its start tag.
 	Start    float64
 	Priority int
 }
 
-// FairOrder ranks rows, which are in the queue's order, in fair order
-// under clock c (start-time fair queueing): the n-th message (from 0) of
-// a share of weight w starts at c's start of the share plus n/w, the
-// share's messages ordered by priority (higher first), then queue order;
-// the rows are served by start tag, then priority, then queue order. A
-// share's weight is the highest among its rows. pgstore computes the same
-// in SQL: store.ReceiveParams.Fair documents it, and storetest's
-// FlowQueueFair cases hold both to this reference.
+// FairWindow returns the window of n rows that a fair receive decides
+// on, in the order it decides them, from rows in the queue's order
+// (every visible message, or at least each share's heads: its first n by
+// priority, higher first, then queue order). It is the reference that
+// the stores' fair receives (store.ReceiveParams.Fair) are held to by
+// storetest's FlowQueueFair cases:
 //
-// The messages of one partition key keep their queue order: they count
-// in the share of the key's first message, at the highest priority among
-// them, so an urgent message takes the ones of its saga before it along
-// instead of overtaking them.
-func FairOrder(rows []FairRow, c *FairClock) []FairRank {
-	type part struct{ first, prio int }
-	parts := map[string]*part{}
-	for i, r := range rows {
-		if p, ok := parts[r.PartKey]; ok {
-			p.prio = max(p.prio, r.Priority)
-			continue
+//  1. Each share keeps its heads; its weight is the highest among them.
+//  2. Under clock c (start-time fair queueing) the k-th head (from 0) of
+//     a share of weight w starts at c's start of the share plus k/w; the
+//     heads are ordered by start tag, then priority, then queue order.
+//  3. A head whose partition key has an earlier visible message that is
+//     not a head is left out: it must not overtake it.
+//  4. The messages of one partition key keep their queue order and go
+//     together, at the place of the first of them: an urgent message
+//     takes the earlier ones of its saga along instead of overtaking
+//     them.
+//  5. The first n are the window.
+func FairWindow(rows []FairRow, c *FairClock, n int) []FairRank {
+	heads := fairHeads(rows, c, n)
+	slices.SortFunc(heads, func(a, b FairRank) int {
+		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Index, b.Index))
+	})
+	// 3: the heads of each key, in queue order, must be its first
+	// visible messages.
+	byQueue := slices.Clone(heads)
+	slices.SortFunc(byQueue, func(a, b FairRank) int { return cmp.Compare(a.Index, b.Index) })
+	seen := map[string]int{}
+	ok := map[int]bool{}
+	for _, h := range byQueue {
+		k := rows[h.Index].PartKey
+		ok[h.Index] = rows[h.Index].Earlier == seen[k]
+		seen[k]++
+	}
+	heads = slices.DeleteFunc(heads, func(h FairRank) bool { return !ok[h.Index] })
+	// 4: each key at the place of its first head, in queue order.
+	first := map[string]int{}
+	for pos, h := range heads {
+		if _, dup := first[rows[h.Index].PartKey]; !dup {
+			first[rows[h.Index].PartKey] = pos
 		}
-		parts[r.PartKey] = &part{first: i, prio: r.Priority}
 	}
+	slices.SortStableFunc(heads, func(a, b FairRank) int {
+		return cmp.Or(cmp.Compare(first[rows[a.Index].PartKey], first[rows[b.Index].PartKey]), cmp.Compare(a.Index, b.Index))
+	})
+	return heads[:min(n, len(heads))]
+}
+
+// fairHeads ranks each share's heads (its first n by priority, then
+// queue order) with their start tags under c.
+func fairHeads(rows []FairRow, c *FairClock, n int) []FairRank {
 	shares := map[string][]FairRank{}
-	weight := map[string]int{}
 	for i, r := range rows {
-		p := parts[r.PartKey]
-		share := rows[p.first].Key
-		shares[share] = append(shares[share], FairRank{Index: i, Share: share, Priority: p.prio})
-		weight[share] = max(weight[share], r.Weight, 1)
+		shares[r.Key] = append(shares[r.Key], FairRank{Index: i, Share: r.Key, Priority: r.Priority})
 	}
-	all := make([]FairRank, 0, len(rows))
+	var all []FairRank
 	for share, rs := range shares {
 		slices.SortStableFunc(rs, func(a, b FairRank) int { return cmp.Compare(b.Priority, a.Priority) })
-		w, s := weight[share], c.start(share)
-		for n := range rs {
-			rs[n].Weight, rs[n].Start = w, s+float64(n)/float64(w)
+		rs = rs[:min(n, len(rs))]
+		w := 1
+		for _, r := range rs {
+			w = max(w, rows[r.Index].Weight)
+		}
+		s := c.start(share)
+		for k := range rs {
+			rs[k].Weight, rs[k].Start = w, s+float64(k)/float64(w)
 		}
 		all = append(all, rs...)
 	}
-	slices.SortFunc(all, func(a, b FairRank) int {
-		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Index, b.Index))
-	})
 	return all
 }

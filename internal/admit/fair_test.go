@@ -13,10 +13,21 @@ func row(part, share string, weight, prio int) FairRow {
 	return FairRow{PartKey: part, Fairness: transport.Fairness{Key: share, Weight: weight, Priority: prio}}
 }
 
-// order is FairOrder's indexes under a new clock.
+// counted sets each row's Earlier: every row is visible.
+func counted(rows []FairRow) []FairRow {
+	seen := map[string]int{}
+	for i := range rows {
+		rows[i].Earlier = seen[rows[i].PartKey]
+		seen[rows[i].PartKey]++
+	}
+	return rows
+}
+
+// order is FairWindow's indexes under a new clock, the window as large
+// as the rows.
 func order(rows []FairRow) []int {
 	var out []int
-	for _, r := range FairOrder(rows, &FairClock{}) {
+	for _, r := range FairWindow(counted(rows), &FairClock{}, len(rows)) {
 		out = append(out, r.Index)
 	}
 	return out
@@ -32,7 +43,7 @@ func TestFairOrderAlternatesOneAtATime(t *testing.T) {
 	c := &FairClock{}
 	var got []string
 	for len(rows) > 0 {
-		first := FairOrder(rows, c)[0]
+		first := FairWindow(counted(rows), c, len(rows))[0]
 		got = append(got, rows[first.Index].PartKey)
 		c.Served(first.Share, first.Weight)
 		rows = slices.Delete(rows, first.Index, first.Index+1)
@@ -91,25 +102,47 @@ func TestFairOrderPriorityWithinShareTakesItsKeyAlong(t *testing.T) {
 	}
 }
 
-func TestFairOrderKeepsEachKeysQueueOrder(t *testing.T) {
+func TestFairWindowKeepsEachKeysQueueOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for trial := range 200 {
+	for trial := range 300 {
 		rows := make([]FairRow, 1+r.IntN(60))
 		for i := range rows {
 			rows[i] = row(fmt.Sprint("k", r.IntN(8)), fmt.Sprint("s", r.IntN(3)), 1+r.IntN(4), r.IntN(5)-2)
 		}
-		got := order(rows)
-		if len(got) != len(rows) {
-			t.Fatalf("trial %d: %d indexes for %d rows", trial, len(got), len(rows))
+		counted(rows)
+		n := 1 + r.IntN(len(rows))
+		got := FairWindow(rows, &FairClock{V: float64(r.IntN(3)), Finish: map[string]float64{"s1": 2.5}}, n)
+		if len(got) > n {
+			t.Fatalf("trial %d: a window of %d for n=%d", trial, len(got), n)
 		}
-		last := map[string]int{}
-		for _, i := range got {
-			k := rows[i].PartKey
-			if j, ok := last[k]; ok && j > i {
-				t.Fatalf("trial %d: key %s's message %d comes after its message %d: order %v", trial, k, j, i, got)
+		// Each key's rows in the window are its first visible ones, in
+		// queue order.
+		next := map[string]int{}
+		for _, g := range got {
+			k := rows[g.Index].PartKey
+			if rows[g.Index].Earlier != next[k] {
+				t.Fatalf("trial %d: key %s's row %d (its message %d) comes after %d of its messages: window %v", trial, k, g.Index, rows[g.Index].Earlier, next[k], got)
 			}
-			last[k] = i
+			next[k]++
 		}
+	}
+}
+
+func TestFairWindowLeavesOutWhatWouldOvertake(t *testing.T) {
+	// k's first message sits deep in share a's backlog; its second,
+	// urgent, is a head of share b: it waits for the first.
+	rows := []FairRow{row("k", "a", 1, 0)}
+	for i := range 5 {
+		rows = append(rows, row(fmt.Sprint("x", i), "a", 1, 5))
+	}
+	rows = append(rows, row("k", "b", 1, 9), row("y", "b", 1, 0))
+	got := FairWindow(counted(rows), &FairClock{}, 3)
+	var ids []int
+	for _, g := range got {
+		ids = append(ids, g.Index)
+	}
+	if want := []int{1, 2, 7}; !slices.Equal(ids, want) { // at start 1, x1 (priority 5) before y
+		t.Fatalf("got %v, want %v (k's urgent message left out behind its first)", ids, want)
 	}
 }
 

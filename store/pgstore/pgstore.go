@@ -144,6 +144,8 @@ type Store struct {
 	pool     *pgxpool.Pool
 	ownsPool bool
 	log      *slog.Logger
+	// fairIndexes builds the indexes of fair receives once.
+	fairIndexes sync.Once
 	trips    *tripCounter
 
 	closeOnce sync.Once

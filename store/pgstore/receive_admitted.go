@@ -23,7 +23,7 @@ var _ store.AdmittingQueue = (*Store)(nil)
 
 // admitWindow is how many visible messages an admitting receive looks at
 // per delivery it may return.
-const admitWindow = 4
+const admitWindow = admit.WindowPerDelivery
 
 // candidatesSQL locks the window of visible messages an admitting receive
 // decides on, in Receive's order, skipping those another consumer holds.
@@ -45,60 +45,6 @@ WHERE visible_at <= now()
 ORDER BY visible_at, seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
-
-// fairCandidatesSQL is candidatesSQL in fair order (store.ReceiveParams.Fair;
-// admit.FairOrder is the reference, which storetest holds this to): page
-// $4 (from 0) of the visible messages ranked by start tag under the fair
-// clock (idem_fair_clock, idem_fair_shares), with each row's share, its
-// weight and the share's finish tag. A message's share and priority come
-// from its headers, read as transport.FairnessOf reads them; the rows of
-// one partition (part, the hash of the partition key) count in the share
-// of its first row, at the highest priority among them. The ranking is
-// read again for each page (a new snapshot): a row seen on an earlier
-// page may come again, and the caller drops it.
-const fairCandidatesSQL = `
-WITH v AS (
-  SELECT seq, visible_at, part,
-    coalesce(envelope->'headers'->>'idem-fairness-key', '') AS share,
-    CASE WHEN envelope->'headers'->>'idem-fairness-weight' ~ '^[0-9]{1,4}$'
-      THEN least(greatest((envelope->'headers'->>'idem-fairness-weight')::int, 1), 1000) ELSE 1 END AS weight,
-    CASE WHEN envelope->'headers'->>'idem-priority' ~ '^-?[0-9]{1,3}$'
-      THEN least(greatest((envelope->'headers'->>'idem-priority')::int, -100), 100) ELSE 0 END AS prio
-  FROM idem_queue
-  WHERE visible_at <= now() AND ($3 < 2 OR mod(part, $3) = $2)
-), k AS (
-  SELECT seq, visible_at, weight,
-    first_value(share) OVER (PARTITION BY part ORDER BY visible_at, seq) AS share,
-    max(prio) OVER (PARTITION BY part) AS prio
-  FROM v
-), r AS (
-  SELECT seq, visible_at, prio, share,
-    max(weight) OVER (PARTITION BY share) AS weight,
-    row_number() OVER (PARTITION BY share ORDER BY prio DESC, visible_at, seq) - 1 AS n
-  FROM k
-), s AS (
-  SELECT r.*, coalesce(f.finish, 0) AS finish,
-    greatest((SELECT c.v FROM idem_fair_clock c WHERE c.id = 1), coalesce(f.finish, 0)) + r.n::float8 / r.weight::float8 AS start
-  FROM r LEFT JOIN idem_fair_shares f ON f.share = r.share
-)
-SELECT q.seq, q.envelope, q.body, q.attempt, q.visible_at, extract(epoch FROM now() - q.visible_at)::float8, s.share, s.weight, s.finish FROM idem_queue q JOIN s ON q.seq = s.seq
-WHERE q.visible_at <= now()
-ORDER BY s.start, s.prio DESC, s.visible_at, s.seq
-LIMIT $1::int OFFSET $4::int * $1::int
-FOR UPDATE OF q SKIP LOCKED`
-
-// lockFairClockSQL locks the fair clock: fair receives take turns, each
-// ranking under the tags the last one wrote.
-const lockFairClockSQL = `SELECT v FROM idem_fair_clock WHERE id = 1 FOR UPDATE`
-
-// saveFairClockSQL stores the clock $1 and the finish tags $3 of the
-// shares $2 past it, and drops the shares at or before it.
-const saveFairClockSQL = `
-WITH c AS (UPDATE idem_fair_clock SET v = $1 WHERE id = 1),
-d AS (DELETE FROM idem_fair_shares WHERE finish <= $1 AND NOT share = ANY($2::text[]))
-INSERT INTO idem_fair_shares (share, finish)
-SELECT * FROM unnest($2::text[], $3::float8[]) AS u(share, finish) WHERE u.finish > $1
-ON CONFLICT (share) DO UPDATE SET finish = excluded.finish`
 
 // leaseAdmittedSQL leases the admitted rows $1 under token $2 for $3
 // seconds, as receiveSQL does.
@@ -124,6 +70,9 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 		p = &store.ReceiveParams{}
 	}
 	s.startListener()
+	if p.Fair {
+		s.ensureFairIndexes(ctx)
+	}
 	return s.poller().Receive(ctx, "pgstore: receive admitted", p.Changed, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
 		ds, next, err := s.receiveAdmitted(ctx, p)
 		if err != nil {
@@ -139,11 +88,9 @@ type candidate struct {
 	visible time.Time
 	waited  float64 // seconds visible before this receive
 	d       transport.Delivery
-	// In fair order: its share, the share's weight and finish tag.
-	fair   bool
+	// With Fair: its share and the share's weight.
 	share  string
 	weight int
-	finish float64
 }
 
 // admitAttempts bounds the transactions of one admitting receive: a page
@@ -206,9 +153,7 @@ type admitTxn struct {
 
 	rows    []candidate // every row decided, over the pages
 	page    []candidate // the page being read
-	read    int         // rows the page read, with those seen before
-	seen    map[int64]bool
-	pageNo  int // the fair page to read next
+	heads   []fairHead  // with Fair: the shares' heads
 	locked  []store.LimitKey
 	cs      map[store.LimitKey]*admit.Counter
 	fresh   map[store.LimitKey]*admit.Counter // locked by the batch in flight
@@ -225,17 +170,20 @@ var errRestart = errors.New("a page needs a counter ordered before one already l
 // run runs the transaction, with the counters pre locked first, and
 // returns the admitted deliveries in enqueue order, as Receive does.
 func (t *admitTxn) run(ctx context.Context, pre []store.LimitKey) ([]transport.Delivery, *admit.QueueDecision, error) {
-	t.cs, t.now, t.seen = map[store.LimitKey]*admit.Counter{}, time.Now(), map[int64]bool{}
+	t.cs, t.now = map[store.LimitKey]*admit.Counter{}, time.Now()
 	b := &pgx.Batch{}
 	b.Queue(beginSQL)
 	if t.p.Fair {
-		t.clock = admit.FairClock{Finish: map[string]float64{}}
-		b.Queue(lockFairClockSQL).QueryRow(func(r pgx.Row) error { return r.Scan(&t.clock.V) })
+		t.queueClock(b)
 	}
 	if len(pre) > 0 {
 		t.queueLock(b, pre)
 	}
-	t.queuePage(b, nil)
+	if t.p.Fair {
+		t.queueHeads(b)
+	} else {
+		t.queuePage(b, nil)
+	}
 	var out []transport.Delivery
 	err := t.s.admitTx(ctx, t.conn, b, func() (*pgx.Batch, error) {
 		if err := t.pages(ctx); err != nil {
@@ -265,51 +213,43 @@ func (t *admitTxn) merge() {
 // queuePage queues the read of the next page into t.page: the first when
 // after is nil, else the one after that row.
 func (t *admitTxn) queuePage(b *pgx.Batch, after *candidate) {
-	t.page, t.read = t.page[:0], 0
-	scan := func(r pgx.Rows) error {
-		for r.Next() {
-			t.read++
-			var c candidate
-			var meta, body []byte
-			if t.p.Fair {
-				c.fair = true
-				if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.waited, &c.share, &c.weight, &c.finish); err != nil {
-					return err
-				}
-			} else if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.waited); err != nil {
-				return err
-			}
-			env, err := sqlq.DecodeEnvelope(meta, body)
-			if err != nil {
-				return err
-			}
-			if t.seen[c.seq] {
-				continue // a fair page's ranking moved it after an earlier page
-			}
-			t.seen[c.seq] = true
-			c.d = transport.Delivery{Envelope: env, Attempt: c.d.Attempt + 1, Token: sqlq.FormatToken(c.seq, t.tok),
-				Admitted: true, Waited: max(time.Duration(c.waited*float64(time.Second)), 0)}
-			t.page = append(t.page, c)
-		}
-		return r.Err()
-	}
+	t.page = t.page[:0]
 	w := admitWindow * t.n
-	if t.p.Fair {
-		b.Queue(fairCandidatesSQL, w, t.p.Part, t.p.Parts, t.pageNo).Query(scan)
-		t.pageNo++
-		return
-	}
 	if after == nil {
-		b.Queue(candidatesSQL, w, t.p.Part, t.p.Parts).Query(scan)
+		b.Queue(candidatesSQL, w, t.p.Part, t.p.Parts).Query(t.scanPage)
 		return
 	}
-	b.Queue(candidatesAfterSQL, w, t.p.Part, t.p.Parts, after.visible, after.seq).Query(scan)
+	b.Queue(candidatesAfterSQL, w, t.p.Part, t.p.Parts, after.visible, after.seq).Query(t.scanPage)
+}
+
+// scanPage appends the rows of a candidates query to t.page.
+func (t *admitTxn) scanPage(r pgx.Rows) error {
+	for r.Next() {
+		var c candidate
+		var meta, body []byte
+		if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.waited); err != nil {
+			return err
+		}
+		env, err := sqlq.DecodeEnvelope(meta, body)
+		if err != nil {
+			return err
+		}
+		c.d = transport.Delivery{Envelope: env, Attempt: c.d.Attempt + 1, Token: sqlq.FormatToken(c.seq, t.tok),
+			Admitted: true, Waited: max(time.Duration(c.waited*float64(time.Second)), 0)}
+		t.page = append(t.page, c)
+	}
+	return r.Err()
 }
 
 // pages decides the page read, locking its counters first, and reads and
 // decides the next while MorePages says so.
 func (t *admitTxn) pages(ctx context.Context) error {
 	t.merge() // the first batch's
+	if t.p.Fair {
+		if err := t.lockWindow(ctx); err != nil {
+			return err
+		}
+	}
 	for page := 1; ; page++ {
 		cands, err := t.candidates()
 		if err != nil {
@@ -333,8 +273,8 @@ func (t *admitTxn) pages(ctx context.Context) error {
 		}
 		t.dec.Page(t.p.Limits, cands, t.cs, t.now, t.n)
 		t.rows = append(t.rows, t.page...)
-		if !t.dec.MorePages(page, admitWindow*t.n, t.read, t.n) {
-			return nil
+		if t.p.Fair || !t.dec.MorePages(page, admitWindow*t.n, len(t.page), t.n) {
+			return nil // a fair receive decides on one window
 		}
 		b = &pgx.Batch{}
 		var last *candidate
@@ -389,27 +329,4 @@ func (t *admitTxn) commit() (*pgx.Batch, []transport.Delivery) {
 func seqOf(d transport.Delivery) int64 {
 	seq, _, _ := sqlq.ParseToken(d.Token)
 	return seq
-}
-
-// queueServed advances the fair clock by the admitted rows, in the order
-// admitted, and queues its save.
-func (t *admitTxn) queueServed(w *pgx.Batch) {
-	touched := map[string]bool{}
-	for _, i := range t.dec.Admitted {
-		r := t.rows[i]
-		if _, ok := t.clock.Finish[r.share]; !ok {
-			t.clock.Finish[r.share] = r.finish
-		}
-		t.clock.Served(r.share, r.weight)
-		touched[r.share] = true
-	}
-	if len(touched) == 0 {
-		return
-	}
-	shares := slices.Sorted(maps.Keys(touched))
-	finish := make([]float64, len(shares))
-	for i, sh := range shares {
-		finish[i] = t.clock.Finish[sh]
-	}
-	w.Queue(saveFairClockSQL, t.clock.V, shares, finish)
 }

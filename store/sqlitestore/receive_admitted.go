@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,7 +19,7 @@ var _ store.AdmittingQueue = (*Store)(nil)
 
 // admitWindow is how many visible messages an admitting receive looks at
 // per delivery it may return.
-const admitWindow = 4
+const admitWindow = admit.WindowPerDelivery
 
 // candidatesSQL reads a window of ?2 visible messages, in Receive's
 // order, after the row (?3, ?4) (visible_at, seq) looked at last.
@@ -46,6 +45,9 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 	}
 	if p.Parts > 1 {
 		return nil, fmt.Errorf("sqlitestore: receive admitted: ReceiveParams.Parts is %d, but this queue has no partitions: give 0 or 1", p.Parts)
+	}
+	if p.Fair {
+		s.ensureFairIndexes(ctx)
 	}
 	return s.poller().Receive(ctx, "sqlitestore: receive admitted", p.Changed, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
 		ds, next, err := s.claimAdmitted(ctx, p)
@@ -153,11 +155,9 @@ func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok s
 		var next cursor
 		var err error
 		if p.Fair {
-			if pg.fair == nil {
-				pg.fair, err = w.fairOrder(now)
-			}
+			pg.fair, err = w.fairWindow(now, admitWindow*n)
 			if err == nil {
-				got, gseqs, err = w.fairPage(pg.fair.seqs, page, admitWindow*n, tok)
+				got, gseqs, err = w.fairPage(pg.fair.seqs, now, tok)
 			}
 		} else {
 			got, gseqs, next, err = w.candidates(now, admitWindow*n, tok, after)
@@ -174,7 +174,7 @@ func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok s
 		}
 		pg.Page(p.Limits, cands, pg.cs, now, n)
 		ds, seqs, after = append(ds, got...), append(seqs, gseqs...), next
-		if !pg.MorePages(page, admitWindow*n, len(got), n) {
+		if p.Fair || !pg.MorePages(page, admitWindow*n, len(got), n) { // a fair receive decides on one window
 			return ds, seqs, pg, nil
 		}
 	}
@@ -242,162 +242,4 @@ func (w *writer) candidates(now time.Time, n int, tok string, after cursor) ([]t
 func seqOf(d transport.Delivery) int64 {
 	seq, _, _ := sqlq.ParseToken(d.Token)
 	return seq
-}
-
-// fairRowsSQL reads what fair order needs of every visible message, in
-// Receive's order.
-const fairRowsSQL = `
-SELECT seq, id, coalesce(json_extract(envelope, '$.correlation_id'), ''),
-  json_extract(envelope, '$.headers."idem-fairness-key"'),
-  json_extract(envelope, '$.headers."idem-fairness-weight"'),
-  json_extract(envelope, '$.headers."idem-priority"')
-FROM idem_queue WHERE visible_at <= ?1
-ORDER BY visible_at, seq`
-
-// fairOrder is the visible messages in fair order, with the clock they
-// were ranked under.
-type fairOrder struct {
-	seqs  []int64                  // the rows, in fair order
-	ranks map[int64]admit.FairRank // by row
-	clock admit.FairClock
-}
-
-// fairOrder ranks the visible messages (store.ReceiveParams.Fair,
-// admit.FairOrder) under the stored clock.
-func (w *writer) fairOrder(now time.Time) (*fairOrder, error) {
-	fo := &fairOrder{ranks: map[int64]admit.FairRank{}}
-	if err := w.fairClock(&fo.clock); err != nil {
-		return nil, err
-	}
-	rows, err := w.query(fairRowsSQL, micros(now))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var seqs []int64
-	var frs []admit.FairRow
-	for rows.Next() {
-		var seq int64
-		var id, corr string
-		var key, weight, prio sql.NullString
-		if err := rows.Scan(&seq, &id, &corr, &key, &weight, &prio); err != nil {
-			return nil, err
-		}
-		env := transport.Envelope{ID: id, CorrelationID: corr, Headers: map[string]string{}}
-		for h, v := range map[string]sql.NullString{transport.HeaderFairnessKey: key, transport.HeaderFairnessWeight: weight, transport.HeaderPriority: prio} {
-			if v.Valid {
-				env.Headers[h] = v.String
-			}
-		}
-		seqs = append(seqs, seq)
-		frs = append(frs, admit.FairRow{PartKey: transport.PartitionKey(&env), Fairness: transport.FairnessOf(&env)})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for _, r := range admit.FairOrder(frs, &fo.clock) {
-		fo.seqs = append(fo.seqs, seqs[r.Index])
-		fo.ranks[seqs[r.Index]] = r
-	}
-	return fo, nil
-}
-
-// fairClock reads the stored clock into c.
-func (w *writer) fairClock(c *admit.FairClock) error {
-	rows, err := w.query(`SELECT 0, '', v FROM idem_fair_clock UNION ALL SELECT 1, share, finish FROM idem_fair_shares`)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	c.Finish = map[string]float64{}
-	for rows.Next() {
-		var isShare bool
-		var share string
-		var v float64
-		if err := rows.Scan(&isShare, &share, &v); err != nil {
-			return err
-		}
-		if !isShare {
-			c.V = v
-			continue
-		}
-		c.Finish[share] = v
-	}
-	return rows.Err()
-}
-
-// served advances the clock by the admitted rows, in the order admitted,
-// and stores it: the shares whose finish is past the new V, the others
-// dropped (they start at V, as an absent one does).
-func (w *writer) served(fo *fairOrder, seqs []int64, admitted []int) error {
-	c := &fo.clock
-	touched := map[string]bool{}
-	for _, i := range admitted {
-		r := fo.ranks[seqs[i]]
-		c.Served(r.Share, r.Weight)
-		touched[r.Share] = true
-	}
-	if len(touched) == 0 {
-		return nil
-	}
-	if _, err := w.exec(`UPDATE idem_fair_clock SET v = ?1 WHERE id = 1`, c.V); err != nil {
-		return err
-	}
-	for share := range touched {
-		if f := c.Finish[share]; f > c.V {
-			if _, err := w.exec(`INSERT INTO idem_fair_shares (share, finish) VALUES (?1, ?2) ON CONFLICT (share) DO UPDATE SET finish = excluded.finish`, share, f); err != nil {
-				return err
-			}
-		}
-	}
-	_, err := w.exec(`DELETE FROM idem_fair_shares WHERE finish <= ?1`, c.V)
-	return err
-}
-
-// fairPageSQL reads the rows whose seqs the JSON array ?1 lists.
-const fairPageSQL = `SELECT seq, id, envelope, body, attempt, visible_at FROM idem_queue WHERE seq IN (SELECT value FROM json_each(?1))`
-
-// fairPage reads page (from 1) of size n of the rows in fair order, in
-// that order, as candidates does.
-func (w *writer) fairPage(fair []int64, page, n int, tok string) ([]transport.Delivery, []int64, error) {
-	lo := min((page-1)*n, len(fair))
-	want := fair[lo:min(lo+n, len(fair))]
-	if len(want) == 0 {
-		return nil, nil, nil
-	}
-	list, _ := json.Marshal(want)
-	rows, err := w.query(fairPageSQL, string(list))
-	now := time.Now()
-	if err != nil {
-		return nil, nil, err
-	}
-	defer rows.Close()
-	bySeq := make(map[int64]transport.Delivery, len(want))
-	for rows.Next() {
-		var seq int64
-		var attempt int
-		var id, meta string
-		var body []byte
-		var visible int64
-		if err := rows.Scan(&seq, &id, &meta, &body, &attempt, &visible); err != nil {
-			return nil, nil, err
-		}
-		env, err := sqlq.DecodeEnvelope([]byte(meta), body)
-		if err != nil {
-			env = transport.Envelope{ID: id, Body: body} // as candidates
-		}
-		bySeq[seq] = transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok),
-			Admitted: true, Waited: max(now.Sub(fromMicros(visible)), 0)}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
-	}
-	ds := make([]transport.Delivery, 0, len(want))
-	seqs := make([]int64, 0, len(want))
-	for _, seq := range want {
-		if d, ok := bySeq[seq]; ok {
-			ds, seqs = append(ds, d), append(seqs, seq)
-		}
-	}
-	return ds, seqs, nil
 }

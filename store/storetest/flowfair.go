@@ -15,7 +15,7 @@ import (
 )
 
 // The FlowQueueFair cases check store.ReceiveParams.Fair: fair share and
-// priority, with admit.FairOrder as the reference.
+// priority, with admit.FairWindow as the reference.
 
 func init() {
 	featureCases = append(featureCases,
@@ -83,19 +83,28 @@ func testFlowQueueFairMatchesReference(t *testing.T, s store.Store, f Features) 
 		want := fairFirst(left, 7, &c)
 		got := receiveFair(t, q, nil, 7)
 		wantIDs(t, fmt.Sprintf("fair receive %d", round), got, 1, want...)
+		if err := q.Ack(t.Context(), got); err != nil { // before their leases run out
+			t.Fatal(err)
+		}
 		left = slices.DeleteFunc(left, func(e transport.Envelope) bool { return slices.Contains(want, e.ID) })
 	}
 }
 
-// fairFirst returns the IDs of the first n of envs (in queue order) in
-// fair order under c, sorted, and advances c as their admission does.
+// fairFirst returns the IDs of the first n of envs (the visible messages,
+// in queue order) that a fair receive of n admits under c, with no limit
+// (admit.FairWindow over a window of admit.WindowPerDelivery × n),
+// sorted, and advances c as their admission does.
 func fairFirst(envs []transport.Envelope, n int, c *admit.FairClock) []string {
 	rows := make([]admit.FairRow, len(envs))
+	seen := map[string]int{}
 	for i := range envs {
-		rows[i] = admit.FairRow{PartKey: transport.PartitionKey(&envs[i]), Fairness: transport.FairnessOf(&envs[i])}
+		k := transport.PartitionKey(&envs[i])
+		rows[i] = admit.FairRow{PartKey: k, Fairness: transport.FairnessOf(&envs[i]), Earlier: seen[k]}
+		seen[k]++
 	}
 	var ids []string
-	for _, r := range admit.FairOrder(rows, c)[:min(n, len(envs))] {
+	win := admit.FairWindow(rows, c, admit.WindowPerDelivery*n)
+	for _, r := range win[:min(n, len(win))] {
 		ids = append(ids, envs[r.Index].ID)
 		c.Served(r.Share, r.Weight)
 	}
