@@ -33,7 +33,7 @@ const (
 // fairIndexesSQL builds the indexes of fair receives, in the form of a
 // migration's outside part (built concurrently on a large queue, and
 // again when an interrupted build left one invalid).
-var fairIndexesSQL = outsideMarker + "\n" +
+var fairIndexesSQL = "\n" + outsideMarker + "\n" +
 	"CREATE INDEX CONCURRENTLY IF NOT EXISTS idem_queue_fair ON idem_queue ((" + shareExpr + "), (" + prioExpr + ") DESC, visible_at, seq);\n" +
 	"CREATE INDEX CONCURRENTLY IF NOT EXISTS idem_queue_part ON idem_queue (part, visible_at, seq);\n"
 
@@ -98,8 +98,8 @@ func (s *Store) ensureFairIndexes(ctx context.Context) {
 
 func (s *Store) buildFairIndexes(ctx context.Context) error {
 	m, err := parseMigration("fair indexes", fairIndexesSQL)
-	if err != nil {
-		return err
+	if err != nil || len(m.outside) != 2 {
+		return fmt.Errorf("parse the fair indexes: %d statements, %w", len(m.outside), err)
 	}
 	pooled, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -201,4 +201,3 @@ func (t *admitTxn) queueServed(w *pgx.Batch) {
 	}
 	w.Queue(saveFairClockSQL, t.clock.V, shares, finish)
 }
-

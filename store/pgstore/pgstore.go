@@ -146,7 +146,7 @@ type Store struct {
 	log      *slog.Logger
 	// fairIndexes builds the indexes of fair receives once.
 	fairIndexes sync.Once
-	trips    *tripCounter
+	trips       *tripCounter
 
 	closeOnce sync.Once
 	closed    atomic.Bool

@@ -35,10 +35,14 @@ const (
 func fairExprs(a string) *strings.Replacer {
 	p := strings.ReplaceAll(prioExpr, "{P}", `json_extract(q.envelope, '$.headers."idem-priority"')`)
 	w := strings.ReplaceAll(weightExpr, "{W}", `json_extract(q.envelope, '$.headers."idem-fairness-weight"')`)
-	return strings.NewReplacer("SHARE("+a+")", strings.ReplaceAll(shareExpr, "q.", a+"."),
-		"PRIO("+a+")", strings.ReplaceAll(p, "q.", a+"."),
-		"WEIGHT("+a+")", strings.ReplaceAll(w, "q.", a+"."),
-		"KEY("+a+")", strings.ReplaceAll(keyExpr, "q.", a+"."))
+	as := a + "."
+	if a == "" {
+		as = "" // an index's expressions name the columns bare
+	}
+	return strings.NewReplacer("SHARE("+a+")", strings.ReplaceAll(shareExpr, "q.", as),
+		"PRIO("+a+")", strings.ReplaceAll(p, "q.", as),
+		"WEIGHT("+a+")", strings.ReplaceAll(w, "q.", as),
+		"KEY("+a+")", strings.ReplaceAll(keyExpr, "q.", as))
 }
 
 // spell replaces SHARE(a), PRIO(a), WEIGHT(a) and KEY(a) in q for the
@@ -52,8 +56,8 @@ func spell(q string, aliases ...string) string {
 
 // fairIndexesSQL builds the indexes of fair receives.
 var fairIndexesSQL = spell(`
-CREATE INDEX IF NOT EXISTS idem_queue_fair ON idem_queue (SHARE(idem_queue), PRIO(idem_queue) DESC, visible_at, seq);
-CREATE INDEX IF NOT EXISTS idem_queue_key ON idem_queue (KEY(idem_queue), visible_at, seq);`, "idem_queue")
+CREATE INDEX IF NOT EXISTS idem_queue_fair ON idem_queue (SHARE(), PRIO() DESC, visible_at, seq);
+CREATE INDEX IF NOT EXISTS idem_queue_key ON idem_queue (KEY(), visible_at, seq);`, "")
 
 // fairHeadsSQL reads each share's heads (?2 per share) visible at ?1, in
 // queue order, with the share's finish tag and the visible messages of
