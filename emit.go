@@ -197,6 +197,7 @@ func (m emitter) fault(env *transport.Envelope, reason, errText string, now time
 	if tp := env.Headers[transport.HeaderTraceParent]; tp != "" && len(tp) <= maxTraceParent {
 		out.Headers[transport.HeaderTraceParent] = tp
 	}
+	inheritFairness(&out, env)
 	if transport.ValidateEnvelope(&out) != nil || len(out.CausationID) > MaxIDBytes {
 		// A hostile envelope's headers name no saga that can be trusted.
 		return Envelope{}, false

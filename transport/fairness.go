@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"crypto/md5"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 )
@@ -13,7 +15,8 @@ import (
 // the messages its saga emits, so a tenant's follow-ups stay in its share.
 const (
 	// HeaderFairnessKey names the share a message belongs to (a tenant,
-	// say); absent or empty, the share "".
+	// say); absent or empty, the share "". At most MaxFairnessKey bytes:
+	// a longer key counts as "md5:" and its MD5 digest in hex.
 	HeaderFairnessKey = "idem-fairness-key"
 	// HeaderFairnessWeight is the share's weight, a decimal integer from 1
 	// to MaxFairnessWeight: a share of weight 3 is served three messages
@@ -28,6 +31,7 @@ const (
 
 // Bounds of the fairness headers.
 const (
+	MaxFairnessKey    = 200
 	MaxFairnessWeight = 1000
 	MinPriority       = -100
 	MaxPriority       = 100
@@ -47,6 +51,10 @@ type Fairness struct {
 // clamped to them, so that a message nobody checked is still served.
 func FairnessOf(env *Envelope) Fairness {
 	f := Fairness{Key: env.Headers[HeaderFairnessKey], Weight: 1}
+	if len(f.Key) > MaxFairnessKey {
+		sum := md5.Sum([]byte(f.Key))
+		f.Key = "md5:" + hex.EncodeToString(sum[:])
+	}
 	if w, ok := decimal(env.Headers[HeaderFairnessWeight], 4, false); ok {
 		f.Weight = min(max(w, 1), MaxFairnessWeight)
 	}
@@ -58,9 +66,13 @@ func FairnessOf(env *Envelope) Fairness {
 
 // ValidateFairness refuses fairness headers a queue would not read as
 // written: a weight that is not a decimal integer from 1 to
-// MaxFairnessWeight, or a priority that is not one from MinPriority to
-// MaxPriority. The error is a *FieldError naming the header.
+// MaxFairnessWeight, a priority that is not one from MinPriority to
+// MaxPriority, or a key over MaxFairnessKey bytes. The error is a
+// *FieldError naming the header.
 func ValidateFairness(env *Envelope) error {
+	if k := env.Headers[HeaderFairnessKey]; len(k) > MaxFairnessKey {
+		return &FieldError{Field: FieldHeader, Problem: fmt.Sprintf("%s is %d bytes long: at most %d", HeaderFairnessKey, len(k), MaxFairnessKey)}
+	}
 	if v, ok := env.Headers[HeaderFairnessWeight]; ok {
 		if w, ok := decimal(v, 4, false); !ok || w < 1 || w > MaxFairnessWeight {
 			return &FieldError{Field: FieldHeader, Problem: fmt.Sprintf("%s %q is not a whole number from 1 to %d", HeaderFairnessWeight, v, MaxFairnessWeight)}

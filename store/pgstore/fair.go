@@ -13,9 +13,9 @@ var _ store.FairShareReader = (*Store)(nil)
 
 // waitingSharesSQL counts the visible messages by share, the most first,
 // with the number of shares in all.
-const waitingSharesSQL = `
+var waitingSharesSQL = `
 SELECT share, n, count(*) OVER () FROM (
-  SELECT coalesce(envelope->'headers'->>'idem-fairness-key', '') AS share, count(*) AS n
+  SELECT ` + shareExpr + ` AS share, count(*) AS n
   FROM idem_queue WHERE visible_at <= now() GROUP BY 1
 ) s ORDER BY n DESC, share COLLATE "C" LIMIT $1`
 

@@ -25,7 +25,7 @@ import (
 // transport.FairnessOf reads the headers; idem_queue_fair indexes the
 // first two, and a query must spell them alike to use it.
 const (
-	shareExpr  = `coalesce(envelope->'headers'->>'idem-fairness-key', '')`
+	shareExpr  = `CASE WHEN octet_length(envelope->'headers'->>'idem-fairness-key') > 200 THEN 'md5:' || md5(envelope->'headers'->>'idem-fairness-key') ELSE coalesce(envelope->'headers'->>'idem-fairness-key', '') END`
 	prioExpr   = `CASE WHEN envelope->'headers'->>'idem-priority' ~ '^-?[0-9]{1,3}$' THEN least(greatest((envelope->'headers'->>'idem-priority')::int, -100), 100) ELSE 0 END`
 	weightExpr = `CASE WHEN envelope->'headers'->>'idem-fairness-weight' ~ '^[0-9]{1,4}$' THEN least(greatest((envelope->'headers'->>'idem-fairness-weight')::int, 1), 1000) ELSE 1 END`
 )
@@ -120,8 +120,13 @@ func (s *Store) buildFairIndexes(ctx context.Context) error {
 }
 
 // queueClock queues the lock and read of the fair clock into t.clock.
+// Every fair receive waits for the lock, so the transaction ends itself
+// when its process stalls between statements for a lease (a frozen VM,
+// a partition), rather than hold up every fair receive until TCP gives
+// up on it.
 func (t *admitTxn) queueClock(b *pgx.Batch) {
 	t.clock = admit.FairClock{Finish: map[string]float64{}}
+	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, strconv.FormatInt(max(t.s.cfg.Lease.Milliseconds(), 1000), 10))
 	b.Queue(lockFairClockSQL).QueryRow(func(r pgx.Row) error { return r.Scan(&t.clock.V) })
 }
 

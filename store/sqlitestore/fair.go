@@ -14,7 +14,7 @@ var _ store.FairShareReader = (*Store)(nil)
 // with the number of shares in all.
 const waitingSharesSQL = `
 SELECT share, n, count(*) OVER () FROM (
-  SELECT coalesce(json_extract(envelope, '$.headers."idem-fairness-key"'), '') AS share, count(*) AS n
+  SELECT coalesce(json_extract(CASE WHEN json_valid(envelope) THEN envelope END, '$.headers."idem-fairness-key"'), '') AS share, count(*) AS n
   FROM idem_queue WHERE visible_at <= ?1 GROUP BY 1
 ) ORDER BY n DESC, share LIMIT ?2`
 

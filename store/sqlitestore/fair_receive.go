@@ -23,18 +23,22 @@ import (
 // transport.FairnessOf reads the headers; the indexes hold the share,
 // the priority and the key, and a query must spell them alike to use
 // them. The key is the raw correlation ID, else the ID
-// (transport.PartitionKey without its Unicode normalisation).
+// (transport.PartitionKey without its Unicode normalisation). A row whose
+// envelope is not JSON (delivered to be dead-lettered) counts under its
+// ID, in the share "". A share is the raw key, however long (SQLite's
+// indexes take long values; transport.FairnessOf's digest of a long key
+// only renames the share).
 const (
-	shareExpr  = `coalesce(json_extract(q.envelope, '$.headers."idem-fairness-key"'), '')`
+	shareExpr  = `coalesce(json_extract(CASE WHEN json_valid(q.envelope) THEN q.envelope END, '$.headers."idem-fairness-key"'), '')`
 	prioExpr   = `(CASE WHEN {P} GLOB '[0-9]' OR {P} GLOB '[0-9][0-9]' OR {P} GLOB '[0-9][0-9][0-9]' OR {P} GLOB '-[0-9]' OR {P} GLOB '-[0-9][0-9]' OR {P} GLOB '-[0-9][0-9][0-9]' THEN max(-100, min(100, CAST({P} AS INTEGER))) ELSE 0 END)`
 	weightExpr = `(CASE WHEN {W} GLOB '[0-9]' OR {W} GLOB '[0-9][0-9]' OR {W} GLOB '[0-9][0-9][0-9]' OR {W} GLOB '[0-9][0-9][0-9][0-9]' THEN max(1, min(1000, CAST({W} AS INTEGER))) ELSE 1 END)`
-	keyExpr    = `coalesce(nullif(json_extract(q.envelope, '$.correlation_id'), ''), q.id)`
+	keyExpr    = `coalesce(nullif(json_extract(CASE WHEN json_valid(q.envelope) THEN q.envelope END, '$.correlation_id'), ''), q.id)`
 )
 
 // fairExprs spells the expressions for the alias a.
 func fairExprs(a string) *strings.Replacer {
-	p := strings.ReplaceAll(prioExpr, "{P}", `json_extract(q.envelope, '$.headers."idem-priority"')`)
-	w := strings.ReplaceAll(weightExpr, "{W}", `json_extract(q.envelope, '$.headers."idem-fairness-weight"')`)
+	p := strings.ReplaceAll(prioExpr, "{P}", `json_extract(CASE WHEN json_valid(q.envelope) THEN q.envelope END, '$.headers."idem-priority"')`)
+	w := strings.ReplaceAll(weightExpr, "{W}", `json_extract(CASE WHEN json_valid(q.envelope) THEN q.envelope END, '$.headers."idem-fairness-weight"')`)
 	as := a + "."
 	if a == "" {
 		as = "" // an index's expressions name the columns bare

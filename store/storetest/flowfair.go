@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ func init() {
 		featureCase{"FlowQueueFairUnderCap", needAdmit, testFlowQueueFairUnderCap},
 		featureCase{"FlowQueueReportsAdmissionWait", needAdmit, testFlowQueueReportsAdmissionWait},
 		featureCase{"FairWaitingShares", needAdmit, testFairWaitingShares},
+		featureCase{"FlowQueueFairLongKey", needAdmit, testFlowQueueFairLongKey},
 	)
 }
 
@@ -195,5 +197,21 @@ func testFairWaitingShares(t *testing.T, s store.Store, f Features) {
 	want := []store.ShareWaiting{{Share: hostile, Waiting: 2}, {Share: "acme", Waiting: 2}} // "<" sorts before "a"
 	if !slices.Equal(got, want) || total != 3 {
 		t.Fatalf("WaitingShares(2): got %+v of %d shares, want %+v of 3 (the leased one not waiting; ties by share)", got, total, want)
+	}
+}
+
+// A fairness key longer than any index takes (3,000 bytes) is served,
+// and counted, like any other: the stores keep it whole or as a digest.
+func testFlowQueueFairLongKey(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	long := strings.Repeat("tenant-\u00e9-", 300)
+	publish(t, q, fairMessage("l-0", "kl-0", long, "", ""), fairMessage("l-1", "kl-1", long, "", ""), fairMessage("s-0", "ks-0", "short", "", ""))
+	wantIDs(t, "a long key's share beside a short one's", receiveFair(t, q, nil, 2), 1, "l-0", "s-0")
+	wantIDs(t, "the next", receiveFair(t, q, nil, 2), 1, "l-1")
+	if r, ok := s.(store.FairShareReader); ok {
+		publish(t, q, fairMessage("l-2", "kl-2", long, "", ""))
+		if got, total, err := r.WaitingShares(t.Context(), 5); err != nil || total != 1 || len(got) != 1 || got[0].Waiting != 1 {
+			t.Fatalf("WaitingShares with a long key: got %+v of %d, %v; want one share with one waiting", got, total, err)
+		}
 	}
 }
