@@ -229,19 +229,17 @@ type ReceiveParams struct {
 	// an error wrapping ErrRejected, so a caller maps hostile text (from a
 	// header, say) to a valid key first.
 	Needs func(*transport.Envelope) []LimitKey
-	// Fair, when set, receives in fair order (docs/flow-control.md)
-	// instead of the queue's: the visible messages are ranked by share
-	// (transport.HeaderFairnessKey, read by transport.FairnessOf), each
-	// share's in priority order (transport.HeaderPriority, higher first;
-	// then the queue's order), and served round-robin over the shares, a
-	// share of weight w (the highest transport.HeaderFairnessWeight among
-	// its messages) taking w places per round. The messages of one
-	// partition key keep their queue order: they count in the share of
-	// the key's first visible message, at the highest priority among
-	// them. The windows the receive decides on are taken in that order
-	// (admit.FairOrder is the reference). Ranking looks at every visible
-	// message of the partition, so a fair receive costs time in
-	// proportion to the backlog.
+	// Fair, when set, decides on a window in fair order
+	// (docs/flow-control.md) instead of the queue's, in one page: the
+	// shares (transport.HeaderFairnessKey, read by transport.FairnessOf)
+	// are served by start-time fair queueing, weighted by
+	// transport.HeaderFairnessWeight, each share's messages by
+	// transport.HeaderPriority (higher first), then the queue's order. A
+	// message whose partition key has an earlier visible message outside
+	// the window is left out, and the messages of one key keep their
+	// queue order. admit.FairWindow is the reference, over each share's
+	// first window-size messages. The store keeps the fair clock between
+	// receives, and may build indexes for fair receives at the first.
 	Fair bool
 	// Changed, when set, ends the receive's wait when it is closed (the
 	// limits in force changed): ReceiveAdmitted then returns no delivery
