@@ -173,6 +173,18 @@ type Config struct {
 	// deleted counter starts again full, so deleting it changes no
 	// decision. Default 1h.
 	LimitCounterIdle time.Duration
+	// FairShare receives in fair order instead of the queue's
+	// (docs/flow-control.md): the values of each message's
+	// idem-fairness-key header (a tenant) take turns, weighted by
+	// idem-fairness-weight, and within one value idem-priority orders
+	// the messages, higher first, so that a tenant with 100,000 queued
+	// messages does not hold up one with 10. The messages of one saga key
+	// (correlation ID, else message ID) keep their order. Messages a saga
+	// emits inherit the three headers. The first fair receive builds two
+	// indexes on the queue. It needs the store's own queue as transport,
+	// as Limits do, and switches off claiming a backlog in the unit of
+	// work.
+	FairShare bool
 }
 
 func (c *Config) withDefaults() (Config, error) {

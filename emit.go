@@ -82,6 +82,7 @@ func (m emitter) emission(it *item, typ string, msg any, intent, timer string, i
 	if tp != "" && len(tp) <= maxTraceParent {
 		env.Headers[transport.HeaderTraceParent] = tp
 	}
+	inheritFairness(&env, &it.d.Envelope)
 	if timer != "" {
 		env.Headers[transport.HeaderTimer] = timer
 	} else if ft := faultFor(it.m, typ); ft != "" {
@@ -98,6 +99,17 @@ func (m emitter) emission(it *item, typ string, msg any, intent, timer string, i
 		}
 	}
 	return env, nil
+}
+
+// inheritFairness copies the fairness headers of the message that caused
+// env (docs/flow-control.md): a tenant's follow-ups stay in its share, at
+// its weight and priority, in a queue that receives in fair order.
+func inheritFairness(env, cause *Envelope) {
+	for _, h := range [...]string{transport.HeaderFairnessKey, transport.HeaderFairnessWeight, transport.HeaderPriority} {
+		if v, ok := cause.Headers[h]; ok {
+			env.Headers[h] = v
+		}
+	}
 }
 
 // storableText makes s safe for any store's text column: U+0000 becomes
@@ -185,6 +197,7 @@ func (m emitter) fault(env *transport.Envelope, reason, errText string, now time
 	if tp := env.Headers[transport.HeaderTraceParent]; tp != "" && len(tp) <= maxTraceParent {
 		out.Headers[transport.HeaderTraceParent] = tp
 	}
+	inheritFairness(&out, env)
 	if transport.ValidateEnvelope(&out) != nil || len(out.CausationID) > MaxIDBytes {
 		// A hostile envelope's headers name no saga that can be trusted.
 		return Envelope{}, false

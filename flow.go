@@ -69,6 +69,7 @@ func (l *Limit) values() store.Limit {
 type admission struct {
 	log     *slog.Logger
 	q       store.AdmittingQueue
+	fair    bool                // Config.FairShare
 	byType  map[string][]*Limit // the limits of each message type
 	all     []*Limit            // the limits of every message
 	decl    map[string]store.Limit
@@ -83,14 +84,18 @@ type admission struct {
 // newAdmission checks the declared limits against the registry and the
 // store, and returns the engine's admission; nil when none is declared.
 func newAdmission(b *base, reg *registry) (*admission, error) {
-	if len(b.cfg.Limits) == 0 {
+	if len(b.cfg.Limits) == 0 && !b.cfg.FairShare {
 		return nil, nil
 	}
 	q, ok := b.store.(store.AdmittingQueue)
 	if !ok || !b.caps.queue {
-		return nil, fmt.Errorf("idem: start: Config.Limits needs the store's own queue as transport (pgstore or sqlitestore as both store and transport); with %T as store and %T as transport there is no admission: remove Config.Limits, or use the store's queue", b.store, b.tr)
+		what := "Config.Limits"
+		if len(b.cfg.Limits) == 0 {
+			what = "Config.FairShare"
+		}
+		return nil, fmt.Errorf("idem: start: %s needs the store's own queue as transport (pgstore or sqlitestore as both store and transport); with %T as store and %T as transport there is no admission: remove %s, or use the store's queue", what, b.store, b.tr, what)
 	}
-	a := &admission{log: b.log, q: q, byType: map[string][]*Limit{}, decl: map[string]store.Limit{}, changed: make(chan struct{})}
+	a := &admission{log: b.log, q: q, fair: b.cfg.FairShare, byType: map[string][]*Limit{}, decl: map[string]store.Limit{}, changed: make(chan struct{})}
 	for i := range b.cfg.Limits {
 		l := &b.cfg.Limits[i]
 		if err := a.declare(l, reg); err != nil {
@@ -204,7 +209,7 @@ func (a *admission) receive(part, parts int) func(context.Context, int) ([]trans
 		a.mu.Lock()
 		limits, changed := *a.inForce.Load(), a.changed
 		a.mu.Unlock()
-		return a.q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: limits, Needs: a.needs, Changed: changed})
+		return a.q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: limits, Needs: a.needs, Fair: a.fair, Changed: changed})
 	}
 }
 

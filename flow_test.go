@@ -12,6 +12,7 @@ import (
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/memtransport"
 )
 
@@ -111,5 +112,52 @@ func TestStartDeclaresLimitsInTheStore(t *testing.T) {
 	over, err := sq.Limits(ctx)
 	if err != nil || len(over) != 1 || over[0].Concurrency != 9 {
 		t.Errorf("overrides after Start: got %+v, %v, want parser-api's override of 9 kept", over, err)
+	}
+}
+
+// TestEmittedMessagesInheritFairness: a saga's emissions carry the
+// fairness headers of the message that caused them, so a tenant's
+// follow-ups stay in its share; one without them gets none.
+func TestEmittedMessagesInheritFairness(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	env := b.env("m-1", Inc{Key: "k", N: 1})
+	env.Headers = map[string]string{transport.HeaderFairnessKey: "tenant-<script>", transport.HeaderFairnessWeight: "3", transport.HeaderPriority: "-2"}
+	b.publish(env)
+	b.send("m-2", Inc{Key: "j", N: 1})
+	b.settle()
+	sent := b.rec.sent(incrementedType)
+	if len(sent) != 2 {
+		t.Fatalf("got %d emitted events, want 2", len(sent))
+	}
+	for _, e := range sent {
+		want := transport.Fairness{Weight: 1}
+		if e.CausationID == "m-1" {
+			want = transport.Fairness{Key: "tenant-<script>", Weight: 3, Priority: -2}
+		}
+		if got := transport.FairnessOf(&e); got != want {
+			t.Errorf("event caused by %s: fairness %+v, want %+v (headers %v)", e.CausationID, got, want, e.Headers)
+		}
+	}
+}
+
+// TestStartRefusesFairShareBesideABroker: a broker keeps its own order,
+// so FairShare stops Start with a message saying what to change.
+func TestStartRefusesFairShareBesideABroker(t *testing.T) {
+	ctx := context.Background()
+	e, err := idem.NewEngine(memstore.New(nil), memtransport.New(nil), &idem.Config{FairShare: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(countersaga.Machine()); err != nil {
+		t.Fatal(err)
+	}
+	err = e.Start(ctx)
+	if err == nil {
+		_ = e.Stop(ctx)
+		t.Fatal("Start with FairShare beside a broker: no error")
+	}
+	if !strings.Contains(err.Error(), "Config.FairShare needs the store's own queue") {
+		t.Fatalf("Start with FairShare beside a broker: got %q, want it to name Config.FairShare", err)
 	}
 }

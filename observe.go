@@ -158,6 +158,21 @@ func (o Observation) PublishToCommit(yield func(time.Duration) bool) {
 	}
 }
 
+// AdmissionWaits calls yield, in order, with the time each message the
+// unit of work settled waited for admission under flow control
+// (transport.Delivery.Waited): from the moment it was visible in the
+// queue to its admission. Messages received without admission are left
+// out. It stops when yield returns false, allocates nothing, and may be
+// called only during the Config.Observe call that received o.
+func (o Observation) AdmissionWaits(yield func(time.Duration) bool) {
+	for i := range o.results {
+		d := &o.results[i].it.d
+		if d.Admitted && !yield(d.Waited) {
+			return
+		}
+	}
+}
+
 // observeFunc is Config.Observe as an observer. now, nil for time.Now,
 // dates the commits for Observation.PublishToCommit.
 type observeFunc struct {

@@ -61,6 +61,9 @@ func checkPublish(i int, env *Envelope) error {
 	if err := transport.ValidateEnvelope(env); err != nil {
 		return fmt.Errorf("idem: publish envelope %d: %w: %w", i, ErrInvalidEnvelope, err)
 	}
+	if err := transport.ValidateFairness(env); err != nil {
+		return fmt.Errorf("idem: publish envelope %d: %w: %w", i, ErrInvalidEnvelope, err)
+	}
 	return nil
 }
 

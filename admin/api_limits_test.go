@@ -3,15 +3,25 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/transport"
 )
 
 // hostileLimit is a limit name and hostileTenant a key that a page must
@@ -214,5 +224,60 @@ func TestAPILimitsRefused(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/limits", nil))
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "keeps no flow-control limits") {
 		t.Errorf("GET /limits on a store without limits: %d, want 200 saying so:\n%s", rec.Code, rec.Body)
+	}
+}
+
+// GET /api/limits and the Limits page list the shares of the store's fair
+// queue with the messages they have waiting, the busiest first, hostile
+// fairness keys as text.
+func TestLimitsShowWaitingShares(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, FairShare: true}) // not started: the messages wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	var envs []idem.Envelope
+	for i, share := range []string{"acme", "acme", hostileTenant} {
+		envs = append(envs, idem.Envelope{ID: fmt.Sprint("m-", i), Type: "t", Headers: map[string]string{transport.HeaderFairnessKey: share}})
+	}
+	if err := st.Publish(ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(e, st, &admin.Config{Logger: logger, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	get := func(path string) string {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	var list admin.LimitList
+	if err := json.Unmarshal([]byte(get("/api/limits")), &list); err != nil {
+		t.Fatal(err)
+	}
+	want := []store.ShareWaiting{{Share: "acme", Waiting: 2}, {Share: hostileTenant, Waiting: 1}}
+	if !slices.Equal(list.Shares, want) || list.SharesTotal != 2 {
+		t.Fatalf("GET /api/limits: shares %+v of %d, want %+v of 2", list.Shares, list.SharesTotal, want)
+	}
+	page := get("/limits")
+	if strings.Contains(page, hostileTenant) || !strings.Contains(page, `data-share="acme"`) || !strings.Contains(page, "&lt;img src=x onerror=alert(&#34;key&#34;)&gt;") {
+		t.Fatalf("the Limits page's shares: want acme and the hostile key as text:\n%s", page)
 	}
 }

@@ -29,6 +29,7 @@ type capabilities struct {
 	tokens         store.TokenSweeper
 	storeQueue     store.Queue
 	limits         store.Limiter // limits.go
+	shares         store.FairShareReader
 
 	// transportPending counts the engine's transport's messages, when it
 	// can; pending is the queue depth source of the overview: the
@@ -57,6 +58,7 @@ func resolveCapabilities(st store.Store, tr, cfgTr transport.Transport) *capabil
 	c.tokens, _ = st.(store.TokenSweeper)
 	c.storeQueue, _ = st.(store.Queue)
 	c.limits, _ = st.(store.Limiter)
+	c.shares, _ = st.(store.FairShareReader)
 	c.transportPending, _ = tr.(transport.PendingCounter)
 	c.pending, _ = cfgTr.(transport.PendingCounter)
 	if c.pending == nil {

@@ -19,11 +19,14 @@ const consoleLimitKeys = 10
 // limitsView is the Limits page: the limits, the form that changes one
 // (Edit, from ?edit=), and the question asked before a change (Confirm).
 type limitsView struct {
-	Rows    []limitRow
-	Problem string
-	Flash   string
-	Edit    *limitRow
-	Confirm *limitConfirm
+	Rows []limitRow
+	// Shares and SharesTotal are LimitList's.
+	Shares      []store.ShareWaiting
+	SharesTotal int
+	Problem     string
+	Flash       string
+	Edit        *limitRow
+	Confirm     *limitConfirm
 	// Keys is how many counters of a limit are listed.
 	Keys int
 }
@@ -130,6 +133,7 @@ func (c *console) pageLimits(w http.ResponseWriter, r *http.Request) {
 	for _, l := range list.Limits {
 		v.Rows = append(v.Rows, toLimitRow(l))
 	}
+	v.Shares, v.SharesTotal = list.Shares, list.SharesTotal
 	if !c.askLimit(w, r, v, q) {
 		return
 	}

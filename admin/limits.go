@@ -73,6 +73,12 @@ type LimitCounter struct {
 // LimitList is the answer of GET /api/limits, the limits by name.
 type LimitList struct {
 	Limits []Limit `json:"limits"`
+	// Shares are the shares of a fair queue (Config.FairShare: the
+	// idem-fairness-key header's values) with the most messages waiting,
+	// when the store's queue can count them; SharesTotal counts every
+	// share with a message waiting.
+	Shares      []store.ShareWaiting `json:"shares,omitempty"`
+	SharesTotal int                  `json:"shares_total,omitempty"`
 }
 
 // LimitChange is the body of POST /api/limits/{name}: the override to
@@ -217,7 +223,13 @@ func (p *parts) listLimits(ctx context.Context, keys int) (*LimitList, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.list(keys), nil
+	list := s.list(keys)
+	if r := p.caps.shares; r != nil {
+		if list.Shares, list.SharesTotal, err = r.WaitingShares(ctx, keys); err != nil {
+			return nil, fmt.Errorf("read the waiting shares: %w", err)
+		}
+	}
+	return list, nil
 }
 
 // limitChange is a change of one limit's override, for the API and the

@@ -28,6 +28,7 @@ type Observer struct {
 	messages   prometheus.Histogram
 	transition *prometheus.HistogramVec
 	publish    prometheus.Histogram
+	admission  prometheus.Histogram
 }
 
 var _ prometheus.Collector = (*Observer)(nil)
@@ -58,6 +59,11 @@ func NewObserver() *Observer {
 			Help:    "Time from each applied message's SentAt (stamped by its sender) to the end of the commit that applied it: queueing, retries and the unit of work together. Clock skew between sender and engine shifts it; a SentAt in the future counts as 0.",
 			Buckets: publishBuckets,
 		}),
+		admission: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idem_admission_wait_seconds",
+			Help:    "Time each message received through flow control (Config.Limits, Config.FairShare) waited, visible in the queue, before it was admitted; observed when its unit of work commits.",
+			Buckets: publishBuckets,
+		}),
 	}
 }
 
@@ -71,6 +77,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.messages.Describe(ch)
 	o.transition.Describe(ch)
 	o.publish.Describe(ch)
+	o.admission.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -79,6 +86,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.messages.Collect(ch)
 	o.transition.Collect(ch)
 	o.publish.Collect(ch)
+	o.admission.Collect(ch)
 }
 
 // typeLabel is the saga_type label of a type: "none" for messages refused
@@ -100,6 +108,10 @@ func (o *Observer) Observe(ob idem.Observation) {
 	}
 	ob.PublishToCommit(func(d time.Duration) bool {
 		o.publish.Observe(d.Seconds())
+		return true
+	})
+	ob.AdmissionWaits(func(d time.Duration) bool {
+		o.admission.Observe(d.Seconds())
 		return true
 	})
 }

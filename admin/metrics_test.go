@@ -223,7 +223,49 @@ func TestMetricsPublishToCommit(t *testing.T) {
 		`idem_publish_to_commit_seconds_bucket{le="0.001"} 1`+"\n", // the one from the future
 		`idem_publish_to_commit_seconds_bucket{le="2.048"} 1`+"\n",
 		`idem_publish_to_commit_seconds_bucket{le="4.096"} 2`+"\n",
+		"idem_admission_wait_seconds_count 0\n", // no flow control
 	)
+}
+
+// idem_admission_wait_seconds has one observation per message received
+// through flow control (here Config.FairShare on SQLite's own queue).
+func TestMetricsAdmissionWait(t *testing.T) {
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	obs := admin.NewObserver()
+	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, Observe: obs.Observe, FairShare: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(orders.OrderMachine()); err != nil {
+		t.Fatal(err)
+	}
+	var envs []idem.Envelope
+	for i := range 3 {
+		env, err := e.NewEnvelope(fmt.Sprint("p-", i), orders.OrderPlaced{OrderID: fmt.Sprint("o-", i), Items: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, env)
+	}
+	if err := e.Publish(ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop(ctx)
+	poll(t, "three applied messages", func() bool { return e.Stats().Applied == 3 })
+	h, err := admin.New(e, st, &admin.Config{Observer: obs, Logger: logger, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, scrape(t, h), "idem_admission_wait_seconds_count 3\n")
 }
 
 // commitChanges commits c in a unit of work of st.

@@ -243,6 +243,18 @@ type ReceiveParams struct {
 	// an error wrapping ErrRejected, so a caller maps hostile text (from a
 	// header, say) to a valid key first.
 	Needs func(*transport.Envelope) []LimitKey
+	// Fair, when set, decides on a window in fair order
+	// (docs/flow-control.md) instead of the queue's, in one page: the
+	// shares (transport.HeaderFairnessKey, read by transport.FairnessOf)
+	// are served by start-time fair queueing, weighted by
+	// transport.HeaderFairnessWeight, each share's messages by
+	// transport.HeaderPriority (higher first), then the queue's order. A
+	// message whose partition key has an earlier visible message outside
+	// the window is left out, and the messages of one key keep their
+	// queue order. admit.FairWindow is the reference, over each share's
+	// first window-size messages. The store keeps the fair clock between
+	// receives, and may build indexes for fair receives at the first.
+	Fair bool
 	// Changed, when set, ends the receive's wait when it is closed (the
 	// limits in force changed): ReceiveAdmitted then returns no delivery
 	// and no error, so that its caller receives again under the new

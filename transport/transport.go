@@ -123,6 +123,12 @@ type Delivery struct {
 	// Token identifies this particular delivery (a lease or fencing token).
 	// It is opaque to the engine.
 	Token string
+	// Admitted reports a delivery of a flow-controlled receive
+	// (store.AdmittingQueue.ReceiveAdmitted), and Waited how long its
+	// message was visible, waiting for admission, before it was admitted
+	// (0 or more). Other receives leave both zero.
+	Admitted bool
+	Waited   time.Duration
 }
 
 // Publisher sends envelopes. Publish returns once the transport has durably

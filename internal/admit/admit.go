@@ -253,6 +253,11 @@ func (d *QueueDecision) MorePages(pages, window, got, max int) bool {
 	return got >= window && len(d.Admitted) < max && pages < MaxPages
 }
 
+// WindowPerDelivery is how many visible messages an admitting receive
+// looks at per delivery it may return: its window is WindowPerDelivery ×
+// ReceiveParams.Max.
+const WindowPerDelivery = 4
+
 // MaxPages bounds the windows an admitting receive looks at in one
 // transaction: when a full window admitted fewer than Max, it pages on
 // past the last row it saw, up to MaxPages windows in all (with a window

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
 )
 
 // parseType is the message the Flow case's handler consumes: a call to a
@@ -27,6 +29,7 @@ type tenantsInFlight struct {
 	now     map[string]int
 	most    map[string]int
 	handled map[string]bool
+	order   []string       // the message IDs handled, in the order they ended
 	fails   map[string]int // attempts each message ID failed so far
 }
 
@@ -42,6 +45,7 @@ func (f *tenantsInFlight) leave(tenant, id string) {
 	defer f.mu.Unlock()
 	f.now[tenant]--
 	f.handled[id] = true
+	f.order = append(f.order, id)
 }
 
 func (f *tenantsInFlight) read(fn func()) {
@@ -239,4 +243,47 @@ func FlowChange(t *testing.T, q store.Queue) {
 	}
 	WaitFor(t, time.Minute, "the second call admitted under the raised cap, the first still running", inFlight(2))
 	open()
+}
+
+// FlowFair runs a plain handler one call at a time with Config.FairShare
+// on q, as store and transport: 30 calls of a flooding tenant are queued
+// ahead of 2 of a quiet one, in one publish, while the first call holds
+// the only lane. In fair order the quiet tenant's calls are among the
+// first five handled; in the queue's order they would come last. A
+// message with an invalid priority header is refused at publish, naming
+// the header.
+func FlowFair(t *testing.T, q store.Queue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := startParser(ctx, t, q, &idem.Config{BatchSize: 1, Lanes: 1, FairShare: true})
+	bad := idem.Envelope{ID: "bad", Type: parseType, Headers: map[string]string{transport.HeaderPriority: "urgent"}}
+	if err := r.e.Publish(ctx, bad); !errors.Is(err, idem.ErrInvalidEnvelope) || !strings.Contains(err.Error(), transport.HeaderPriority) {
+		t.Fatalf("publish with priority %q: got %v, want ErrInvalidEnvelope naming %s", "urgent", err, transport.HeaderPriority)
+	}
+	var envs []idem.Envelope
+	for i := range 32 {
+		tenant := "flood"
+		if i >= 30 {
+			tenant = "quiet"
+		}
+		envs = append(envs, idem.Envelope{ID: fmt.Sprintf("%s-%02d", tenant, i), Type: parseType, CorrelationID: fmt.Sprint("file-", i),
+			Headers: map[string]string{"tenant": tenant, transport.HeaderFairnessKey: tenant}})
+	}
+	if err := r.e.Publish(ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+	r.open()
+	WaitFor(t, time.Minute, "every call handled", func() (bool, error) {
+		var n int
+		r.f.read(func() { n = len(r.f.order) })
+		return n == len(envs), nil
+	})
+	r.f.read(func() {
+		for _, id := range []string{"quiet-30", "quiet-31"} {
+			if at := slices.Index(r.f.order, id); at < 0 || at >= 5 {
+				t.Errorf("%s was handled in place %d of %d, want among the first 5 (fair share): order %v", id, at+1, len(envs), r.f.order)
+			}
+		}
+	})
 }

@@ -23,6 +23,9 @@ func PrepareTx(pkg string, envs []transport.Envelope, now time.Time) ([]transpor
 		if err := transport.ValidateEnvelope(&envs[i]); err != nil {
 			return nil, fmt.Errorf("%s: publish envelope %d: %w", pkg, i, err)
 		}
+		if err := transport.ValidateFairness(&envs[i]); err != nil {
+			return nil, fmt.Errorf("%s: publish envelope %d: %w", pkg, i, err)
+		}
 		if _, ok := envs[i].Headers[transport.HeaderToken]; ok {
 			// No token is minted here: a consumer would take the message
 			// for a duplicate whose token was claimed, and drop it.

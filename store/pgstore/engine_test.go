@@ -145,3 +145,9 @@ func TestEngineFlowControlChangedAtRuntime(t *testing.T) {
 	t.Parallel()
 	enginetest.FlowChange(t, openStore(t, pgstore.Config{Lease: time.Hour, PollInterval: time.Hour}))
 }
+
+// TestEngineFairShare: a quiet tenant's calls overtake a flooding
+// tenant's backlog in fair order (enginetest.FlowFair).
+func TestEngineFairShare(t *testing.T) {
+	enginetest.FlowFair(t, openStore(t, pgstore.Config{Lease: time.Hour, PollInterval: 20 * time.Millisecond}))
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/storetest"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -110,4 +111,13 @@ func TestPlainQueuePathsSendNoHoldStatement(t *testing.T) {
 	if tr.n.Load() == before {
 		t.Error("the Ack of an admitted delivery sent no statement about holds: the control failed")
 	}
+}
+
+// BenchmarkFairShare: a quiet tenant's latency alone, behind a flood of
+// 5,000 messages in the queue's order, and behind it in fair order
+// (storetest.BenchFairShare; docs/benchmarks.md).
+func BenchmarkFairShare(b *testing.B) {
+	storetest.BenchFairShare(b, func(tb testing.TB) store.AdmittingQueue {
+		return openStore(tb, pgstore.Config{PollInterval: 5 * time.Millisecond})
+	}, 5000)
 }

@@ -144,7 +144,9 @@ type Store struct {
 	pool     *pgxpool.Pool
 	ownsPool bool
 	log      *slog.Logger
-	trips    *tripCounter
+	// fairIndexes builds the indexes of fair receives once.
+	fairIndexes sync.Once
+	trips       *tripCounter
 
 	closeOnce sync.Once
 	closed    atomic.Bool

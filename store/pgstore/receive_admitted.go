@@ -23,12 +23,12 @@ var _ store.AdmittingQueue = (*Store)(nil)
 
 // admitWindow is how many visible messages an admitting receive looks at
 // per delivery it may return.
-const admitWindow = 4
+const admitWindow = admit.WindowPerDelivery
 
 // candidatesSQL locks the window of visible messages an admitting receive
 // decides on, in Receive's order, skipping those another consumer holds.
 const candidatesSQL = `
-SELECT seq, envelope, body, attempt, visible_at FROM idem_queue
+SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8 FROM idem_queue
 WHERE visible_at <= now()
   AND ($3 < 2 OR mod(part, $3) = $2)
 ORDER BY visible_at, seq
@@ -38,7 +38,7 @@ FOR UPDATE SKIP LOCKED`
 // candidatesAfterSQL is candidatesSQL for the next page: the window after
 // the row ($4, $5), the (visible_at, seq) looked at last.
 const candidatesAfterSQL = `
-SELECT seq, envelope, body, attempt, visible_at FROM idem_queue
+SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8 FROM idem_queue
 WHERE visible_at <= now()
   AND ($3 < 2 OR mod(part, $3) = $2)
   AND (visible_at, seq) > ($4, $5)
@@ -70,6 +70,9 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 		p = &store.ReceiveParams{}
 	}
 	s.startListener()
+	if p.Fair {
+		s.ensureFairIndexes(ctx)
+	}
 	return s.poller().Receive(ctx, "pgstore: receive admitted", p.Changed, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
 		ds, next, err := s.receiveAdmitted(ctx, p)
 		if err != nil {
@@ -83,7 +86,11 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 type candidate struct {
 	seq     int64
 	visible time.Time
+	waited  float64 // seconds visible before this receive
 	d       transport.Delivery
+	// With Fair: its share and the share's weight.
+	share  string
+	weight int
 }
 
 // admitAttempts bounds the transactions of one admitting receive: a page
@@ -146,12 +153,14 @@ type admitTxn struct {
 
 	rows    []candidate // every row decided, over the pages
 	page    []candidate // the page being read
+	heads   []fairHead  // with Fair: the shares' heads
 	locked  []store.LimitKey
 	cs      map[store.LimitKey]*admit.Counter
 	fresh   map[store.LimitKey]*admit.Counter // locked by the batch in flight
 	now     time.Time
 	dec     admit.QueueDecision
 	restart []store.LimitKey
+	clock   admit.FairClock // with Fair
 }
 
 // errRestart ends a transaction whose next page needs a counter out of
@@ -164,10 +173,17 @@ func (t *admitTxn) run(ctx context.Context, pre []store.LimitKey) ([]transport.D
 	t.cs, t.now = map[store.LimitKey]*admit.Counter{}, time.Now()
 	b := &pgx.Batch{}
 	b.Queue(beginSQL)
+	if t.p.Fair {
+		t.queueClock(b)
+	}
 	if len(pre) > 0 {
 		t.queueLock(b, pre)
 	}
-	t.queuePage(b, nil)
+	if t.p.Fair {
+		t.queueHeads(b)
+	} else {
+		t.queuePage(b, nil)
+	}
 	var out []transport.Delivery
 	err := t.s.admitTx(ctx, t.conn, b, func() (*pgx.Batch, error) {
 		if err := t.pages(ctx); err != nil {
@@ -198,34 +214,42 @@ func (t *admitTxn) merge() {
 // after is nil, else the one after that row.
 func (t *admitTxn) queuePage(b *pgx.Batch, after *candidate) {
 	t.page = t.page[:0]
-	scan := func(r pgx.Rows) error {
-		for r.Next() {
-			var c candidate
-			var meta, body []byte
-			if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible); err != nil {
-				return err
-			}
-			env, err := sqlq.DecodeEnvelope(meta, body)
-			if err != nil {
-				return err
-			}
-			c.d = transport.Delivery{Envelope: env, Attempt: c.d.Attempt + 1, Token: sqlq.FormatToken(c.seq, t.tok)}
-			t.page = append(t.page, c)
-		}
-		return r.Err()
-	}
 	w := admitWindow * t.n
 	if after == nil {
-		b.Queue(candidatesSQL, w, t.p.Part, t.p.Parts).Query(scan)
+		b.Queue(candidatesSQL, w, t.p.Part, t.p.Parts).Query(t.scanPage)
 		return
 	}
-	b.Queue(candidatesAfterSQL, w, t.p.Part, t.p.Parts, after.visible, after.seq).Query(scan)
+	b.Queue(candidatesAfterSQL, w, t.p.Part, t.p.Parts, after.visible, after.seq).Query(t.scanPage)
+}
+
+// scanPage appends the rows of a candidates query to t.page.
+func (t *admitTxn) scanPage(r pgx.Rows) error {
+	for r.Next() {
+		var c candidate
+		var meta, body []byte
+		if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.waited); err != nil {
+			return err
+		}
+		env, err := sqlq.DecodeEnvelope(meta, body)
+		if err != nil {
+			return err
+		}
+		c.d = transport.Delivery{Envelope: env, Attempt: c.d.Attempt + 1, Token: sqlq.FormatToken(c.seq, t.tok),
+			Admitted: true, Waited: max(time.Duration(c.waited*float64(time.Second)), 0)}
+		t.page = append(t.page, c)
+	}
+	return r.Err()
 }
 
 // pages decides the page read, locking its counters first, and reads and
 // decides the next while MorePages says so.
 func (t *admitTxn) pages(ctx context.Context) error {
 	t.merge() // the first batch's
+	if t.p.Fair {
+		if err := t.lockWindow(ctx); err != nil {
+			return err
+		}
+	}
 	for page := 1; ; page++ {
 		cands, err := t.candidates()
 		if err != nil {
@@ -249,12 +273,15 @@ func (t *admitTxn) pages(ctx context.Context) error {
 		}
 		t.dec.Page(t.p.Limits, cands, t.cs, t.now, t.n)
 		t.rows = append(t.rows, t.page...)
-		if !t.dec.MorePages(page, admitWindow*t.n, len(t.page), t.n) {
-			return nil
+		if t.p.Fair || !t.dec.MorePages(page, admitWindow*t.n, len(t.page), t.n) {
+			return nil // a fair receive decides on one window
 		}
 		b = &pgx.Batch{}
-		last := t.page[len(t.page)-1]
-		t.queuePage(b, &last)
+		var last *candidate
+		if len(t.page) > 0 {
+			last = &t.page[len(t.page)-1]
+		}
+		t.queuePage(b, last)
 		if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -287,6 +314,9 @@ func (t *admitTxn) commit() (*pgx.Batch, []transport.Delivery) {
 		held[j], seqs[j], out[j] = store.AdmitRequest{Holder: r.d.Token, Keys: t.dec.Holds[j]}, r.seq, r.d
 	}
 	queueHolds(w, held, t.dec.Holds, t.cs, t.now, t.s.cfg.Lease)
+	if t.p.Fair {
+		t.queueServed(w)
+	}
 	if len(seqs) > 0 {
 		w.Queue(leaseAdmittedSQL, seqs, t.tok, t.s.cfg.Lease.Seconds())
 	}

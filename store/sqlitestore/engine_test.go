@@ -15,6 +15,7 @@ import (
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/store/storetest"
 )
 
 // The engine on SQLite: the store is also the queue, so consumption, state,
@@ -235,4 +236,19 @@ func TestEngineFlowControl(t *testing.T) {
 // released (enginetest.FlowChange).
 func TestEngineFlowControlChangedAtRuntime(t *testing.T) {
 	enginetest.FlowChange(t, openStore(t, sqlitestore.Config{Lease: time.Hour, PollInterval: time.Hour}))
+}
+
+// TestEngineFairShare: a quiet tenant's calls overtake a flooding
+// tenant's backlog in fair order (enginetest.FlowFair).
+func TestEngineFairShare(t *testing.T) {
+	enginetest.FlowFair(t, openStore(t, sqlitestore.Config{Lease: time.Hour, PollInterval: 20 * time.Millisecond}))
+}
+
+// BenchmarkFairShare: a quiet tenant's latency alone, behind a flood of
+// 5,000 messages in the queue's order, and behind it in fair order
+// (storetest.BenchFairShare; docs/benchmarks.md).
+func BenchmarkFairShare(b *testing.B) {
+	storetest.BenchFairShare(b, func(tb testing.TB) store.AdmittingQueue {
+		return openStore(tb, sqlitestore.Config{PollInterval: 5 * time.Millisecond})
+	}, 5000)
 }

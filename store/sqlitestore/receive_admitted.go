@@ -19,7 +19,7 @@ var _ store.AdmittingQueue = (*Store)(nil)
 
 // admitWindow is how many visible messages an admitting receive looks at
 // per delivery it may return.
-const admitWindow = 4
+const admitWindow = admit.WindowPerDelivery
 
 // candidatesSQL reads a window of ?2 visible messages, in Receive's
 // order, after the row (?3, ?4) (visible_at, seq) looked at last.
@@ -45,6 +45,9 @@ func (s *Store) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 	}
 	if p.Parts > 1 {
 		return nil, fmt.Errorf("sqlitestore: receive admitted: ReceiveParams.Parts is %d, but this queue has no partitions: give 0 or 1", p.Parts)
+	}
+	if p.Fair {
+		s.ensureFairIndexes(ctx)
 	}
 	return s.poller().Receive(ctx, "sqlitestore: receive admitted", p.Changed, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
 		ds, next, err := s.claimAdmitted(ctx, p)
@@ -114,6 +117,11 @@ func (w *writer) receiveAdmitted(p *store.ReceiveParams, lease time.Duration) ([
 		out[j] = ds[i]
 	}
 	slices.SortFunc(out, func(a, b transport.Delivery) int { return cmp.Compare(seqOf(a), seqOf(b)) }) // enqueue order, as Receive
+	if dec.fair != nil {
+		if err := w.served(dec.fair, seqs, dec.Admitted); err != nil {
+			return nil, 0, err
+		}
+	}
 	for k, c := range cs {
 		if c.Refilled {
 			if _, err := w.exec(saveBucketSQL, k.Name, k.Key, c.Tokens, micros(c.RefilledAt)); err != nil {
@@ -128,7 +136,8 @@ func (w *writer) receiveAdmitted(p *store.ReceiveParams, lease time.Duration) ([
 // counters it read and the decision.
 type pages struct {
 	*admit.QueueDecision
-	cs map[store.LimitKey]*admit.Counter
+	cs   map[store.LimitKey]*admit.Counter
+	fair *fairOrder // with ReceiveParams.Fair
 }
 
 // decidePages reads windows of admitWindow × n candidates and decides
@@ -141,7 +150,18 @@ func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok s
 	var seqs []int64
 	after := cursor{at: -1 << 63}
 	for page := 1; ; page++ {
-		got, gseqs, next, err := w.candidates(now, admitWindow*n, tok, after)
+		var got []transport.Delivery
+		var gseqs []int64
+		var next cursor
+		var err error
+		if p.Fair {
+			pg.fair, err = w.fairWindow(now, admitWindow*n)
+			if err == nil {
+				got, gseqs, err = w.fairPage(pg.fair.seqs, now, tok)
+			}
+		} else {
+			got, gseqs, next, err = w.candidates(now, admitWindow*n, tok, after)
+		}
 		if err != nil {
 			return nil, nil, pg, err
 		}
@@ -154,7 +174,7 @@ func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok s
 		}
 		pg.Page(p.Limits, cands, pg.cs, now, n)
 		ds, seqs, after = append(ds, got...), append(seqs, gseqs...), next
-		if !pg.MorePages(page, admitWindow*n, len(got), n) {
+		if p.Fair || !pg.MorePages(page, admitWindow*n, len(got), n) { // a fair receive decides on one window
 			return ds, seqs, pg, nil
 		}
 	}
@@ -211,7 +231,8 @@ func (w *writer) candidates(now time.Time, n int, tok string, after cursor) ([]t
 			// to dead-letter.
 			env = transport.Envelope{ID: id, Body: body}
 		}
-		ds = append(ds, transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok)})
+		ds = append(ds, transport.Delivery{Envelope: env, Attempt: attempt + 1, Token: sqlq.FormatToken(seq, tok),
+			Admitted: true, Waited: max(now.Sub(fromMicros(after.at)), 0)})
 		seqs = append(seqs, seq)
 	}
 	return ds, seqs, after, rows.Err()

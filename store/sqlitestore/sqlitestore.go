@@ -101,6 +101,8 @@ type Store struct {
 	cfg  Config
 	path string
 	log  *slog.Logger
+	// fairIndexes builds the indexes of fair receives once.
+	fairIndexes sync.Once
 
 	rdb *sql.DB // readers: query_only connections, several at once
 	// loadInstance and loadInbox are prepared on rdb; each reader

@@ -108,6 +108,30 @@ func TestUndecodableQueueRowIsDelivered(t *testing.T) {
 	}
 }
 
+// A fair receive delivers an undecodable row too, for the engine to
+// dead-letter, once its indexes exist (they index the row's headers).
+func TestUndecodableQueueRowIsDeliveredFairly(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, sqlitestore.Config{})
+	ctx := context.Background()
+	warm, cancel := context.WithTimeout(ctx, 50*time.Millisecond) // builds the fair indexes
+	_, _ = s.ReceiveAdmitted(warm, &store.ReceiveParams{Max: 1, Fair: true})
+	cancel()
+	if err := s.Publish(ctx, []transport.Envelope{{ID: "bad-1", Type: "t", Body: []byte("body")}, {ID: "good-1", Type: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawDB(t, s.Path()).Exec(`UPDATE idem_queue SET envelope = '{not json' WHERE id = 'bad-1'`); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: 10, Fair: true})
+	if err != nil {
+		t.Fatalf("fair receive with an undecodable row: %v", err)
+	}
+	if len(ds) != 2 || ds[0].Envelope.ID != "bad-1" || ds[0].Envelope.Type != "" || ds[1].Envelope.Type != "t" {
+		t.Fatalf("deliveries: %+v; want bad-1 without a type and good-1", ds)
+	}
+}
+
 // Close stops the writer and every connection: nothing is left running,
 // also after a Receive was blocked in it.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
