@@ -68,8 +68,9 @@ them sends three quarters of the load), every worker logs each admission
 and each settlement, and the checker also verifies: never more holds of a
 capped counter at once than its cap; never more than Rate × t + Burst
 admissions in any window of length t; every counter at zero in flight once
-the run drained (no leaked slot); and, with --fairness-bound, no tenant's
-message waiting longer than the bound for its admission
+the run drained (no leaked slot); and, with --fairness-bound, no tenant
+going longer than the bound with a message waiting and none admitted
+(the workers receive in fair order, Config.FairShare)
 (docs/flow-control.md, "Proven by torture").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -108,7 +109,7 @@ message waiting longer than the bound for its admission
 	f.StringVar(&o.BrokerRestartCmd, "broker-restart-cmd", "", "shell command that restarts the broker of --transport nats://…, amqp://… or redis://… (for the broker-restart fault)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the history, fault log and SQLite file (default: a temporary one, removed after a pass)")
 	f.BoolVar(&o.Limits, "limits", false, "declare flow-control limits (a cap of 2 on a shared resource, 20/s burst 5, a cap of 8 per tenant; two tenants, one flooding) and check them too (store's own queue only)")
-	f.DurationVar(&o.FairnessBound, "fairness-bound", 0, "with --limits, fail if a tenant's message waits longer than this for admission (0: not checked; plain FIFO admission lets a flood delay the other tenant)")
+	f.DurationVar(&o.FairnessBound, "fairness-bound", 0, "with --limits, fail if a tenant has a message waiting and no admission at all for longer than this (0: not checked)")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	f.StringVar(&o.Break, "break", "", "break the engine on purpose (skip-inbox, ack-before-commit) to see the checker fail")
 	_ = f.MarkHidden("break")

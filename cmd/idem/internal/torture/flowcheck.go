@@ -20,7 +20,7 @@ const (
 	InvConcurrency = "limit-concurrency" // more holds of a capped counter at once than its cap
 	InvRate        = "limit-rate"        // more admissions in a window of length t than Rate × t + Burst
 	InvLeakedSlot  = "limit-leaked-slot" // a counter still in use once the run drained
-	InvStarved     = "tenant-starved"    // a tenant's message waited longer than Options.FairnessBound
+	InvStarved     = "tenant-starved"    // a tenant had a message waiting and no admission for longer than Options.FairnessBound
 )
 
 // What the flow check asserts, and why it never fails a correct run.
@@ -151,8 +151,10 @@ type FlowSummary struct {
 	// deliveries.
 	Unaccounted int
 	// WorstWait is, per tenant, the longest certain wait for a first
-	// admission.
-	WorstWait map[string]time.Duration
+	// admission, and WorstStall the longest certain time in which one of
+	// its messages waited and it had no admission at all (what
+	// Options.FairnessBound bounds).
+	WorstWait, WorstStall map[string]time.Duration
 }
 
 // Print writes the summary for people.
@@ -166,14 +168,14 @@ func (s *FlowSummary) Print(w interface{ Write([]byte) (int, error) }) {
 		fmt.Fprintf(w, "    %-20s most admitted within 1s: %d\n", n, s.MostPerSecond[n])
 	}
 	for _, t := range slices.Sorted(maps.Keys(s.WorstWait)) {
-		fmt.Fprintf(w, "    tenant %-13s longest wait for admission: %s\n", t, s.WorstWait[t].Round(time.Millisecond))
+		fmt.Fprintf(w, "    tenant %-13s longest wait for admission: %s; longest stall with none admitted: %s\n", t, s.WorstWait[t].Round(time.Millisecond), s.WorstStall[t].Round(time.Millisecond))
 	}
 }
 
 // checkFlow checks h against the limits of p (see above).
 func checkFlow(h *flowHistory, p *flowParams) ([]Violation, *FlowSummary) {
 	sum := &FlowSummary{Admissions: len(h.Admissions), Unaccounted: len(h.Unaccounted),
-		MostInFlight: map[string]int{}, MostPerSecond: map[string]int{}, WorstWait: map[string]time.Duration{}}
+		MostInFlight: map[string]int{}, MostPerSecond: map[string]int{}, WorstWait: map[string]time.Duration{}, WorstStall: map[string]time.Duration{}}
 	sum.ReceiveP50, sum.ReceiveMax = receiveWidths(h.Admissions)
 	var vs []Violation
 	byCounter := map[store.LimitKey][]*flowAdmission{}
@@ -201,7 +203,7 @@ func checkFlow(h *flowHistory, p *flowParams) ([]Violation, *FlowSummary) {
 		}
 	}
 	vs = append(vs, checkLeaks(p.Uses)...)
-	vs = append(vs, checkStarvation(h, p.FairnessBound, sum.WorstWait)...)
+	vs = append(vs, checkStarvation(h, p.FairnessBound, sum.WorstWait, sum.WorstStall)...)
 	return vs, sum
 }
 
@@ -332,24 +334,35 @@ func checkLeaks(uses []store.LimitUse) []Violation {
 // checkStarvation fills worst with each tenant's longest certain wait for
 // a first admission and, with a positive bound, reports each tenant
 // whose wait exceeded it, naming its longest-waiting messages.
-func checkStarvation(h *flowHistory, bound time.Duration, worst map[string]time.Duration) []Violation {
+func checkStarvation(h *flowHistory, bound time.Duration, worst, stalls map[string]time.Duration) []Violation {
 	first := map[string]*flowAdmission{}
+	byTenant := map[string][]*flowAdmission{}
 	for i := range h.Admissions {
 		a := &h.Admissions[i]
-		if f := first[a.ID]; a.Tenant != "" && (f == nil || a.Begin.Before(f.Begin)) {
+		if a.Tenant == "" {
+			continue
+		}
+		byTenant[a.Tenant] = append(byTenant[a.Tenant], a)
+		if f := first[a.ID]; f == nil || a.Begin.Before(f.Begin) {
 			first[a.ID] = a
 		}
+	}
+	for _, as := range byTenant {
+		slices.SortFunc(as, func(x, y *flowAdmission) int { return x.Begin.Compare(y.Begin) })
 	}
 	over := map[string][]string{}
 	for _, id := range slices.Sorted(maps.Keys(first)) {
 		a := first[id]
 		pub, ok := h.Published[id]
-		if !ok || !a.Begin.After(pub) || mayHaveAdmitted(h.Unaccounted, pub, a.Begin) {
+		if !ok || !a.Begin.After(pub) {
 			continue
 		}
-		wait := a.Begin.Sub(pub)
-		worst[a.Tenant] = max(worst[a.Tenant], wait)
-		if bound > 0 && wait > bound {
+		if !mayHaveAdmitted(h.Unaccounted, pub, a.Begin) {
+			worst[a.Tenant] = max(worst[a.Tenant], a.Begin.Sub(pub))
+		}
+		stall := longestStall(byTenant[a.Tenant], h.Unaccounted, pub, a.Begin)
+		stalls[a.Tenant] = max(stalls[a.Tenant], stall)
+		if bound > 0 && stall > bound {
 			over[a.Tenant] = append(over[a.Tenant], id)
 		}
 	}
@@ -357,9 +370,46 @@ func checkStarvation(h *flowHistory, bound time.Duration, worst map[string]time.
 	for _, t := range slices.Sorted(maps.Keys(over)) {
 		ids := over[t]
 		vs = append(vs, Violation{Invariant: InvStarved, Key: t, Messages: ids[:min(len(ids), 10)],
-			Detail: fmt.Sprintf("tenant %q: %d messages waited longer than %s for admission (longest %s)", t, len(ids), bound, worst[t].Round(time.Millisecond))})
+			Detail: fmt.Sprintf("tenant %q: %d messages waited through a stall longer than %s with no admission of the tenant (longest %s)", t, len(ids), bound, stalls[t].Round(time.Millisecond))})
 	}
 	return vs
+}
+
+// longestStall is the longest time within (from, to) in which the tenant
+// whose admissions as are (sorted by Begin) certainly had none: between
+// one admission's receive end (it happened by then) and the next one's
+// receive begin (not before). A gap that a receive without a record
+// overlaps may hide an admission, and is not counted. A tenant that
+// makes progress while its backlog drains does not stall, however long
+// its messages wait behind their own backlog.
+func longestStall(as []*flowAdmission, unaccounted []flowReceive, from, to time.Time) time.Duration {
+	var stall time.Duration
+	cursor := from
+	gap := func(until time.Time) {
+		if until.After(cursor) && !mayHaveAdmitted(unaccounted, cursor, until) {
+			stall = max(stall, until.Sub(cursor))
+		}
+	}
+	for _, a := range as {
+		if !a.Begin.After(from) {
+			cursor = maxTime(cursor, a.End)
+			continue
+		}
+		if a.Begin.After(to) {
+			break
+		}
+		gap(a.Begin)
+		cursor = maxTime(cursor, a.End)
+	}
+	gap(to)
+	return stall
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // mayHaveAdmitted reports whether a receive without a record overlaps

@@ -24,7 +24,7 @@ import (
 
 // fairnessHeader carries a message's tenant: the header the engine's fair
 // share orders by (docs/flow-control.md).
-const fairnessHeader = "idem-fairness-key"
+const fairnessHeader = transport.HeaderFairnessKey
 
 // The two tenants of the workload: flood sends three quarters of it.
 const (

@@ -163,7 +163,9 @@ func runWorker(ctx context.Context, c workerConfig) error {
 		},
 	}
 	if c.Limits {
-		cfg.Limits = runLimits()
+		// The tenants' messages carry their fairness key: they share the
+		// caps in fair order.
+		cfg.Limits, cfg.FairShare = runLimits(), true
 	}
 	e, err := idem.NewEngine(wst, wtr, cfg)
 	if err != nil {
