@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +18,6 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
-	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -233,16 +230,7 @@ func TestAPILimitsRefused(t *testing.T) {
 func TestLimitsShowWaitingShares(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, FairShare: true}) // not started: the messages wait
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, e, logger := fairSQLiteEngine(t, nil) // not started: the messages wait
 	var envs []idem.Envelope
 	for i, share := range []string{"acme", "acme", hostileTenant} {
 		envs = append(envs, idem.Envelope{ID: fmt.Sprint("m-", i), Type: "t", Headers: map[string]string{transport.HeaderFairnessKey: share}})

@@ -231,17 +231,8 @@ func TestMetricsPublishToCommit(t *testing.T) {
 // through flow control (here Config.FairShare on SQLite's own queue).
 func TestMetricsAdmissionWait(t *testing.T) {
 	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	obs := admin.NewObserver()
-	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, Observe: obs.Observe, FairShare: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, e, logger := fairSQLiteEngine(t, obs)
 	if err := e.Register(orders.OrderMachine()); err != nil {
 		t.Fatal(err)
 	}
@@ -505,4 +496,25 @@ func TestMetricsStoreGaugesHostileLabels(t *testing.T) {
 	if strings.Contains(body, "bad") {
 		t.Errorf("metrics: a saga type with invalid UTF-8 was exported:\n%s", body)
 	}
+}
+
+// fairSQLiteEngine opens a SQLite store and an engine on its queue with
+// Config.FairShare, observed by obs when it is not nil; not started.
+func fairSQLiteEngine(t *testing.T, obs *admin.Observer) (*sqlitestore.Store, *idem.Engine, *slog.Logger) {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	cfg := &idem.Config{Logger: logger, FairShare: true}
+	if obs != nil {
+		cfg.Observe = obs.Observe
+	}
+	e, err := idem.NewEngine(st, st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, e, logger
 }

@@ -21,7 +21,12 @@ func (s *Store) LeaseDuration() time.Duration { return s.cfg.Lease }
 // deadlock with a commit that deletes the same rows in another order. A
 // held row (sqlq.HeldPrefix) past its lease is lost (sqlq.Lost) and not
 // renewed.
-const extendSQL = `
+const extendSQL = renewSQL + `
+RETURNING q.seq`
+
+// renewSQL is the UPDATE that extendSQL and extendHeldSQL share: it
+// renews the leases of the rows $1 whose tokens are still $2.
+const renewSQL = `
 UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3)
 FROM (
   SELECT r.seq FROM idem_queue r
@@ -30,8 +35,7 @@ FROM (
   ORDER BY r.seq
   FOR UPDATE OF r SKIP LOCKED
 ) c
-WHERE q.seq = c.seq
-RETURNING q.seq`
+WHERE q.seq = c.seq`
 
 // extendHeldSQL is extendSQL for deliveries of which some are admitted:
 // it also extends, to the same instant, the live holds of the rows it
@@ -39,16 +43,7 @@ RETURNING q.seq`
 // other: a lost delivery's holds keep their expiry. It skips a hold
 // locked by a transaction releasing it, and never waits.
 const extendHeldSQL = `
-WITH ext AS (
-  UPDATE idem_queue q SET visible_at = now() + make_interval(secs => $3)
-  FROM (
-    SELECT r.seq FROM idem_queue r
-    JOIN unnest($1::bigint[], $2::text[]) AS u(seq, token) ON r.seq = u.seq AND r.token = u.token
-    WHERE r.visible_at > clock_timestamp() OR r.token NOT LIKE 'held%'
-    ORDER BY r.seq
-    FOR UPDATE OF r SKIP LOCKED
-  ) c
-  WHERE q.seq = c.seq
+WITH ext AS (` + renewSQL + `
   RETURNING q.seq, q.token
 ), held AS (
   UPDATE idem_limit_holds h SET expires_at = now() + make_interval(secs => $3)
