@@ -68,9 +68,11 @@ func (l *Limit) values() store.Limit {
 // (store.AdmittingQueue.ReceiveAdmitted).
 type admission struct {
 	log     *slog.Logger
-	q       store.AdmittingQueue
-	byType  map[string][]*Limit // the limits of each message type
-	all     []*Limit            // the limits of every message
+	q       store.AdmittingQueue // nil: admission beside a broker (broker)
+	lim     store.Limiter        // the store's limits (q, or the store beside the broker)
+	broker  *brokerFlow          // nil: the store's own queue admits
+	byType  map[string][]*Limit  // the limits of each message type
+	all     []*Limit             // the limits of every message
 	decl    map[string]store.Limit
 	inForce atomic.Pointer[map[string]store.Limit]
 	// declared is set once refresh has recorded decl in the store (at
@@ -86,11 +88,10 @@ func newAdmission(b *base, reg *registry) (*admission, error) {
 	if len(b.cfg.Limits) == 0 {
 		return nil, nil
 	}
-	q, ok := b.store.(store.AdmittingQueue)
-	if !ok || !b.caps.queue {
-		return nil, fmt.Errorf("idem: start: Config.Limits needs the store's own queue as transport (pgstore or sqlitestore as both store and transport); with %T as store and %T as transport there is no admission: remove Config.Limits, or use the store's queue", b.store, b.tr)
+	a := &admission{log: b.log, byType: map[string][]*Limit{}, decl: map[string]store.Limit{}, changed: make(chan struct{})}
+	if err := a.admitWhere(b); err != nil {
+		return nil, err
 	}
-	a := &admission{log: b.log, q: q, byType: map[string][]*Limit{}, decl: map[string]store.Limit{}, changed: make(chan struct{})}
 	for i := range b.cfg.Limits {
 		l := &b.cfg.Limits[i]
 		if err := a.declare(l, reg); err != nil {
@@ -194,12 +195,17 @@ func limitKey(v string) string {
 }
 
 // receive is the source's receive through admission: the store's
-// ReceivePartition that admits as it leases. A receive decides under the
+// ReceivePartition that admits as it leases; beside a broker, next (the
+// transport's receive) through a gate that admits through the store
+// (flow_broker.go). A receive decides under the
 // limits in force when it began, and may wait long for a slot: when a
 // refresh changes the values in force, its wait ends empty
 // (ReceiveParams.Changed), and the next receive decides under the new
 // values.
-func (a *admission) receive(part, parts int) func(context.Context, int) ([]transport.Delivery, error) {
+func (a *admission) receive(next func(context.Context, int) ([]transport.Delivery, error), part, parts int) func(context.Context, int) ([]transport.Delivery, error) {
+	if a.q == nil {
+		return a.broker.gate(a, next, part, parts).receive
+	}
 	return func(ctx context.Context, max int) ([]transport.Delivery, error) {
 		a.mu.Lock()
 		limits, changed := *a.inForce.Load(), a.changed
@@ -215,12 +221,12 @@ func (a *admission) receive(part, parts int) func(context.Context, int) ([]trans
 // operator's tools.
 func (a *admission) refresh(ctx context.Context) error {
 	if !a.declared {
-		if err := a.q.DeclareLimits(ctx, slices.Collect(maps.Values(a.decl))); err != nil {
+		if err := a.lim.DeclareLimits(ctx, slices.Collect(maps.Values(a.decl))); err != nil {
 			return fmt.Errorf("record Config.Limits in the store: %w", err)
 		}
 		a.declared = true
 	}
-	over, err := a.q.Limits(ctx)
+	over, err := a.lim.Limits(ctx)
 	if err != nil {
 		return err
 	}
