@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/memtransport"
 )
 
@@ -21,4 +23,14 @@ func TestFlowBesideABroker(t *testing.T) {
 // nothing was released (enginetest.FlowChangeBeside).
 func TestFlowChangeBesideABroker(t *testing.T) {
 	enginetest.FlowChangeBeside(t, memstore.New(nil), memtransport.New(&memtransport.Config{Lease: time.Second}))
+}
+
+// The admission cases that apply beside a broker, on the in-memory
+// transport and store (enginetest.FlowBroker).
+func TestFlowBrokerCases(t *testing.T) {
+	enginetest.FlowBroker(t, func(t *testing.T) (store.Store, func() transport.Transport) {
+		st := memstore.New(nil)
+		bus := memtransport.New(&memtransport.Config{Lease: 500 * time.Millisecond})
+		return st, func() transport.Transport { return bus }
+	})
 }
