@@ -161,32 +161,44 @@ func (g *gate) add(ctx context.Context, ds []transport.Delivery) {
 	}
 }
 
-// admit decides the waiting deliveries in one Admit (admissionPlan), and
-// takes those admitted out of the waiting set; wait is the earliest
-// next token of a rate that refused one.
+// admit decides the waiting deliveries, in order, until max are
+// admitted or every one was decided: one Admit for at most max of them
+// at a time (admissionPlan), so that a refused head does not hide the
+// deliveries behind it. It takes those admitted out of the waiting set;
+// wait is the earliest next token of a rate that refused one.
 func (g *gate) admit(ctx context.Context, max int) (ready []transport.Delivery, wait time.Duration, err error) {
 	g.mu.Lock()
-	p := planAdmission(g.waiting, max)
+	ws := slices.Clone(g.waiting)
 	g.mu.Unlock()
-	if len(p.entries) == 0 {
-		return nil, 0, nil
-	}
-	var decided []store.Admission
-	if len(p.reqs) > 0 {
-		a := &store.AdmitParams{Limits: *g.adm.inForce.Load(), Requests: p.reqs, TTL: g.f.holds.ttl}
-		if decided, err = g.f.lim.Admit(ctx, a); err != nil {
-			return nil, 0, fmt.Errorf("admit %d deliveries through the store: %w", len(p.reqs), err)
+	var in, stray []*waiter
+	pl := newAdmissionPlanner()
+	for len(in) < max {
+		p := pl.plan(ws, max-len(in))
+		if len(p.entries) == 0 {
+			break
+		}
+		var decided []store.Admission
+		if len(p.reqs) > 0 {
+			a := &store.AdmitParams{Limits: *g.adm.inForce.Load(), Requests: p.reqs, TTL: g.f.holds.ttl}
+			if decided, err = g.f.lim.Admit(ctx, a); err != nil {
+				err = fmt.Errorf("admit %d deliveries through the store: %w", len(p.reqs), err)
+				break
+			}
+		}
+		ok, st, w := p.outcome(decided)
+		pl.decided(&p, ok)
+		in, stray = append(in, ok...), append(stray, st...)
+		if w > 0 && (wait == 0 || w < wait) {
+			wait = w
 		}
 	}
-	in, stray, wait := p.outcome(decided)
 	g.f.holds.admitted(in)
 	in, gone := g.take(in)
-	for _, w := range gone {
-		stray = append(stray, w.holder)
-	}
 	g.f.holds.settle(ctx, deliveries(gone))
-	g.f.holds.release(ctx, stray)
-	return deliveries(in), wait, nil
+	for _, w := range stray {
+		g.f.holds.release(ctx, []string{w.holder})
+	}
+	return deliveries(in), wait, err
 }
 
 // take removes ws from the waiting set; gone are those no longer in it
@@ -298,31 +310,55 @@ type planEntry struct {
 	req int // index in reqs; -1: free
 }
 
-// planAdmission plans the decision on ws, at most max entries. Each key's
-// entries are a prefix of its waiting deliveries, and a request is
-// planned after an earlier one of its key only when it needs every
-// counter that one needs: the store decides requests in order, and a
-// refusal then refuses the later ones of the key too (a counter refused
-// stays full or empty within one Admit), so that none overtakes another.
-// The first request that does not need them ends its key's entries.
-func planAdmission(ws []*waiter, max int) admissionPlan {
+// admissionPlanner plans the decisions on one view of the waiting set,
+// one plan after another: each plan takes the next waiters, skipping the
+// keys a refusal blocked.
+//
+// Each key's entries are a prefix of its waiting deliveries not decided
+// yet, and a request is planned after an earlier one of its key in the
+// same plan only when it needs every counter that one needs: the store
+// decides requests in order, and a refusal then refuses the later ones
+// of the key too (a counter refused stays full or empty within one
+// Admit), so that none overtakes another. The first request that does
+// not need them ends its key's entries until the next plan; a refusal
+// ends them for good.
+type admissionPlanner struct {
+	keys    map[string]*planKey
+	planned map[*waiter]bool
+}
+
+type planKey struct {
+	blocked bool
+	last    []store.LimitKey // the needs of its last request in the plan
+	held    bool             // a later waiter was left for the next plan
+}
+
+func newAdmissionPlanner() *admissionPlanner {
+	return &admissionPlanner{keys: map[string]*planKey{}, planned: map[*waiter]bool{}}
+}
+
+// plan plans at most max entries among the waiters of ws not planned
+// yet.
+func (pl *admissionPlanner) plan(ws []*waiter, max int) admissionPlan {
 	var p admissionPlan
-	type keyState struct {
-		blocked bool
-		last    []store.LimitKey // the needs of its last request planned
+	for _, k := range pl.keys {
+		k.last, k.held = nil, false
 	}
-	keys := map[string]*keyState{}
 	for _, w := range ws {
 		if len(p.entries) >= max {
 			break
 		}
-		k := keys[w.key]
+		if pl.planned[w] {
+			continue
+		}
+		k := pl.keys[w.key]
 		if k == nil {
-			k = &keyState{}
-			keys[w.key] = k
+			k = &planKey{}
+			pl.keys[w.key] = k
 		}
 		switch {
-		case k.blocked:
+		case k.blocked || k.held:
+			continue
 		case len(w.needs) == 0:
 			p.entries = append(p.entries, planEntry{w: w, req: -1})
 		case k.last == nil || covers(w.needs, k.last):
@@ -330,10 +366,26 @@ func planAdmission(ws []*waiter, max int) admissionPlan {
 			p.reqs = append(p.reqs, store.AdmitRequest{Holder: w.holder, Keys: w.needs})
 			k.last = w.needs
 		default:
-			k.blocked = true
+			k.held = true
+			continue
 		}
+		pl.planned[w] = true
 	}
 	return p
+}
+
+// decided records the outcome of p: the keys of its entries not all
+// admitted are blocked.
+func (pl *admissionPlanner) decided(p *admissionPlan, in []*waiter) {
+	ok := make(map[*waiter]bool, len(in))
+	for _, w := range in {
+		ok[w] = true
+	}
+	for _, e := range p.entries {
+		if !ok[e.w] {
+			pl.keys[e.w.key].blocked = true
+		}
+	}
 }
 
 // covers reports whether needs holds every counter of earlier.
@@ -350,13 +402,13 @@ func covers(needs, earlier []store.LimitKey) bool {
 // before any refusal of their key, in order; stray the holders admitted
 // after one (never, by the plan's rule; released at once if so); wait
 // the earliest next token of a rate that refused one.
-func (p *admissionPlan) outcome(decided []store.Admission) (in []*waiter, stray []string, wait time.Duration) {
+func (p *admissionPlan) outcome(decided []store.Admission) (in, stray []*waiter, wait time.Duration) {
 	refused := map[string]bool{}
 	for _, e := range p.entries {
 		switch {
 		case refused[e.w.key]:
 			if e.req >= 0 && decided[e.req].Admitted {
-				stray = append(stray, e.w.holder)
+				stray = append(stray, e.w)
 			}
 		case e.req >= 0 && !decided[e.req].Admitted:
 			refused[e.w.key] = true

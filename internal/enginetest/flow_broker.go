@@ -38,6 +38,8 @@ const noteType = "flow.Note"
 //     dead-letter it);
 //   - key order: a later message of a key never overtakes a waiting
 //     earlier one, even one that needs no limit, while other keys pass;
+//   - released in the commit: the unit of work that settles a message
+//     releases its holds, with no other call to the store;
 //   - crash: the holds of a replica that stops renewing them (killed, or
 //     stuck past Config.StopTimeout) expire within a few leases.
 func FlowBroker(t *testing.T, rig BrokerRig) {
@@ -52,6 +54,7 @@ func FlowBroker(t *testing.T, rig BrokerRig) {
 	t.Run("two engines", func(t *testing.T) { flowTwoEngines(t, rig) })
 	t.Run("attempts", func(t *testing.T) { flowAttempts(t, rig) })
 	t.Run("key order", func(t *testing.T) { flowKeyOrder(t, rig) })
+	t.Run("released in the commit", func(t *testing.T) { flowReleasedInCommit(t, rig) })
 	t.Run("crash", func(t *testing.T) { flowCrash(t, rig) })
 }
 
@@ -359,6 +362,10 @@ type dyingStore struct {
 	store.Store
 	store.Limiter
 	dead atomic.Bool
+	// noRelease, when set, refuses ReleaseHolds, and ttl, when set,
+	// replaces the holds' TTL: only a commit then releases a hold.
+	noRelease bool
+	ttl       time.Duration
 }
 
 var errDead = errors.New("enginetest: the replica is dead")
@@ -374,6 +381,9 @@ func (d *dyingStore) Admit(ctx context.Context, p *store.AdmitParams) ([]store.A
 	if d.dead.Load() {
 		return nil, errDead
 	}
+	if d.ttl > 0 {
+		p.TTL = d.ttl
+	}
 	return d.Limiter.Admit(ctx, p)
 }
 
@@ -385,8 +395,38 @@ func (d *dyingStore) ExtendHolds(ctx context.Context, holders []string, ttl time
 }
 
 func (d *dyingStore) ReleaseHolds(ctx context.Context, holders []string) error {
-	if d.dead.Load() {
+	if d.dead.Load() || d.noRelease {
 		return errDead
 	}
 	return d.Limiter.ReleaseHolds(ctx, holders)
+}
+
+// flowReleasedInCommit: under a cap of 1, with holds that outlive the
+// test and a store that refuses Limiter.ReleaseHolds, three calls run one
+// after the other: each hold is released by the commit that records its
+// message's outcome (store.Changes.ReleaseHolds), or the next call would
+// never be admitted.
+func flowReleasedInCommit(t *testing.T, rig BrokerRig) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, open := rig(t)
+	lim := st.(store.Limiter)
+	c := newCalls()
+	e := startWith(ctx, t, &dyingStore{Store: st, Limiter: lim, noRelease: true, ttl: time.Hour}, open(),
+		&idem.Config{BatchSize: 1, Lanes: 4, Consumers: 2,
+			Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: 1}}},
+		map[string]idem.HandlerFunc{parseType: func(_ context.Context, env idem.Envelope) error {
+			c.enter(env.ID)
+			c.leave(env.ID, true)
+			return nil
+		}})
+	envs := parseEnvs("commit", 3)
+	if err := e.Publish(ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+	WaitFor(t, time.Minute, "every call handled, one hold after the other", c.allHandled(ids(envs)...))
+	WaitFor(t, time.Minute, "no hold left", func() (bool, error) {
+		n, err := inFlight(ctx, lim)
+		return n == 0, err
+	})
 }
