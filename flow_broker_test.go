@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,9 @@ func TestStopGivesBackDeliveriesWaitingForAdmission(t *testing.T) {
 		<-release
 		return nil
 	})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before e1's Stop, when the test fails
 	if err := e1.Publish(ctx, idem.Envelope{ID: "c1", Type: "flow.Call", CorrelationID: "f1"}, idem.Envelope{ID: "c2", Type: "flow.Call", CorrelationID: "f2"}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +75,7 @@ func TestStopGivesBackDeliveriesWaitingForAdmission(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- e1.Stop(ctx) }()
 	enginetest.WaitFor(t, time.Minute, "c2 given back while c1 still runs", ready(1))
-	close(release)
+	open()
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
