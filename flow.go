@@ -20,9 +20,10 @@ import (
 
 // Limit declares a flow-control limit (docs/flow-control.md). The engine
 // admits a message only while every limit it falls under admits it, in
-// the transaction that leases the message; a message it does not admit
-// yet stays in the queue, its attempt not counted, and so do the later
-// messages of its saga key. Holds are released in the transaction that
+// the transaction that leases the message (beside a broker, through the
+// store after it receives the message); a message it does not admit
+// yet stays in the queue (beside a broker, waits in the engine, leased),
+// its attempt not counted, and so do the later messages of its saga key. Holds are released in the transaction that
 // settles the message (applied, dead-lettered or given back), and expire
 // with its lease when its replica dies.
 type Limit struct {
