@@ -108,7 +108,7 @@ func (f *brokerFlow) allGates() []*gate {
 }
 
 // run renews the waiting deliveries' leases until ctx ends, then gives
-// them back.
+// them back, once the gates' receives from the broker have ended.
 func (f *brokerFlow) run(ctx context.Context) error {
 	every := f.caps.leases.every
 	t := time.NewTicker(every)

@@ -28,7 +28,11 @@ type gate struct {
 	adm  *admission
 	next func(context.Context, int) ([]transport.Delivery, error)
 	turn sync.Mutex // one receive at a time
-	mu   sync.Mutex // guards waiting and closed
+	// fetch, under turn, reports the end of the broker's receive in
+	// flight (nil: none); fetching counts them, for Stop.
+	fetch    chan error
+	fetching sync.WaitGroup
+	mu       sync.Mutex // guards waiting and closed
 	// waiting are the deliveries not handed out yet, in the order
 	// received.
 	waiting []*waiter
@@ -67,34 +71,57 @@ func (g *gate) receive(ctx context.Context, n int) ([]transport.Delivery, error)
 			}
 			continue
 		}
-		ds, err, woken := g.receiveNext(ctx, min(room, max), sig, wait)
-		g.add(ctx, ds)
-		if err != nil && !woken && len(ds) == 0 {
+		if err := g.receiveNext(ctx, min(room, max), sig, wait); err != nil {
 			return nil, err
 		}
 	}
 }
 
-// receiveNext receives from the broker; while deliveries wait, a signal
-// ends the receive (woken), so that they are decided again at once.
-func (g *gate) receiveNext(ctx context.Context, max int, sig signals, wait time.Duration) (ds []transport.Delivery, err error, woken bool) {
-	if g.count() == 0 {
-		ds, err = g.next(ctx, max)
-		return ds, err, false
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if sig.wait(rctx, wait) {
-			cancel()
+// receiveNext receives from the broker into the waiting set, and returns
+// when that receive ended (with its error), or, while deliveries wait,
+// at a signal, so that they are decided again at once. A signal never
+// cancels the broker's receive, which may have taken deliveries already
+// (a cancelled receive can strand them until their lease runs out, and
+// cost an attempt): it goes on in the background, one at a time per
+// gate, and adds what it receives to the waiting set, where their leases
+// are kept.
+func (g *gate) receiveNext(ctx context.Context, max int, sig signals, wait time.Duration) error {
+	if g.fetch == nil {
+		g.mu.Lock()
+		closed := g.closed
+		if !closed {
+			g.fetching.Add(1) // under mu: never after close's Wait began
 		}
-	}()
-	ds, err = g.next(rctx, max)
-	woken = rctx.Err() != nil && ctx.Err() == nil
-	cancel()
-	<-done
-	return ds, err, woken
+		g.mu.Unlock()
+		if closed {
+			return fmt.Errorf("receive: the engine is stopping: %w", context.Canceled)
+		}
+		done := make(chan error, 1)
+		g.fetch = done
+		go func() {
+			defer g.fetching.Done()
+			ds, err := g.next(ctx, max)
+			g.add(ctx, ds)
+			if len(ds) > 0 {
+				err = nil
+			}
+			done <- err
+		}()
+	}
+	if g.count() == 0 {
+		err := <-g.fetch
+		g.fetch = nil
+		return err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	select {
+	case err := <-g.fetch:
+		g.fetch = nil
+		return err
+	case <-sig.after(actx, wait):
+		return nil
+	}
 }
 
 // signals are what ends a wait for admission.
@@ -114,20 +141,33 @@ func (g *gate) signals() signals {
 // wait waits for a signal, or for wait (a rate's next token) when it is
 // shorter than the poll interval; false when ctx ended first.
 func (s signals) wait(ctx context.Context, wait time.Duration) bool {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	<-s.after(actx, wait)
+	return ctx.Err() == nil
+}
+
+// after returns a channel closed at a signal, at wait (a rate's next
+// token) when it is shorter than the poll interval, or when ctx ends
+// (which the caller cancels once it no longer waits).
+func (s signals) after(ctx context.Context, wait time.Duration) <-chan struct{} {
 	d := s.poll
 	if wait > 0 && wait < d {
 		d = wait
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-s.released:
-	case <-s.changed:
-	case <-t.C:
-	}
-	return true
+	out := make(chan struct{})
+	go func() {
+		defer close(out)
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-s.released:
+		case <-s.changed:
+		case <-t.C:
+		}
+	}()
+	return out
 }
 
 func (g *gate) count() int {
@@ -266,10 +306,14 @@ func (g *gate) renew(ctx context.Context, timeout time.Duration) error {
 }
 
 // close gives the waiting deliveries back to the broker (the engine is
-// stopping), and any received later.
+// stopping, ctx has ended), once the receive in flight has ended, and
+// any received later.
 func (g *gate) close(ctx context.Context) {
 	g.mu.Lock()
 	g.closed = true
+	g.mu.Unlock()
+	g.fetching.Wait() // the broker's receive in flight ends with ctx
+	g.mu.Lock()
 	ws := g.waiting
 	g.waiting = nil
 	g.mu.Unlock()

@@ -208,8 +208,8 @@ func flowAttempts(t *testing.T, rig BrokerRig) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st, open := rig(t)
-	tr := open()
-	lease := leaseOf(t, tr)
+	tr := &attemptsSeen{Transport: open()}
+	lease := leaseOf(t, tr.Transport)
 	c := newCalls()
 	h := func(ctx context.Context, env idem.Envelope) error {
 		ok := false
@@ -250,6 +250,37 @@ func flowAttempts(t *testing.T, rig BrokerRig) {
 		}
 		return true, nil
 	})
+	if most := tr.most.Load(); most > 2 {
+		t.Errorf("a delivery came at attempt %d; want at most 2 (the first try, and the retry after its failure): waiting for admission counted attempts", most)
+	}
+}
+
+// attemptsSeen is a transport that records the highest
+// transport.Delivery.Attempt it received.
+type attemptsSeen struct {
+	transport.Transport
+	most atomic.Int64
+}
+
+func (a *attemptsSeen) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	ds, err := a.Transport.Receive(ctx, max)
+	for _, d := range ds {
+		for {
+			m := a.most.Load()
+			if int64(d.Attempt) <= m || a.most.CompareAndSwap(m, int64(d.Attempt)) {
+				break
+			}
+		}
+	}
+	return ds, err
+}
+
+func (a *attemptsSeen) LeaseDuration() time.Duration {
+	return a.Transport.(transport.LeaseExtender).LeaseDuration()
+}
+
+func (a *attemptsSeen) ExtendLeases(ctx context.Context, ds []transport.Delivery) error {
+	return a.Transport.(transport.LeaseExtender).ExtendLeases(ctx, ds)
 }
 
 func leaseOf(t *testing.T, tr transport.Transport) time.Duration {
