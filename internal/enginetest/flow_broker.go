@@ -200,7 +200,8 @@ func flowTwoEngines(t *testing.T, rig BrokerRig) {
 }
 
 // flowAttempts: under a cap of 1 with Config.MaxAttempts 2, each call
-// fails at its first try after holding its slot for a lease, and
+// fails at its first try after holding its slot for two leases (its
+// holds, which live a lease, are extended with its lease meanwhile), and
 // succeeds at its second. The others wait for leases meanwhile; a wait
 // counted as an attempt (a delivery given back to the broker when
 // refused) would reach its first try at attempt 2 and be dead-lettered.
@@ -215,8 +216,8 @@ func flowAttempts(t *testing.T, rig BrokerRig) {
 		ok := false
 		defer func() { c.leave(env.ID, ok) }()
 		if c.enter(env.ID) == 1 {
-			select { // hold the slot for a lease, then fail
-			case <-time.After(lease):
+			select { // hold the slot past the holds' TTL (a lease), then fail
+			case <-time.After(2 * lease):
 			case <-ctx.Done():
 			}
 			return errors.New("parser busy")
@@ -250,6 +251,12 @@ func flowAttempts(t *testing.T, rig BrokerRig) {
 		}
 		return true, nil
 	})
+	c.mu.Lock()
+	most := c.most
+	c.mu.Unlock()
+	if most > 1 {
+		t.Errorf("%d calls ran at once under a cap of 1: a hold lapsed while its call ran (its holds were not extended with its lease)", most)
+	}
 	if most := tr.most.Load(); most > 2 {
 		t.Errorf("a delivery came at attempt %d; want at most 2 (the first try, and the retry after its failure): waiting for admission counted attempts", most)
 	}
