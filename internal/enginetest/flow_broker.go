@@ -31,8 +31,8 @@ const noteType = "flow.Note"
 //     leaks (FlowBeside);
 //   - change: a cap raised at runtime reaches a waiting delivery
 //     (FlowChangeBeside);
-//   - two engines: a cap of 2 holds across two replicas on one broker and
-//     one store;
+//   - two engines: a cap of 1, and one of 2, holds across two replicas on
+//     one broker and one store;
 //   - attempts: a delivery that waits for admission, leases long, is not
 //     counted as a failed attempt (a broker's redelivery count would
 //     dead-letter it);
@@ -51,7 +51,9 @@ func FlowBroker(t *testing.T, rig BrokerRig) {
 		st, open := rig(t)
 		FlowChangeBeside(t, st, open())
 	})
-	t.Run("two engines", func(t *testing.T) { flowTwoEngines(t, rig) })
+	for _, limit := range []int{1, 2} {
+		t.Run(fmt.Sprintf("two engines, cap %d", limit), func(t *testing.T) { flowTwoEngines(t, rig, limit) })
+	}
 	t.Run("attempts", func(t *testing.T) { flowAttempts(t, rig) })
 	t.Run("key order", func(t *testing.T) { flowKeyOrder(t, rig) })
 	t.Run("released in the commit", func(t *testing.T) { flowReleasedInCommit(t, rig) })
@@ -159,13 +161,12 @@ func ids(envs []idem.Envelope) []string {
 }
 
 // flowTwoEngines: two replicas, each with lanes and consumers for four
-// calls at once, share a cap of 2; each call lasts long enough for
-// others to join it, so without the cap more than 2 would run at once.
-func flowTwoEngines(t *testing.T, rig BrokerRig) {
+// calls at once, share a cap of limit; each call lasts long enough for
+// others to join it, so without the cap more would run at once.
+func flowTwoEngines(t *testing.T, rig BrokerRig, limit int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st, open := rig(t)
-	const limit = 2
 	c := newCalls()
 	h := func(ctx context.Context, env idem.Envelope) error {
 		c.enter(env.ID)
