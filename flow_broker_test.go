@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/transport/memtransport"
 )
@@ -141,4 +143,18 @@ func newEngine(t *testing.T, st store.Store, tr transport.Transport, cfg *idem.C
 		_ = e.Stop(ctx)
 	})
 	return e
+}
+
+// The same cases with SQLite keeping the limits beside the in-memory
+// transport.
+func TestFlowBrokerCasesOnSQLite(t *testing.T) {
+	enginetest.FlowBroker(t, func(t *testing.T) (store.Store, func() transport.Transport) {
+		st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		bus := memtransport.New(&memtransport.Config{Lease: 500 * time.Millisecond})
+		return st, func() transport.Transport { return bus }
+	})
 }
