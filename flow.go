@@ -21,11 +21,12 @@ import (
 // Limit declares a flow-control limit (docs/flow-control.md). The engine
 // admits a message only while every limit it falls under admits it, in
 // the transaction that leases the message (beside a broker, through the
-// store after it receives the message); a message it does not admit
-// yet stays in the queue (beside a broker, waits in the engine, leased),
-// its attempt not counted, and so do the later messages of its saga key. Holds are released in the transaction that
-// settles the message (applied, dead-lettered or given back), and expire
-// with its lease when its replica dies.
+// store after it receives the message); a message it does not admit yet
+// stays in the queue (beside a broker, waits in the engine, leased), its
+// attempt not counted, and so do the later messages of its saga key.
+// Holds are released in the transaction that settles the message
+// (applied, dead-lettered or given back), and expire with its lease when
+// its replica dies.
 type Limit struct {
 	// Name names the limit, and the resource it protects when several
 	// message types share it ("parser-api"): non-empty, valid UTF-8
@@ -66,7 +67,8 @@ func (l *Limit) values() store.Limit {
 // counters each message needs, and the values in force (the
 // declarations, overridden by the store's limits, refreshed by the
 // limitsPoller service). The source receives through it
-// (store.AdmittingQueue.ReceiveAdmitted).
+// (store.AdmittingQueue.ReceiveAdmitted; beside a broker, a gate:
+// gate.go).
 type admission struct {
 	log     *slog.Logger
 	q       store.AdmittingQueue // nil: admission beside a broker (broker)
@@ -198,11 +200,10 @@ func limitKey(v string) string {
 // receive is the source's receive through admission: the store's
 // ReceivePartition that admits as it leases; beside a broker, next (the
 // transport's receive) through a gate that admits through the store
-// (flow_broker.go). A receive decides under the
-// limits in force when it began, and may wait long for a slot: when a
-// refresh changes the values in force, its wait ends empty
-// (ReceiveParams.Changed), and the next receive decides under the new
-// values.
+// (gate.go). A receive decides under the limits in force when it began,
+// and may wait long for a slot: when a refresh changes the values in
+// force, its wait ends empty (ReceiveParams.Changed), and the next
+// receive decides under the new values.
 func (a *admission) receive(next func(context.Context, int) ([]transport.Delivery, error), part, parts int) func(context.Context, int) ([]transport.Delivery, error) {
 	if a.q == nil {
 		return a.broker.gate(a, next, part, parts).receive
