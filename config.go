@@ -159,9 +159,12 @@ type Config struct {
 	// type, saga type or named resource, partitioned by a key computed
 	// from the envelope. Their values can be changed at runtime (idem
 	// limits set), and a change reaches every replica within one
-	// LimitsInterval. They need the store's own queue as transport
-	// (store.AdmittingQueue: pgstore, sqlitestore); NewEngine refuses them
-	// otherwise.
+	// LimitsInterval. They need a store that keeps limits
+	// (store.Limiter: pgstore, sqlitestore, memstore), which admits as it
+	// leases when it is the transport (store.AdmittingQueue); beside a
+	// broker, whose leases the engine must be able to extend
+	// (transport.LeaseExtender), the engine admits through the store
+	// after each receive. Start refuses them otherwise.
 	Limits []Limit
 	// LimitsInterval is how often the engine reads the limits' runtime
 	// values from the store, when Limits are declared. Default 1s.

@@ -99,7 +99,7 @@ func consumers(b *base, plan *planner, u *units, claim bool, adm *admission) []*
 	n := b.cfg.Consumers
 	mk := func(receive func(context.Context, int) ([]transport.Delivery, error), part, parts int) *consumer {
 		if adm != nil {
-			receive = adm.receive(part, parts)
+			receive = adm.receive(receive, part, parts)
 		}
 		c := &consumer{base: b, plan: plan, units: u, src: &source{receive: receive},
 			fails: newFailures(b, slog.LevelError, "receive failed"), renewals: newFailures(b, slog.LevelWarn, "lease extension failed; the batch may be handed out again")}

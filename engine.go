@@ -237,6 +237,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	// error reaches Stop, Done's readers (Err) and Ready.
 	g, loopCtx := errgroup.WithContext(loopCtx)
 	e.units.order = keyOrderFor(&e.cfg, e.caps)
+	beside := adm.besideBroker(e.units)
 	for _, c := range consumers(e.base, e.plan, e.units, claim, adm) {
 		g.Go(func() error { return c.run(loopCtx, workCtx) })
 	}
@@ -244,6 +245,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if adm != nil {
 		services = append(services, newLimitsPoller(e.base, adm))
 	}
+	services = append(services, beside...)
 	for _, s := range services {
 		g.Go(func() error { return s.run(loopCtx) })
 	}

@@ -20,11 +20,13 @@ import (
 
 // Limit declares a flow-control limit (docs/flow-control.md). The engine
 // admits a message only while every limit it falls under admits it, in
-// the transaction that leases the message; a message it does not admit
-// yet stays in the queue, its attempt not counted, and so do the later
-// messages of its saga key. Holds are released in the transaction that
-// settles the message (applied, dead-lettered or given back), and expire
-// with its lease when its replica dies.
+// the transaction that leases the message (beside a broker, through the
+// store after it receives the message); a message it does not admit yet
+// stays in the queue (beside a broker, waits in the engine, leased), its
+// attempt not counted, and so do the later messages of its saga key.
+// Holds are released in the transaction that settles the message
+// (applied, dead-lettered or given back), and expire with its lease when
+// its replica dies.
 type Limit struct {
 	// Name names the limit, and the resource it protects when several
 	// message types share it ("parser-api"): non-empty, valid UTF-8
@@ -65,13 +67,16 @@ func (l *Limit) values() store.Limit {
 // counters each message needs, and the values in force (the
 // declarations, overridden by the store's limits, refreshed by the
 // limitsPoller service). The source receives through it
-// (store.AdmittingQueue.ReceiveAdmitted).
+// (store.AdmittingQueue.ReceiveAdmitted; beside a broker, a gate:
+// gate.go).
 type admission struct {
 	log     *slog.Logger
-	q       store.AdmittingQueue
-	fair    bool                // Config.FairShare
-	byType  map[string][]*Limit // the limits of each message type
-	all     []*Limit            // the limits of every message
+	q       store.AdmittingQueue // nil: admission beside a broker (broker)
+	lim     store.Limiter        // the store's limits (q, or the store beside the broker)
+	broker  *brokerFlow          // nil: the store's own queue admits
+	fair    bool                 // Config.FairShare
+	byType  map[string][]*Limit  // the limits of each message type
+	all     []*Limit             // the limits of every message
 	decl    map[string]store.Limit
 	inForce atomic.Pointer[map[string]store.Limit]
 	// declared is set once refresh has recorded decl in the store (at
@@ -87,15 +92,13 @@ func newAdmission(b *base, reg *registry) (*admission, error) {
 	if len(b.cfg.Limits) == 0 && !b.cfg.FairShare {
 		return nil, nil
 	}
-	q, ok := b.store.(store.AdmittingQueue)
-	if !ok || !b.caps.queue {
-		what := "Config.Limits"
-		if len(b.cfg.Limits) == 0 {
-			what = "Config.FairShare"
-		}
-		return nil, fmt.Errorf("idem: start: %s needs the store's own queue as transport (pgstore or sqlitestore as both store and transport); with %T as store and %T as transport there is no admission: remove %s, or use the store's queue", what, b.store, b.tr, what)
+	if _, ok := b.store.(store.AdmittingQueue); b.cfg.FairShare && (!ok || !b.caps.queue) {
+		return nil, fmt.Errorf("idem: start: Config.FairShare needs the store's own queue as transport (pgstore or sqlitestore as both store and transport); %T as store with %T as transport keeps the transport's order: remove Config.FairShare, or use the store's queue", b.store, b.tr)
 	}
-	a := &admission{log: b.log, q: q, fair: b.cfg.FairShare, byType: map[string][]*Limit{}, decl: map[string]store.Limit{}, changed: make(chan struct{})}
+	a := &admission{log: b.log, fair: b.cfg.FairShare, byType: map[string][]*Limit{}, decl: map[string]store.Limit{}, changed: make(chan struct{})}
+	if err := a.admitWhere(b); err != nil {
+		return nil, err
+	}
 	for i := range b.cfg.Limits {
 		l := &b.cfg.Limits[i]
 		if err := a.declare(l, reg); err != nil {
@@ -199,12 +202,16 @@ func limitKey(v string) string {
 }
 
 // receive is the source's receive through admission: the store's
-// ReceivePartition that admits as it leases. A receive decides under the
-// limits in force when it began, and may wait long for a slot: when a
-// refresh changes the values in force, its wait ends empty
-// (ReceiveParams.Changed), and the next receive decides under the new
-// values.
-func (a *admission) receive(part, parts int) func(context.Context, int) ([]transport.Delivery, error) {
+// ReceivePartition that admits as it leases; beside a broker, next (the
+// transport's receive) through a gate that admits through the store
+// (gate.go). A receive decides under the limits in force when it began,
+// and may wait long for a slot: when a refresh changes the values in
+// force, its wait ends empty (ReceiveParams.Changed), and the next
+// receive decides under the new values.
+func (a *admission) receive(next func(context.Context, int) ([]transport.Delivery, error), part, parts int) func(context.Context, int) ([]transport.Delivery, error) {
+	if a.q == nil {
+		return a.broker.gate(a, next, part, parts).receive
+	}
 	return func(ctx context.Context, max int) ([]transport.Delivery, error) {
 		a.mu.Lock()
 		limits, changed := *a.inForce.Load(), a.changed
@@ -220,12 +227,12 @@ func (a *admission) receive(part, parts int) func(context.Context, int) ([]trans
 // operator's tools.
 func (a *admission) refresh(ctx context.Context) error {
 	if !a.declared {
-		if err := a.q.DeclareLimits(ctx, slices.Collect(maps.Values(a.decl))); err != nil {
+		if err := a.lim.DeclareLimits(ctx, slices.Collect(maps.Values(a.decl))); err != nil {
 			return fmt.Errorf("record Config.Limits in the store: %w", err)
 		}
 		a.declared = true
 	}
-	over, err := a.q.Limits(ctx)
+	over, err := a.lim.Limits(ctx)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func TestStartRefusesLimitsItCannotEnforce(t *testing.T) {
 		broker bool
 		want   string
 	}{
-		{"a broker as transport", []idem.Limit{{Name: "api", Concurrency: 1}}, true, "needs the store's own queue"},
+		{"a transport that cannot extend leases", []idem.Limit{{Name: "api", Concurrency: 1}}, true, "needs leases the engine can extend"},
 		{"no name", []idem.Limit{{Concurrency: 1}}, false, "limit name is empty"},
 		{"a name with NUL", []idem.Limit{{Name: "a\x00b", Concurrency: 1}}, false, "U+0000"},
 		{"a negative cap", []idem.Limit{{Name: "api", Concurrency: -1}}, false, "Concurrency is -1"},
@@ -45,7 +45,7 @@ func TestStartRefusesLimitsItCannotEnforce(t *testing.T) {
 			var err error
 			cfg := &idem.Config{Limits: tc.limits}
 			if tc.broker {
-				e, err = idem.NewEngine(memstore.New(nil), memtransport.New(nil), cfg)
+				e, err = idem.NewEngine(memstore.New(nil), noLeases{memtransport.New(nil)}, cfg)
 			} else {
 				e, err = idem.NewEngine(sq, sq, cfg)
 			}
@@ -161,3 +161,7 @@ func TestStartRefusesFairShareBesideABroker(t *testing.T) {
 		t.Fatalf("Start with FairShare beside a broker: got %q, want it to name Config.FairShare", err)
 	}
 }
+
+// noLeases is a transport whose leases the engine cannot extend (it
+// hides memtransport's transport.LeaseExtender).
+type noLeases struct{ transport.Transport }

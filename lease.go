@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -23,6 +24,10 @@ type leases struct {
 	every time.Duration
 	max   time.Duration // how long one batch's leases are renewed
 	log   *slog.Logger
+	// holds, when set, extends the flow-control holds of the deliveries
+	// whose leases a renewal extended (admission beside a broker,
+	// flow_broker.go).
+	holds func(context.Context, []transport.Delivery) error
 	mu    sync.Mutex
 	held  map[string]*renewal // by delivery token
 }
@@ -111,6 +116,9 @@ func (r *renewal) renew() {
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.ls.every)
 	err := r.ls.ext.ExtendLeases(ctx, ds)
+	if r.ls.holds != nil {
+		err = errors.Join(err, r.ls.holds(ctx, ds))
+	}
 	cancel()
 	if r.fails != nil {
 		r.fails.report(r.ctx, err)

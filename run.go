@@ -20,6 +20,7 @@ func (u *units) run(ctx context.Context, b *batch) {
 	r := u.caps.leases.keep(ctx, b.ds, b.renewals)
 	u.runLanes(ctx, b.lanes)
 	r.stop()
+	u.holds.settle(ctx, b.ds) // the holds no commit released (flow_broker.go)
 }
 
 // runClaimed runs a claimed batch, one lane, in the unit of work that

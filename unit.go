@@ -27,6 +27,7 @@ type units struct {
 	order  *keyOrder     // nil: one consumer, or partitioned consumers
 	slots  chan struct{} // one per unit of work open at once (Config.Lanes)
 	slow   outlived      // messages whose unit of work outlived its lease
+	holds  *holds        // nil: no admission beside a broker (flow_broker.go)
 }
 
 // runLanes runs a batch's lanes in parallel and waits for them. Each lane
@@ -121,6 +122,7 @@ func (u *units) unitOfWork(ctx context.Context, items []*item, claim store.Claim
 			return nil, err
 		}
 	}
+	l.ch.ReleaseHolds = u.holds.of(items) // admitted beside a broker: released with the outcome
 	res, err := l.commit(ctx, len(items))
 	if err == nil && claim == nil {
 		u.release(items)
@@ -137,6 +139,7 @@ func (u *units) unitOfWork(ctx context.Context, items []*item, claim store.Claim
 // to be settled (lease.go).
 func (u *units) release(items []*item) {
 	u.caps.leases.releaseItems(items)
+	u.holds.released(items)
 }
 
 // handlersOnly reports whether every item goes to a plain handler (the

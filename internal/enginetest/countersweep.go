@@ -25,7 +25,7 @@ func CounterSweep(t *testing.T, q store.Queue) {
 	if !ok {
 		t.Fatalf("%T is not a store.Limiter", q)
 	}
-	r := startParser(ctx, t, q, &idem.Config{BatchSize: 1, Lanes: 4, SweepBatch: 2, LimitCounterIdle: time.Nanosecond,
+	r := startParser(ctx, t, q, q, &idem.Config{BatchSize: 1, Lanes: 4, SweepBatch: 2, LimitCounterIdle: time.Nanosecond,
 		Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: flowCap, Rate: 1000, Burst: 2,
 			Key: func(env *idem.Envelope) string { return env.Headers["tenant"] }}}})
 	r.open()

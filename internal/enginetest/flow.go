@@ -66,12 +66,12 @@ type parserRig struct {
 
 // startParser starts a parserRig with cfg; the test's cleanup opens the
 // gate (a failed test leaves no call waiting) and stops the engine.
-func startParser(ctx context.Context, t *testing.T, q store.Queue, cfg *idem.Config) *parserRig {
+func startParser(ctx context.Context, t *testing.T, st store.Store, tr transport.Transport, cfg *idem.Config) *parserRig {
 	t.Helper()
 	f := &tenantsInFlight{now: map[string]int{}, most: map[string]int{}, handled: map[string]bool{}, fails: map[string]int{}}
 	gate := make(chan struct{})
 	var once sync.Once
-	r := &parserRig{f: f, e: NewEngine(t, q, q, cfg), open: func() { once.Do(func() { close(gate) }) }}
+	r := &parserRig{f: f, e: NewEngine(t, st, tr, cfg), open: func() { once.Do(func() { close(gate) }) }}
 	if err := r.e.Handle(parseType, func(ctx context.Context, env idem.Envelope) error {
 		tenant := env.Headers["tenant"]
 		f.enter(tenant)
@@ -120,13 +120,21 @@ func startParser(ctx context.Context, t *testing.T, q store.Queue, cfg *idem.Con
 // and at the end the store shows no slot in use (none leaked).
 func Flow(t *testing.T, q store.Queue) {
 	t.Helper()
+	FlowBeside(t, q, q)
+}
+
+// FlowBeside is Flow with st as store and tr as transport: beside a
+// broker, the engine admits through st (a store.Limiter) after each
+// receive.
+func FlowBeside(t *testing.T, st store.Store, tr transport.Transport) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	lim, ok := q.(store.Limiter)
+	lim, ok := st.(store.Limiter)
 	if !ok {
-		t.Fatalf("%T is not a store.Limiter", q)
+		t.Fatalf("%T is not a store.Limiter", st)
 	}
-	r := startParser(ctx, t, q, &idem.Config{BatchSize: 1, Lanes: 8, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
+	r := startParser(ctx, t, st, tr, &idem.Config{BatchSize: 1, Lanes: 8, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
 		Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: flowCap,
 			Key: func(env *idem.Envelope) string {
 				if env.Headers["tenant"] == "boom" {
@@ -182,7 +190,7 @@ func Flow(t *testing.T, q store.Queue) {
 	WaitFor(t, time.Minute, "the failing, hostile and panicking calls settled", func() (bool, error) {
 		var again bool
 		f.read(func() { again = f.fails["c-once"] >= 2 && f.handled["d-hostile"] && f.handled["d-panic"] })
-		_, err := q.GetDeadLetter(ctx, "c-always")
+		_, err := st.GetDeadLetter(ctx, "c-always")
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
@@ -213,15 +221,21 @@ func Flow(t *testing.T, q store.Queue) {
 // was released meanwhile.
 func FlowChange(t *testing.T, q store.Queue) {
 	t.Helper()
+	FlowChangeBeside(t, q, q)
+}
+
+// FlowChangeBeside is FlowChange with st as store and tr as transport.
+func FlowChangeBeside(t *testing.T, st store.Store, tr transport.Transport) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	lim, ok := q.(store.Limiter)
+	lim, ok := st.(store.Limiter)
 	if !ok {
-		t.Fatalf("%T is not a store.Limiter", q)
+		t.Fatalf("%T is not a store.Limiter", st)
 	}
 	// Two consumers: one runs the batch of the held call while the other
 	// receives (a consumer takes its next batch once its last one ended).
-	r := startParser(ctx, t, q, &idem.Config{BatchSize: 1, Lanes: 4, Consumers: 2, LimitsInterval: 20 * time.Millisecond,
+	r := startParser(ctx, t, st, tr, &idem.Config{BatchSize: 1, Lanes: 4, Consumers: 2, LimitsInterval: 20 * time.Millisecond,
 		Limits: []idem.Limit{{Name: "parser-api", MessageTypes: []string{parseType}, Concurrency: 1}}})
 	f, e, open := r.f, r.e, r.open
 	if err := e.Publish(ctx,
@@ -256,7 +270,7 @@ func FlowFair(t *testing.T, q store.Queue) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := startParser(ctx, t, q, &idem.Config{BatchSize: 1, Lanes: 1, FairShare: true})
+	r := startParser(ctx, t, q, q, &idem.Config{BatchSize: 1, Lanes: 1, FairShare: true})
 	bad := idem.Envelope{ID: "bad", Type: parseType, Headers: map[string]string{transport.HeaderPriority: "urgent"}}
 	if err := r.e.Publish(ctx, bad); !errors.Is(err, idem.ErrInvalidEnvelope) || !strings.Contains(err.Error(), transport.HeaderPriority) {
 		t.Fatalf("publish with priority %q: got %v, want ErrInvalidEnvelope naming %s", "urgent", err, transport.HeaderPriority)

@@ -25,7 +25,7 @@ func openPG(t testing.TB) (*pgstore.Store, enginetest.QueryRow) {
 	url := testenv.PostgresURL(t)
 	schema := randName("t_")
 	ctx := context.Background()
-	st, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, MaxConns: 10})
+	st, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, MaxConns: 16})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

@@ -33,7 +33,7 @@ func openStore(t testing.TB) *pgstore.Store {
 	_, _ = rand.Read(b)
 	schema := "t_rmq_" + hex.EncodeToString(b)
 	ctx := context.Background()
-	s, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, MaxConns: 10})
+	s, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, MaxConns: 16})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

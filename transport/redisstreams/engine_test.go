@@ -37,7 +37,7 @@ func openPG(t testing.TB) (*pgstore.Store, enginetest.QueryRow) {
 	_, _ = rand.Read(b)
 	schema := "t_redis_" + hex.EncodeToString(b)
 	ctx := context.Background()
-	st, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, MaxConns: 10})
+	st, err := pgstore.Open(ctx, url, &pgstore.Config{Schema: schema, Migrate: true, MaxConns: 16})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
