@@ -171,7 +171,8 @@ func (h *holds) admitted(ws []*waiter) {
 }
 
 // holders returns the holders of the deliveries token gives, forgetting
-// them when forget is set, which wakes the waiting receives.
+// them when forget is set (the caller wakes the waiting receives once
+// the store released them).
 func (h *holds) holders(n int, token func(int) string, forget bool) []string {
 	if h == nil {
 		return nil
@@ -188,11 +189,15 @@ func (h *holds) holders(n int, token func(int) string, forget bool) []string {
 			}
 		}
 	}
-	if forget && len(out) > 0 {
-		close(h.wake)
-		h.wake = make(chan struct{})
-	}
 	return out
+}
+
+// wakeAll wakes the waiting receives: holds were released.
+func (h *holds) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	close(h.wake)
+	h.wake = make(chan struct{})
 }
 
 // of returns the holders of items, for the commit that settles them
@@ -203,7 +208,9 @@ func (h *holds) of(items []*item) []string {
 
 // released forgets the holds of items, released by their commit.
 func (h *holds) released(items []*item) {
-	h.holders(len(items), func(i int) string { return items[i].d.Token }, true)
+	if len(h.holders(len(items), func(i int) string { return items[i].d.Token }, true)) > 0 {
+		h.wakeAll()
+	}
 }
 
 // settle releases the holds of ds that no commit released (a batch that
@@ -211,7 +218,10 @@ func (h *holds) released(items []*item) {
 // a batch's deliveries are settled, or left to the broker, when it ends.
 func (h *holds) settle(ctx context.Context, ds []transport.Delivery) {
 	hs := h.holders(len(ds), func(i int) string { return ds[i].Token }, true)
-	h.release(ctx, hs)
+	if len(hs) > 0 {
+		h.release(ctx, hs)
+		h.wakeAll() // after the store released them, or the receive woken would find them held
+	}
 }
 
 // release releases hs through the store; when that fails, they expire

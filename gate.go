@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -49,6 +50,10 @@ type waiter struct {
 	key    string           // its partition key
 	needs  []store.LimitKey // the counters it needs; none: it waits only for its key
 	holder string           // its holds' holder, when it needs any
+	// lost, when set, is when its lease was lost: it stays as a
+	// placeholder that blocks its key until the broker's redelivery of
+	// its message takes its place (add), or for two leases (renew).
+	lost atomic.Int64 // unix nanoseconds; 0: not lost
 }
 
 // receive returns deliveries admitted, at most max: those waiting first,
@@ -193,7 +198,14 @@ func (g *gate) add(ctx context.Context, ds []transport.Delivery) {
 	g.mu.Lock()
 	closed := g.closed
 	if !closed {
-		g.waiting = append(g.waiting, ws...)
+		for _, w := range ws {
+			i := slices.IndexFunc(g.waiting, func(o *waiter) bool { return o.lost.Load() != 0 && o.d.Envelope.ID == w.d.Envelope.ID })
+			if i >= 0 {
+				g.waiting[i] = w // the redelivery takes the lost one's place
+			} else {
+				g.waiting = append(g.waiting, w)
+			}
+		}
 	}
 	g.mu.Unlock()
 	if closed {
@@ -286,7 +298,16 @@ func deliveries(ws []*waiter) []transport.Delivery {
 // leaves the gate.
 func (g *gate) renew(ctx context.Context, timeout time.Duration) error {
 	g.mu.Lock()
-	ds := deliveries(g.waiting)
+	g.waiting = slices.DeleteFunc(g.waiting, func(w *waiter) bool {
+		return w.lost.Load() != 0 && time.Since(time.Unix(0, w.lost.Load())) > 2*g.f.holds.ttl
+	})
+	var live []*waiter
+	for _, w := range g.waiting {
+		if w.lost.Load() == 0 {
+			live = append(live, w)
+		}
+	}
+	ds := deliveries(live)
 	g.mu.Unlock()
 	if len(ds) == 0 {
 		return nil
@@ -300,7 +321,20 @@ func (g *gate) renew(ctx context.Context, timeout time.Duration) error {
 	}
 	lost := lostLeases(ctx, ext, ds)
 	g.mu.Lock()
-	g.waiting = slices.DeleteFunc(g.waiting, func(w *waiter) bool { return lost[w.d.Token] })
+	for i := 0; i < len(g.waiting); i++ {
+		w := g.waiting[i]
+		if !lost[w.d.Token] {
+			continue
+		}
+		// The broker's redelivery, if here already, takes its place.
+		j := slices.IndexFunc(g.waiting[i+1:], func(o *waiter) bool { return o.lost.Load() == 0 && o.d.Envelope.ID == w.d.Envelope.ID })
+		if j < 0 {
+			w.lost.Store(time.Now().UnixNano())
+			continue
+		}
+		g.waiting[i] = g.waiting[i+1+j]
+		g.waiting = slices.Delete(g.waiting, i+1+j, i+2+j)
+	}
 	g.mu.Unlock()
 	return err
 }
@@ -401,6 +435,9 @@ func (pl *admissionPlanner) plan(ws []*waiter, max int) admissionPlan {
 			pl.keys[w.key] = k
 		}
 		switch {
+		case w.lost.Load() != 0:
+			k.blocked = true
+			continue
 		case k.blocked || k.held:
 			continue
 		case len(w.needs) == 0:

@@ -115,10 +115,15 @@ func (r *renewal) renew() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.ls.every)
-	err := r.ls.ext.ExtendLeases(ctx, ds)
+	var herr error
+	var wg sync.WaitGroup
 	if r.ls.holds != nil {
-		err = errors.Join(err, r.ls.holds(ctx, ds))
+		wg.Add(1)
+		go func() { defer wg.Done(); herr = r.ls.holds(ctx, ds) }()
 	}
+	err := r.ls.ext.ExtendLeases(ctx, ds)
+	wg.Wait()
+	err = errors.Join(err, herr)
 	cancel()
 	if r.fails != nil {
 		r.fails.report(r.ctx, err)

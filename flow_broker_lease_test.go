@@ -1,0 +1,181 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/transport"
+	"github.com/idemhq/idem/transport/memtransport"
+)
+
+// lossy drops the lease extensions of p1's first delivery until the
+// broker hands p1 out again: its lease lapses while it waits in the gate.
+// noticed is set once an extension of the first delivery came back lost.
+type lossy struct {
+	*memtransport.Transport
+	again, noticed atomic.Bool
+}
+
+func (l *lossy) Receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	ds, err := l.Transport.Receive(ctx, max)
+	for _, d := range ds {
+		if d.Envelope.ID == "p1" && d.Attempt > 1 {
+			l.again.Store(true)
+		}
+	}
+	return ds, err
+}
+
+func (l *lossy) ExtendLeases(ctx context.Context, ds []transport.Delivery) error {
+	if !l.again.Load() {
+		ds = slices.DeleteFunc(slices.Clone(ds), func(d transport.Delivery) bool { return d.Envelope.ID == "p1" })
+	}
+	err := l.Transport.ExtendLeases(ctx, ds)
+	if errors.Is(err, transport.ErrLeaseLost) && slices.ContainsFunc(ds, func(d transport.Delivery) bool { return d.Envelope.ID == "p1" && d.Attempt == 1 }) {
+		l.noticed.Store(true)
+	}
+	return err
+}
+
+// A delivery whose lease lapses while it waits in the gate keeps its
+// place for its key: a later message of the key (n2, under no limit)
+// does not overtake the broker's redelivery of it (review finding: the
+// gate dropped the lost waiter, and n2 ran first).
+func TestGateLostLeaseKeepsKeyOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr := &lossy{Transport: memtransport.New(&memtransport.Config{Lease: 300 * time.Millisecond})}
+	e, err := idem.NewEngine(memstore.New(nil), tr, &idem.Config{BatchSize: 1, Lanes: 2, Consumers: 2, LimitsInterval: 50 * time.Millisecond,
+		Limits: []idem.Limit{{Name: "api", MessageTypes: []string{"flow.Call"}, Concurrency: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	release := make(chan struct{})
+	h := func(ctx context.Context, env idem.Envelope) error {
+		if env.ID == "h0" {
+			<-release // holds the cap while p1's lease lapses
+		}
+		mu.Lock()
+		order = append(order, env.ID)
+		mu.Unlock()
+		return nil
+	}
+	for _, typ := range []string{"flow.Call", "flow.Note"} {
+		if err := e.Handle(typ, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		_ = e.Stop(sctx)
+	}()
+	for _, env := range []idem.Envelope{
+		{ID: "h0", Type: "flow.Call", CorrelationID: "k0"},
+		{ID: "p1", Type: "flow.Call", CorrelationID: "k1"},
+		{ID: "n2", Type: "flow.Note", CorrelationID: "k1"},
+	} {
+		if err := e.Publish(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enginetest.WaitFor(t, 20*time.Second, "p1 handed out again and its first lease found lost", func() (bool, error) {
+		return tr.again.Load() && tr.noticed.Load(), nil
+	})
+	close(release)
+	enginetest.WaitFor(t, 20*time.Second, "every message handled", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(order, "p1") && slices.Contains(order, "n2"), nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Index(order, "n2") < slices.Index(order, "p1") {
+		t.Errorf("handled in order %v: n2 overtook p1, an earlier message of its key k1, after p1's lease lapsed in the gate", order)
+	}
+}
+
+// slowExtend extends the leases, then answers only when the renewal's
+// time is up: a slow broker whose extensions land.
+type slowExtend struct{ *memtransport.Transport }
+
+func (s *slowExtend) ExtendLeases(ctx context.Context, ds []transport.Delivery) error {
+	err := s.Transport.ExtendLeases(ctx, ds)
+	<-ctx.Done()
+	return err
+}
+
+// A slow lease renewal to the broker does not keep the holds from being
+// extended: they are what enforce the cap (review finding: the holds were
+// extended after the leases, within the same timeout, and lapsed, so a
+// second call ran beside the first under a cap of 1).
+func TestSlowLeaseRenewalStillExtendsHolds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tr := &slowExtend{memtransport.New(&memtransport.Config{Lease: 300 * time.Millisecond})}
+	e, err := idem.NewEngine(st, tr, &idem.Config{BatchSize: 1, Lanes: 2, Consumers: 2, LimitsInterval: 50 * time.Millisecond,
+		Limits: []idem.Limit{{Name: "api", MessageTypes: []string{"flow.Call"}, Concurrency: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now, most := 0, 0
+	done := make(chan string, 2)
+	if err := e.Handle("flow.Call", func(ctx context.Context, env idem.Envelope) error {
+		mu.Lock()
+		now++
+		most = max(most, now)
+		mu.Unlock()
+		time.Sleep(1500 * time.Millisecond) // the call, five leases long
+		mu.Lock()
+		now--
+		mu.Unlock()
+		done <- env.ID
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c()
+		_ = e.Stop(sctx)
+	}()
+	if err := e.Publish(ctx, idem.Envelope{ID: "c1", Type: "flow.Call", CorrelationID: "k1"}, idem.Envelope{ID: "c2", Type: "flow.Call", CorrelationID: "k2"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatal("the calls were not handled within a minute")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 1 {
+		t.Errorf("%d calls ran at once under a cap of 1", most)
+	}
+}
