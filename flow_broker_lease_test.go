@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/enginetest"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/transport"
@@ -177,5 +179,57 @@ func TestSlowLeaseRenewalStillExtendsHolds(t *testing.T) {
 	defer mu.Unlock()
 	if most > 1 {
 		t.Errorf("%d calls ran at once under a cap of 1", most)
+	}
+}
+
+// lostCommit is a store whose first Admit commits and then reports an
+// error, as when the connection drops in the commit.
+type lostCommit struct {
+	*memstore.Store
+	failed atomic.Bool
+}
+
+func (s *lostCommit) Admit(ctx context.Context, p *store.AdmitParams) ([]store.Admission, error) {
+	got, err := s.Store.Admit(ctx, p)
+	if err == nil && s.failed.CompareAndSwap(false, true) {
+		return nil, errors.New("connection lost in the commit")
+	}
+	return got, err
+}
+
+// An Admit whose outcome is unknown leaves no hold behind: the next try
+// admits the delivery at once, rather than find its own orphan hold
+// filling the cap until it expires a lease (here an hour) later (review
+// finding).
+func TestGateAdmitWithUnknownOutcomeLeavesNoHold(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := &lostCommit{Store: memstore.New(nil)}
+	tr := memtransport.New(&memtransport.Config{Lease: time.Hour})
+	e, err := idem.NewEngine(st, tr, &idem.Config{BatchSize: 1, Lanes: 1, Consumers: 1, LimitsInterval: 20 * time.Millisecond,
+		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Limits: []idem.Limit{{Name: "api", MessageTypes: []string{"flow.Call"}, Concurrency: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan struct{})
+	if err := e.Handle("flow.Call", func(context.Context, idem.Envelope) error { close(handled); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		_ = e.Stop(sctx)
+	}()
+	if err := e.Publish(ctx, idem.Envelope{ID: "c1", Type: "flow.Call", CorrelationID: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-handled:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("c1 not handled within 20s of an Admit whose outcome was lost (the failure injected: %v): its own orphan hold fills the cap", st.failed.Load())
 	}
 }

@@ -233,6 +233,14 @@ func (g *gate) admit(ctx context.Context, max int) (ready []transport.Delivery, 
 		if len(p.reqs) > 0 {
 			a := &store.AdmitParams{Limits: *g.adm.inForce.Load(), Requests: p.reqs, TTL: g.f.holds.ttl}
 			if decided, err = g.f.lim.Admit(ctx, a); err != nil {
+				// The commit's outcome may be unknown (a connection lost in
+				// it): holds it took would refuse these deliveries their own
+				// slots until they expired, a lease later.
+				hs := make([]string, len(p.reqs))
+				for i, r := range p.reqs {
+					hs[i] = r.Holder
+				}
+				g.f.holds.release(ctx, hs)
 				err = fmt.Errorf("admit %d deliveries through the store: %w", len(p.reqs), err)
 				break
 			}
