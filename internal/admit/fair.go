@@ -45,6 +45,24 @@ func (c *FairClock) Served(share string, weight int) {
 	c.V = s
 }
 
+// ServedAll records the admission of rs, in the order given, as Served
+// does for each, and returns the shares they belong to, sorted, with
+// their finish tags after: what a store writes back with V.
+func (c *FairClock) ServedAll(rs []FairRank) (shares []string, finish []float64) {
+	for _, r := range rs {
+		c.Served(r.Share, r.Weight)
+		if !slices.Contains(shares, r.Share) {
+			shares = append(shares, r.Share)
+		}
+	}
+	slices.Sort(shares)
+	finish = make([]float64, len(shares))
+	for i, sh := range shares {
+		finish[i] = c.Finish[sh]
+	}
+	return shares, finish
+}
+
 // FairRank is a row's place in fair order.
 type FairRank struct {
 	// Index is the row's index in the rows ranked.

@@ -173,3 +173,15 @@ func TestFairnessOfIsLenientAndValidateNamesTheHeader(t *testing.T) {
 		}
 	}
 }
+
+func TestServedAllIsServedInOrder(t *testing.T) {
+	var one, all FairClock
+	rs := []FairRank{{Share: "b", Weight: 1}, {Share: "a", Weight: 2}, {Share: "b", Weight: 1}}
+	for _, r := range rs {
+		one.Served(r.Share, r.Weight)
+	}
+	shares, finish := all.ServedAll(rs)
+	if !slices.Equal(shares, []string{"a", "b"}) || all.V != one.V || finish[0] != one.Finish["a"] || finish[1] != one.Finish["b"] {
+		t.Fatalf("ServedAll: shares %v finish %v V %v; one by one: %+v", shares, finish, all.V, one)
+	}
+}

@@ -3,8 +3,6 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -190,19 +188,11 @@ func (t *admitTxn) lockWindow(ctx context.Context) error {
 // queueServed advances the fair clock by the admitted rows, in the order
 // admitted, and queues its save.
 func (t *admitTxn) queueServed(w *pgx.Batch) {
-	touched := map[string]bool{}
-	for _, i := range t.dec.Admitted {
-		r := t.rows[i]
-		t.clock.Served(r.share, r.weight)
-		touched[r.share] = true
+	rs := make([]admit.FairRank, len(t.dec.Admitted))
+	for j, i := range t.dec.Admitted {
+		rs[j] = admit.FairRank{Share: t.rows[i].share, Weight: t.rows[i].weight}
 	}
-	if len(touched) == 0 {
-		return
+	if shares, finish := t.clock.ServedAll(rs); len(shares) > 0 {
+		w.Queue(saveFairClockSQL, t.clock.V, shares, finish)
 	}
-	shares := slices.Sorted(maps.Keys(touched))
-	finish := make([]float64, len(shares))
-	for i, sh := range shares {
-		finish[i] = t.clock.Finish[sh]
-	}
-	w.Queue(saveFairClockSQL, t.clock.V, shares, finish)
 }

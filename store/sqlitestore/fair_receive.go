@@ -157,21 +157,20 @@ func (w *writer) fairClock(c *admit.FairClock) error {
 // dropped (they start at V, as an absent one does).
 func (w *writer) served(fo *fairOrder, seqs []int64, admitted []int) error {
 	c := &fo.clock
-	touched := map[string]bool{}
-	for _, i := range admitted {
-		r := fo.ranks[seqs[i]]
-		c.Served(r.Share, r.Weight)
-		touched[r.Share] = true
+	rs := make([]admit.FairRank, len(admitted))
+	for j, i := range admitted {
+		rs[j] = fo.ranks[seqs[i]]
 	}
-	if len(touched) == 0 {
+	shares, finish := c.ServedAll(rs)
+	if len(shares) == 0 {
 		return nil
 	}
 	if _, err := w.exec(`UPDATE idem_fair_clock SET v = ?1 WHERE id = 1`, c.V); err != nil {
 		return err
 	}
-	for share := range touched {
-		if f := c.Finish[share]; f > c.V {
-			if _, err := w.exec(`INSERT INTO idem_fair_shares (share, finish) VALUES (?1, ?2) ON CONFLICT (share) DO UPDATE SET finish = excluded.finish`, share, f); err != nil {
+	for i, share := range shares {
+		if finish[i] > c.V {
+			if _, err := w.exec(`INSERT INTO idem_fair_shares (share, finish) VALUES (?1, ?2) ON CONFLICT (share) DO UPDATE SET finish = excluded.finish`, share, finish[i]); err != nil {
 				return err
 			}
 		}
