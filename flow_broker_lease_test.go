@@ -135,36 +135,23 @@ func TestSlowLeaseRenewalStillExtendsHolds(t *testing.T) {
 	}
 	defer st.Close()
 	tr := &slowExtend{memtransport.New(&memtransport.Config{Lease: 300 * time.Millisecond})}
-	e, err := idem.NewEngine(st, tr, &idem.Config{BatchSize: 1, Lanes: 2, Consumers: 2, LimitsInterval: 50 * time.Millisecond,
-		Limits: []idem.Limit{{Name: "api", MessageTypes: []string{"flow.Call"}, Concurrency: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	now, most := 0, 0
 	done := make(chan string, 2)
-	if err := e.Handle("flow.Call", func(ctx context.Context, env idem.Envelope) error {
-		mu.Lock()
-		now++
-		most = max(most, now)
-		mu.Unlock()
-		time.Sleep(1500 * time.Millisecond) // the call, five leases long
-		mu.Lock()
-		now--
-		mu.Unlock()
-		done <- env.ID
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
-		defer c()
-		_ = e.Stop(sctx)
-	}()
+	e := newEngine(t, st, tr, &idem.Config{BatchSize: 1, Lanes: 2, Consumers: 2, LimitsInterval: 50 * time.Millisecond,
+		Limits: []idem.Limit{{Name: "api", MessageTypes: []string{"flow.Call"}, Concurrency: 1}}},
+		func(ctx context.Context, env idem.Envelope) error {
+			mu.Lock()
+			now++
+			most = max(most, now)
+			mu.Unlock()
+			time.Sleep(1500 * time.Millisecond) // the call, five leases long
+			mu.Lock()
+			now--
+			mu.Unlock()
+			done <- env.ID
+			return nil
+		})
 	if err := e.Publish(ctx, idem.Envelope{ID: "c1", Type: "flow.Call", CorrelationID: "k1"}, idem.Envelope{ID: "c2", Type: "flow.Call", CorrelationID: "k2"}); err != nil {
 		t.Fatal(err)
 	}
@@ -206,24 +193,11 @@ func TestGateAdmitWithUnknownOutcomeLeavesNoHold(t *testing.T) {
 	defer cancel()
 	st := &lostCommit{Store: memstore.New(nil)}
 	tr := memtransport.New(&memtransport.Config{Lease: time.Hour})
-	e, err := idem.NewEngine(st, tr, &idem.Config{BatchSize: 1, Lanes: 1, Consumers: 1, LimitsInterval: 20 * time.Millisecond,
-		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		Limits: []idem.Limit{{Name: "api", MessageTypes: []string{"flow.Call"}, Concurrency: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	handled := make(chan struct{})
-	if err := e.Handle("flow.Call", func(context.Context, idem.Envelope) error { close(handled); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_ = e.Stop(sctx)
-	}()
+	e := newEngine(t, st, tr, &idem.Config{BatchSize: 1, Lanes: 1, Consumers: 1, LimitsInterval: 20 * time.Millisecond,
+		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Limits: []idem.Limit{{Name: "api", MessageTypes: []string{"flow.Call"}, Concurrency: 1}}},
+		func(context.Context, idem.Envelope) error { close(handled); return nil })
 	if err := e.Publish(ctx, idem.Envelope{ID: "c1", Type: "flow.Call", CorrelationID: "k1"}); err != nil {
 		t.Fatal(err)
 	}
