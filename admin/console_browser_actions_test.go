@@ -29,7 +29,7 @@ func TestBrowserActions(t *testing.T) {
 		t.Errorf("the send form's accepted events: %q; want %s", text, pay)
 	}
 	run(t, ctx, "send", chromedp.SetValue("#send-type", pay), chromedp.SetValue("#send-body", `{"OrderID":"o-1","Amount":7}`),
-		chromedp.Click("#send-submit"), chromedp.WaitVisible("#confirm-action"), chromedp.Text("#confirm-body", &text))
+		click("#send-submit"), chromedp.WaitVisible("#confirm-action"), chromedp.Text("#confirm-body", &text))
 	if !strings.Contains(text, `"Amount":7`) {
 		t.Errorf("the question shows the body %q; want the one typed", text)
 	}
@@ -37,7 +37,7 @@ func TestBrowserActions(t *testing.T) {
 	if in, _ := loadInstance(b, "o-1"); in.State != "AwaitingPayment" {
 		t.Fatalf("o-1 is %s before the send was confirmed", in.State)
 	}
-	run(t, ctx, "confirm send", chromedp.Click("#confirm-action-yes"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+	run(t, ctx, "confirm send", click("#confirm-action-yes"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
 	if !strings.Contains(text, "event sent") {
 		t.Errorf("flash after the send: %q", text)
 	}
@@ -48,13 +48,13 @@ func TestBrowserActions(t *testing.T) {
 	}
 
 	run(t, ctx, "end", chromedp.Navigate(base+"/instances/order/o-2"), chromedp.WaitVisible("#end-form"),
-		chromedp.SetValue("#end-reason", "customer cancelled by phone <b>"), chromedp.Click("#end-submit"),
+		chromedp.SetValue("#end-reason", "customer cancelled by phone <b>"), click("#end-submit"),
 		chromedp.WaitVisible("#confirm-action"), chromedp.Text("#confirm-reason", &text))
 	if text != "customer cancelled by phone <b>" {
 		t.Errorf("the question shows the reason %q; want it as typed, as text", text)
 	}
 	screenshot(t, ctx, "instance-end-confirm")
-	run(t, ctx, "confirm end", chromedp.Click("#confirm-action-yes"), chromedp.WaitVisible(".flash"), chromedp.Text("#saga-state", &text))
+	run(t, ctx, "confirm end", click("#confirm-action-yes"), chromedp.WaitVisible(".flash"), chromedp.Text("#saga-state", &text))
 	if text != string(saga.Ended) {
 		t.Errorf("o-2's page after the end: state %q; want %s", text, saga.Ended)
 	}
@@ -76,15 +76,15 @@ func TestBrowserSendKeepsBidiMarks(t *testing.T) {
 	body := "{\"OrderID\":\"o-1\",\"Amount\":7,\"Note\":\"\u05e9\u05dc\u05d5\u05dd\u200f \u202bx\u202c\"}"
 	var prefilled string
 	run(t, ctx, "send", chromedp.Navigate(b.srv.URL+"/instances/order/o-1"), chromedp.WaitVisible("#send-form"),
-		chromedp.SetValue("#send-type", pay), chromedp.SetValue("#send-body", body), chromedp.Click("#send-submit"),
+		chromedp.SetValue("#send-type", pay), chromedp.SetValue("#send-body", body), click("#send-submit"),
 		chromedp.WaitVisible("#confirm-action"), chromedp.Value("#send-body", &prefilled))
 	if prefilled != body {
 		t.Fatalf("the send form's textarea after the question holds %+q; want %+q", prefilled, body)
 	}
 	edited := strings.Replace(body, `"Amount":7`, `"Amount":8`, 1)
 	run(t, ctx, "edit and send again", chromedp.Evaluate(`(() => { const a = document.querySelector('#send-body'); a.value = a.value.replace('"Amount":7', '"Amount":8'); })()`, nil),
-		chromedp.Click("#send-submit"), chromedp.Poll(`document.querySelector('#confirm-body')?.textContent.includes('"Amount":8')`, nil),
-		chromedp.Click("#confirm-action-yes"), chromedp.WaitVisible(".flash"))
+		click("#send-submit"), chromedp.Poll(`document.querySelector('#confirm-body')?.textContent.includes('"Amount":8')`, nil),
+		click("#confirm-action-yes"), chromedp.WaitVisible(".flash"))
 	eventually(t, "o-1 to be paid", func() bool { in, err := loadInstance(b, "o-1"); return err == nil && in.State == "Shipped" })
 	journal, err := b.st.Journal(t.Context(), store.Key{SagaType: "order", Key: "o-1"})
 	if err != nil {

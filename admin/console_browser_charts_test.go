@@ -49,8 +49,8 @@ func TestBrowserOverviewCharts(t *testing.T) {
 	screenshot(t, ctx, "overview")
 
 	// A boosted navigation away and back draws three charts again, not six.
-	run(t, ctx, "away and back", chromedp.Click(`nav a[href="/sagas"]`), chromedp.WaitVisible(".diagram svg"),
-		chromedp.Click(`nav a[href="/"]`), chromedp.WaitVisible("#rate-applied"),
+	run(t, ctx, "away and back", click(`nav a[href="/sagas"]`), chromedp.WaitVisible(".diagram svg"),
+		click(`nav a[href="/"]`), chromedp.WaitVisible("#rate-applied"),
 		chromedp.Poll(`document.querySelectorAll("#charts .uplot").length === 3`, nil, chromedp.WithPollingTimeout(30*time.Second)),
 		chromedp.Evaluate(`document.querySelectorAll(".uplot").length`, &charts))
 	if charts != 3 {

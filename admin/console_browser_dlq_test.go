@@ -31,11 +31,11 @@ func TestBrowserDeadLetterTriage(t *testing.T) {
 	screenshot(t, ctx, "dead-letter-groups")
 
 	// Retry the group: the confirmation counts it first.
-	run(t, ctx, "retry group", chromedp.Click(row+` button[data-action="retry-group"]`), chromedp.WaitVisible("#confirm-bulk"), chromedp.Text("#confirm-title", &text))
+	run(t, ctx, "retry group", click(row+` button[data-action="retry-group"]`), chromedp.WaitVisible("#confirm-bulk"), chromedp.Text("#confirm-title", &text))
 	if !strings.Contains(text, "Replay 3 dead letter") {
 		t.Errorf("retry group confirmation: %q, want the count 3", text)
 	}
-	run(t, ctx, "confirm retry", chromedp.Click("#confirm-bulk"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+	run(t, ctx, "confirm retry", click("#confirm-bulk"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
 	if !strings.Contains(text, "3 dead letter(s) re-queued") {
 		t.Errorf("flash after the group retry: %q, want 3 re-queued", text)
 	}
@@ -78,14 +78,14 @@ func TestBrowserDeadLetterTriage(t *testing.T) {
 		t.Fatalf("rows of the group: %v, want ch-1, ch-2, ch-3", ids)
 	}
 	for _, id := range ids {
-		run(t, ctx, "tick "+id, chromedp.Click(`tr[data-id="`+id+`"] input[type=checkbox]`))
+		run(t, ctx, "tick "+id, click(`tr[data-id="`+id+`"] input[type=checkbox]`))
 	}
-	run(t, ctx, "archive selected", chromedp.Click(`button[data-action="archive-selected"]`), chromedp.WaitVisible("#confirm-selected"), chromedp.Text("#confirm-title", &text))
+	run(t, ctx, "archive selected", click(`button[data-action="archive-selected"]`), chromedp.WaitVisible("#confirm-selected"), chromedp.Text("#confirm-title", &text))
 	if !strings.Contains(text, "Archive 3 selected") {
 		t.Errorf("archive confirmation: %q, want 3 selected", text)
 	}
 	screenshot(t, ctx, "dead-letters-archive-confirm")
-	run(t, ctx, "confirm archive", chromedp.Click("#confirm-selected"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+	run(t, ctx, "confirm archive", click("#confirm-selected"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
 	if !strings.Contains(text, "3 dead letter(s) archived") {
 		t.Errorf("flash after archiving: %q, want 3 archived", text)
 	}
@@ -96,8 +96,8 @@ func TestBrowserDeadLetterTriage(t *testing.T) {
 
 	// Restore one from the archived list.
 	run(t, ctx, "archived list", chromedp.Navigate(base+"/dead-letters?archived=only&state=all"), chromedp.WaitVisible(`tr[data-id="ch-2"]`),
-		chromedp.Click(`tr[data-id="ch-2"] input[type=checkbox]`), chromedp.Click(`button[data-action="restore-selected"]`),
-		chromedp.WaitVisible("#confirm-selected"), chromedp.Click("#confirm-selected"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+		click(`tr[data-id="ch-2"] input[type=checkbox]`), click(`button[data-action="restore-selected"]`),
+		chromedp.WaitVisible("#confirm-selected"), click("#confirm-selected"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
 	if !strings.Contains(text, "1 dead letter(s) restored") {
 		t.Errorf("flash after restoring: %q, want 1 restored", text)
 	}

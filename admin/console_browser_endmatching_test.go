@@ -26,7 +26,7 @@ func TestBrowserBatchEnd(t *testing.T) {
 		t.Helper()
 		var n string
 		run(t, ctx, what, chromedp.Navigate(base+"/instances?type=order&prefix=o-"), chromedp.WaitVisible("#batch-end-button"),
-			chromedp.Click("#batch-end-button"), chromedp.WaitVisible("#confirm-batch-end"), chromedp.Text("#batch-end-count", &n))
+			click("#batch-end-button"), chromedp.WaitVisible("#confirm-batch-end"), chromedp.Text("#batch-end-count", &n))
 		return n
 	}
 	if n := count("count"); n != "3" {
@@ -47,7 +47,7 @@ func TestBrowserBatchEnd(t *testing.T) {
 	}
 	eventually(t, "o-4 to exist", func() bool { in, err := loadInstance(b, "o-4"); return err == nil && in != nil })
 	bump(t, b, "o-1")
-	run(t, ctx, "confirm a count that changed", chromedp.SendKeys("#batch-end-reason", "test orders"), chromedp.Click("#batch-end-yes"),
+	run(t, ctx, "confirm a count that changed", chromedp.SendKeys("#batch-end-reason", "test orders"), click("#batch-end-yes"),
 		chromedp.WaitVisible("#batch-end-done"), chromedp.Text("#batch-end-done", &text))
 	if !strings.Contains(text, "2 saga(s) ended") || !strings.Contains(text, "1 skipped") {
 		t.Errorf("confirming the count after o-1 moved on and o-4 joined: %q; want 2 ended, 1 skipped", text)
@@ -62,7 +62,7 @@ func TestBrowserBatchEnd(t *testing.T) {
 	if n := count("recount"); n != "2" {
 		t.Fatalf("the recount counts %s sagas; want 2 (o-1, o-4)", n)
 	}
-	run(t, ctx, "confirm", chromedp.SendKeys("#batch-end-reason", "test orders"), chromedp.Click("#batch-end-yes"),
+	run(t, ctx, "confirm", chromedp.SendKeys("#batch-end-reason", "test orders"), click("#batch-end-yes"),
 		chromedp.WaitVisible("#batch-end-done"), chromedp.Text("#batch-end-done", &text))
 	if !strings.Contains(text, "2 saga(s) ended") {
 		t.Errorf("after the end: %q; want 2 ended", text)

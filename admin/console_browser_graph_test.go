@@ -149,7 +149,7 @@ func TestBrowserDiagramArrows(t *testing.T) {
 	b := setupWith(t, nil, 0, pingPongMachine(), ingest.JobMachine(), searchimportShape())
 	ctx, dialog := chrome(t)
 	run(t, ctx, "saga types", chromedp.Navigate(b.srv.URL+"/"), chromedp.WaitVisible("#overview"),
-		chromedp.Click(`header nav a[href$="/sagas"]`), chromedp.WaitVisible(`#type-pingpong .diagram svg .node`),
+		click(`header nav a[href$="/sagas"]`), chromedp.WaitVisible(`#type-pingpong .diagram svg .node`),
 		chromedp.WaitVisible(`#type-searchimport .diagram svg .node`))
 	for name, g := range machines {
 		var d drawn

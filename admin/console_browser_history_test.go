@@ -27,7 +27,7 @@ func TestBrowserHistory(t *testing.T) {
 			if strings.Contains(closedText, `"status"`) {
 				t.Errorf("the entry's detail shows before it is opened:\n%s", closedText)
 			}
-			run(t, ctx, "open the entry", chromedp.Click(entry+" summary"), chromedp.WaitVisible(entry+" .diff table"),
+			run(t, ctx, "open the entry", click(entry+" summary"), chromedp.WaitVisible(entry+" .diff table"),
 				chromedp.Text(entry+" .entry-detail", &detail))
 			for _, want := range []string{
 				`"ID": "t9"`,                     // the payload, indented
@@ -40,7 +40,7 @@ func TestBrowserHistory(t *testing.T) {
 				}
 			}
 			var first string
-			run(t, ctx, "open the first entry", chromedp.Click("#journal li:nth-child(1) summary"), chromedp.WaitVisible("#journal li:nth-child(1) .payload pre"),
+			run(t, ctx, "open the first entry", click("#journal li:nth-child(1) summary"), chromedp.WaitVisible("#journal li:nth-child(1) .payload pre"),
 				chromedp.Text("#journal li:nth-child(1) .payload pre", &first))
 			if !strings.Contains(first, `"Note": "<script>alert(1)</script>"`) {
 				t.Errorf("first entry's payload: got %q, want the note as its text", first)

@@ -52,7 +52,7 @@ func TestBrowserRefusedFormShowsError(t *testing.T) {
 
 	// End o-2: the question is asked, then the order is paid and ships.
 	run(t, ctx, "end question", chromedp.Navigate(base+"/instances/order/o-2"), chromedp.WaitVisible("#end-form"),
-		chromedp.SetValue("#end-reason", "customer cancelled"), chromedp.Click("#end-submit"), chromedp.WaitVisible("#confirm-action"), watchErrors("#confirm-action-yes"))
+		chromedp.SetValue("#end-reason", "customer cancelled"), click("#end-submit"), chromedp.WaitVisible("#confirm-action"), watchErrors("#confirm-action-yes"))
 	pay, err := b.e.NewEnvelope("paid-o-2", orders.PaymentReceived{OrderID: "o-2", Amount: 7})
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestBrowserRefusedFormShowsError(t *testing.T) {
 	if _, err := b.e.PublishAndWait(context.Background(), pay); err != nil {
 		t.Fatalf("pay o-2: %v", err)
 	}
-	run(t, ctx, "confirm end", chromedp.Click("#confirm-action-yes"))
+	run(t, ctx, "confirm end", click("#confirm-action-yes"))
 	heading, path, status := errorShown(t, ctx, "the end's refusal", "has finished already: there is nothing to end")
 	if heading != "Conflict" || status != 409 {
 		t.Errorf("after ending a saga that finished meanwhile: heading %q, htmx:responseError status %d; want Conflict, 409", heading, status)
@@ -89,7 +89,7 @@ func TestBrowserRefusedFormShowsError(t *testing.T) {
 		d, err := b.st.GetDeadLetter(context.Background(), "placed-o-dead")
 		return err == nil && d.LastReplay() != nil && d.LastReplay().Outcome == store.ReplaySucceeded
 	})
-	run(t, ctx, "replay again", chromedp.Click(`button[data-action="replay"]`))
+	run(t, ctx, "replay again", click(`button[data-action="replay"]`))
 	heading, path, status = errorShown(t, ctx, "the replay's refusal", "Not replayed: its latest replay succeeded")
 	if heading != "Conflict" || status != 409 {
 		t.Errorf("after replaying a dead letter replayed meanwhile: heading %q, htmx:responseError status %d; want Conflict, 409", heading, status)

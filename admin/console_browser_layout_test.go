@@ -108,7 +108,7 @@ func TestBrowserLayoutFits(t *testing.T) {
 	screenshot(t, ctx, "layout-nav-1024")
 
 	run(t, ctx, "end question", chromedp.EmulateViewport(1400, 700), chromedp.Navigate(b.srv.URL+"/instances/order/o-1"), chromedp.WaitVisible("#end-reason"),
-		chromedp.SetValue("#end-reason", "layout check"), chromedp.Click("#end-submit"), chromedp.WaitVisible("#confirm-action"))
+		chromedp.SetValue("#end-reason", "layout check"), click("#end-submit"), chromedp.WaitVisible("#confirm-action"))
 	var top struct{ Top, Bottom, View float64 }
 	run(t, ctx, "question in view", chromedp.Poll(`(() => { const r = document.querySelector("#confirm-action").getBoundingClientRect(); return r.top >= 0 && r.top < window.innerHeight; })()`, nil, chromedp.WithPollingTimeout(5*time.Second)))
 	run(t, ctx, "question box", chromedp.Evaluate(`(() => { const r = document.querySelector("#confirm-action").getBoundingClientRect(); return {Top: r.top, Bottom: r.bottom, View: window.innerHeight}; })()`, &top))

@@ -40,8 +40,8 @@ func TestBrowserLimits(t *testing.T) {
 	pageFits(t, ctx, "limits", "table.limits", "table.limits .counter", "table.limits .actions")
 	screenshot(t, ctx, "limits")
 
-	run(t, ctx, "change form", chromedp.Click(row+` a[data-action="edit"]`), chromedp.WaitVisible("#limit-form"),
-		chromedp.SetValue("#limit-concurrency", "5"), chromedp.Click("#limit-set"), chromedp.WaitVisible("#confirm-limit"),
+	run(t, ctx, "change form", click(row+` a[data-action="edit"]`), chromedp.WaitVisible("#limit-form"),
+		chromedp.SetValue("#limit-concurrency", "5"), click("#limit-set"), chromedp.WaitVisible("#confirm-limit"),
 		chromedp.Text("#confirm-to", &text))
 	if text != "5 at once, 20/s (burst 5)" {
 		t.Errorf("the question's values after: %q, want 5 at once, 20/s (burst 5)", text)
@@ -50,7 +50,7 @@ func TestBrowserLimits(t *testing.T) {
 		t.Errorf("the question changed the store already: %+v", over)
 	}
 	screenshot(t, ctx, "limits-confirm")
-	run(t, ctx, "confirm", chromedp.Click("#confirm-limit-yes"),
+	run(t, ctx, "confirm", click("#confirm-limit-yes"),
 		chromedp.WaitVisible(`.flash[role="status"]`), chromedp.Text(row+" td.in-force", &text))
 	if text != "5 at once, 20/s (burst 5)" {
 		t.Errorf("in force after the override: %q, want 5 at once, 20/s (burst 5)", text)

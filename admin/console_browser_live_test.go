@@ -61,7 +61,7 @@ func TestBrowserLiveUpdates(t *testing.T) {
 	screenshot(t, ctx, "instances-live")
 
 	// Typing in the prefix field pauses the page.
-	run(t, ctx, "type", chromedp.Click(`input[name="prefix"]`), chromedp.SendKeys(`input[name="prefix"]`, "o-"),
+	run(t, ctx, "type", click(`input[name="prefix"]`), chromedp.SendKeys(`input[name="prefix"]`, "o-"),
 		chromedp.Poll(`document.querySelector("#live-toggle").dataset.state === "paused"`, nil),
 		chromedp.Text("#live-toggle", &text))
 	if !strings.Contains(text, "paused: typing") {
@@ -85,13 +85,13 @@ func TestBrowserLiveUpdates(t *testing.T) {
 		chromedp.Poll(`document.querySelector("#instances").innerText.includes("paused-000")`, nil, chromedp.WithPollingTimeout(30*time.Second)))
 
 	// The toggle turns live updates off, and that is remembered.
-	run(t, ctx, "pause by hand", chromedp.Click("#live-toggle"), chromedp.Text("#live-toggle", &text))
+	run(t, ctx, "pause by hand", click("#live-toggle"), chromedp.Text("#live-toggle", &text))
 	if !strings.Contains(text, "paused") {
 		t.Errorf("indicator after a click: %q, want paused", text)
 	}
 	run(t, ctx, "still paused after navigating", chromedp.Navigate(b.srv.URL+"/timers"), chromedp.WaitVisible("table.timers"),
 		chromedp.Poll(`document.querySelector("#live-toggle").dataset.state === "paused"`, nil),
-		chromedp.Click("#live-toggle"), chromedp.Poll(`document.querySelector("#live-toggle").dataset.state === "live"`, nil))
+		click("#live-toggle"), chromedp.Poll(`document.querySelector("#live-toggle").dataset.state === "live"`, nil))
 }
 
 // The instances and timers lists count what their filters select, and
@@ -102,9 +102,9 @@ func TestBrowserCountsAndPages(t *testing.T) {
 	insertOrders(t, b, "p-", 120, time.Now().Add(-time.Hour))
 	ctx, _ := chrome(t)
 	var count, rows string
-	page := func(what, click, first, last string) {
+	page := func(what, sel, first, last string) {
 		t.Helper()
-		run(t, ctx, what, chromedp.Click(click),
+		run(t, ctx, what, click(sel),
 			chromedp.Poll(fmt.Sprintf(`(() => { const r = [...document.querySelectorAll("#instances tbody tr")]; return r.length > 0 && r[0].innerText.includes(%q) && r[r.length-1].innerText.includes(%q); })()`, first, last), nil),
 			chromedp.Text("#instances-count", &count))
 		if !strings.Contains(count, "120 instance(s) match") {
@@ -149,13 +149,13 @@ func TestBrowserCountsAndPages(t *testing.T) {
 	if !strings.Contains(count, "60 timer(s) match") {
 		t.Errorf("timers count: %q, want 60", count)
 	}
-	run(t, ctx, "timers next", chromedp.Click("#page-next"),
+	run(t, ctx, "timers next", click("#page-next"),
 		chromedp.Poll(`document.querySelectorAll("table.timers tbody tr").length === 10`, nil),
-		chromedp.Click("#page-prev"),
+		click("#page-prev"),
 		chromedp.Poll(`document.querySelectorAll("table.timers tbody tr").length === 50 && document.querySelector("table.timers tbody tr").innerText.includes("p-000")`, nil))
 	to := base.Add(5 * time.Minute).Format("2006-01-02T15:04:05")
 	var ok bool
-	run(t, ctx, "due before", chromedp.Evaluate(fmt.Sprintf(`document.querySelector('input[name="to"]').value = %q, true`, to), &ok), chromedp.Click(`form.filters button.primary`),
+	run(t, ctx, "due before", chromedp.Evaluate(fmt.Sprintf(`document.querySelector('input[name="to"]').value = %q, true`, to), &ok), click(`form.filters button.primary`),
 		chromedp.Poll(`document.querySelectorAll("table.timers tbody tr").length === 5`, nil),
 		chromedp.Text("#timers-count", &count))
 	if !strings.Contains(count, "5 timer(s) match") {
@@ -184,7 +184,7 @@ func TestBrowserTimeToggle(t *testing.T) {
 	if !strings.Contains(shown, "ago") {
 		t.Errorf("updated shown as %q, want a relative time by default", shown)
 	}
-	run(t, ctx, "absolute", chromedp.Click("#time-toggle"), chromedp.Poll(`document.documentElement.classList.contains("time-abs")`, nil), chromedp.Text(cell, &shown))
+	run(t, ctx, "absolute", click("#time-toggle"), chromedp.Poll(`document.documentElement.classList.contains("time-abs")`, nil), chromedp.Text(cell, &shown))
 	if strings.TrimSpace(shown) != "2026-11-25 09:30:15 UTC" {
 		t.Errorf("updated shown as %q after the toggle, want 2026-11-25 09:30:15 UTC", shown)
 	}
@@ -193,7 +193,7 @@ func TestBrowserTimeToggle(t *testing.T) {
 	if strings.TrimSpace(shown) != "2026-11-25 09:30:15 UTC" {
 		t.Errorf("after a reload: %q, want the absolute time kept", shown)
 	}
-	run(t, ctx, "back to relative", chromedp.Click("#time-toggle"), chromedp.Text(cell, &shown))
+	run(t, ctx, "back to relative", click("#time-toggle"), chromedp.Text(cell, &shown))
 	if !strings.Contains(shown, "ago") {
 		t.Errorf("toggled back: %q, want a relative time", shown)
 	}

@@ -139,7 +139,7 @@ func TestBrowserLiveReplicas(t *testing.T) {
 	if polls != 0 {
 		t.Errorf("the replicas page has %d elements with their own htmx poll, want none", polls)
 	}
-	run(t, ctx, "open the configuration", chromedp.Click("details.config summary"))
+	run(t, ctx, "open the configuration", click("details.config summary"))
 	from := liveTicks(t, ctx)
 	var open bool
 	run(t, ctx, "two ticks", livePoll(fmt.Sprintf(`Number(document.querySelector("#main").dataset.liveTicks) >= %d`, from+2)),

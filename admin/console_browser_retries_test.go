@@ -30,7 +30,7 @@ func TestBrowserRetryNow(t *testing.T) {
 	screenshot(t, bctx, "retries")
 	var question, msgID, msgType, attempts, lastErr string
 	run(t, bctx, "press Retry now", chromedp.Navigate(b.srv.URL+"/instances/payment/pay-1"), chromedp.WaitVisible("#why-retries"),
-		chromedp.Click(`#why-retries button[data-action="retry-now"]`, chromedp.ByQuery), chromedp.WaitVisible("#confirm-retry-now"),
+		click(`#why-retries button[data-action="retry-now"]`, chromedp.ByQuery), chromedp.WaitVisible("#confirm-retry-now"),
 		chromedp.Text("h1", &question), chromedp.Text("#confirm-message-id", &msgID), chromedp.Text("#confirm-message-type", &msgType),
 		chromedp.Text("#confirm-attempts", &attempts), chromedp.Text("#confirm-error", &lastErr))
 	if question != "Retry this message now?" || msgID != "charge-pay-1" || !strings.Contains(msgType, "paymentCharge") || attempts != "1" ||
@@ -42,7 +42,7 @@ func TestBrowserRetryNow(t *testing.T) {
 	}
 	screenshot(t, bctx, "retry-now-question")
 	confirmed := time.Now()
-	run(t, bctx, "confirm", chromedp.Click("#confirm-retry-yes", chromedp.ByID), chromedp.WaitVisible("#why"))
+	run(t, bctx, "confirm", click("#confirm-retry-yes", chromedp.ByID), chromedp.WaitVisible("#why"))
 	eventually(t, "pay-1 to be charged by the copy", func() bool {
 		in, err := loadSaga(b, k)
 		return err == nil && in != nil && in.State == "Charged"

@@ -18,11 +18,11 @@ func TestBrowserSelectAll(t *testing.T) {
 	const ticked = `[...document.querySelectorAll('input[type=checkbox][form="selected"]')].filter(b => b.checked).length`
 	var n int
 	run(t, ctx, "select all", chromedp.Navigate(b.srv.URL+"/dead-letters"), chromedp.WaitVisible(`tr[data-id="sa-3"]`),
-		chromedp.WaitVisible(`input.select-all`), chromedp.Click(`input.select-all`), chromedp.Evaluate(ticked, &n))
+		chromedp.WaitVisible(`input.select-all`), click(`input.select-all`), chromedp.Evaluate(ticked, &n))
 	if n != 3 {
 		t.Errorf("after select all, %d of 3 rows are ticked", n)
 	}
-	run(t, ctx, "clear all", chromedp.Click(`input.select-all`), chromedp.Evaluate(ticked, &n))
+	run(t, ctx, "clear all", click(`input.select-all`), chromedp.Evaluate(ticked, &n))
 	if n != 0 {
 		t.Errorf("after clearing select all, %d rows are ticked, want 0", n)
 	}

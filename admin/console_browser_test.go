@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/idemhq/idem/admin"
@@ -62,6 +64,28 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	}
 }
 
+// click clicks the element sel selects once the page has settled. After
+// htmx swaps in a page it settles for 20 ms and only then scrolls a
+// boosted page to the top (and console.js brings a question into view, a
+// task later): a click whose position was read before that scroll lands
+// elsewhere, and the step then waits for a page that never comes.
+func click(sel any, opts ...chromedp.QueryOption) chromedp.Action {
+	return chromedp.Tasks{settled(), chromedp.Click(sel, opts...)}
+}
+
+// settled waits until no htmx request, swap or settle is under way, then
+// until the tasks those queued (console.js's revealQuestion) have run.
+func settled() chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		if err := chromedp.Poll(`!document.querySelector(".htmx-request, .htmx-swapping, .htmx-settling")`, nil).Do(ctx); err != nil {
+			return fmt.Errorf("wait for htmx to settle: %w", err)
+		}
+		return chromedp.Evaluate(`new Promise(done => setTimeout(done, 0))`, nil, func(p *runtime.EvaluateParams) *runtime.EvaluateParams {
+			return p.WithAwaitPromise(true)
+		}).Do(ctx)
+	})
+}
+
 func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action) {
 	t.Helper()
 	if err := chromedp.Run(ctx, actions...); err != nil {
@@ -95,7 +119,7 @@ func TestBrowserConsole(t *testing.T) {
 	// Filter the instances: type order, key prefix o-: x-9 goes away.
 	run(t, ctx, "filter instances", chromedp.Navigate(base+"/instances"), chromedp.WaitVisible("#instances"),
 		chromedp.SetValue(`select[name="type"]`, "order"), chromedp.SendKeys(`input[name="prefix"]`, "o-"),
-		chromedp.Click(`form.filters button.primary`),
+		click(`form.filters button.primary`),
 		chromedp.Poll(`!document.querySelector("#instances").innerText.includes("x-9")`, nil),
 		chromedp.Text("#instances", &text))
 	if !strings.Contains(text, "o-1") || !strings.Contains(text, "o-3") || strings.Contains(text, "x-9") {
@@ -105,7 +129,7 @@ func TestBrowserConsole(t *testing.T) {
 
 	// Filter by a business attribute, typed in NFD: only po-1 (Müller).
 	run(t, ctx, "filter by attribute", chromedp.Navigate(base+"/instances"), chromedp.WaitVisible("#instances"),
-		chromedp.SetValue("#attr-filter", "supplier=Mu\u0308ller"), chromedp.Click(`form.filters button.primary`),
+		chromedp.SetValue("#attr-filter", "supplier=Mu\u0308ller"), click(`form.filters button.primary`),
 		chromedp.Poll(`!document.querySelector("#instances").innerText.includes("x-9")`, nil),
 		chromedp.Text("#instances", &text))
 	if !strings.Contains(text, "po-1") || strings.Contains(text, "po-2") || !strings.Contains(text, "supplier=M\u00fcller") {
@@ -131,12 +155,12 @@ func TestBrowserConsole(t *testing.T) {
 
 	// Cancel a timer from the saga's page.
 	run(t, ctx, "cancel timer", chromedp.Navigate(base+"/instances/order/o-2"), chromedp.WaitVisible(`button[data-action="cancel-timer"]`),
-		chromedp.Click(`button[data-action="cancel-timer"]`), chromedp.WaitVisible("#confirm-cancel"))
+		click(`button[data-action="cancel-timer"]`), chromedp.WaitVisible("#confirm-cancel"))
 	if n := timerCount(t, b, "o-2"); n != 1 {
 		t.Errorf("cancel clicked, not confirmed: %d timers of o-2, want 1", n)
 	}
 	screenshot(t, ctx, "timer-cancel-confirm")
-	run(t, ctx, "confirm cancel", chromedp.Click("#confirm-cancel"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+	run(t, ctx, "confirm cancel", click("#confirm-cancel"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
 	if !strings.Contains(text, "timer cancelled") {
 		t.Errorf("after cancel: flash %q", text)
 	}
@@ -165,7 +189,7 @@ func TestBrowserConsole(t *testing.T) {
 
 	// Bulk replay shows the count first.
 	run(t, ctx, "bulk confirm", chromedp.Navigate(base+"/dead-letters?reason=unknown_type"), chromedp.WaitVisible(".row.bulk"),
-		chromedp.Click(`.row.bulk button`), chromedp.WaitVisible("#confirm-bulk"), chromedp.Text("#confirm-title", &text))
+		click(`.row.bulk button`), chromedp.WaitVisible("#confirm-bulk"), chromedp.Text("#confirm-title", &text))
 	if !strings.Contains(text, "Replay 2 dead letter") {
 		t.Errorf("bulk replay confirmation: %q, want the count 2", text)
 	}
@@ -180,7 +204,7 @@ func TestBrowserConsole(t *testing.T) {
 	// Replay one dead letter and see it applied.
 	run(t, ctx, "replay", chromedp.Navigate(base+"/dead-letters?reason=store_unavailable"), chromedp.WaitVisible(`button[data-action="replay"]`))
 	screenshot(t, ctx, "dead-letters")
-	run(t, ctx, "replay click", chromedp.Click(`button[data-action="replay"]`), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+	run(t, ctx, "replay click", click(`button[data-action="replay"]`), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
 	if !strings.Contains(text, "re-queued") || strings.Contains(text, "will apply") {
 		t.Errorf("flash after a replay: %q, want it to say re-queued (not yet applied)", text)
 	}

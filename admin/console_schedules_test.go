@@ -177,12 +177,12 @@ func TestBrowserSchedules(t *testing.T) {
 	var text string
 	run(t, ctx, "schedules", chromedp.Navigate(b.srv.URL+"/schedules"), chromedp.WaitVisible(`tr[data-schedule="nightly"] button[data-action="pause"]`))
 	screenshot(t, ctx, "schedules")
-	run(t, ctx, "pause", chromedp.Click(`tr[data-schedule="nightly"] button[data-action="pause"]`), chromedp.WaitVisible("#confirm-schedule-yes"))
+	run(t, ctx, "pause", click(`tr[data-schedule="nightly"] button[data-action="pause"]`), chromedp.WaitVisible("#confirm-schedule-yes"))
 	if schedulePaused(t, b, "nightly") {
 		t.Fatal("pause clicked, not confirmed: the schedule is paused")
 	}
 	screenshot(t, ctx, "schedule-pause-confirm")
-	run(t, ctx, "confirm pause", chromedp.Click("#confirm-schedule-yes"), chromedp.WaitVisible(".flash"),
+	run(t, ctx, "confirm pause", click("#confirm-schedule-yes"), chromedp.WaitVisible(".flash"),
 		chromedp.Text(`tr[data-schedule="nightly"]`, &text))
 	if !strings.Contains(text, "paused") {
 		t.Errorf("the row after pausing: %q, want paused", text)
@@ -197,7 +197,7 @@ func TestBrowserSchedules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, ctx, "fire", chromedp.Click(`tr[data-schedule="nightly"] button[data-action="fire"]`), chromedp.WaitVisible("#confirm-schedule-yes"),
+	run(t, ctx, "fire", click(`tr[data-schedule="nightly"] button[data-action="fire"]`), chromedp.WaitVisible("#confirm-schedule-yes"),
 		chromedp.Text("#confirm-title", &text))
 	if !strings.Contains(text, "Fire now") {
 		t.Errorf("the fire question: %q", text)
@@ -206,7 +206,7 @@ func TestBrowserSchedules(t *testing.T) {
 		t.Fatal("fire clicked, not confirmed: the schedule fired")
 	}
 	screenshot(t, ctx, "schedule-fire-confirm")
-	run(t, ctx, "confirm fire", chromedp.Click("#confirm-schedule-yes"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
+	run(t, ctx, "confirm fire", click("#confirm-schedule-yes"), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &text))
 	if !strings.Contains(text, "fired") {
 		t.Errorf("the flash after fire: %q", text)
 	}
@@ -219,8 +219,8 @@ func TestBrowserSchedules(t *testing.T) {
 	if strings.Contains(last, "from now") || !strings.Contains(last, "fired early") {
 		t.Errorf("Last fired after fire now: %q, want the tick fired early, not a time from now", last)
 	}
-	run(t, ctx, "resume", chromedp.Click(`tr[data-schedule="nightly"] button[data-action="resume"]`), chromedp.WaitVisible("#confirm-schedule-yes"),
-		chromedp.Click("#confirm-schedule-yes"), chromedp.WaitVisible(".flash"), chromedp.Text(`tr[data-schedule="nightly"]`, &text))
+	run(t, ctx, "resume", click(`tr[data-schedule="nightly"] button[data-action="resume"]`), chromedp.WaitVisible("#confirm-schedule-yes"),
+		click("#confirm-schedule-yes"), chromedp.WaitVisible(".flash"), chromedp.Text(`tr[data-schedule="nightly"]`, &text))
 	if !strings.Contains(text, "running") || schedulePaused(t, b, "nightly") {
 		t.Errorf("after the confirmed resume in the browser: row %q, paused %v; want running", text, schedulePaused(t, b, "nightly"))
 	}
