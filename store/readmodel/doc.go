@@ -10,7 +10,7 @@
 // DeadLetterTypeQuerier and UnresolvedCounter triage dead letters;
 // RowEstimator and RowCounter size the tables; JournalTailer and
 // OutboxSentReader serve a saga's history; ReplicaCounter counts the
-// engine replicas by state. A nil result of the assertion
+// engine replicas by state; Censuser counts what a deploy must serve. A nil result of the assertion
 // means "this store cannot", and the caller says so or falls back to the
 // store.Store methods.
 //
