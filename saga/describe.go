@@ -18,10 +18,11 @@ import (
 // identifies the definition, so that two builds can be compared without
 // running them. It holds no maps, so its JSON encoding is stable.
 //
-// Machine.Describe lists states and events in declaration order and
-// transitions in Graph's order, which is how people read a machine; the
-// other lists are sorted. Declaration order changes nothing a machine
-// does, so the fingerprint ignores it (see Canonical).
+// Machine.Describe lists states, events (with their states) and
+// attributes in declaration order and transitions in Graph's order, which
+// is how people read a machine; upgrades, ignored events, requests and
+// faults are sorted. Declaration order changes nothing a machine does, so
+// the fingerprint ignores it (see Canonical).
 //
 // Timers that handlers schedule with Context.Schedule are named at run
 // time: the machine does not know their names, only their messages, which
@@ -288,9 +289,9 @@ func (d Description) Graph() Graph {
 	return g
 }
 
-// goTypeName names t with its package path: "example.com/shop.Order",
-// "*example.com/shop.Order", "saga.Fault[example.com/shop.Charge]" has its
-// path too ("github.com/idemhq/idem/saga.Fault[...]").
+// goTypeName names t with its package path, type arguments included:
+// "example.com/shop.Order", "*example.com/shop.Order",
+// "github.com/idemhq/idem/saga.Fault[example.com/shop.Charge]".
 func goTypeName(t reflect.Type) string {
 	if t.Kind() == reflect.Pointer {
 		return "*" + goTypeName(t.Elem())
