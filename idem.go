@@ -47,6 +47,11 @@ type Machine interface {
 	// Mermaid and DOT draw the machine.
 	Mermaid() string
 	DOT() string
+	// Describe returns the machine's complete, canonical description:
+	// what the console draws, `idem graph --format json` prints, and the
+	// definition fingerprint (saga.Description.Fingerprint) hashes. A
+	// Machine that wraps another returns the wrapped one's description.
+	Describe() saga.Description
 }
 
 var _ Machine = (*saga.Machine[struct{}])(nil)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/readmodel"
 )
@@ -151,8 +152,8 @@ func (c *console) pageInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	for name, m := range c.e.Sagas() {
 		v.Types = append(v.Types, name)
-		if g, ok := m.(grapher); ok && (v.Filter["type"] == "" || v.Filter["type"] == name) {
-			for _, st := range g.Graph().States {
+		if v.Filter["type"] == "" || v.Filter["type"] == name {
+			for _, st := range m.Describe().States {
 				if !slices.Contains(v.States, string(st.Name)) {
 					v.States = append(v.States, string(st.Name))
 				}
@@ -257,8 +258,12 @@ func (c *console) pageInstance(w http.ResponseWriter, r *http.Request) {
 		c.storeFailed(w, r, "read saga details", err)
 		return
 	}
-	m, _ := c.e.Sagas()[typ].(grapher)
-	v.Why = buildWhy(whyInput{In: in, Machine: m, Timers: ts, DeadLetters: dls, Retries: rs, Now: v.Now})
+	var g *saga.Graph
+	if m, ok := c.e.Sagas()[typ]; ok {
+		gr := m.Describe().Graph()
+		g = &gr
+	}
+	v.Why = buildWhy(whyInput{In: in, Graph: g, Timers: ts, DeadLetters: dls, Retries: rs, Now: v.Now})
 	v.Act = c.actionsFor(r, in, v.Why)
 	c.render(w, r, http.StatusOK, "instance", typ+" "+shorten(key, 40), v)
 }

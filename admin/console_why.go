@@ -48,7 +48,7 @@ type whyTimer struct {
 // whyInput is what the panel is built from.
 type whyInput struct {
 	In          *store.Instance
-	Machine     grapher
+	Graph       *saga.Graph // nil: the saga type is not registered here
 	Timers      []store.Timer
 	DeadLetters []store.DeadLetter
 	Retries     []store.Retry
@@ -59,9 +59,9 @@ type whyInput struct {
 const maxWhyDeadLetters = 5
 
 func buildWhy(in whyInput) *whyPanel {
-	p := &whyPanel{Registered: in.Machine != nil}
-	if in.Machine != nil {
-		p.Accepts, p.UnknownState = accepted(in.Machine.Graph(), in.In.State)
+	p := &whyPanel{Registered: in.Graph != nil}
+	if in.Graph != nil {
+		p.Accepts, p.UnknownState = accepted(*in.Graph, in.In.State)
 	}
 	for _, t := range in.Timers {
 		w := whyTimer{Name: t.Name, DueAt: t.DueAt}

@@ -8,14 +8,10 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-type graphOf saga.Graph
-
-func (g graphOf) Graph() saga.Graph { return saga.Graph(g) }
-
 // The verdict names the most urgent reason first.
 func TestWhyVerdict(t *testing.T) {
 	now := time.Date(2026, 11, 26, 5, 0, 0, 0, time.UTC)
-	g := graphOf{States: []saga.GraphState{{Name: "Waiting"}, {Name: "Idle"}, {Name: "Done", Final: true}}, Edges: []saga.GraphEdge{
+	g := &saga.Graph{States: []saga.GraphState{{Name: "Waiting"}, {Name: "Idle"}, {Name: "Done", Final: true}}, Edges: []saga.GraphEdge{
 		{From: "Waiting", To: "Done", Event: "x.Paid", Label: "Paid"},
 		{From: "Waiting", To: "Waiting", Event: "x.Nudged", Label: "Nudged"},
 		{From: "Waiting", To: "Idle", Event: "x.Paid", Label: "Paid"},
@@ -32,13 +28,13 @@ func TestWhyVerdict(t *testing.T) {
 		in   whyInput
 		want string
 	}{
-		{"finished", whyInput{In: &store.Instance{State: "Done", FinishedAt: now}, Machine: g, DeadLetters: []store.DeadLetter{dl("r", 0)}}, "finished"},
-		{"two dead letters, latest named", whyInput{In: active("Waiting"), Machine: g, DeadLetters: []store.DeadLetter{dl("old", time.Hour), dl("new", time.Minute)}}, "2 messages are dead-lettered (latest: new)"},
-		{"request past deadline", whyInput{In: active("Waiting"), Machine: g, Timers: []store.Timer{timer("t", -time.Minute), timer(saga.RequestTimerPrefix+"auth", -2*time.Minute)}}, "a request is past its deadline by 2m 0s (auth)"},
-		{"timer overdue", whyInput{In: active("Waiting"), Machine: g, Timers: []store.Timer{timer("t", -3*time.Minute), timer("later", time.Hour)}}, "a timer is overdue by 3m 0s (t)"},
-		{"waiting, events once each", whyInput{In: active("Waiting"), Machine: g, Timers: []store.Timer{timer("later", time.Hour)}}, "waiting for one of: Paid, Nudged"},
-		{"no event accepted", whyInput{In: active("Idle"), Machine: g}, `stuck: state "Idle" accepts no event`},
-		{"unknown state", whyInput{In: active("Gone"), Machine: g}, `stuck: the registered machine has no state "Gone"`},
+		{"finished", whyInput{In: &store.Instance{State: "Done", FinishedAt: now}, Graph: g, DeadLetters: []store.DeadLetter{dl("r", 0)}}, "finished"},
+		{"two dead letters, latest named", whyInput{In: active("Waiting"), Graph: g, DeadLetters: []store.DeadLetter{dl("old", time.Hour), dl("new", time.Minute)}}, "2 messages are dead-lettered (latest: new)"},
+		{"request past deadline", whyInput{In: active("Waiting"), Graph: g, Timers: []store.Timer{timer("t", -time.Minute), timer(saga.RequestTimerPrefix+"auth", -2*time.Minute)}}, "a request is past its deadline by 2m 0s (auth)"},
+		{"timer overdue", whyInput{In: active("Waiting"), Graph: g, Timers: []store.Timer{timer("t", -3*time.Minute), timer("later", time.Hour)}}, "a timer is overdue by 3m 0s (t)"},
+		{"waiting, events once each", whyInput{In: active("Waiting"), Graph: g, Timers: []store.Timer{timer("later", time.Hour)}}, "waiting for one of: Paid, Nudged"},
+		{"no event accepted", whyInput{In: active("Idle"), Graph: g}, `stuck: state "Idle" accepts no event`},
+		{"unknown state", whyInput{In: active("Gone"), Graph: g}, `stuck: the registered machine has no state "Gone"`},
 		{"not registered", whyInput{In: active("Waiting")}, "waiting: machine not registered here, so what it accepts is not known"},
 	} {
 		c.in.Now = now
@@ -46,7 +42,7 @@ func TestWhyVerdict(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
 		}
 	}
-	p := buildWhy(whyInput{In: active("Waiting"), Machine: g, Now: now})
+	p := buildWhy(whyInput{In: active("Waiting"), Graph: g, Now: now})
 	if len(p.Accepts) != 2 || len(p.Accepts[0].To) != 2 || p.Accepts[0].To[1] != "Idle" {
 		t.Errorf("accepted events of Waiting: got %+v, want Paid → Done, Idle and Nudged → Waiting", p.Accepts)
 	}

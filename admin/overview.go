@@ -194,9 +194,6 @@ type SagaTypeState struct {
 	Count int    `json:"count"`
 }
 
-// grapher is implemented by *saga.Machine[S].
-type grapher interface{ Graph() saga.Graph }
-
 func (p *parts) sagaTypes(ctx context.Context) ([]SagaType, error) {
 	counts, _, err := p.sagaCounts(ctx)
 	if err != nil {
@@ -225,12 +222,10 @@ func describe(m idem.Machine, c SagaCounts) SagaType {
 	for _, sc := range c.States {
 		inState[sc.State] += sc.Count
 	}
-	if g, ok := m.(grapher); ok {
-		gr := g.Graph()
-		st.Edges = append(st.Edges, gr.Edges...)
-		for _, gs := range gr.States {
-			st.States = append(st.States, SagaTypeState{Name: string(gs.Name), Final: gs.Final, Count: inState[string(gs.Name)]})
-		}
+	gr := m.Describe().Graph()
+	st.Edges = append(st.Edges, gr.Edges...)
+	for _, gs := range gr.States {
+		st.States = append(st.States, SagaTypeState{Name: string(gs.Name), Final: gs.Final, Count: inState[string(gs.Name)]})
 	}
 	if err := m.Validate(); err != nil {
 		var j interface{ Unwrap() []error }

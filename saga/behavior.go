@@ -31,6 +31,7 @@ func bindEvent[M, S any](m *Machine[S], t string, correlate func(M) string) *Eve
 	}
 	m.events[t] = eventDef[S]{
 		msgType: t,
+		goType:  goTypeName(reflect.TypeFor[M]()),
 		decode: func(body []byte) (any, error) {
 			var msg M
 			if err := json.Unmarshal(body, &msg); err != nil {

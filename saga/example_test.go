@@ -165,3 +165,55 @@ func ExampleMachine_Attribute() {
 	fmt.Printf("%q NFC: %v\n", res.Attributes["supplier"], res.Attributes["supplier"] == "M\u00fcller")
 	// Output: "Müller" NFC: true
 }
+
+// Describe lists everything the machine declares; Fingerprint identifies
+// the definition. Declaring the same things in another order keeps the
+// fingerprint, and any change to what a machine does changes it.
+func ExampleMachine_Describe() {
+	type Ticket struct{ ID string }
+	type Opened struct{ ID string }
+	type Resolved struct{ ID string }
+
+	build := func(reorder, reopenable bool) *saga.Machine[Ticket] {
+		m := saga.New[Ticket]("ticket")
+		var open, done saga.State
+		if reorder {
+			done, open = m.Final("Resolved"), m.State("Open")
+		} else {
+			open, done = m.State("Open"), m.Final("Resolved")
+		}
+		opened := saga.NewEvent[Opened](m, func(e Opened) string { return e.ID })
+		resolved := saga.NewEvent[Resolved](m, func(e Resolved) string { return e.ID })
+		m.Initially(saga.When(opened).TransitionTo(open))
+		m.During(open, saga.Ignore(opened), saga.When(resolved).TransitionTo(done))
+		if reopenable {
+			m.During(done, saga.When(opened).TransitionTo(open))
+		}
+		m.Attribute("id", func(t Ticket) string { return t.ID })
+		return m
+	}
+
+	d := build(false, false).Describe()
+	fmt.Println("schema version", d.SchemaVersion, "unhandled:", d.Unhandled, "attributes:", d.Attributes)
+	for _, s := range d.States {
+		fmt.Printf("state %s final=%v ignores=%v\n", s.Name, s.Final, s.Ignores)
+	}
+	for _, e := range d.Events {
+		fmt.Printf("event %s handled in %v\n", e.Type, e.HandledIn)
+	}
+	for _, t := range d.Transitions {
+		fmt.Printf("%s -> %s on %s\n", t.From, t.To, t.Event)
+	}
+	fmt.Println("reordered, same fingerprint:", build(true, false).Describe().Fingerprint() == d.Fingerprint())
+	fmt.Println("reopenable, same fingerprint:", build(false, true).Describe().Fingerprint() == d.Fingerprint())
+	// Output:
+	// schema version 1 unhandled: error attributes: [id]
+	// state Open final=false ignores=[saga_test.Opened]
+	// state Resolved final=true ignores=[]
+	// event saga_test.Opened handled in [Initial]
+	// event saga_test.Resolved handled in [Open]
+	// Initial -> Open on saga_test.Opened
+	// Open -> Resolved on saga_test.Resolved
+	// reordered, same fingerprint: true
+	// reopenable, same fingerprint: false
+}

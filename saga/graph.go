@@ -31,14 +31,5 @@ type GraphEdge struct {
 	Label string `json:"label"`
 }
 
-// Graph returns the machine's states and transitions.
-func (m *Machine[S]) Graph() Graph {
-	g := Graph{Name: m.name}
-	for _, s := range m.states {
-		g.States = append(g.States, GraphState{Name: s, Final: m.final[s]})
-	}
-	for _, e := range m.edges() {
-		g.Edges = append(g.Edges, GraphEdge{From: e.from, To: e.to, Event: e.event, Label: shortEvent(e.event)})
-	}
-	return g
-}
+// Graph returns the machine's states and transitions: Describe().Graph().
+func (m *Machine[S]) Graph() Graph { return m.Describe().Graph() }

@@ -126,11 +126,14 @@ type Machine[S any] struct {
 	version    int
 	faults     map[string]string       // message type -> its fault's type
 	requests   map[string]requestEvent // request event type -> its request
-	attributes []attribute[S]
+	// requestList describes the declared requests, for Describe.
+	requestList []RequestDescription
+	attributes  []attribute[S]
 }
 
 type eventDef[S any] struct {
 	msgType   string
+	goType    string // the Go type decode returns, for Describe
 	decode    func(body []byte) (any, error)
 	correlate func(msg any) string
 }

@@ -90,6 +90,10 @@ func NewRequest[Cmd, Resp, S any](m *Machine[S], name string, correlate func(Res
 	m.requests[r.Completed.msgType] = requestEvent{timer: timer, kind: requestResponse}
 	m.requests[r.TimeoutExpired.msgType] = requestEvent{timer: timer, kind: requestTimeout}
 	m.requests[r.Faulted.msgType] = requestEvent{timer: timer, kind: requestFault}
+	m.requestList = append(m.requestList, RequestDescription{
+		Name: name, Timer: timer, Command: messageTypeFor[Cmd](),
+		Response: r.Completed.msgType, Timeout: r.TimeoutExpired.msgType, Fault: r.Faulted.msgType,
+	})
 	return r
 }
 

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
-	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -82,52 +80,6 @@ func machines() map[string]idem.Machine {
 		ms[m.Name()] = m
 	}
 	return ms
-}
-
-func newGraph() *cobra.Command {
-	var format string
-	cmd := &cobra.Command{
-		Use:   "graph [saga-type]",
-		Short: "Print a saga machine as a Mermaid or DOT diagram, and its validation problems",
-		Long: `Print a registered saga machine as a diagram. Without an argument, lists the
-saga types this binary knows. Validation problems (unhandled events,
-unreachable states, events that can never be consumed) are printed to
-stderr, and make the command exit 1.`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ms := machines()
-			names := make([]string, 0, len(ms))
-			for n := range ms {
-				names = append(names, n)
-			}
-			slices.Sort(names)
-			if len(args) == 0 {
-				for _, n := range names {
-					fmt.Fprintln(cmd.OutOrStdout(), n)
-				}
-				return nil
-			}
-			m, ok := ms[args[0]]
-			if !ok {
-				return fmt.Errorf("unknown saga type %q: known types are %s", args[0], strings.Join(names, ", "))
-			}
-			switch format {
-			case "mermaid":
-				fmt.Fprint(cmd.OutOrStdout(), m.Mermaid())
-			case "dot":
-				fmt.Fprint(cmd.OutOrStdout(), m.DOT())
-			default:
-				return fmt.Errorf("unknown --format %q: use mermaid or dot", format)
-			}
-			if err := m.Validate(); err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "validation problems in %s:\n%s\n", args[0], err)
-				return &exitError{code: 1, err: errors.New("machine has validation problems")}
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&format, "format", "mermaid", "diagram format: mermaid or dot")
-	return cmd
 }
 
 func newVersion() *cobra.Command {

@@ -108,7 +108,7 @@ func TestGraph(t *testing.T) {
 		t.Fatalf("graph unknown: exit %d, stderr %q", code, errOut)
 	}
 	code, _, errOut = run(t, "graph", "searchimport", "--format", "png")
-	if code != 2 || !strings.Contains(errOut, "use mermaid or dot") {
+	if code != 2 || !strings.Contains(errOut, "use mermaid, dot or json") {
 		t.Fatalf("graph bad format: exit %d, stderr %q", code, errOut)
 	}
 }

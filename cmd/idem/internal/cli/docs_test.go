@@ -175,6 +175,9 @@ func shellWords(s string) []string {
 // run on its own: servers, long runs, and servers of others.
 var needsMore = map[string]bool{"serve": true, "bench": true, "torture": true, "demo": true, "demo-worker": true}
 
+// storeless are the commands that read no store: they run without --store.
+var storeless = map[string]bool{"graph": true, "version": true}
+
 var placeholder = regexp.MustCompile(`^[A-Z][A-Z_]+$|…|<|\$|\[`)
 
 // runnable returns the arguments of a doc block's command as this test
@@ -199,6 +202,9 @@ func runnable(text, url string) []string {
 			return nil
 		}
 		args = append(args, w)
+	}
+	if storeless[words[1]] {
+		return args
 	}
 	return append(args, "--store", url)
 }
