@@ -194,7 +194,7 @@ func (e *Engine) NewEnvelope(id string, msg any) (Envelope, error) {
 
 // Start runs the start-up checks in order (startcheck.go: the registry,
 // the store's pool, its units of work, the declared limits, the
-// schedules), then launches the consumer loops, the outbox relay, the
+// schedules, the saga definitions), then launches the consumer loops, the outbox relay, the
 // timer poller and the sweeper, and returns. They run until Stop or until
 // ctx is cancelled. A check that warns is logged; one that refuses stops
 // Start with a *StartCheckError that names it and says what to change.
@@ -212,6 +212,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	claim, adm := su.claim, su.adm
+	e.beat.definitions = su.definitions
 	e.started = true
 	workCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	loopCtx, stop := context.WithCancel(ctx)

@@ -63,15 +63,17 @@ type startCheck struct {
 }
 
 // startup is what the start-up checks read, and the results a later check
-// or Start itself needs: whether consumers may claim, and the admission of
-// declared limits (nil: none).
+// or Start itself needs: whether consumers may claim, the admission of
+// declared limits (nil: none), and the fingerprints of the definitions
+// recorded, by saga type (nil: none).
 type startup struct {
 	*base
 	reg  *registry
 	plan *planner
 
-	claim bool
-	adm   *admission
+	claim       bool
+	adm         *admission
+	definitions map[string]string
 }
 
 // startChecks are Start's start-up checks, in the order they run; each
@@ -84,6 +86,7 @@ func startChecks() []startCheck {
 		{"unit of work", checkUnitOfWork},
 		{"limits", checkLimits},
 		{"schedules", checkSchedules},
+		{"definitions", checkDefinitions},
 	}
 }
 
