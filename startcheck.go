@@ -35,7 +35,7 @@ func (e *StartCheckError) Unwrap() error { return e.Err }
 
 // checkResult is what one start-up check found: its verdict, and a
 // message saying what to change (empty when ok). A refusal carries the
-// error Start returns, whose text is the message.
+// error Start returns, whose text is the message; make one with refused.
 type checkResult struct {
 	verdict verdict
 	message string
@@ -100,11 +100,7 @@ func runStartChecks(ctx context.Context, checks []startCheck, su *startup) error
 		case verdictWarn:
 			su.log.WarnContext(ctx, "start-up check warns", "check", c.name, "message", r.message)
 		case verdictRefuse:
-			err := r.err
-			if err == nil {
-				err = errors.New(r.message)
-			}
-			return &StartCheckError{Check: c.name, Err: err}
+			return &StartCheckError{Check: c.name, Err: r.err}
 		}
 	}
 	return nil
