@@ -57,8 +57,14 @@ func checkDefinition(t *testing.T, what string, got, want store.Definition) {
 	t.Helper()
 	if got.SagaType != want.SagaType || got.Fingerprint != want.Fingerprint || !bytes.Equal(got.Description, want.Description) ||
 		!got.FirstSeen.Equal(want.FirstSeen) || !got.LastSeen.Equal(want.LastSeen) || !slices.Equal(got.Replicas, want.Replicas) {
-		t.Errorf("%s: got %+v (description %s), want %+v (description %s)", what, got, got.Description, want, want.Description)
+		t.Errorf("%s: got %s, want %s", what, describeDefinition(got), describeDefinition(want))
 	}
+}
+
+// describeDefinition prints d with its description as text.
+func describeDefinition(d store.Definition) string {
+	return fmt.Sprintf("{%q %q description %q first seen %s last seen %s replicas %q}",
+		d.SagaType, d.Fingerprint, d.Description, d.FirstSeen.Format(time.RFC3339Nano), d.LastSeen.Format(time.RFC3339Nano), d.Replicas)
 }
 
 // A recorded definition reads back with its description and first and
