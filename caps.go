@@ -39,6 +39,7 @@ type capabilities struct {
 	retries      store.RetryRecorder           // nil: no retry state is kept
 	retrySweeper store.RetrySweeper            // nil: retries are not swept
 	limiter      store.Limiter                 // nil: no flow-control counters to sweep
+	definitions  store.DefinitionStore         // nil: definitions are not recorded
 	partitioned  transport.PartitionedConsumer // nil: one stream
 	leases       *leases                       // nil: leases cannot be extended
 	maxMessage   int                           // the transport's body limit; 0: none
@@ -58,6 +59,7 @@ func resolveCapabilities(st store.Store, tr transport.Transport) capabilities {
 	c.retries, _ = st.(store.RetryRecorder)
 	c.retrySweeper, _ = st.(store.RetrySweeper)
 	c.limiter, _ = st.(store.Limiter)
+	c.definitions, _ = st.(store.DefinitionStore)
 	c.partitioned, _ = tr.(transport.PartitionedConsumer)
 	if ext, ok := tr.(transport.LeaseExtender); ok {
 		c.leases = newLeases(ext)

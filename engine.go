@@ -192,9 +192,12 @@ func (e *Engine) NewEnvelope(id string, msg any) (Envelope, error) {
 	return env, nil
 }
 
-// Start launches the consumer loops, the outbox relay, the timer poller
-// and the sweeper, and returns. They run until Stop or until ctx is
-// cancelled.
+// Start runs the start-up checks in order (startcheck.go: the registry,
+// the store's pool, its units of work, the declared limits, the
+// schedules, the saga definitions), then launches the consumer loops, the outbox relay, the
+// timer poller and the sweeper, and returns. They run until Stop or until
+// ctx is cancelled. A check that warns is logged; one that refuses stops
+// Start with a *StartCheckError that names it and says what to change.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -204,30 +207,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.started {
 		return ErrRunning
 	}
-	if e.reg.empty() {
-		return errors.New("idem: start: nothing registered: call Register or Handle first")
-	}
-	if err := checkPool(e.caps.poolSize, e.cfg, e.caps.queue); err != nil {
+	su := &startup{base: e.base, reg: e.reg, plan: e.plan}
+	if err := runStartChecks(ctx, startChecks(), su); err != nil {
 		return err
 	}
-	claim, err := e.probeUnitOfWork(ctx)
-	if err != nil {
-		return err
-	}
-	adm, err := newAdmission(e.base, e.reg)
-	if err != nil {
-		return err
-	}
-	if adm != nil {
-		// A claim takes messages inside a unit of work, past admission.
-		claim = false
-		if err := adm.refresh(ctx); err != nil {
-			return fmt.Errorf("idem: start: read the limits' runtime values: %w", err)
-		}
-	}
-	if err := saveSchedules(ctx, e.base, e.reg); err != nil {
-		return err
-	}
+	claim, adm := su.claim, su.adm
+	e.beat.definitions = su.definitions
 	e.started = true
 	workCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	loopCtx, stop := context.WithCancel(ctx)
@@ -251,25 +236,6 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	go e.wait(g, e.done)
 	return nil
-}
-
-// probeUnitOfWork learns what the store's units of work can do, on the
-// store's own queue: settle deliveries (required) and claim them.
-func (e *Engine) probeUnitOfWork(ctx context.Context) (claim bool, err error) {
-	if !e.caps.queue {
-		return false, nil
-	}
-	// The queue path settles deliveries inside the unit of work; a store
-	// whose units of work cannot do that would leave the outbox unsent.
-	uow, err := e.store.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("idem: start: %w", err)
-	}
-	defer func() { _ = uow.Rollback(ctx) }()
-	if _, ok := queueUnit(uow); !ok {
-		return false, fmt.Errorf("idem: start: store %T is a store.Queue but its units of work are not store.QueueUnitOfWork", e.store)
-	}
-	return claimsInUnit(e.base, e.reg, e.plan, uow), nil
 }
 
 // service is a background loop the engine runs in its errgroup from Start

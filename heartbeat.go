@@ -56,6 +56,9 @@ type heartbeat struct {
 	rr  store.ReplicaRegistry // nil: no heartbeats
 	id  string
 	reg *registry // set by Engine.services
+	// definitions are the fingerprints of the definitions recorded at
+	// Start, by saga type (Replica.Definitions); set by Start.
+	definitions map[string]string
 
 	lastBatch atomic.Int64 // Unix nanoseconds; 0 before the first batch
 	lag       atomic.Int64 // nanoseconds
@@ -179,6 +182,7 @@ func (h *heartbeat) replica() *store.Replica {
 	return &store.Replica{
 		ID: h.id, Host: printable(host), Version: buildVersion(), StartedAt: h.cfg.Clock(),
 		Config: h.summary(), Lanes: h.cfg.Lanes, Consumers: h.cfg.Consumers, Interval: h.cfg.HeartbeatInterval,
+		Definitions: maps.Clone(h.definitions),
 	}
 }
 

@@ -58,6 +58,11 @@ type Replica struct {
 	// StoppedAt is when the replica stopped cleanly; zero while it runs
 	// (or when it stopped without saying so).
 	StoppedAt time.Time `json:"stopped_at,omitzero"`
+	// Definitions maps each saga type the replica runs to the fingerprint
+	// of its definition (see Definition), for the saga types it recorded
+	// in a DefinitionStore. Nil when it reported none. Stores keep it
+	// like Config.
+	Definitions map[string]string `json:"definitions,omitempty"`
 }
 
 // State says whether the replica is alive, stopped (cleanly) or gone (no

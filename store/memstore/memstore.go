@@ -41,9 +41,10 @@ type Store struct {
 	timers    map[store.Key]map[string]*timerRow // by timer name
 	journal   map[store.Key][]store.JournalEntry
 	dead      map[string]*store.DeadLetter
-	schedules map[string]*store.Schedule // by name; see schedule.go
-	tokens    map[string]time.Time       // token inbox: ID → minted at
-	replicas  map[string]*store.Replica  // by ID; see replica.go
+	schedules map[string]*store.Schedule      // by name; see schedule.go
+	tokens    map[string]time.Time            // token inbox: ID → minted at
+	replicas  map[string]*store.Replica       // by ID; see replica.go
+	defs      map[[2]string]*store.Definition // by saga type and fingerprint; see definition.go
 	// deadMarks numbers the recordings of dead letters (deadletters.go).
 	deadMarks deadMarks
 	retries   map[string]*store.Retry // by ID; see retry.go

@@ -90,6 +90,7 @@ func (s *Store) RemoveReplicas(ctx context.Context, marks []store.ReplicaMark) (
 
 func cloneReplica(r store.Replica) store.Replica {
 	r.Config = maps.Clone(r.Config)
+	r.Definitions = maps.Clone(r.Definitions)
 	return r
 }
 

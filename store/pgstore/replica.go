@@ -17,15 +17,15 @@ var _ store.ReplicaRegistry = (*Store)(nil)
 
 // heartbeatSQL replaces the replica unless the stored beat is later.
 const heartbeatSQL = `
-INSERT INTO idem_replicas (id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+INSERT INTO idem_replicas (id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at, definitions)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 ON CONFLICT (id) DO UPDATE
 SET host = excluded.host, version = excluded.version, started_at = excluded.started_at, config = excluded.config,
     lanes = excluded.lanes, consumers = excluded.consumers, last_batch_at = excluded.last_batch_at, lag_ns = excluded.lag_ns,
-    interval_ns = excluded.interval_ns, beat_at = excluded.beat_at, stopped_at = excluded.stopped_at
+    interval_ns = excluded.interval_ns, beat_at = excluded.beat_at, stopped_at = excluded.stopped_at, definitions = excluded.definitions
 WHERE excluded.beat_at >= idem_replicas.beat_at`
 
-const replicaCols = `id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at`
+const replicaCols = `id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at, definitions`
 
 // Heartbeat creates or replaces the replica r.ID, unless the stored one has
 // a later BeatAt. A string PostgreSQL cannot store (U+0000, invalid UTF-8)
@@ -38,8 +38,12 @@ func (s *Store) Heartbeat(ctx context.Context, r *store.Replica) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: heartbeat %q: %w", r.ID, err)
 	}
+	defs, err := sqlq.ReplicaConfigJSON(r.Definitions)
+	if err != nil {
+		return fmt.Errorf("pgstore: heartbeat %q: %w", r.ID, err)
+	}
 	_, err = s.pool.Exec(ctx, heartbeatSQL, r.ID, r.Host, r.Version, r.StartedAt, cfg, r.Lanes, r.Consumers,
-		nullTime(r.LastBatchAt), int64(r.Lag), int64(r.Interval), r.BeatAt, nullTime(r.StoppedAt))
+		nullTime(r.LastBatchAt), int64(r.Lag), int64(r.Interval), r.BeatAt, nullTime(r.StoppedAt), defs)
 	if err != nil {
 		return fmt.Errorf("pgstore: heartbeat %q: %w", r.ID, translate(err))
 	}
@@ -102,17 +106,21 @@ func scanReplicas(rows pgx.Rows) ([]store.Replica, error) {
 	var out []store.Replica
 	for rows.Next() {
 		var r store.Replica
-		var cfg string
+		var cfg, defs string
 		var lag, interval int64
 		var lastBatch, stopped pgtype.Timestamptz
-		if err := rows.Scan(&r.ID, &r.Host, &r.Version, &r.StartedAt, &cfg, &r.Lanes, &r.Consumers, &lastBatch, &lag, &interval, &r.BeatAt, &stopped); err != nil {
+		if err := rows.Scan(&r.ID, &r.Host, &r.Version, &r.StartedAt, &cfg, &r.Lanes, &r.Consumers, &lastBatch, &lag, &interval, &r.BeatAt, &stopped, &defs); err != nil {
 			return nil, err
 		}
 		c, err := sqlq.DecodeReplicaConfig([]byte(cfg))
 		if err != nil {
 			return nil, fmt.Errorf("replica %q: %w", r.ID, err)
 		}
-		r.Config, r.Lag, r.Interval = c, time.Duration(lag), time.Duration(interval)
+		d, err := sqlq.DecodeReplicaConfig([]byte(defs))
+		if err != nil {
+			return nil, fmt.Errorf("replica %q definitions: %w", r.ID, err)
+		}
+		r.Config, r.Definitions, r.Lag, r.Interval = c, d, time.Duration(lag), time.Duration(interval)
 		if lastBatch.Valid {
 			r.LastBatchAt = lastBatch.Time
 		}

@@ -15,15 +15,15 @@ var _ store.ReplicaRegistry = (*Store)(nil)
 
 // heartbeatSQL replaces the replica unless the stored beat is later.
 const heartbeatSQL = `
-INSERT INTO idem_replicas (id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+INSERT INTO idem_replicas (id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at, definitions)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
 ON CONFLICT (id) DO UPDATE
 SET host = excluded.host, version = excluded.version, started_at = excluded.started_at, config = excluded.config,
     lanes = excluded.lanes, consumers = excluded.consumers, last_batch_at = excluded.last_batch_at, lag_ns = excluded.lag_ns,
-    interval_ns = excluded.interval_ns, beat_at = excluded.beat_at, stopped_at = excluded.stopped_at
+    interval_ns = excluded.interval_ns, beat_at = excluded.beat_at, stopped_at = excluded.stopped_at, definitions = excluded.definitions
 WHERE excluded.beat_at >= idem_replicas.beat_at`
 
-const replicaCols = `id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at`
+const replicaCols = `id, host, version, started_at, config, lanes, consumers, last_batch_at, lag_ns, interval_ns, beat_at, stopped_at, definitions`
 
 // Heartbeat creates or replaces the replica r.ID, unless the stored one has
 // a later BeatAt.
@@ -32,9 +32,13 @@ func (s *Store) Heartbeat(ctx context.Context, r *store.Replica) error {
 	if err != nil {
 		return fmt.Errorf("sqlitestore: heartbeat %q: %w", r.ID, err)
 	}
+	defs, err := sqlq.ReplicaConfigJSON(r.Definitions)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: heartbeat %q: %w", r.ID, err)
+	}
 	err = s.write(ctx, "heartbeat", 0, func(w *writer) error {
 		_, err := w.exec(heartbeatSQL, r.ID, r.Host, r.Version, micros(r.StartedAt), cfg, r.Lanes, r.Consumers,
-			nullMicros(r.LastBatchAt), int64(r.Lag), int64(r.Interval), micros(r.BeatAt), nullMicros(r.StoppedAt))
+			nullMicros(r.LastBatchAt), int64(r.Lag), int64(r.Interval), micros(r.BeatAt), nullMicros(r.StoppedAt), defs)
 		return err
 	})
 	if err != nil {
@@ -100,16 +104,20 @@ func scanReplicas(rows *sql.Rows) ([]store.Replica, error) {
 	for rows.Next() {
 		var r store.Replica
 		var started, beat, lag, interval int64
-		var cfg string
+		var cfg, defs string
 		var lastBatch, stopped sql.NullInt64
-		if err := rows.Scan(&r.ID, &r.Host, &r.Version, &started, &cfg, &r.Lanes, &r.Consumers, &lastBatch, &lag, &interval, &beat, &stopped); err != nil {
+		if err := rows.Scan(&r.ID, &r.Host, &r.Version, &started, &cfg, &r.Lanes, &r.Consumers, &lastBatch, &lag, &interval, &beat, &stopped, &defs); err != nil {
 			return nil, err
 		}
 		c, err := sqlq.DecodeReplicaConfig([]byte(cfg))
 		if err != nil {
 			return nil, fmt.Errorf("replica %q: %w", r.ID, err)
 		}
-		r.Config, r.Lag, r.Interval = c, time.Duration(lag), time.Duration(interval)
+		d, err := sqlq.DecodeReplicaConfig([]byte(defs))
+		if err != nil {
+			return nil, fmt.Errorf("replica %q definitions: %w", r.ID, err)
+		}
+		r.Config, r.Definitions, r.Lag, r.Interval = c, d, time.Duration(lag), time.Duration(interval)
 		r.StartedAt, r.BeatAt, r.LastBatchAt, r.StoppedAt = fromMicros(started), fromMicros(beat), fromNullMicros(lastBatch), fromNullMicros(stopped)
 		out = append(out, r)
 	}

@@ -66,6 +66,7 @@ func capabilities() []capability {
 		{"DeadLetterState", []iface{deadLetterTypeQuerier, deadLetterReplayer, deadLetterGrouper, deadLetterArchiver}, deadLetterStateCases},
 		{"ReplicaCounter", []iface{replicaCounter, replicaRegistry}, replicaCounterCases},
 		{"Flow", []iface{limiterIface}, flowCases},
+		{"Definitions", []iface{definitionStore, replicaRegistry}, definitionCases},
 	}
 }
 

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ func newReplica(id string, started time.Time) *store.Replica {
 		ID: id, Host: "host-" + id, Version: "v1.2.3 abcdef (go1.26)", StartedAt: started,
 		Config: map[string]string{"batch_size": "64", "sagas": "order,payment"}, Lanes: 8, Consumers: 4,
 		Lag: 1500 * time.Millisecond, Interval: 10 * time.Second, BeatAt: started,
+		Definitions: map[string]string{"order": "fp-" + id},
 	}
 }
 
@@ -69,10 +71,8 @@ func checkReplica(t *testing.T, what string, got, want *store.Replica) {
 	same := got.ID == want.ID && got.Host == want.Host && got.Version == want.Version &&
 		got.StartedAt.Equal(want.StartedAt) && got.Lanes == want.Lanes && got.Consumers == want.Consumers &&
 		got.LastBatchAt.Equal(want.LastBatchAt) && got.Lag == want.Lag && got.Interval == want.Interval &&
-		got.BeatAt.Equal(want.BeatAt) && got.StoppedAt.Equal(want.StoppedAt) && len(got.Config) == len(want.Config)
-	for k, v := range want.Config {
-		same = same && got.Config[k] == v
-	}
+		got.BeatAt.Equal(want.BeatAt) && got.StoppedAt.Equal(want.StoppedAt) && maps.Equal(got.Config, want.Config) &&
+		maps.Equal(got.Definitions, want.Definitions)
 	if !same {
 		t.Errorf("%s: got %+v, want %+v", what, *got, *want)
 	}
@@ -99,6 +99,7 @@ func testReplicasHeartbeatUpsert(t *testing.T, rr store.ReplicaRegistry) {
 	next := newReplica("r-1", t0)
 	next.BeatAt, next.LastBatchAt, next.Lag = t0.Add(10*time.Second), t0.Add(9*time.Second), 0
 	next.Config = map[string]string{"batch_size": "32"}
+	next.Definitions = map[string]string{"order": "fp-2", "payment": "fp-3"}
 	heartbeat(t, rr, next)
 	got = listReplicas(t, rr, 10)
 	if len(got) != 1 {
@@ -222,6 +223,7 @@ func testReplicasHostileStrings(t *testing.T, rr store.ReplicaRegistry) {
 		r := newReplica(fmt.Sprintf("r-%d", i), t0)
 		r.Host, r.Version = s, s
 		r.Config = map[string]string{"sagas": s}
+		r.Definitions = map[string]string{s: s}
 		err := rr.Heartbeat(t.Context(), r)
 		if err != nil {
 			if !errors.Is(err, store.ErrRejected) {
