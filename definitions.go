@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,23 +11,17 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// describer is what the definitions check needs of a machine: its
-// definition's fingerprint and its canonical description (JSON). It
-// stands in until idem.Machine describes itself (issue 33); a machine
-// that does not implement it is not recorded.
-type describer interface {
-	DefinitionFingerprint() string
-	DefinitionJSON() []byte
-}
-
-// definitionsOf returns the definitions of the registered machines that
-// describe themselves, in saga type order.
+// definitionsOf returns the definitions of the registered machines, in
+// saga type order: each one's fingerprint and canonical description.
 func definitionsOf(reg *registry) []store.Definition {
 	var out []store.Definition
 	for _, name := range slices.Sorted(maps.Keys(reg.sagas)) {
-		if d, ok := reg.sagas[name].(describer); ok {
-			out = append(out, store.Definition{SagaType: name, Fingerprint: d.DefinitionFingerprint(), Description: d.DefinitionJSON()})
+		d := reg.sagas[name].Describe()
+		desc, err := json.Marshal(d.Canonical())
+		if err != nil { // a Description has only strings, ints, bools and slices
+			panic(fmt.Sprintf("saga %s: encode description: %v", name, err))
 		}
+		out = append(out, store.Definition{SagaType: name, Fingerprint: d.Fingerprint(), Description: desc})
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package idem_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"maps"
@@ -13,20 +14,9 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/saga"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 )
-
-// described is a counter machine that describes its definition, as the
-// start-up check "definitions" reads it.
-type described struct {
-	*saga.Machine[Counter]
-	fp string
-}
-
-func (d described) DefinitionFingerprint() string { return d.fp }
-func (d described) DefinitionJSON() []byte        { return []byte(`{"name":"` + d.Name() + `"}`) }
 
 // syncBuffer is a log sink that tests read while the engine writes.
 type syncBuffer struct {
@@ -48,13 +38,13 @@ func (s *syncBuffer) String() string {
 
 // startDescribed starts an engine on st with a described counter (fp) and
 // a machine that does not describe itself, and stops it when t ends.
-func startDescribed(t *testing.T, st store.Store, fp string, logs *syncBuffer) *idem.Engine {
+func startDescribed(t *testing.T, st store.Store, logs *syncBuffer) *idem.Engine {
 	t.Helper()
 	e, err := idem.NewEngine(st, newMemTransport(t), &idem.Config{Logger: slog.New(slog.NewTextHandler(logs, nil)), HeartbeatInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []idem.Machine{described{newCounter(nil), fp}, newCounterNamed("plain")} {
+	for _, m := range []idem.Machine{newCounter(nil), newCounterNamed("plain")} {
 		if err := e.Register(m); err != nil {
 			t.Fatal(err)
 		}
@@ -70,20 +60,19 @@ func startDescribed(t *testing.T, st store.Store, fp string, logs *syncBuffer) *
 // the replica's heartbeats name it, so the store lists the replica on it.
 func TestStartRecordsDefinitions(t *testing.T) {
 	st := memstore.New(nil)
-	e := startDescribed(t, st, "fp-1", &syncBuffer{})
+	e := startDescribed(t, st, &syncBuffer{})
+	d := newCounter(nil).Describe()
+	desc, _ := json.Marshal(d.Canonical())
 	defs, err := st.Definitions(t.Context(), counterType)
-	if err != nil || len(defs) != 1 || defs[0].Fingerprint != "fp-1" || string(defs[0].Description) != `{"name":"`+counterType+`"}` {
-		t.Fatalf("definitions of %s after Start: got %+v, %v; want fp-1 with its description", counterType, defs, err)
-	}
-	if defs, err := st.Definitions(t.Context(), "plain"); err != nil || len(defs) != 0 {
-		t.Errorf("definitions of a machine that does not describe itself: got %+v, %v; want none", defs, err)
+	if err != nil || len(defs) != 1 || defs[0].Fingerprint != d.Fingerprint() || !bytes.Equal(defs[0].Description, desc) {
+		t.Fatalf("definitions of %s after Start: got %+v, %v; want %s with its description", counterType, defs, err, d.Fingerprint())
 	}
 	waitReplicas(t, st, "the replica's definitions", func(rs map[string]store.Replica) bool {
-		return maps.Equal(rs[e.ReplicaID()].Definitions, map[string]string{counterType: "fp-1"})
+		return maps.Equal(rs[e.ReplicaID()].Definitions, map[string]string{counterType: d.Fingerprint(), "plain": newCounterNamed("plain").Describe().Fingerprint()})
 	})
 	defs, err = st.Definitions(t.Context(), counterType)
 	if err != nil || len(defs) != 1 || !slices.Equal(defs[0].Replicas, []string{e.ReplicaID()}) {
-		t.Errorf("definitions of %s: got %+v, %v; want fp-1 run by replica %s", counterType, defs, err, e.ReplicaID())
+		t.Errorf("definitions of %s: got %+v, %v; want it run by replica %s", counterType, defs, err, e.ReplicaID())
 	}
 }
 
@@ -101,7 +90,7 @@ func (refusingDefinitions) RecordDefinitions(context.Context, time.Time, []store
 func TestStartWarnsWhenDefinitionsRefused(t *testing.T) {
 	st := refusingDefinitions{memstore.New(nil)}
 	logs := &syncBuffer{}
-	e := startDescribed(t, st, "fp-1", logs)
+	e := startDescribed(t, st, logs)
 	l := logs.String()
 	if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "check=definitions") || !strings.Contains(l, "rename the saga types") {
 		t.Errorf("log %q: want a warning of check definitions saying what to change", l)
