@@ -103,10 +103,10 @@ const (
 //     queue only, since the engine refuses FairShare beside a broker). A
 //     message became visible before its wave's published record, and was
 //     admitted at A ≥ Begin of its first recorded admission: it waited at
-//     least Begin − published. A receive that may have admitted it earlier without a
-//     record (a worker killed inside its receive, until its exit; a
-//     receive that failed) makes the message's wait unknown, and it is
-//     not judged.
+//     least Begin − published. A receive that may have admitted it
+//     earlier without a record (a worker killed inside its receive, until
+//     its exit; a receive that failed) makes the message's wait unknown,
+//     and it is not judged.
 //
 // Exactly-once is checked by Check, as in every run.
 
@@ -276,9 +276,9 @@ func counterName(k store.LimitKey) string {
 }
 
 // checkCap sweeps the certain hold intervals of one counter: at no instant
-// may those of more holders than the cap contain it. Intervals are half-open, [from, to):
-// a hold that ends when another begins does not overlap it. It reports
-// the first excess, and the most seen at once.
+// may those of more holders than the cap contain it. Intervals are
+// half-open, [from, to): a hold that ends when another begins does not
+// overlap it. It reports the first excess, and the most seen at once.
 func checkCap(k store.LimitKey, l store.Limit, as []*flowAdmission, ttl time.Duration) ([]Violation, int) {
 	type edge struct {
 		at    time.Time
