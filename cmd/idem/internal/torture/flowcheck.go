@@ -181,6 +181,10 @@ type flowParams struct {
 type FlowSummary struct {
 	// Admissions counts the admitted deliveries recorded.
 	Admissions int
+	// Holds counts the holds of capped counters with a certain interval
+	// (the others are too short to prove anything): what the cap check
+	// judged.
+	Holds int
 	// MostInFlight is, per capped limit, the most holds seen live at once
 	// on one counter (certain intervals only: a lower bound).
 	MostInFlight map[string]int
@@ -202,8 +206,8 @@ type FlowSummary struct {
 
 // Print writes the summary for people.
 func (s *FlowSummary) Print(w interface{ Write([]byte) (int, error) }) {
-	fmt.Fprintf(w, "  limits: %d admissions recorded; admitting call (receive or Admit) width p50 %s, max %s; %d calls unaccounted (killed or failed)\n",
-		s.Admissions, s.ReceiveP50.Round(time.Millisecond), s.ReceiveMax.Round(time.Millisecond), s.Unaccounted)
+	fmt.Fprintf(w, "  limits: %d admissions recorded, %d holds of a cap judged; admitting call (receive or Admit) width p50 %s, max %s; %d calls unaccounted (killed or failed)\n",
+		s.Admissions, s.Holds, s.ReceiveP50.Round(time.Millisecond), s.ReceiveMax.Round(time.Millisecond), s.Unaccounted)
 	for _, n := range slices.Sorted(maps.Keys(s.MostInFlight)) {
 		fmt.Fprintf(w, "    %-20s most in flight at once: %d\n", n, s.MostInFlight[n])
 	}
@@ -235,7 +239,8 @@ func checkFlow(h *flowHistory, p *flowParams) ([]Violation, *FlowSummary) {
 		}
 		as := byCounter[k]
 		if l.Concurrency > 0 {
-			v, most := checkCap(k, l, as, p.TTL)
+			v, most, n := checkCap(k, l, as, p.TTL)
+			sum.Holds += n
 			vs = append(vs, v...)
 			sum.MostInFlight[k.Name] = max(sum.MostInFlight[k.Name], most)
 		}
@@ -278,8 +283,9 @@ func counterName(k store.LimitKey) string {
 // checkCap sweeps the certain hold intervals of one counter: at no instant
 // may those of more holders than the cap contain it. Intervals are
 // half-open, [from, to): a hold that ends when another begins does not
-// overlap it. It reports the first excess, and the most seen at once.
-func checkCap(k store.LimitKey, l store.Limit, as []*flowAdmission, ttl time.Duration) ([]Violation, int) {
+// overlap it. It reports the first excess, the most seen at once, and
+// the intervals judged.
+func checkCap(k store.LimitKey, l store.Limit, as []*flowAdmission, ttl time.Duration) ([]Violation, int, int) {
 	type edge struct {
 		at    time.Time
 		delta int
@@ -320,7 +326,7 @@ func checkCap(k store.LimitKey, l store.Limit, as []*flowAdmission, ttl time.Dur
 				Detail: fmt.Sprintf("counter %s: %d holds live at once at %s, cap %d%s", counterName(k), len(live), e.at.UTC().Format(time.RFC3339Nano), l.Concurrency, holders)})
 		}
 	}
-	return vs, most
+	return vs, most, len(edges) / 2
 }
 
 // liveNames names the live holds: the messages whose IDs are known, and

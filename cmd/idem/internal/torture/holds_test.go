@@ -95,8 +95,8 @@ func TestReadFlowHistoryBesideBroker(t *testing.T) {
 		t.Errorf("got unaccounted calls %+v, want the Admit cut short, ending at the exit", h.Unaccounted)
 	}
 	vs, sum := checkFlow(h, &flowParams{Limits: limits, TTL: time.Minute})
-	if len(vs) > 0 || sum.MostInFlight[limitResource] != 2 {
-		t.Errorf("got violations %v, most in flight %d; want none, 2", vs, sum.MostInFlight[limitResource])
+	if len(vs) > 0 || sum.MostInFlight[limitResource] != 2 || sum.Holds != 3 {
+		t.Errorf("got violations %v, most in flight %d, %d holds judged; want none, 2, 3", vs, sum.MostInFlight[limitResource], sum.Holds)
 	}
 }
 
