@@ -70,7 +70,9 @@ capped counter at once than its cap; never more than Rate × t + Burst
 admissions in any window of length t; every counter at zero in flight once
 the run drained (no leaked slot); and, with --fairness-bound, no tenant
 going longer than the bound with a message waiting and none admitted
-(the workers receive in fair order, Config.FairShare)
+(the workers receive in fair order, Config.FairShare; not beside a
+broker, where the engine refuses fair share). Beside a --transport the
+workers log the store's Admit and the releases of its holds instead
 (docs/flow-control.md, "Proven by torture").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -108,7 +110,7 @@ going longer than the bound with a message waiting and none admitted
 	f.StringVar(&o.PGRestartCmd, "pg-restart-cmd", "", "shell command that restarts the PostgreSQL server (for the pg-restart fault)")
 	f.StringVar(&o.BrokerRestartCmd, "broker-restart-cmd", "", "shell command that restarts the broker of --transport nats://…, amqp://… or redis://… (for the broker-restart fault)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the history, fault log and SQLite file (default: a temporary one, removed after a pass)")
-	f.BoolVar(&o.Limits, "limits", false, "declare flow-control limits (a cap of 2 on a shared resource, 20/s burst 5, a cap of 8 per tenant; two tenants, one flooding) and check them too (store's own queue only)")
+	f.BoolVar(&o.Limits, "limits", false, "declare flow-control limits (a cap of 2 on a shared resource, 20/s burst 5, a cap of 8 per tenant; two tenants, one flooding) and check them too (on the store's own queue or beside a --transport)")
 	f.DurationVar(&o.FairnessBound, "fairness-bound", 0, "with --limits, fail if a tenant has a message waiting and no admission at all for longer than this (0: not checked)")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	f.StringVar(&o.Break, "break", "", "break the engine on purpose (skip-inbox, ack-before-commit) to see the checker fail")

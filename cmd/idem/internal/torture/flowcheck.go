@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -28,8 +29,10 @@ const (
 // Each worker writes a flow log (limits.go): before it calls the store's
 // admitting receive, when that returns (with the deliveries that needed a
 // counter and the counters they needed), before it sends the commit, Ack
-// or Nack that settles such deliveries, and whether that succeeded. Every
-// time is the worker's wall clock; the workers and the database share one
+// or Nack that settles such deliveries, and whether that succeeded.
+// Beside a broker it logs the store's Admit, the releases and the
+// extensions of holds instead (holds.go; see below). Every time is the
+// worker's wall clock; the workers and the database share one
 // host, so the database's clock (PostgreSQL's clock_timestamp) and the
 // workers' are one clock. Nothing here trusts the worker to be quick: a
 // worker can be descheduled between any two instructions, so each event
@@ -65,31 +68,68 @@ const (
 //     intervals containing one instant prove more live holds than the
 //     cap. A killed worker's hold still counts until its lease runs out:
 //     the slot is taken though its process is gone.
+//   - Beside a broker (holds.go) the engine admits through the store's
+//     Admit after it receives, and the log is keyed by holder (one per
+//     delivery, made by the engine): Begin and End bound the Admit call,
+//     which stamps each hold and token at A with Begin ≤ A ≤ End, the
+//     hold expiring at A + TTL by the database's clock. Admission and
+//     rate are then as above. A hold is live from End until it is
+//     released or expires. A release (a commit naming the holder in
+//     store.Changes.ReleaseHolds, or a ReleaseHolds call) takes effect
+//     at some time after it was sent (noted before); one that returned
+//     successfully before Begin took effect before A and cannot end this
+//     hold, any other (failed, cut off, or later) may have. A commit's
+//     success proves nothing here: it is not fenced by the hold, which
+//     may have expired under it. An extension sent at X with ttl sets
+//     the expiry, if the hold is still live, to a time at or after
+//     min(A, X) + ttl (PostgreSQL's now() is its statement's start, which
+//     may precede a re-admission's A). So the hold was live at least
+//     over [End, min(first release that may have ended it, Begin + TTL,
+//     min(Begin, X) + ttl of each extension)]. Extensions never push the
+//     bound past Begin + TTL: one that returned successfully proves no
+//     hold extended (PostgreSQL skips a hold row another transaction has
+//     locked, and extends only holds still live at its own now(), which
+//     the log bounds no better than Begin + TTL). A holder admitted
+//     again (the engine decides a delivery again after an Admit whose
+//     outcome it lost) holds one slot per counter however often it was
+//     admitted (the store keeps one hold), so the cap's sweep counts
+//     holders, not intervals.
 //   - Lost events. An event a SIGKILL cut off (the worker died between
 //     the store's commit and its write) is missing from the log: the
 //     check then sees fewer admissions and shorter holds, never more.
 //   - Leaked slot. Once the run drained and a lease has passed, every
 //     counter reads zero in flight (store.Limiter.LimitUses).
-//   - Starvation (opt-in, Options.FairnessBound). A message became
-//     visible before its wave's published record, and was admitted at A
-//     ≥ Begin of its first recorded admission: it waited at least Begin −
-//     published. A receive that may have admitted it earlier without a
-//     record (a worker killed inside its receive, until its exit; a
-//     receive that failed) makes the message's wait unknown, and it is
-//     not judged.
+//   - Starvation (opt-in, Options.FairnessBound; on the store's own
+//     queue only, since the engine refuses FairShare beside a broker). A
+//     message became visible before its wave's published record, and was
+//     admitted at A ≥ Begin of its first recorded admission: it waited at
+//     least Begin − published. A receive that may have admitted it
+//     earlier without a record (a worker killed inside its receive, until
+//     its exit; a receive that failed) makes the message's wait unknown,
+//     and it is not judged.
 //
 // Exactly-once is checked by Check, as in every run.
 
 // flowAdmission is one delivery admitted with counters, from a flow log.
 type flowAdmission struct {
+	// Token names its holds: the delivery's token on the store's own
+	// queue, its holder beside a broker (where ID and Tenant are
+	// unknown). One holder holds at most one hold of a counter at a
+	// time, however often it was admitted.
 	Token, ID, Tenant string
 	Keys              []store.LimitKey
-	// Begin and End bound the receive call that admitted it.
+	// Begin and End bound the call that admitted it: the receive, or the
+	// Admit beside a broker.
 	Begin, End time.Time
 	// Settle is when its first settlement was sent (zero: never), and
-	// Settled whether a commit that consumed it succeeded.
+	// Settled whether a commit that consumed it succeeded (never beside a
+	// broker: there a commit's success proves no live hold).
 	Settle  time.Time
 	Settled bool
+	// Expires, when set, is the earliest its hold may expire (beside a
+	// broker: from the Admit's TTL and the extensions); zero: Begin plus
+	// the run's lease.
+	Expires time.Time
 }
 
 // hold is the interval in which the admission's hold was certainly live
@@ -97,7 +137,10 @@ type flowAdmission struct {
 func (a *flowAdmission) hold(ttl time.Duration) (from, to time.Time, ok bool) {
 	from, to = a.End, a.Settle
 	if !a.Settled {
-		to = a.Begin.Add(ttl)
+		to = a.Expires
+		if to.IsZero() {
+			to = a.Begin.Add(ttl)
+		}
 		if !a.Settle.IsZero() && a.Settle.Before(to) {
 			to = a.Settle
 		}
@@ -138,6 +181,10 @@ type flowParams struct {
 type FlowSummary struct {
 	// Admissions counts the admitted deliveries recorded.
 	Admissions int
+	// Holds counts the holds of capped counters with a certain interval
+	// (the others are too short to prove anything): what the cap check
+	// judged.
+	Holds int
 	// MostInFlight is, per capped limit, the most holds seen live at once
 	// on one counter (certain intervals only: a lower bound).
 	MostInFlight map[string]int
@@ -159,8 +206,8 @@ type FlowSummary struct {
 
 // Print writes the summary for people.
 func (s *FlowSummary) Print(w interface{ Write([]byte) (int, error) }) {
-	fmt.Fprintf(w, "  limits: %d admissions recorded; receive width p50 %s, max %s; %d receives unaccounted (killed or failed)\n",
-		s.Admissions, s.ReceiveP50.Round(time.Millisecond), s.ReceiveMax.Round(time.Millisecond), s.Unaccounted)
+	fmt.Fprintf(w, "  limits: %d admissions recorded, %d holds of a cap judged; admitting call (receive or Admit) width p50 %s, max %s; %d calls unaccounted (killed or failed)\n",
+		s.Admissions, s.Holds, s.ReceiveP50.Round(time.Millisecond), s.ReceiveMax.Round(time.Millisecond), s.Unaccounted)
 	for _, n := range slices.Sorted(maps.Keys(s.MostInFlight)) {
 		fmt.Fprintf(w, "    %-20s most in flight at once: %d\n", n, s.MostInFlight[n])
 	}
@@ -192,7 +239,8 @@ func checkFlow(h *flowHistory, p *flowParams) ([]Violation, *FlowSummary) {
 		}
 		as := byCounter[k]
 		if l.Concurrency > 0 {
-			v, most := checkCap(k, l, as, p.TTL)
+			v, most, n := checkCap(k, l, as, p.TTL)
+			sum.Holds += n
 			vs = append(vs, v...)
 			sum.MostInFlight[k.Name] = max(sum.MostInFlight[k.Name], most)
 		}
@@ -233,10 +281,11 @@ func counterName(k store.LimitKey) string {
 }
 
 // checkCap sweeps the certain hold intervals of one counter: at no instant
-// may more than the cap contain it. Intervals are half-open, [from, to):
-// a hold that ends when another begins does not overlap it. It reports
-// the first excess, and the most seen at once.
-func checkCap(k store.LimitKey, l store.Limit, as []*flowAdmission, ttl time.Duration) ([]Violation, int) {
+// may those of more holders than the cap contain it. Intervals are
+// half-open, [from, to): a hold that ends when another begins does not
+// overlap it. It reports the first excess, the most seen at once, and
+// the intervals judged.
+func checkCap(k store.LimitKey, l store.Limit, as []*flowAdmission, ttl time.Duration) ([]Violation, int, int) {
 	type edge struct {
 		at    time.Time
 		delta int
@@ -254,27 +303,49 @@ func checkCap(k store.LimitKey, l store.Limit, as []*flowAdmission, ttl time.Dur
 		}
 		return edges[i].delta < edges[j].delta // ends first
 	})
-	live := map[*flowAdmission]bool{}
+	// live counts, by holder, its intervals containing the sweep's
+	// instant: a holder admitted again while it held the counter still
+	// holds one slot.
+	live := map[string]int{}
+	ids := map[string]string{} // by holder: its message, when known
 	most := 0
 	var vs []Violation
 	for _, e := range edges {
 		if e.delta < 0 {
-			delete(live, e.a)
+			if live[e.a.Token]--; live[e.a.Token] == 0 {
+				delete(live, e.a.Token)
+			}
 			continue
 		}
-		live[e.a] = true
+		live[e.a.Token]++
+		ids[e.a.Token] = e.a.ID
 		most = max(most, len(live))
 		if len(live) > l.Concurrency && len(vs) == 0 {
-			var ids []string
-			for a := range live {
-				ids = append(ids, a.ID)
-			}
-			slices.Sort(ids)
-			vs = append(vs, Violation{Invariant: InvConcurrency, Messages: ids,
-				Detail: fmt.Sprintf("counter %s: %d holds live at once at %s, cap %d", counterName(k), len(live), e.at.UTC().Format(time.RFC3339Nano), l.Concurrency)})
+			msgs, holders := liveNames(live, ids)
+			vs = append(vs, Violation{Invariant: InvConcurrency, Messages: msgs,
+				Detail: fmt.Sprintf("counter %s: %d holds live at once at %s, cap %d%s", counterName(k), len(live), e.at.UTC().Format(time.RFC3339Nano), l.Concurrency, holders)})
 		}
 	}
-	return vs, most
+	return vs, most, len(edges) / 2
+}
+
+// liveNames names the live holds: the messages whose IDs are known, and
+// the others by holder (beside a broker), as a suffix of the detail.
+func liveNames(live map[string]int, ids map[string]string) (msgs []string, holders string) {
+	var hs []string
+	for tok := range live {
+		if ids[tok] != "" {
+			msgs = append(msgs, ids[tok])
+		} else {
+			hs = append(hs, tok)
+		}
+	}
+	slices.Sort(msgs)
+	slices.Sort(hs)
+	if len(hs) > 0 {
+		holders = " (holders " + strings.Join(hs, ", ") + ")"
+	}
+	return msgs, holders
 }
 
 // checkRate checks that no set of admissions of one counter exceeds Rate
@@ -431,10 +502,9 @@ func readFlowHistory(dir string, hist []Record, exits map[int]time.Time) (*flowH
 	if err != nil {
 		return nil, fmt.Errorf("list the flow logs: %w", err)
 	}
-	h := &flowHistory{Published: published(hist)}
-	byToken := map[string]*flowAdmission{}
-	settles := map[string]time.Time{}
-	settled := map[string]bool{}
+	rd := &flowReader{h: &flowHistory{Published: published(hist)}, byToken: map[string]*flowAdmission{},
+		settles: map[string]time.Time{}, settled: map[string]bool{},
+		releases: map[string][]*holdRelease{}, extends: map[string][]holdExtend{}}
 	for _, f := range files {
 		var gen int
 		if _, err := fmt.Sscanf(filepath.Base(f), "flow-%d.jsonl", &gen); err != nil {
@@ -444,46 +514,143 @@ func readFlowHistory(dir string, hist []Record, exits map[int]time.Time) (*flowH
 		if err != nil {
 			return nil, err
 		}
-		begins := map[int64]time.Time{}
-		for _, ev := range evs {
-			t := time.Unix(0, ev.T)
-			switch ev.Ev {
-			case "recv-begin":
-				begins[ev.R] = t
-			case "recv-end":
-				b, ok := begins[ev.R]
-				delete(begins, ev.R)
-				if !ok {
-					continue
-				}
-				if !ev.OK {
-					h.Unaccounted = append(h.Unaccounted, flowReceive{Begin: b, End: t})
-				}
-				for _, d := range ev.D {
-					byToken[d.Token] = &flowAdmission{Token: d.Token, ID: d.ID, Tenant: d.Tenant, Keys: d.Keys, Begin: b, End: t}
-				}
-			case "settle":
-				for _, tok := range ev.Tokens {
-					if s, ok := settles[tok]; !ok || t.Before(s) {
-						settles[tok] = t
-					}
-				}
-			case "settled":
-				for _, tok := range ev.Tokens {
-					settled[tok] = settled[tok] || ev.OK && ev.How == "commit"
+		rd.readLog(evs, exits[gen])
+	}
+	return rd.history(), nil
+}
+
+// flowReader gathers the flow logs' events into a flowHistory.
+type flowReader struct {
+	h *flowHistory
+	// On the store's own queue, by delivery token: its admission, when
+	// its first settlement was sent, and whether a commit settled it.
+	byToken map[string]*flowAdmission
+	settles map[string]time.Time
+	settled map[string]bool
+	// Beside a broker, by holder: its admissions (a holder may be
+	// decided again after an Admit whose outcome was unknown), its
+	// releases and its extensions.
+	held     []flowAdmission
+	releases map[string][]*holdRelease
+	extends  map[string][]holdExtend
+}
+
+// holdRelease is a release of holds: when it was sent, when it returned
+// (zero: never, its worker was killed) and whether it succeeded.
+type holdRelease struct {
+	sent, done time.Time
+	ok         bool
+}
+
+// holdExtend is an extension of holds: when it was sent, and its TTL.
+type holdExtend struct {
+	at  time.Time
+	ttl time.Duration
+}
+
+// readLog reads the events of one worker's log; exit is when the driver
+// saw that worker exit.
+func (rd *flowReader) readLog(evs []flowEvent, exit time.Time) {
+	begins := map[int64]time.Time{}
+	rels := map[int64]*holdRelease{}
+	for _, ev := range evs {
+		t := time.Unix(0, ev.T)
+		switch ev.Ev {
+		case "recv-begin", "admit-begin":
+			begins[ev.R] = t
+		case "recv-end", "admit-end":
+			b, ok := begins[ev.R]
+			delete(begins, ev.R)
+			if ok {
+				rd.admitted(&ev, b, t)
+			}
+		case "settle":
+			for _, tok := range ev.Tokens {
+				if s, ok := rd.settles[tok]; !ok || t.Before(s) {
+					rd.settles[tok] = t
 				}
 			}
-		}
-		for _, b := range begins { // the worker died inside these
-			h.Unaccounted = append(h.Unaccounted, flowReceive{Begin: b, End: exits[gen]})
+		case "settled":
+			for _, tok := range ev.Tokens {
+				rd.settled[tok] = rd.settled[tok] || ev.OK && ev.How == "commit"
+			}
+		case "release":
+			rel := &holdRelease{sent: t}
+			rels[ev.R] = rel
+			for _, hd := range ev.Holders {
+				rd.releases[hd] = append(rd.releases[hd], rel)
+			}
+		case "released":
+			if rel := rels[ev.R]; rel != nil {
+				rel.done, rel.ok = t, ev.OK
+			}
+		case "extend":
+			for _, hd := range ev.Holders {
+				rd.extends[hd] = append(rd.extends[hd], holdExtend{at: t, ttl: time.Duration(ev.TTL)})
+			}
 		}
 	}
-	for _, tok := range slices.Sorted(maps.Keys(byToken)) {
-		a := byToken[tok]
-		a.Settle, a.Settled = settles[tok], settled[tok]
+	for _, b := range begins { // the worker died inside these
+		rd.h.Unaccounted = append(rd.h.Unaccounted, flowReceive{Begin: b, End: exit})
+	}
+}
+
+// admitted records the end of a receive or an Admit that began at b.
+func (rd *flowReader) admitted(ev *flowEvent, b, t time.Time) {
+	if !ev.OK {
+		rd.h.Unaccounted = append(rd.h.Unaccounted, flowReceive{Begin: b, End: t})
+	}
+	for _, d := range ev.D {
+		if d.Holder != "" {
+			expires := b.Add(time.Duration(ev.TTL))
+			rd.held = append(rd.held, flowAdmission{Token: d.Holder, Keys: d.Keys, Begin: b, End: t, Expires: expires})
+			continue
+		}
+		rd.byToken[d.Token] = &flowAdmission{Token: d.Token, ID: d.ID, Tenant: d.Tenant, Keys: d.Keys, Begin: b, End: t}
+	}
+}
+
+// history returns the admissions read, each with its settlement: on the
+// store's own queue, its first settlement sent and whether a commit
+// settled it; beside a broker, the first release that may have ended its
+// hold, and the earliest its hold may expire.
+func (rd *flowReader) history() *flowHistory {
+	h := rd.h
+	for _, tok := range slices.Sorted(maps.Keys(rd.byToken)) {
+		a := rd.byToken[tok]
+		a.Settle, a.Settled = rd.settles[tok], rd.settled[tok]
 		h.Admissions = append(h.Admissions, *a)
 	}
-	return h, nil
+	slices.SortStableFunc(rd.held, func(a, b flowAdmission) int {
+		if c := strings.Compare(a.Token, b.Token); c != 0 {
+			return c
+		}
+		return a.Begin.Compare(b.Begin)
+	})
+	for _, a := range rd.held {
+		for _, rel := range rd.releases[a.Token] {
+			if rel.ok && rel.done.Before(a.Begin) {
+				continue // released before this admission began: not its hold
+			}
+			if a.Settle.IsZero() || rel.sent.Before(a.Settle) {
+				a.Settle = rel.sent
+			}
+		}
+		for _, x := range rd.extends[a.Token] {
+			if e := minTime(a.Begin, x.at).Add(x.ttl); e.Before(a.Expires) {
+				a.Expires = e
+			}
+		}
+		h.Admissions = append(h.Admissions, a)
+	}
+	return h
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // published maps each message the driver sent to the At of the first

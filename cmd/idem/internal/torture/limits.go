@@ -101,26 +101,40 @@ func flowLogName(gen int) string { return fmt.Sprintf("flow-%06d.jsonl", gen) }
 // flowEvent is one line of a worker's flow log. Times are Unix
 // nanoseconds of the worker's wall clock.
 type flowEvent struct {
-	// Ev is the event: recv-begin (a receive is called), recv-end (it
-	// returned; D lists the deliveries that need a counter), settle (a
-	// commit, Ack or Nack of Tokens is about to be sent: How) or settled
-	// (it returned; OK says whether it succeeded).
+	// Ev is the event. On the store's own queue: recv-begin (a receive
+	// is called), recv-end (it returned; D lists the deliveries that need
+	// a counter), settle (a commit, Ack or Nack of Tokens is about to be
+	// sent: How) or settled (it returned; OK says whether it succeeded).
+	// Beside a broker (holds.go), keyed by holder: admit-begin (an Admit
+	// is called), admit-end (it returned; D lists the requests admitted
+	// that took a counter, TTL their holds' TTL), release (a commit or a
+	// ReleaseHolds call (How) releasing Holders is about to be sent),
+	// released (it returned: OK) and extend (an ExtendHolds of Holders to
+	// TTL is about to be sent).
 	Ev string `json:"ev"`
-	// R numbers the process's receives.
+	// R numbers the process's receives, Admits and releases (one
+	// sequence).
 	R int64 `json:"r,omitempty"`
 	// T is when the event happened (settled carries none).
 	T int64 `json:"t,omitempty"`
-	// OK is a receive's or a settle's success.
-	OK     bool         `json:"ok,omitempty"`
-	D      []flowDelive `json:"d,omitempty"`
-	Tokens []string     `json:"tok,omitempty"`
-	How    string       `json:"how,omitempty"`
+	// OK is a receive's, an Admit's, a settle's or a release's success.
+	OK      bool         `json:"ok,omitempty"`
+	D       []flowDelive `json:"d,omitempty"`
+	Tokens  []string     `json:"tok,omitempty"`
+	Holders []string     `json:"h,omitempty"`
+	How     string       `json:"how,omitempty"`
+	// TTL is, in nanoseconds, the TTL of an Admit's holds or of an
+	// extension.
+	TTL int64 `json:"ttl,omitempty"`
 }
 
-// flowDelive is one admitted delivery of a recv-end event.
+// flowDelive is one admitted delivery of a recv-end event (Token, ID and
+// Tenant set), or one admitted request of an admit-end event (Holder
+// set).
 type flowDelive struct {
-	Token  string           `json:"tok"`
-	ID     string           `json:"id"`
+	Token  string           `json:"tok,omitempty"`
+	Holder string           `json:"h,omitempty"`
+	ID     string           `json:"id,omitempty"`
 	Tenant string           `json:"tenant,omitempty"`
 	Keys   []store.LimitKey `json:"keys"`
 }
@@ -155,11 +169,16 @@ func (l *flowLog) write(ev *flowEvent) {
 }
 
 // begin notes that a receive is called, and returns its number.
-func (l *flowLog) begin() int64 {
+func (l *flowLog) begin() int64 { return l.open("recv-begin", nil, "") }
+
+// open notes the start of a call (ev), with the holders it names and
+// how, and returns its number. The time is read under l.mu, so that the
+// events of one log are in the order of their times.
+func (l *flowLog) open(ev string, holders []string, how string) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.r++
-	l.write(&flowEvent{Ev: "recv-begin", R: l.r, T: time.Now().UnixNano()})
+	l.write(&flowEvent{Ev: ev, R: l.r, T: time.Now().UnixNano(), Holders: holders, How: how})
 	return l.r
 }
 
@@ -269,56 +288,6 @@ func logReceive(l *flowLog, recv func() ([]transport.Delivery, error)) ([]transp
 	ds, err := recv()
 	l.end(r, ds, err)
 	return ds, err
-}
-
-// SetLimit is the wrapped store's.
-func (w *faultQueue) SetLimit(ctx context.Context, l store.Limit) error {
-	return w.admitting().SetLimit(ctx, l)
-}
-
-// ResetLimit is the wrapped store's.
-func (w *faultQueue) ResetLimit(ctx context.Context, name string) error {
-	return w.admitting().ResetLimit(ctx, name)
-}
-
-// Limits is the wrapped store's.
-func (w *faultQueue) Limits(ctx context.Context) ([]store.Limit, error) {
-	return w.admitting().Limits(ctx)
-}
-
-// DeclareLimits is the wrapped store's.
-func (w *faultQueue) DeclareLimits(ctx context.Context, ls []store.Limit) error {
-	return w.admitting().DeclareLimits(ctx, ls)
-}
-
-// DeclaredLimits is the wrapped store's.
-func (w *faultQueue) DeclaredLimits(ctx context.Context) ([]store.Limit, error) {
-	return w.admitting().DeclaredLimits(ctx)
-}
-
-// LimitUses is the wrapped store's.
-func (w *faultQueue) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
-	return w.admitting().LimitUses(ctx)
-}
-
-// Admit is the wrapped store's.
-func (w *faultQueue) Admit(ctx context.Context, p *store.AdmitParams) ([]store.Admission, error) {
-	return w.admitting().Admit(ctx, p)
-}
-
-// ExtendHolds is the wrapped store's.
-func (w *faultQueue) ExtendHolds(ctx context.Context, holders []string, ttl time.Duration) error {
-	return w.admitting().ExtendHolds(ctx, holders, ttl)
-}
-
-// ReleaseHolds is the wrapped store's.
-func (w *faultQueue) ReleaseHolds(ctx context.Context, holders []string) error {
-	return w.admitting().ReleaseHolds(ctx, holders)
-}
-
-// SweepCounters is the wrapped store's.
-func (w *faultQueue) SweepCounters(ctx context.Context, p *store.CounterSweepParams) (*store.CounterSweep, error) {
-	return w.admitting().SweepCounters(ctx, p)
 }
 
 var _ store.AdmittingQueue = (*faultQueue)(nil)

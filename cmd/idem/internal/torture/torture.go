@@ -90,14 +90,17 @@ type Options struct {
 	// concurrency cap of 2 on a resource two message types share, a rate
 	// limit of 20/s with a burst of 5 and a cap of 8 per tenant; the
 	// driver's messages carry one of two tenants, one flooding; and the
-	// checker also checks the limits (flowcheck.go). It needs the store's
-	// own queue (no Transport).
+	// checker also checks the limits (flowcheck.go): on the store's own
+	// queue, where the engine admits inside its receive, and beside a
+	// broker (Transport), where it admits through the store after it
+	// receives.
 	Limits bool
 	// FairnessBound, with Limits, is the longest a tenant's message may
 	// wait for its admission (the tenant-starved invariant); 0 does not
 	// check it. Under the queue's plain FIFO order a flooding tenant can
 	// delay the other one legitimately, so it is off unless the engine
-	// orders admission fairly.
+	// orders admission fairly: the workers do on the store's own queue,
+	// and it is refused with a Transport.
 	FairnessBound time.Duration
 	// Command returns the command that starts one worker process; the
 	// driver adds WorkerEnv to its environment.
@@ -211,10 +214,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--duration must be positive, got %s", o.Duration)
 	case o.Command == nil:
 		return errors.New("torture: Options.Command is nil")
-	case o.Limits && o.Transport != "":
-		return fmt.Errorf("--limits with --transport %s: the engine admits under limits only through the store's own queue; drop --transport", o.Transport)
 	case o.FairnessBound < 0 || o.FairnessBound > 0 && !o.Limits:
 		return fmt.Errorf("--fairness-bound %s: give a positive bound, with --limits", o.FairnessBound)
+	case o.FairnessBound > 0 && o.Transport != "":
+		return fmt.Errorf("--fairness-bound with --transport %s: beside a broker the engine admits in the broker's order (it refuses Config.FairShare), so no tenant's wait is bounded; drop --fairness-bound, or --transport to run on the store's own queue", redactURL(o.Transport))
 	case o.Break == BreakNoAdmission && !o.Limits:
 		return fmt.Errorf("breakage %s needs --limits", o.Break)
 	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit && o.Break != BreakNoAdmission:

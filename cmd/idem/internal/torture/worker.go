@@ -163,9 +163,10 @@ func runWorker(ctx context.Context, c workerConfig) error {
 		},
 	}
 	if c.Limits {
-		// The tenants' messages carry their fairness key: they share the
-		// caps in fair order.
-		cfg.Limits, cfg.FairShare = runLimits(), true
+		// The tenants' messages carry their fairness key: on the store's
+		// own queue they share the caps in fair order (the engine refuses
+		// FairShare beside a broker, which keeps its own order).
+		cfg.Limits, cfg.FairShare = runLimits(), c.Transport == ""
 	}
 	e, err := idem.NewEngine(wst, wtr, cfg)
 	if err != nil {
@@ -465,14 +466,21 @@ func (u *faultUoW) AdvanceSchedules(ctx context.Context, as []store.ScheduleAdva
 }
 
 // Commit commits, then may kill a schedule pass's process before it sends
-// the ticks it wrote to the outbox.
+// the ticks it wrote to the outbox. In a limits run it notes the
+// settlement of the deliveries it consumed (the store's own queue) and
+// the release of the holds it names (beside a broker).
 func (u *faultUoW) Commit(ctx context.Context, c *store.Changes) error {
+	var rel int64
 	if u.f.flow != nil {
 		u.f.flow.settle(u.held, "commit")
+		if c != nil {
+			rel = u.f.flow.release(c.ReleaseHolds, "commit")
+		}
 	}
 	err := u.UnitOfWork.Commit(ctx, c)
 	if u.f.flow != nil {
 		u.f.flow.settled(u.held, "commit", err)
+		u.f.flow.released(rel, err)
 	}
 	if err == nil && u.fires && u.f.roll(u.f.cfg.KillAfterScheduleFire) {
 		u.f.die(faultKillAfterFire)
