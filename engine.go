@@ -207,7 +207,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.started {
 		return ErrRunning
 	}
-	su := &startup{base: e.base, reg: e.reg, plan: e.plan}
+	su := &startup{base: e.base, reg: e.reg, plan: e.plan, replicaID: e.beat.id}
 	if err := runStartChecks(ctx, startChecks(), su); err != nil {
 		return err
 	}

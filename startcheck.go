@@ -68,8 +68,9 @@ type startCheck struct {
 // recorded, by saga type (nil: none).
 type startup struct {
 	*base
-	reg  *registry
-	plan *planner
+	reg       *registry
+	plan      *planner
+	replicaID string
 
 	claim       bool
 	adm         *admission
@@ -85,6 +86,7 @@ func startChecks() []startCheck {
 		{"pool", checkPoolSize},
 		{"unit of work", checkUnitOfWork},
 		{"limits", checkLimits},
+		{"deploy", checkDeploy},
 		{"schedules", checkSchedules},
 		{"definitions", checkDefinitions},
 	}

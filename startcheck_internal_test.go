@@ -21,7 +21,7 @@ func TestStartChecksOrder(t *testing.T) {
 	for _, c := range startChecks() {
 		got = append(got, c.name)
 	}
-	want := []string{"registry", "pool", "unit of work", "limits", "schedules", "definitions"}
+	want := []string{"registry", "pool", "unit of work", "limits", "deploy", "schedules", "definitions"}
 	if !slices.Equal(got, want) {
 		t.Errorf("start-up checks: got %q, want %q", got, want)
 	}

@@ -151,3 +151,10 @@ func TestEngineFlowControlChangedAtRuntime(t *testing.T) {
 func TestEngineFairShare(t *testing.T) {
 	enginetest.FlowFair(t, openStore(t, pgstore.Config{Lease: time.Hour, PollInterval: 20 * time.Millisecond}))
 }
+
+// A deploy check of changed builds against live sagas finds each hazard
+// with its count, and the start-up gate refuses one.
+func TestEngineDeployCheck(t *testing.T) {
+	t.Parallel()
+	enginetest.Deploy(t, openStore(t, pgstore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
+}

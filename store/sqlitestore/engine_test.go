@@ -252,3 +252,10 @@ func BenchmarkFairShare(b *testing.B) {
 		return openStore(tb, sqlitestore.Config{PollInterval: 5 * time.Millisecond})
 	}, 5000)
 }
+
+// A deploy check of changed builds against live sagas finds each hazard
+// with its count, and the start-up gate refuses one.
+func TestEngineDeployCheck(t *testing.T) {
+	t.Parallel()
+	enginetest.Deploy(t, openStore(t, sqlitestore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
+}
