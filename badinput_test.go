@@ -264,8 +264,10 @@ func TestSchemaUpgradedOnLoad(t *testing.T) {
 	}
 }
 
-// A stored document newer than the machine is not touched: the message is
-// dead-lettered with reason state_schema.
+// A stored document newer than the machine is not touched: another
+// definition wrote it, so the message is given back for a replica that
+// knows it, and dead-lettered with reason unknown_state once MaxAttempts
+// deliveries found none.
 func TestSchemaNewerThanMachine(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &options{noStart: true})
@@ -278,8 +280,8 @@ func TestSchemaNewerThanMachine(t *testing.T) {
 	b.send("inc-1", Inc{Key: "new", N: 1})
 	b.settle()
 	dls := b.deadLetters()
-	if len(dls) != 1 || dls[0].Reason != idem.ReasonSchema || dls[0].Envelope.ID != "inc-1" {
-		t.Fatalf("got dead letters %+v, want inc-1 with reason %s", dls, idem.ReasonSchema)
+	if len(dls) != 1 || dls[0].Reason != idem.ReasonUnknownState || dls[0].Envelope.ID != "inc-1" || dls[0].Attempts != 10 {
+		t.Fatalf("got dead letters %+v, want inc-1 with reason %s after 10 attempts", dls, idem.ReasonUnknownState)
 	}
 	in := b.instance("new")
 	if in.Version != 1 || in.SchemaVersion != 3 || !bytes.Equal(in.Data, data) {

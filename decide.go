@@ -70,9 +70,9 @@ func (l *lane) settleParams(ids []string, outcome store.ReplayOutcome) *store.Se
 }
 
 // fail classifies a handler error: permanent errors are dead-lettered at
-// once, transient ones returned to the transport with backoff until
-// Config.MaxAttempts. Work interrupted by Stop is always returned, never
-// dead-lettered. A returned message blocks the later messages of its key
+// once, transient ones (and a saga in a state this build does not know)
+// returned to the transport with backoff until Config.MaxAttempts. Work
+// interrupted by Stop is always returned, never dead-lettered. A returned message blocks the later messages of its key
 // in this unit of work.
 func (l *lane) fail(ctx context.Context, it *item, err error) outcome {
 	reason := ""
@@ -80,6 +80,12 @@ func (l *lane) fail(ctx context.Context, it *item, err error) outcome {
 	case ctx.Err() != nil:
 		l.giveBack(it, 0)
 		return outcome{kind: OutcomeRetried}
+	case errors.Is(err, saga.ErrUnknownState):
+		// Another definition wrote the saga: give the message back for a
+		// replica that knows its state (docs/deploys.md, "Mixed fleets").
+		if it.d.Attempt >= l.cfg.MaxAttempts {
+			reason = ReasonUnknownState
+		}
 	case errors.Is(err, saga.ErrUnhandled):
 		reason = ReasonUnhandled
 	case errors.Is(err, saga.ErrSchema):

@@ -47,6 +47,13 @@ const (
 	// UTF-8, a control character (U+0000 included), or over 256 bytes. The
 	// error names the attribute.
 	ReasonInvalidAttribute = "invalid_attribute"
+	// ReasonUnknownState marks a message for a saga whose stored state,
+	// or state schema version, this build does not know
+	// (saga.ErrUnknownState), after Config.MaxAttempts deliveries found
+	// no replica that knows it: the saga was written by another
+	// definition (a newer build that was rolled back, or an older state
+	// this build removed). Run idem deploy check (docs/deploys.md).
+	ReasonUnknownState = "unknown_state"
 )
 
 // invalidReason is the dead-letter reason for a transport.FieldError field.

@@ -106,6 +106,9 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 	var data S
 	if in.Exists {
 		from = in.State
+		if !m.declares(from) {
+			return Result{}, fmt.Errorf("saga %s/%s: %w: %q", m.name, in.Key, ErrUnknownState, from)
+		}
 		if err := m.decodeState(in, &data); err != nil {
 			return Result{}, err
 		}
@@ -165,7 +168,7 @@ func (m *Machine[S]) decodeState(in Input, data *S) error {
 		v = 1
 	}
 	if v > m.version {
-		return fmt.Errorf("saga %s/%s: %w: stored version %d is newer than the machine's %d", m.name, in.Key, ErrSchema, v, m.version)
+		return fmt.Errorf("saga %s/%s: %w: %w: stored version %d is newer than the machine's %d", m.name, in.Key, ErrUnknownState, ErrSchema, v, m.version)
 	}
 	for ; v < m.version; v++ {
 		up := m.upgrades[v]

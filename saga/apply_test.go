@@ -880,3 +880,29 @@ func TestApplyConditionalIgnore(t *testing.T) {
 		t.Errorf("payment: state %+v, want Paid 100 and steps [seen]", got)
 	}
 }
+
+// A saga in a state the machine does not declare, or whose document is at
+// a newer schema version, was written by another definition: Apply
+// refuses it with ErrUnknownState (and ErrSchema for the version), before
+// any handler or upgrade runs, whatever the unhandled policy.
+func TestApplyUnknownState(t *testing.T) {
+	for _, ignore := range []bool{false, true} {
+		f := newOrderFixture()
+		if ignore {
+			f.m.OnUnhandled(saga.UnhandledIgnore)
+		}
+		in := existing("Reviewing", f.awaitingData, f.paymentMsg)
+		if _, err := f.m.Apply(in); !errors.Is(err, saga.ErrUnknownState) || errors.Is(err, saga.ErrSchema) || !strings.Contains(err.Error(), `"Reviewing"`) {
+			t.Errorf("unhandled ignored %v: a saga in an undeclared state: %v; want ErrUnknownState naming it", ignore, err)
+		}
+		newer := existing(f.awaiting, f.awaitingData, f.paymentMsg)
+		newer.SchemaVersion = f.m.SchemaVersion() + 1
+		if _, err := f.m.Apply(newer); !errors.Is(err, saga.ErrUnknownState) || !errors.Is(err, saga.ErrSchema) {
+			t.Errorf("unhandled ignored %v: a newer schema version: %v; want ErrUnknownState and ErrSchema", ignore, err)
+		}
+		ended := existing(saga.Ended, f.awaitingData, f.paymentMsg)
+		if res, err := f.m.Apply(ended); err != nil || res.Outcome != saga.Ignored {
+			t.Errorf("unhandled ignored %v: an ended saga: %+v, %v; want it ignored", ignore, res, err)
+		}
+	}
+}

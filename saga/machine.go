@@ -61,6 +61,15 @@ var ErrMalformed = errors.New("malformed message")
 // ErrSchema is wrapped when a stored state cannot be decoded or upgraded.
 var ErrSchema = errors.New("state schema")
 
+// ErrUnknownState is wrapped when a saga's stored state is one the
+// machine does not declare, or its state document is at a schema version
+// newer than the machine's (the error then wraps ErrSchema too): another
+// definition of the machine wrote it, a replica of a newer build in a
+// rolling deploy, or an older build whose state this one removed. Apply
+// touches nothing; the engine gives the message back, so that a replica
+// that knows the state handles it (docs/deploys.md, "Mixed fleets").
+var ErrUnknownState = errors.New("state unknown to this definition")
+
 // Typer may be implemented by message types to choose their type name.
 // Without it, a message's type name is its Go type's package-qualified name,
 // for example "searchimport.SearchUploadSaved".
@@ -184,6 +193,12 @@ func (m *Machine[S]) declare(name string, final bool) State {
 
 // States returns the declared states in declaration order.
 func (m *Machine[S]) States() []State { return slices.Clone(m.states) }
+
+// declares reports whether s is a state of the machine: declared, or one
+// of the two every machine has (Initial, Ended).
+func (m *Machine[S]) declares(s State) bool {
+	return s == Initial || s == Ended || slices.Contains(m.states, s)
+}
 
 // IsFinal reports whether s is a final state: a declared final state, or
 // Ended.

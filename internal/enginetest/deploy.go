@@ -50,6 +50,8 @@ type deployDef struct {
 	// unhandledIgnore ignores unhandled events: another definition that
 	// a replica of A can serve beside it.
 	unhandledIgnore bool
+	// review puts a new state, Review, between payment and packing.
+	review bool
 }
 
 func deployMachine(d deployDef) *saga.Machine[deployOrder] {
@@ -86,7 +88,12 @@ func deployMachine(d deployDef) *saga.Machine[deployOrder] {
 	if d.newAuditState {
 		done = m.Final("Audited")
 	}
-	inAwaiting := []saga.Behavior[deployOrder]{saga.Ignore(placed), saga.When(paid).TransitionTo(packing), saga.Ignore(packed)}
+	afterPaid := packing
+	if d.review {
+		afterPaid = m.State("Review")
+		m.During(afterPaid, saga.Ignore(placed), saga.Ignore(paid), saga.When(packed).TransitionTo(done))
+	}
+	inAwaiting := []saga.Behavior[deployOrder]{saga.Ignore(placed), saga.When(paid).TransitionTo(afterPaid), saga.Ignore(packed)}
 	inPacking := []saga.Behavior[deployOrder]{saga.Ignore(placed), saga.Ignore(paid), saga.When(packed).TransitionTo(done)}
 	if !d.noOverdue {
 		overdue := saga.NewEvent[DeployOverdue](m, func(e DeployOverdue) string { return e.ID })
@@ -299,6 +306,42 @@ func Deploy(t *testing.T, q store.Queue) {
 			t.Errorf("with A's replica stopped: hazards %+v; want none", rep.Hazards)
 		}
 	})
+}
+
+// DeployMixedFleet proves that a saga in a state only the new build knows
+// is never dead-lettered by a replica of the old build: the old replica
+// gives its message back (saga.ErrUnknownState) until a replica of the new
+// build handles it.
+func DeployMixedFleet(t *testing.T, q store.Queue) {
+	r := &deployRig{t: t, st: q}
+	fast := func() *idem.Config {
+		return &idem.Config{RetryBase: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond, MaxAttempts: 1000}
+	}
+	b := r.start(deployDef{review: true}, fast())
+	r.publish(b, r.envelope(b, "placed-r", DeployPlaced{ID: "o-r", Customer: "c"}), r.envelope(b, "paid-r", DeployPaid{ID: "o-r"}))
+	r.waitStates(b, map[string]int64{"Review": 1})
+	if err := b.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a := r.start(deployDef{}, fast()) // the old build: it has no Review
+	r.publish(a, r.envelope(a, "packed-r", DeployPacked{ID: "o-r"}))
+	rr := q.(store.RetryRecorder)
+	WaitFor(t, 30*time.Second, "the old replica to give the message back twice", func() (bool, error) {
+		rs, err := rr.Retries(t.Context(), store.Key{SagaType: "deploy-order", Key: "o-r"})
+		return len(rs) == 1 && rs[0].Attempts >= 2 && strings.Contains(rs[0].Error, "state unknown to this definition"), err
+	})
+	r.start(deployDef{review: true}, fast()) // the new build joins the fleet
+	WaitFor(t, 30*time.Second, "the new replica to ship o-r", func() (bool, error) {
+		c, err := r.census()
+		return err == nil && len(c.States) == 0, err
+	})
+	dls, err := q.ListDeadLetters(t.Context(), &store.ListParams{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 0 {
+		t.Errorf("dead letters %+v; want none: the deploy caused them", dls)
+	}
 }
 
 // hazardRows writes each hazard as "kind type state event count".

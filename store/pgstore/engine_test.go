@@ -158,3 +158,10 @@ func TestEngineDeployCheck(t *testing.T) {
 	t.Parallel()
 	enginetest.Deploy(t, openStore(t, pgstore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
 }
+
+// A replica of an old build gives back a message for a saga in a state
+// only the new build knows, until a replica of the new build handles it.
+func TestEngineDeployMixedFleet(t *testing.T) {
+	t.Parallel()
+	enginetest.DeployMixedFleet(t, openStore(t, pgstore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
+}

@@ -133,7 +133,10 @@ func runCorpusCase(t *testing.T, c corpusCase) {
 			t.Fatal(err)
 		}
 	}
-	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, MaxKeyLen: c.MaxKeyLen, MaxBodyBytes: c.MaxBodyBytes, TimerInterval: 10 * time.Millisecond})
+	// Retries are quick: a message given back (a saga another definition
+	// wrote) reaches its dead letter after MaxAttempts within a second.
+	e, err := idem.NewEngine(st, st, &idem.Config{Logger: logger, MaxKeyLen: c.MaxKeyLen, MaxBodyBytes: c.MaxBodyBytes, TimerInterval: 10 * time.Millisecond,
+		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
