@@ -162,6 +162,9 @@ func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.Inbo
 		return l.fail(ctx, it, err)
 	}
 	from, to, version := transition(l, w, it, &r, timerName, sched)
+	if r.MigratedFrom != "" {
+		from = l.journalMigration(it, &r, version)
+	}
 	l.ch.Journal = append(l.ch.Journal, store.JournalEntry{
 		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: env.Type,
 		FromState: from, ToState: to, Version: version, At: l.now,
@@ -185,6 +188,17 @@ func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.Inbo
 
 // transition writes an applied result into the saga's instance and the
 // lane's timers, and returns the journal's states and version.
+// journalMigration records in the saga's journal the declared migration
+// Apply made before the event (saga.Machine.MigrateState): from the stored
+// state to the one the event applied in, which it returns.
+func (l *lane) journalMigration(it *item, r *saga.Result, version int64) string {
+	l.ch.Journal = append(l.ch.Journal, store.JournalEntry{
+		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: saga.MigrationEvent,
+		FromState: string(r.MigratedFrom), ToState: string(r.From), Version: version, At: l.now,
+	})
+	return string(r.From)
+}
+
 func transition(l *lane, w *working, it *item, r *saga.Result, timerName string, sched []store.Timer) (from, to string, version int64) {
 	now := l.now
 	if w.inst == nil {

@@ -20,11 +20,21 @@ type machine struct {
 	events   map[string]saga.EventDescription
 	attrs    map[string]bool
 	upgrades map[int]bool
+	moves    map[string]saga.State // declared state migrations: old state to new
+	renamed  map[string]string     // declared message renames: old type to new
 }
 
 func index(d saga.Description) *machine {
 	m := &machine{d: d, fp: d.Fingerprint(), states: map[saga.State]saga.StateDescription{}, events: map[string]saga.EventDescription{},
-		attrs: map[string]bool{}, upgrades: map[int]bool{}}
+		attrs: map[string]bool{}, upgrades: map[int]bool{}, moves: map[string]saga.State{}, renamed: map[string]string{}}
+	for _, mg := range d.Migrations {
+		switch mg.Kind {
+		case saga.MigrateStateKind:
+			m.moves[mg.From] = saga.State(mg.To)
+		case saga.MigrateMessageKind:
+			m.renamed[mg.From] = mg.To
+		}
+	}
 	for _, s := range d.States {
 		m.states[s.Name] = s
 	}
@@ -44,6 +54,12 @@ func index(d saga.Description) *machine {
 // without an error: a final state ignores everything, and so does a
 // machine whose unhandled policy is to ignore.
 func (m *machine) accepts(s saga.State, ev string) bool {
+	if to, ok := m.moves[string(s)]; ok {
+		s = to
+	}
+	if n, ok := m.renamed[ev]; ok {
+		ev = n
+	}
 	if st, ok := m.states[s]; ok && st.Final {
 		return true
 	}
@@ -91,6 +107,9 @@ func Compare(in *Input, o Options) *Report {
 		for ev := range m.events {
 			c.consumed[ev] = true
 		}
+		for old := range m.renamed {
+			c.consumed[old] = true
+		}
 	}
 	for _, h := range o.Handled {
 		c.consumed[h] = true
@@ -128,7 +147,7 @@ func (c *comparison) states() {
 		case !m.hasState(s.State):
 			c.hazard(Hazard{Kind: StateRemoved, SagaType: s.SagaType, State: s.State, Count: s.Count,
 				Detail: fmt.Sprintf("%d live saga(s) in state %q, which the new machine does not declare", s.Count, s.State),
-				Fix:    "declare the state again (with the transitions out of it) until these sagas have left it"})
+				Fix:    fmt.Sprintf("declare MigrateState(%q, <a kept state>), or declare the state again until these sagas have left it", s.State)})
 		}
 		switch {
 		case s.SchemaVersion > m.d.SchemaVersion:
@@ -143,11 +162,20 @@ func (c *comparison) states() {
 	}
 }
 
-// hasState reports whether the machine declares s (Initial and Ended are
-// always there).
+// hasState reports whether the machine serves sagas stored in s: it
+// declares s (Initial and Ended are always there), or migrates it.
 func (m *machine) hasState(s string) bool {
 	_, ok := m.states[saga.State(s)]
-	return ok || s == string(saga.Initial) || s == string(saga.Ended)
+	_, moved := m.moves[s]
+	return ok || moved || s == string(saga.Initial) || s == string(saga.Ended)
+}
+
+// consumes reports whether the machine consumes messages of type t: an
+// event's type, or a renamed one.
+func (m *machine) consumes(t string) bool {
+	_, ok := m.events[t]
+	_, renamed := m.renamed[t]
+	return ok || renamed
 }
 
 // timers checks the pending timers: each fires an event the new machine
@@ -158,10 +186,10 @@ func (c *comparison) timers() {
 		if !ok {
 			continue // the sagas are reported as saga-type-removed
 		}
-		if _, ok := m.events[t.EventType]; !ok {
+		if !m.consumes(t.EventType) {
 			c.hazard(Hazard{Kind: TimerOrphaned, SagaType: t.SagaType, State: t.State, Event: t.EventType, Count: t.Count,
 				Detail: fmt.Sprintf("%d pending timer(s) named %q fire %q, which the new machine does not consume", t.Count, t.Name, t.EventType),
-				Fix:    "consume the event again until these timers have fired, or cancel them"})
+				Fix:    fmt.Sprintf("declare RenameMessage(%q, <an event's type>), or consume the event again until these timers have fired", t.EventType)})
 			continue
 		}
 		if t.State != "" && m.hasState(t.State) && !m.accepts(saga.State(t.State), t.EventType) {
@@ -182,7 +210,7 @@ func (c *comparison) messages() {
 		if !c.consumed[msg.Type] && (msg.Where == readmodel.InQueue || c.consumedBefore(msg.Type)) {
 			c.hazard(Hazard{Kind: MessageUnconsumed, Event: msg.Type, Count: msg.Count,
 				Detail: fmt.Sprintf("%d message(s) of type %q in the %s, and nothing in the new build consumes that type", msg.Count, msg.Type, msg.Where),
-				Fix:    "consume the type again until these messages are handled"})
+				Fix:    fmt.Sprintf("declare RenameMessage(%q, <an event's type>) on the machine that consumed it, or consume the type again until these messages are handled", msg.Type)})
 			continue
 		}
 		c.refusedByLive(msg)
@@ -193,7 +221,7 @@ func (c *comparison) messages() {
 func (c *comparison) consumedBefore(typ string) bool {
 	for _, ms := range c.old {
 		for _, m := range ms {
-			if _, ok := m.events[typ]; ok {
+			if m.consumes(typ) {
 				return true
 			}
 		}
@@ -212,7 +240,7 @@ func (c *comparison) refusedByLive(msg readmodel.MessageCount) {
 		if !ok || !m.hasState(s.State) {
 			continue
 		}
-		if _, consumes := m.events[msg.Type]; !consumes || m.accepts(saga.State(s.State), msg.Type) || !c.acceptedBefore(s.SagaType, s.State, msg.Type) {
+		if !m.consumes(msg.Type) || m.accepts(saga.State(s.State), msg.Type) || !c.acceptedBefore(s.SagaType, s.State, msg.Type) {
 			continue
 		}
 		c.hazard(Hazard{Kind: EventRefused, SagaType: s.SagaType, State: s.State, Event: msg.Type, Count: s.Count,

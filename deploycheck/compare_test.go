@@ -142,7 +142,7 @@ func TestReportTextAndError(t *testing.T) {
 		t.Errorf("text report:\n%s\nwant the hostile state quoted, the verdict and the live count", out)
 	}
 	err := r.Error()
-	if err == nil || !strings.Contains(err.Error(), "state-removed") || !strings.Contains(err.Error(), "declare the state again") {
+	if err == nil || !strings.Contains(err.Error(), "state-removed") || !strings.Contains(err.Error(), "MigrateState(") {
 		t.Errorf("Error() = %v; want the hazard and its fix", err)
 	}
 	ok := deploycheck.Compare(&deploycheck.Input{Census: census()}, deploycheck.Options{Machines: []saga.Description{machine(false, false)}})

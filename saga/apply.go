@@ -68,6 +68,10 @@ type Result struct {
 	Outcome Outcome
 	// From and To are the states before and after.
 	From, To State
+	// MigratedFrom is the stored state a declared migration moved the
+	// saga out of before the event applied (MigrateState); From is then
+	// the state it moved to. Empty when none did.
+	MigratedFrom State
 	// Finished reports that To is a final state.
 	Finished bool
 	// Stale reports an Ignored response, timeout or fault of a request
@@ -99,13 +103,18 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 			res, err = Result{}, fmt.Errorf("saga %s: %w: %v", m.name, ErrPanic, p)
 		}
 	}()
+	in.MsgType = m.eventType(in.MsgType)
 	if _, ok := m.events[in.MsgType]; !ok {
 		return Result{}, fmt.Errorf("saga %s: %w %q", m.name, ErrUnknownType, in.MsgType)
 	}
 	from := Initial
 	var data S
+	var migrated State
 	if in.Exists {
 		from = in.State
+		if to, ok := m.stateMoves[from]; ok {
+			migrated, from = from, to
+		}
 		if !m.declares(from) {
 			return Result{}, fmt.Errorf("saga %s/%s: %w: %q", m.name, in.Key, ErrUnknownState, from)
 		}
@@ -115,18 +124,18 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 	}
 	stale, cancel := m.requestCheck(in)
 	if stale {
-		return Result{Outcome: Ignored, From: from, To: from, Stale: true}, nil
+		return m.ignored(from, migrated, &data, true)
 	}
 	h := m.behaviors[from][in.MsgType]
 	switch {
 	case h == nil && !in.Exists:
 		return Result{Outcome: NotFound, From: from, To: from}, nil
 	case h == nil && (m.IsFinal(from) || m.unhandled == UnhandledIgnore):
-		return Result{Outcome: Ignored, From: from, To: from}, nil
+		return m.ignored(from, migrated, &data, false)
 	case h == nil:
 		return Result{}, fmt.Errorf("saga %s: %w: %s in %s", m.name, ErrUnhandled, in.MsgType, from)
 	case h.ignore:
-		return Result{Outcome: Ignored, From: from, To: from}, nil
+		return m.ignored(from, migrated, &data, false)
 	}
 
 	c := &Context[S]{Data: &data, key: in.Key, messageID: in.MessageID, now: in.Now, current: from, next: from, timers: in.Timers, tx: in.Tx, ctx: in.Ctx}
@@ -134,7 +143,14 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 		c.Unschedule(cancel) // the request is answered
 	}
 	if err := h.run(c, in.Msg); errors.Is(err, errIgnore) {
-		return Result{Outcome: Ignored, From: from, To: from}, nil
+		if migrated == "" {
+			return m.ignored(from, migrated, &data, false)
+		}
+		var stored S // the handler may have changed data before it ignored the event
+		if err := m.decodeState(in, &stored); err != nil {
+			return Result{}, err
+		}
+		return m.ignored(from, migrated, &stored, false)
 	} else if err != nil {
 		return Result{}, fmt.Errorf("saga %s: %s in %s: %w", m.name, in.MsgType, from, err)
 	}
@@ -148,6 +164,7 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 	}
 	return Result{
 		Outcome:       Applied,
+		MigratedFrom:  migrated,
 		From:          from,
 		To:            c.next,
 		Finished:      m.final[c.next],
@@ -159,6 +176,26 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 		Logs:          c.logs,
 		Attributes:    attrs,
 	}, nil
+}
+
+// ignored is the result of an event the saga's state ignores: nothing
+// changes, unless a declared migration moved the saga out of the state it
+// was stored in (migrated), which the result then persists as an applied
+// step that changes nothing else, so that the migration happens once.
+func (m *Machine[S]) ignored(from, migrated State, data *S, stale bool) (Result, error) {
+	if migrated == "" {
+		return Result{Outcome: Ignored, From: from, To: from, Stale: stale}, nil
+	}
+	out, err := json.Marshal(data)
+	if err != nil {
+		return Result{}, fmt.Errorf("saga %s: encode state: %w", m.name, err)
+	}
+	attrs, err := m.attributeValues(data)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Outcome: Applied, MigratedFrom: migrated, From: from, To: from, Finished: m.final[from],
+		Data: out, SchemaVersion: m.version, Attributes: attrs}, nil
 }
 
 func (m *Machine[S]) decodeState(in Input, data *S) error {

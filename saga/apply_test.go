@@ -906,3 +906,57 @@ func TestApplyUnknownState(t *testing.T) {
 		}
 	}
 }
+
+// A declared migration moves a saga stored in a removed state into a kept
+// one before the event applies, and reports it; an event the new state
+// ignores still persists the migration, changing nothing else. A renamed
+// message type decodes and applies as its new event.
+func TestApplyMigrations(t *testing.T) {
+	f := newOrderFixture()
+	f.m.MigrateState("Reviewing", f.awaiting)
+	res, err := f.m.Apply(existing("Reviewing", f.awaitingData, f.paymentMsg))
+	if err != nil || res.Outcome != saga.Applied || res.MigratedFrom != "Reviewing" || res.From != f.awaiting || res.To != f.paid {
+		t.Fatalf("payment for a saga stored in a migrated state: %+v, %v; want applied from AwaitingPayment, migrated from Reviewing", res, err)
+	}
+	res, err = f.m.Apply(existing("Reviewing", f.awaitingData, f.placedMsg)) // AwaitingPayment ignores it
+	if err != nil || res.Outcome != saga.Applied || res.MigratedFrom != "Reviewing" || res.From != f.awaiting || res.To != f.awaiting || !bytes.Equal(res.Data, f.awaitingData) {
+		t.Errorf("an ignored event for a migrated saga: %+v, %v; want the migration persisted, data unchanged", res, err)
+	}
+	if res, err := f.m.Apply(existing(f.awaiting, f.awaitingData, f.placedMsg)); err != nil || res.Outcome != saga.Ignored || res.MigratedFrom != "" {
+		t.Errorf("an ignored event without a migration: %+v, %v; want ignored", res, err)
+	}
+	d := f.m.Describe()
+	if len(d.Migrations) != 1 || d.Migrations[0] != (saga.MigrationDescription{Kind: saga.MigrateStateKind, From: "Reviewing", To: string(f.awaiting)}) {
+		t.Errorf("description's migrations: %+v", d.Migrations)
+	}
+	for _, bad := range []func(){
+		func() { f.m.MigrateState(string(f.awaiting), f.paid) },     // still declared
+		func() { f.m.MigrateState("Gone", "Nowhere") },              // target not declared
+		func() { f.m.MigrateState("Reviewing", f.paid) },            // twice
+		func() { f.m.RenameMessage(f.paymentType, f.paymentType) },  // an event already
+		func() { f.m.RenameMessage("old.Payment", "nothing.Such") }, // target not an event
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("a bad migration declaration did not panic")
+				}
+			}()
+			bad()
+		}()
+	}
+	f.m.RenameMessage("old.Payment", f.paymentType)
+	if !slices.Contains(f.m.MessageTypes(), "old.Payment") {
+		t.Errorf("MessageTypes %v lack the renamed type", f.m.MessageTypes())
+	}
+	body, _ := json.Marshal(f.paymentMsg)
+	msg, key, err := f.m.Decode("old.Payment", body)
+	if err != nil || key != "o-1" {
+		t.Fatalf("decode a renamed type: %v, %q, %v", msg, key, err)
+	}
+	in := existing(f.awaiting, f.awaitingData, msg)
+	in.MsgType = "old.Payment"
+	if res, err := f.m.Apply(in); err != nil || res.To != f.paid {
+		t.Errorf("apply a renamed type: %+v, %v; want it applied as the payment", res, err)
+	}
+}

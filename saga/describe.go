@@ -61,7 +61,26 @@ type Description struct {
 	Faults []FaultDescription `json:"faults"`
 	// Attributes are the names of the searchable attributes.
 	Attributes []string `json:"attributes"`
+	// Migrations are the declared migrations (MigrateState,
+	// RenameMessage), sorted by kind, then from. Omitted when there are
+	// none, so a machine without migrations keeps its fingerprint.
+	Migrations []MigrationDescription `json:"migrations,omitempty"`
 }
+
+// MigrationDescription is one declared migration: Kind "state" (a stored
+// state From is now state To) or "message" (message type From is now
+// event type To).
+type MigrationDescription struct {
+	Kind string `json:"kind"`
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// The kinds of MigrationDescription.
+const (
+	MigrateStateKind   = "state"
+	MigrateMessageKind = "message"
+)
 
 // StateDescription is one declared state.
 type StateDescription struct {
@@ -148,6 +167,12 @@ func (m *Machine[S]) Describe() Description {
 	if d.Requests == nil {
 		d.Requests = []RequestDescription{}
 	}
+	for from, to := range m.stateMoves {
+		d.Migrations = append(d.Migrations, MigrationDescription{Kind: MigrateStateKind, From: string(from), To: string(to)})
+	}
+	for from, to := range m.renamed {
+		d.Migrations = append(d.Migrations, MigrationDescription{Kind: MigrateMessageKind, From: from, To: to})
+	}
 	d.sortUnordered()
 	return d
 }
@@ -184,6 +209,9 @@ func (d *Description) sortUnordered() {
 	slices.Sort(d.Upgrades)
 	slices.SortFunc(d.Requests, func(a, b RequestDescription) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(d.Faults, func(a, b FaultDescription) int { return strings.Compare(a.MessageType, b.MessageType) })
+	slices.SortFunc(d.Migrations, func(a, b MigrationDescription) int {
+		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.From, b.From))
+	})
 }
 
 // Canonical returns a copy of d in canonical form, the form Fingerprint
@@ -211,6 +239,9 @@ func (d Description) Canonical() Description {
 	c.Requests = clone(d.Requests)
 	c.Faults = clone(d.Faults)
 	c.Attributes = clone(d.Attributes)
+	if len(d.Migrations) > 0 {
+		c.Migrations = clone(d.Migrations)
+	}
 	validStrings(reflect.ValueOf(&c).Elem())
 	c.sortAll()
 	return c

@@ -138,6 +138,11 @@ type Machine[S any] struct {
 	// requestList describes the declared requests, for Describe.
 	requestList []RequestDescription
 	attributes  []attribute[S]
+	// migrations are the declared migrations (migrate.go): a removed
+	// state's new state, and a renamed message type's new type.
+	stateMoves  map[State]State
+	renamed     map[string]string
+	renameOrder []string
 }
 
 type eventDef[S any] struct {
@@ -267,8 +272,10 @@ func (m *Machine[S]) during(s State, bs []Behavior[S]) {
 }
 
 // MessageTypes returns the type names of the messages the machine consumes,
-// in declaration order.
-func (m *Machine[S]) MessageTypes() []string { return slices.Clone(m.eventOrder) }
+// in declaration order, then the old names of renamed types (RenameMessage).
+func (m *Machine[S]) MessageTypes() []string {
+	return append(slices.Clone(m.eventOrder), m.renameOrder...)
+}
 
 // Decode decodes body as the message type msgType and returns the message
 // and its saga key as the event's correlation function computes it (not yet
@@ -276,7 +283,7 @@ func (m *Machine[S]) MessageTypes() []string { return slices.Clone(m.eventOrder)
 // the message's Validate method or the correlation function wraps
 // ErrMalformed and ErrPanic.
 func (m *Machine[S]) Decode(msgType string, body []byte) (msg any, key string, err error) {
-	ev, ok := m.events[msgType]
+	ev, ok := m.events[m.eventType(msgType)]
 	if !ok {
 		return nil, "", fmt.Errorf("saga %s: %w %q", m.name, ErrUnknownType, msgType)
 	}

@@ -52,6 +52,10 @@ type deployDef struct {
 	unhandledIgnore bool
 	// review puts a new state, Review, between payment and packing.
 	review bool
+	// migrate, with noPacking, declares the migrations that serve what
+	// removing Packing left: its sagas are Shipped, and DeployPacked
+	// messages are DeployPaid.
+	migrate bool
 }
 
 func deployMachine(d deployDef) *saga.Machine[deployOrder] {
@@ -80,6 +84,10 @@ func deployMachine(d deployDef) *saga.Machine[deployOrder] {
 	if d.noPacking {
 		overdue := saga.NewEvent[DeployOverdue](m, func(e DeployOverdue) string { return e.ID })
 		m.During(awaiting, saga.Ignore(placed), saga.When(paid).TransitionTo(shipped), saga.When(overdue).TransitionTo(cancelled))
+		if d.migrate {
+			m.MigrateState("Packing", shipped)
+			m.RenameMessage(saga.MessageType(DeployPacked{}), saga.MessageType(DeployPaid{}))
+		}
 		return m
 	}
 	packing := m.State("Packing")
@@ -234,6 +242,7 @@ func Deploy(t *testing.T, q store.Queue) {
 		{"a new final state nothing is in", deployDef{newAuditState: true}, nil},
 		{"a state removed", deployDef{noPacking: true}, []string{
 			"message-unconsumed   " + packed + " 1", "state-removed deploy-order Packing  2"}},
+		{"a state removed, with its migrations declared", deployDef{noPacking: true, migrate: true}, nil},
 		{"a timer's event moved out of the state", deployDef{overdueMoved: true}, []string{
 			"event-refused deploy-order AwaitingPayment " + overdue + " 3"}},
 		{"a timer's event removed", deployDef{noOverdue: true}, []string{
@@ -304,6 +313,37 @@ func Deploy(t *testing.T, q store.Queue) {
 		}
 		if rep = r.check(deployDef{newAuditState: true}); !rep.OK() {
 			t.Errorf("with A's replica stopped: hazards %+v; want none", rep.Hazards)
+		}
+	})
+	t.Run("declared migrations apply on load, journaled", func(t *testing.T) {
+		b, err := r.engine(deployDef{noPacking: true, migrate: true}, &idem.Config{DeployCheck: idem.DeployCheckRefuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// o-1 is still stored in Packing; its next message is of the renamed type.
+		if err := q.Publish(t.Context(), []idem.Envelope{r.envelope(b, "packed-1", DeployPacked{ID: "o-1"})}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(t.Context()); err != nil {
+			t.Fatalf("Start of a build whose migrations serve the store, under DeployCheckRefuse: %v", err)
+		}
+		t.Cleanup(func() { _ = b.Stop(context.WithoutCancel(t.Context())) })
+		r.waitStates(b, map[string]int64{"AwaitingPayment": 3})
+		j, err := q.Journal(t.Context(), store.Key{SagaType: "deploy-order", Key: "o-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var moves []string
+		for _, e := range j {
+			if e.EventType == saga.MigrationEvent {
+				moves = append(moves, e.FromState+">"+e.ToState)
+			}
+		}
+		if fmt.Sprint(moves) != "[Packing>Shipped]" {
+			t.Errorf("o-1's journal records migrations %v; want one, Packing>Shipped", moves)
+		}
+		if dls, err := q.ListDeadLetters(t.Context(), &store.ListParams{Limit: 10}); err != nil || len(dls) != 0 {
+			t.Errorf("dead letters %+v, %v; want none", dls, err)
 		}
 	})
 }
