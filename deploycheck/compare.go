@@ -107,6 +107,7 @@ func Compare(in *Input, o Options) *Report {
 	c.messages()
 	c.attributes()
 	c.fleet()
+	c.samples()
 	sortHazards(c.r.Hazards)
 	sortHazards(c.r.Notices)
 	return c.r
