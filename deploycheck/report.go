@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemhq/idem/store/readmodel"
 )
@@ -153,8 +154,8 @@ func cell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	if q := strconv.Quote(s); q[1:len(q)-1] != s {
-		return q
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return strconv.Quote(s)
 	}
 	return s
 }
