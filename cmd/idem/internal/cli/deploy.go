@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 
@@ -191,7 +192,11 @@ func readDefinitionsFile(stdin io.Reader, name string) ([]byte, error) {
 	if name != "-" {
 		fh, err := os.Open(name)
 		if err != nil {
-			return nil, usageErrorf("--definitions: %v", err)
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err // its path is name, printed quoted
+			}
+			return nil, usageErrorf("--definitions %q: %v", name, err)
 		}
 		defer fh.Close()
 		r = fh

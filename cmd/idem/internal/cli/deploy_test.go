@@ -218,6 +218,7 @@ func TestDeployCheckBadDefinitions(t *testing.T) {
 		name, defs, want string
 	}{
 		{"a missing file", filepath.Join(t.TempDir(), "nope.json"), "no such file"},
+		{"a hostile file name", "nope\x1b[2J.json", `--definitions "nope\x1b[2J.json": no such file`},
 		{"an empty file", file(" \n"), "is empty"},
 		{"not JSON", file("states: [x]"), "is not a JSON object or array"},
 		{"broken JSON", file(`{"name": "order", "states": [`), "is not the JSON that idem graph --format json prints"},
