@@ -116,7 +116,11 @@ func (s *Sample) read(ctx context.Context, iq readmodel.InstanceQuerier, n int, 
 		if len(page) < q.Limit {
 			return nil
 		}
-		q.After = readmodel.CursorOf(page[len(page)-1])
+		last := page[len(page)-1]
+		// UpdatedFrom repeats what the cursor implies, so that a store
+		// starts the next page's index range there instead of scanning
+		// the pages before it again.
+		q.After, q.UpdatedFrom = readmodel.CursorOf(last), last.UpdatedAt
 	}
 	return nil
 }

@@ -26,17 +26,22 @@ type sampleStore struct {
 	census    *readmodel.Census
 	instances []*store.Instance
 	queries   []readmodel.InstanceQuery
+	read      map[string]int // times each key was returned
 }
 
 func (s *sampleStore) Census(context.Context) (*readmodel.Census, error) { return s.census, nil }
 
 // QueryInstances serves the query the sample makes: one saga type,
-// active or not, in (UpdatedAt, Key) order after a cursor.
+// active or not, updated from a time on, in (UpdatedAt, Key) order after
+// a cursor. It records the keys it returns.
 func (s *sampleStore) QueryInstances(_ context.Context, p *readmodel.InstanceQuery) ([]*store.Instance, error) {
 	s.queries = append(s.queries, *p)
+	slices.SortFunc(s.instances, func(a, b *store.Instance) int {
+		return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), strings.Compare(a.SagaType, b.SagaType), strings.Compare(a.Key, b.Key))
+	})
 	var out []*store.Instance
 	for _, in := range s.instances {
-		if in.SagaType != p.SagaType || p.Status != "" && in.Status() != p.Status || p.Stuck && in.Status() != store.StatusActive {
+		if in.SagaType != p.SagaType || p.Status != "" && in.Status() != p.Status || p.Stuck && in.Status() != store.StatusActive || in.UpdatedAt.Before(p.UpdatedFrom) {
 			continue
 		}
 		if a := p.After; a != nil && cmp.Or(in.UpdatedAt.Compare(a.UpdatedAt), strings.Compare(in.Key, a.Key)) <= 0 {
@@ -44,7 +49,11 @@ func (s *sampleStore) QueryInstances(_ context.Context, p *readmodel.InstanceQue
 		}
 		out = append(out, in)
 	}
-	return out[:min(len(out), p.Limit)], nil
+	out = out[:min(len(out), p.Limit)]
+	for _, in := range out {
+		s.read[in.Key]++
+	}
+	return out, nil
 }
 
 func (s *sampleStore) CountInstances(context.Context, string) ([]readmodel.StateCount, error) {
@@ -76,14 +85,15 @@ func sampleMachine() *saga.Machine[sampleDoc] {
 }
 
 // newSampleStore holds 700 live "doc" sagas at schema version 1, the
-// oldest first, of which k-0003 and the hostile key at position 550 do
-// not upgrade; one at version 3 (too new for the machine); an older
+// oldest first, three updated at each time (so that pages of 500 end
+// between sagas updated at the same time), of which k-0003 and the
+// hostile key at position 550 do not upgrade; one at version 3 (too new for the machine); an older
 // finished saga that does not upgrade either (never sampled: it is not
 // live); and live sagas of a type whose machine has no decoder.
 func newSampleStore() (*sampleStore, string) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	hostile := "\x00<script>\xff"
-	s := &sampleStore{}
+	s := &sampleStore{read: map[string]int{}}
 	add := func(typ, key, data string, version int, at time.Time) *store.Instance {
 		in := &store.Instance{SagaType: typ, Key: key, State: "Open", Data: []byte(data), SchemaVersion: version, UpdatedAt: at}
 		s.instances = append(s.instances, in)
@@ -98,7 +108,7 @@ func newSampleStore() (*sampleStore, string) {
 		case 550:
 			key, data = hostile, `{"n":"hostile"}`
 		}
-		add("doc", key, data, 1, t0.Add(time.Duration(i+1)*time.Second))
+		add("doc", key, data, 1, t0.Add(time.Duration(i/3+1)*time.Second))
 	}
 	add("doc", "z-too-new", `{"n":"new"}`, 3, t0.Add(time.Hour))
 	add("other", "o-1", `{}`, 1, t0)
@@ -159,6 +169,25 @@ func TestSampleReportsUndecodableDocuments(t *testing.T) {
 			want := []deploycheck.Sample{{SagaType: "doc", Read: c.read, Skipped: c.read - min(c.read, 700), Failed: c.failed}}
 			if len(r.Samples) != 2 || r.Samples[0].Read != want[0].Read || r.Samples[0].Skipped != want[0].Skipped || r.Samples[0].Failed != want[0].Failed {
 				t.Errorf("--sample %d: samples %+v; want doc read %d, skipped %d, failed %d", c.sample, r.Samples, want[0].Read, want[0].Skipped, want[0].Failed)
+			}
+			var oldest []string // the first c.read live docs, oldest first
+			for _, in := range st.instances {
+				if in.SagaType == "doc" && in.FinishedAt.IsZero() && len(oldest) < c.read {
+					oldest = append(oldest, in.Key)
+				}
+			}
+			for _, k := range oldest {
+				if st.read[k] == 0 {
+					t.Errorf("--sample %d: key %q, among the %d least recently updated, was not read", c.sample, k, c.read)
+				}
+			}
+			if len(st.read) != c.read {
+				t.Errorf("--sample %d: %d distinct keys read, want %d", c.sample, len(st.read), c.read)
+			}
+			for k, n := range st.read {
+				if n != 1 {
+					t.Errorf("--sample %d: key %q read %d times, want once", c.sample, k, n)
+				}
 			}
 			for _, q := range st.queries {
 				if q.SagaType != "doc" || q.Status != store.StatusActive || !q.Stuck || q.Limit < 1 || q.Limit > 500 {
