@@ -198,6 +198,14 @@ type Config struct {
 	// with grouped queries: about a second per million sagas on
 	// PostgreSQL (docs/deploys.md).
 	DeployCheck DeployCheckMode
+	// DeployCheckSample, when positive and DeployCheck is on, makes the
+	// deploy check also decode up to this many live state documents of
+	// each registered saga type (the least recently updated first) with
+	// the machine's upgrade functions, and report each that fails with
+	// its key (deploycheck.StateUndecodable): Start reads at most this
+	// many documents per saga type. Zero (the default) decodes none;
+	// negative is refused.
+	DeployCheckSample int
 }
 
 // DeployCheckMode is what Start does with the deploy check
@@ -280,6 +288,9 @@ func (c *Config) withDefaults() (Config, error) {
 	case DeployCheckOff, DeployCheckWarn, DeployCheckRefuse:
 	default:
 		return out, fmt.Errorf("idem: Config.DeployCheck is %q: use %q, %q or leave it empty (off)", out.DeployCheck, DeployCheckWarn, DeployCheckRefuse)
+	}
+	if out.DeployCheckSample < 0 {
+		return out, fmt.Errorf("idem: Config.DeployCheckSample is %d: use 0 to decode no live state document at start, or how many to decode per saga type", out.DeployCheckSample)
 	}
 	if out.RetryMax < out.RetryBase {
 		return out, fmt.Errorf("idem: Config.RetryMax (%s) is below Config.RetryBase (%s): raise RetryMax", out.RetryMax, out.RetryBase)

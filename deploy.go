@@ -38,11 +38,17 @@ func checkDeploy(ctx context.Context, su *startup) checkResult {
 }
 
 // deployOptions describes the registered machines and plain handlers for
-// the deploy check.
+// the deploy check, with each machine's decoder for the sample
+// (Config.DeployCheckSample).
 func deployOptions(su *startup) deploycheck.Options {
-	o := deploycheck.Options{Self: su.replicaID, Now: su.cfg.Clock(), Handled: slices.Sorted(maps.Keys(su.reg.handlers))}
+	o := deploycheck.Options{Self: su.replicaID, Now: su.cfg.Clock(), Handled: slices.Sorted(maps.Keys(su.reg.handlers)),
+		Sample: su.cfg.DeployCheckSample, Decoders: map[string]func([]byte, int) error{}}
 	for _, name := range slices.Sorted(maps.Keys(su.reg.sagas)) {
-		o.Machines = append(o.Machines, su.reg.sagas[name].Describe())
+		m := su.reg.sagas[name]
+		o.Machines = append(o.Machines, m.Describe())
+		if dc, ok := m.(deploycheck.DataChecker); ok {
+			o.Decoders[name] = dc.CheckData
+		}
 	}
 	return o
 }

@@ -126,6 +126,7 @@ func Compare(in *Input, o Options) *Report {
 	c.messages()
 	c.attributes()
 	c.fleet()
+	c.samples()
 	sortHazards(c.r.Hazards)
 	sortHazards(c.r.Notices)
 	return c.r

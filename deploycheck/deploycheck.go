@@ -37,13 +37,25 @@ type Options struct {
 	Self string
 	// Now is the time replicas are judged alive at; zero means time.Now.
 	Now time.Time
+	// Sample, when positive, is how many live state documents of each
+	// saga type Check reads (the least recently updated first) and
+	// decodes with Decoders: each that fails is a StateUndecodable
+	// hazard. Zero samples nothing.
+	Sample int
+	// Decoders decode a stored state document with the new build's
+	// upgrade functions, by saga type: each machine's CheckData
+	// (DataChecker). A saga type without one is not sampled.
+	Decoders map[string]func(data []byte, schemaVersion int) error
 }
 
 // ErrNoCensus is returned by Check for a store that cannot count what it
 // holds (it is no readmodel.Censuser).
 var ErrNoCensus = errors.New("deploycheck: the store cannot count its live sagas (it is no readmodel.Censuser)")
 
-// Check reads what st holds and compares it with o's machines.
+// Check reads what st holds and compares it with o's machines. With
+// o.Sample set it also decodes that many live state documents of each
+// saga type, and needs a store that is a readmodel.InstanceQuerier
+// (ErrNoSample otherwise).
 func Check(ctx context.Context, st store.Store, o Options) (*Report, error) {
 	cs, ok := st.(readmodel.Censuser)
 	if !ok {
@@ -55,6 +67,9 @@ func Check(ctx context.Context, st store.Store, o Options) (*Report, error) {
 		return nil, fmt.Errorf("deploycheck: %w", err)
 	}
 	in := Input{Census: census}
+	if in.Samples, err = sample(ctx, st, o, census); err != nil {
+		return nil, err
+	}
 	if in.Previous, err = previous(ctx, st, o.Machines, census); err != nil {
 		return nil, err
 	}
@@ -112,6 +127,9 @@ type Input struct {
 	Previous map[string][]Recorded
 	// Replicas are the engines' heartbeats.
 	Replicas []store.Replica
+	// Samples are what decoding a sample of the live state documents
+	// found (Options.Sample), by saga type; nil when none was taken.
+	Samples []Sample
 }
 
 // Recorded is a definition an engine recorded, decoded.

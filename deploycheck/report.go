@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemhq/idem/store/readmodel"
 )
@@ -46,6 +47,11 @@ const (
 	// hazard when they cannot serve what the new build writes (a state
 	// they do not know, a newer schema version); a notice otherwise.
 	MixedFleet Kind = "mixed-fleet"
+	// StateUndecodable: sampled live state documents (Options.Sample)
+	// that the new machine's upgrade functions and state type do not
+	// decode; the detail names the first few keys. A notice of this kind
+	// names a saga type that could not be sampled.
+	StateUndecodable Kind = "state-undecodable"
 )
 
 // Hazard is one thing the new build cannot serve, with the count behind
@@ -57,8 +63,9 @@ type Hazard struct {
 	// Event is the message type concerned, or the attribute's or the
 	// timer's name (Detail says which).
 	Event string `json:"event,omitempty"`
-	// Count is how many live sagas, timers, messages, attribute values or
-	// replicas stand behind it (Detail says which).
+	// Count is how many live sagas, timers, messages, attribute values,
+	// replicas or sampled state documents stand behind it (Detail says
+	// which).
 	Count int64 `json:"count"`
 	// Detail says what the store holds; Fix what to do about it.
 	Detail string `json:"detail"`
@@ -74,6 +81,9 @@ type Report struct {
 	Live map[string]int64 `json:"live"`
 	// Census is what the store held.
 	Census *readmodel.Census `json:"census,omitempty"`
+	// Samples are what decoding a sample of the live state documents
+	// found, by saga type (Options.Sample); nil when none was taken.
+	Samples []Sample `json:"samples,omitempty"`
 	// Took is how long Check read the store and compared.
 	Took time.Duration `json:"took_ns"`
 }
@@ -96,7 +106,8 @@ func (r *Report) Error() error {
 }
 
 // WriteText writes the report as a table, hazards first, then notices,
-// then a one-line verdict.
+// then a line per sampled saga type (Options.Sample), then a one-line
+// verdict.
 func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(r.Hazards)+len(r.Notices) > 0 {
@@ -113,6 +124,16 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, s := range r.Samples {
+		if s.NotSampled != "" {
+			continue
+		}
+		skipped := ""
+		if s.Skipped > 0 {
+			skipped = fmt.Sprintf(", %d not decoded (their schema version is reported above)", s.Skipped)
+		}
+		fmt.Fprintf(w, "sampled %d live state document(s) of %s: %d did not decode%s\n", s.Read, cell(s.SagaType), s.Failed, skipped)
 	}
 	var live int64
 	for _, n := range r.Live {
@@ -133,8 +154,8 @@ func cell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	if q := strconv.Quote(s); q[1:len(q)-1] != s {
-		return q
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return strconv.Quote(s)
 	}
 	return s
 }

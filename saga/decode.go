@@ -18,3 +18,14 @@ func (m *Machine[S]) DecodeData(data []byte, schemaVersion int) (s S, err error)
 	err = m.decodeState(Input{Data: data, SchemaVersion: schemaVersion}, &s)
 	return s, err
 }
+
+// CheckData reports whether a stored state document decodes into S with
+// the machine's upgrade functions from schemaVersion: DecodeData without
+// the value. It is what the deploy check's sample runs (package
+// deploycheck, `idem deploy check --sample`), and needs no type
+// parameter. Errors wrap ErrSchema, or ErrPanic for a panic in an upgrade
+// function. It is safe for concurrent use.
+func (m *Machine[S]) CheckData(data []byte, schemaVersion int) error {
+	_, err := m.DecodeData(data, schemaVersion)
+	return err
+}

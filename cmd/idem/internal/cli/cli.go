@@ -27,7 +27,8 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // Run executes the command line args and returns the process exit code:
 // 0 on success, 1 when the command ran and found a failure (an invariant
-// broken, say), 2 for usage errors.
+// broken, say), 2 for usage errors, 3 when idem deploy check found a
+// hazard.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
@@ -62,7 +63,7 @@ carry deterministic IDs.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newTimers(), newSchedules(), newBench())
-	root.AddCommand(newReplicas(), newRetries(), newLimits())
+	root.AddCommand(newReplicas(), newRetries(), newLimits(), newDeploy())
 	root.AddCommand(newServe(), newTorture(), newTortureWorker())
 	return root
 }

@@ -350,10 +350,16 @@ func registerServe(e *idem.Engine, logger *slog.Logger) error {
 		log.Info("command for a service outside idem serve (logged only)", "message_id", env.ID, "message_type", env.Type, "correlation_id", env.CorrelationID)
 		return nil
 	}
-	for _, t := range []string{saga.MessageType(orders.ShipOrder{}), saga.MessageType(searchimport.StartParsingReferenceFile{})} {
+	for _, t := range serveHandled() {
 		if err := e.Handle(t, standIn); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// serveHandled are the message types idem serve's stand-in handles: the
+// commands its sagas send to services outside it.
+func serveHandled() []string {
+	return []string{saga.MessageType(orders.ShipOrder{}), saga.MessageType(searchimport.StartParsingReferenceFile{})}
 }
