@@ -249,13 +249,17 @@ func (d *deployRead) liveStates() {
 	if d.out.Census == nil {
 		return
 	}
+	row := map[[2]string]int{}              // type and state to the index of its row
 	for _, s := range d.out.Census.States { // in byte order of type, state, version
 		t := d.types[s.SagaType]
 		t.Live += s.Count
-		if n := len(t.States); n == 0 || t.States[n-1].State != s.State {
+		i, ok := row[[2]string{s.SagaType, s.State}]
+		if !ok {
+			i = len(t.States)
+			row[[2]string{s.SagaType, s.State}] = i
 			t.States = append(t.States, DeployState{State: s.State, Versions: []DeployVersion{}, Hazards: []deploycheck.Hazard{}})
 		}
-		st := &t.States[len(t.States)-1]
+		st := &t.States[i]
 		st.Live += s.Count
 		st.Versions = append(st.Versions, DeployVersion{SchemaVersion: s.SchemaVersion, Live: s.Count})
 	}
