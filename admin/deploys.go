@@ -249,8 +249,8 @@ func (d *deployRead) liveStates() {
 	if d.out.Census == nil {
 		return
 	}
-	row := map[[2]string]int{}              // type and state to the index of its row
-	for _, s := range d.out.Census.States { // in byte order of type, state, version
+	row := map[[2]string]int{} // type and state to the index of its row
+	for _, s := range d.out.Census.States {
 		t := d.types[s.SagaType]
 		t.Live += s.Count
 		i, ok := row[[2]string{s.SagaType, s.State}]
