@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/transport/memtransport"
 )
 
@@ -96,6 +98,20 @@ func TestConsoleDeploysDegrades(t *testing.T) {
 	var d admin.Deploys
 	if err := json.Unmarshal([]byte(body), &d); code != http.StatusOK || err != nil || d.Check != nil || d.Census != nil || !d.Registry || len(d.Machines) != 0 {
 		t.Errorf("memstore: %d %s; want 200, no check, no census, a registry and no machines", code, body)
+	}
+
+	sq, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), &sqlitestore.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sq.Close() })
+	now := time.Now()
+	commitChanges(t, sq, &store.Changes{Inserts: []*store.Instance{{SagaType: "order", Key: "o-1", State: "Packing", Data: []byte(`{}`), SchemaVersion: 1,
+		Version: 1, CreatedAt: now, UpdatedAt: now}}})
+	code, page = getPage(t, deployServer(t, sq, true), "/deploys")
+	if code != http.StatusOK || !strings.Contains(page, "registers no saga machine") || !strings.Contains(page, `data-state="Packing"`) ||
+		strings.Contains(page, `id="deploy-check"`) || strings.Contains(page, "cannot count") {
+		t.Errorf("SQLite without machines: %d; want the live sagas by state, no check, and why:\n%s", code, page)
 	}
 
 	bare := deployServer(t, bareStore{memstore.New(nil)}, false)
