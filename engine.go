@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -411,8 +412,15 @@ func (e *Engine) Sagas() map[string]Machine {
 	return maps.Clone(e.reg.sagas)
 }
 
-// The engine's transport, for admin (engineaccess.Transport); not part of
-// the user's API.
+// The engine's transport and plain handlers, for admin
+// (engineaccess.Transport, engineaccess.Handled); not part of the user's
+// API.
 func init() {
 	engineaccess.TransportOf = func(e any) transport.Transport { return e.(*Engine).tr }
+	engineaccess.HandledOf = func(e any) []string {
+		en := e.(*Engine)
+		en.mu.Lock()
+		defer en.mu.Unlock()
+		return slices.Sorted(maps.Keys(en.reg.handlers))
+	}
 }

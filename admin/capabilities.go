@@ -19,6 +19,9 @@ type capabilities struct {
 	queryCounter      readmodel.QueryCounter
 	journalTailer     readmodel.JournalTailer
 	outboxSent        readmodel.OutboxSentReader
+	census            readmodel.Censuser // deploys.go
+
+	definitions store.DefinitionStore // deploys.go
 
 	retries   store.RetryRecorder
 	schedules store.Scheduler
@@ -51,6 +54,8 @@ func resolveCapabilities(st store.Store, tr, cfgTr transport.Transport) *capabil
 	c.queryCounter, _ = st.(readmodel.QueryCounter)
 	c.journalTailer, _ = st.(readmodel.JournalTailer)
 	c.outboxSent, _ = st.(readmodel.OutboxSentReader)
+	c.census, _ = st.(readmodel.Censuser)
+	c.definitions, _ = st.(store.DefinitionStore)
 	c.retries, _ = st.(store.RetryRecorder)
 	c.schedules, _ = st.(store.Scheduler)
 	c.replicas, _ = st.(store.ReplicaRegistry)

@@ -46,6 +46,7 @@
 //	POST   /api/limits/{name}                {"concurrency": N, "rate": R, "burst": B}: override it (a member left out takes the declared value; ?undeclared=true for a name no engine declares)
 //	POST   /api/limits/{name}/reset          remove its override: the declared values are in force again
 //	GET    /api/replicas?limit=              engine replicas from their heartbeats, with their state (501 when the store keeps none)
+//	GET    /api/deploys                      per saga type: recorded definitions and the replicas that run each, live sagas by state, and the deploy check of this engine's machines (501 when the store neither counts its live sagas nor keeps definitions)
 //	POST   /api/messages                     submit a message (202)
 //
 // Path values ({key}, {id}) are path-escaped by the client: a key with a
@@ -80,8 +81,9 @@
 // stuck view, each instance's journal, timers and dead letters, dead
 // letters with single and bulk replay and purge, timers with cancel
 // and reschedule, recurring schedules with pause and resume, flow-control
-// limits with their use, changed and reset, and the engine replicas with
-// their heartbeats. Mount
+// limits with their use, changed and reset, the engine replicas with
+// their heartbeats, and deploys: each saga type's definitions and the
+// deploy check of this engine's machines against the store. Mount
 // the Server at a prefix with http.StripPrefix: the console finds its
 // prefix from the request.
 //

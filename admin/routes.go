@@ -67,6 +67,8 @@ func (a *api) routes() {
 	get("GET /api/replicas", a.apiReplicas)
 	write("POST /api/replicas/remove", a.apiRemoveReplicas)
 
+	get("GET /api/deploys", a.apiDeploys)
+
 	get("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no API route %s %s: see the routes in the documentation of package admin", r.Method, r.URL.Path)
 	})
@@ -118,6 +120,8 @@ func (c *console) routes() {
 
 	page("GET /replicas", c.pageReplicas)
 	page("POST /replicas/remove", c.actRemoveReplicas)
+
+	page("GET /deploys", c.pageDeploys)
 
 	page("POST /logout", c.logout)
 	c.mux.HandleFunc("GET /login", c.loginForm)

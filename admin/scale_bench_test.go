@@ -167,6 +167,7 @@ func BenchmarkConsolePages(b *testing.B) {
 		{"dead_letters_by_fingerprint", "/dead-letters?fingerprint=none"},
 		{"schedules", "/schedules"},
 		{"replicas", "/replicas"},
+		{"deploys", "/deploys"},
 		{"instance_ended_saga_actions", "/instances/order/" + url.PathEscape("cust-10/order-10") + "?confirm=end&reason=r&version=1"},
 		{"timers_due_between", "/timers?from=" + url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)) + "&to=" + url.QueryEscape(time.Now().Add(2*time.Hour).UTC().Format(time.RFC3339))},
 	}
