@@ -85,7 +85,7 @@ type Rows interface {
 
 // RunCensus runs d's census queries with query, in order, into one Census.
 func RunCensus(ctx context.Context, d CensusDialect, query func(ctx context.Context, sql string) (Rows, error)) (*readmodel.Census, error) {
-	c := &readmodel.Census{}
+	c := &readmodel.Census{States: []readmodel.LiveStateCount{}, Timers: []readmodel.TimerCount{}, Messages: []readmodel.MessageCount{}, Attributes: []readmodel.AttributeCount{}}
 	for _, q := range CensusQueries(d) {
 		if err := runCensusQuery(ctx, c, q, query); err != nil {
 			return nil, fmt.Errorf("census: %s: %w", q.What, err)
