@@ -1,0 +1,225 @@
+package sqlitestore
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/deploycheck"
+	"github.com/idemhq/idem/internal/sqlq"
+	"github.com/idemhq/idem/saga"
+)
+
+// BenchmarkDeployCheck times deploycheck.Check on a store that holds
+// IDEM_BENCH_SAGAS live sagas (default 10,000) of 3 saga types in 6 states
+// at 2 schema versions, a fifth as many finished ones, a pending timer for
+// 30% of the live ones, min(10,000, sagas) messages in the queue and as
+// many unsent in the outbox, and 2 attributes on every other saga, checked
+// against machines that serve all of it (no hazard): the data of
+// pgstore's BenchmarkDeployCheck. The data is made once, with recursive
+// CTEs (b.Loop runs the function once); one op is one check, so
+// -benchtime 3x is three checks of one data set. It reports the median,
+// lowest and highest seconds per check, then times each census query
+// alone; IDEM_BENCH_EXPLAIN=1 also logs each query's plan.
+// docs/benchmarks.md, "Deploy check".
+func BenchmarkDeployCheck(b *testing.B) {
+	n := benchSagas(b)
+	ctx := context.Background()
+	path := filepath.Join(b.TempDir(), "idem.db")
+	filled := time.Now()
+	fillCensusBench(ctx, b, openCensusBench(b, path), n)
+	b.Logf("filled %d live sagas in %s", n, time.Since(filled).Round(time.Millisecond))
+	// Checked by a store opened afterwards, as `idem deploy check` or a
+	// starting engine opens it: the store that wrote the data checked it
+	// several times slower.
+	s := openCensusBench(b, path)
+	o := deploycheck.Options{Machines: censusBenchMachines()}
+	var took []time.Duration
+	for b.Loop() {
+		started := time.Now()
+		r, err := deploycheck.Check(ctx, s, o)
+		took = append(took, time.Since(started))
+		if err != nil {
+			b.Fatal(err)
+		}
+		checkCensusReport(b, r, n)
+	}
+	reportChecks(b, took, n)
+	for _, q := range sqlq.CensusQueries(censusDialect) {
+		started := time.Now()
+		if err := drainCensus(ctx, s, q.SQL); err != nil {
+			b.Fatalf("census query %s: %v", q.What, err)
+		}
+		d := time.Since(started)
+		b.ReportMetric(d.Seconds(), q.What+"-s")
+		if os.Getenv("IDEM_BENCH_EXPLAIN") == "1" {
+			b.Logf("census query %s (%s):\n%s", q.What, d.Round(time.Millisecond), explainCensus(ctx, b, s, q.SQL))
+		}
+	}
+}
+
+// benchSagas is IDEM_BENCH_SAGAS, or 10,000.
+func benchSagas(b *testing.B) int {
+	v := os.Getenv("IDEM_BENCH_SAGAS")
+	if v == "" {
+		return 10_000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("IDEM_BENCH_SAGAS=%q: want a positive number of sagas, such as 1000000", v)
+	}
+	return n
+}
+
+// openCensusBench opens a store on path, closed when the benchmark ends.
+func openCensusBench(b *testing.B, path string) *Store {
+	s, err := Open(context.Background(), path, &Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatalf("open store: %v", err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// fillCensusBench writes the benchmark's data: saga g (1..n live, then
+// n/5 finished) is of type g%3, in state (g/3)%6, at schema version 1
+// when g%5 == 0, has a timer when g%10 < 3 and attributes when g%2 == 0.
+func fillCensusBench(ctx context.Context, b *testing.B, s *Store, n int) {
+	b.Helper()
+	const series = `WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?1) `
+	const types = `CASE g % 3 WHEN 0 THEN 'order' WHEN 1 THEN 'payment' ELSE 'shipment' END`
+	const states = `CASE (g / 3) % 6 WHEN 0 THEN 'Placed' WHEN 1 THEN 'Paid' WHEN 2 THEN 'Packed' WHEN 3 THEN 'Shipped' WHEN 4 THEN 'Delivered' ELSE 'Held' END`
+	const now = `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`
+	for _, q := range []struct {
+		sql   string
+		count int
+	}{
+		{`INSERT INTO idem_instances (saga_type, key, state, data, schema_version, version, created_at, updated_at, finished_at, attributes)
+` + series + `SELECT ` + types + `, 'k-' || g, CASE WHEN g > ?2 THEN 'Done' ELSE ` + states + ` END,
+  json_object('customer', 'c-' || (g % 5000), 'total', g, 'lines', 3, 'note', printf('%.64c', 'x')),
+  CASE WHEN g % 5 = 0 THEN 1 ELSE 2 END, 3, ` + now + `, ` + now + `, CASE WHEN g > ?2 THEN ` + now + ` END,
+  CASE WHEN g % 2 = 0 THEN json_object('customer', 'c-' || (g % 5000), 'region', 'r-' || (g % 7)) END
+FROM s`, n + n/5},
+		{`INSERT INTO idem_timers (saga_type, key, name, due_at, envelope_id, envelope, body)
+` + series + `SELECT ` + types + `, 'k-' || g, 'deadline', ` + now + ` + 3600000000, 't-' || g,
+  json_object('id', 't-' || g, 'type', ` + types + ` || '.Timeout', 'correlation_id', 'k-' || g), x'7b7d'
+FROM s WHERE g % 10 < 3`, n},
+		{`INSERT INTO idem_queue (id, envelope, body, visible_at)
+` + series + `SELECT 'q-' || g, json_object('id', 'q-' || g, 'type', ` + types + ` || '.Advance', 'correlation_id', 'k-' || g), x'7b7d', ` + now + ` + 3600000000
+FROM s`, min(n, 10_000)},
+		{`INSERT INTO idem_outbox (id, envelope, body, created_at)
+` + series + `SELECT 'o-' || g, json_object('id', 'o-' || g, 'type', ` + types + ` || '.Advance', 'correlation_id', 'k-' || g), x'7b7d', ` + now + `
+FROM s`, min(n, 10_000)},
+		{`ANALYZE`, 0},
+		// What the store's checkpoints would have done by the time a
+		// deploy is checked: a reader of a fresh 1,000,000-saga WAL
+		// looks every page up in it, several times slower.
+		{`PRAGMA wal_checkpoint(TRUNCATE)`, 0},
+	} {
+		if _, err := s.wconn.ExecContext(ctx, q.sql, q.count, n); err != nil {
+			b.Fatalf("fill: %v\n%s", err, q.sql)
+		}
+	}
+}
+
+// drainCensus runs one census query and reads its rows.
+func drainCensus(ctx context.Context, s *Store, q string) error {
+	rows, err := s.rdb.QueryContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+	}
+	return rows.Err()
+}
+
+// explainCensus is EXPLAIN QUERY PLAN of one census query.
+func explainCensus(ctx context.Context, b *testing.B, s *Store, q string) string {
+	rows, err := s.rdb.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q)
+	if err != nil {
+		b.Fatalf("explain: %v", err)
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			b.Fatalf("explain: %v", err)
+		}
+		lines = append(lines, strconv.Itoa(parent)+" "+strconv.Itoa(id)+" "+detail)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// censusBenchMachines describe machines that serve all of the
+// benchmark's data: every state handles both events, and schema version
+// 1 upgrades to 2.
+func censusBenchMachines() []saga.Description {
+	states := []saga.State{"Placed", "Paid", "Packed", "Shipped", "Delivered", "Held"}
+	var ms []saga.Description
+	for _, typ := range []string{"order", "payment", "shipment"} {
+		d := saga.Description{Name: typ, SchemaVersion: 2, Upgrades: []int{1}, Unhandled: "error", NotFound: "ignore",
+			Attributes: []string{"customer", "region"}, States: []saga.StateDescription{{Name: "Done", Final: true}}}
+		for _, st := range states {
+			d.States = append(d.States, saga.StateDescription{Name: st})
+		}
+		for _, ev := range []string{typ + ".Advance", typ + ".Timeout"} {
+			d.Events = append(d.Events, saga.EventDescription{Type: ev, HandledIn: states})
+		}
+		ms = append(ms, d)
+	}
+	return ms
+}
+
+// checkCensusReport fails b unless r found no hazard and counted what
+// fillCensusBench wrote.
+func checkCensusReport(b *testing.B, r *deploycheck.Report, n int) {
+	b.Helper()
+	if !r.OK() {
+		b.Fatalf("the check of matching machines found hazards: %v", r.Error())
+	}
+	var live, timers, msgs, attrs int64
+	for _, c := range r.Live {
+		live += c
+	}
+	for _, t := range r.Census.Timers {
+		timers += t.Count
+	}
+	for _, m := range r.Census.Messages {
+		msgs += m.Count
+	}
+	for _, a := range r.Census.Attributes {
+		attrs += a.Count
+	}
+	groups := map[[3]int]bool{}
+	wantTimers := int64(0)
+	for g := 1; g <= n; g++ {
+		groups[[3]int{g % 3, g / 3 % 6, min(g%5, 1)}] = true
+		if g%10 < 3 {
+			wantTimers++
+		}
+	}
+	got := []int64{live, int64(len(r.Census.States)), timers, msgs, attrs}
+	want := []int64{int64(n), int64(len(groups)), wantTimers, 2 * min(int64(n), 10_000), 2 * int64((n+n/5)/2)}
+	if !slices.Equal(got, want) {
+		b.Fatalf("census (live, state groups, timers, messages, attribute values) = %v, want %v", got, want)
+	}
+}
+
+// reportChecks reports the checks' median, lowest and highest seconds.
+func reportChecks(b *testing.B, took []time.Duration, n int) {
+	slices.Sort(took)
+	b.ReportMetric(took[len(took)/2].Seconds(), "s/check")
+	b.ReportMetric(took[0].Seconds(), "min-s/check")
+	b.ReportMetric(took[len(took)-1].Seconds(), "max-s/check")
+	b.ReportMetric(float64(n), "sagas")
+	b.Logf("checks of %d sagas took %v", n, took)
+}
