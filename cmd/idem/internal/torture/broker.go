@@ -2,9 +2,11 @@ package torture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/idemhq/idem/transport/natsjs/natsembed"
@@ -65,10 +67,26 @@ func (n *embeddedNATS) stop() {
 	}
 }
 
-// runRestartCmd runs a --pg-restart-cmd or --broker-restart-cmd.
-func runRestartCmd(ctx context.Context, flag, cmd string) error {
-	out, err := exec.CommandContext(ctx, "sh", "-c", cmd).CombinedOutput()
-	if err != nil {
+// restartTimeout bounds a restart command: a server that does not come
+// back fails the run, naming the command, instead of hanging it.
+var restartTimeout = 2 * time.Minute
+
+// runRestartCmd runs a --pg-restart-cmd or --broker-restart-cmd in a
+// process group of its own, and kills the whole group when it outlives
+// restartTimeout (a server it started in the foreground would otherwise
+// keep the output pipe open, and the wait with it).
+func runRestartCmd(ctx context.Context, flag, command string) error {
+	ctx, cancel := context.WithTimeout(ctx, restartTimeout)
+	defer cancel()
+	c := exec.CommandContext(ctx, "sh", "-c", command)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+	c.WaitDelay = 5 * time.Second
+	out, err := c.CombinedOutput()
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%s did not finish within %s, and was killed: %q; its output: %s", flag, restartTimeout, command, out)
+	case err != nil:
 		return fmt.Errorf("%s failed: %w: %s", flag, err, out)
 	}
 	return nil
