@@ -129,7 +129,7 @@ func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.Inbo
 	in := saga.Input{Msg: it.msg, MsgType: env.Type, Key: it.key, MessageID: it.msgID, Now: l.now, CausationID: env.CausationID}
 	if w.inst != nil {
 		in.Exists, in.State, in.Data, in.SchemaVersion = true, saga.State(w.inst.State), w.inst.Data, w.inst.SchemaVersion
-		in.Timers = w.inst.Timers
+		in.Timers, in.Finished = w.inst.Timers, !w.inst.FinishedAt.IsZero()
 	}
 	mt := l.messageTx(ctx, &in) // the handler's SQL: kept below when applied
 	defer mt.undo(ctx)
@@ -158,12 +158,23 @@ func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.Inbo
 	if err != nil {
 		return l.fail(ctx, it, Permanent(err))
 	}
-	if err := mt.keep(ctx); err != nil {
-		return l.fail(ctx, it, err)
+	if !r.MigrationOnly { // the handler's SQL of an event that applied nothing is undone
+		if err := mt.keep(ctx); err != nil {
+			return l.fail(ctx, it, err)
+		}
+	}
+	var stored []byte // the state document before the step, for the migration's journal entry
+	if w.inst != nil {
+		stored = w.inst.Data
 	}
 	from, to, version := transition(l, w, it, &r, timerName, sched)
 	if r.MigratedFrom != "" {
-		from = l.journalMigration(it, &r, version)
+		from = l.journalMigration(it, env, &r, version, stored)
+	}
+	if r.MigrationOnly {
+		l.markSeen(ik)
+		l.ack(it)
+		return outcome{kind: OutcomeIgnored, stale: r.Stale}
 	}
 	l.ch.Journal = append(l.ch.Journal, store.JournalEntry{
 		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: env.Type,
@@ -188,17 +199,6 @@ func applySaga(ctx context.Context, l *lane, w *working, it *item, ik store.Inbo
 
 // transition writes an applied result into the saga's instance and the
 // lane's timers, and returns the journal's states and version.
-// journalMigration records in the saga's journal the declared migration
-// Apply made before the event (saga.Machine.MigrateState): from the stored
-// state to the one the event applied in, which it returns.
-func (l *lane) journalMigration(it *item, r *saga.Result, version int64) string {
-	l.ch.Journal = append(l.ch.Journal, store.JournalEntry{
-		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: saga.MigrationEvent,
-		FromState: string(r.MigratedFrom), ToState: string(r.From), Version: version, At: l.now,
-	})
-	return string(r.From)
-}
-
 func transition(l *lane, w *working, it *item, r *saga.Result, timerName string, sched []store.Timer) (from, to string, version int64) {
 	now := l.now
 	if w.inst == nil {
@@ -238,4 +238,18 @@ func transition(l *lane, w *working, it *item, r *saga.Result, timerName string,
 		from = string(saga.Initial)
 	}
 	return from, inst.State, version
+}
+
+// journalMigration records in the saga's journal the declared migration
+// Apply made before the event (saga.Machine.MigrateState): from the stored
+// state to the one the event applied in, which it returns. The entry
+// carries the stored document, so that the history computes the next
+// step's change from it.
+func (l *lane) journalMigration(it *item, env *transport.Envelope, r *saga.Result, version int64, stored []byte) string {
+	l.ch.Journal = append(l.ch.Journal, store.JournalEntry{
+		SagaType: it.typ, Key: it.key, RawKey: it.rawKey, MessageID: it.msgID, EventType: saga.MigrationEvent,
+		FromState: string(r.MigratedFrom), ToState: string(r.From), Version: version, At: l.now,
+		JournalDetail: journal.Detail(&journal.Step{Msg: env, After: stored, Limit: l.cfg.JournalPayloadLimit}),
+	})
+	return string(r.From)
 }

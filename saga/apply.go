@@ -61,6 +61,10 @@ type Input struct {
 	// IDs (store.Instance.Timers): a request is pending while its timeout
 	// timer is.
 	Timers map[string]string
+	// Finished reports that the stored instance is finished
+	// (store.Instance.FinishedAt): it ignores every event, even in a
+	// final state the machine no longer declares.
+	Finished bool
 }
 
 // Result is what Apply computed. Nothing has been persisted.
@@ -72,6 +76,10 @@ type Result struct {
 	// saga out of before the event applied (MigrateState); From is then
 	// the state it moved to. Empty when none did.
 	MigratedFrom State
+	// MigrationOnly reports an Applied result whose event applied
+	// nothing (its new state ignores it): only the migration is written,
+	// and what the event's handlers did (their statements) is undone.
+	MigrationOnly bool
 	// Finished reports that To is a final state.
 	Finished bool
 	// Stale reports an Ignored response, timeout or fault of a request
@@ -116,6 +124,9 @@ func (m *Machine[S]) Apply(in Input) (res Result, err error) {
 			migrated, from = from, to
 		}
 		if !m.declares(from) {
+			if in.Finished && migrated == "" { // a final state this definition removed: final all the same
+				return Result{Outcome: Ignored, From: from, To: from}, nil
+			}
 			return Result{}, fmt.Errorf("saga %s/%s: %w: %q", m.name, in.Key, ErrUnknownState, from)
 		}
 		if err := m.decodeState(in, &data); err != nil {
@@ -194,7 +205,7 @@ func (m *Machine[S]) ignored(from, migrated State, data *S, stale bool) (Result,
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Outcome: Applied, MigratedFrom: migrated, From: from, To: from, Finished: m.final[from],
+	return Result{Outcome: Applied, MigratedFrom: migrated, MigrationOnly: true, Stale: stale, From: from, To: from, Finished: m.final[from],
 		Data: out, SchemaVersion: m.version, Attributes: attrs}, nil
 }
 

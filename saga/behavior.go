@@ -29,6 +29,9 @@ func bindEvent[M, S any](m *Machine[S], t string, correlate func(M) string) *Eve
 	if _, dup := m.events[t]; dup {
 		panic(fmt.Sprintf("saga %s: message type %q bound twice", m.name, t))
 	}
+	if _, renamed := m.renamed[t]; renamed {
+		panic(fmt.Sprintf("saga %s: message type %q is renamed (RenameMessage): bind it before renaming it, or do not rename it", m.name, t))
+	}
 	m.events[t] = eventDef[S]{
 		msgType: t,
 		goType:  goTypeName(reflect.TypeFor[M]()),

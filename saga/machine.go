@@ -189,6 +189,9 @@ func (m *Machine[S]) declare(name string, final bool) State {
 	if name == "" || s == Initial || s == Ended || slices.Contains(m.states, s) {
 		panic(fmt.Sprintf("saga %s: invalid or duplicate state %q", m.name, name))
 	}
+	if _, moved := m.stateMoves[s]; moved {
+		panic(fmt.Sprintf("saga %s: state %q is migrated (MigrateState): a declared state cannot be migrated", m.name, name))
+	}
 	m.states = append(m.states, s)
 	if final {
 		m.final[s] = true
