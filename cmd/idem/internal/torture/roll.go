@@ -30,8 +30,9 @@ import (
 //     the saga in Opening (new), and its Tick moves it to Open; and its
 //     document goes to schema version 2 (a new field, ticked, which the
 //     upgrade step derives from a version 1 document);
-//   - the search's document goes to schema version 2 as well (the
-//     upgrade step records its file count).
+//   - the search's document goes to schema version 2 as well (its format
+//     is unchanged; the upgrade step refuses a document that names no
+//     search).
 //
 // B reaches the same end results as A (Open with the same total, the same
 // emissions under the same IDs, the same final searches), so the checker
@@ -119,17 +120,19 @@ func counterMachineB() *saga.Machine[counterB] {
 }
 
 // searchMachineB is definition B of the search saga: A's machine with its
-// document at schema version 2, which records the search's file count.
+// document at schema version 2. The format is A's; the upgrade step only
+// refuses a version 1 document that names no search.
 func searchMachineB() *saga.Machine[searchimport.Search] {
 	m := searchimport.New(searchimport.Config{UploadTimeout: uploadTimeout}).Machine
 	m.Upgrade(1, func(old json.RawMessage) (json.RawMessage, error) {
-		var d map[string]any
+		var d searchimport.Search
 		if err := json.Unmarshal(old, &d); err != nil {
 			return nil, err
 		}
-		files, _ := d["reference_files"].([]any)
-		d["file_count"] = len(files)
-		return json.Marshal(d)
+		if d.SearchID == "" {
+			return nil, errors.New("a search document without search_id")
+		}
+		return old, nil
 	})
 	return m
 }
