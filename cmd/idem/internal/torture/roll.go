@@ -20,8 +20,8 @@ import (
 // the workers from definition A (today's machines) to definition B while
 // the workload flows and workers are killed. From a third of the run the
 // driver replaces the workers one at a time (SIGTERM, then a restart that
-// runs B), spread over the next third, so A and B serve the same queue
-// side by side until no A is left, at about two thirds. A worker killed
+// runs B), the last at two thirds, so A and B serve the same queue side
+// by side for a third of the run. A worker killed
 // meanwhile restarts on its own definition, as a crashed replica of
 // either build would.
 //
@@ -207,11 +207,11 @@ type roller struct {
 	replaced           int // workers the roll stopped and started as B
 }
 
-// newRoller returns the roll of a run that started at start: from a
-// third of duration, spread over the next third.
+// newRoller returns the roll of a run that started at start: the first
+// worker is replaced at a third of duration, the last at two thirds.
 func newRoller(start time.Time, duration time.Duration, workers int) *roller {
 	at := start.Add(duration / 3)
-	return &roller{switchAt: at, next: at, interval: duration / 3 / time.Duration(workers)}
+	return &roller{switchAt: at, next: at, interval: duration / 3 / time.Duration(max(workers-1, 1))}
 }
 
 // defFor is the definition the next worker of a slot runs, after prev
