@@ -84,7 +84,8 @@ type Options struct {
 	// means a temporary directory, removed after a passing run.
 	Dir string
 	// Break names a deliberate breakage (BreakSkipInbox,
-	// BreakAckBeforeCommit), to show the checker fails.
+	// BreakAckBeforeCommit, BreakNoAdmission with Limits,
+	// BreakRollDeadLetter with Roll), to show the checker fails.
 	Break string
 	// Limits runs the limits mode (limits.go): the workers declare a
 	// concurrency cap of 2 on a resource two message types share, a rate
