@@ -135,8 +135,7 @@ func (p *pool) handleExit(ev exitEvent) error {
 		p.r.rep.Kills++
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
 		p.r.rep.Kills++ // self-inflicted; the fault log says which kind
-	case w.retiring:
-		p.r.roll.replaced++
+	case w.retiring: // the rolling deploy stopped it, to start it as B
 	case p.stopping:
 		return nil
 	default:

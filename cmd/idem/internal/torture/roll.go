@@ -204,7 +204,7 @@ type roller struct {
 	// switchedAt and doneAt are when the roll began and when no worker
 	// ran A any more (zero: not yet).
 	switchedAt, doneAt time.Time
-	replaced           int // workers the roll stopped and started as B
+	retired            int // workers the roll stopped to start them as B
 }
 
 // newRoller returns the roll of a run that started at start: the first
@@ -246,7 +246,7 @@ func (ro *roller) step(now time.Time, p *pool) {
 	}
 	if left < 0 {
 		ro.doneAt = now
-		p.r.logf("rolling deploy: every worker runs definition B (%d replaced by the roll)", ro.replaced)
+		p.r.logf("rolling deploy: every worker runs definition B")
 		return
 	}
 	if now.Before(ro.next) {
@@ -255,6 +255,7 @@ func (ro *roller) step(now time.Time, p *pool) {
 	ro.next = now.Add(ro.interval)
 	w := p.slots[left]
 	w.retiring = true
+	ro.retired++
 	_ = w.cmd.Process.Signal(syscall.SIGTERM)
 }
 
@@ -264,9 +265,9 @@ type RollSummary struct {
 	// ran A any more, from the start of the run (DoneAt 0: it did not
 	// complete).
 	SwitchedAt, DoneAt time.Duration
-	// Replaced counts the workers the roll stopped and started as B (the
-	// others were killed and restarted as B).
-	Replaced int
+	// Retired counts the workers the roll stopped (SIGTERM) to start them
+	// as B; a kill may have come first.
+	Retired int
 	// GiveBacks counts the messages A workers gave back because B wrote
 	// their saga.
 	GiveBacks int
@@ -280,8 +281,8 @@ func (s *RollSummary) Print(w io.Writer) {
 	if s.DoneAt > 0 {
 		done = "complete at " + s.DoneAt.Round(time.Millisecond).String()
 	}
-	fmt.Fprintf(w, "  rolling deploy A→B: began at %s, %s, %d workers replaced by the roll; %d messages given back by A workers (unknown state); MaxAttempts %d\n",
-		s.SwitchedAt.Round(time.Millisecond), done, s.Replaced, s.GiveBacks, s.MaxAttempts)
+	fmt.Fprintf(w, "  rolling deploy A→B: began at %s, %s, %d workers retired one at a time; %d messages given back by A workers (unknown state); MaxAttempts %d\n",
+		s.SwitchedAt.Round(time.Millisecond), done, s.Retired, s.GiveBacks, s.MaxAttempts)
 }
 
 // rollReport sums up the roll and adds its problems: a roll that did not
@@ -292,7 +293,7 @@ func (r *driver) rollReport() {
 	if ro == nil {
 		return
 	}
-	s := &RollSummary{Replaced: ro.replaced, GiveBacks: r.rep.Faults[rollGiveBackFault], MaxAttempts: r.workers.wc.MaxAttempts}
+	s := &RollSummary{Retired: ro.retired, GiveBacks: r.rep.Faults[rollGiveBackFault], MaxAttempts: r.workers.wc.MaxAttempts}
 	delete(r.rep.Faults, rollGiveBackFault)
 	if ro.switched {
 		s.SwitchedAt = ro.switchedAt.Sub(r.start)

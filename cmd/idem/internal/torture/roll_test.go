@@ -114,8 +114,8 @@ func TestTortureRollSQLitePasses(t *testing.T) {
 	if !r.Pass() {
 		t.Fatalf("run failed: %v %v", r.Problems, r.Violations)
 	}
-	if r.Roll == nil || r.Roll.GiveBacks == 0 || r.Roll.DoneAt == 0 || r.Roll.Replaced == 0 {
-		t.Errorf("roll %+v: want a completed roll that replaced workers, with give-backs", r.Roll)
+	if r.Roll == nil || r.Roll.GiveBacks == 0 || r.Roll.DoneAt == 0 || r.Roll.Retired != r.Workers {
+		t.Errorf("roll %+v: want a completed roll that retired each of the %d workers, with give-backs", r.Roll, r.Workers)
 	}
 }
 
