@@ -138,3 +138,39 @@ func TestCheckerCatchesRollDeadLetter(t *testing.T) {
 	}
 	t.Errorf("no %s violation naming a saga and a message among %d violations", InvDeployDeadLetter, len(r.Violations))
 }
+
+// A roll run fails when the roll did not complete, or when no A worker
+// gave a message back: A and B never served the same sagas.
+func TestRollReportRefusesAVacuousRoll(t *testing.T) {
+	start := time.Now()
+	for _, tc := range []struct {
+		name      string
+		done      bool
+		giveBacks int
+		want      []string
+	}{
+		{"mixed and complete", true, 3, nil},
+		{"no give-back", true, 0, []string{"not a rolling deploy"}},
+		{"not complete", false, 3, []string{"did not complete"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &driver{start: start, rep: &Report{Faults: map[string]int{rollGiveBackFault: tc.giveBacks}},
+				roll: &roller{switched: true, switchedAt: start.Add(time.Second)}, workers: &pool{wc: workerConfig{MaxAttempts: 80}}}
+			if tc.done {
+				r.roll.doneAt = start.Add(2 * time.Second)
+			}
+			r.rollReport()
+			if len(r.rep.Problems) != len(tc.want) {
+				t.Fatalf("problems %q, want %d naming %q", r.rep.Problems, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(r.rep.Problems[i], w) {
+					t.Errorf("problem %q, want it to say %q", r.rep.Problems[i], w)
+				}
+			}
+			if r.rep.Roll == nil || r.rep.Roll.GiveBacks != tc.giveBacks || r.rep.Faults[rollGiveBackFault] != 0 {
+				t.Errorf("summary %+v, faults %v: want the give-backs (%d) moved into the summary", r.rep.Roll, r.rep.Faults, tc.giveBacks)
+			}
+		})
+	}
+}
