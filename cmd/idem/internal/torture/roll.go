@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"syscall"
 	"time"
 
@@ -60,6 +61,11 @@ const faultRollGiveBack = "roll_give_back"
 
 // stateOpening is the counter's state that only definition B has.
 const stateOpening = "Opening"
+
+// rollGrace is how long a worker the roll stopped (SIGTERM) may take to
+// exit before it is killed, as an orchestrator's grace period: a stalled
+// worker would otherwise hold the roll up for its stall.
+const rollGrace = workerLease
 
 // rollMargin is how long, beyond the roll itself, a message given back
 // may wait for a B worker: a B worker killed while it is the only one,
@@ -204,7 +210,8 @@ type roller struct {
 	// switchedAt and doneAt are when the roll began and when no worker
 	// ran A any more (zero: not yet).
 	switchedAt, doneAt time.Time
-	retired            int // workers the roll stopped to start them as B
+	retired            int       // workers the roll stopped to start them as B
+	retiredAt          time.Time // when it stopped the last one
 }
 
 // newRoller returns the roll of a run that started at start: the first
@@ -237,6 +244,9 @@ func (ro *roller) step(now time.Time, p *pool) {
 	}
 	left := -1
 	for i, w := range p.slots {
+		if w.alive && w.retiring && now.Sub(ro.retiredAt) > rollGrace {
+			p.sigkill(i) // its grace period is over, as an orchestrator's
+		}
 		if !w.alive || w.retiring {
 			return // one at a time
 		}
@@ -254,7 +264,7 @@ func (ro *roller) step(now time.Time, p *pool) {
 	}
 	ro.next = now.Add(ro.interval)
 	w := p.slots[left]
-	w.retiring = true
+	w.retiring, ro.retiredAt = true, now
 	ro.retired++
 	_ = w.cmd.Process.Signal(syscall.SIGTERM)
 }
@@ -297,6 +307,9 @@ func (r *driver) rollReport() {
 	delete(r.rep.Faults, rollGiveBackFault)
 	if ro.switched {
 		s.SwitchedAt = ro.switchedAt.Sub(r.start)
+	}
+	if ro.doneAt.IsZero() && !slices.ContainsFunc(r.workers.slots, func(w *worker) bool { return w.def != defB }) {
+		ro.doneAt = time.Now() // the last B worker started while the run settled
 	}
 	if !ro.doneAt.IsZero() {
 		s.DoneAt = ro.doneAt.Sub(r.start)

@@ -155,7 +155,7 @@ func TestRollReportRefusesAVacuousRoll(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &driver{start: start, rep: &Report{Faults: map[string]int{rollGiveBackFault: tc.giveBacks}},
-				roll: &roller{switched: true, switchedAt: start.Add(time.Second)}, workers: &pool{wc: workerConfig{MaxAttempts: 80}}}
+				roll: &roller{switched: true, switchedAt: start.Add(time.Second)}, workers: &pool{wc: workerConfig{MaxAttempts: 80}, slots: []*worker{{def: defB}, {def: defA}}}}
 			if tc.done {
 				r.roll.doneAt = start.Add(2 * time.Second)
 			}
