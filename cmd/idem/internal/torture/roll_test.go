@@ -126,7 +126,7 @@ func TestCheckerCatchesRollDeadLetter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process run of several seconds")
 	}
-	r := run(t, Options{Store: "sqlite", Duration: 9 * time.Second, Seed: 5, Roll: true, Break: BreakRollDeadLetter, Settle: 20 * time.Second})
+	r := run(t, Options{Store: "sqlite", Duration: 12 * time.Second, Seed: 5, Roll: true, Break: BreakRollDeadLetter, Settle: 20 * time.Second})
 	if r.Pass() {
 		t.Fatal("the checker passed a roll that dead-lettered what A could not serve")
 	}
