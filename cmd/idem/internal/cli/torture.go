@@ -73,7 +73,20 @@ going longer than the bound with a message waiting and none admitted
 (the workers receive in fair order, Config.FairShare; not beside a
 broker, where the engine refuses fair share). Beside a --transport the
 workers log the store's Admit and the releases of its holds instead
-(docs/flow-control.md, "Proven by torture").`,
+(docs/flow-control.md, "Proven by torture").
+
+With --roll the run is a rolling deploy: the workers start on definition
+A of the sagas; from a third of --duration every worker that starts runs
+definition B (the counter gains a state on its main path, and both sagas'
+documents go to schema version 2), and the driver replaces the A workers
+one at a time (SIGTERM, restart as B) while kills go on, so A and B serve
+the same queue side by side. An A worker that meets a saga B wrote gives
+its message back (docs/deploys.md, "Mixed fleets"); the workers'
+MaxAttempts is raised so that the retry schedule outlasts the roll. The
+checker also verifies that nothing was dead-lettered for a reason the
+deploy caused (unknown_state, unhandled_event, state_schema), that the
+roll completed, and that A workers did give messages back: a run where
+A and B never met fails as "not a rolling deploy".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if faults != "all" {
@@ -112,8 +125,9 @@ workers log the store's Admit and the releases of its holds instead
 	f.StringVar(&o.Dir, "dir", "", "directory for the history, fault log and SQLite file (default: a temporary one, removed after a pass)")
 	f.BoolVar(&o.Limits, "limits", false, "declare flow-control limits (a cap of 2 on a shared resource, 20/s burst 5, a cap of 8 per tenant; two tenants, one flooding) and check them too (on the store's own queue or beside a --transport)")
 	f.DurationVar(&o.FairnessBound, "fairness-bound", 0, "with --limits, fail if a tenant has a message waiting and no admission at all for longer than this (0: not checked)")
+	f.BoolVar(&o.Roll, "roll", false, "roll the workers from definition A of the sagas to definition B (a new state and a schema version) while the workload flows, and check that the deploy dead-lettered nothing")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
-	f.StringVar(&o.Break, "break", "", "break the engine on purpose (skip-inbox, ack-before-commit) to see the checker fail")
+	f.StringVar(&o.Break, "break", "", "break the engine on purpose (skip-inbox, ack-before-commit, no-admission with --limits, roll-dead-letter with --roll) to see the checker fail")
 	_ = f.MarkHidden("break")
 	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/examples/searchimport"
 	"github.com/idemhq/idem/internal/countersaga"
 	"github.com/idemhq/idem/internal/ids"
@@ -28,6 +29,10 @@ const (
 	InvDeadLetter    = "bad-input"        // bad input not dead-lettered with its reason
 	InvUnexpectedDLQ = "no-unexpected-dead-letter"
 	InvSchedule      = "schedule-tick" // a schedule tick lost, doubled, or fired against the schedule's policy
+	// InvDeployDeadLetter is a message dead-lettered for a reason a
+	// deploy causes (unknown_state, unhandled_event, state_schema): a
+	// replica that could not serve its saga gave up on it.
+	InvDeployDeadLetter = "no-deploy-dead-letter"
 )
 
 // Violation is one broken invariant, with the saga and messages it is
@@ -51,6 +56,10 @@ func (v Violation) String() string {
 	}
 	return b.String() + ": " + v.Detail
 }
+
+// deployReasons are the dead-letter reasons of a message whose saga the
+// replica's definition could not serve: a deploy causes them.
+var deployReasons = []string{idem.ReasonUnknownState, idem.ReasonUnhandled, idem.ReasonSchema}
 
 type journalRow struct {
 	sagaType, key, msgID, event, to string
@@ -106,12 +115,14 @@ func check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 		return nil, TickCounts{}, err
 	}
 	dead := map[string]string{}
-	if err := scanRows(ctx, db, `SELECT id, reason FROM idem_dead_letters`, func(r *sql.Rows) error {
+	deadSaga := map[string]store.Key{}
+	if err := scanRows(ctx, db, `SELECT id, reason, saga_type, key FROM idem_dead_letters`, func(r *sql.Rows) error {
 		var id, reason string
-		if err := r.Scan(&id, &reason); err != nil {
+		var k store.Key
+		if err := r.Scan(&id, &reason, &k.SagaType, &k.Key); err != nil {
 			return err
 		}
-		dead[id] = reason
+		dead[id], deadSaga[id] = reason, k
 		return nil
 	}); err != nil {
 		return nil, TickCounts{}, err
@@ -281,6 +292,11 @@ func check(ctx context.Context, hist []Record, st store.Store, db *sql.DB) ([]Vi
 	}
 	for id, reason := range dead {
 		if _, ok := badWant[id]; !ok {
+			if slices.Contains(deployReasons, reason) {
+				k := deadSaga[id]
+				add(InvDeployDeadLetter, k.SagaType, k.Key, []string{id}, "dead-lettered with reason %s: a replica could not serve its saga, and no replica that could took it in time", reason)
+				continue
+			}
 			add(InvUnexpectedDLQ, "", "", []string{id}, "dead-lettered with reason %s, but the workload sent it as valid", reason)
 		}
 	}

@@ -215,6 +215,7 @@ func (r *driver) inject(ctx context.Context, f *faultPlan, s *sender) error {
 		}
 		f.nextKill = now.Add(time.Duration(300+r.rng.IntN(1700)) * time.Millisecond)
 	}
+	r.roll.step(now, r.workers)
 	if o.has(FaultPGRestart) && isPostgres(o.Store) && o.PGRestartCmd != "" && now.After(f.nextRestart) {
 		r.logf("restarting PostgreSQL: %s", o.PGRestartCmd)
 		if err := runRestartCmd(ctx, "--pg-restart-cmd", o.PGRestartCmd); err != nil {

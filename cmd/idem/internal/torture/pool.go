@@ -21,6 +21,10 @@ type worker struct {
 	gen      int
 	alive    bool // started, exit not yet handled
 	killedBy bool // the driver sent SIGKILL
+	// def is the definition it runs (roll.go), and retiring that the
+	// rolling deploy sent it SIGTERM to start it again as B.
+	def      string
+	retiring bool
 }
 
 type exitEvent struct {
@@ -71,6 +75,12 @@ func (r *driver) workerConfig() workerConfig {
 	if o.has(FaultStall) {
 		wc.Stall = 0.002
 	}
+	if o.Roll {
+		wc.Roll, wc.MaxAttempts = true, rollMaxAttempts(o.Duration)
+		if o.Break == BreakRollDeadLetter {
+			wc.MaxAttempts = 1
+		}
+	}
 	return wc
 }
 
@@ -90,6 +100,7 @@ func (p *pool) start(slot int) error {
 	c := p.wc
 	c.Seed = p.r.o.Seed*1000 + uint64(p.gen)
 	c.FlowLog = p.r.flowLogPath(p.gen)
+	c.Def = p.r.roll.defFor(p.slots[slot])
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -100,7 +111,7 @@ func (p *pool) start(slot int) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
-	w := &worker{cmd: cmd, gen: p.gen, alive: true}
+	w := &worker{cmd: cmd, gen: p.gen, alive: true, def: c.Def}
 	p.slots[slot] = w
 	go func() {
 		_ = cmd.Wait()
@@ -124,6 +135,7 @@ func (p *pool) handleExit(ev exitEvent) error {
 		p.r.rep.Kills++
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
 		p.r.rep.Kills++ // self-inflicted; the fault log says which kind
+	case w.retiring: // the rolling deploy stopped it, to start it as B
 	case p.stopping:
 		return nil
 	default:

@@ -84,7 +84,8 @@ type Options struct {
 	// means a temporary directory, removed after a passing run.
 	Dir string
 	// Break names a deliberate breakage (BreakSkipInbox,
-	// BreakAckBeforeCommit), to show the checker fails.
+	// BreakAckBeforeCommit, BreakNoAdmission with Limits,
+	// BreakRollDeadLetter with Roll), to show the checker fails.
 	Break string
 	// Limits runs the limits mode (limits.go): the workers declare a
 	// concurrency cap of 2 on a resource two message types share, a rate
@@ -102,6 +103,13 @@ type Options struct {
 	// orders admission fairly: the workers do on the store's own queue,
 	// and it is refused with a Transport.
 	FairnessBound time.Duration
+	// Roll runs the roll mode (roll.go): a rolling deploy of the workers
+	// from definition A of the sagas to definition B, which A cannot
+	// serve, from a third of Duration to two thirds; the checker also
+	// requires that nothing was dead-lettered for a reason the deploy
+	// caused, that the roll completed, and that A workers gave messages
+	// back for sagas B wrote (the fleet really was mixed).
+	Roll bool
 	// Command returns the command that starts one worker process; the
 	// driver adds WorkerEnv to its environment.
 	Command func() *exec.Cmd
@@ -132,6 +140,8 @@ type Report struct {
 	Problems []string
 	// Flow sums up the limits of a limits run; nil otherwise.
 	Flow *FlowSummary
+	// Roll sums up the rolling deploy of a roll run; nil otherwise.
+	Roll *RollSummary
 }
 
 // Pass reports whether no invariant failed and the run did what it should.
@@ -157,6 +167,9 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.Flow != nil {
 		r.Flow.Print(w)
+	}
+	if r.Roll != nil {
+		r.Roll.Print(w)
 	}
 	fmt.Fprintf(w, "  history and fault log: %s\n", r.Dir)
 	for _, p := range r.Problems {
@@ -185,6 +198,9 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintln(w, "PASS: every message and schedule tick applied exactly once, every saga in its predicted state")
 		if r.Flow != nil {
 			fmt.Fprintln(w, "PASS: no cap or rate exceeded, no slot leaked")
+		}
+		if r.Roll != nil {
+			fmt.Fprintln(w, "PASS: rolled from definition A to B with A and B side by side, nothing dead-lettered by the deploy")
 		}
 	} else {
 		fmt.Fprintln(w, "FAIL")
@@ -220,7 +236,11 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--fairness-bound with --transport %s: beside a broker the engine admits in the broker's order (it refuses Config.FairShare), so no tenant's wait is bounded; drop --fairness-bound, or --transport to run on the store's own queue", redactURL(o.Transport))
 	case o.Break == BreakNoAdmission && !o.Limits:
 		return fmt.Errorf("breakage %s needs --limits", o.Break)
-	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit && o.Break != BreakNoAdmission:
+	case o.Break == BreakRollDeadLetter && !o.Roll:
+		return fmt.Errorf("breakage %s needs --roll", o.Break)
+	case o.Roll && o.Workers < 2:
+		return fmt.Errorf("--roll with --workers %d: a rolling deploy needs at least 2 workers, so that A and B run side by side", o.Workers)
+	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit && o.Break != BreakNoAdmission && o.Break != BreakRollDeadLetter:
 		return fmt.Errorf("unknown breakage %q", o.Break)
 	}
 	for _, f := range o.Faults {
@@ -287,6 +307,8 @@ type driver struct {
 	// faultLog is where the workers note the faults they inflict.
 	faultLog string
 	workers  *pool
+	// roll is the rolling deploy of a roll run; nil otherwise.
+	roll *roller
 	// exits are when the driver saw each worker generation exit.
 	exits   map[int]time.Time
 	closers []func() // run by close, last first
@@ -327,6 +349,9 @@ func setup(ctx context.Context, o Options) (*driver, error) {
 	}
 	if err := r.openHistory(ctx); err != nil {
 		return r, err
+	}
+	if o.Roll {
+		r.roll = newRoller(r.start, o.Duration, o.Workers)
 	}
 	r.workers = newPool(r)
 	r.deferClose(r.workers.kill)
@@ -447,6 +472,7 @@ func (r *driver) openHistory(ctx context.Context) error {
 func (r *driver) report(ctx context.Context) (*Report, error) {
 	rep := r.rep
 	r.countWorkerFaults()
+	r.rollReport()
 	if rep.Kills < r.o.MinKills {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("only %d worker kills, want at least %d (--kills): run longer", rep.Kills, r.o.MinKills))
 	}
@@ -492,6 +518,8 @@ func (r *driver) countWorkerFaults() {
 			r.rep.Faults["SIGKILL in schedule pass"]++
 		case faultKillAfterFire:
 			r.rep.Faults["SIGKILL after schedule fire"]++
+		case faultRollGiveBack:
+			r.rep.Faults[rollGiveBackFault]++
 		}
 	}
 }

@@ -85,6 +85,11 @@ type workerConfig struct {
 	// then the file of the worker's flow log.
 	Limits  bool   `json:"limits,omitempty"`
 	FlowLog string `json:"flow_log,omitempty"`
+	// Roll marks a roll run (roll.go): Def is the definition the worker
+	// runs (defA or defB), and MaxAttempts its Config.MaxAttempts.
+	Roll        bool   `json:"roll,omitempty"`
+	Def         string `json:"def,omitempty"`
+	MaxAttempts int    `json:"max_attempts,omitempty"`
 }
 
 // Fault names written to the fault log by workers and counted by the
@@ -113,6 +118,10 @@ const (
 	// the caps and the rate are exceeded.
 	BreakNoAdmission = "no-admission"
 )
+
+// workerRetryMax is the workers' Config.RetryMax: the longest a message
+// given back waits for its next delivery.
+const workerRetryMax = 500 * time.Millisecond
 
 // workerMaxBody is the workers' Config.MaxBodyBytes; the workload's
 // oversized message exceeds it.
@@ -151,8 +160,8 @@ func runWorker(ctx context.Context, c workerConfig) error {
 	}
 	wst, wtr := wrap(st, tr, f)
 	cfg := &idem.Config{
-		Logger: logger, BatchSize: 16, MaxBodyBytes: workerMaxBody,
-		RetryBase: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond,
+		Logger: rollLogger(logger, f), BatchSize: 16, MaxBodyBytes: workerMaxBody,
+		RetryBase: 20 * time.Millisecond, RetryMax: workerRetryMax, MaxAttempts: c.MaxAttempts,
 		TimerInterval: 50 * time.Millisecond, RelayInterval: 200 * time.Millisecond, RelayAge: time.Second,
 		ClaimLease: c.Lease,
 		Observe: func(o idem.Observation) {
@@ -172,7 +181,7 @@ func runWorker(ctx context.Context, c workerConfig) error {
 	if err != nil {
 		return err
 	}
-	if err := registerAll(e); err != nil {
+	if err := registerAll(e, c.Def); err != nil {
 		return err
 	}
 	return e.Run(ctx)
@@ -204,16 +213,14 @@ func retryOpen(ctx context.Context, open func() (store.Store, transport.Transpor
 	}
 }
 
-// registerAll registers the torture's sagas, the handlers that stand in
-// for downstream services, and the run's schedules on e.
-func registerAll(e *idem.Engine) error {
-	if err := e.Register(countersaga.Machine()); err != nil {
+// registerAll registers the torture's sagas (of definition def), the
+// handlers that stand in for downstream services, and the run's
+// schedules on e.
+func registerAll(e *idem.Engine, def string) error {
+	if err := registerMachines(e, def); err != nil {
 		return err
 	}
 	if err := registerSchedules(e, runSchedules); err != nil {
-		return err
-	}
-	if err := e.Register(searchimport.New(searchimport.Config{UploadTimeout: uploadTimeout}).Machine); err != nil {
 		return err
 	}
 	// The consumer of the counter's events: its inbox records each one.
