@@ -289,6 +289,9 @@ func (c *Config) withDefaults() (Config, error) {
 	default:
 		return out, fmt.Errorf("idem: Config.DeployCheck is %q: use %q, %q or leave it empty (off)", out.DeployCheck, DeployCheckWarn, DeployCheckRefuse)
 	}
+	if out.DeployCheckSample > 0 && out.DeployCheck == DeployCheckOff {
+		return out, fmt.Errorf("idem: Config.DeployCheckSample is %d but Config.DeployCheck is off, so nothing would be sampled: set DeployCheck to %q or %q, or DeployCheckSample to 0", out.DeployCheckSample, DeployCheckWarn, DeployCheckRefuse)
+	}
 	if out.DeployCheckSample < 0 {
 		return out, fmt.Errorf("idem: Config.DeployCheckSample is %d: use 0 to decode no live state document at start, or how many to decode per saga type", out.DeployCheckSample)
 	}

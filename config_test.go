@@ -43,3 +43,24 @@ func TestConfigNamesFirstBadField(t *testing.T) {
 		}
 	}
 }
+
+// A deploy check setting that would do nothing, or is out of range, stops
+// NewEngine with a message naming the field and what to set.
+func TestConfigRefusesBadDeployCheck(t *testing.T) {
+	for _, c := range []struct {
+		cfg  idem.Config
+		want string
+	}{
+		{idem.Config{DeployCheck: "strict"}, `Config.DeployCheck is "strict"`},
+		{idem.Config{DeployCheckSample: 10}, "Config.DeployCheck is off, so nothing would be sampled"},
+		{idem.Config{DeployCheck: idem.DeployCheckWarn, DeployCheckSample: -1}, "Config.DeployCheckSample is -1"},
+	} {
+		_, err := idem.NewEngine(memstore.New(nil), memtransport.New(nil), &c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want an error containing %q", c.cfg, err, c.want)
+		}
+	}
+	if _, err := idem.NewEngine(memstore.New(nil), memtransport.New(nil), &idem.Config{DeployCheck: idem.DeployCheckRefuse, DeployCheckSample: 5}); err != nil {
+		t.Errorf("a good deploy check setting refused: %v", err)
+	}
+}

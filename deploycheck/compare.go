@@ -22,11 +22,15 @@ type machine struct {
 	upgrades map[int]bool
 	moves    map[string]saga.State // declared state migrations: old state to new
 	renamed  map[string]string     // declared message renames: old type to new
+	requests map[string]bool       // the timer names of the declared requests
 }
 
 func index(d saga.Description) *machine {
 	m := &machine{d: d, fp: d.Fingerprint(), states: map[saga.State]saga.StateDescription{}, events: map[string]saga.EventDescription{},
-		attrs: map[string]bool{}, upgrades: map[int]bool{}, moves: map[string]saga.State{}, renamed: map[string]string{}}
+		attrs: map[string]bool{}, upgrades: map[int]bool{}, moves: map[string]saga.State{}, renamed: map[string]string{}, requests: map[string]bool{}}
+	for _, r := range d.Requests {
+		m.requests[r.Timer] = true
+	}
 	for _, mg := range d.Migrations {
 		switch mg.Kind {
 		case saga.MigrateStateKind:
@@ -187,6 +191,12 @@ func (c *comparison) timers() {
 		if !ok {
 			continue // the sagas are reported as saga-type-removed
 		}
+		if strings.HasPrefix(t.Name, saga.RequestTimerPrefix) && !m.requests[t.Name] {
+			c.hazard(Hazard{Kind: TimerOrphaned, SagaType: t.SagaType, State: t.State, Event: t.Name, Count: t.Count,
+				Detail: fmt.Sprintf("%d pending request(s) %q, which the new machine no longer declares: their responses, faults and timeouts would all be ignored as stale, and the sagas wait for ever", t.Count, strings.TrimPrefix(t.Name, saga.RequestTimerPrefix)),
+				Fix:    "keep the request under its old name until these requests are answered or time out"})
+			continue
+		}
 		if !m.consumes(t.EventType) {
 			c.hazard(Hazard{Kind: TimerOrphaned, SagaType: t.SagaType, State: t.State, Event: t.EventType, Count: t.Count,
 				Detail: fmt.Sprintf("%d pending timer(s) named %q fire %q, which the new machine does not consume", t.Count, t.Name, t.EventType),
@@ -325,17 +335,20 @@ func (c *comparison) mixed(typ, fp string, ids []string) {
 		c.hazard(h)
 		return
 	}
-	var unknown []string
-	for _, s := range m.d.States {
-		if !old.hasState(string(s.Name)) {
-			unknown = append(unknown, string(s.Name))
-		}
-	}
+	unknown, removed, newTypes := fleetGaps(old, m)
 	h.Detail = fmt.Sprintf("%d live replica(s) (%s) run the previous definition %s of %q", len(ids), strings.Join(ids, ", "), fp, typ)
 	switch {
 	case len(unknown) > 0:
-		h.Detail += fmt.Sprintf("; they do not know the new state(s) %s, so a saga the new build moves there fails on them", strings.Join(unknown, ", "))
+		h.Detail += fmt.Sprintf("; they do not know the new state(s) %s, so a saga the new build moves there waits for a new replica (given back), and is dead-lettered if the rollout outlasts the retries", strings.Join(unknown, ", "))
 		h.Fix = "roll out in two steps: first a build that declares the new states without entering them, then the one that enters them"
+		c.hazard(h)
+	case len(removed) > 0:
+		h.Detail += fmt.Sprintf("; they can still move sagas into state(s) %s, which the new build neither declares nor migrates", strings.Join(removed, ", "))
+		h.Fix = "roll out in two steps: first a build that stops entering those states, then the one that removes them (or declare MigrateState for them)"
+		c.hazard(h)
+	case len(newTypes) > 0:
+		h.Detail += fmt.Sprintf("; they do not consume the new message type(s) %s, and dead-letter one they receive as unknown_type", strings.Join(newTypes, ", "))
+		h.Fix = "roll out in two steps: first a build that consumes the new types (handles or ignores them), then the one that sends or schedules them"
 		c.hazard(h)
 	case m.d.SchemaVersion > old.d.SchemaVersion:
 		h.Detail += fmt.Sprintf("; they read schema version %d, and the new build writes %d", old.d.SchemaVersion, m.d.SchemaVersion)
@@ -346,6 +359,35 @@ func (c *comparison) mixed(typ, fp string, ids []string) {
 		h.Fix = "none needed: finish the rollout"
 		c.r.Notices = append(c.r.Notices, h)
 	}
+}
+
+// fleetGaps compares an old definition that live replicas run with the
+// new one: the states the new one has that the old does not know, the
+// states the old can enter that the new neither declares nor migrates,
+// and the message types the new one consumes that the old does not.
+func fleetGaps(old, m *machine) (unknown, removed, newTypes []string) {
+	for _, s := range m.d.States {
+		if !old.hasState(string(s.Name)) {
+			unknown = append(unknown, string(s.Name))
+		}
+	}
+	for _, s := range old.d.States {
+		if !m.hasState(string(s.Name)) && enters(old.d, s.Name) {
+			removed = append(removed, string(s.Name))
+		}
+	}
+	for ev := range m.events {
+		if !old.consumes(ev) {
+			newTypes = append(newTypes, ev)
+		}
+	}
+	slices.Sort(newTypes)
+	return unknown, removed, newTypes
+}
+
+// enters reports whether a transition of d leads to s.
+func enters(d saga.Description, s saga.State) bool {
+	return slices.ContainsFunc(d.Transitions, func(t saga.Transition) bool { return t.To == s && t.From != s })
 }
 
 // recorded returns the recorded definition fp of typ, or nil.

@@ -337,6 +337,9 @@ func Deploy(t *testing.T, q store.Queue) {
 		for _, e := range j {
 			if e.EventType == saga.MigrationEvent {
 				moves = append(moves, e.FromState+">"+e.ToState)
+				if len(e.State) == 0 { // the history computes the next step's change from it
+					t.Errorf("the migration's journal entry carries no state document")
+				}
 			}
 		}
 		if fmt.Sprint(moves) != "[Packing>Shipped]" {
