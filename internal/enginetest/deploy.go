@@ -52,9 +52,10 @@ type deployDef struct {
 	unhandledIgnore bool
 	// review puts a new state, Review, between payment and packing.
 	review bool
-	// migrate, with noPacking, declares the migrations that serve what
-	// removing Packing left: its sagas are Shipped, and DeployPacked
-	// messages are DeployPaid.
+	// migrate declares the migrations that serve what the other fields
+	// removed: with noPacking, Packing's sagas are Shipped and DeployPacked
+	// messages are DeployPaid; with noOverdue, the pending overdue timers
+	// fire DeployPaid.
 	migrate bool
 }
 
@@ -103,6 +104,9 @@ func deployMachine(d deployDef) *saga.Machine[deployOrder] {
 	}
 	inAwaiting := []saga.Behavior[deployOrder]{saga.Ignore(placed), saga.When(paid).TransitionTo(afterPaid), saga.Ignore(packed)}
 	inPacking := []saga.Behavior[deployOrder]{saga.Ignore(placed), saga.Ignore(paid), saga.When(packed).TransitionTo(done)}
+	if d.noOverdue && d.migrate { // the pending overdue timers now fire a payment
+		m.RenameMessage(saga.MessageType(DeployOverdue{}), saga.MessageType(DeployPaid{}))
+	}
 	if !d.noOverdue {
 		overdue := saga.NewEvent[DeployOverdue](m, func(e DeployOverdue) string { return e.ID })
 		if d.overdueMoved {
@@ -247,6 +251,7 @@ func Deploy(t *testing.T, q store.Queue) {
 			"event-refused deploy-order AwaitingPayment " + overdue + " 3"}},
 		{"a timer's event removed", deployDef{noOverdue: true}, []string{
 			"timer-orphaned deploy-order AwaitingPayment " + overdue + " 3", "timer-orphaned deploy-order Packing " + overdue + " 2"}},
+		{"a timer's event removed, retargeted by a rename", deployDef{noOverdue: true, migrate: true}, nil},
 		{"a gap in the upgrades", deployDef{upgrades: []int{1, 3}}, []string{
 			"schema-no-upgrade deploy-order AwaitingPayment  3", "schema-no-upgrade deploy-order Packing  2"}},
 		{"a rollback past a schema change", deployDef{upgrades: []int{}}, []string{
