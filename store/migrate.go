@@ -20,8 +20,15 @@ type StateMigrator interface {
 	// in p.From, so calling it until it returns 0 migrates them all, and a
 	// call cut short (a crash) moved all of its batch or none. The version
 	// bump makes a unit of work that loaded a moved saga before fail its
-	// commit with ErrConflict. Params that fail Validate are refused with
-	// an error wrapping ErrRejected, and nothing moves.
+	// commit with ErrConflict. It changes nothing else: data, schema
+	// version, timers and FinishedAt stay as they are, so moving live
+	// sagas into a final state leaves them unfinished (idem deploy migrate
+	// leaves such a migration to the lazy path, which finishes them). A
+	// call may move fewer than p.Limit while more remain (PostgreSQL skips
+	// the sagas a concurrent commit moved out of p.From after it chose
+	// them), so a caller that must empty p.From checks CountState after a
+	// call that moved 0. Params that fail Validate are refused with an
+	// error wrapping ErrRejected, and nothing moves.
 	MigrateStates(ctx context.Context, p *MigrateStatesParams) (int, error)
 	// CountState counts the sagas of sagaType stored in state, live or
 	// finished: what MigrateStates would move from it. A type or state

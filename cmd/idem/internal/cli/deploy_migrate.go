@@ -195,25 +195,48 @@ func (f *deployMigrateFlags) apply(ctx context.Context, stderr io.Writer, sm sto
 		if m.final {
 			continue
 		}
-		p := &store.MigrateStatesParams{SagaType: m.SagaType, From: m.From, To: m.To, Limit: f.batch, EventType: saga.MigrationEvent, Actor: migrateActor}
-		for {
-			p.At = time.Now().UTC()
-			n, err := sm.MigrateStates(ctx, p)
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				break
-			}
-			m.moved += int64(n)
+		err := migrateAll(ctx, sm, m, f.batch, func(n int) {
 			done += int64(n)
 			if bar != nil {
 				bar.Set(int(min(done, total)))
 			}
+		})
+		if err != nil {
+			return err
 		}
 	}
 	if bar != nil {
 		bar.Finish()
+	}
+	return nil
+}
+
+// maxEmptyBatches is how many calls in a row may move none while the store
+// still counts sagas in the old state (engines moved the chosen ones
+// meanwhile) before migrateAll stops.
+const maxEmptyBatches = 3
+
+// migrateAll moves m's sagas in batches of batch until none is left in
+// m.From, calling moved after each batch.
+func migrateAll(ctx context.Context, sm store.StateMigrator, m *stateMove, batch int, moved func(int)) error {
+	p := &store.MigrateStatesParams{SagaType: m.SagaType, From: m.From, To: m.To, Limit: batch, EventType: saga.MigrationEvent, Actor: migrateActor}
+	for empty := 0; empty < maxEmptyBatches; {
+		p.At = time.Now().UTC()
+		n, err := sm.MigrateStates(ctx, p)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			empty = 0
+			m.moved += int64(n)
+			moved(n)
+			continue
+		}
+		left, err := sm.CountState(ctx, m.SagaType, m.From)
+		if err != nil || left == 0 {
+			return err
+		}
+		empty++
 	}
 	return nil
 }
