@@ -68,7 +68,7 @@ func MigrationMessageID(from, to string) string { return "idem.migrate/" + from 
 
 // Validate reports the first param a store must refuse, with an error
 // wrapping ErrRejected: a non-positive Limit, an empty SagaType, From, To
-// or EventType, From equal to To, or a string that is not valid UTF-8 or
+// or EventType, From equal to To, a zero At, or a string that is not valid UTF-8 or
 // holds U+0000 (no SQL store keeps one as a saga type or state).
 func (p *MigrateStatesParams) Validate() error {
 	switch {
@@ -78,6 +78,8 @@ func (p *MigrateStatesParams) Validate() error {
 		return fmt.Errorf("migrate states: SagaType, From, To and EventType must not be empty: %w", ErrRejected)
 	case p.From == p.To:
 		return fmt.Errorf("migrate states: From and To are both %q: %w", p.From, ErrRejected)
+	case p.At.IsZero():
+		return fmt.Errorf("migrate states: At is zero: give the time of the migration: %w", ErrRejected)
 	}
 	for _, f := range [...]struct{ name, v string }{{"SagaType", p.SagaType}, {"From", p.From}, {"To", p.To}, {"EventType", p.EventType}, {"Actor", p.Actor}} {
 		if !StorableText(f.v) {

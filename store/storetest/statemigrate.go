@@ -163,8 +163,8 @@ func testMigrateStatesConflicts(t *testing.T, s store.Store, m store.StateMigrat
 	checkMigrated(t, s, "o-1", t0)
 }
 
-// Hostile strings: params with U+0000 or invalid UTF-8 are refused with
-// ErrRejected and move nothing, CountState of them counts 0, and a state
+// Hostile strings: params with U+0000 or invalid UTF-8 (or no Limit, the
+// same From and To, no At) are refused with ErrRejected and move nothing, CountState of them counts 0, and a state
 // with markup and bidi marks moves like any other.
 func testMigrateStatesHostile(t *testing.T, s store.Store, m store.StateMigrator) {
 	t0 := now()
@@ -177,6 +177,7 @@ func testMigrateStatesHostile(t *testing.T, s store.Store, m store.StateMigrator
 		migrateParams("order", "\xff", "Shipped", 10, t0),
 		migrateParams("order", odd, "Shipped", 0, t0),
 		migrateParams("order", odd, odd, 10, t0),
+		migrateParams("order", odd, "Shipped", 10, time.Time{}),
 	} {
 		if n, err := m.MigrateStates(t.Context(), p); !errors.Is(err, store.ErrRejected) || n != 0 {
 			t.Errorf("MigrateStates %q %q>%q limit %d: got %d, %v; want 0 and ErrRejected", p.SagaType, p.From, p.To, p.Limit, n, err)
