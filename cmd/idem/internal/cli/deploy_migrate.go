@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -111,7 +112,10 @@ func runDeployMigrate(cmd *cobra.Command, f *deployMigrateFlags) error {
 	if renames > 0 {
 		fmt.Fprintf(out, "%d message rename(s) (RenameMessage) need no eager pass: each applies as its message is decoded.\n", renames)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrRejected):
+		return usageErrorf("deploy migrate: %v: correct the migration in the machine's declaration or the --definitions file", err)
+	case err != nil:
 		return failed(fmt.Errorf("deploy migrate: %w (what was moved stays moved: run again to continue)", err))
 	}
 	return nil
@@ -192,7 +196,7 @@ func (f *deployMigrateFlags) apply(ctx context.Context, stderr io.Writer, sm sto
 	bar := newProgressOf(f.progress && total > 0, stderr, stderr, int(total), "idem deploy migrate", "sagas migrated")
 	var done int64
 	for _, m := range moves {
-		if m.final {
+		if m.final || m.count == 0 {
 			continue
 		}
 		err := migrateAll(ctx, sm, m, f.batch, func(n int) {

@@ -86,8 +86,9 @@ func TestDeployMigrate(t *testing.T) {
 	}
 }
 
-// Bad flags stop with exit 2 and say what to change; this binary's
-// machines declare no state migration, so a run moves nothing.
+// Bad flags, and a migration into a state no store keeps, stop with exit
+// 2 and say what to change; this binary's machines declare no state
+// migration, so a run moves nothing.
 func TestDeployMigrateUsage(t *testing.T) {
 	t.Parallel()
 	url, _ := seedOrders(t)
@@ -103,7 +104,14 @@ func TestDeployMigrateUsage(t *testing.T) {
 			t.Errorf("deploy migrate %q: exit %d, stderr %s; want exit 2 and %q", c.args, code, errOut, c.want)
 		}
 	}
-	code, out, errOut := run(t, "deploy", "migrate", "--store", url)
+	d := orders.OrderMachine().Describe()
+	d.Migrations = []saga.MigrationDescription{{Kind: saga.MigrateStateKind, From: "AwaitingPayment", To: "Bad\x00<script>"}}
+	defs := writeDefinitions(t, d)
+	code, out, errOut := run(t, "deploy", "migrate", "--store", url, "--definitions", defs)
+	if code != 2 || !strings.Contains(errOut, `To "Bad\x00<script>" is not valid UTF-8 or holds U+0000`) {
+		t.Errorf("deploy migrate to a state holding U+0000: exit %d\nstdout: %s\nstderr: %s\nwant exit 2 naming the state", code, out, errOut)
+	}
+	code, out, errOut = run(t, "deploy", "migrate", "--store", url)
 	if code != 0 || !strings.Contains(out, "no state migration (MigrateState) declared") {
 		t.Errorf("deploy migrate with this binary's machines: exit %d\nstdout: %s\nstderr: %s\nwant exit 0, nothing to move", code, out, errOut)
 	}
