@@ -72,7 +72,8 @@ they apply to each message as it is decoded.
 
 Exit status: 0 done (or nothing to do), 1 the store failed (what was
 moved stays moved; run again to continue), 2 a usage error (bad flags, bad
---definitions input, an unknown --saga-type, a store that cannot migrate).
+--definitions input, an unknown --saga-type, a migration the store refuses,
+a store that cannot migrate).
 ` + storeHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDeployMigrate(cmd, &f) },
