@@ -27,8 +27,10 @@ type StateMigrator interface {
 	// call may move fewer than p.Limit while more remain (PostgreSQL skips
 	// the sagas a concurrent commit moved out of p.From after it chose
 	// them), so a caller that must empty p.From checks CountState after a
-	// call that moved 0. Params that fail Validate are refused with an
-	// error wrapping ErrRejected, and nothing moves.
+	// call that moved 0. A call that fails with an error wrapping
+	// ErrConflict (a deadlock with a concurrent commit on PostgreSQL)
+	// moved nothing and may be made again. Params that fail Validate are
+	// refused with an error wrapping ErrRejected, and nothing moves.
 	MigrateStates(ctx context.Context, p *MigrateStatesParams) (int, error)
 	// CountState counts the sagas of sagaType stored in state, live or
 	// finished: what MigrateStates would move from it. A type or state

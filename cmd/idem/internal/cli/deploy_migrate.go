@@ -218,19 +218,25 @@ func (f *deployMigrateFlags) apply(ctx context.Context, stderr io.Writer, sm sto
 
 // maxEmptyBatches is how many calls in a row may move none while the store
 // still counts sagas in the old state (engines moved the chosen ones
-// meanwhile) before migrateAll stops.
+// meanwhile) before migrateAll stops, and how many in a row may conflict
+// with the engines' commits before it fails.
 const maxEmptyBatches = 3
 
 // migrateAll moves m's sagas in batches of batch until none is left in
 // m.From, calling moved after each batch.
 func migrateAll(ctx context.Context, sm store.StateMigrator, m *stateMove, batch int, moved func(int)) error {
 	p := &store.MigrateStatesParams{SagaType: m.SagaType, From: m.From, To: m.To, Limit: batch, EventType: saga.MigrationEvent, Actor: migrateActor}
-	for empty := 0; empty < maxEmptyBatches; {
+	for empty, conflicts := 0, 0; empty < maxEmptyBatches; {
 		p.At = time.Now().UTC()
 		n, err := sm.MigrateStates(ctx, p)
+		if errors.Is(err, store.ErrConflict) && conflicts < maxEmptyBatches {
+			conflicts++ // the batch moved nothing: try it again
+			continue
+		}
 		if err != nil {
 			return err
 		}
+		conflicts = 0
 		if n > 0 {
 			empty = 0
 			m.moved += int64(n)
