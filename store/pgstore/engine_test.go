@@ -165,3 +165,9 @@ func TestEngineDeployMixedFleet(t *testing.T) {
 	t.Parallel()
 	enginetest.DeployMixedFleet(t, openStore(t, pgstore.Config{Lease: 5 * time.Second, PollInterval: 20 * time.Millisecond}))
 }
+
+// The eager pass racing the new build's engine migrates each saga once.
+func TestEagerMigrationRacesTheEngine(t *testing.T) {
+	t.Parallel()
+	enginetest.EagerMigration(t, openStore(t, pgstore.Config{Lease: 5 * time.Second, PollInterval: 5 * time.Millisecond}))
+}

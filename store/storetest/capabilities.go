@@ -67,6 +67,7 @@ func capabilities() []capability {
 		{"ReplicaCounter", []iface{replicaCounter, replicaRegistry}, replicaCounterCases},
 		{"Flow", []iface{limiterIface}, flowCases},
 		{"Definitions", []iface{definitionStore, replicaRegistry}, definitionCases},
+		{"StateMigrator", []iface{stateMigrator}, stateMigratorCases},
 	}
 }
 

@@ -24,16 +24,17 @@ const exitHazard = 3
 // maxDefinitionsBytes bounds the --definitions input.
 const maxDefinitionsBytes = 64 << 20
 
-// newDeploy is `idem deploy` and its subcommand check.
+// newDeploy is `idem deploy` and its subcommands check and migrate.
 func newDeploy() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "deploy",
-		Short: "Check before a rollout whether a new build's saga machines can serve what the store holds",
+		Short: "Check before a rollout whether a new build's saga machines can serve what the store holds, and migrate what they declare",
 		Long: `Compare a new build's saga machines with the live sagas, pending timers,
 queued and outbox messages, attributes and running replicas a store holds,
-before the build is rolled out (docs/deploys.md).`,
+before the build is rolled out, and apply the state migrations the build
+declares to every stored saga at once (docs/deploys.md).`,
 	}
-	cmd.AddCommand(newDeployCheck())
+	cmd.AddCommand(newDeployCheck(), newDeployMigrate())
 	return cmd
 }
 
