@@ -171,7 +171,6 @@ func (r *deployRig) engine(d deployDef, cfg *idem.Config) (*idem.Engine, error) 
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.TimerInterval = 20 * time.Millisecond
-	cfg.HeartbeatInterval = 50 * time.Millisecond
 	e, err := idem.NewEngine(r.st, r.st, cfg)
 	if err != nil {
 		return nil, err
