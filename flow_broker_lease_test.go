@@ -134,7 +134,11 @@ func TestSlowLeaseRenewalStillExtendsHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	tr := &slowExtend{memtransport.New(&memtransport.Config{Lease: 300 * time.Millisecond})}
+	// A lease of 1 s: holds are extended every third of it, so a hold
+	// whose extension is late by a third of a lease lapses. Shorter leases
+	// made that margin a scheduling delay under -race on a loaded machine
+	// (CI saw 2 calls at once with 300 ms, the fix in place).
+	tr := &slowExtend{memtransport.New(&memtransport.Config{Lease: time.Second})}
 	var mu sync.Mutex
 	now, most := 0, 0
 	done := make(chan string, 2)
@@ -145,7 +149,7 @@ func TestSlowLeaseRenewalStillExtendsHolds(t *testing.T) {
 			now++
 			most = max(most, now)
 			mu.Unlock()
-			time.Sleep(1500 * time.Millisecond) // the call, five leases long
+			time.Sleep(3 * time.Second) // the call, three leases long
 			mu.Lock()
 			now--
 			mu.Unlock()

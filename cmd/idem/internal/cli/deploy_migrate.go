@@ -68,7 +68,8 @@ graph --format json prints (the "migrations" of kind "state").
 --saga-type T applies only T's. A migration into a final state is left to
 the lazy path (the saga's next message finishes it, cancelling its timers),
 and is listed as such. Message renames (RenameMessage) need no eager pass:
-they apply to each message as it is decoded.
+they apply to each message as it is decoded. --progress (on by default)
+shows a progress bar on stderr while the sagas move.
 
 Exit status: 0 done (or nothing to do), 1 the store failed (what was
 moved stays moved; run again to continue), 2 a usage error (bad flags, bad
