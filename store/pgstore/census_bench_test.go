@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +28,7 @@ import (
 // alone; IDEM_BENCH_EXPLAIN=1 also logs each query's EXPLAIN ANALYZE.
 // docs/benchmarks.md, "Deploy check".
 func BenchmarkDeployCheck(b *testing.B) {
-	n := benchSagas(b)
+	n := storetest.BenchSagas(b)
 	ctx := context.Background()
 	s := openCensusBench(b)
 	filled := time.Now()
@@ -48,30 +46,8 @@ func BenchmarkDeployCheck(b *testing.B) {
 		storetest.CheckCensusReport(b, r, n)
 	}
 	storetest.ReportChecks(b, took, n)
-	for _, q := range sqlq.CensusQueries(censusDialect) {
-		started := time.Now()
-		if _, err := s.pool.Exec(ctx, q.SQL); err != nil {
-			b.Fatalf("census query %s: %v", q.What, err)
-		}
-		d := time.Since(started)
-		b.ReportMetric(d.Seconds(), q.What+"-s")
-		if os.Getenv("IDEM_BENCH_EXPLAIN") == "1" {
-			b.Logf("census query %s (%s):\n%s", q.What, d.Round(time.Millisecond), explainCensus(ctx, b, s, q.SQL))
-		}
-	}
-}
-
-// benchSagas is IDEM_BENCH_SAGAS, or 10,000.
-func benchSagas(b *testing.B) int {
-	v := os.Getenv("IDEM_BENCH_SAGAS")
-	if v == "" {
-		return 10_000
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		b.Fatalf("IDEM_BENCH_SAGAS=%q: want a positive number of sagas, such as 1000000", v)
-	}
-	return n
+	storetest.TimeCensusQueries(b, sqlq.CensusQueries(censusDialect), func(sql string) error { _, err := s.pool.Exec(ctx, sql); return err },
+		func(sql string) string { return explainCensus(ctx, b, s, sql) })
 }
 
 // openCensusBench opens a store on a schema of its own, dropped when the

@@ -1,11 +1,14 @@
 package storetest
 
 import (
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/idemhq/idem/deploycheck"
+	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/saga"
 )
 
@@ -75,4 +78,35 @@ func ReportChecks(b *testing.B, took []time.Duration, n int) {
 	b.ReportMetric(took[len(took)-1].Seconds(), "max-s/check")
 	b.ReportMetric(float64(n), "sagas")
 	b.Logf("checks of %d sagas took %v", n, took)
+}
+
+// BenchSagas is IDEM_BENCH_SAGAS, or 10,000: how many live sagas a census
+// benchmark fills.
+func BenchSagas(b *testing.B) int {
+	v := os.Getenv("IDEM_BENCH_SAGAS")
+	if v == "" {
+		return 10_000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("IDEM_BENCH_SAGAS=%q: want a positive number of sagas, such as 1000000", v)
+	}
+	return n
+}
+
+// TimeCensusQueries runs each of the census's queries alone with run and
+// reports its time; with IDEM_BENCH_EXPLAIN=1 it also logs explain's plan
+// of each.
+func TimeCensusQueries(b *testing.B, qs []sqlq.CensusQuery, run func(sql string) error, explain func(sql string) string) {
+	for _, q := range qs {
+		started := time.Now()
+		if err := run(q.SQL); err != nil {
+			b.Fatalf("census query %s: %v", q.What, err)
+		}
+		d := time.Since(started)
+		b.ReportMetric(d.Seconds(), q.What+"-s")
+		if os.Getenv("IDEM_BENCH_EXPLAIN") == "1" {
+			b.Logf("census query %s (%s):\n%s", q.What, d.Round(time.Millisecond), explain(q.SQL))
+		}
+	}
 }
