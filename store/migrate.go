@@ -16,20 +16,19 @@ type StateMigrator interface {
 	// MigrateStates moves up to p.Limit sagas of type p.SagaType stored in
 	// state p.From, live or finished, to state p.To, in one transaction:
 	// each gets version+1 and UpdatedAt p.At, and a journal entry
-	// (MigrationEntry). It returns how many it moved; 0 when none is left
-	// in p.From, so calling it until it returns 0 migrates them all, and a
-	// call cut short (a crash) moved all of its batch or none. The version
+	// (MigrationEntry). It returns how many it moved, and a call cut short
+	// (a crash) moved all of its batch or none. The version
 	// bump makes a unit of work that loaded a moved saga before fail its
 	// commit with ErrConflict. It changes nothing else: data, schema
 	// version, timers and FinishedAt stay as they are, so moving live
 	// sagas into a final state leaves them unfinished (idem deploy migrate
 	// leaves such a migration to the lazy path, which finishes them). A
-	// call may move fewer than p.Limit while more remain (PostgreSQL skips
-	// the sagas a concurrent commit moved out of p.From after it chose
-	// them), so a caller that must empty p.From checks CountState after a
-	// call that moved 0. A call that fails with an error wrapping
-	// ErrConflict (a deadlock with a concurrent commit on PostgreSQL)
-	// moved nothing and may be made again. Params that fail Validate are
+	// call may move fewer than p.Limit while more remain, even 0
+	// (PostgreSQL skips the sagas a unit of work in flight holds, rather
+	// than wait for it and risk a deadlock), so a caller that must empty
+	// p.From checks CountState after a call that moved 0. A call that
+	// fails with an error wrapping ErrConflict (a busy store) moved nothing
+	// and may be made again. Params that fail Validate are
 	// refused with an error wrapping ErrRejected, and nothing moves.
 	MigrateStates(ctx context.Context, p *MigrateStatesParams) (int, error)
 	// CountState counts the sagas of sagaType stored in state, live or

@@ -13,7 +13,10 @@ var _ store.StateMigrator = (*Store)(nil)
 
 // migrateStatesSQL moves up to $5 sagas of type $1 in state $2 to state
 // $3 at $4, the first by key, locking them so that a unit of work that
-// commits meanwhile waits and then fails its version check. It returns
+// commits meanwhile waits and then fails its version check. It skips the
+// sagas a unit of work in flight holds: waiting for them, in key order
+// while a unit of work locks its batch in another, deadlocked both (and
+// that unit of work loads, and so migrates, its sagas anyway). It returns
 // each moved saga's key, new version and stored document.
 const migrateStatesSQL = `
 WITH batch AS (
@@ -21,7 +24,7 @@ WITH batch AS (
   WHERE saga_type COLLATE "C" = $1 AND state COLLATE "C" = $2
   ORDER BY key COLLATE "C"
   LIMIT $5
-  FOR UPDATE
+  FOR UPDATE SKIP LOCKED
 )
 UPDATE idem_instances i
 SET state = $3, version = i.version + 1, updated_at = $4
