@@ -745,7 +745,7 @@ a named ID does not exist (the others are still replayed).
 	}
 	cmd.Flags().BoolVar(&sel.all, "all", false, "replay every dead letter the filters select")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the dead letters that would be replayed and their count; change nothing")
-	cmd.Flags().StringVar(&trSpec, "transport", os.Getenv("IDEM_TRANSPORT"), "publish onto this broker instead of the store's queue: nats://host:4222, amqp://user:pass@host:5672/vhost or redis://user:pass@host:6379/0 (default from IDEM_TRANSPORT)")
+	cmd.Flags().StringVar(&trSpec, "transport", os.Getenv("IDEM_TRANSPORT"), "publish onto this broker instead of the store's queue: "+brokerExamples()+" (default from IDEM_TRANSPORT)")
 	cmd.Flags().StringVar(&trNamespace, "namespace", "", "with --transport: the engines' JetStream stream (default IDEM) or RabbitMQ namespace (default idem)")
 	cmd.Flags().IntVar(&trPartitions, "partitions", 0, "with a RabbitMQ or Redis --transport: the engines' partition count (default 16); a different count is refused")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only dead letters with this reason (selects in bulk without IDs)")

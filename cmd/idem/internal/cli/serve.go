@@ -95,7 +95,7 @@ the HTTP server, then lets the engine finish the batch in flight.`,
 	}
 	o.store.register(cmd)
 	cmd.Flags().StringVar(&o.transport, "transport", os.Getenv("IDEM_TRANSPORT"),
-		"message transport: empty for the store's own queue, nats://host:4222, "+transportEmbedded+", amqp://user:pass@host:5672/vhost (comma-separate a cluster's URLs) or redis://user:pass@host:6379/0 (default from IDEM_TRANSPORT)")
+		"message transport: empty for the store's own queue, or "+brokerExamples(transportEmbedded)+" (comma-separate a cluster's URLs; default from IDEM_TRANSPORT)")
 	cmd.Flags().IntVar(&o.natsReplicas, "nats-replicas", envInt("IDEM_NATS_REPLICAS", 1),
 		"NATS only: replicas of the JetStream stream (3 on a three-node cluster): created so, and start-up is refused when the stream has fewer (default from IDEM_NATS_REPLICAS)")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", "idem-data", "directory for an embedded broker's files (--transport "+transportEmbedded+")")

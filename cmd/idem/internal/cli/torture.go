@@ -113,7 +113,7 @@ A and B never met fails as "not a rolling deploy".`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Store, "store", "sqlite", "sqlite or a postgres:// URL")
-	f.StringVar(&o.Transport, "transport", "", "a broker: nats-embedded, nats://host:4222, amqp://user:pass@host:5672/vhost or redis://user:pass@host:6379/0 (empty: the store's own queue)")
+	f.StringVar(&o.Transport, "transport", "", "a broker: "+brokerExamples(transportEmbedded)+" (empty: the store's own queue)")
 	f.DurationVar(&o.Duration, "duration", 60*time.Second, "how long to send work and inject faults")
 	f.DurationVar(&o.Settle, "settle", 3*time.Minute, "how long to wait, afterwards, for everything in flight to finish")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the workload and the fault schedule (process scheduling still varies)")

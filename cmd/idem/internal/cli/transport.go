@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/torture"
@@ -18,44 +17,27 @@ import (
 	"github.com/idemhq/idem/transport/rabbitmq"
 )
 
-// Transport specs accepted by --transport (and IDEM_TRANSPORT):
-//
-//	""                 none: the store is also the queue (SQLite, PostgreSQL)
-//	"nats://host:4222" an external NATS JetStream server; comma-separate the
-//	                   URLs of a cluster ("nats://a:4222,nats://b:4222")
-//	"nats-embedded"    nats-server started in this process, JetStream files
-//	                   under <data dir>/nats, fsync before every ack
-//	"amqp://user:pass@host:5672/vhost"
-//	                   RabbitMQ (amqps:// for TLS); comma-separate the URLs
-//	                   of a cluster's nodes
-//	"redis://user:pass@host:6379/0"
-//	                   Redis Streams (rediss:// for TLS)
+// transportEmbedded is the --transport spec (and IDEM_TRANSPORT) of a
+// nats-server started in this process. The other specs are the URLs of the
+// brokers in brokers; the empty spec is none: the store is also the queue
+// (SQLite, PostgreSQL).
 const transportEmbedded = "nats-embedded"
-
-// isAMQP reports whether spec names RabbitMQ.
-func isAMQP(spec string) bool {
-	return strings.HasPrefix(spec, "amqp://") || strings.HasPrefix(spec, "amqps://")
-}
 
 // natsServer returns the NATS URL of a transport spec, starting an embedded
 // server under dataDir for "nats-embedded". stop shuts down what was
 // started (nothing for an external server).
 func natsServer(ctx context.Context, spec, dataDir string) (url string, stop func(), err error) {
-	switch {
-	case spec == transportEmbedded:
-		if dataDir == "" {
-			return "", nil, usageErrorf("--transport %s needs a data directory for the JetStream files", transportEmbedded)
-		}
-		srv, err := natsembed.Start(ctx, filepath.Join(dataDir, "nats"), nil)
-		if err != nil {
-			return "", nil, err
-		}
-		return srv.URL(), srv.Shutdown, nil
-	case strings.HasPrefix(spec, "nats://") || strings.HasPrefix(spec, "tls://"):
+	if spec != transportEmbedded {
 		return spec, func() {}, nil
-	default:
-		return "", nil, usageErrorf("unsupported transport %q: use nats://host:4222 (comma-separated for a cluster), %s, amqp://user:pass@host:5672/vhost or redis://user:pass@host:6379/0", redactURL(spec), transportEmbedded)
 	}
+	if dataDir == "" {
+		return "", nil, usageErrorf("--transport %s needs a data directory for the JetStream files", transportEmbedded)
+	}
+	srv, err := natsembed.Start(ctx, filepath.Join(dataDir, "nats"), nil)
+	if err != nil {
+		return "", nil, err
+	}
+	return srv.URL(), srv.Shutdown, nil
 }
 
 // openTransport opens the transport that spec names, with an embedded
@@ -86,21 +68,52 @@ type transportOptions struct {
 	PublishOnly bool
 }
 
-// openTransportWith is openTransport with options.
+// openTransportWith is openTransport with options: the broker spec names
+// opens through its entry in brokers.
 func openTransportWith(ctx context.Context, spec, dataDir string, o transportOptions) (transport.Transport, func(), error) {
 	if spec == "" {
 		return nil, func() {}, nil
 	}
-	if isRedis(spec) {
-		return openRedis(ctx, spec, o)
+	b, err := brokerFor(spec)
+	if err != nil {
+		return nil, nil, err
 	}
-	if isAMQP(spec) {
-		tr, err := rabbitmq.Open(ctx, spec, &rabbitmq.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger, Partitions: o.Partitions})
-		if err != nil {
-			return nil, nil, err
-		}
-		return tr, func() { _ = tr.Close() }, nil
+	return b.open(ctx, spec, dataDir, o)
+}
+
+// transportLabel names a transport spec for logs, without credentials.
+func transportLabel(spec string) string {
+	if spec == "" {
+		return "store queue"
 	}
+	return redactURL(spec)
+}
+
+// transportName is a short name of a transport spec for reports: its
+// broker's name, or nats-embedded.
+func transportName(spec string) string {
+	if spec == transportEmbedded {
+		return spec
+	}
+	if b, err := brokerFor(spec); err == nil {
+		return b.name
+	}
+	return ""
+}
+
+// benchTransport returns, for idem bench --transport spec, a constructor of
+// throwaway namespaces (deleted on Close) and a function that stops what
+// it started.
+func benchTransport(ctx context.Context, spec string) (benchOpener, func(), error) {
+	b, err := brokerFor(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.bench(ctx, spec)
+}
+
+// openNATS is the NATS entry's open.
+func openNATS(ctx context.Context, spec, dataDir string, o transportOptions) (transport.Transport, func(), error) {
 	url, stop, err := natsServer(ctx, spec, dataDir)
 	if err != nil {
 		return nil, nil, err
@@ -113,41 +126,9 @@ func openTransportWith(ctx context.Context, spec, dataDir string, o transportOpt
 	return tr, func() { _ = tr.Close(); stop() }, nil
 }
 
-// transportLabel names a transport spec for logs, without credentials.
-func transportLabel(spec string) string {
-	if spec == "" {
-		return "store queue"
-	}
-	return redactURL(spec)
-}
-
-// transportName is a short name of a transport spec for reports: its
-// scheme, or nats-embedded.
-func transportName(spec string) string {
-	if scheme, _, ok := strings.Cut(spec, "://"); ok {
-		return map[string]string{"nats": "nats", "tls": "nats", "amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "rediss": "redis"}[scheme]
-	}
-	return spec
-}
-
-// benchTransport returns, for idem bench --transport spec, a constructor of
-// throwaway JetStream namespaces (deleted on Close) and a function that
-// stops an embedded server and removes its files.
-func benchTransport(ctx context.Context, spec string) (func(ctx context.Context, ns string, types []string) (transport.Transport, error), func(), error) {
-	if isRedis(spec) {
-		return redisBench(spec), func() {}, nil
-	}
-	if isAMQP(spec) {
-		open := func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
-			cfg := &rabbitmq.Config{Namespace: ns}
-			tr, err := rabbitmq.Open(ctx, spec, cfg)
-			if err != nil {
-				return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
-			}
-			return &amqpThrowaway{Transport: tr, url: spec, cfg: cfg, types: types}, nil
-		}
-		return open, func() {}, nil
-	}
+// benchNATS is the NATS entry's bench: an embedded server in a temporary
+// directory for nats-embedded, removed by stop.
+func benchNATS(ctx context.Context, spec string) (benchOpener, func(), error) {
 	dir := ""
 	if spec == transportEmbedded {
 		var err error
@@ -177,6 +158,28 @@ func benchTransport(ctx context.Context, spec string) (func(ctx context.Context,
 	}, nil
 }
 
+// openRabbitMQ is the RabbitMQ entry's open.
+func openRabbitMQ(ctx context.Context, spec, _ string, o transportOptions) (transport.Transport, func(), error) {
+	tr, err := rabbitmq.Open(ctx, spec, &rabbitmq.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger, Partitions: o.Partitions})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tr, func() { _ = tr.Close() }, nil
+}
+
+// benchRabbitMQ is the RabbitMQ entry's bench.
+func benchRabbitMQ(_ context.Context, spec string) (benchOpener, func(), error) {
+	open := func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
+		cfg := &rabbitmq.Config{Namespace: ns}
+		tr, err := rabbitmq.Open(ctx, spec, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
+		}
+		return &amqpThrowaway{Transport: tr, url: spec, cfg: cfg, types: types}, nil
+	}
+	return open, func() {}, nil
+}
+
 // throwaway is a JetStream transport whose stream is deleted on Close.
 type throwaway struct{ *natsjs.Transport }
 
@@ -194,23 +197,24 @@ func (t *throwaway) Close() error {
 // serve does, in the run's own namespace and with the workers' lease.
 func init() { torture.OpenTransport = tortureTransport }
 
-// tortureTransport is torture.OpenTransport: spec is a nats://, amqp:// or
-// redis:// URL (the torture driver runs nats-embedded itself). The transport it
-// returns counts its backlog (Pending) and deletes the run's namespace
-// (DeleteNamespace).
+// tortureTransport is torture.OpenTransport: spec is a broker URL (the
+// torture driver runs nats-embedded itself). The transport it returns
+// counts its backlog (Pending) and deletes the run's namespace
+// (DeleteNamespace): its entry in brokers wraps it so.
 func tortureTransport(ctx context.Context, spec string, o torture.BrokerOptions) (transport.Transport, func(), error) {
 	if spec == transportEmbedded {
 		return nil, nil, usageErrorf("torture.OpenTransport: the torture driver starts the embedded NATS server itself and passes its URL")
 	}
-	tr, release, err := openTransportWith(ctx, spec, "", transportOptions{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger})
+	b, err := brokerFor(spec)
 	if err != nil {
 		return nil, nil, err
 	}
-	switch t := tr.(type) {
-	case *rabbitmq.Transport:
-		return &amqpRun{Transport: t, url: spec, cfg: &rabbitmq.Config{Namespace: o.Namespace}}, release, nil
-	case *natsjs.Transport:
-		return &natsRun{t}, release, nil
+	tr, release, err := b.open(ctx, spec, "", transportOptions{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.torture != nil {
+		tr = b.torture(tr, spec, o)
 	}
 	return tr, release, nil
 }

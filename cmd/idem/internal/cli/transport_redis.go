@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,14 +26,8 @@ func (redisLog) Printf(ctx context.Context, format string, v ...any) {
 	slog.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
-// isRedis reports whether spec names a Redis server (redis://, or
-// rediss:// for TLS).
-func isRedis(spec string) bool {
-	return strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://")
-}
-
-// openRedis opens the Redis Streams transport that spec names.
-func openRedis(ctx context.Context, spec string, o transportOptions) (transport.Transport, func(), error) {
+// openRedis is the Redis entry's open.
+func openRedis(ctx context.Context, spec, _ string, o transportOptions) (transport.Transport, func(), error) {
 	tr, err := redisstreams.Open(ctx, spec, &redisstreams.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger, Partitions: o.Partitions})
 	if err != nil {
 		return nil, nil, err
@@ -49,16 +42,16 @@ var (
 	_ torture.NamespaceDeleter = (*redisstreams.Transport)(nil)
 )
 
-// redisBench returns, for idem bench --transport redis://…, a constructor
-// of throwaway namespaces (deleted on Close).
-func redisBench(spec string) func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
+// benchRedis is the Redis entry's bench: an opener of throwaway namespaces
+// (deleted on Close).
+func benchRedis(_ context.Context, spec string) (benchOpener, func(), error) {
 	return func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
 		tr, err := redisstreams.Open(ctx, spec, &redisstreams.Config{Namespace: ns})
 		if err != nil {
 			return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
 		}
 		return &redisThrowaway{Transport: tr, types: types}, nil
-	}
+	}, func() {}, nil
 }
 
 // redisThrowaway is a Redis transport on a namespace deleted on Close,
