@@ -177,3 +177,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
 	}
 }
+
+// Copies of a message published at once through two connections, as two
+// relays or a retrying client send them: on a cluster the second reaches
+// the stream leader while the first is still being replicated, and the
+// server answers "duplicate message id is in process" (409, error code
+// 10158) rather than whether it stored it. Publish waits for the first
+// copy's outcome and returns nil for both, and the stream keeps one.
+func TestConcurrentCopiesOnACluster(t *testing.T) {
+	c := startCluster(t)
+	stream := randName("D_")
+	var trs [2]*natsjs.Transport
+	for i := range trs {
+		tr, err := natsjs.Open(t.Context(), c.URL(), &natsjs.Config{Stream: stream, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		trs[i] = tr
+	}
+	const rounds, n = 5, 40
+	for round := range rounds {
+		envs, _ := envelopes(fmt.Sprintf("r%d", round), n)
+		errs := make(chan error, len(trs))
+		for _, tr := range trs {
+			go func() { errs <- tr.Publish(t.Context(), envs) }()
+		}
+		for range trs {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a copy's Publish: %v; want nil (the other copy is stored)", round, err)
+			}
+		}
+	}
+	ready, unacked, err := trs[0].Pending(t.Context())
+	if err != nil || ready != rounds*n || unacked != 0 {
+		t.Fatalf("Pending = %d ready, %d unacked, %v; want %d stored once each", ready, unacked, err, rounds*n)
+	}
+}

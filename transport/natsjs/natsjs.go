@@ -533,11 +533,57 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 		}
 	}
 	for i, f := range futures {
-		if err := t.await(ctx, f, "publish "+envs[i].ID); err != nil {
+		err := t.await(ctx, f, "publish "+envs[i].ID)
+		if inProcess(err) {
+			err = t.publishAfterInProcess(ctx, msgs[i], envs[i].ID)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// errCodeInProcess is JetStream's JSStreamDuplicateMessageConflict (409):
+// on a clustered stream, a message whose ID is a copy's that the stream
+// leader has proposed but not yet stored. The server says neither that
+// it stored the copy nor that it will.
+const errCodeInProcess jetstream.ErrorCode = 10158
+
+// inProcess reports whether err is the server's "duplicate message id is
+// in process".
+func inProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeInProcess
+}
+
+// publishAfterInProcess publishes m again, with its ID, until the server
+// answers otherwise than "in process": once the other copy is stored the
+// stream drops this one as a duplicate (nil), and if the other copy's
+// store failed this one is stored. Each wait doubles, up to half a second;
+// ctx and Close bound them.
+func (t *Transport) publishAfterInProcess(ctx context.Context, m *nats.Msg, id string) error {
+	wait := 5 * time.Millisecond
+	for {
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C: // the other copy's replication, not a synchronisation of ours
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-t.closed:
+			timer.Stop()
+			return transport.ErrClosed
+		}
+		_, err := t.js.PublishMsg(ctx, m, jetstream.WithMsgID(m.Header.Get(jetstream.MsgIDHeader)), jetstream.WithExpectStream(t.cfg.Stream))
+		if !inProcess(err) {
+			if err != nil {
+				return t.closedOr(fmt.Errorf("natsjs: publish %s: %w", id, err))
+			}
+			return nil
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 }
 
 // await waits for the server's answer to an asynchronous publish: nil for

@@ -40,7 +40,8 @@ const ClusterSize = 3
 // StartCluster starts ClusterSize nodes named name-0 … name-2 in the
 // cluster name, with JetStream files under dir/name-i and fsync before
 // every acknowledgement, and returns once each accepts connections and
-// the cluster elected a JetStream meta leader, or ctx is done.
+// the cluster elected a JetStream meta leader that counts every node as
+// its peer, or ctx is done.
 func StartCluster(ctx context.Context, dir, name string) (*Cluster, error) {
 	if dir == "" || name == "" {
 		return nil, errors.New("natsembed: a cluster needs a storage directory and a name")
@@ -182,15 +183,16 @@ func (c *Cluster) StreamLeader(stream string) int {
 	return -1
 }
 
-// waitMetaLeader waits until a node sees the cluster's JetStream meta
-// leader, without which no stream can be created.
+// waitMetaLeader waits until the cluster's JetStream meta leader counts
+// every node as a peer online with JetStream: before that, a stream of
+// ClusterSize replicas finds "no suitable peers for placement".
 func (c *Cluster) waitMetaLeader(ctx context.Context) error {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
 		c.mu.Lock()
 		for _, ns := range c.nodes {
-			if ns != nil && ns.JetStreamIsLeader() {
+			if ns != nil && ns.JetStreamIsLeader() && len(ns.JetStreamClusterPeers()) == ClusterSize {
 				c.mu.Unlock()
 				return nil
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/bench"
+	"github.com/idemhq/idem/cmd/idem/internal/torture"
 )
 
 // benchLong is idem bench's help.
@@ -148,7 +149,7 @@ func (bf *benchFlags) register(cmd *cobra.Command) {
 	f.Uint64Var(&bf.o.Seed, "seed", 1, "seed of the workload")
 	f.DurationVar(&bf.o.Timeout, "timeout", 10*time.Minute, "give up on a phase that has not finished by then")
 	f.BoolVar(&bf.o.KeepSchemas, "keep-schemas", false, "keep the benchmark's schemas for inspection instead of dropping them")
-	f.StringArrayVar(&bf.transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: "+brokerExamples(transportEmbedded)+" (repeat the flag for several)")
+	f.StringArrayVar(&bf.transportSpecs, "transport", nil, "also run each configuration with this broker as transport beside the PostgreSQL queue: "+brokerExamples(transportEmbedded, torture.TransportCluster)+" (repeat the flag for several)")
 	f.StringVar(&bf.dedups, "dedup", "retention", "dedup modes to run, comma-separated: retention (the inbox with its retention window), token (the token inbox, Config.Dedup = DedupToken)")
 	f.BoolVar(&bf.traced, "trace", false, "also run each configuration with OpenTelemetry tracing (otelidem, every span sampled, exported to a discarding exporter) to measure its cost")
 	f.StringVar(&bf.sagas, "sagas", "", "preload the store of every engine run with this many live counter sagas, comma-separated for several sizes (each configuration runs once per size); the workload's keys are then drawn from them instead of --keys")

@@ -50,7 +50,8 @@ var brokers = []*broker{
 		example: "nats://host:4222",
 		schemes: []string{"nats", "tls"},
 		spec: "nats://host:4222 (comma-separate the URLs of a cluster), or " + transportEmbedded +
-			" for nats-server started in this process, with its JetStream files under <data dir>/nats and fsync before every ack",
+			" for nats-server started in this process, with its JetStream files under <data dir>/nats and fsync before every ack (" +
+			torture.TransportCluster + ", three such servers as a cluster, in idem bench and idem torture only)",
 		open:  openNATS,
 		bench: benchNATS,
 		torture: func(tr transport.Transport, _ string, _ torture.BrokerOptions) transport.Transport {
@@ -82,13 +83,13 @@ var brokers = []*broker{
 // listing them.
 func brokerFor(spec string) (*broker, error) {
 	scheme := "nats"
-	if spec != transportEmbedded {
+	if spec != transportEmbedded && spec != torture.TransportCluster {
 		scheme, _, _ = strings.Cut(spec, "://")
 		scheme = strings.ToLower(scheme)
 	}
 	for _, b := range brokers {
 		for _, s := range b.schemes {
-			if s == scheme && (strings.Contains(spec, "://") || spec == transportEmbedded) {
+			if s == scheme && (strings.Contains(spec, "://") || spec == transportEmbedded || spec == torture.TransportCluster) {
 				return b, nil
 			}
 		}

@@ -14,6 +14,7 @@ func TestBrokerTable(t *testing.T) {
 		"nats://a:4222,nats://b:4222":        "nats",
 		"tls://a:4222":                       "nats",
 		transportEmbedded:                    "nats",
+		"nats-cluster":                       "nats",
 		"amqp://guest:guest@127.0.0.1:5672/": "rabbitmq",
 		"AMQPS://h/vhost":                    "rabbitmq",
 		"redis://127.0.0.1:6379/0":           "redis",

@@ -44,12 +44,16 @@ Faults (--faults, comma-separated; default all):
   pg-restart   PostgreSQL restarted while work is in flight (needs --pg-restart-cmd)
   broker-restart
                the broker restarted while work is in flight: the driver's own
-               server with --transport nats-embedded, or --broker-restart-cmd
+               server with --transport nats-embedded, or --broker-restart-cmd;
+               with --transport nats-cluster, the node leading the run's
+               stream killed and brought back, then another node
 
 Transports (--transport): empty (the store is the queue), nats-embedded
 (one nats-server in the driver's process, JetStream files in the run's
-directory), nats://host:4222, amqp://user:pass@host:5672/vhost or
-redis://user:pass@host:6379/0. A broker run uses its own stream or
+directory), nats-cluster (a three-node JetStream cluster in the driver's
+process, streams of three replicas), nats://host:4222,
+amqp://user:pass@host:5672/vhost or redis://user:pass@host:6379/0. A
+broker run uses its own stream or
 namespace (deleted after a pass), and the workers' lease (2s) as the
 broker's AckWait (NATS) or lease (RabbitMQ, Redis).
 
@@ -113,7 +117,7 @@ A and B never met fails as "not a rolling deploy".`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Store, "store", "sqlite", "sqlite or a postgres:// URL")
-	f.StringVar(&o.Transport, "transport", "", "a broker: "+brokerExamples(transportEmbedded)+" (empty: the store's own queue)")
+	f.StringVar(&o.Transport, "transport", "", "a broker: "+brokerExamples(transportEmbedded, torture.TransportCluster)+" (empty: the store's own queue)")
 	f.DurationVar(&o.Duration, "duration", 60*time.Second, "how long to send work and inject faults")
 	f.DurationVar(&o.Settle, "settle", 3*time.Minute, "how long to wait, afterwards, for everything in flight to finish")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the workload and the fault schedule (process scheduling still varies)")

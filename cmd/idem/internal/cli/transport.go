@@ -27,6 +27,9 @@ const transportEmbedded = "nats-embedded"
 // server under dataDir for "nats-embedded". stop shuts down what was
 // started (nothing for an external server).
 func natsServer(ctx context.Context, spec, dataDir string) (url string, stop func(), err error) {
+	if spec == torture.TransportCluster {
+		return "", nil, usageErrorf("--transport %s is a three-node cluster in one process, for idem bench and idem torture only: give the nats:// URLs of a real cluster", spec)
+	}
 	if spec != transportEmbedded {
 		return spec, func() {}, nil
 	}
@@ -92,7 +95,7 @@ func transportLabel(spec string) string {
 // transportName is a short name of a transport spec for reports: its
 // broker's name, or nats-embedded.
 func transportName(spec string) string {
-	if spec == transportEmbedded {
+	if spec == transportEmbedded || spec == torture.TransportCluster {
 		return spec
 	}
 	if b, err := brokerFor(spec); err == nil {
@@ -126,17 +129,18 @@ func openNATS(ctx context.Context, spec, dataDir string, o transportOptions) (tr
 	return tr, func() { _ = tr.Close(); stop() }, nil
 }
 
-// benchNATS is the NATS entry's bench: an embedded server in a temporary
-// directory for nats-embedded, removed by stop.
+// benchNATS is the NATS entry's bench: an embedded server (nats-embedded)
+// or three-node cluster (nats-cluster, streams of three replicas) in a
+// temporary directory, removed by stop.
 func benchNATS(ctx context.Context, spec string) (benchOpener, func(), error) {
 	dir := ""
-	if spec == transportEmbedded {
+	if spec == transportEmbedded || spec == torture.TransportCluster {
 		var err error
 		if dir, err = os.MkdirTemp("", "idem-bench-nats-"); err != nil {
 			return nil, nil, err
 		}
 	}
-	url, stop, err := natsServer(ctx, spec, dir)
+	url, replicas, stop, err := benchNATSServer(ctx, spec, dir)
 	if err != nil {
 		if dir != "" {
 			_ = os.RemoveAll(dir)
@@ -144,7 +148,7 @@ func benchNATS(ctx context.Context, spec string) (benchOpener, func(), error) {
 		return nil, nil, err
 	}
 	open := func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
-		tr, err := natsjs.Open(ctx, url, &natsjs.Config{Stream: ns, Types: types})
+		tr, err := natsjs.Open(ctx, url, &natsjs.Config{Stream: ns, Types: types, Replicas: replicas})
 		if err != nil {
 			return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
 		}
@@ -156,6 +160,20 @@ func benchNATS(ctx context.Context, spec string) (benchOpener, func(), error) {
 			_ = os.RemoveAll(dir)
 		}
 	}, nil
+}
+
+// benchNATSServer starts the cluster of nats-cluster, with streams of
+// three replicas, or is natsServer.
+func benchNATSServer(ctx context.Context, spec, dir string) (url string, replicas int, stop func(), err error) {
+	if spec != torture.TransportCluster {
+		url, stop, err = natsServer(ctx, spec, dir)
+		return url, 1, stop, err
+	}
+	c, err := natsembed.StartCluster(ctx, dir, "bench")
+	if err != nil {
+		return "", 0, nil, err
+	}
+	return c.URL(), natsembed.ClusterSize, c.Shutdown, nil
 }
 
 // openRabbitMQ is the RabbitMQ entry's open.
@@ -202,14 +220,14 @@ func init() { torture.OpenTransport = tortureTransport }
 // counts its backlog (Pending) and deletes the run's namespace
 // (DeleteNamespace): its entry in brokers wraps it so.
 func tortureTransport(ctx context.Context, spec string, o torture.BrokerOptions) (transport.Transport, func(), error) {
-	if spec == transportEmbedded {
-		return nil, nil, usageErrorf("torture.OpenTransport: the torture driver starts the embedded NATS server itself and passes its URL")
+	if spec == transportEmbedded || spec == torture.TransportCluster {
+		return nil, nil, usageErrorf("torture.OpenTransport: the torture driver starts the embedded NATS server or cluster itself and passes its URL")
 	}
 	b, err := brokerFor(spec)
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, release, err := b.open(ctx, spec, "", transportOptions{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger})
+	tr, release, err := b.open(ctx, spec, "", transportOptions{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger, Replicas: o.Replicas})
 	if err != nil {
 		return nil, nil, err
 	}

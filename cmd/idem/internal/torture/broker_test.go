@@ -36,7 +36,7 @@ func openTestBroker(ctx context.Context, spec string, o BrokerOptions) (transpor
 		}
 		return &testAMQP{Transport: tr, url: spec, cfg: cfg}, func() {}, nil
 	}
-	tr, err := natsjs.Open(ctx, spec, &natsjs.Config{Stream: o.Namespace, AckWait: o.Lease, Logger: o.Logger})
+	tr, err := natsjs.Open(ctx, spec, &natsjs.Config{Stream: o.Namespace, AckWait: o.Lease, Logger: o.Logger, Replicas: o.Replicas})
 	if err != nil {
 		return nil, nil, err
 	}

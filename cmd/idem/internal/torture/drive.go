@@ -251,7 +251,7 @@ func (r *driver) inject(ctx context.Context, f *faultPlan, s *sender) error {
 // restart command.
 func (r *driver) restartBroker(ctx context.Context) error {
 	if r.nats != nil {
-		r.logf("restarting the embedded NATS server")
+		r.logf("restarting %s", r.nats.describe())
 		return r.nats.restart(ctx)
 	}
 	r.logf("restarting the broker: %s", r.o.BrokerRestartCmd)

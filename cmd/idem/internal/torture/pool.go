@@ -59,7 +59,7 @@ func newPool(r *driver) *pool {
 // gets its own Seed.
 func (r *driver) workerConfig() workerConfig {
 	o := &r.o
-	wc := workerConfig{Store: r.storeSpec, Schema: r.schema, Transport: r.brokerSpec, Namespace: r.bo.Namespace, Lease: workerLease,
+	wc := workerConfig{Store: r.storeSpec, Schema: r.schema, Transport: r.brokerSpec, Namespace: r.bo.Namespace, Replicas: r.bo.Replicas, Lease: workerLease,
 		Break: o.Break, FaultLog: r.faultLog, Limits: o.Limits}
 	if o.has(FaultCommitKill) {
 		wc.KillAfterCommit = 0.01

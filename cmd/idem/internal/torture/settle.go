@@ -61,6 +61,7 @@ func (r *driver) settle(ctx context.Context) error {
 func (r *driver) quietFor(ctx context.Context, d time.Duration, eager bool, settleBy time.Time) (int, error) {
 	var since time.Time // when the backlog was last seen non-zero
 	left := -1
+	logged := "" // the error last logged: a server recovering repeats it every poll
 	for {
 		select {
 		case <-ctx.Done():
@@ -76,7 +77,10 @@ func (r *driver) quietFor(ctx context.Context, d time.Duration, eager bool, sett
 		n, err := r.backlog(ctx)
 		switch {
 		case err != nil:
-			r.logf("settle: %v", err) // a restarting server
+			if err.Error() != logged {
+				logged = err.Error()
+				r.logf("settle: %v (logged once while it repeats)", err) // a restarting server
+			}
 			since = time.Time{}
 		case n > 0 && eager:
 			return n, nil

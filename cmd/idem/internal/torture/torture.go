@@ -51,6 +51,13 @@ const (
 // directory, and give its URL to the publishers and workers.
 const TransportEmbedded = "nats-embedded"
 
+// TransportCluster is the Options.Transport that makes the driver start a
+// three-node JetStream cluster in its own process (natsembed.Cluster),
+// with streams of three replicas; the broker-restart fault kills the node
+// that leads the run's stream, then another, each brought back after a
+// while.
+const TransportCluster = "nats-cluster"
+
 // AllFaults is the default fault mix.
 var AllFaults = []string{FaultDuplicates, FaultKill, FaultCommitKill, FaultUoWKill, FaultStall, FaultStaleTimer, FaultBadInput, FaultPGRestart, FaultBrokerRestart}
 
@@ -293,7 +300,7 @@ type driver struct {
 	// brokerSpec is the broker's URL (the embedded server's, if any).
 	brokerSpec string
 	bo         BrokerOptions
-	nats       *embeddedNATS
+	nats       embeddedBroker
 	logger     *slog.Logger
 	rng        *rand.Rand // the fault schedule's draws
 	// pubs are the two publishers; pubs[0] comes with st.
@@ -395,15 +402,21 @@ func (r *driver) startBroker(ctx context.Context) error {
 	if o.Transport != "" {
 		r.bo.Namespace = fmt.Sprintf("torture_%d_%d", o.Seed, time.Now().UnixNano()%1e9)
 	}
-	if o.Transport == TransportEmbedded {
-		nats, err := startNATS(ctx, filepath.Join(r.dir, "nats"))
-		if err != nil {
-			return err
-		}
-		r.nats = nats
-		r.deferClose(nats.stop)
-		r.brokerSpec = nats.url
-		r.rep.Transport = "nats-embedded (" + nats.url + ", files in " + nats.dir + ")"
+	var err error
+	switch o.Transport {
+	case TransportEmbedded:
+		r.nats, err = startNATS(ctx, filepath.Join(r.dir, "nats"))
+	case TransportCluster:
+		r.bo.Replicas = 3
+		r.nats, err = startCluster(ctx, filepath.Join(r.dir, "nats"), r.bo.Namespace)
+	}
+	if err != nil {
+		return err
+	}
+	if r.nats != nil {
+		r.deferClose(r.nats.stop)
+		r.brokerSpec = r.nats.URL()
+		r.rep.Transport = r.nats.describe()
 	}
 	if o.Transport != "" {
 		r.rep.Transport += ", namespace " + r.bo.Namespace

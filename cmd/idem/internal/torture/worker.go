@@ -53,6 +53,9 @@ type BrokerOptions struct {
 	Lease time.Duration
 	// Logger receives the transport's logs (the run discards them).
 	Logger *slog.Logger
+	// Replicas is the JetStream stream's replica count (3 on
+	// TransportCluster); zero means the transport's default.
+	Replicas int
 }
 
 // NamespaceDeleter is a broker transport that can delete its namespace
@@ -67,6 +70,7 @@ type workerConfig struct {
 	Schema    string        `json:"schema,omitempty"`    // PostgreSQL schema
 	Transport string        `json:"transport,omitempty"` // a broker URL (never nats-embedded)
 	Namespace string        `json:"namespace,omitempty"` // the broker namespace of the run
+	Replicas  int           `json:"replicas,omitempty"`  // the JetStream stream's replicas
 	Lease     time.Duration `json:"lease"`
 	// Probabilities, per unit of work, of the in-process faults.
 	KillAfterCommit float64 `json:"kill_after_commit"`
@@ -190,7 +194,7 @@ func runWorker(ctx context.Context, c workerConfig) error {
 // openRetry opens a worker's store and transport, with retryOpen.
 func openRetry(ctx context.Context, c workerConfig, logger *slog.Logger) (store.Store, transport.Transport, func(), error) {
 	return retryOpen(ctx, func() (store.Store, transport.Transport, func(), error) {
-		return openBackend(ctx, c.Store, c.Schema, c.Transport, BrokerOptions{Namespace: c.Namespace, Lease: c.Lease}, logger, true)
+		return openBackend(ctx, c.Store, c.Schema, c.Transport, BrokerOptions{Namespace: c.Namespace, Lease: c.Lease, Replicas: c.Replicas}, logger, true)
 	})
 }
 
