@@ -101,6 +101,7 @@ A and B never met fails as "not a rolling deploy".`,
 				return fmt.Errorf("find the idem executable to start workers: %w", err)
 			}
 			o.Command = func() *exec.Cmd { return exec.Command(exe, "torture-worker") }
+			o.OpenTransport = tortureTransport
 			if !quiet {
 				o.Log = cmd.ErrOrStderr()
 			}
@@ -144,7 +145,7 @@ func newTortureWorker() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if code := torture.RunWorkerFromEnv(); code != 0 {
+			if code := torture.RunWorkerFromEnv(tortureTransport); code != 0 {
 				return &exitError{code: code, err: fmt.Errorf("torture worker exited with %d", code)}
 			}
 			return nil

@@ -211,17 +211,15 @@ func (t *throwaway) Close() error {
 	return err
 }
 
-// idem torture opens its publishers' and workers' transports as idem
-// serve does, in the run's own namespace and with the workers' lease.
-func init() { torture.OpenTransport = tortureTransport }
-
-// tortureTransport is torture.OpenTransport: spec is a broker URL (the
+// tortureTransport is idem torture's torture.TransportOpener, in the driver
+// and in its workers: it opens a broker as idem serve does, in the run's
+// own namespace and with the workers' lease. spec is a broker URL (the
 // torture driver runs nats-embedded itself). The transport it returns
 // counts its backlog (Pending) and deletes the run's namespace
 // (DeleteNamespace): its entry in brokers wraps it so.
 func tortureTransport(ctx context.Context, spec string, o torture.BrokerOptions) (transport.Transport, func(), error) {
 	if spec == transportEmbedded || spec == torture.TransportCluster {
-		return nil, nil, usageErrorf("torture.OpenTransport: the torture driver starts the embedded NATS server or cluster itself and passes its URL")
+		return nil, nil, usageErrorf("idem torture's transport opener: the torture driver starts the embedded NATS server or cluster itself and passes its URL")
 	}
 	b, err := brokerFor(spec)
 	if err != nil {

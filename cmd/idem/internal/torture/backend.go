@@ -22,34 +22,44 @@ func isPostgres(spec string) bool {
 	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
 }
 
-// openBackend opens the store (a SQLite file path or a PostgreSQL URL with
-// schema) and the transport: the store itself when transportSpec is
-// empty, otherwise a broker through OpenTransport with bo.
-func openBackend(ctx context.Context, storeSpec, schema, transportSpec string, bo BrokerOptions, logger *slog.Logger, worker bool) (store.Store, transport.Transport, func(), error) {
+// backend is what a process of the run opens: the store (a SQLite file
+// path, or a PostgreSQL URL with schema) and the transport, the store
+// itself when transport is empty, otherwise a broker through open with bo.
+type backend struct {
+	store, schema, transport string
+	bo                       BrokerOptions
+	open                     TransportOpener
+	// worker opens the store without migrating it (the driver did).
+	worker bool
+}
+
+// openWith opens b with logger; the returned func closes everything.
+func (b *backend) openWith(ctx context.Context, logger *slog.Logger) (store.Store, transport.Transport, func(), error) {
+	bo := b.bo
 	lease := bo.Lease
 	bo.Logger = logger
 	var q store.Queue
-	if isPostgres(storeSpec) {
-		s, err := pgstore.Open(ctx, storeSpec, &pgstore.Config{Schema: schema, Migrate: !worker, Lease: lease, PollInterval: 100 * time.Millisecond, Logger: logger})
+	if isPostgres(b.store) {
+		s, err := pgstore.Open(ctx, b.store, &pgstore.Config{Schema: b.schema, Migrate: !b.worker, Lease: lease, PollInterval: 100 * time.Millisecond, Logger: logger})
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		q = s
 	} else {
-		s, err := sqlitestore.Open(ctx, storeSpec, &sqlitestore.Config{SkipMigrate: worker, Lease: lease, PollInterval: 50 * time.Millisecond, BusyTimeout: 10 * time.Second, Logger: logger})
+		s, err := sqlitestore.Open(ctx, b.store, &sqlitestore.Config{SkipMigrate: b.worker, Lease: lease, PollInterval: 50 * time.Millisecond, BusyTimeout: 10 * time.Second, Logger: logger})
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		q = s
 	}
-	if transportSpec == "" {
+	if b.transport == "" {
 		return q, q, func() { q.Close() }, nil
 	}
-	if OpenTransport == nil {
+	if b.open == nil {
 		q.Close()
-		return nil, nil, nil, fmt.Errorf("--transport %s: no broker transport is linked into this binary (torture.OpenTransport is nil)", transportSpec)
+		return nil, nil, nil, fmt.Errorf("--transport %s: no broker transport is linked into this binary (no TransportOpener)", redactURL(b.transport))
 	}
-	tr, release, err := OpenTransport(ctx, transportSpec, bo)
+	tr, release, err := b.open(ctx, b.transport, bo)
 	if err != nil {
 		q.Close()
 		return nil, nil, nil, err

@@ -15,11 +15,10 @@ import (
 	"github.com/idemhq/idem/transport/redisstreams"
 )
 
-// The test binary's own OpenTransport (the CLI's is not linked here): the
-// broker transports themselves, in the run's namespace and with its lease.
-// TestMain's routing makes worker processes use it too.
-func init() { OpenTransport = openTestBroker }
-
+// openTestBroker is the test binary's TransportOpener (the CLI's is not
+// linked here): the broker transports themselves, in the run's namespace
+// and with its lease. run passes it to the driver, and TestMain to the
+// worker processes.
 func openTestBroker(ctx context.Context, spec string, o BrokerOptions) (transport.Transport, func(), error) {
 	if strings.HasPrefix(spec, "redis") {
 		tr, err := redisstreams.Open(ctx, spec, &redisstreams.Config{Namespace: o.Namespace, Lease: o.Lease, Logger: o.Logger})
@@ -129,7 +128,7 @@ func TestSettleCountsTheBroker(t *testing.T) {
 		t.Skip("a run of several seconds")
 	}
 	r, err := Run(context.Background(), Options{
-		Store: "sqlite", Transport: TransportEmbedded, Duration: time.Second, Settle: 3 * time.Second, Seed: 5,
+		Store: "sqlite", Transport: TransportEmbedded, OpenTransport: openTestBroker, Duration: time.Second, Settle: 3 * time.Second, Seed: 5,
 		Faults:  []string{FaultDuplicates},
 		Command: func() *exec.Cmd { return exec.Command("sleep", "600") }, // a worker that consumes nothing
 		Dir:     t.TempDir(),
@@ -142,5 +141,14 @@ func TestSettleCountsTheBroker(t *testing.T) {
 	}
 	if len(r.Problems) == 0 || !strings.Contains(r.Problems[0], "not settled") {
 		t.Fatalf("problems %q: want the run reported unsettled", r.Problems)
+	}
+}
+
+// A run with a broker and no TransportOpener is refused before it starts
+// anything, saying what is missing.
+func TestTransportWithoutOpenerRefused(t *testing.T) {
+	_, err := Run(t.Context(), Options{Store: "sqlite", Transport: "nats://u:secret@127.0.0.1:4222", Duration: time.Second, Command: workerCommand, Dir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "OpenTransport") || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("Run with a transport and no opener: %v; want a refusal naming Options.OpenTransport, without the password", err)
 	}
 }

@@ -36,7 +36,7 @@ func TestLimitsCheckerCatchesNoAdmission(t *testing.T) {
 
 func TestLimitsOptionsRefused(t *testing.T) {
 	for _, o := range []Options{
-		{Store: "sqlite", Duration: time.Second, Command: workerCommand, Limits: true, FairnessBound: time.Second, Transport: "nats-embedded"},
+		{Store: "sqlite", Duration: time.Second, Command: workerCommand, Limits: true, FairnessBound: time.Second, Transport: "nats-embedded", OpenTransport: openTestBroker},
 		{Store: "sqlite", Duration: time.Second, Command: workerCommand, FairnessBound: time.Second},
 		{Store: "sqlite", Duration: time.Second, Command: workerCommand, Limits: true, FairnessBound: -time.Second},
 		{Store: "sqlite", Duration: time.Second, Command: workerCommand, Break: BreakNoAdmission},

@@ -117,6 +117,11 @@ type Options struct {
 	// caused, that the roll completed, and that A workers gave messages
 	// back for sagas B wrote (the fleet really was mixed).
 	Roll bool
+	// OpenTransport opens the broker of Transport, in the driver (its
+	// publishers and backlog counter); the worker processes open theirs
+	// with the opener they pass to RunWorkerFromEnv. Required with a
+	// Transport.
+	OpenTransport TransportOpener
 	// Command returns the command that starts one worker process; the
 	// driver adds WorkerEnv to its environment.
 	Command func() *exec.Cmd
@@ -237,6 +242,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--duration must be positive, got %s", o.Duration)
 	case o.Command == nil:
 		return errors.New("torture: Options.Command is nil")
+	case o.Transport != "" && o.OpenTransport == nil:
+		return fmt.Errorf("--transport %s: no broker transport is linked into this binary (torture.Options.OpenTransport is nil)", redactURL(o.Transport))
 	case o.FairnessBound < 0 || o.FairnessBound > 0 && !o.Limits:
 		return fmt.Errorf("--fairness-bound %s: give a positive bound, with --limits", o.FairnessBound)
 	case o.FairnessBound > 0 && o.Transport != "":
@@ -430,7 +437,8 @@ func (r *driver) startBroker(ctx context.Context) error {
 func (r *driver) openBackends(ctx context.Context) error {
 	for i := range 2 {
 		s, tr, closeFn, err := retryOpen(ctx, func() (store.Store, transport.Transport, func(), error) {
-			return openBackend(ctx, r.storeSpec, r.schema, r.brokerSpec, r.bo, r.logger, false)
+			b := &backend{store: r.storeSpec, schema: r.schema, transport: r.brokerSpec, bo: r.bo, open: r.o.OpenTransport}
+			return b.openWith(ctx, r.logger)
 		})
 		if err != nil {
 			return err

@@ -15,7 +15,7 @@ import (
 
 func TestMain(m *testing.M) {
 	if os.Getenv(WorkerEnv) != "" {
-		os.Exit(RunWorkerFromEnv())
+		os.Exit(RunWorkerFromEnv(openTestBroker))
 	}
 	os.Exit(m.Run())
 }
@@ -26,6 +26,7 @@ func workerCommand() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$")
 func run(t *testing.T, o Options) *Report {
 	t.Helper()
 	o.Command = workerCommand
+	o.OpenTransport = openTestBroker
 	o.Dir = t.TempDir()
 	if o.Settle == 0 {
 		o.Settle = 90 * time.Second

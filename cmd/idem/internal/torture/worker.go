@@ -27,20 +27,21 @@ import (
 // finds it set must call RunWorkerFromEnv.
 const WorkerEnv = "IDEM_TORTURE_WORKER"
 
-// OpenTransport opens a broker transport from a --transport spec (a
-// nats:// or amqp:// URL: the driver resolves "nats-embedded" to the URL of
-// the one server it starts) with the run's BrokerOptions; the returned func
-// releases what it opened besides the transport. It is the seam through
-// which broker transports plug in: the CLI sets it when it has one, and
-// while it is nil a run with a transport spec is refused.
+// TransportOpener opens a broker transport from a --transport spec (a
+// broker URL: the driver resolves "nats-embedded" and "nats-cluster" to
+// the URLs of the servers it starts) with the run's BrokerOptions; the
+// returned func releases what it opened besides the transport. It is the
+// seam through which broker transports plug in: the CLI passes its
+// broker table's (Options.OpenTransport, RunWorkerFromEnv), and a run
+// with a transport spec and no opener is refused.
 //
 // The driver counts the broker's backlog through the transport it opens,
 // which must be a transport.PendingCounter, and deletes the run's
 // namespace after a passing run when it has a DeleteNamespace method (see
 // NamespaceDeleter).
-var OpenTransport func(ctx context.Context, spec string, o BrokerOptions) (transport.Transport, func(), error)
+type TransportOpener func(ctx context.Context, spec string, o BrokerOptions) (transport.Transport, func(), error)
 
-// BrokerOptions are what a run asks of OpenTransport.
+// BrokerOptions are what a run asks of its TransportOpener.
 type BrokerOptions struct {
 	// Namespace is the run's own stream (NATS) or namespace (RabbitMQ):
 	// letters, digits and '_', fresh for each run, so that nothing left by
@@ -133,8 +134,9 @@ const workerMaxBody = 64 << 10
 
 // RunWorkerFromEnv is the body of a worker process: it reads its
 // configuration from WorkerEnv, runs an engine with the torture's sagas
-// until SIGTERM, and returns the process exit code.
-func RunWorkerFromEnv() int {
+// until SIGTERM, and returns the process exit code. open opens the broker
+// of a run with a transport (the driver's Options.OpenTransport).
+func RunWorkerFromEnv(open TransportOpener) int {
 	var c workerConfig
 	if err := json.Unmarshal([]byte(os.Getenv(WorkerEnv)), &c); err != nil {
 		fmt.Fprintln(os.Stderr, "torture worker: bad", WorkerEnv, ":", err)
@@ -142,16 +144,16 @@ func RunWorkerFromEnv() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := runWorker(ctx, c); err != nil {
+	if err := runWorker(ctx, c, open); err != nil {
 		fmt.Fprintln(os.Stderr, "torture worker:", err)
 		return 1
 	}
 	return 0
 }
 
-func runWorker(ctx context.Context, c workerConfig) error {
+func runWorker(ctx context.Context, c workerConfig, open TransportOpener) error {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, tr, closeAll, err := openRetry(ctx, c, logger)
+	st, tr, closeAll, err := openRetry(ctx, c, open, logger)
 	if err != nil {
 		return err
 	}
@@ -192,10 +194,10 @@ func runWorker(ctx context.Context, c workerConfig) error {
 }
 
 // openRetry opens a worker's store and transport, with retryOpen.
-func openRetry(ctx context.Context, c workerConfig, logger *slog.Logger) (store.Store, transport.Transport, func(), error) {
-	return retryOpen(ctx, func() (store.Store, transport.Transport, func(), error) {
-		return openBackend(ctx, c.Store, c.Schema, c.Transport, BrokerOptions{Namespace: c.Namespace, Lease: c.Lease, Replicas: c.Replicas}, logger, true)
-	})
+func openRetry(ctx context.Context, c workerConfig, open TransportOpener, logger *slog.Logger) (store.Store, transport.Transport, func(), error) {
+	b := &backend{store: c.Store, schema: c.Schema, transport: c.Transport, open: open, worker: true,
+		bo: BrokerOptions{Namespace: c.Namespace, Lease: c.Lease, Replicas: c.Replicas}}
+	return retryOpen(ctx, func() (store.Store, transport.Transport, func(), error) { return b.openWith(ctx, logger) })
 }
 
 // retryOpen retries open for up to a minute while a server is restarting
