@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/internal/enginetest"
 	"github.com/idemhq/idem/internal/testenv"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
@@ -286,5 +287,78 @@ func TestNewWithStartupParametersThroughPgBouncerSaysUseOpen(t *testing.T) {
 	}
 	if errors.Is(err, store.ErrNotMigrated) {
 		t.Errorf("error %v says the schema is not migrated", err)
+	}
+}
+
+// pooledSession is a connection through PgBouncer with the
+// application_name of s's connections, that the test drives by hand.
+func pooledSession(t *testing.T, s *pgstore.Store) *session {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(pgbouncerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = pgstore.ApplicationName(s.Schema())
+	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return &session{conn: c}
+}
+
+// stalledServerPID waits for the server session that stalled mid-pipeline
+// holding a lock on a table of schema, and returns its pid: PgBouncer's
+// clients do not know the pid of the server session they are lent.
+func stalledServerPID(t *testing.T, obs *pgx.Conn, schema string) (pid uint32, app string) {
+	t.Helper()
+	enginetest.WaitFor(t, 30*time.Second, "a session to wait on its client mid-pipeline, holding a lock in schema "+schema, func() (bool, error) {
+		err := obs.QueryRow(context.Background(), `SELECT a.pid, a.application_name FROM pg_stat_activity a
+			WHERE a.state = 'active' AND a.wait_event = 'ClientRead' AND EXISTS (
+			  SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
+			  WHERE l.pid = a.pid AND n.nspname = $1)`, schema).Scan(&pid, &app)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	return pid, app
+}
+
+// Two deployments whose sessions all come through one PgBouncer, on one
+// role and database: PgBouncer gives each server session the
+// application_name of the client it lends it to, so a store's watchdog
+// ends its own deployment's stalled session after its lease, and never
+// the other deployment's (another schema), whatever its lease.
+func TestWatchdogThroughPgBouncerEndsOnlyItsDeploymentsStalls(t *testing.T) {
+	a := openPooled(t, pgstore.Config{Lease: time.Second})
+	b := openPooled(t, pgstore.Config{Lease: 30 * time.Second})
+	ctx := context.Background()
+	obs, err := pgx.Connect(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close(ctx)
+
+	other := pooledSession(t, b)
+	otherP := other.stallIn(t, b.Schema(), `SELECT 1`)
+	otherPID, otherApp := stalledServerPID(t, obs, b.Schema())
+	if want := pgstore.ApplicationName(b.Schema()); otherApp != want {
+		t.Errorf("the pooled server session of b shows application_name %q, want %q", otherApp, want)
+	}
+	own := pooledSession(t, a)
+	ownP := own.stallIn(t, a.Schema(), `SELECT 1`)
+	ownPID, _ := stalledServerPID(t, obs, a.Schema())
+
+	enginetest.WaitFor(t, 60*time.Second, "a's watchdog to end a's stalled session", func() (bool, error) {
+		pgstore.EndStalled(ctx, a)
+		return !alive(t, obs, ownPID), nil
+	})
+	_ = ownP.Close()
+	if !alive(t, obs, otherPID) {
+		t.Fatalf("a stalled session of another deployment (schema %s, lease 30s) through the same PgBouncer was ended by a store of schema %s (lease 1s)", b.Schema(), a.Schema())
+	}
+	if err := finish(otherP); err != nil {
+		t.Errorf("the other deployment's session, once its pipeline is synced: %v", err)
 	}
 }

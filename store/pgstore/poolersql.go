@@ -122,7 +122,7 @@ func afterDot(sql string, i int) bool {
 
 // skipQuoted returns the index after the literal or quoted identifier
 // opened by q at i (a doubled q stays inside; with backslash, as in an
-// E'' string, a backslash escapes the next byte).
+// escape string (E'…'), a backslash escapes the next byte).
 func skipQuoted(sql string, i int, q byte, backslash bool) int {
 	for j := i + 1; j < len(sql); j++ {
 		switch {
