@@ -4,8 +4,11 @@
 #
 #   IDEM_TEST_PGBOUNCER_URL  postgres://postgres@127.0.0.1:<port>/postgres?sslmode=disable
 #
-# for the tests of what pgstore says about a pooler it cannot work
-# through. Installs Debian's pgbouncer package with apt-get when it is
+# for the tests of pgstore through a transaction pooler (pooler_test.go,
+# TestConformanceThroughPgBouncer) and the torture run through it. The
+# database idem_statement_mode of the same PgBouncer is PostgreSQL's
+# postgres database in statement pooling mode, which pgstore refuses.
+# Installs Debian's pgbouncer package with apt-get when it is
 # missing (without starting its system service). pgbouncer_stop stops it
 # and removes its directory.
 
@@ -50,6 +53,7 @@ pgbouncer_start() {
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
 		cat >"$PGBOUNCER_DIR/pgbouncer.ini" <<-EOF
 			[databases]
+			idem_statement_mode = host=127.0.0.1 port=$pgport dbname=postgres pool_mode=statement
 			* = host=127.0.0.1 port=$pgport
 			[pgbouncer]
 			listen_addr = 127.0.0.1

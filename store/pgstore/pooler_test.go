@@ -362,3 +362,30 @@ func TestWatchdogThroughPgBouncerEndsOnlyItsDeploymentsStalls(t *testing.T) {
 		t.Errorf("the other deployment's session, once its pipeline is synced: %v", err)
 	}
 }
+
+// statementModeDB is the database of scripts/pgbouncer.sh's PgBouncer that
+// runs in statement pooling mode.
+const statementModeDB = "idem_statement_mode"
+
+// PgBouncer in statement mode refuses transactions of several statements,
+// every unit of work: Open refuses it and says which pool_mode to set.
+func TestOpenThroughStatementPoolerSaysWhatToSet(t *testing.T) {
+	u, err := url.Parse(pgbouncerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + statementModeDB
+	s, err := pgstore.Open(context.Background(), u.String(), &pgstore.Config{Schema: "t_" + randHex(), DirectURL: testenv.PostgresURL(t)})
+	if err == nil {
+		_ = s.Close()
+		t.Fatal("Open through PgBouncer in statement mode: got nil error, want a refusal")
+	}
+	if strings.Contains(err.Error(), statementModeDB+`" does not exist`) {
+		t.Fatalf("the PgBouncer at IDEM_TEST_PGBOUNCER_URL has no database %s in statement mode: start it with scripts/pgbouncer.sh (pgbouncer_start): %v", statementModeDB, err)
+	}
+	for _, want := range []string{"statement mode", "pool_mode = transaction"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
