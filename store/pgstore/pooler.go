@@ -146,6 +146,11 @@ func (s *Store) directConn(ctx context.Context) (*pgx.Conn, error) {
 		return nil, err
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "08P01" && strings.HasPrefix(pe.Message, "unsupported startup parameter") {
+		return nil, fmt.Errorf("pgstore: Config.DirectURL is a connection pooler, not PostgreSQL: it refused the startup parameter %s (%w); give the URL of PostgreSQL itself (its host and port, usually 5432)",
+			strings.TrimPrefix(pe.Message, "unsupported startup parameter: "), redact(err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect to Config.DirectURL: %w", redact(err))
 	}
@@ -185,6 +190,11 @@ func withDirectURL(url string, c *Config) (string, error) {
 	}
 	if c.DirectURL == "" {
 		c.DirectURL = direct
+	}
+	if c.DirectURL != "" {
+		if _, err := pgx.ParseConfig(c.DirectURL); err != nil {
+			return "", fmt.Errorf("pgstore: parse Config.DirectURL (or %s): %w (want postgres://user@host:port/db of PostgreSQL itself, not of the pooler)", DirectURLParam, redact(err))
+		}
 	}
 	return rest, nil
 }

@@ -389,3 +389,24 @@ func TestOpenThroughStatementPoolerSaysWhatToSet(t *testing.T) {
 		}
 	}
 }
+
+// A direct URL that is not one, or that is the pooler itself, stops Open
+// with what to give instead.
+func TestBadDirectURLSaysWhatToGive(t *testing.T) {
+	_, err := pgstore.Open(context.Background(), pgbouncerURL(t), &pgstore.Config{DirectURL: "postgres://h:notaport/db"})
+	if err == nil || !strings.Contains(err.Error(), "Config.DirectURL") || !strings.Contains(err.Error(), "PostgreSQL itself") {
+		t.Errorf("Open with an unparsable DirectURL: got %v, want an error naming Config.DirectURL and what to give", err)
+	}
+	schema := "t_" + randHex()
+	t.Cleanup(func() { dropSchema(t, schema) })
+	s, err := pgstore.Open(context.Background(), pgbouncerURL(t), &pgstore.Config{Schema: schema, Migrate: true, DirectURL: pgbouncerURL(t)})
+	if err == nil {
+		_ = s.Close()
+		t.Fatal("Open with the pooler as its DirectURL: got nil error")
+	}
+	for _, want := range []string{"Config.DirectURL is a connection pooler", "PostgreSQL itself"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
