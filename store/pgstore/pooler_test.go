@@ -410,3 +410,24 @@ func TestBadDirectURLSaysWhatToGive(t *testing.T) {
 		}
 	}
 }
+
+// With a direct URL, a store through PgBouncer LISTENs over it: a consumer
+// waiting on an empty queue is woken by a publish through the pooler long
+// before its minute-long poll would look again.
+func TestPoolerListensOverDirectURL(t *testing.T) {
+	s := openPooled(t, pgstore.Config{PollInterval: time.Minute})
+	publisher := openPooled(t, pgstore.Config{Schema: s.Schema()})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan []transport.Delivery, 1)
+	go func() {
+		ds, _ := s.Receive(ctx, 10) // waits: the queue is empty
+		got <- ds
+	}()
+	if err := publisher.Publish(ctx, []transport.Envelope{{ID: "m1", Type: "t", Body: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if ds := <-got; len(ds) != 1 || ds[0].Envelope.ID != "m1" {
+		t.Fatalf("the waiting consumer received %v within 30s, want m1: no notification reached it (its poll is a minute)", ds)
+	}
+}
