@@ -431,3 +431,34 @@ func TestPoolerListensOverDirectURL(t *testing.T) {
 		t.Fatalf("the waiting consumer received %v within 30s, want m1: no notification reached it (its poll is a minute)", ds)
 	}
 }
+
+// BenchmarkQueueCycle publishes, receives and acks one message at a time,
+// on PostgreSQL directly and through PgBouncer (unprepared statements,
+// one more hop): what the pooler costs a round of the queue.
+func BenchmarkQueueCycle(b *testing.B) {
+	for _, via := range []string{"direct", "pgbouncer"} {
+		b.Run(via, func(b *testing.B) {
+			var s *pgstore.Store
+			if via == "direct" {
+				s = openStore(b, pgstore.Config{})
+			} else {
+				s = openPooled(b, pgstore.Config{})
+			}
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := s.Publish(ctx, []transport.Envelope{{ID: fmt.Sprint("m", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
+					b.Fatal(err)
+				}
+				ds, err := s.Receive(ctx, 1)
+				if err != nil || len(ds) != 1 {
+					b.Fatalf("receive: %v, %d deliveries", err, len(ds))
+				}
+				if err := s.Ack(ctx, ds); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(s.RoundTrips())/float64(b.N), "trips/op")
+		})
+	}
+}
