@@ -363,19 +363,53 @@ func TestWatchdogThroughPgBouncerEndsOnlyItsDeploymentsStalls(t *testing.T) {
 	}
 }
 
-// statementModeDB is the database of scripts/pgbouncer.sh's PgBouncer that
-// runs in statement pooling mode.
-const statementModeDB = "idem_statement_mode"
+// The databases of scripts/pgbouncer.sh's PgBouncer that run in statement
+// and in session pooling mode.
+const (
+	statementModeDB = "idem_statement_mode"
+	sessionModeDB   = "idem_session_mode"
+)
 
-// PgBouncer in statement mode refuses transactions of several statements,
-// every unit of work: Open refuses it and says which pool_mode to set.
-func TestOpenThroughStatementPoolerSaysWhatToSet(t *testing.T) {
+// poolModeURL is IDEM_TEST_PGBOUNCER_URL with database db.
+func poolModeURL(t *testing.T, db string) string {
 	u, err := url.Parse(pgbouncerURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Path = "/" + statementModeDB
-	s, err := pgstore.Open(context.Background(), u.String(), &pgstore.Config{Schema: "t_" + randHex(), DirectURL: testenv.PostgresURL(t)})
+	u.Path = "/" + db
+	return u.String()
+}
+
+// PgBouncer in session mode refuses the startup parameters too: Open
+// works through it as through transaction mode.
+func TestOpenThroughSessionPooler(t *testing.T) {
+	schema := "t_" + randHex()
+	t.Cleanup(func() { dropSchema(t, schema) })
+	s, err := pgstore.Open(context.Background(), poolModeURL(t, sessionModeDB), &pgstore.Config{Schema: schema, Migrate: true, DirectURL: testenv.PostgresURL(t)})
+	if err != nil {
+		if strings.Contains(err.Error(), sessionModeDB+`" does not exist`) {
+			t.Fatalf("the PgBouncer at IDEM_TEST_PGBOUNCER_URL has no database %s in session mode: start it with scripts/pgbouncer.sh (pgbouncer_start): %v", sessionModeDB, err)
+		}
+		t.Fatalf("Open through PgBouncer in session mode: %v", err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Publish(ctx, []transport.Envelope{{ID: "m1", Type: "t", Body: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.Receive(ctx, 10)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive through PgBouncer in session mode: %v, %d deliveries", err, len(ds))
+	}
+	if err := s.Ack(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PgBouncer in statement mode refuses transactions of several statements,
+// every unit of work: Open refuses it and says which pool_mode to set.
+func TestOpenThroughStatementPoolerSaysWhatToSet(t *testing.T) {
+	s, err := pgstore.Open(context.Background(), poolModeURL(t, statementModeDB), &pgstore.Config{Schema: "t_" + randHex(), DirectURL: testenv.PostgresURL(t)})
 	if err == nil {
 		_ = s.Close()
 		t.Fatal("Open through PgBouncer in statement mode: got nil error, want a refusal")
