@@ -86,11 +86,12 @@ type Config struct {
 	// Logger receives the store's logs. Nil means slog.Default().
 	Logger *slog.Logger
 	// DirectURL is a connection string of PostgreSQL itself, for a store
-	// whose Open URL is a connection pooler in transaction mode
-	// (PgBouncer): the migrations and the queue's LISTEN go over it, since
-	// they need a session of their own. Without it such a store refuses to
-	// migrate and its queue polls every PollInterval. Open's URL may give
-	// it as its DirectURLParam query parameter, URL-escaped.
+	// whose Open URL is a connection pooler (PgBouncer in transaction
+	// mode): the migrations and the queue's LISTEN go over it, since they
+	// need a session of their own. Without it such a store refuses to
+	// migrate and its queue polls every PollInterval. When set, the
+	// queue's LISTEN goes over it whatever Open's URL is. Open's URL may
+	// give it as its DirectURLParam query parameter, URL-escaped.
 	DirectURL string
 
 	viaPooler bool // set by Open when url is a pooler (pooler.go)
