@@ -4,8 +4,12 @@
 #
 #   IDEM_TEST_PGBOUNCER_URL  postgres://postgres@127.0.0.1:<port>/postgres?sslmode=disable
 #
-# for the tests of what pgstore says about a pooler it cannot work
-# through. Installs Debian's pgbouncer package with apt-get when it is
+# for the tests of pgstore through a transaction pooler (pooler_test.go,
+# TestConformanceThroughPgBouncer) and the torture run through it. The
+# databases idem_session_mode and idem_statement_mode of the same
+# PgBouncer are PostgreSQL's postgres database in session pooling mode and
+# in statement pooling mode, which pgstore refuses.
+# Installs Debian's pgbouncer package with apt-get when it is
 # missing (without starting its system service). pgbouncer_stop stops it
 # and removes its directory.
 
@@ -50,6 +54,8 @@ pgbouncer_start() {
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
 		cat >"$PGBOUNCER_DIR/pgbouncer.ini" <<-EOF
 			[databases]
+			idem_session_mode = host=127.0.0.1 port=$pgport dbname=postgres pool_mode=session
+			idem_statement_mode = host=127.0.0.1 port=$pgport dbname=postgres pool_mode=statement
 			* = host=127.0.0.1 port=$pgport
 			[pgbouncer]
 			listen_addr = 127.0.0.1
@@ -77,7 +83,7 @@ pgbouncer_start() {
 	[ -n "$started" ] || { echo "no free port for PgBouncer in 56432-56532" >&2; return 1; }
 	export IDEM_TEST_PGBOUNCER_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 	idem_on_exit pgbouncer_stop
-	echo "PgBouncer $("$bin" --version | awk 'NR==1{print $2}') on 127.0.0.1:$port, transaction pooling, in front of 127.0.0.1:$pgport (in $PGBOUNCER_DIR, $IDEM_REMOVAL)"
+	echo "PgBouncer $("$bin" --version | awk 'NR==1{print $2}') on 127.0.0.1:$port, transaction pooling (session and statement pooling for the databases idem_session_mode and idem_statement_mode), in front of 127.0.0.1:$pgport (in $PGBOUNCER_DIR, $IDEM_REMOVAL)"
 }
 
 pgbouncer_stop() {

@@ -42,7 +42,8 @@ func (s *Store) EstimateInstanceCounts(ctx context.Context) (counts []readmodel.
 		return nil, false, err
 	}
 	var total float64
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(reltuples), -1)::float8 FROM pg_class WHERE oid = to_regclass('idem_instances')`).Scan(&total); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(reltuples), -1)::float8 FROM pg_class WHERE oid = to_regclass($1)`,
+		pgx.Identifier{s.cfg.Schema, "idem_instances"}.Sanitize()).Scan(&total); err != nil {
 		return nil, false, fmt.Errorf("pgstore: estimate instance counts: %w", translate(err))
 	}
 	if total < ExactCountBelow { // -1: never analysed
@@ -82,10 +83,10 @@ func (s *Store) EstimateInstanceCounts(ctx context.Context) (counts []readmodel.
 const statsCountsSQL = `
 SELECT s.most_common_vals[u.i][1], s.most_common_vals[u.i][2], s.most_common_vals[u.i][3], u.f
 FROM pg_stats_ext s, unnest(s.most_common_freqs) WITH ORDINALITY AS u(f, i)
-WHERE s.statistics_schemaname = current_schema() AND s.statistics_name = 'idem_instances_counts'`
+WHERE s.statistics_schemaname = $1 AND s.statistics_name = 'idem_instances_counts'`
 
 func (s *Store) statsCounts(ctx context.Context, total float64) ([]readmodel.StateCount, error) {
-	rows, err := s.pool.Query(ctx, statsCountsSQL)
+	rows, err := s.pool.Query(ctx, statsCountsSQL, s.cfg.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: estimate instance counts: %w", translate(err))
 	}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"regexp"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +85,16 @@ type Config struct {
 	MaxConns int32
 	// Logger receives the store's logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// DirectURL is a connection string of PostgreSQL itself, for a store
+	// whose Open URL is a connection pooler (PgBouncer in transaction
+	// mode): the migrations and the queue's LISTEN go over it, since they
+	// need a session of their own. Without it such a store refuses to
+	// migrate and its queue polls every PollInterval. When set, the
+	// queue's LISTEN goes over it whatever Open's URL is. Open's URL may
+	// give it as its DirectURLParam query parameter, URL-escaped.
+	DirectURL string
+
+	viaPooler bool // set by Open when url is a pooler (pooler.go)
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -184,6 +193,9 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if url, err = withDirectURL(url, &c); err != nil {
+		return nil, err
+	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: parse connection string: %w (want postgres://user@host:port/db)", redact(err))
@@ -203,6 +215,9 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	s, err := newStore(ctx, pool, c, trips)
 	if err != nil {
 		pool.Close()
+		if refused := (*poolerRefusal)(nil); errors.As(err, &refused) {
+			return openThroughPooler(ctx, url, c, refused)
+		}
 		return nil, err
 	}
 	s.ownsPool = true
@@ -233,6 +248,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCoun
 	s.bg, s.bgCancel = context.WithCancel(context.Background())
 	if err := s.checkServer(ctx); err != nil {
 		return nil, err
+	}
+	if c.viaPooler {
+		return s, s.openPooled(ctx)
 	}
 	if c.Migrate {
 		if err := s.Migrate(ctx); err != nil {
@@ -307,11 +325,11 @@ func (s *Store) addr() string {
 }
 
 // poolerError explains the failures of a connection pooler in front of
-// PostgreSQL that Idem cannot work through yet (PgBouncer in transaction
-// pooling mode), or returns nil for any other error: PgBouncer refuses the
-// startup parameters Open sets, and a pooler that hands one server session
-// to several clients makes pgx's statement cache collide with another
-// client's.
+// PostgreSQL, or returns nil for any other error. PgBouncer refuses the
+// startup parameters Open sets: the error is a *poolerRefusal, on which
+// Open connects again through the pooler (pooler.go). A pool given to New
+// that caches prepared statements meets another client's through a pooler
+// in transaction mode, which hands one server session to several clients.
 func (s *Store) poolerError(err error) error {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
@@ -320,17 +338,15 @@ func (s *Store) poolerError(err error) error {
 	switch {
 	case pe.Code == "08P01" && strings.HasPrefix(pe.Message, "unsupported startup parameter"):
 		param := strings.TrimSpace(strings.TrimPrefix(pe.Message, "unsupported startup parameter:"))
-		return fmt.Errorf("pgstore: the server at %s refused the startup parameter %s (%w): it is a connection pooler such as PgBouncer, not PostgreSQL, and it does not pass on the settings pgstore.Open makes when it connects "+
-			"(search_path for Config.Schema, and the TCP timeouts that bound a partition). "+
-			"Idem does not support PgBouncer yet: connect it to PostgreSQL directly; "+
-			"or run PgBouncer in session pooling mode (pool_mode = session) with ignore_startup_parameters = %s, "+
-			"and set the schema with ALTER ROLE <role> SET search_path TO %s",
-			s.addr(), param, redact(err), strings.Join(slices.DeleteFunc(StartupParameters(), func(p string) bool { return p == "application_name" }), ","), SearchPath(s.cfg.Schema))
+		return &poolerRefusal{param: param, err: err, msg: fmt.Sprintf("pgstore: the server at %s refused the startup parameter %s (%v): it is a connection pooler such as PgBouncer, not PostgreSQL, and it does not pass on session settings. "+
+			"pgstore.Open works through PgBouncer in transaction or session mode (pool_mode = transaction or session): it finds the pooler itself, names the schema in each statement and prepares none; "+
+			"give a pool of your own to New only with PostgreSQL itself",
+			s.addr(), param, redact(err))}
 	case pe.Code == "42P05" || (pe.Code == "26000" && strings.Contains(pe.Message, "prepared statement")):
 		return fmt.Errorf("pgstore: the server at %s reports %q (%w): the connections go through a pooler in transaction mode (PgBouncer pool_mode = transaction), "+
 			"which gives one PostgreSQL session to several clients, so the statements pgx prepares and caches on a connection meet another client's. "+
-			"Idem needs a session of its own per connection and does not support transaction pooling yet: connect it to PostgreSQL directly, or set PgBouncer's pool_mode = session; "+
-			"a pool through a transaction pooler would at least need ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec (or QueryExecModeSimpleProtocol)",
+			"Open the store with pgstore.Open and the pooler's URL, which finds the pooler and prepares no statement (pgx.QueryExecModeExec), with Config.DirectURL for the migrations and LISTEN; "+
+			"a pool given to New needs a session of its own per connection: PostgreSQL directly, or PgBouncer's pool_mode = session",
 			s.addr(), pe.Message, redact(err))
 	}
 	return nil
@@ -349,15 +365,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: read migrations: %w", err)
 	}
-	pooled, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return s.migrateError(err, 0)
-	}
 	// The migration's session never goes back to the pool: closing it
 	// drops the migration lock and the session settings the migrations
 	// changed (search_path, lock_timeout), which a RESET would set to the
 	// server's defaults rather than to what the pool's connections use.
-	conn := pooled.Hijack()
+	conn, err := s.migrationConn(ctx)
+	if err != nil {
+		return s.migrateError(err, 0)
+	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if err := s.migrateLock(ctx, conn); err != nil {
 		return s.migrateError(err, 0)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemhq/idem/internal/sqlq"
@@ -268,6 +269,11 @@ func (s *Store) startListener() {
 		return
 	}
 	s.listenOn = true
+	if s.cfg.viaPooler && s.cfg.DirectURL == "" {
+		s.log.Warn("the queue polls every PollInterval: the store connects through a connection pooler in transaction mode, which cannot LISTEN; "+
+			"give Config.DirectURL (the URL of PostgreSQL itself) for notifications", "poll_interval", s.cfg.PollInterval)
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.lcancel = cancel
 	s.lwg.Add(1)
@@ -287,12 +293,44 @@ func (s *Store) startListener() {
 	}()
 }
 
-func (s *Store) listen(ctx context.Context) error {
+// listenConn is the connection the listener LISTENs on: one of the pool,
+// or one of its own to Config.DirectURL when set.
+type listenConn interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Conn() *pgx.Conn
+}
+
+// directListen is a connection of its own to Config.DirectURL.
+type directListen struct{ c *pgx.Conn }
+
+func (d directListen) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return d.c.Exec(ctx, sql, args...)
+}
+
+func (d directListen) Conn() *pgx.Conn { return d.c }
+
+// listenConnection returns the listener's connection and what gives it back.
+func (s *Store) listenConnection(ctx context.Context) (listenConn, func(), error) {
+	if s.cfg.DirectURL != "" {
+		conn, err := s.directConn(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return directListen{conn}, func() { _ = conn.Close(context.WithoutCancel(ctx)) }, nil
+	}
 	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, conn.Release, nil
+}
+
+func (s *Store) listen(ctx context.Context) error {
+	conn, release, err := s.listenConnection(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
+	defer release()
 	if _, err := conn.Exec(ctx, `LISTEN idem_queue`); err != nil {
 		return err
 	}

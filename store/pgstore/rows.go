@@ -41,7 +41,7 @@ func (s *Store) EstimateRows(ctx context.Context) (map[string]int64, error) {
 	}
 	names := make([]string, 0, len(sqlq.Tables))
 	for _, t := range sqlq.Tables {
-		names = append(names, t)
+		names = append(names, pgx.Identifier{s.cfg.Schema, t}.Sanitize()) // no search_path through a pooler
 	}
 	rows, err := s.pool.Query(ctx, estimateRowsSQL, names)
 	if err != nil {

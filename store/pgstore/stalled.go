@@ -137,8 +137,9 @@ func ApplicationName(schema string) string {
 }
 
 // StartupParameters returns the names of the startup parameters Open
-// sets on every connection, besides those pgx always sends: a connection
-// pooler in between must accept or ignore them.
+// sets on every connection to PostgreSQL, besides those pgx always sends.
+// PgBouncer refuses all but application_name: through it Open sets only
+// that one (see pooler.go).
 func StartupParameters() []string {
 	return []string{"search_path", "application_name", "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout"}
 }

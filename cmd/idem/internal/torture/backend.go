@@ -74,6 +74,11 @@ func openDB(storeSpec, schema string) (*sql.DB, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parse the PostgreSQL URL: %w", err)
 		}
+		if direct := u.Query().Get(pgstore.DirectURLParam); direct != "" { // the store's URL is a pooler's
+			if u, err = url.Parse(direct); err != nil {
+				return nil, fmt.Errorf("parse the %s parameter of the PostgreSQL URL: %w", pgstore.DirectURLParam, err)
+			}
+		}
 		qv := u.Query()
 		qv.Set("search_path", pgx.Identifier{schema}.Sanitize())
 		u.RawQuery = qv.Encode()
