@@ -120,7 +120,7 @@ func (s *sweep) waitSettled(ctx context.Context, p *phase, broker bool, run *Rep
 // sample notes the database's client backends, its active ones by wait
 // event, and the ungranted locks.
 func (s *sweep) sample(ctx context.Context, pool *pgxpool.Pool, run *ReplicaRun) error {
-	rows, err := pool.Query(ctx, `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), state = 'active', count(*)
+	rows, err := pool.Query(ctx, `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), coalesce(state = 'active', false), count(*)
 		FROM pg_stat_activity
 		WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
 		GROUP BY 1, 2`)

@@ -49,6 +49,8 @@ type replicaSnapshot struct {
 	Statements  int64   `json:"statements"`
 	ClaimedInTx int64   `json:"claimed_in_tx"`
 	UnitsOfWork int64   `json:"units_of_work"`
+	Receives    int64   `json:"receives"`
+	Received    int64   `json:"received"`
 	PoolSize    int     `json:"pool_size"`
 	Committed   []int64 `json:"committed"`
 }
@@ -114,7 +116,7 @@ func RunReplicaWorker(ctx context.Context, o ReplicaWorker, in io.Reader, out io
 func snapshot(e *idem.Engine, st *pgstore.Store, t *tap, trips0, stmts0 int64) *replicaSnapshot {
 	s := e.Stats()
 	snap := &replicaSnapshot{
-		Applied: s.Applied, Duplicates: s.Duplicates, Conflicts: s.Conflicts, Retries: s.Retries,
+		Received: s.Received, Applied: s.Applied, Duplicates: s.Duplicates, Conflicts: s.Conflicts, Retries: s.Retries,
 		RoundTrips: st.RoundTrips() - trips0, Statements: st.Statements() - stmts0, PoolSize: st.PoolSize(),
 	}
 	for _, ts := range e.TypeStats() {
@@ -123,7 +125,7 @@ func snapshot(e *idem.Engine, st *pgstore.Store, t *tap, trips0, stmts0 int64) *
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	snap.ClaimedInTx, snap.UnitsOfWork = t.claimedInTx, t.timing.UnitsOfWork
+	snap.ClaimedInTx, snap.UnitsOfWork, snap.Receives = t.claimedInTx, t.timing.UnitsOfWork, t.timing.Receives
 	snap.Committed = make([]int64, len(t.committed))
 	for i, c := range t.committed {
 		if !c.IsZero() {

@@ -148,6 +148,11 @@ type ReplicaRun struct {
 	Redelivered int64   `json:"redelivered"`
 	ClaimedInTx int64   `json:"claimed_in_tx"`
 	UnitsOfWork int64   `json:"units_of_work"`
+	// Receives is the replicas' receives and claims (empty ones
+	// included); Received the deliveries they returned, redeliveries
+	// included.
+	Receives int64 `json:"receives"`
+	Received int64 `json:"received"`
 	// RoundTrips and Statements per delivery, counted by the replicas'
 	// pgx tracers (the sweep's own queries are not in them).
 	RoundTrips float64 `json:"round_trips_per_delivery"`
@@ -388,6 +393,8 @@ func (s *sweep) total(run *ReplicaRun, snaps []*replicaSnapshot, deliveries int)
 		run.Redelivered += x.Redelivered
 		run.ClaimedInTx += x.ClaimedInTx
 		run.UnitsOfWork += x.UnitsOfWork
+		run.Receives += x.Receives
+		run.Received += x.Received
 		run.PoolSize = x.PoolSize
 		trips += x.RoundTrips
 		stmts += x.Statements

@@ -33,11 +33,11 @@ func (rep *ReplicaReport) WriteText(w io.Writer) error {
 	p.printf("\nCost per delivery over the throughput phase (CPU in µs: engine = the replicas' processes, server = PostgreSQL's,\n")
 	p.printf("sweep = this process, with an embedded broker; WAL and transactions are the whole server's)\n\n")
 	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "transport\treplicas\tengine CPU\tserver CPU\tsweep CPU\tWAL bytes\tstatements\tunits of work\tclaimed in tx\tapplied per replica\t")
+	fmt.Fprintln(tw, "transport\treplicas\tengine CPU\tserver CPU\tsweep CPU\tWAL bytes\tstatements\treceives\tdeliveries/receive\tunits of work\tclaimed in tx\tapplied per replica\t")
 	for _, r := range rep.Runs {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.3f\t%d\t%d\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.3f\t%d\t%.1f\t%d\t%d\t%s\t\n",
 			transportName(EngineRun{Transport: r.Transport}), r.Replicas, r.EngineCPUUs, r.ServerCPUUs, r.SweepCPUUs, r.WALBytes, r.Statements,
-			r.UnitsOfWork, r.ClaimedInTx, spread(r.PerReplica))
+			r.Receives, ratio(float64(r.Received), float64(r.Receives)), r.UnitsOfWork, r.ClaimedInTx, spread(r.PerReplica))
 	}
 	_ = tw.Flush()
 

@@ -121,9 +121,9 @@ func (bf *benchFlags) replicaOptions(cmd *cobra.Command) (*bench.ReplicaOptions,
 // replicaBrokers opens the brokers of --transport for a replica sweep: for
 // nats-embedded, a server in this process that the replicas reach by its
 // URL. stop stops what was started.
-func replicaBrokers(ctx context.Context, specs []string) (_ []bench.ReplicaBroker, stop func(), err error) {
+func replicaBrokers(ctx context.Context, specs []string) (_ []bench.ReplicaBroker, _ func(), err error) {
 	var stops []func()
-	stop = func() {
+	stop := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
