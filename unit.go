@@ -156,9 +156,12 @@ func handlersOnly(items []*item) bool {
 var conflictPause = backoff.Policy{Base: 2 * time.Millisecond, Max: 250 * time.Millisecond}
 
 // runUnit commits the lane's unit of work, re-applying it after conflicts,
-// and reports how it ended. After the first conflict a lane with several
-// keys is split into one unit of work per key, so one contended key does
-// not hold back the others. Other failures go to storeFailed.
+// and reports how it ended. After a conflict a lane with several keys is
+// split in two units of work, half of its keys each, and each half again
+// after a conflict of its own: one contended key ends up alone without
+// holding back the others, and a conflict costs two more commits rather
+// than one per key (with replicas sharing a queue, most units of work
+// meet another replica's on some key). Other failures go to storeFailed.
 func (u *units) runUnit(ctx context.Context, items []*item) UnitOfWorkEnd {
 	if u.setAside(ctx, items) {
 		return UnitOfWorkEnd{Outcome: UnitSplit, Attempts: 1}
@@ -173,9 +176,9 @@ func (u *units) runUnit(ctx context.Context, items []*item) UnitOfWorkEnd {
 		switch {
 		case errors.Is(err, store.ErrConflict) && attempt <= u.cfg.ConflictRetries:
 			u.obs.conflicted(items)
-			if groups := splitByKey(items); len(groups) > 1 {
-				for _, g := range groups {
-					u.runLane(ctx, g)
+			if halves := halveByKey(items); len(halves) > 1 {
+				for _, h := range halves {
+					u.runLane(ctx, h)
 				}
 				return UnitOfWorkEnd{Outcome: UnitSplit, Attempts: attempt, Err: err}
 			}
@@ -364,6 +367,17 @@ func (u *units) readBack(ctx context.Context, uc *uncertainCommit) (bool, error)
 		}
 	}
 	return true, nil
+}
+
+// halveByKey splits items in two units of work, the first half of their
+// keys and the other half, each key's items in one of them in their order;
+// it returns items alone when they hold one key.
+func halveByKey(items []*item) [][]*item {
+	groups := splitByKey(items)
+	if len(groups) < 2 {
+		return [][]*item{items}
+	}
+	return [][]*item{slices.Concat(groups[:len(groups)/2]...), slices.Concat(groups[len(groups)/2:]...)}
 }
 
 func splitByKey(items []*item) [][]*item {

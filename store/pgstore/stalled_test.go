@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"log/slog"
 	"net/url"
@@ -131,18 +132,12 @@ func TestCommitCutOffMidwayReleasesItsLocks(t *testing.T) {
 	waitStalled(t, app)
 	stalled := time.Now()
 
-	// Replica b's unit of work on the same saga waits for a's row lock,
-	// until the stalled session is ended.
-	ub, err := b.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ub.Load(ctx, &store.LoadParams{Keys: []store.Key{k}}); err != nil {
-		t.Fatal(err)
-	}
+	// Replica b's unit of work on the same saga conflicts on a's row lock
+	// (a commit does not wait for another's lock) and is re-applied, as
+	// the engine does, until the stalled session is ended.
 	bctx, bcancel := context.WithTimeout(ctx, 60*lease) // far beyond the bound (Lease + 1s), far below TCP's hours
 	defer bcancel()
-	if err := ub.Commit(bctx, update(in, "ByB", "m-b", now)); err != nil {
+	if err := commitRetryingConflicts(bctx, b, k, update(in, "ByB", "m-b", now)); err != nil {
 		t.Fatalf("the second replica's commit on the saga the cut-off replica had written: got %v, want nil once the stalled session is ended", err)
 	}
 	t.Logf("the second replica's commit went through %v after the first one's session was seen stalled (Lease %v)", time.Since(stalled).Round(time.Millisecond), lease)
@@ -183,6 +178,32 @@ func update(in *store.Instance, state, id string, at time.Time) *store.Changes {
 	return &store.Changes{
 		Updates: []*store.Instance{&next},
 		Inbox:   []store.InboxEntry{{InboxKey: store.InboxKey{SagaType: in.SagaType, Key: in.Key, MessageID: id}, ProcessedAt: at}},
+	}
+}
+
+// commitRetryingConflicts loads k and commits c in a unit of work of s,
+// again after every store.ErrConflict (every 50 ms), until one commits or
+// ctx ends.
+func commitRetryingConflicts(ctx context.Context, s store.Store, k store.Key, c *store.Changes) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		u, err := s.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := u.Load(ctx, &store.LoadParams{Keys: []store.Key{k}}); err != nil {
+			_ = u.Rollback(ctx)
+			return err
+		}
+		if err := u.Commit(ctx, c); !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
 	}
 }
 

@@ -308,7 +308,7 @@ func (u *unitOfWork) Commit(ctx context.Context, c *store.Changes) error {
 	}
 	u.finish(ctx, err != nil)
 	if err != nil {
-		return fmt.Errorf("pgstore: commit: %w", translate(err))
+		return fmt.Errorf("pgstore: commit: %w", translateCommit(err))
 	}
 	if u.wakes(c) {
 		u.s.notifySoon()
@@ -333,6 +333,7 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 		b.Queue(beginSQL)
 		u.begun = true
 	}
+	b.Queue(commitLockTimeoutSQL)
 	if err := queueInstances(b, insertInstancesSQL, c.Inserts, false); err != nil {
 		return nil, err
 	}
@@ -340,6 +341,7 @@ func (u *unitOfWork) commitBatch(c *store.Changes) (*pgx.Batch, error) {
 		return nil, err
 	}
 	queueInbox(b, c.Inbox)
+	b.Queue(commitLockWaitSQL)
 	if err := queueOutbox(b, c.Outbox); err != nil {
 		return nil, err
 	}
@@ -578,6 +580,31 @@ func (u *unitOfWork) finish(ctx context.Context, rollback bool) {
 func (u *unitOfWork) Rollback(ctx context.Context) error {
 	u.finish(ctx, true)
 	return nil
+}
+
+// commitLockTimeoutSQL bounds how long a commit's writes of sagas and
+// inbox records wait for a row lock that another transaction holds (see
+// translateCommit); commitLockWaitSQL restores the session's own bound
+// for the writes that follow: the queue rows it consumes may be held for
+// a moment by this engine's own lease renewal, which is worth waiting for.
+const (
+	commitLockTimeoutSQL = `SET LOCAL lock_timeout = 5`
+	commitLockWaitSQL    = `SET LOCAL lock_timeout TO DEFAULT`
+)
+
+// translateCommit is translate for a commit's error: a row lock the commit
+// could not get within commitLockTimeoutSQL is a conflict. The lock's
+// holder is another unit of work writing the same saga or inbox record
+// (another replica's, as one engine's own units of work never write one
+// saga at once): once it commits, the version or unique check fails anyway,
+// so waiting for it only queued replicas behind one another (and behind
+// deadlock detection, when two units lock their rows in other orders).
+func translateCommit(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
+		return fmt.Errorf("%w: %s", store.ErrConflict, pe.Message)
+	}
+	return translate(err)
 }
 
 // translate maps PostgreSQL errors onto the contract's sentinels.

@@ -86,14 +86,15 @@ else to do), and every configuration runs again on SQLite (a temporary
 file) with its commits and rows written counted by the driver's hooks.
 
 Exit code 1 if exactly-once is violated in any run, 2 for bad flags or when
-the database cannot be used.`
+the database cannot be used.` + benchReplicasHelp
 
 // benchExample is idem bench's examples.
 const benchExample = `  idem bench --store postgres://postgres@127.0.0.1:5432/postgres
   idem bench --store "$IDEM_STORE" --transport nats-embedded --transport amqp://guest:guest@127.0.0.1:5672/ --batch 100 --lanes 4
   idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 1,4 --json
   idem bench --store "$IDEM_STORE" --messages 5000 --batch 100 --lanes 4 --dedup retention,token
-  idem bench --store "$IDEM_STORE" --messages 20000 --batch 64,100 --lanes 1,4 --consumers 1,4 --claim lease,tx`
+  idem bench --store "$IDEM_STORE" --messages 20000 --batch 64,100 --lanes 1,4 --consumers 1,4 --claim lease,tx
+  idem bench --store "$IDEM_STORE" --replicas 1,2,4,8,16 --transport nats-embedded`
 
 // newBench is the benchmark command.
 func newBench() *cobra.Command {
@@ -119,6 +120,7 @@ type benchFlags struct {
 	sagas, inbox      string
 	dedups, consumers string
 	claims            string
+	replicas          string
 	limitCap          int
 	asJSON, quiet     bool
 	traced            bool
@@ -158,12 +160,16 @@ func (bf *benchFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&bf.o.Cost, "cost", false, "also measure each run's cost per message (statements, round trips, commits, rows written, WAL records and bytes, fsyncs; PostgreSQL 15 or later, on a server with nothing else running) and run every configuration on SQLite too")
 	f.StringVar(&bf.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (baselines and engine runs) to this file, for go tool pprof")
 	f.IntVar(&bf.o.JournalPayloadLimit, "journal-payload-limit", 0, "the engines' Config.JournalPayloadLimit: bytes of payload, headers and diff kept per journal entry (0: the default 4096; negative: none)")
+	f.StringVar(&bf.replicas, "replicas", "", "run a replica sweep instead: this many engine processes on one database, comma-separated counts (1,2,4,8,16); see above")
 	f.BoolVar(&bf.asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&bf.quiet, "quiet", "q", false, "do not print progress and engine errors on stderr")
 }
 
 // run sets the benchmark up from the flags, runs it and reports it.
 func (bf *benchFlags) run(cmd *cobra.Command, _ []string) error {
+	if cmd.Flags().Changed("replicas") {
+		return bf.runReplicas(cmd)
+	}
 	if err := bf.options(cmd); err != nil {
 		return err
 	}

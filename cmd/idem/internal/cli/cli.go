@@ -62,7 +62,7 @@ carry deterministic IDs.`,
 	root.SetVersionTemplate("idem {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newTimers(), newSchedules(), newBench())
+	root.AddCommand(newDemo(), newDemoWorker(), newGraph(), newVersion(), newMigrate(), newDLQ(), newSagas(), newTimers(), newSchedules(), newBench(), newBenchReplica())
 	root.AddCommand(newReplicas(), newRetries(), newLimits(), newDeploy())
 	root.AddCommand(newServe(), newTorture(), newTortureWorker())
 	return root

@@ -151,9 +151,10 @@ func TestUnknownCommandIsUsageError(t *testing.T) {
 }
 
 // TestMain lets the test binary serve as the demo's worker process:
-// runSQLiteDemo starts os.Executable() with "demo-worker".
+// runSQLiteDemo starts os.Executable() with "demo-worker", and idem bench
+// --replicas with "bench-replica".
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "demo-worker" {
+	if len(os.Args) > 1 && (os.Args[1] == "demo-worker" || os.Args[1] == "bench-replica") {
 		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
