@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,9 +14,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/idemhq/idem/cmd/idem/internal/bench"
+	"github.com/idemhq/idem/cmd/idem/internal/torture"
 	"github.com/idemhq/idem/transport"
-	"github.com/idemhq/idem/transport/natsjs"
-	"github.com/idemhq/idem/transport/rabbitmq"
 )
 
 // benchReplicasHelp is the part of idem bench's help about --replicas.
@@ -136,7 +134,7 @@ func replicaBrokers(ctx context.Context, specs []string) (_ []bench.ReplicaBroke
 	var out []bench.ReplicaBroker
 	for _, spec := range specs {
 		name := transportName(spec)
-		if name != "nats" && name != "rabbitmq" && spec != transportEmbedded {
+		if b, err := brokerFor(spec); err != nil || b.replica == nil || spec == torture.TransportCluster {
 			return nil, nil, usageErrorf("--transport %s: a replica sweep runs on nats-embedded, nats://… or amqp://…", redactURL(spec))
 		}
 		worker := spec
@@ -195,31 +193,18 @@ func newBenchReplica() *cobra.Command {
 	return cmd
 }
 
-// replicaTransport opens a replica's transport on the sweep's namespace:
-// as benchTransport does, but leaving the namespace for the sweep to
-// delete.
-func replicaTransport(spec string) func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
+// replicaTransport opens a replica's transport on the sweep's namespace
+// through its entry in brokers: as benchTransport does, but leaving the
+// namespace for the sweep to delete.
+func replicaTransport(spec string) benchOpener {
 	return func(ctx context.Context, ns string, types []string) (transport.Transport, error) {
-		if isAMQP(spec) {
-			cfg := &rabbitmq.Config{Namespace: ns}
-			tr, err := rabbitmq.Open(ctx, spec, cfg)
-			if err != nil {
-				return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
-			}
-			return &amqpReplica{amqpThrowaway{Transport: tr, url: spec, cfg: cfg, types: types}}, nil
-		}
-		tr, err := natsjs.Open(ctx, spec, &natsjs.Config{Stream: ns, Types: types})
+		b, err := brokerFor(spec)
 		if err != nil {
-			return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
+			return nil, err
 		}
-		return tr, nil
+		if b.replica == nil {
+			return nil, usageErrorf("--transport %s: a replica sweep does not run on %s", redactURL(spec), b.name)
+		}
+		return b.replica(ctx, spec, ns, types)
 	}
 }
-
-// amqpReplica is an amqpThrowaway whose Close leaves the namespace.
-type amqpReplica struct{ amqpThrowaway }
-
-// Close closes the connection only.
-func (t *amqpReplica) Close() error { return t.Transport.Close() }
-
-var _ io.Closer = (*amqpReplica)(nil)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/idemhq/idem/cmd/idem/internal/torture"
@@ -34,6 +35,10 @@ type broker struct {
 	// bench returns idem bench's opener of throwaway namespaces and what
 	// stops what it started.
 	bench func(ctx context.Context, spec string) (benchOpener, func(), error)
+	// replica, if set, opens a replica's transport on the namespace of an
+	// idem bench --replicas sweep, which the sweep deletes itself; nil when
+	// the sweep does not run on this broker.
+	replica func(ctx context.Context, spec, ns string, types []string) (transport.Transport, error)
 	// torture, if set, wraps what open returned for one idem torture run,
 	// so that it counts its backlog (transport.PendingCounter) and deletes
 	// the run's namespace (torture.NamespaceDeleter); nil when the
@@ -52,8 +57,9 @@ var brokers = []*broker{
 		spec: "nats://host:4222 (comma-separate the URLs of a cluster), or " + transportEmbedded +
 			" for nats-server started in this process, with its JetStream files under <data dir>/nats and fsync before every ack (" +
 			torture.TransportCluster + ", three such servers as a cluster, in idem bench and idem torture only)",
-		open:  openNATS,
-		bench: benchNATS,
+		open:    openNATS,
+		bench:   benchNATS,
+		replica: replicaNATS,
 		torture: func(tr transport.Transport, _ string, _ torture.BrokerOptions) transport.Transport {
 			return &natsRun{tr.(*natsjs.Transport)}
 		},
@@ -65,6 +71,7 @@ var brokers = []*broker{
 		spec:    "amqp://user:pass@host:5672/vhost (amqps:// for TLS; comma-separate the URLs of a cluster's nodes)",
 		open:    openRabbitMQ,
 		bench:   benchRabbitMQ,
+		replica: replicaRabbitMQ,
 		torture: func(tr transport.Transport, spec string, o torture.BrokerOptions) transport.Transport {
 			return &amqpRun{Transport: tr.(*rabbitmq.Transport), url: spec, cfg: &rabbitmq.Config{Namespace: o.Namespace}}
 		},
@@ -117,3 +124,28 @@ func brokerExamples(extra ...string) string {
 	ex = append(ex, extra...)
 	return strings.Join(ex[:len(ex)-1], ", ") + " or " + ex[len(ex)-1]
 }
+
+// replicaNATS is the NATS entry's replica.
+func replicaNATS(ctx context.Context, spec, ns string, types []string) (transport.Transport, error) {
+	tr, err := natsjs.Open(ctx, spec, &natsjs.Config{Stream: ns, Types: types})
+	if err != nil {
+		return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
+	}
+	return tr, nil
+}
+
+// replicaRabbitMQ is the RabbitMQ entry's replica.
+func replicaRabbitMQ(ctx context.Context, spec, ns string, types []string) (transport.Transport, error) {
+	cfg := &rabbitmq.Config{Namespace: ns}
+	tr, err := rabbitmq.Open(ctx, spec, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("transport %s: %w", redactURL(spec), err)
+	}
+	return &amqpReplica{amqpThrowaway{Transport: tr, url: spec, cfg: cfg, types: types}}, nil
+}
+
+// amqpReplica is an amqpThrowaway whose Close leaves the namespace.
+type amqpReplica struct{ amqpThrowaway }
+
+// Close closes the connection only.
+func (t *amqpReplica) Close() error { return t.Transport.Close() }
