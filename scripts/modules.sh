@@ -6,7 +6,7 @@
 # command never reads it.
 
 core_module=github.com/idemhq/idem
-leaves=(otelidem cmd/idem) # directories, in the order they are released
+leaves=(otelidem transport/kafka cmd/idem) # directories, in the order they are released
 
 # as_fetched MODCACHE REPO CMD...: runs CMD outside the workspace, as a
 # user's go command would, except that the modules under
