@@ -157,14 +157,14 @@ type Transport struct {
 	mu       sync.Mutex
 	closed   bool
 	done     chan struct{}
-	changed  chan struct{}     // closed and replaced when the buffer changes
-	parts    map[int32]*part   // the partitions this member owns
-	epoch    uint64            // the last assignment's number
-	buffered int               // records held in parts
-	rr       int               // where the next Receive starts looking
-	onDrain  func(ps []int32)  // tests: a revoke started draining
-	drained  func(ps []int32)  // tests: a revoke finished
-	commitMu sync.Mutex        // serialises commits, so that none rewinds another
+	changed  chan struct{}    // closed and replaced when the buffer changes
+	parts    map[int32]*part  // the partitions this member owns
+	epoch    uint64           // the last assignment's number
+	buffered int              // records held in parts
+	rr       int              // where the next Receive starts looking
+	onDrain  func(ps []int32) // tests: a revoke started draining
+	drained  func(ps []int32) // tests: a revoke finished
+	commitMu sync.Mutex       // serialises commits, so that none rewinds another
 }
 
 var (

@@ -80,7 +80,7 @@ func poisonRecord(t *testing.T, url string) {
 	}
 
 	b := open(t, url, cfg)
-	ds = receiveIDs(t, b, want, 20*time.Second) // both again: no commit passed the poison record
+	ds = receiveIDs(t, b, want, 20*time.Second)    // both again: no commit passed the poison record
 	if err := b.Ack(t.Context(), ds); err != nil { // dead-lettered by the engine, then acked
 		t.Fatalf("Ack: %v", err)
 	}
