@@ -136,7 +136,8 @@ func (c *Config) validate() error {
 const metaRoom = 64 << 10
 
 // Transport is a transport.Transport, transport.PartitionedConsumer,
-// transport.LeaseExtender and transport.SizeLimiter on one Kafka topic, consumed by one consumer
+// transport.LeaseExtender, transport.SizeLimiter and
+// transport.PendingCounter on one Kafka topic, consumed by one consumer
 // group. It is safe for concurrent use.
 type Transport struct {
 	cfg   Config
