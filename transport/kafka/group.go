@@ -79,19 +79,33 @@ func (t *Transport) start() error {
 	return t.startErr
 }
 
-// poll fetches records into the buffer while it has room. With
-// BlockRebalanceOnPoll a rebalance waits for AllowRebalance, which comes
-// right after the records are buffered: the callbacks never run between a
-// poll and the buffering of its records, so a revoked partition's records
-// never enter the buffer after its revoke.
+// poll fetches records into the buffer. With BlockRebalanceOnPoll a
+// rebalance waits for AllowRebalance, which comes right after the records
+// are buffered: the callbacks never run between a poll and the buffering
+// of its records, so a revoked partition's records never enter the buffer
+// after its revoke. A partition that holds Config.MaxBuffered records is
+// paused (not fetched) until its settled prefix shrinks; the others keep
+// flowing.
 func (t *Transport) poll(ctx context.Context) {
 	defer close(t.pollDone)
+	paused := map[int32]bool{}
 	for {
-		room, ok := t.waitRoom(ctx)
-		if !ok {
-			return
+		full, ch := t.pauseFull(paused)
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if full {
+			// Poll until the buffer changes, to resume a partition whose
+			// prefix was settled meanwhile.
+			pctx, cancel = context.WithCancel(ctx)
+			go func() {
+				select {
+				case <-ch:
+					cancel()
+				case <-pctx.Done():
+				}
+			}()
 		}
-		fs := t.consumer.PollRecords(ctx, room)
+		fs := t.consumer.PollRecords(pctx, t.cfg.MaxBuffered)
+		cancel()
 		if ctx.Err() != nil {
 			t.consumer.AllowRebalance()
 			return
@@ -116,22 +130,40 @@ func (t *Transport) poll(ctx context.Context) {
 	}
 }
 
-// waitRoom waits until the buffer holds fewer than Config.MaxBuffered
-// records and returns how many more it may take.
-func (t *Transport) waitRoom(ctx context.Context) (int, bool) {
-	for {
-		t.mu.Lock()
-		room, ch := t.cfg.MaxBuffered-t.buffered, t.changed
-		t.mu.Unlock()
-		if room > 0 {
-			return room, true
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return 0, false
+// pauseFull pauses fetching the partitions that hold Config.MaxBuffered
+// records or more and resumes the others that paused holds (the poll
+// loop's record of what it paused). It reports whether any is paused,
+// with the channel closed at the buffer's next change.
+func (t *Transport) pauseFull(paused map[int32]bool) (bool, <-chan struct{}) {
+	t.mu.Lock()
+	want := map[int32]bool{}
+	for id, p := range t.parts {
+		if len(p.recs) >= t.cfg.MaxBuffered {
+			want[id] = true
 		}
 	}
+	ch := t.changed
+	t.mu.Unlock()
+	var pause, resume []int32
+	for id := range want {
+		if !paused[id] {
+			pause = append(pause, id)
+			paused[id] = true
+		}
+	}
+	for id := range paused {
+		if !want[id] {
+			resume = append(resume, id)
+			delete(paused, id)
+		}
+	}
+	if len(pause) > 0 {
+		t.consumer.PauseFetchPartitions(map[string][]int32{t.cfg.Topic: pause})
+	}
+	if len(resume) > 0 {
+		t.consumer.ResumeFetchPartitions(map[string][]int32{t.cfg.Topic: resume})
+	}
+	return len(paused) > 0, ch
 }
 
 // buffer adds polled records to the partitions this member owns.
@@ -152,7 +184,6 @@ func (t *Transport) buffer(fs kgo.Fetches) {
 		n++
 	})
 	if n > 0 {
-		t.buffered += n
 		t.signal()
 	}
 }
@@ -228,10 +259,7 @@ func (t *Transport) forget(ps []int32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ps {
-		if p := t.parts[id]; p != nil {
-			t.buffered -= len(p.recs)
-			delete(t.parts, id)
-		}
+		delete(t.parts, id)
 	}
 	t.signal()
 }
@@ -274,7 +302,6 @@ func (t *Transport) advance(p *part) {
 	if i > 0 {
 		clear(p.recs[:i])
 		p.recs = p.recs[i:]
-		t.buffered -= i
 		t.signal()
 	}
 }

@@ -52,9 +52,11 @@ type Config struct {
 	// 64 KiB more. Keep it under the broker's message.max.bytes (1 MiB by
 	// default) minus 64 KiB. Default 900 KiB.
 	MaxMessageBytes int
-	// MaxBuffered is how many fetched records a Transport holds at most,
-	// handed out or waiting to be: the poll loop stops fetching while it
-	// holds that many. Default 1024.
+	// MaxBuffered is how many fetched and uncommitted records a Transport
+	// holds at most per partition, handed out, waiting to be, or acked
+	// behind an unsettled one: a partition that holds that many is not
+	// fetched until its oldest records are settled; the others keep
+	// flowing. Default 1024.
 	MaxBuffered int
 	// ClientID is the Kafka client id. Default "idem".
 	ClientID string
@@ -161,7 +163,6 @@ type Transport struct {
 	changed  chan struct{}    // closed and replaced when the buffer changes
 	parts    map[int32]*part  // the partitions this member owns
 	epoch    uint64           // the last assignment's number
-	buffered int              // records held in parts
 	rr       int              // where the next Receive starts looking
 	onDrain  func(ps []int32) // tests: a revoke started draining
 	drained  func(ps []int32) // tests: a revoke finished
