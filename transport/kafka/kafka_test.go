@@ -35,7 +35,7 @@ var (
 func kfakeURL(t *testing.T) string {
 	t.Helper()
 	fakeOnce.Do(func() {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 		if err != nil {
 			fakeErr = err
 			return
