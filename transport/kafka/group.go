@@ -63,6 +63,7 @@ func (t *Transport) start() error {
 			kgo.BlockRebalanceOnPoll(),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 			kgo.RebalanceTimeout(t.cfg.RebalanceTimeout),
+			kgo.SessionTimeout(t.cfg.SessionTimeout),
 			kgo.OnPartitionsAssigned(t.assigned),
 			kgo.OnPartitionsRevoked(t.revoked),
 			kgo.OnPartitionsLost(t.lost),
@@ -73,8 +74,9 @@ func (t *Transport) start() error {
 			return
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		t.consumer, t.stopPoll, t.pollDone = cl, cancel, make(chan struct{})
+		t.consumer, t.stopPoll, t.pollDone, t.flushDone = cl, cancel, make(chan struct{}), make(chan struct{})
 		go t.poll(ctx)
+		go t.flush(ctx)
 	})
 	return t.startErr
 }
@@ -337,3 +339,26 @@ func (t *Transport) commit(ctx context.Context) error {
 	t.mu.Unlock()
 	return nil
 }
+
+// flush commits, every flushEvery, what an Ack could not commit (its
+// commit failed during a rebalance, or its context ended): without it an
+// idle member would leave its acknowledged records uncommitted until its
+// partitions move.
+func (t *Transport) flush(ctx context.Context) {
+	defer close(t.flushDone)
+	tick := time.NewTicker(flushEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := t.commit(ctx); err != nil && ctx.Err() == nil {
+			t.log.Debug("kafka: committing acknowledged offsets failed; retrying", "error", err)
+		}
+	}
+}
+
+// flushEvery is how often flush looks for acknowledged offsets to commit.
+const flushEvery = time.Second

@@ -43,9 +43,18 @@ type Config struct {
 	// RebalanceTimeout.
 	Lease time.Duration
 	// RebalanceTimeout is how long the group waits for its members to
-	// rejoin during a rebalance (kgo.RebalanceTimeout). Default the
-	// larger of 1m and 3×Lease.
+	// rejoin during a rebalance (kgo.RebalanceTimeout); a member that has
+	// not rejoined by then (a crashed process) is dropped from the group.
+	// At least twice Lease: a member gives a partition up after waiting
+	// up to a lease for its work in flight. Default the larger of 10s and
+	// 2×Lease.
 	RebalanceTimeout time.Duration
+	// SessionTimeout is how long the group's coordinator waits for a
+	// member's heartbeat before it takes the member's partitions away
+	// (kgo.SessionTimeout): how long the partitions of a crashed process
+	// wait. Within the broker's group.min.session.timeout.ms and
+	// group.max.session.timeout.ms (6s and 30m by default). Default 45s.
+	SessionTimeout time.Duration
 	// MaxMessageBytes is the largest Envelope.Body Publish accepts; a
 	// larger one is refused with an error wrapping transport.ErrTooLarge.
 	// The rest of the envelope travels in a header and may take up to
@@ -93,7 +102,10 @@ func (c *Config) withDefaults() (Config, error) {
 		out.Lease = time.Minute
 	}
 	if out.RebalanceTimeout == 0 {
-		out.RebalanceTimeout = max(time.Minute, 3*out.Lease)
+		out.RebalanceTimeout = max(10*time.Second, 2*out.Lease)
+	}
+	if out.SessionTimeout == 0 {
+		out.SessionTimeout = 45 * time.Second
 	}
 	if out.MaxMessageBytes == 0 {
 		out.MaxMessageBytes = 900 << 10
@@ -125,6 +137,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("kafka: Config.Lease is %v: use 10ms or more", c.Lease)
 	case c.RebalanceTimeout < 2*c.Lease:
 		return fmt.Errorf("kafka: Config.RebalanceTimeout (%v) is under twice Config.Lease (%v): a rebalance waits up to a lease for work in flight; raise RebalanceTimeout or lower Lease", c.RebalanceTimeout, c.Lease)
+	case c.SessionTimeout < time.Second:
+		return fmt.Errorf("kafka: Config.SessionTimeout is %v: use 1s or more (brokers refuse less than group.min.session.timeout.ms, 6s by default)", c.SessionTimeout)
 	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > 100<<20:
 		return fmt.Errorf("kafka: Config.MaxMessageBytes is %d: use 1 to 100 MiB, within the broker's message.max.bytes less 64 KiB", c.MaxMessageBytes)
 	case c.MaxBuffered < 1:
@@ -155,6 +169,7 @@ type Transport struct {
 	startErr  error
 	consumer  *kgo.Client
 	pollDone  chan struct{}
+	flushDone chan struct{}
 	stopPoll  context.CancelFunc
 
 	mu       sync.Mutex
@@ -289,6 +304,7 @@ func (t *Transport) Close() error {
 	if t.consumer != nil {
 		t.stopPoll()
 		<-t.pollDone
+		<-t.flushDone
 		// Leaving the group revokes every partition: the revoke commits
 		// the acknowledged prefixes (without waiting, as it is closing).
 		t.consumer.CloseAllowingRebalance()
