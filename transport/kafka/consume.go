@@ -188,9 +188,10 @@ func (t *Transport) settle(op string, ds []transport.Delivery, f func(p *part, r
 // delivery whose lease expired and that was handed out again, or whose
 // partition was given up in a rebalance since, returns an error wrapping
 // transport.ErrLeaseLost and leaves the newer delivery untouched.
-// Acknowledging a settled delivery does nothing. A failed commit is
-// returned; the records stay acknowledged here, and the next Ack, or the
-// revoke of their partition, commits them.
+// Acknowledging a settled delivery does nothing. A commit that fails (the
+// group is rebalancing, ctx ended) is not Ack's error: the records stay
+// acknowledged here, and the next Ack, the commit retried every second,
+// or the revoke of their partition commits them.
 func (t *Transport) Ack(ctx context.Context, ds []transport.Delivery) error {
 	t.mu.Lock()
 	if t.closed {
@@ -210,7 +211,7 @@ func (t *Transport) Ack(ctx context.Context, ds []transport.Delivery) error {
 	}
 	t.mu.Unlock()
 	if len(touched) > 0 {
-		err = errors.Join(err, t.commit(ctx))
+		t.commitOrRetry(ctx)
 	}
 	return err
 }

@@ -354,9 +354,20 @@ func (t *Transport) flush(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if err := t.commit(ctx); err != nil && ctx.Err() == nil {
-			t.log.Debug("kafka: committing acknowledged offsets failed; retrying", "error", err)
-		}
+		t.commitOrRetry(ctx)
+	}
+}
+
+// commitOrRetry commits, and logs a failure once until a commit succeeds
+// again: flush retries every second.
+func (t *Transport) commitOrRetry(ctx context.Context) {
+	err := t.commit(ctx)
+	t.mu.Lock()
+	first := err != nil && !t.commitFailing
+	t.commitFailing = err != nil
+	t.mu.Unlock()
+	if first && ctx.Err() == nil && !t.isClosed() {
+		t.log.Warn("kafka: committing acknowledged offsets failed; retrying every second (until then a crash replays them, and the inbox drops what was applied)", "topic", t.cfg.Topic, "error", err)
 	}
 }
 

@@ -182,6 +182,9 @@ type Transport struct {
 	onDrain  func(ps []int32) // tests: a revoke started draining
 	drained  func(ps []int32) // tests: a revoke finished
 	commitMu sync.Mutex       // serialises commits, so that none rewinds another
+	// commitFailing is set while commits fail, so that the failure is
+	// logged once.
+	commitFailing bool
 }
 
 var (
