@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"regexp"
@@ -80,14 +81,34 @@ func testConfig(topic string, lease time.Duration) *kafka.Config {
 	}
 }
 
+// open opens a transport that is closed when the test ends. The first
+// transport a test opens on a topic also deletes the topic and its group
+// then, after the others have closed (cleanups run last-in first-out), so
+// that a real broker keeps no test topics.
 func open(t *testing.T, url string, cfg *kafka.Config) *kafka.Transport {
 	t.Helper()
 	tr, err := kafka.Open(t.Context(), url, cfg)
 	if err != nil {
 		t.Fatalf("kafka.Open(%s): %v", cfg.Topic, err)
 	}
+	key := t.Name() + "\x00" + cfg.Topic
+	_, seen := cleaned.LoadOrStore(key, true)
+	t.Cleanup(func() {
+		_ = tr.Close()
+		if seen {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := kafka.DeleteNamespace(ctx, url, cfg); err != nil {
+			t.Logf("deleting topic %s: %v", cfg.Topic, err)
+		}
+	})
 	return tr
 }
+
+// cleaned holds the test and topic pairs whose deletion is registered.
+var cleaned sync.Map
 
 func conformance(t *testing.T, url string, lease time.Duration) {
 	transporttest.Run(t, transporttest.Features{
