@@ -197,11 +197,15 @@ func (t *Transport) signal() {
 }
 
 // assigned records the partitions the group gave this member, each with
-// a new epoch.
+// a new epoch. A partition it owns already keeps its buffer: the client
+// goes on fetching after it.
 func (t *Transport) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range m[t.cfg.Topic] {
+		if t.parts[id] != nil {
+			continue
+		}
 		t.epoch++
 		t.parts[id] = &part{id: id, epoch: t.epoch, committed: -1}
 	}
