@@ -112,3 +112,33 @@ func TestBenchTransportKafka(t *testing.T) {
 	}
 	_ = again.Close()
 }
+
+// idem dlq replay --transport kafka://… publishes the dead letter onto the
+// topic the engines consume (the default namespace's), not onto the
+// store's queue.
+func TestDLQReplayOntoKafka(t *testing.T) {
+	t.Parallel()
+	b := setupPG(t)
+	st := b.open()
+	seed(t, st, deadLetter("n1", "permanent_error", time.Hour))
+	url := kfakeURL(t)
+	code, out, errOut := b.run("dlq", "replay", "n1", "--transport", url)
+	wantExit(t, code, out, errOut, 0)
+
+	tr, err := kafka.Open(t.Context(), url, nil) // the engines' side: the default topic and group
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ds, err := tr.Receive(ctx, 10)
+	if err != nil || len(ds) != 1 || ds[0].Envelope.ID != "n1" || string(ds[0].Envelope.Body) != `{"search":"n1","n":1}` {
+		t.Fatalf("received %+v (%v) from the topic, want n1 with its body", ds, err)
+	}
+	sctx, scancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer scancel()
+	if extra, err := st.Receive(sctx, 10); len(extra) != 0 {
+		t.Errorf("the store's queue got %+v (%v), want nothing: the replay goes to the broker", extra, err)
+	}
+}
