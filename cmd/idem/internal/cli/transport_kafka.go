@@ -14,12 +14,12 @@ import (
 
 // openKafka is the Kafka entry's open: the namespace names the topic and
 // the consumer group. With a lease given (idem torture's 2s), a crashed
-// process's partitions move after three leases (at least 6s, the
-// brokers' default group.min.session.timeout.ms), not Kafka's 45s.
+// process's partitions move after three leases, from 6s (the brokers'
+// default group.min.session.timeout.ms) to 45s (Kafka's default).
 func openKafka(ctx context.Context, spec, _ string, o transportOptions) (transport.Transport, func(), error) {
 	cfg := &kafka.Config{Topic: o.Namespace, Lease: o.Lease, Logger: o.Logger, Partitions: o.Partitions}
 	if o.Lease > 0 {
-		cfg.SessionTimeout = max(6*time.Second, 3*o.Lease)
+		cfg.SessionTimeout = min(max(6*time.Second, 3*o.Lease), 45*time.Second)
 	}
 	tr, err := kafka.Open(ctx, spec, cfg)
 	if err != nil {
