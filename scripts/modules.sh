@@ -1,12 +1,12 @@
 # scripts/modules.sh: sourced by scripts/release, scripts/modcheck and
 # scripts/tidy. The Go modules of this repository and how they are released
-# (docs/architecture.md, "Modules"): the core, and the leaves otelidem and
-# cmd/idem, which require the core (and cmd/idem otelidem) at a version, with
-# no replace line. go.work joins them for development only; a user's go
+# (docs/architecture.md, "Modules"): the core, and the leaves otelidem,
+# transport/kafka and cmd/idem, which require the core (and cmd/idem the
+# other two) at a version, with no replace line. go.work joins them for development only; a user's go
 # command never reads it.
 
 core_module=github.com/idemhq/idem
-leaves=(otelidem cmd/idem) # directories, in the order they are released
+leaves=(otelidem transport/kafka cmd/idem) # directories, in the order they are released
 
 # as_fetched MODCACHE REPO CMD...: runs CMD outside the workspace, as a
 # user's go command would, except that the modules under

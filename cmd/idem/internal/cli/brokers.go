@@ -84,6 +84,14 @@ var brokers = []*broker{
 		open:    openRedis,
 		bench:   benchRedis,
 	},
+	{
+		name:    "kafka",
+		example: "kafka://host:9092",
+		schemes: []string{"kafka"},
+		spec:    "kafka://host:9092 (comma-separate the seed brokers: kafka://host1:9092,host2:9092), a topic and consumer group named by the namespace",
+		open:    openKafka,
+		bench:   benchKafka,
+	},
 }
 
 // brokerFor returns the entry of brokers that spec names, or a usage error

@@ -19,13 +19,14 @@ func TestBrokerTable(t *testing.T) {
 		"AMQPS://h/vhost":                    "rabbitmq",
 		"redis://127.0.0.1:6379/0":           "redis",
 		"rediss://h:6380/0":                  "redis",
+		"kafka://a:9092,b:9092":              "kafka",
 	} {
 		b, err := brokerFor(spec)
 		if err != nil || b.name != want {
 			t.Errorf("brokerFor(%q) = %v, %v; want the %s entry", spec, b, err, want)
 		}
 	}
-	for _, spec := range []string{"kafka://u:secret@h:9092", "nats", "amqp", "postgres://u:secret@h/db", "redis:/x"} {
+	for _, spec := range []string{"sqs://u:secret@h:9092", "nats", "amqp", "postgres://u:secret@h/db", "redis:/x"} {
 		_, err := brokerFor(spec)
 		if err == nil {
 			t.Errorf("brokerFor(%q) accepted", spec)

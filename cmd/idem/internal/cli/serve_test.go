@@ -185,7 +185,7 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		{"negative body limit", []string{"--store", db, "--addr", "127.0.0.1:0", "--max-body", "-1"}, "--max-body"},
 		{"zero stream replicas", []string{"--store", db, "--addr", "127.0.0.1:0", "--transport", transportEmbedded, "--data-dir", dir, "--nats-replicas", "0"}, "must be a positive number"},
 		{"three stream replicas on one server", []string{"--store", db, "--addr", "127.0.0.1:0", "--transport", transportEmbedded, "--data-dir", dir, "--nats-replicas", "3"}, "Replicas"},
-		{"unknown transport", []string{"--store", db, "--addr", "127.0.0.1:0", "--transport", "kafka://k:9092"}, "unsupported transport"},
+		{"unknown transport", []string{"--store", db, "--addr", "127.0.0.1:0", "--transport", "sqs://k:9092"}, "unsupported transport"},
 	} {
 		code, _, errOut := run(t, append([]string{"serve"}, tc.args...)...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {

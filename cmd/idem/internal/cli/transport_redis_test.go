@@ -19,8 +19,8 @@ func TestOpenTransportRedis(t *testing.T) {
 	if _, _, err := openTransport(ctx, "redis://:secret@127.0.0.1:1/0", t.TempDir()); err == nil || !strings.Contains(err.Error(), "cannot reach the Redis server") || strings.Contains(err.Error(), "secret") {
 		t.Errorf("openTransport(unreachable redis://…): got %v, want the unreachable-server error without the password", err)
 	}
-	if _, _, err := openTransport(ctx, "kafka://localhost:9092", t.TempDir()); err == nil || !strings.Contains(err.Error(), "redis://") {
-		t.Errorf("openTransport(kafka://…): got %v, want an error listing redis://", err)
+	if _, _, err := openTransport(ctx, "sqs://localhost:9092", t.TempDir()); err == nil || !strings.Contains(err.Error(), "redis://") {
+		t.Errorf("openTransport(sqs://…): got %v, want an error listing redis://", err)
 	}
 	if got := transportName("rediss://h:6380/0"); got != "redis" {
 		t.Errorf("transportName(rediss://…) = %q, want redis", got)

@@ -18,8 +18,8 @@ func TestOpenTransport(t *testing.T) {
 	}
 	closeFn()
 
-	if _, _, err := openTransport(ctx, "kafka://localhost:9092", t.TempDir()); err == nil || !strings.Contains(err.Error(), "nats-embedded") || !strings.Contains(err.Error(), "amqp://") {
-		t.Errorf("openTransport(kafka://…): got %v, want an error listing the supported transports", err)
+	if _, _, err := openTransport(ctx, "sqs://localhost:9092", t.TempDir()); err == nil || !strings.Contains(err.Error(), "nats-embedded") || !strings.Contains(err.Error(), "amqp://") {
+		t.Errorf("openTransport(sqs://…): got %v, want an error listing the supported transports", err)
 	}
 	if _, _, err := openTransport(ctx, "amqp://guest:secret@127.0.0.1:1/", t.TempDir()); err == nil || !strings.Contains(err.Error(), "cannot reach") || strings.Contains(err.Error(), "secret") {
 		t.Errorf("openTransport(unreachable amqp://…): got %v, want RabbitMQ's unreachable-broker error without the password", err)
