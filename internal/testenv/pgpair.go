@@ -228,6 +228,20 @@ func (p *PgPair) FenceReadOnly() {
 	p.Exec(p.Primary, `SELECT pg_reload_conf()`)
 }
 
+// SyncReplication makes the primary's commits wait for the standby
+// (synchronous_standby_names = '*') and waits until the standby is
+// synchronous: an acknowledged commit then survives the primary's loss.
+func (p *PgPair) SyncReplication() {
+	p.t.Helper()
+	p.Exec(p.Primary, `ALTER SYSTEM SET synchronous_standby_names = '*'`)
+	p.Exec(p.Primary, `SELECT pg_reload_conf()`)
+	p.poll(30*time.Second, "the standby synchronous", func(c *pgx.Conn) (bool, error) {
+		var n int
+		err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'`).Scan(&n)
+		return n > 0, err
+	})
+}
+
 // CaughtUp waits until the standby has replayed all the WAL the primary
 // wrote, as a failover manager does before it promotes in a switchover.
 func (p *PgPair) CaughtUp() {

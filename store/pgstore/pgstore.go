@@ -194,16 +194,22 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	for k, v := range sessionParams(c.Lease) {
 		pc.ConnConfig.RuntimeParams[k] = v
 	}
-	trips := &tripCounter{}
+	readWrite := targetReadWrite(pc, url)
+	done := make(chan struct{})
+	watch := newSessionWatch(c.Logger.With("component", "idem.pgstore"), done)
+	watch.hook(pc)
+	trips := &tripCounter{watch: watch}
 	pc.ConnConfig.Tracer = trips
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", redact(err))
 	}
-	s, err := newStore(ctx, pool, c, trips)
+	watch.pool.Store(pool)
+	s, err := newStore(ctx, pool, c, trips, done)
 	if err != nil {
 		pool.Close()
-		return nil, err
+		close(done)
+		return nil, readWriteHint(err, readWrite)
 	}
 	s.ownsPool = true
 	return s, nil
@@ -224,11 +230,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: the pool holds at most %d connection, below the smallest of %d: the queue listener holds a connection while Receive runs, and Publish needs another; raise the pool's MaxConns",
 			n, minConns)
 	}
-	return newStore(ctx, pool, c, nil)
+	return newStore(ctx, pool, c, nil, make(chan struct{}))
 }
 
-func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCounter) (*Store, error) {
-	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: make(chan struct{}), wake: make(chan struct{}), notify: make(chan struct{}, 1), notifySpacing: defaultNotifySpacing, notifyBase: time.Now()}
+func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCounter, done chan struct{}) (*Store, error) {
+	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: done, wake: make(chan struct{}), notify: make(chan struct{}, 1), notifySpacing: defaultNotifySpacing, notifyBase: time.Now()}
 	s.notifySent.Store(-int64(defaultNotifySpacing))
 	s.bg, s.bgCancel = context.WithCancel(context.Background())
 	if err := s.checkServer(ctx); err != nil {
@@ -446,23 +452,38 @@ func (s *Store) check(op string) error {
 }
 
 // tripCounter counts round trips (one per query and one per batch) and
-// statements (one per query and one per statement of a batch).
-type tripCounter struct{ n, stmts atomic.Int64 }
+// statements (one per query and one per statement of a batch), and tells
+// watch of the statements' errors (failover.go).
+type tripCounter struct {
+	n, stmts atomic.Int64
+	watch    *sessionWatch
+}
 
 func (t *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	t.n.Add(1)
 	t.stmts.Add(1)
 	return ctx
 }
-func (t *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (t *tripCounter) TraceQueryEnd(_ context.Context, c *pgx.Conn, d pgx.TraceQueryEndData) {
+	if d.Err != nil && t.watch != nil {
+		t.watch.saw(c, d.Err)
+	}
+}
 func (t *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	t.n.Add(1)
 	return ctx
 }
-func (t *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+func (t *tripCounter) TraceBatchQuery(_ context.Context, c *pgx.Conn, d pgx.TraceBatchQueryData) {
 	t.stmts.Add(1)
+	if d.Err != nil && t.watch != nil {
+		t.watch.saw(c, d.Err)
+	}
 }
-func (t *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (t *tripCounter) TraceBatchEnd(_ context.Context, c *pgx.Conn, d pgx.TraceBatchEndData) {
+	if d.Err != nil && t.watch != nil {
+		t.watch.saw(c, d.Err)
+	}
+}
 
 var passwordRE = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)
 
