@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem/store"
 )
 
 // A failover, as pgstore meets it (docs/reliability.md, "PostgreSQL
@@ -145,21 +147,52 @@ func isReadOnly(err error) bool {
 
 // targetReadWrite makes pc connect only to a server that accepts writes
 // (target_session_attrs=read-write, as libpq names it), unless connString
-// or PGTARGETSESSIONATTRS chose otherwise. It reports whether it did.
-func targetReadWrite(pc *pgxpool.Config, connString string) bool {
+// or PGTARGETSESSIONATTRS chose otherwise.
+func targetReadWrite(pc *pgxpool.Config, connString string) {
 	if strings.Contains(connString, "target_session_attrs") || os.Getenv("PGTARGETSESSIONATTRS") != "" {
-		return false
+		return
 	}
 	pc.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
-	return true
 }
 
-// readWriteHint explains an Open that found no server accepting writes
-// when pgstore asked for one (targetReadWrite).
-func readWriteHint(err error, readWrite bool) error {
-	if !readWrite || !errors.Is(err, pgconn.ErrReadOnlyConnection) {
-		return err
+// readOnlyError explains an Open that found no server accepting writes
+// at addr (target_session_attrs=read-write), or returns nil.
+func readOnlyError(err error, addr string) error {
+	if !errors.Is(err, pgconn.ErrReadOnlyConnection) {
+		return nil
 	}
-	return fmt.Errorf("%w; no host of the connection string accepts writes: pgstore connects only to the primary (target_session_attrs=read-write unless the URL sets it). "+
-		"List every node of the cluster (postgres://user@host1:5432,host2:5432/db) so that the primary is found wherever it is, or wait for the failover to end", err)
+	return fmt.Errorf("pgstore: %w: no server at %s accepts writes (%v): pgstore connects only to the primary (target_session_attrs=read-write unless the connection string sets it); "+
+		"list every node of the cluster (postgres://user@host1:5432,host2:5432/db) so that the primary is found wherever it is, or wait for the failover to end", store.ErrReadOnly, addr, redact(err))
+}
+
+// ErrAsyncReplication is returned by Open when Config.RequireSyncReplication
+// is set and the primary acknowledges commits before a standby has them.
+var ErrAsyncReplication = errors.New("postgresql replicates commits asynchronously")
+
+// checkReplication warns, or refuses under Config.RequireSyncReplication,
+// a primary whose acknowledged commits a failover may lose: one that
+// replicates asynchronously (synchronous_standby_names empty, or
+// synchronous_commit local). The warning needs standbys it can see
+// (pg_stat_replication); the refusal does not.
+func (s *Store) checkReplication(ctx context.Context) error {
+	var standbys int
+	var names, commit string
+	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_replication), current_setting('synchronous_standby_names'), current_setting('synchronous_commit')`).
+		Scan(&standbys, &names, &commit)
+	if err != nil {
+		return fmt.Errorf("pgstore: check replication: %w", translate(err))
+	}
+	if strings.TrimSpace(names) != "" && commit != "local" && commit != "off" {
+		return nil
+	}
+	const fix = "set synchronous_standby_names (for example 'ANY 1 (*)') with synchronous_commit on, or, under Patroni, synchronous_mode: true"
+	if s.cfg.RequireSyncReplication {
+		return fmt.Errorf("pgstore: %w (synchronous_standby_names=%q, synchronous_commit=%s, %d standbys): a failover would lose the commits a standby had not received; %s, or unset Config.RequireSyncReplication",
+			ErrAsyncReplication, names, commit, standbys, fix)
+	}
+	if standbys > 0 {
+		s.log.Warn("PostgreSQL replicates to its standbys asynchronously: a failover to a standby can lose commits Idem was told were durable (messages consumed, state, emissions); "+fix,
+			"standbys", standbys, "synchronous_standby_names", names, "synchronous_commit", commit)
+	}
+	return nil
 }

@@ -1,9 +1,12 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,4 +190,64 @@ func TestFailoverStoppedPrimary(t *testing.T) {
 	before := r.standbyJournal()
 	pair.Promote()
 	r.resumed(fault, time.Now(), before)
+}
+
+// Open warns of asynchronous replication to a standby, refuses it under
+// RequireSyncReplication, and accepts synchronous replication silently.
+func TestOpenChecksReplication(t *testing.T) {
+	pair := testenv.PostgresPair(t)
+	ctx := context.Background()
+	open := func(require bool) (string, error) {
+		var logs bytes.Buffer
+		st, err := pgstore.Open(ctx, pair.URL(), &pgstore.Config{Migrate: true, RequireSyncReplication: require, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err == nil {
+			_ = st.Close()
+		}
+		return logs.String(), err
+	}
+	logs, err := open(false)
+	if err != nil || !strings.Contains(logs, "asynchronously") || !strings.Contains(logs, "synchronous_standby_names") {
+		t.Errorf("asynchronous standby: Open = %v, logs %q; want a warning naming synchronous_standby_names", err, logs)
+	}
+	if _, err := open(true); !errors.Is(err, pgstore.ErrAsyncReplication) || !strings.Contains(err.Error(), "synchronous_mode") {
+		t.Errorf("asynchronous standby, RequireSyncReplication: Open = %v, want ErrAsyncReplication saying what to set", err)
+	}
+	pair.SyncReplication()
+	for _, require := range []bool{false, true} {
+		if logs, err := open(require); err != nil || strings.Contains(logs, "asynchronously") {
+			t.Errorf("synchronous standby (require %v): Open = %v, logs %q; want no error and no warning", require, err, logs)
+		}
+	}
+}
+
+// A single primary fenced read-only: Open refuses it, saying that pgstore
+// connects only to a primary; a URL that sets target_session_attrs=any
+// opens it, and its writes fail with store.ErrReadOnly.
+func TestOpenRefusesAReadOnlyServer(t *testing.T) {
+	pair := testenv.PostgresPair(t)
+	ctx := context.Background()
+	st, err := pgstore.Open(ctx, pair.NodeURL(pair.Primary), &pgstore.Config{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	pair.FenceReadOnly()
+	_, err = pgstore.Open(ctx, pair.NodeURL(pair.Primary), nil)
+	if !errors.Is(err, store.ErrReadOnly) || !strings.Contains(err.Error(), "primary") {
+		t.Errorf("fenced primary: Open = %v, want store.ErrReadOnly saying pgstore connects only to the primary", err)
+	}
+	st, err = pgstore.Open(ctx, pair.NodeURL(pair.Primary)+"&target_session_attrs=any", nil)
+	if err != nil {
+		t.Fatalf("fenced primary, target_session_attrs=any: %v", err)
+	}
+	defer st.Close()
+	uow, err := st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = uow.Rollback(ctx) }()
+	err = uow.Commit(ctx, &store.Changes{Inserts: []*store.Instance{{SagaType: "t", Key: "k", State: "s", Data: []byte(`{}`), Version: 1}}})
+	if !errors.Is(err, store.ErrReadOnly) {
+		t.Errorf("commit on the fenced primary: %v, want store.ErrReadOnly", err)
+	}
 }

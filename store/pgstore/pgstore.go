@@ -59,6 +59,13 @@ type Config struct {
 	// before they are durable (synchronous_commit=off or fsync=off). Such a
 	// server may lose acknowledged messages and state after a crash.
 	AllowUnsafeCommit bool
+	// RequireSyncReplication makes Open refuse, with ErrAsyncReplication, a
+	// primary that acknowledges commits before a standby has them
+	// (synchronous_standby_names empty, or synchronous_commit local): a
+	// failover to a standby may then lose acknowledged commits. Without
+	// it, Open logs a warning when the primary has standbys and replicates
+	// asynchronously. See docs/reliability.md, "PostgreSQL failover".
+	RequireSyncReplication bool
 	// Lease is the queue's visibility timeout: a delivery not settled within
 	// it is handed out again. A unit of work that claimed its deliveries
 	// itself (store.ClaimUnitOfWork) holds them while it runs; the server
@@ -194,7 +201,7 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	for k, v := range sessionParams(c.Lease) {
 		pc.ConnConfig.RuntimeParams[k] = v
 	}
-	readWrite := targetReadWrite(pc, url)
+	targetReadWrite(pc, url)
 	done := make(chan struct{})
 	watch := newSessionWatch(c.Logger.With("component", "idem.pgstore"), done)
 	watch.hook(pc)
@@ -209,7 +216,7 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	if err != nil {
 		pool.Close()
 		close(done)
-		return nil, readWriteHint(err, readWrite)
+		return nil, err
 	}
 	s.ownsPool = true
 	return s, nil
@@ -238,6 +245,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCoun
 	s.notifySent.Store(-int64(defaultNotifySpacing))
 	s.bg, s.bgCancel = context.WithCancel(context.Background())
 	if err := s.checkServer(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkReplication(ctx); err != nil {
 		return nil, err
 	}
 	if c.Migrate {
@@ -295,6 +305,9 @@ func (s *Store) checkServer(ctx context.Context) error {
 	if err != nil {
 		if perr := s.poolerError(err); perr != nil {
 			return perr
+		}
+		if rerr := readOnlyError(err, s.addr()); rerr != nil {
+			return rerr
 		}
 		return fmt.Errorf("pgstore: cannot reach PostgreSQL at %s: %w; check that the server runs and the connection string (IDEM_STORE) is right",
 			s.addr(), redact(err))
