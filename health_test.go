@@ -77,3 +77,36 @@ func TestReadOnlyStoreDeadLettersNothing(t *testing.T) {
 		t.Errorf("total %d, want 1", c.Total)
 	}
 }
+
+// A commit refused with store.ErrReadOnly committed nothing: the engine
+// does not read it back (during a failover the read-back would only wait
+// for a store that takes no writes), it returns the messages at once.
+func TestReadOnlyCommitIsNotReadBack(t *testing.T) {
+	t.Parallel()
+	var refused, readBacks atomic.Int32
+	hooks := &hookStore{
+		beforeCommit: func(c *store.Changes) error {
+			if writesState(c) && refused.CompareAndSwap(0, 1) {
+				return fmt.Errorf("commit: %w: cannot execute INSERT in a read-only transaction", store.ErrReadOnly)
+			}
+			return nil
+		},
+		afterLoad: func(p *store.LoadParams) {
+			if len(p.Keys) == 0 && len(p.Inbox) > 0 {
+				readBacks.Add(1)
+			}
+		},
+	}
+	b := setup(t, &options{machine: newCounter(nil), hooks: hooks})
+	b.publish(b.env("inc-1", Inc{Key: "k", N: 1}))
+	b.settle()
+	if refused.Load() != 1 {
+		t.Fatal("the refusal was not injected")
+	}
+	if n := readBacks.Load(); n != 0 {
+		t.Errorf("%d read-backs of a commit refused with store.ErrReadOnly, want 0: nothing was committed", n)
+	}
+	if c, _ := b.counter("k"); c.Total != 1 {
+		t.Errorf("total %d, want 1", c.Total)
+	}
+}
