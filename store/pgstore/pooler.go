@@ -94,7 +94,7 @@ func openThroughPooler(ctx context.Context, url string, c Config, refused *poole
 		return nil, fmt.Errorf("pgstore: %w", redact(err))
 	}
 	c.viaPooler = true
-	s, err := newStore(ctx, pool, c, trips)
+	s, err := newStore(ctx, pool, c, trips, make(chan struct{}))
 	if err != nil {
 		pool.Close()
 		return nil, err
