@@ -145,6 +145,11 @@ type faultPlan struct {
 	replayed      map[string]bool
 	nextTimerScan time.Time
 	nextTickCopy  time.Time
+	// failedOver receives each failover once the cluster is healthy
+	// again; failovers run beside the schedule, one at a time.
+	failedOver   chan Failover
+	failingOver  bool
+	nextFailover time.Time
 }
 
 // plan returns the fault schedule of a run that starts now.
@@ -160,6 +165,8 @@ func (r *driver) plan() *faultPlan {
 		replayed:          map[string]bool{},
 		nextTimerScan:     time.Now(),
 		nextTickCopy:      time.Now(),
+		failedOver:        make(chan Failover, 1),
+		nextFailover:      r.start.Add(o.Duration / 6),
 	}
 }
 
@@ -190,6 +197,9 @@ func (r *driver) drive(ctx context.Context) error {
 			s.count("broker restarts", 1)
 			f.nextBrokerRestart = time.Now().Add(max(30*time.Second, r.o.Duration/3))
 			continue
+		case fo := <-f.failedOver:
+			r.failedOver(f, s, fo)
+			continue
 		case <-tick.C:
 		}
 		if err := r.inject(ctx, f, s); err != nil {
@@ -201,6 +211,9 @@ func (r *driver) drive(ctx context.Context) error {
 			return err
 		}
 		s.count("broker restarts", 1)
+	}
+	if f.failingOver {
+		r.failedOver(f, s, <-f.failedOver)
 	}
 	return r.stopSending(ctx, s)
 }
@@ -227,6 +240,11 @@ func (r *driver) inject(ctx context.Context, f *faultPlan, s *sender) error {
 	if f.brokerRestarts && !f.restarting && now.After(f.nextBrokerRestart) {
 		f.restarting = true
 		go func() { f.restarted <- r.restartBroker(ctx) }()
+	}
+	if r.ha != nil && !f.failingOver && now.After(f.nextFailover) {
+		f.failingOver = true
+		kind := r.ha.kinds[len(r.failovers)%len(r.ha.kinds)]
+		go func() { f.failedOver <- r.ha.failover(ctx, kind) }()
 	}
 	if o.has(FaultStaleTimer) && now.After(f.nextTimerScan) {
 		f.nextTimerScan = now.Add(300 * time.Millisecond)
@@ -283,4 +301,15 @@ func (r *driver) stopSending(ctx context.Context, s *sender) error {
 	}
 	r.logf("sent %d messages (%d copies); settling", r.rep.Sent, r.rep.Published)
 	return nil
+}
+
+// failedOver records a failover that ended and schedules the next.
+func (r *driver) failedOver(f *faultPlan, s *sender, fo Failover) {
+	f.failingOver = false
+	s.count("failovers ("+fo.Kind+")", 1)
+	r.failovers = append(r.failovers, fo)
+	f.nextFailover = time.Now().Add(failoverGap)
+	if fo.Problem != "" {
+		r.logf("failover %s: %s", fo.Kind, fo.Problem)
+	}
 }
