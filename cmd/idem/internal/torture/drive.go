@@ -166,7 +166,7 @@ func (r *driver) plan() *faultPlan {
 		nextTimerScan:     time.Now(),
 		nextTickCopy:      time.Now(),
 		failedOver:        make(chan Failover, 1),
-		nextFailover:      r.start.Add(o.Duration / 6),
+		nextFailover:      r.start.Add(o.Duration / 10),
 	}
 }
 

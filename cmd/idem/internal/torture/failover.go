@@ -89,7 +89,7 @@ const (
 	failoverHold = 30 * time.Second
 	// failoverGap separates the end of a failover (the cluster healthy
 	// again) from the next.
-	failoverGap = 2 * time.Second
+	failoverGap = time.Second
 )
 
 // commitAudit is the table where a statement trigger on idem_journal
@@ -255,8 +255,14 @@ func (h *haFaults) failover(ctx context.Context, kind string) (fo Failover) {
 		}
 	}
 	h.logf("failover %s: %s promoted %s after the fault", kind, next.Name, fo.Promoted.Sub(fo.At).Round(time.Millisecond))
-	if seen, err := h.waitCommit(ctx, next, fo.At); err != nil || !seen {
-		fo.Problem = fmt.Sprintf("nothing committed on the new primary %s within %s of its promotion (%v)", next.Name, failoverHold, err)
+	if seen, err := h.waitCommit(ctx, next, fo.At); !seen {
+		fo.Problem = fmt.Sprintf("nothing committed on the new primary %s within %s of its promotion", next.Name, failoverHold)
+		if kind == FailoverFence {
+			fo.Problem += " while the old primary stayed fenced read-only with its sessions open (writes there fail with SQLSTATE 25006): the engine stayed on the old primary"
+		}
+		if err != nil {
+			fo.Problem += fmt.Sprintf(" (last poll: %v)", err)
+		}
 	}
 	if kind == FailoverFence {
 		unfenced = true
