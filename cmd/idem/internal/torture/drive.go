@@ -244,7 +244,7 @@ func (r *driver) inject(ctx context.Context, f *faultPlan, s *sender) error {
 	if r.ha != nil && !f.failingOver && now.After(f.nextFailover) {
 		f.failingOver = true
 		kind := r.ha.kinds[len(r.failovers)%len(r.ha.kinds)]
-		go func() { f.failedOver <- r.ha.failover(ctx, kind) }()
+		go func() { f.failedOver <- r.ha.cause(ctx, kind) }()
 	}
 	if o.has(FaultStaleTimer) && now.After(f.nextTimerScan) {
 		f.nextTimerScan = now.Add(300 * time.Millisecond)

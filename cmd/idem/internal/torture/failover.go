@@ -117,6 +117,9 @@ type haFaults struct {
 	kinds  []string
 	nodes  int // the cluster's members at the start
 	logf   func(string, ...any)
+	// cause causes one failover and follows it to its end: failover,
+	// or a test's stand-in.
+	cause func(ctx context.Context, kind string) Failover
 }
 
 // startFailovers readies the failover fault, if the run has it: the
@@ -134,6 +137,7 @@ func (r *driver) startFailovers(ctx context.Context) error {
 	if len(h.kinds) == 0 {
 		h.kinds = FailoverKinds
 	}
+	h.cause = h.failover
 	ms, err := h.waitHealthy(ctx, 0, time.Minute)
 	if err != nil {
 		return fmt.Errorf("--patroni %s: %w", o.Patroni, err)
