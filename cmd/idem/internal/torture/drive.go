@@ -180,7 +180,7 @@ func (r *driver) drive(ctx context.Context) error {
 	defer tick.Stop()
 	deadline := r.start.Add(r.o.Duration)
 	r.logf("running %s on %s with %d workers (seed %d), work in %s", r.o.Duration, r.rep.Store, r.o.Workers, r.o.Seed, r.dir)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) || r.failoversDue(f) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -241,7 +241,7 @@ func (r *driver) inject(ctx context.Context, f *faultPlan, s *sender) error {
 		f.restarting = true
 		go func() { f.restarted <- r.restartBroker(ctx) }()
 	}
-	if r.ha != nil && !f.failingOver && now.After(f.nextFailover) {
+	if r.ha != nil && !f.failingOver && now.After(f.nextFailover) && (now.Before(r.start.Add(o.Duration)) || r.failoversDue(f)) {
 		f.failingOver = true
 		kind := r.ha.kinds[len(r.failovers)%len(r.ha.kinds)]
 		go func() { f.failedOver <- r.ha.cause(ctx, kind) }()
@@ -301,6 +301,13 @@ func (r *driver) stopSending(ctx context.Context, s *sender) error {
 	}
 	r.logf("sent %d messages (%d copies); settling", r.rep.Sent, r.rep.Published)
 	return nil
+}
+
+// failoversDue reports whether a failover is in progress, or some kind
+// has not failed over yet: a failover run lasts until each kind has, even
+// past its Duration (a fence alone waits out Patroni's ttl).
+func (r *driver) failoversDue(f *faultPlan) bool {
+	return r.ha != nil && (f.failingOver || len(r.failovers) < len(r.ha.kinds))
 }
 
 // failedOver records a failover that ended and schedules the next.

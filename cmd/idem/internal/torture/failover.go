@@ -277,6 +277,7 @@ func (h *haFaults) failover(ctx context.Context, kind string) (fo Failover) {
 	if _, err := h.waitHealthy(ctx, h.nodes, 2*time.Minute); err != nil {
 		return fail("after the failover: %v", err)
 	}
+	h.logf("failover %s: cluster healthy again %s after the fault", kind, time.Since(fo.At).Round(time.Millisecond))
 	return fo
 }
 

@@ -62,6 +62,19 @@ func TestFailoverSchedule(t *testing.T) {
 		}
 		f.nextFailover = time.Now()
 	}
+	// Past its Duration, the run starts no more once every kind failed
+	// over; before that, it goes on until each has.
+	r.start = time.Now().Add(-time.Hour)
+	if r.failoversDue(f) {
+		t.Errorf("failovers due past the run's Duration after %d failovers of %d kinds", len(r.failovers), len(FailoverKinds))
+	}
+	if err := r.inject(ctx, f, s); err != nil || f.failingOver {
+		t.Fatalf("a failover started past the run's Duration with every kind done (%v)", err)
+	}
+	r.failovers = r.failovers[:1]
+	if !r.failoversDue(f) {
+		t.Errorf("no failover due past the run's Duration with 2 kinds not yet failed over")
+	}
 	want := []string{FailoverKill, FailoverSwitchover, FailoverFence, FailoverKill}
 	if strings.Join(asked, ",") != strings.Join(want, ",") {
 		t.Errorf("kinds asked: got %v, want %v", asked, want)
