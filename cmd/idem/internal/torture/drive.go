@@ -150,6 +150,10 @@ type faultPlan struct {
 	failedOver   chan Failover
 	failingOver  bool
 	nextFailover time.Time
+	// fencing: the failover in progress is a fence, during which the
+	// driver kills no worker (a worker started again opens new
+	// connections, which would leave the fenced primary by themselves).
+	fencing bool
 }
 
 // plan returns the fault schedule of a run that starts now.
@@ -222,7 +226,7 @@ func (r *driver) drive(ctx context.Context) error {
 func (r *driver) inject(ctx context.Context, f *faultPlan, s *sender) error {
 	o := &r.o
 	now := time.Now()
-	if o.has(FaultKill) && now.After(f.nextKill) {
+	if o.has(FaultKill) && now.After(f.nextKill) && !f.fencing {
 		if r.workers.sigkill(r.rng.IntN(len(r.workers.slots))) {
 			s.count("SIGKILL by the driver", 1)
 		}
@@ -244,6 +248,7 @@ func (r *driver) inject(ctx context.Context, f *faultPlan, s *sender) error {
 	if r.ha != nil && !f.failingOver && now.After(f.nextFailover) && (now.Before(r.start.Add(o.Duration)) || r.failoversDue(f)) {
 		f.failingOver = true
 		kind := r.ha.kinds[len(r.failovers)%len(r.ha.kinds)]
+		f.fencing = kind == FailoverFence
 		go func() { f.failedOver <- r.ha.cause(ctx, kind) }()
 	}
 	if o.has(FaultStaleTimer) && now.After(f.nextTimerScan) {
@@ -312,7 +317,7 @@ func (r *driver) failoversDue(f *faultPlan) bool {
 
 // failedOver records a failover that ended and schedules the next.
 func (r *driver) failedOver(f *faultPlan, s *sender, fo Failover) {
-	f.failingOver = false
+	f.failingOver, f.fencing = false, false
 	s.count("failovers ("+fo.Kind+")", 1)
 	r.failovers = append(r.failovers, fo)
 	f.nextFailover = time.Now().Add(failoverGap)

@@ -42,6 +42,9 @@ func TestFailoverSchedule(t *testing.T) {
 			t.Fatalf("failover %d not started once due", i+1)
 		}
 		fo := <-f.failedOver
+		if f.fencing != (fo.Kind == FailoverFence) {
+			t.Errorf("failover %d (%s): driver kills paused %v, want paused during a fence only", i+1, fo.Kind, f.fencing)
+		}
 		// A failover in progress: none other starts.
 		if err := r.inject(ctx, f, s); err != nil {
 			t.Fatal(err)
