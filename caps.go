@@ -20,8 +20,11 @@ type base struct {
 	tr    transport.Transport
 	caps  capabilities
 	obs   observer
-	trace *tracing
-	retry backoff.Policy
+	// health is what Ready reports of the store (health.go); it also
+	// observes units of work through obs.
+	health *health
+	trace  *tracing
+	retry  backoff.Policy
 }
 
 // capabilities are the optional interfaces of the engine's store and

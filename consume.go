@@ -78,6 +78,9 @@ func (c *consumer) take(loopCtx, workCtx context.Context) (b batch, err error, o
 // pause grows while receives keep failing, and a failure that repeats is
 // logged once with a count (failures).
 func (c *consumer) received(loopCtx context.Context, err error) (stop bool, fatal error) {
+	if loopCtx.Err() == nil {
+		c.health.receive(err)
+	}
 	switch {
 	case loopCtx.Err() != nil:
 		return true, nil

@@ -114,7 +114,8 @@ func newEngine(b *base) *Engine {
 		obs = append(obs, observeFunc{fn: b.cfg.Observe, now: b.cfg.Clock})
 	}
 	hb := newHeartbeat(b)
-	obs = append(obs, cnt, hb)
+	b.health = &health{queue: b.caps.queue}
+	obs = append(obs, cnt, hb, b.health)
 	if b.cfg.Tracer != nil {
 		obs = append(obs, tracerObserver{})
 	}
@@ -302,7 +303,10 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 // Ready reports whether the engine is consuming: nil while it runs, an
-// error saying it has not started, or why it stopped.
+// error saying it has not started, or why it stopped. While it runs, it
+// also fails, with an error wrapping store.ErrReadOnly, from the moment the
+// store refused a write because its database server is no longer the
+// primary (after a failover) until a unit of work commits again.
 func (e *Engine) Ready() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -319,7 +323,7 @@ func (e *Engine) Ready() error {
 		}
 		return errors.New("idem: the engine stopped")
 	default:
-		return nil
+		return e.health.err()
 	}
 }
 

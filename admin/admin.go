@@ -171,7 +171,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "the store does not answer: see the server log for the cause, check that the database is up and reachable")
 		return
 	}
-	if err := s.e.Ready(); err != nil {
+	err := s.e.Ready()
+	if errors.Is(err, store.ErrReadOnly) {
+		s.log.WarnContext(ctx, "readyz: the store refuses writes", "error", err)
+		writeError(w, http.StatusServiceUnavailable, "the store refuses writes: its database server is no longer the primary (a failover); the store connects again to find the new one, see the server log")
+		return
+	}
+	if err != nil {
 		s.log.WarnContext(ctx, "readyz: the engine is not consuming", "error", err)
 		writeError(w, http.StatusServiceUnavailable, "the engine is not running (not started, or stopped): see the server log, then restart the process")
 		return

@@ -41,6 +41,15 @@ import (
 // engine reloads and re-applies. Check with errors.Is.
 var ErrConflict = errors.New("concurrent modification")
 
+// ErrReadOnly is wrapped by a store's operations (Begin, Commit, the
+// queue's) when the database refuses writes because the server it reached
+// is no longer, or not, the primary: after a failover, a demoted or fenced
+// primary answers with PostgreSQL's SQLSTATE 25006. Nothing was committed.
+// The store drops its sessions on that server, so a retry, which connects
+// again, may succeed once a primary accepts writes. The engine reports it
+// in Ready until a unit of work commits. Check with errors.Is.
+var ErrReadOnly = errors.New("the database refuses writes (not the primary)")
+
 // ErrNotFound is returned by operations that address one record by id (a dead
 // letter, a timer) when it does not exist. Loading saga instances never
 // returns it.

@@ -59,6 +59,13 @@ type Config struct {
 	// before they are durable (synchronous_commit=off or fsync=off). Such a
 	// server may lose acknowledged messages and state after a crash.
 	AllowUnsafeCommit bool
+	// RequireSyncReplication makes Open refuse, with ErrAsyncReplication, a
+	// primary that acknowledges commits before a standby has them
+	// (synchronous_standby_names empty, or synchronous_commit local): a
+	// failover to a standby may then lose acknowledged commits. Without
+	// it, Open logs a warning when the primary has standbys and replicates
+	// asynchronously. See docs/reliability.md, "PostgreSQL failover".
+	RequireSyncReplication bool
 	// Lease is the queue's visibility timeout: a delivery not settled within
 	// it is handed out again. A unit of work that claimed its deliveries
 	// itself (store.ClaimUnitOfWork) holds them while it runs; the server
@@ -194,15 +201,21 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	for k, v := range sessionParams(c.Lease) {
 		pc.ConnConfig.RuntimeParams[k] = v
 	}
-	trips := &tripCounter{}
+	targetReadWrite(pc, url)
+	done := make(chan struct{})
+	watch := newSessionWatch(c.Logger.With("component", "idem.pgstore"), done)
+	watch.hook(pc)
+	trips := &tripCounter{watch: watch}
 	pc.ConnConfig.Tracer = trips
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w", redact(err))
 	}
-	s, err := newStore(ctx, pool, c, trips)
+	watch.pool.Store(pool)
+	s, err := newStore(ctx, pool, c, trips, done)
 	if err != nil {
 		pool.Close()
+		close(done)
 		return nil, err
 	}
 	s.ownsPool = true
@@ -224,14 +237,17 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: the pool holds at most %d connection, below the smallest of %d: the queue listener holds a connection while Receive runs, and Publish needs another; raise the pool's MaxConns",
 			n, minConns)
 	}
-	return newStore(ctx, pool, c, nil)
+	return newStore(ctx, pool, c, nil, make(chan struct{}))
 }
 
-func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCounter) (*Store, error) {
-	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: make(chan struct{}), wake: make(chan struct{}), notify: make(chan struct{}, 1), notifySpacing: defaultNotifySpacing, notifyBase: time.Now()}
+func newStore(ctx context.Context, pool *pgxpool.Pool, c Config, trips *tripCounter, done chan struct{}) (*Store, error) {
+	s := &Store{cfg: c, pool: pool, log: c.Logger.With("component", "idem.pgstore"), trips: trips, done: done, wake: make(chan struct{}), notify: make(chan struct{}, 1), notifySpacing: defaultNotifySpacing, notifyBase: time.Now()}
 	s.notifySent.Store(-int64(defaultNotifySpacing))
 	s.bg, s.bgCancel = context.WithCancel(context.Background())
 	if err := s.checkServer(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkReplication(ctx); err != nil {
 		return nil, err
 	}
 	if c.Migrate {
@@ -289,6 +305,9 @@ func (s *Store) checkServer(ctx context.Context) error {
 	if err != nil {
 		if perr := s.poolerError(err); perr != nil {
 			return perr
+		}
+		if rerr := readOnlyError(err, s.addr()); rerr != nil {
+			return rerr
 		}
 		return fmt.Errorf("pgstore: cannot reach PostgreSQL at %s: %w; check that the server runs and the connection string (IDEM_STORE) is right",
 			s.addr(), redact(err))
@@ -446,23 +465,38 @@ func (s *Store) check(op string) error {
 }
 
 // tripCounter counts round trips (one per query and one per batch) and
-// statements (one per query and one per statement of a batch).
-type tripCounter struct{ n, stmts atomic.Int64 }
+// statements (one per query and one per statement of a batch), and tells
+// watch of the statements' errors (failover.go).
+type tripCounter struct {
+	n, stmts atomic.Int64
+	watch    *sessionWatch
+}
 
 func (t *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	t.n.Add(1)
 	t.stmts.Add(1)
 	return ctx
 }
-func (t *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (t *tripCounter) TraceQueryEnd(_ context.Context, c *pgx.Conn, d pgx.TraceQueryEndData) {
+	if d.Err != nil && t.watch != nil {
+		t.watch.saw(c, d.Err)
+	}
+}
 func (t *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	t.n.Add(1)
 	return ctx
 }
-func (t *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+func (t *tripCounter) TraceBatchQuery(_ context.Context, c *pgx.Conn, d pgx.TraceBatchQueryData) {
 	t.stmts.Add(1)
+	if d.Err != nil && t.watch != nil {
+		t.watch.saw(c, d.Err)
+	}
 }
-func (t *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (t *tripCounter) TraceBatchEnd(_ context.Context, c *pgx.Conn, d pgx.TraceBatchEndData) {
+	if d.Err != nil && t.watch != nil {
+		t.watch.saw(c, d.Err)
+	}
+}
 
 var passwordRE = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)
 

@@ -42,7 +42,7 @@ func (s *Store) Begin(ctx context.Context) (store.UnitOfWork, error) {
 	s.watchStalled()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: begin: %w", redact(err))
+		return nil, fmt.Errorf("pgstore: begin: %w", translate(err))
 	}
 	return &unitOfWork{s: s, conn: conn}, nil
 }
@@ -582,6 +582,11 @@ func (u *unitOfWork) Rollback(ctx context.Context) error {
 
 // translate maps PostgreSQL errors onto the contract's sentinels.
 func translate(err error) error {
+	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
+		// target_session_attrs=read-write found no host that accepts
+		// writes: the failover has not ended (failover.go).
+		return fmt.Errorf("%w: %v", store.ErrReadOnly, redact(err))
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
@@ -589,6 +594,8 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %s", store.ErrConflict, pe.Message)
 		case "ID002":
 			return fmt.Errorf("%w: %s", transport.ErrLeaseLost, pe.Message)
+		case "25006": // read_only_sql_transaction: not (or no longer) the primary
+			return fmt.Errorf("%w: %s", store.ErrReadOnly, pe.Message)
 		}
 		if strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54") {
 			// Data exception or program limit: the same data fails again.
