@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -241,7 +242,7 @@ func (h *haFaults) failover(ctx context.Context, kind string) (fo Failover) {
 		defer func() {
 			thaw()
 			if !unfenced {
-				if err := h.unfence(context.WithoutCancel(ctx), old, true); err != nil {
+				if err := h.unfence(context.WithoutCancel(ctx), old); err != nil {
 					h.logf("failover %s: un-fence %s: %v", kind, old.Name, err)
 				}
 			}
@@ -269,10 +270,10 @@ func (h *haFaults) failover(ctx context.Context, kind string) (fo Failover) {
 		}
 	}
 	if kind == FailoverFence {
-		unfenced = true
-		if err := h.unfence(ctx, old, false); err != nil {
+		if err := h.unfence(ctx, old); err != nil {
 			return fail("un-fence %s: %v", old.Name, err)
 		}
+		unfenced = true
 	}
 	if _, err := h.waitHealthy(ctx, h.nodes, 2*time.Minute); err != nil {
 		return fail("after the failover: %v", err)
@@ -291,6 +292,9 @@ func (h *haFaults) fence(ctx context.Context, old member, fo *Failover) (func(),
 	agent, err := listenerPID(apiPort)
 	if err != nil {
 		return nil, fmt.Errorf("find the Patroni agent of %s: %w", old.Name, err)
+	}
+	if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", agent)); !strings.Contains(string(cmd), "patroni") {
+		return nil, fmt.Errorf("the process %d listening on %s is not a Patroni agent (%q)", agent, old.api(), strings.ReplaceAll(string(cmd), "\x00", " "))
 	}
 	if err := syscall.Kill(agent, syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("freeze the Patroni agent %d: %w", agent, err)
@@ -312,10 +316,10 @@ func (h *haFaults) fence(ctx context.Context, old member, fo *Failover) (func(),
 
 // unfence thaws old's agent (fence's thaw, deferred, then runs again as a
 // no-op), waits until old's server runs in recovery (the agent demoted
-// it: un-fenced before, it would be a second primary) or, with
-// leaderOK, leads the cluster again (no failover happened), and resets
-// its fence.
-func (h *haFaults) unfence(ctx context.Context, old member, leaderOK bool) error {
+// it: un-fenced before, it would be a second primary) or leads the
+// cluster again (a fenced leader refuses every write), and resets its
+// fence.
+func (h *haFaults) unfence(ctx context.Context, old member) error {
 	apiPort, err := portOf(old.api())
 	if err != nil {
 		return err
@@ -328,11 +332,9 @@ func (h *haFaults) unfence(ctx context.Context, old member, leaderOK bool) error
 		if standby, _ := h.query(ctx, old, `SELECT pg_is_in_recovery()`); standby {
 			break
 		}
-		if leaderOK {
-			if ms, err := h.p.cluster(ctx, ""); err == nil {
-				if l, ok := leaderOf(ms); ok && l.Name == old.Name {
-					break
-				}
+		if ms, err := h.p.cluster(ctx, ""); err == nil {
+			if l, ok := leaderOf(ms); ok && l.Name == old.Name {
+				break
 			}
 		}
 		if time.Now().After(deadline) {

@@ -11,7 +11,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -177,9 +181,9 @@ func TestFailoverSummary(t *testing.T) {
 // skipping a frozen one, and asks the leader's agent to switch over.
 func TestPatroniClient(t *testing.T) {
 	members := []member{
-		{Name: "node1", Role: "replica", State: "streaming", Host: "127.0.0.1", Port: 5433},
+		{Name: "node1", Role: "replica", State: "streaming", Host: "127.0.0.1", Port: 5433, Lag: 0},
 		{Name: "node2", Role: "leader", State: "running", Host: "127.0.0.1", Port: 5434},
-		{Name: "node3", Role: "sync_standby", State: "running", Host: "127.0.0.1", Port: 5435},
+		{Name: "node3", Role: "sync_standby", State: "running", Host: "127.0.0.1", Port: 5435, Lag: 4096},
 	}
 	var switched map[string]string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -215,6 +219,13 @@ func TestPatroniClient(t *testing.T) {
 	if !healthy(ms, 3) || healthy(ms, 4) || healthy(ms[:2], 2) {
 		t.Errorf("healthy: 3 running with a leader and a sync standby is; a missing member or sync standby is not")
 	}
+	for _, lag := range []any{"unknown", float64(maxLag + 1), nil} {
+		behind := slices.Clone(ms)
+		behind[2].Lag = lag
+		if healthy(behind, 3) {
+			t.Errorf("healthy with the sync standby's lag %v: a standby behind may not be promoted", lag)
+		}
+	}
 	l.APIURL = srv.URL + "/patroni"
 	if err := p.switchover(ctx, l); err != nil {
 		t.Fatalf("switchover: %v", err)
@@ -246,6 +257,29 @@ func TestListenerPID(t *testing.T) {
 	if err != nil || pid != os.Getpid() {
 		t.Fatalf("listenerPID(%d): got %d %v, want this process %d", port, pid, err, os.Getpid())
 	}
+	// A child that inherited the socket holds it too (as a postmaster
+	// Patroni starts may): the listener is still the one that started
+	// first.
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Detached: its parent is no holder (a shell that exited).
+	sh := exec.Command("sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!")
+	sh.ExtraFiles = []*os.File{f}
+	out, err := sh.Output()
+	f.Close()
+	if err != nil {
+		t.Skipf("no sh to start a detached holder: %v", err)
+	}
+	child, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	defer func() { _ = syscall.Kill(child, syscall.SIGKILL) }()
+	for range 10 { // map order varies
+		if pid, err := listenerPID(port); err != nil || pid != os.Getpid() {
+			t.Fatalf("listenerPID(%d) with a detached child %d holding the socket: got %d %v, want this process %d", port, child, pid, err, os.Getpid())
+		}
+	}
+	_ = syscall.Kill(child, syscall.SIGKILL)
 	ln.Close()
 	if _, err := listenerPID(port); err == nil {
 		t.Errorf("listenerPID of a closed port: got no error")

@@ -31,12 +31,28 @@ type member struct {
 	Host   string `json:"host"`
 	Port   int    `json:"port"`
 	APIURL string `json:"api_url"` // http://host:port/patroni
+	// Lag is a replica's replication lag in bytes, or "unknown".
+	Lag any `json:"lag"`
 }
 
 // api is the member's REST API base URL.
 func (m member) api() string { return strings.TrimSuffix(m.APIURL, "/patroni") }
 
 func (m member) running() bool { return m.State == "running" || m.State == "streaming" }
+
+// caughtUp reports whether m leads, or replicates within maxLag bytes
+// (Patroni's maximum_lag_on_failover in scripts/pg-ha.sh): a standby
+// further behind may not be promoted.
+func (m member) caughtUp() bool {
+	if m.Role == "leader" {
+		return true
+	}
+	lag, ok := m.Lag.(float64)
+	return ok && lag <= maxLag
+}
+
+// maxLag is the replication lag a healthy cluster's standbys stay within.
+const maxLag = 1 << 20
 
 // newPatroni parses Options.Patroni: comma-separated REST API URLs.
 func newPatroni(spec string) (*patroni, error) {
@@ -118,12 +134,13 @@ func leaderOf(ms []member) (member, bool) {
 	return member{}, false
 }
 
-// healthy reports whether want members run, one of them the leader and
-// one a synchronous standby: the cluster can fail over again.
+// healthy reports whether want members run, the standbys caught up, one
+// of them the leader and one a synchronous standby: the cluster can fail
+// over again.
 func healthy(ms []member, want int) bool {
 	var leader, sync, running int
 	for _, m := range ms {
-		if m.running() {
+		if m.running() && m.caughtUp() {
 			running++
 		}
 		switch m.Role {
@@ -165,14 +182,20 @@ func listenerPID(port int) (int, error) {
 			}
 		}
 	}
-	// A forked child may hold the socket too: the listener is the holder
-	// whose parent is not one.
+	// A process forked by the listener may hold the socket too (a
+	// detached one has another parent): the listener, which created it,
+	// is the holder that started first.
+	best, bestStart := 0, uint64(0)
 	for pid := range holders {
-		if !holders[parentPID(pid)] {
-			return pid, nil
+		st := startTime(pid)
+		if best == 0 || st < bestStart || st == bestStart && pid < best {
+			best, bestStart = pid, st
 		}
 	}
-	return 0, fmt.Errorf("no process found holding the socket that listens on port %d", port)
+	if best == 0 {
+		return 0, fmt.Errorf("no process found holding the socket that listens on port %d", port)
+	}
+	return best, nil
 }
 
 // listenInodes returns the inodes of the listening sockets on port in a
@@ -191,18 +214,23 @@ func listenInodes(table string, port int) []string {
 	return out
 }
 
-// parentPID is pid's parent, 0 if unknown.
-func parentPID(pid int) int {
+// startTime is when pid started, in clock ticks since boot (field 22 of
+// /proc/pid/stat); the maximum if unknown.
+func startTime(pid int) uint64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return ^uint64(0)
 	}
-	// The command may hold spaces: the fields follow its closing paren.
+	// The command may hold spaces: the fields after its closing paren
+	// start at field 3.
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return 0
+	if len(f) < 20 {
+		return ^uint64(0)
 	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return ^uint64(0)
+	}
+	return st
 }
