@@ -160,8 +160,10 @@ pg_ha_start() {
 	PG_HA_RUNAS=()
 	if [ "$(id -u)" -eq 0 ]; then
 		# initdb and Patroni refuse to run as root: use pg.sh's system user.
+		# setpriv execs (runuser would stay the parent, and stop itself
+		# when the failover fault freezes its Patroni agent with SIGSTOP).
 		id -u idem-pg >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin idem-pg
-		PG_HA_RUNAS=(runuser -u idem-pg --)
+		PG_HA_RUNAS=(setpriv --reuid idem-pg --regid idem-pg --init-groups --)
 	fi
 	local ports
 	ports=($(pg_ha_free_ports 2 52379) $(pg_ha_free_ports 3 57432) $(pg_ha_free_ports 3 58008))
