@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -104,6 +105,9 @@ A and B never met fails as "not a rolling deploy".`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if faults != "all" {
 				o.Faults = strings.Split(faults, ",")
+			}
+			if slices.Contains(o.Faults, torture.FaultFailover) && o.Patroni == "" {
+				return &exitError{code: 2, err: torture.ErrNoFailover}
 			}
 			exe, err := os.Executable()
 			if err != nil {

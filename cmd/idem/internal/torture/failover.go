@@ -604,6 +604,8 @@ func orNone(s string) string {
 	return s
 }
 
-// errNoFailover is validate's error for the failover fault without a
-// cluster to fail over.
-var errNoFailover = errors.New("--faults failover needs --patroni (the cluster's Patroni REST APIs, as scripts/pg-ha.sh exports them in IDEM_TEST_PG_HA_PATRONI) and a postgres:// --store on that cluster")
+// ErrNoFailover is the error of a run asked for the failover fault with
+// no cluster to fail over: without Options.Patroni the fault is left out
+// of the mix, as pg-restart is without its command; the CLI refuses
+// --faults failover without --patroni with it.
+var ErrNoFailover = errors.New("--faults failover needs --patroni (the cluster's Patroni REST APIs, as scripts/pg-ha.sh exports them in IDEM_TEST_PG_HA_PATRONI) and a postgres:// --store on that cluster")

@@ -293,16 +293,18 @@ func TestListenerPID(t *testing.T) {
 	}
 }
 
-// The failover fault named on its own needs a cluster; in the default
-// mix it is left out without one, like pg-restart.
+// The failover fault needs a cluster: a Patroni cluster beside a SQLite
+// store is refused; without one the fault is left out, like pg-restart
+// without its command (the CLI refuses --faults failover without
+// --patroni: TestTortureFailoverFlags).
 func TestFailoverOptions(t *testing.T) {
 	cmd := workerCommand
 	for _, tc := range []struct {
 		o    Options
 		want error
 	}{
-		{Options{Store: "sqlite", Duration: time.Second, Command: cmd, Faults: []string{FaultFailover}}, errNoFailover},
-		{Options{Store: "postgres://u@h/db", Duration: time.Second, Command: cmd, Faults: []string{FaultFailover}}, errNoFailover},
+		{Options{Store: "sqlite", Duration: time.Second, Command: cmd, Faults: []string{FaultFailover}, Patroni: "http://127.0.0.1:8008"}, ErrNoFailover},
+		{Options{Store: "postgres://u@h/db", Duration: time.Second, Command: cmd, Faults: []string{FaultFailover}}, nil},
 		{Options{Store: "sqlite", Duration: time.Second, Command: cmd}, nil},
 	} {
 		if err := tc.o.validate(); !errors.Is(err, tc.want) {

@@ -233,7 +233,6 @@ func (o *Options) validate() error {
 	if o.Workers == 0 {
 		o.Workers = 3
 	}
-	explicitFailover := slices.Contains(o.Faults, FaultFailover)
 	if o.Faults == nil {
 		o.Faults = AllFaults
 	}
@@ -261,8 +260,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("breakage %s needs --roll", o.Break)
 	case o.Roll && o.Workers < 2:
 		return fmt.Errorf("--roll with --workers %d: a rolling deploy needs at least 2 workers, so that A and B run side by side", o.Workers)
-	case explicitFailover && (o.Patroni == "" || !isPostgres(o.Store)):
-		return errNoFailover
+	case o.Patroni != "" && !isPostgres(o.Store):
+		return ErrNoFailover
 	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit && o.Break != BreakNoAdmission && o.Break != BreakRollDeadLetter:
 		return fmt.Errorf("unknown breakage %q", o.Break)
 	}
