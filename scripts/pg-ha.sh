@@ -203,33 +203,66 @@ pg_ha_start() {
 	echo "Patroni $(patroni --version | awk '{print $2}') cluster of 3 PostgreSQL nodes on 127.0.0.1:${PG_HA_PGPORTS[*]} (REST ${rest[*]}), etcd on :$PG_HA_ETCD_PORT, synchronous_mode (in $PG_HA_DIR, $IDEM_REMOVAL)"
 }
 
+# pg_ha_pids prints the pids in the cluster's pid files (and, with
+# postmasters, in the nodes' postmaster.pid) that are alive.
+pg_ha_pids() {
+	local f pid
+	for f in "$@"; do
+		if [ -f "$f" ]; then
+			pid=$(head -n 1 "$f")
+			if kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+		fi
+	done
+	return 0
+}
+
+# pg_ha_logs prints the end of every node's Patroni and PostgreSQL output,
+# to see why a node did not come back (call it before pg_ha_stop).
+pg_ha_logs() {
+	[ -n "${PG_HA_DIR:-}" ] || return 0
+	local f
+	for f in "$PG_HA_DIR"/node?/patroni.out "$PG_HA_DIR"/node?/patroni.log; do
+		if [ -f "$f" ]; then
+			echo "== $f"
+			tail -n "${1:-40}" "$f"
+		fi
+	done
+	return 0
+}
+
 pg_ha_stop() {
 	[ -n "${PG_HA_DIR:-}" ] || return 0
-	local f pid i
+	local pids i
 	# Patroni first (it stops its PostgreSQL), then etcd, which it needs.
-	for f in "$PG_HA_DIR"/node?.pid; do
-		[ -f "$f" ] && kill -CONT "$(cat "$f")" 2>/dev/null && kill -TERM "$(cat "$f")" 2>/dev/null
-	done
+	# Every command may fail (a process already gone): written so that
+	# set -e in the caller does not cut the cleanup short.
+	pids=$(pg_ha_pids "$PG_HA_DIR"/node?.pid)
+	if [ -n "$pids" ]; then
+		kill -CONT $pids 2>/dev/null || true
+		kill -TERM $pids 2>/dev/null || true
+	fi
 	for i in $(seq 1 100); do
-		pid=
-		for f in "$PG_HA_DIR"/node?.pid; do
-			[ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && pid=1
+		[ -n "$(pg_ha_pids "$PG_HA_DIR"/node?.pid)" ] || break
+		sleep 0.1
+	done
+	# A Patroni agent that did not stop, and a postmaster Patroni left
+	# running (killed, or frozen by a fault).
+	pids="$(pg_ha_pids "$PG_HA_DIR"/node?.pid "$PG_HA_DIR"/node?/data/postmaster.pid)"
+	if [ -n "$pids" ]; then
+		kill -CONT $pids 2>/dev/null || true
+		kill -KILL $pids 2>/dev/null || true
+	fi
+	pids=$(pg_ha_pids "$PG_HA_DIR/etcd.pid")
+	if [ -n "$pids" ]; then
+		kill -TERM $pids 2>/dev/null || true
+		for i in $(seq 1 50); do
+			[ -n "$(pg_ha_pids "$PG_HA_DIR/etcd.pid")" ] || break
+			sleep 0.1
 		done
-		[ -z "$pid" ] && break
-		sleep 0.1
-	done
-	for f in "$PG_HA_DIR"/node?.pid; do
-		[ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
-	done
-	# A postmaster Patroni left running (killed, or frozen by a fault).
-	for f in "$PG_HA_DIR"/node?/data/postmaster.pid; do
-		[ -f "$f" ] && kill -KILL "$(head -n 1 "$f")" 2>/dev/null
-	done
-	[ -f "$PG_HA_DIR/etcd.pid" ] && kill -TERM "$(cat "$PG_HA_DIR/etcd.pid")" 2>/dev/null
-	for i in $(seq 1 50); do
-		[ -f "$PG_HA_DIR/etcd.pid" ] && kill -0 "$(cat "$PG_HA_DIR/etcd.pid")" 2>/dev/null || break
-		sleep 0.1
-	done
+		pids=$(pg_ha_pids "$PG_HA_DIR/etcd.pid")
+		if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
+	fi
 	rm -rf "$PG_HA_DIR"
 	PG_HA_DIR=
+	return 0
 }
