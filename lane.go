@@ -139,7 +139,9 @@ func (l *lane) returnRetries(ctx context.Context, claim store.ClaimUnitOfWork) e
 
 // commit writes the changes (on the store's own queue, with the
 // deliveries' consumption and the emitted messages). A commit error that
-// leaves the outcome unknown is returned as an *uncertainCommit.
+// leaves the outcome unknown is returned as an *uncertainCommit; a
+// conflict, a refusal (store.ErrRejected, store.ErrReadOnly) or a lost
+// lease committed nothing.
 func (l *lane) commit(ctx context.Context, n int) (*laneResult, error) {
 	res, ch := l.res, l.ch
 	if q, ok := queueUnit(l.uow); ok && l.caps.queue {
@@ -158,7 +160,7 @@ func (l *lane) commit(ctx context.Context, n int) (*laneResult, error) {
 	}
 	if err := l.uow.Commit(ctx, ch); err != nil {
 		err = fmt.Errorf("commit %d messages: %w", n, err)
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrRejected) || errors.Is(err, transport.ErrLeaseLost) || ctx.Err() != nil {
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrRejected) || errors.Is(err, transport.ErrLeaseLost) || errors.Is(err, store.ErrReadOnly) || ctx.Err() != nil {
 			return nil, err
 		}
 		uc := &uncertainCommit{err: err, res: res}

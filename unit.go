@@ -230,8 +230,9 @@ func (u *units) committed(ctx context.Context, res *laneResult, began time.Time,
 //     data fails the same way, so the lane is split into one unit of work
 //     per message, and the one message refused alone is dead-lettered
 //     with a reason naming what was refused;
-//   - the store could not even begin (it is down or unreachable): every
-//     message goes back with backoff and nothing is dead-lettered;
+//   - the store could not even begin (it is down or unreachable), or it
+//     refuses writes (store.ErrReadOnly, a failover): every message goes
+//     back with backoff and nothing is dead-lettered;
 //   - any other store error: the messages go back with backoff, and once
 //     one of them has used up Config.MaxAttempts the lane is split, so
 //     that a message whose unit of work keeps failing alone is
@@ -245,8 +246,9 @@ func (u *units) storeFailed(ctx context.Context, items []*item, err error) bool 
 	rejected := errors.Is(err, store.ErrRejected)
 	exhausted := slices.ContainsFunc(items, func(it *item) bool { return it.d.Attempt >= u.cfg.MaxAttempts })
 	switch {
-	case ctx.Err() != nil, errors.As(err, &be), errors.Is(err, store.ErrConflict), items[0].reason != "" && len(items) == 1:
-		// Stopping, the store is unreachable, a key too contended for
+	case ctx.Err() != nil, errors.As(err, &be), errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrReadOnly), items[0].reason != "" && len(items) == 1:
+		// Stopping, the store is unreachable or refuses writes (a
+		// failover: store.ErrReadOnly), a key too contended for
 		// Config.ConflictRetries (nothing is wrong with its messages), or
 		// even a dead letter failed.
 	case len(items) > 1 && (rejected || exhausted):

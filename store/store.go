@@ -47,7 +47,9 @@ var ErrConflict = errors.New("concurrent modification")
 // primary answers with PostgreSQL's SQLSTATE 25006. Nothing was committed.
 // The store drops its sessions on that server, so a retry, which connects
 // again, may succeed once a primary accepts writes. The engine reports it
-// in Ready until a unit of work commits. Check with errors.Is.
+// in Ready until a unit of work commits, and returns the messages of a
+// unit of work refused with it to the transport with backoff, never
+// dead-lettering them for it. Check with errors.Is.
 var ErrReadOnly = errors.New("the database refuses writes (not the primary)")
 
 // ErrNotFound is returned by operations that address one record by id (a dead

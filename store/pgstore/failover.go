@@ -18,8 +18,8 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// A failover, as pgstore meets it (docs/reliability.md, "PostgreSQL
-// failover"):
+// A failover, as pgstore meets it (docs/operations.md, PostgreSQL,
+// "Failover"):
 //
 //   - Open connects only to a server that accepts writes: unless the
 //     connection string says otherwise, it sets target_session_attrs to

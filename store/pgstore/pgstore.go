@@ -64,7 +64,7 @@ type Config struct {
 	// (synchronous_standby_names empty, or synchronous_commit local): a
 	// failover to a standby may then lose acknowledged commits. Without
 	// it, Open logs a warning when the primary has standbys and replicates
-	// asynchronously. See docs/reliability.md, "PostgreSQL failover".
+	// asynchronously. See docs/operations.md, PostgreSQL, "Failover".
 	RequireSyncReplication bool
 	// Lease is the queue's visibility timeout: a delivery not settled within
 	// it is handed out again. A unit of work that claimed its deliveries
