@@ -230,25 +230,40 @@ pg_ha_logs() {
 	return 0
 }
 
+# pg_ha_agents prints the pids of the Patroni agents running one of the
+# cluster's configs: those pg_ha_start started, and those the failover
+# fault's fence restarted (not in the pid files).
+pg_ha_agents() {
+	local f pid
+	pg_ha_pids "$PG_HA_DIR"/node?.pid
+	for f in /proc/[0-9]*/cmdline; do
+		if tr '\0' ' ' <"$f" 2>/dev/null | grep -q "patroni $PG_HA_DIR/node"; then
+			pid=${f#/proc/}
+			echo "${pid%/cmdline}"
+		fi
+	done
+	return 0
+}
+
 pg_ha_stop() {
 	[ -n "${PG_HA_DIR:-}" ] || return 0
 	local pids i
 	# Patroni first (it stops its PostgreSQL), then etcd, which it needs.
 	# Every command may fail (a process already gone): written so that
 	# set -e in the caller does not cut the cleanup short.
-	pids=$(pg_ha_pids "$PG_HA_DIR"/node?.pid)
+	pids=$(pg_ha_agents | sort -u)
 	if [ -n "$pids" ]; then
 		kill -CONT $pids 2>/dev/null || true
 		kill -TERM $pids 2>/dev/null || true
 	fi
 	for i in $(seq 1 100); do
-		[ -n "$(pg_ha_pids "$PG_HA_DIR"/node?.pid)" ] || break
+		[ -n "$(pg_ha_agents)" ] || break
 		sleep 0.1
 	done
 	# A Patroni agent that did not stop, and a postmaster Patroni left
-	# running (killed, or frozen by a fault).
-	pids="$(pg_ha_pids "$PG_HA_DIR"/node?.pid "$PG_HA_DIR"/node?/data/postmaster.pid)"
-	if [ -n "$pids" ]; then
+	# running (its agent killed by a fault).
+	pids="$(pg_ha_agents) $(pg_ha_pids "$PG_HA_DIR"/node?/data/postmaster.pid)"
+	if [ -n "${pids// /}" ]; then
 		kill -CONT $pids 2>/dev/null || true
 		kill -KILL $pids 2>/dev/null || true
 	fi

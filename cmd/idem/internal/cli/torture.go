@@ -53,9 +53,9 @@ Faults (--faults, comma-separated; default all):
                patronictl switchover --force asks: the old primary stays up
                as a replica) and fence (the primary fenced read-only in place,
                default_transaction_read_only on with its sessions open, its
-               Patroni agent frozen until the standby is promoted and a unit
-               of work commits there: writes on the old sessions fail with
-               SQLSTATE 25006). The report gives each failover's
+               Patroni agent killed until the standby is promoted and a unit
+               of work commits there, then started again: writes on the old
+               sessions fail with SQLSTATE 25006). The report gives each failover's
                unavailability, from the fault to the first commit on the new
                primary, and the run fails if no failover happened or one
                left nothing committed on the new primary within 30s.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -28,12 +27,13 @@ const (
 	FailoverSwitchover = "switchover"
 	// FailoverFence fences the primary read-only in place (ALTER SYSTEM SET
 	// default_transaction_read_only = on, reloaded) with its sessions open,
-	// its Patroni agent frozen (SIGSTOP) so that it neither demotes nor
-	// restarts it: the leader key expires, the synchronous standby is
-	// promoted, and writes on the old sessions fail with SQLSTATE 25006.
-	// The driver keeps it so until a unit of work commits on the new
-	// primary (at most failoverHold), then thaws the agent, which demotes
-	// the old primary to a replica, and un-fences it.
+	// its Patroni agent killed (SIGKILL, as if it crashed) so that it
+	// neither demotes nor restarts it: the leader key expires, the
+	// synchronous standby is promoted, and writes on the old sessions fail
+	// with SQLSTATE 25006. The driver keeps it so until a unit of work
+	// commits on the new primary (at most failoverHold), then starts the
+	// agent again as it ran, which demotes the old primary to a replica,
+	// and un-fences it.
 	FailoverFence = "fence"
 )
 
@@ -216,7 +216,8 @@ func (h *haFaults) failover(ctx context.Context, kind string) (fo Failover) {
 	h.logf("failover %s: primary %s (port %d)", kind, old.Name, old.Port)
 	var avoid string
 	var switched chan error
-	unfenced := false // the fence's failover un-fenced the old primary
+	unfenced := false        // the fence's failover un-fenced the old primary
+	var restart func() error // the fence's: starts the old primary's agent again
 	switch kind {
 	case FailoverKill:
 		pid, err := listenerPID(old.Port)
@@ -232,15 +233,17 @@ func (h *haFaults) failover(ctx context.Context, kind string) (fo Failover) {
 		switched = make(chan error, 1)
 		go func() { switched <- h.p.switchover(ctx, old) }()
 	case FailoverFence:
-		thaw, err := h.fence(ctx, old, &fo)
-		if err != nil {
+		var err error
+		if restart, err = h.fence(ctx, old, &fo); err != nil {
 			return fail("fence %s: %v", old.Name, err)
 		}
-		// Thawed and un-fenced whatever happens: a frozen agent never
-		// rejoins, and a fenced primary that leads again refuses every
-		// write.
+		// The agent restarted and the old primary un-fenced whatever
+		// happens: without its agent it never rejoins, and a fenced
+		// primary that leads again refuses every write.
 		defer func() {
-			thaw()
+			if err := restart(); err != nil {
+				h.logf("failover %s: restart the Patroni agent of %s: %v", kind, old.Name, err)
+			}
 			if !unfenced {
 				if err := h.unfence(context.WithoutCancel(ctx), old); err != nil {
 					h.logf("failover %s: un-fence %s: %v", kind, old.Name, err)
@@ -270,6 +273,9 @@ func (h *haFaults) failover(ctx context.Context, kind string) (fo Failover) {
 		}
 	}
 	if kind == FailoverFence {
+		if err := restart(); err != nil {
+			return fail("restart the Patroni agent of %s: %v", old.Name, err)
+		}
 		if err := h.unfence(ctx, old); err != nil {
 			return fail("un-fence %s: %v", old.Name, err)
 		}
@@ -282,51 +288,56 @@ func (h *haFaults) failover(ctx context.Context, kind string) (fo Failover) {
 	return fo
 }
 
-// fence freezes old's Patroni agent and fences old read-only in place; the
-// returned thaw wakes the agent (it then demotes old to a replica).
-func (h *haFaults) fence(ctx context.Context, old member, fo *Failover) (func(), error) {
+// fence kills old's Patroni agent (SIGKILL, as if it crashed: its
+// PostgreSQL, which it started detached, runs on) and fences old
+// read-only in place; the returned restart starts the agent again, as it
+// ran (it then demotes old to a replica). A frozen agent (SIGSTOP) is no
+// stand-in: Patroni 3.0.2 woken with its view of the cluster from before
+// the freeze rewrites the leader key over the new leader's (etcd3's
+// _update_leader puts it unconditionally), which demotes the new primary
+// and loses what it committed.
+func (h *haFaults) fence(ctx context.Context, old member, fo *Failover) (func() error, error) {
 	apiPort, err := portOf(old.api())
 	if err != nil {
 		return nil, err
 	}
-	agent, err := listenerPID(apiPort)
+	pid, err := listenerPID(apiPort)
 	if err != nil {
 		return nil, fmt.Errorf("find the Patroni agent of %s: %w", old.Name, err)
 	}
-	if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", agent)); !strings.Contains(string(cmd), "patroni") {
-		return nil, fmt.Errorf("the process %d listening on %s is not a Patroni agent (%q)", agent, old.api(), strings.ReplaceAll(string(cmd), "\x00", " "))
+	agent, err := readProc(pid)
+	if err != nil {
+		return nil, err
 	}
-	if err := syscall.Kill(agent, syscall.SIGSTOP); err != nil {
-		return nil, fmt.Errorf("freeze the Patroni agent %d: %w", agent, err)
+	if !strings.Contains(strings.Join(agent.args, " "), "patroni") {
+		return nil, fmt.Errorf("the process %d listening on %s is not a Patroni agent (%q)", pid, old.api(), agent.args)
 	}
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			_ = syscall.Kill(agent, syscall.SIGCONT)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return nil, fmt.Errorf("kill the Patroni agent %d: %w", pid, err)
+	}
+	started := false
+	restart := func() error {
+		if started {
+			return nil
 		}
+		started = true
+		return agent.start()
 	}
 	fo.At = time.Now()
 	if err := h.exec(ctx, old, `ALTER SYSTEM SET default_transaction_read_only = on`, `SELECT pg_reload_conf()`); err != nil {
-		thaw()
+		if rerr := restart(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		return nil, err
 	}
-	return thaw, nil
+	return restart, nil
 }
 
-// unfence thaws old's agent (fence's thaw, deferred, then runs again as a
-// no-op), waits until old's server runs in recovery (the agent demoted
-// it: un-fenced before, it would be a second primary) or leads the
-// cluster again (a fenced leader refuses every write), and resets its
+// unfence waits until old's server runs in recovery (its restarted agent
+// demoted it: un-fenced before, it would be a second primary) or leads
+// the cluster again (a fenced leader refuses every write), and resets its
 // fence.
 func (h *haFaults) unfence(ctx context.Context, old member) error {
-	apiPort, err := portOf(old.api())
-	if err != nil {
-		return err
-	}
-	if agent, err := listenerPID(apiPort); err == nil {
-		_ = syscall.Kill(agent, syscall.SIGCONT)
-	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if standby, _ := h.query(ctx, old, `SELECT pg_is_in_recovery()`); standby {
