@@ -237,7 +237,7 @@ pg_ha_agents() {
 	local f pid
 	pg_ha_pids "$PG_HA_DIR"/node?.pid
 	for f in /proc/[0-9]*/cmdline; do
-		if tr '\0' ' ' <"$f" 2>/dev/null | grep -q "patroni $PG_HA_DIR/node"; then
+		if { tr '\0' ' ' <"$f"; } 2>/dev/null | grep -q "patroni $PG_HA_DIR/node"; then
 			pid=${f#/proc/}
 			echo "${pid%/cmdline}"
 		fi
