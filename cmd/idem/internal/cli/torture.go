@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +48,19 @@ Faults (--faults, comma-separated; default all):
                server with --transport nats-embedded, or --broker-restart-cmd;
                with --transport nats-cluster, the node leading the run's
                stream killed and brought back, then another node
+  failover     the PostgreSQL primary of a Patroni cluster fails over, several
+               times, rotating among --failover-kinds (needs --patroni and a
+               --store URL on that cluster; the driver runs on its host):
+               kill (SIGKILL of the primary's postmaster), switchover (what
+               patronictl switchover --force asks: the old primary stays up
+               as a replica) and fence (the primary fenced read-only in place,
+               default_transaction_read_only on with its sessions open, its
+               Patroni agent killed until the standby is promoted and a unit
+               of work commits there, then started again: writes on the old
+               sessions fail with SQLSTATE 25006). The report gives each failover's
+               unavailability, from the fault to the first commit on the new
+               primary, and the run fails if no failover happened or one
+               left nothing committed on the new primary within 30s.
 
 Transports (--transport): empty (the store is the queue), nats-embedded
 (one nats-server in the driver's process, JetStream files in the run's
@@ -96,6 +110,9 @@ A and B never met fails as "not a rolling deploy".`,
 			if faults != "all" {
 				o.Faults = strings.Split(faults, ",")
 			}
+			if slices.Contains(o.Faults, torture.FaultFailover) && o.Patroni == "" {
+				return &exitError{code: 2, err: torture.ErrNoFailover}
+			}
 			exe, err := os.Executable()
 			if err != nil {
 				return fmt.Errorf("find the idem executable to start workers: %w", err)
@@ -127,6 +144,8 @@ A and B never met fails as "not a rolling deploy".`,
 	f.IntVar(&o.MinKills, "kills", 10, "fail unless at least this many worker kills happened")
 	f.StringVar(&o.PGRestartCmd, "pg-restart-cmd", "", "shell command that restarts the PostgreSQL server (for the pg-restart fault)")
 	f.StringVar(&o.BrokerRestartCmd, "broker-restart-cmd", "", "shell command that restarts the broker of --transport nats://…, amqp://… or redis://… (for the broker-restart fault)")
+	f.StringVar(&o.Patroni, "patroni", "", "comma-separated REST API URLs of the Patroni cluster that --store names, for the failover fault (scripts/pg-ha.sh exports IDEM_TEST_PG_HA_PATRONI)")
+	f.StringSliceVar(&o.FailoverKinds, "failover-kinds", nil, "the failover kinds to rotate among: "+strings.Join(torture.FailoverKinds, ",")+" (default all)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the history, fault log and SQLite file (default: a temporary one, removed after a pass)")
 	f.BoolVar(&o.Limits, "limits", false, "declare flow-control limits (a cap of 2 on a shared resource, 20/s burst 5, a cap of 8 per tenant; two tenants, one flooding) and check them too (on the store's own queue or beside a --transport)")
 	f.DurationVar(&o.FairnessBound, "fairness-bound", 0, "with --limits, fail if a tenant has a message waiting and no admission at all for longer than this (0: not checked)")

@@ -145,6 +145,15 @@ type faultPlan struct {
 	replayed      map[string]bool
 	nextTimerScan time.Time
 	nextTickCopy  time.Time
+	// failedOver receives each failover once the cluster is healthy
+	// again; failovers run beside the schedule, one at a time.
+	failedOver   chan Failover
+	failingOver  bool
+	nextFailover time.Time
+	// fencing: the failover in progress is a fence, during which the
+	// driver kills no worker (a worker started again opens new
+	// connections, which would leave the fenced primary by themselves).
+	fencing bool
 }
 
 // plan returns the fault schedule of a run that starts now.
@@ -160,6 +169,8 @@ func (r *driver) plan() *faultPlan {
 		replayed:          map[string]bool{},
 		nextTimerScan:     time.Now(),
 		nextTickCopy:      time.Now(),
+		failedOver:        make(chan Failover, 1),
+		nextFailover:      r.start.Add(o.Duration / 10),
 	}
 }
 
@@ -173,7 +184,7 @@ func (r *driver) drive(ctx context.Context) error {
 	defer tick.Stop()
 	deadline := r.start.Add(r.o.Duration)
 	r.logf("running %s on %s with %d workers (seed %d), work in %s", r.o.Duration, r.rep.Store, r.o.Workers, r.o.Seed, r.dir)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) || r.failoversDue(f) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -190,6 +201,9 @@ func (r *driver) drive(ctx context.Context) error {
 			s.count("broker restarts", 1)
 			f.nextBrokerRestart = time.Now().Add(max(30*time.Second, r.o.Duration/3))
 			continue
+		case fo := <-f.failedOver:
+			r.failedOver(f, s, fo)
+			continue
 		case <-tick.C:
 		}
 		if err := r.inject(ctx, f, s); err != nil {
@@ -202,6 +216,9 @@ func (r *driver) drive(ctx context.Context) error {
 		}
 		s.count("broker restarts", 1)
 	}
+	if f.failingOver {
+		r.failedOver(f, s, <-f.failedOver)
+	}
 	return r.stopSending(ctx, s)
 }
 
@@ -209,7 +226,7 @@ func (r *driver) drive(ctx context.Context) error {
 func (r *driver) inject(ctx context.Context, f *faultPlan, s *sender) error {
 	o := &r.o
 	now := time.Now()
-	if o.has(FaultKill) && now.After(f.nextKill) {
+	if o.has(FaultKill) && now.After(f.nextKill) && !f.fencing {
 		if r.workers.sigkill(r.rng.IntN(len(r.workers.slots))) {
 			s.count("SIGKILL by the driver", 1)
 		}
@@ -227,6 +244,12 @@ func (r *driver) inject(ctx context.Context, f *faultPlan, s *sender) error {
 	if f.brokerRestarts && !f.restarting && now.After(f.nextBrokerRestart) {
 		f.restarting = true
 		go func() { f.restarted <- r.restartBroker(ctx) }()
+	}
+	if r.ha != nil && !f.failingOver && now.After(f.nextFailover) && (now.Before(r.start.Add(o.Duration)) || r.failoversDue(f)) {
+		f.failingOver = true
+		kind := r.ha.kinds[len(r.failovers)%len(r.ha.kinds)]
+		f.fencing = kind == FailoverFence
+		go func() { f.failedOver <- r.ha.cause(ctx, kind) }()
 	}
 	if o.has(FaultStaleTimer) && now.After(f.nextTimerScan) {
 		f.nextTimerScan = now.Add(300 * time.Millisecond)
@@ -283,4 +306,22 @@ func (r *driver) stopSending(ctx context.Context, s *sender) error {
 	}
 	r.logf("sent %d messages (%d copies); settling", r.rep.Sent, r.rep.Published)
 	return nil
+}
+
+// failoversDue reports whether a failover is in progress, or some kind
+// has not failed over yet: a failover run lasts until each kind has, even
+// past its Duration (a fence alone waits out Patroni's ttl).
+func (r *driver) failoversDue(f *faultPlan) bool {
+	return r.ha != nil && (f.failingOver || len(r.failovers) < len(r.ha.kinds))
+}
+
+// failedOver records a failover that ended and schedules the next.
+func (r *driver) failedOver(f *faultPlan, s *sender, fo Failover) {
+	f.failingOver, f.fencing = false, false
+	s.count("failovers ("+fo.Kind+")", 1)
+	r.failovers = append(r.failovers, fo)
+	f.nextFailover = time.Now().Add(failoverGap)
+	if fo.Problem != "" {
+		r.logf("failover %s: %s", fo.Kind, fo.Problem)
+	}
 }

@@ -44,6 +44,10 @@ const (
 	// driver's own embedded NATS server, or any broker with
 	// BrokerRestartCmd.
 	FaultBrokerRestart = "broker-restart"
+	// FaultFailover fails the PostgreSQL primary over, several times a
+	// run, rotating among FailoverKinds (needs Patroni and a store URL on
+	// its cluster; failover.go).
+	FaultFailover = "failover"
 )
 
 // TransportEmbedded is the Options.Transport that makes the driver start
@@ -59,7 +63,7 @@ const TransportEmbedded = "nats-embedded"
 const TransportCluster = "nats-cluster"
 
 // AllFaults is the default fault mix.
-var AllFaults = []string{FaultDuplicates, FaultKill, FaultCommitKill, FaultUoWKill, FaultStall, FaultStaleTimer, FaultBadInput, FaultPGRestart, FaultBrokerRestart}
+var AllFaults = []string{FaultDuplicates, FaultKill, FaultCommitKill, FaultUoWKill, FaultStall, FaultStaleTimer, FaultBadInput, FaultPGRestart, FaultBrokerRestart, FaultFailover}
 
 // Options configure a run.
 type Options struct {
@@ -87,6 +91,14 @@ type Options struct {
 	// with sh -c), for FaultBrokerRestart with an external broker. With
 	// TransportEmbedded the driver restarts its own server and ignores it.
 	BrokerRestartCmd string
+	// Patroni is the comma-separated REST API URLs of the Patroni cluster
+	// that Store's URL names (multi-host, target_session_attrs=read-write),
+	// for FaultFailover. The driver must run on the cluster's host: it
+	// finds the postmaster and the agents by their listening ports.
+	Patroni string
+	// FailoverKinds are the failover kinds the fault rotates among (nil:
+	// FailoverKinds).
+	FailoverKinds []string
 	// Dir holds the history, the fault log and the SQLite file. Empty
 	// means a temporary directory, removed after a passing run.
 	Dir string
@@ -154,6 +166,8 @@ type Report struct {
 	Flow *FlowSummary
 	// Roll sums up the rolling deploy of a roll run; nil otherwise.
 	Roll *RollSummary
+	// Failover sums up the failovers of a failover run; nil otherwise.
+	Failover *FailoverSummary
 }
 
 // Pass reports whether no invariant failed and the run did what it should.
@@ -182,6 +196,9 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.Roll != nil {
 		r.Roll.Print(w)
+	}
+	if r.Failover != nil {
+		r.Failover.Print(w)
 	}
 	fmt.Fprintf(w, "  history and fault log: %s\n", r.Dir)
 	for _, p := range r.Problems {
@@ -213,6 +230,9 @@ func (r *Report) Print(w io.Writer) {
 		}
 		if r.Roll != nil {
 			fmt.Fprintln(w, "PASS: rolled from definition A to B with A and B side by side, nothing dead-lettered by the deploy")
+		}
+		if r.Failover != nil {
+			fmt.Fprintf(w, "PASS: %d failovers, each followed by a commit on the new primary\n", len(r.Failover.Failovers))
 		}
 	} else {
 		fmt.Fprintln(w, "FAIL")
@@ -254,12 +274,19 @@ func (o *Options) validate() error {
 		return fmt.Errorf("breakage %s needs --roll", o.Break)
 	case o.Roll && o.Workers < 2:
 		return fmt.Errorf("--roll with --workers %d: a rolling deploy needs at least 2 workers, so that A and B run side by side", o.Workers)
+	case o.Patroni != "" && !isPostgres(o.Store):
+		return ErrNoFailover
 	case o.Break != "" && o.Break != BreakSkipInbox && o.Break != BreakAckBeforeCommit && o.Break != BreakNoAdmission && o.Break != BreakRollDeadLetter:
 		return fmt.Errorf("unknown breakage %q", o.Break)
 	}
 	for _, f := range o.Faults {
 		if !slices.Contains(AllFaults, f) {
 			return fmt.Errorf("unknown fault %q: known faults are %s", f, strings.Join(AllFaults, ","))
+		}
+	}
+	for _, k := range o.FailoverKinds {
+		if !slices.Contains(FailoverKinds, k) {
+			return fmt.Errorf("unknown failover kind %q: known kinds are %s", k, strings.Join(FailoverKinds, ","))
 		}
 	}
 	return nil
@@ -323,6 +350,10 @@ type driver struct {
 	workers  *pool
 	// roll is the rolling deploy of a roll run; nil otherwise.
 	roll *roller
+	// ha drives the failover fault; nil when the run has none.
+	// failovers are those it caused, in order.
+	ha        *haFaults
+	failovers []Failover
 	// exits are when the driver saw each worker generation exit.
 	exits   map[int]time.Time
 	closers []func() // run by close, last first
@@ -362,6 +393,9 @@ func setup(ctx context.Context, o Options) (*driver, error) {
 		return r, err
 	}
 	if err := r.openHistory(ctx); err != nil {
+		return r, err
+	}
+	if err := r.startFailovers(ctx); err != nil {
 		return r, err
 	}
 	if o.Roll {
@@ -502,6 +536,9 @@ func (r *driver) report(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	if rep.Violations, rep.Ticks, err = check(ctx, records, r.st, r.db); err != nil {
+		return nil, err
+	}
+	if err := r.failoverReport(ctx); err != nil {
 		return nil, err
 	}
 	if r.o.Limits {
