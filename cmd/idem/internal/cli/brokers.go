@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/idemhq/idem/cmd/idem/internal/torture"
@@ -157,3 +158,33 @@ type amqpReplica struct{ amqpThrowaway }
 
 // Close closes the connection only.
 func (t *amqpReplica) Close() error { return t.Transport.Close() }
+
+// keepTypes receives until some deliveries are of the given types,
+// acknowledging and dropping the others: idem bench's throwaway namespaces
+// on brokers that route every type to the same partitions, where the
+// events the benchmark's saga emits (which another service would consume)
+// come back to its receivers.
+func keepTypes(ctx context.Context, types []string, receive func() ([]transport.Delivery, error), ack func(context.Context, []transport.Delivery) error) ([]transport.Delivery, error) {
+	for {
+		ds, err := receive()
+		if err != nil {
+			return nil, err
+		}
+		var keep, drop []transport.Delivery
+		for _, d := range ds {
+			if slices.Contains(types, d.Envelope.Type) {
+				keep = append(keep, d)
+			} else {
+				drop = append(drop, d)
+			}
+		}
+		if len(drop) > 0 {
+			if err := ack(ctx, drop); err != nil {
+				return nil, err
+			}
+		}
+		if len(keep) > 0 {
+			return keep, nil
+		}
+	}
+}

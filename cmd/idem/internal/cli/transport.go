@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/torture"
@@ -280,31 +279,9 @@ func (t *amqpThrowaway) ReceivePartition(ctx context.Context, max, part, parts i
 	return t.keep(ctx, func() ([]transport.Delivery, error) { return t.Transport.ReceivePartition(ctx, max, part, parts) })
 }
 
-// keep receives until some deliveries are of the wanted types, acking and
-// dropping the others.
+// keep is keepTypes on t's types.
 func (t *amqpThrowaway) keep(ctx context.Context, receive func() ([]transport.Delivery, error)) ([]transport.Delivery, error) {
-	for {
-		ds, err := receive()
-		if err != nil {
-			return nil, err
-		}
-		keep, drop := ds[:0:0], []transport.Delivery(nil)
-		for _, d := range ds {
-			if slices.Contains(t.types, d.Envelope.Type) {
-				keep = append(keep, d)
-			} else {
-				drop = append(drop, d)
-			}
-		}
-		if len(drop) > 0 {
-			if err := t.Transport.Ack(ctx, drop); err != nil {
-				return nil, err
-			}
-		}
-		if len(keep) > 0 {
-			return keep, nil
-		}
-	}
+	return keepTypes(ctx, t.types, receive, t.Transport.Ack)
 }
 
 func (t *amqpThrowaway) Close() error {

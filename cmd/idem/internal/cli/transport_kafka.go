@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/torture"
@@ -66,31 +65,9 @@ func (t *kafkaThrowaway) ReceivePartition(ctx context.Context, max, part, parts 
 	return t.keep(ctx, func() ([]transport.Delivery, error) { return t.Transport.ReceivePartition(ctx, max, part, parts) })
 }
 
-// keep receives until some deliveries are of the wanted types, acking and
-// dropping the others.
+// keep is keepTypes on t's types.
 func (t *kafkaThrowaway) keep(ctx context.Context, receive func() ([]transport.Delivery, error)) ([]transport.Delivery, error) {
-	for {
-		ds, err := receive()
-		if err != nil {
-			return nil, err
-		}
-		var keep, drop []transport.Delivery
-		for _, d := range ds {
-			if slices.Contains(t.types, d.Envelope.Type) {
-				keep = append(keep, d)
-			} else {
-				drop = append(drop, d)
-			}
-		}
-		if len(drop) > 0 {
-			if err := t.Transport.Ack(ctx, drop); err != nil {
-				return nil, err
-			}
-		}
-		if len(keep) > 0 {
-			return keep, nil
-		}
-	}
+	return keepTypes(ctx, t.types, receive, t.Transport.Ack)
 }
 
 // Close leaves the group, then deletes the topic and the group: a group
