@@ -33,11 +33,16 @@ import (
 //     and the store drops every session it opened before (sessionWatch):
 //     the idle ones at once (pgxpool's Reset), the busy ones when they are
 //     released, and those still held after staleGrace (the queue listener,
-//     which would otherwise wait for notifications on the old primary for
-//     ever) by closing their socket. New sessions connect again, and
-//     target_session_attrs picks the new primary;
+//     in the pool or over Config.DirectURL, which would otherwise wait for
+//     notifications on the old primary for ever) by closing their socket.
+//     New sessions connect again, and target_session_attrs picks the new
+//     primary;
 //   - a unit of work whose commit outcome was lost with its session is
 //     read back by the engine, as after any lost connection.
+//
+// Through a connection pooler the server sessions are the pooler's: a
+// 25006 is translated to store.ErrReadOnly, but only the pooler can leave
+// the old primary (docs/operations.md, "Through PgBouncer").
 
 // staleGrace is how long a session opened before a failover was detected
 // may stay checked out (a unit of work finishing, which fails on the
@@ -83,6 +88,21 @@ func (w *sessionWatch) hook(pc *pgxpool.Config) {
 		if before != nil {
 			before(c)
 		}
+	}
+}
+
+// track registers a session the store opened outside its pool (the queue
+// listener's over Config.DirectURL), so that a failover closes it as it
+// closes the pool's sessions still held; the returned func forgets it,
+// before the caller closes it.
+func (w *sessionWatch) track(c *pgx.Conn) func() {
+	w.mu.Lock()
+	w.conns[c] = w.gen.Load()
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		delete(w.conns, c)
+		w.mu.Unlock()
 	}
 }
 
@@ -149,10 +169,16 @@ func isReadOnly(err error) bool {
 // (target_session_attrs=read-write, as libpq names it), unless connString
 // or PGTARGETSESSIONATTRS chose otherwise.
 func targetReadWrite(pc *pgxpool.Config, connString string) {
+	connReadWrite(pc.ConnConfig, connString)
+}
+
+// connReadWrite is targetReadWrite for a connection of its own (the
+// migrations' and the queue listener's over Config.DirectURL).
+func connReadWrite(cc *pgx.ConnConfig, connString string) {
 	if strings.Contains(connString, "target_session_attrs") || os.Getenv("PGTARGETSESSIONATTRS") != "" {
 		return
 	}
-	pc.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
+	cc.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
 }
 
 // readOnlyError explains an Open that found no server accepting writes

@@ -33,9 +33,15 @@ type failoverRig struct {
 
 const failoverKeys, failoverPerKey = 30, 10
 
-func newFailoverRig(t *testing.T, pair *testenv.PgPair) *failoverRig {
+// newFailoverRig runs an engine on pair; with direct, the queue listens
+// over Config.DirectURL (the same nodes), a session outside the pool.
+func newFailoverRig(t *testing.T, pair *testenv.PgPair, direct ...bool) *failoverRig {
 	r := &failoverRig{t: t, pair: pair, want: map[string]int{}}
-	st, err := pgstore.Open(context.Background(), pair.URL(), &pgstore.Config{Migrate: true, Lease: 5 * time.Second})
+	cfg := &pgstore.Config{Migrate: true, Lease: 5 * time.Second}
+	if len(direct) > 0 && direct[0] {
+		cfg.DirectURL = pair.URL()
+	}
+	st, err := pgstore.Open(context.Background(), pair.URL(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,8 +161,15 @@ func (r *failoverRig) standbyJournal() int {
 // there, target_session_attrs=read-write finds the new primary, and every
 // increment applies exactly once.
 func TestFailoverFencedPrimary(t *testing.T) {
+	t.Run("listener in the pool", func(t *testing.T) { testFailoverFencedPrimary(t, false) })
+	// The queue's LISTEN session over Config.DirectURL is outside the
+	// pool: left on the fenced primary, it would wait there for ever.
+	t.Run("listener over DirectURL", func(t *testing.T) { testFailoverFencedPrimary(t, true) })
+}
+
+func testFailoverFencedPrimary(t *testing.T, direct bool) {
 	pair := testenv.PostgresPair(t)
-	r := newFailoverRig(t, pair)
+	r := newFailoverRig(t, pair, direct)
 	r.waitApplied(40)
 	fault := time.Now()
 	pair.FenceReadOnly()

@@ -136,6 +136,7 @@ func (s *Store) directConfig() (*pgx.ConnConfig, error) {
 	for k, v := range sessionParams(s.cfg.Lease) {
 		cc.RuntimeParams[k] = v
 	}
+	connReadWrite(cc, s.cfg.DirectURL) // a standby can neither LISTEN nor migrate
 	return cc, nil
 }
 

@@ -316,7 +316,13 @@ func (s *Store) listenConnection(ctx context.Context) (listenConn, func(), error
 		if err != nil {
 			return nil, nil, err
 		}
-		return directListen{conn}, func() { _ = conn.Close(context.WithoutCancel(ctx)) }, nil
+		forget := func() {}
+		if s.trips != nil && s.trips.watch != nil {
+			// A failover closes it with the pool's sessions (failover.go):
+			// on a fenced primary it would wait for notifications for ever.
+			forget = s.trips.watch.track(conn)
+		}
+		return directListen{conn}, func() { forget(); _ = conn.Close(context.WithoutCancel(ctx)) }, nil
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
