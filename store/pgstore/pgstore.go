@@ -515,13 +515,17 @@ func (t *tripCounter) TraceBatchEnd(_ context.Context, c *pgx.Conn, d pgx.TraceB
 
 var passwordRE = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)
 
+// directURLRE finds the value of DirectURLParam, a whole URL escaped in the
+// query, password included, which passwordRE cannot see.
+var directURLRE = regexp.MustCompile(DirectURLParam + `=[^&\s"']*`)
+
 // redact removes passwords from connection errors, which pgx may quote.
 func redact(err error) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
-	if clean := passwordRE.ReplaceAllString(msg, "${1}***@"); clean != msg {
+	if clean := passwordRE.ReplaceAllString(directURLRE.ReplaceAllString(msg, DirectURLParam+"=***"), "${1}***@"); clean != msg {
 		return errors.New(clean)
 	}
 	if strings.Contains(msg, "password=") {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -55,5 +56,15 @@ func TestBrokerTable(t *testing.T) {
 	}
 	if got := brokerExamples(transportEmbedded); !strings.HasSuffix(got, " or "+transportEmbedded) || strings.Count(got, "://") != len(brokers) {
 		t.Errorf("brokerExamples = %q: want each broker's example, then nats-embedded", got)
+	}
+}
+
+// A store URL carrying pgstore's direct URL (idem_direct_url, escaped in
+// its query) shows neither password when the CLI prints it.
+func TestRedactURLHidesTheDirectURL(t *testing.T) {
+	raw := "postgres://u:outer@127.0.0.1:6432/db?sslmode=disable&idem_direct_url=" + url.QueryEscape("postgres://u:inner@127.0.0.1:5432/db")
+	got := redactURL(raw)
+	if strings.Contains(got, "outer") || strings.Contains(got, "inner") || !strings.Contains(got, "127.0.0.1:6432") {
+		t.Errorf("redactURL = %q: want both passwords hidden, the pooler's address kept", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -191,8 +192,13 @@ func usageErrorf(format string, args ...any) error {
 	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
 }
 
+// directURLRE finds pgstore's idem_direct_url query parameter: a whole
+// URL, escaped, whose password the rest of redactURL cannot see.
+var directURLRE = regexp.MustCompile(pgstore.DirectURLParam + `=[^&\s]*`)
+
 // redactURL hides the password of a connection string.
 func redactURL(u string) string {
+	u = directURLRE.ReplaceAllString(u, pgstore.DirectURLParam+"=***")
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok {
 		return u

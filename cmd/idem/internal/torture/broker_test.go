@@ -2,6 +2,7 @@ package torture
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -150,5 +151,15 @@ func TestTransportWithoutOpenerRefused(t *testing.T) {
 	_, err := Run(t.Context(), Options{Store: "sqlite", Transport: "nats://u:secret@127.0.0.1:4222", Duration: time.Second, Command: workerCommand, Dir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "OpenTransport") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("Run with a transport and no opener: %v; want a refusal naming Options.OpenTransport, without the password", err)
+	}
+}
+
+// The report and the log name the store without the passwords, the
+// direct URL's (escaped in the query) included.
+func TestRedactURLHidesTheDirectURL(t *testing.T) {
+	raw := "postgres://u:outer@127.0.0.1:6432/db?sslmode=disable&idem_direct_url=" + url.QueryEscape("postgres://u:inner@127.0.0.1:5432/db")
+	got := redactURL(raw)
+	if strings.Contains(got, "outer") || strings.Contains(got, "inner") || !strings.Contains(got, "127.0.0.1:6432") {
+		t.Errorf("redactURL = %q: want both passwords hidden, the pooler's address kept", got)
 	}
 }

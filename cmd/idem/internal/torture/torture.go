@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/transport"
 )
 
@@ -419,7 +421,7 @@ func (r *driver) workDir() error {
 	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", r.dir, err)
 	}
-	r.rep = &Report{Store: o.Store, Transport: redactURL(o.Transport), Seed: o.Seed, Workers: o.Workers, Dir: r.dir, Faults: map[string]int{}}
+	r.rep = &Report{Store: redactURL(o.Store), Transport: redactURL(o.Transport), Seed: o.Seed, Workers: o.Workers, Dir: r.dir, Faults: map[string]int{}}
 	if r.rep.Transport == "" {
 		r.rep.Transport = "the store's own queue"
 	}
@@ -653,8 +655,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// directURLRE finds pgstore's idem_direct_url query parameter: a whole
+// URL, escaped, whose password url.Redacted cannot see.
+var directURLRE = regexp.MustCompile(pgstore.DirectURLParam + `=[^&\s]*`)
+
 // redactURL hides the password of a URL (a broker's), for reports.
 func redactURL(raw string) string {
+	raw = directURLRE.ReplaceAllString(raw, pgstore.DirectURLParam+"=***")
 	var out []string
 	for _, one := range strings.Split(raw, ",") {
 		if u, err := url.Parse(one); err == nil && u.User != nil {
