@@ -40,6 +40,9 @@ type stateMove struct {
 	SagaType, From, To string
 	final              bool // To is a final state: left to the lazy path
 	count, moved       int64
+	// left is what the store still counted in From when the pass stopped
+	// with units of work in flight holding those sagas.
+	left int64
 }
 
 func newDeployMigrate() *cobra.Command {
@@ -218,10 +221,15 @@ func (f *deployMigrateFlags) apply(ctx context.Context, stderr io.Writer, sm sto
 }
 
 // maxEmptyBatches is how many calls in a row may move none while the store
-// still counts sagas in the old state (engines moved the chosen ones
-// meanwhile) before migrateAll stops, and how many in a row may conflict
-// with the engines' commits before it fails.
-const maxEmptyBatches = 3
+// still counts sagas in the old state (units of work in flight hold them:
+// PostgreSQL's pass skips them) before migrateAll stops, and how many in a
+// row may conflict with the engines' commits before it fails. Between
+// such calls it waits emptyBatchWait, doubled each time, for those units
+// of work to commit.
+const maxEmptyBatches = 6
+
+// emptyBatchWait is the first wait after a call that moved none.
+var emptyBatchWait = 50 * time.Millisecond
 
 // migrateAll moves m's sagas in batches of batch until none is left in
 // m.From, calling moved after each batch.
@@ -248,9 +256,26 @@ func migrateAll(ctx context.Context, sm store.StateMigrator, m *stateMove, batch
 		if err != nil || left == 0 {
 			return err
 		}
-		empty++
+		m.left = left
+		if empty++; empty < maxEmptyBatches {
+			if err := sleepCtx(ctx, emptyBatchWait<<(empty-1)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// sleepCtx waits d, or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C: // units of work in flight committing: a pause, not a synchronisation
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // writeMoves prints a row per move: what it moved, or with dryRun what it
@@ -274,6 +299,9 @@ func writeMoves(w io.Writer, moves []*stateMove, dryRun bool) {
 		}
 		if m.final {
 			n, note = 0, fmt.Sprintf("%d left to migrate on load: the target is a final state", m.count)
+		}
+		if !dryRun && !m.final && m.left > 0 {
+			note = fmt.Sprintf("%d left, held by units of work in flight: they migrate on load", m.left)
 		}
 		sum += n
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", clean(m.SagaType), clean(m.From), clean(m.To), n, note)
