@@ -11,10 +11,12 @@ import (
 
 // health is the part Ready asks about the store: whether it refuses
 // writes (store.ErrReadOnly: after a failover, the server it reached is no
-// longer the primary). It observes how units of work end, and the
-// consumers' receives. A refusal stands from the first ErrReadOnly until a
-// unit of work commits or, on the store's own queue (where a receive
-// writes its leases), a receive succeeds. It is safe for concurrent use.
+// longer the primary). It observes how units of work end, the consumers'
+// receives and the heartbeats. A refusal stands from the first
+// ErrReadOnly until a unit of work commits, a heartbeat lands (every
+// Config.HeartbeatInterval, on a store that keeps them), or, on the
+// store's own queue (where a receive writes its leases), a receive
+// succeeds. It is safe for concurrent use.
 type health struct {
 	quiet
 	queue bool // a successful receive is a successful write
@@ -27,6 +29,15 @@ type health struct {
 func (h *health) ended(_ *attempt, err error) { h.note(err, true) }
 
 func (h *health) committed(*attempt, time.Duration, int) { h.note(nil, true) }
+
+// beat is told how each heartbeat's write ended: one that landed shows
+// the store takes writes again.
+// A nil health (a test's bare engine parts) ignores it.
+func (h *health) beat(err error) {
+	if h != nil {
+		h.note(err, true)
+	}
+}
 
 // receive is told how each consumer's receive ended.
 // A nil health (a test's bare engine parts) ignores it.

@@ -137,8 +137,15 @@ func (h *heartbeat) beat(ctx context.Context, r *store.Replica, prune bool) {
 		r.LastBatchAt = time.Unix(0, ns)
 	}
 	r.Lag = time.Duration(h.lag.Load())
-	if err := h.rr.Heartbeat(ctx, r); err != nil && ctx.Err() == nil {
+	err := h.rr.Heartbeat(ctx, r)
+	if err != nil && ctx.Err() == nil {
 		h.log.WarnContext(ctx, "write the replica's heartbeat", "replica", r.ID, "error", err)
+	}
+	if ctx.Err() == nil {
+		// A beat is a write: after a failover it clears Ready's refusal
+		// on an engine that has nothing to commit (beside a broker, its
+		// receives write nothing to the store).
+		h.health.beat(err)
 	}
 	if !prune {
 		return
