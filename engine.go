@@ -306,7 +306,9 @@ func (e *Engine) Run(ctx context.Context) error {
 // error saying it has not started, or why it stopped. While it runs, it
 // also fails, with an error wrapping store.ErrReadOnly, from the moment the
 // store refused a write because its database server is no longer the
-// primary (after a failover) until a unit of work commits again.
+// primary (after a failover) until a write lands again: a unit of work's
+// commit, a heartbeat (every Config.HeartbeatInterval), or on the store's
+// own queue a receive.
 func (e *Engine) Ready() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
