@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -77,5 +78,23 @@ func TestQualifyingConnRewritesParseAndQuery(t *testing.T) {
 	}
 	if !bytes.Equal(w.buf.Bytes(), want) {
 		t.Errorf("wire:\n got %q\nwant %q", w.buf.Bytes(), want)
+	}
+}
+
+// The names qualified through a pooler are the tables and functions the
+// migrations create, and nothing their comments mention: a word of a
+// comment ("CREATE OR REPLACE FUNCTION must …" in migration 024) would be
+// qualified in the application's own statements too.
+func TestSchemaObjectsAreIdemsOwn(t *testing.T) {
+	objs := schemaObjects()
+	for name := range objs {
+		if !strings.HasPrefix(name, "idem_") {
+			t.Errorf("qualified through a pooler: %q, which no migration creates as a table or function", name)
+		}
+	}
+	for _, want := range []string{"idem_instances", "idem_queue", "idem_migrations", "idem_journal_guard"} {
+		if !objs[want] {
+			t.Errorf("%s is not qualified through a pooler", want)
+		}
 	}
 }

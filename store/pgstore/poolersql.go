@@ -26,6 +26,10 @@ import (
 var (
 	createdTableRE = regexp.MustCompile(`(?i)\bCREATE\s+(?:UNLOGGED\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?([a-z_][a-z0-9_]*)`)
 	createdFuncRE  = regexp.MustCompile(`(?i)\bCREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+([a-z_][a-z0-9_]*)`)
+	// sqlCommentRE is a migration's line comments, which may quote the
+	// statements above ("CREATE OR REPLACE FUNCTION must …") and are no
+	// part of them.
+	sqlCommentRE = regexp.MustCompile(`--[^\n]*`)
 )
 
 // schemaObjects returns the names of the tables and functions Idem's
@@ -38,7 +42,7 @@ var schemaObjects = sync.OnceValue(func() map[string]bool {
 	}
 	for _, m := range ms {
 		for _, re := range []*regexp.Regexp{createdTableRE, createdFuncRE} {
-			for _, g := range re.FindAllStringSubmatch(m.tx, -1) {
+			for _, g := range re.FindAllStringSubmatch(sqlCommentRE.ReplaceAllString(m.tx, ""), -1) {
 				names[strings.ToLower(g[1])] = true
 			}
 		}
