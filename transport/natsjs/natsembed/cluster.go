@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -71,14 +73,35 @@ func StartCluster(ctx context.Context, dir, name string) (*Cluster, error) {
 	return c, nil
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// below the range the system draws local ports from: a killed node comes
+// back on its ports, and one in that range could meanwhile be taken as
+// the local port of some outgoing connection.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("natsembed: find a free port: %w", err)
+	low := ephemeralLow()
+	for range 100 {
+		port := max(1024, low-10000) + rand.IntN(min(10000, low-1024))
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			l.Close()
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("natsembed: no free port on 127.0.0.1 below %d", low)
+}
+
+// ephemeralLow is the lowest port of the system's local port range
+// (net.ipv4.ip_local_port_range), or Linux's default 32768.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil || low <= 2048 {
+		return 32768
+	}
+	return low
 }
 
 // options are node i's server options.
