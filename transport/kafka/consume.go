@@ -49,21 +49,31 @@ func (t *Transport) receive(ctx context.Context, max, part, parts int) ([]transp
 		if err != nil || len(ds) > 0 {
 			return ds, err
 		}
-		var due <-chan time.Time
-		if !next.IsZero() {
-			timer := time.NewTimer(time.Until(next))
-			defer timer.Stop()
-			due = timer.C
-		}
-		select {
-		case <-ch:
-		case <-due:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-t.done:
-			return nil, transport.ErrClosed
+		if err := t.wait(ctx, next, ch); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// wait waits until next (none when zero), a change of the buffer (ch),
+// ctx's end or Close. Its timer ends with it: a Receive woken many times
+// keeps none.
+func (t *Transport) wait(ctx context.Context, next time.Time, ch <-chan struct{}) error {
+	var due <-chan time.Time
+	if !next.IsZero() {
+		timer := time.NewTimer(time.Until(next))
+		defer timer.Stop()
+		due = timer.C
+	}
+	select {
+	case <-ch:
+	case <-due:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.done:
+		return transport.ErrClosed
+	}
+	return nil
 }
 
 // take hands out what is due. With nothing due it returns when the
