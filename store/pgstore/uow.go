@@ -583,10 +583,14 @@ func (u *unitOfWork) Rollback(ctx context.Context) error {
 }
 
 // commitLockTimeoutSQL bounds how long a commit's writes of sagas and
-// inbox records wait for a row lock that another transaction holds (see
-// translateCommit); commitLockWaitSQL restores the session's own bound
-// for the writes that follow: the queue rows it consumes may be held for
-// a moment by this engine's own lease renewal, which is worth waiting for.
+// inbox records wait for a lock that another transaction holds (see
+// translateCommit); commitLockWaitSQL restores, for the writes that
+// follow, the bound the role, database or server sets (not one a pool's
+// AfterConnect set with a session SET): the queue rows a commit consumes
+// may be held for a moment by this engine's own lease renewal, which is
+// worth waiting for. The 5 ms also cut short a wait for a table lock (an
+// ALTER TABLE of a migration, autovacuum truncating a table): that commit
+// fails as a conflict, and the engine applies its unit of work again.
 const (
 	commitLockTimeoutSQL = `SET LOCAL lock_timeout = 5`
 	commitLockWaitSQL    = `SET LOCAL lock_timeout TO DEFAULT`
