@@ -220,12 +220,21 @@ func (p *PgPair) Exec(port int, sql string) {
 
 // FenceReadOnly turns the primary read-only in place, as an operator or a
 // failover manager fencing it would: default_transaction_read_only on,
-// reloaded. Its open sessions stay open; their next transactions are
-// read-only and every write fails with SQLSTATE 25006.
+// reloaded. It returns once a new session is read-only, when the server
+// has signalled the open ones. Those stay open; a session idle when the
+// signal came applies it after its next command (PostgreSQL reloads its
+// settings before it waits for a command, not while it waits), so that
+// command may still write, and every transaction after it is read-only:
+// writes fail with SQLSTATE 25006.
 func (p *PgPair) FenceReadOnly() {
 	p.t.Helper()
 	p.Exec(p.Primary, `ALTER SYSTEM SET default_transaction_read_only = on`)
 	p.Exec(p.Primary, `SELECT pg_reload_conf()`)
+	p.poll(30*time.Second, "the fence in force", func(c *pgx.Conn) (bool, error) {
+		var on string
+		err := c.QueryRow(context.Background(), `SHOW default_transaction_read_only`).Scan(&on)
+		return on == "on", err
+	})
 }
 
 // SyncReplication makes the primary's commits wait for the standby
