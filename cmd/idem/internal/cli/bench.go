@@ -182,7 +182,7 @@ func (bf *benchFlags) run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	return bf.report(cmd.OutOrStdout(), rep)
+	return bf.report(cmd.OutOrStdout(), rep, rep.ExactlyOnce)
 }
 
 // options completes bf.o from the flags' lists and the store, and
@@ -265,9 +265,13 @@ func (bf *benchFlags) prepare(ctx context.Context) (stop func(), err error) {
 	return stopAll, nil
 }
 
-// report prints the report, as text or JSON; a run that broke
-// exactly-once exits 1.
-func (bf *benchFlags) report(w io.Writer, rep *bench.Report) error {
+// textReport is a report of idem bench: the matrix's or the replica
+// sweep's.
+type textReport interface{ WriteText(w io.Writer) error }
+
+// report prints rep, as text or JSON; a run that broke exactly-once
+// exits 1.
+func (bf *benchFlags) report(w io.Writer, rep textReport, exactlyOnce bool) error {
 	var err error
 	if bf.asJSON {
 		enc := json.NewEncoder(w)
@@ -279,7 +283,7 @@ func (bf *benchFlags) report(w io.Writer, rep *bench.Report) error {
 	if err != nil {
 		return err
 	}
-	if !rep.ExactlyOnce {
+	if !exactlyOnce {
 		return &exitError{code: 1, err: errors.New("exactly-once violated: see the report")}
 	}
 	return nil

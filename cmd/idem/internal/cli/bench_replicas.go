@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -60,21 +58,7 @@ func (bf *benchFlags) runReplicas(cmd *cobra.Command) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	w := cmd.OutOrStdout()
-	if bf.asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(rep)
-	} else {
-		err = rep.WriteText(w)
-	}
-	if err != nil {
-		return err
-	}
-	if !rep.ExactlyOnce {
-		return &exitError{code: 1, err: errors.New("exactly-once violated: see the report")}
-	}
-	return nil
+	return bf.report(cmd.OutOrStdout(), rep, rep.ExactlyOnce)
 }
 
 // replicaOptions are the sweep's options from the flags.
