@@ -182,6 +182,31 @@ type PartitionedConsumer interface {
 	ReceivePartition(ctx context.Context, max, part, parts int) ([]Delivery, error)
 }
 
+// Share is one replica's share of a queue that several replicas consume:
+// its own partition Part of Parts (PartitionOf(PartitionKey(env), Parts)),
+// and, when that has nothing visible, the messages of the others'
+// partitions that have been visible for at least StealAfter (their
+// replica is gone, or behind). Parts < 2 is the whole queue.
+type Share struct {
+	Part, Parts int
+	StealAfter  time.Duration
+}
+
+// SharedConsumer is implemented by queues that replicas can share by
+// partitions of the saga keys without ever leaving a partition unread:
+// ReceiveShare hands out the messages of s's own partition first, as
+// ReceivePartition does, and only when it has none visible, those of other
+// partitions visible for s.StealAfter or longer. Replicas that each take
+// their own share keep one saga key's messages in one replica while every
+// replica is up, so their units of work do not race for the same sagas;
+// the share is a preference, never a lock, and two replicas that briefly
+// disagree about the shares only race as replicas without shares do. The
+// same contract as Receive applies otherwise; ReceiveShare returns an
+// error unless 0 <= s.Part < s.Parts or s.Parts < 2.
+type SharedConsumer interface {
+	ReceiveShare(ctx context.Context, max int, s Share) ([]Delivery, error)
+}
+
 // SizeLimiter is implemented by transports that carry envelope bodies only
 // up to a size. The engine keeps Config.MaxBodyBytes within the limit, so
 // that no saga can emit a message the transport would refuse. transporttest

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem/internal/sqlq"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
 )
 
 // StatsCounts exposes the statistics path of EstimateInstanceCounts, which
@@ -39,4 +40,9 @@ func QueueInstanceWrites(b *pgx.Batch, inserts, updates []*store.Instance) error
 func SetNotifySpacing(s *Store, d time.Duration) {
 	s.notifySpacing = d
 	s.notifySent.Store(-int64(d))
+}
+
+// ClaimShare runs one claim of ReceiveShare, without waiting.
+func ClaimShare(ctx context.Context, s *Store, n int, sh transport.Share) ([]transport.Delivery, time.Time, error) {
+	return s.claimShare(ctx, n, sh)
 }

@@ -1,0 +1,91 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/transport"
+)
+
+// A replica's share of the queue hands out its own partition's messages
+// first; the others' only once its own has none, and only those visible
+// for StealAfter; an empty claim is one round trip and says when the next
+// claimable message is due.
+func TestReceiveShareTakesItsOwnPartitionFirst(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgstore.Config{Lease: 30 * time.Second})
+	var envs []transport.Envelope
+	want := map[int][]string{}
+	for i := range 40 {
+		env := transport.Envelope{ID: fmt.Sprintf("m%02d", i), Type: "t", CorrelationID: fmt.Sprintf("key-%d", i)}
+		p := transport.PartitionOf(transport.PartitionKey(&env), 2)
+		want[p] = append(want[p], env.ID)
+		envs = append(envs, env)
+	}
+	if len(want[0]) == 0 || len(want[1]) == 0 {
+		t.Fatalf("the keys fall in one partition: %v", want)
+	}
+	if err := s.Publish(ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(ds []transport.Delivery) []string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.Envelope.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	own := transport.Share{Part: 0, Parts: 2, StealAfter: time.Hour}
+	ds, err := s.ReceiveShare(ctx, 100, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(ds); !slices.Equal(got, want[0]) {
+		t.Fatalf("share 0 of 2 received %v, want its own partition's %v", got, want[0])
+	}
+	trips := s.RoundTrips()
+	ds, next, err := pgstore.ClaimShare(ctx, s, 100, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 0 {
+		t.Fatalf("share 0 of 2 took %v from partition 1, visible for less than StealAfter", ids(ds))
+	}
+	if n := s.RoundTrips() - trips; n != 1 {
+		t.Errorf("an empty claim cost %d round trips, want 1", n)
+	}
+	// Its own messages are leased for 30 s; the others are stealable in
+	// an hour: the next claimable is the lease's end.
+	if d := time.Until(next); d < 20*time.Second || d > 40*time.Second {
+		t.Errorf("next claimable in %v, want about the 30 s lease", d)
+	}
+	ds, err = s.ReceiveShare(ctx, 100, transport.Share{Part: 0, Parts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(ds); !slices.Equal(got, want[1]) {
+		t.Fatalf("share 0 of 2 with its own partition empty stole %v, want partition 1's %v", got, want[1])
+	}
+}
+
+// One share of one is the whole queue, and a share out of range is
+// refused with a message naming it.
+func TestReceiveShareOfOneIsTheQueue(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgstore.Config{Lease: 30 * time.Second})
+	if err := s.Publish(ctx, []transport.Envelope{{ID: "a", Type: "t", CorrelationID: "x"}, {ID: "b", Type: "t", CorrelationID: "y"}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.ReceiveShare(ctx, 10, transport.Share{Parts: 1, StealAfter: time.Hour})
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("share of one: %d deliveries, %v; want both", len(ds), err)
+	}
+	if _, err := s.ReceiveShare(ctx, 10, transport.Share{Part: 2, Parts: 2}); err == nil {
+		t.Fatal("share 2 of 2 accepted")
+	}
+}
