@@ -23,6 +23,9 @@ type base struct {
 	// health is what Ready reports of the store (health.go); it also
 	// observes units of work through obs.
 	health *health
+	// shares is this replica's share of a queue replicas split (shares.go);
+	// nil: the consumers receive the whole queue, or their partitions.
+	shares *shares
 	trace  *tracing
 	retry  backoff.Policy
 }

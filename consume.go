@@ -95,7 +95,8 @@ func (c *consumer) received(loopCtx context.Context, err error) (stop bool, fata
 
 // consumers makes the engine's Config.Consumers loops: on partitions of
 // the keys with Config.PartitionedReceive, otherwise taking turns on one
-// stream under the units' key order (one consumer needs none). Each
+// stream under the units' key order (one consumer needs none): the
+// replica's share of the queue when replicas split it (shares.go). Each
 // claims inside units of work when claim is set, and receives through
 // admission when adm is set (flow.go).
 func consumers(b *base, plan *planner, u *units, claim bool, adm *admission) []*consumer {
@@ -120,8 +121,12 @@ func consumers(b *base, plan *planner, u *units, claim bool, adm *admission) []*
 			}, part, n))
 		}
 	default:
+		receive := b.tr.Receive
+		if b.shares != nil {
+			receive = b.shares.receive
+		}
 		for range n {
-			out = append(out, mk(b.tr.Receive, 0, 1))
+			out = append(out, mk(receive, 0, 1))
 		}
 	}
 	return out

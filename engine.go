@@ -114,6 +114,7 @@ func newEngine(b *base) *Engine {
 		obs = append(obs, observeFunc{fn: b.cfg.Observe, now: b.cfg.Clock})
 	}
 	hb := newHeartbeat(b)
+	b.shares = newShares(b, hb.id)
 	b.health = &health{queue: b.caps.queue}
 	obs = append(obs, cnt, hb, b.health)
 	if b.cfg.Tracer != nil {
@@ -256,6 +257,9 @@ func (e *Engine) services() []service {
 	}
 	e.beat.reg = e.reg
 	out := []service{e.timers, e.sweeper, e.beat}
+	if e.shares != nil {
+		out = append(out, e.shares)
+	}
 	if !e.caps.queue {
 		out = append(out, e.relay)
 	}

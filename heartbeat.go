@@ -210,6 +210,9 @@ func (h *heartbeat) summary() map[string]string {
 		"store":               fmt.Sprintf("%T", h.store),
 		"transport":           fmt.Sprintf("%T", h.tr),
 	}
+	if h.shares != nil {
+		out[shareSummary] = "true"
+	}
 	if h.reg != nil {
 		out["sagas"] = joinBounded(slices.Sorted(maps.Keys(h.reg.sagas)))
 		out["handlers"] = joinBounded(slices.Sorted(maps.Keys(h.reg.handlers)))

@@ -194,17 +194,19 @@ type Share struct {
 
 // SharedConsumer is implemented by queues that replicas can share by
 // partitions of the saga keys without ever leaving a partition unread:
-// ReceiveShare hands out the messages of s's own partition first, as
-// ReceivePartition does, and only when it has none visible, those of other
-// partitions visible for s.StealAfter or longer. Replicas that each take
-// their own share keep one saga key's messages in one replica while every
-// replica is up, so their units of work do not race for the same sagas;
-// the share is a preference, never a lock, and two replicas that briefly
-// disagree about the shares only race as replicas without shares do. The
-// same contract as Receive applies otherwise; ReceiveShare returns an
-// error unless 0 <= s.Part < s.Parts or s.Parts < 2.
+// ReceiveShare hands out the messages of the share's own partition first,
+// as ReceivePartition does, and only when it has none visible, those of
+// other partitions visible for StealAfter or longer. It calls share
+// before each attempt to claim, so a receive that waits follows a change
+// of the share. Replicas that each take their own share keep one saga
+// key's messages in one replica while every replica is up, so their
+// units of work do not race for the same sagas; the share is a
+// preference, never a lock, and two replicas that briefly disagree about
+// the shares only race as replicas without shares do. The same contract
+// as Receive applies otherwise; ReceiveShare returns an error unless
+// 0 <= Part < Parts or Parts < 2.
 type SharedConsumer interface {
-	ReceiveShare(ctx context.Context, max int, s Share) ([]Delivery, error)
+	ReceiveShare(ctx context.Context, max int, share func() Share) ([]Delivery, error)
 }
 
 // SizeLimiter is implemented by transports that carry envelope bodies only

@@ -51,20 +51,21 @@ SELECT NULL, NULL, NULL, NULL, LEAST(
 WHERE NOT EXISTS (SELECT 1 FROM c)`
 
 // ReceiveShare is Receive restricted to a replica's share of the queue
-// (transport.SharedConsumer): the messages of partition s.Part of s.Parts
-// (as ReceivePartition), or, when it has none visible, any visible for
-// s.StealAfter or longer. It waits as Receive does, until the next time
-// it could claim any of them.
-func (s *Store) ReceiveShare(ctx context.Context, n int, sh transport.Share) ([]transport.Delivery, error) {
-	if sh.Parts >= 2 && (sh.Part < 0 || sh.Part >= sh.Parts) {
-		return nil, fmt.Errorf("pgstore: receive share: partition %d of %d: want 0 <= part < parts", sh.Part, sh.Parts)
-	}
-	if sh.StealAfter < 0 {
-		return nil, fmt.Errorf("pgstore: receive share: StealAfter %v is negative", sh.StealAfter)
-	}
+// (transport.SharedConsumer), read from share before each claim: the
+// messages of partition Part of Parts (as ReceivePartition), or, when it
+// has none visible, any visible for StealAfter or longer. It waits as
+// Receive does, until the next time it could claim any of them.
+func (s *Store) ReceiveShare(ctx context.Context, n int, share func() transport.Share) ([]transport.Delivery, error) {
 	n = max(n, 1)
 	s.startListener()
 	return s.poller().Receive(ctx, "pgstore: receive", nil, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
+		sh := share()
+		if sh.Parts >= 2 && (sh.Part < 0 || sh.Part >= sh.Parts) {
+			return nil, time.Time{}, fmt.Errorf("pgstore: receive share: partition %d of %d: want 0 <= part < parts", sh.Part, sh.Parts)
+		}
+		if sh.StealAfter < 0 {
+			return nil, time.Time{}, fmt.Errorf("pgstore: receive share: StealAfter %v is negative", sh.StealAfter)
+		}
 		return s.claimShare(ctx, n, sh)
 	})
 }

@@ -1,0 +1,115 @@
+package idem
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/transport"
+)
+
+// shareRefresh is how often a replica reads the others' heartbeats to
+// find its share of the queue: a replica that starts takes its share
+// within about a second, whatever Config.HeartbeatInterval.
+const shareRefresh = time.Second
+
+// shareStealAfter is how long a message of another replica's share waits
+// before a replica whose own share is empty takes it: a replica that is
+// gone (its share is not read until its heartbeats stop counting, three
+// intervals), or one that is behind, does not hold its messages up for
+// longer, and a replica that keeps up takes its own first.
+const shareStealAfter = time.Second
+
+// shareSummary is the heartbeat's summary key that marks a replica taking
+// a share: only those count in the split, so that a replica that reads
+// the whole queue (an older build, PartitionedReceive) leaves no share
+// unread.
+const shareSummary = "queue_share"
+
+// shares is the service that splits a queue several replicas consume
+// (transport.SharedConsumer, pgstore's) among them by partitions of the
+// saga keys: each running replica that takes a share, ordered by
+// replica ID, reads its own partition of as many as there are. Replicas
+// that share keys race for the same sagas, and one of each race
+// re-applies its unit of work (a conflict); with shares a key's messages
+// stay in one replica while the replicas are stable. A share is a
+// preference, not a lock: a replica whose own partition is empty takes
+// the others' messages once they have waited shareStealAfter, so a
+// replica that is gone or slow never strands its share, and replicas
+// that briefly disagree on the split only race as they would without.
+// It is on whenever the transport is a SharedConsumer, the store keeps
+// heartbeats (store.ReplicaRegistry), and Config.PartitionedReceive is
+// off (its consumers each read a partition of their own).
+type shares struct {
+	*base
+	sc transport.SharedConsumer
+	rr store.ReplicaRegistry
+	id string // this replica's ID
+	// steal is how long another share's message waits before this
+	// replica takes it with its own share empty: shareStealAfter.
+	steal time.Duration
+	cur   atomic.Pointer[transport.Share]
+}
+
+// newShares returns the shares of replica id, or nil when the engine
+// takes none.
+func newShares(b *base, id string) *shares {
+	sc, ok := b.tr.(transport.SharedConsumer)
+	rr, _ := b.store.(store.ReplicaRegistry)
+	if !ok || rr == nil || b.cfg.PartitionedReceive {
+		return nil
+	}
+	s := &shares{base: b, sc: sc, rr: rr, id: id, steal: shareStealAfter}
+	s.cur.Store(&transport.Share{Parts: 1, StealAfter: s.steal})
+	return s
+}
+
+// receive receives this replica's share.
+func (s *shares) receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	return s.sc.ReceiveShare(ctx, max, s.current)
+}
+
+// current is this replica's share as last refreshed.
+func (s *shares) current() transport.Share {
+	return *s.cur.Load()
+}
+
+// run refreshes the share every shareRefresh until ctx ends. A failed
+// read keeps the last share: the steal covers what it gets wrong.
+func (s *shares) run(ctx context.Context) error {
+	s.refresh(ctx)
+	repeat(ctx, shareRefresh, s.refresh)
+	return nil
+}
+
+// shareScan bounds the heartbeats one refresh reads.
+const shareScan = 1000
+
+func (s *shares) refresh(ctx context.Context) {
+	rs, err := s.rr.Replicas(ctx, shareScan)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.DebugContext(ctx, "read the replicas for the queue's shares", "error", err)
+		}
+		return
+	}
+	sh := split(rs, s.id, s.cfg.Clock())
+	sh.StealAfter = s.steal
+	s.cur.Store(&sh)
+}
+
+// split is replica id's partition among the replicas rs that are alive at
+// now and take a share, ordered by ID (id counts whether listed or not).
+func split(rs []store.Replica, id string, now time.Time) transport.Share {
+	ids := []string{id}
+	for i := range rs {
+		r := &rs[i]
+		if r.ID != id && r.Config[shareSummary] == "true" && r.State(now) == store.ReplicaAlive {
+			ids = append(ids, r.ID)
+		}
+	}
+	slices.Sort(ids)
+	return transport.Share{Part: slices.Index(ids, id), Parts: len(ids)}
+}
