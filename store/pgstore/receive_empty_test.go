@@ -130,13 +130,13 @@ func TestReceiveEmptyPartitionSkipsLockedWithoutSpinning(t *testing.T) {
 }
 
 // otherPartition publishes id and returns the partition of two it is not in.
-func otherPartition(t *testing.T, s *pgstore.Store, id string) int {
+func otherPartition(t testing.TB, s *pgstore.Store, id string) int {
 	t.Helper()
 	return 1 - partitionOf(t, s, id)
 }
 
 // partitionOf publishes id and returns its partition of two.
-func partitionOf(t *testing.T, s *pgstore.Store, id string) int {
+func partitionOf(t testing.TB, s *pgstore.Store, id string) int {
 	t.Helper()
 	if err := s.Publish(t.Context(), []transport.Envelope{{ID: id, Type: "t", Body: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func partitionOf(t *testing.T, s *pgstore.Store, id string) int {
 
 // publishTo publishes a message of partition p of two, trying IDs until
 // one lands there, and returns its ID.
-func publishTo(t *testing.T, s *pgstore.Store, p int, prefix string) string {
+func publishTo(t testing.TB, s *pgstore.Store, p int, prefix string) string {
 	t.Helper()
 	conn := schemaConn(t, s.Schema())
 	for i := range 64 {
@@ -168,4 +168,117 @@ func publishTo(t *testing.T, s *pgstore.Store, p int, prefix string) string {
 	}
 	t.Fatalf("no ID of prefix %s hashes to partition %d", prefix, p)
 	return ""
+}
+
+// BenchmarkReceiveEmpty measures one take of an idle receiver on an
+// empty partition: round trips and statements per take.
+func BenchmarkReceiveEmpty(b *testing.B) {
+	s := openStore(b, pgstore.Config{Lease: time.Minute, PollInterval: time.Hour})
+	empty := otherPartition(b, s, "m-other")
+	ctx := context.Background()
+	trips, stmts := s.RoundTrips(), s.Statements()
+	b.ResetTimer()
+	for range b.N {
+		if ds, _, err := pgstore.TakeOnce(ctx, s, 64, empty, 2); err != nil || len(ds) != 0 {
+			b.Fatalf("take: %v, %d deliveries", err, len(ds))
+		}
+	}
+	b.ReportMetric(float64(s.RoundTrips()-trips)/float64(b.N), "trips/op")
+	b.ReportMetric(float64(s.Statements()-stmts)/float64(b.N), "stmts/op")
+}
+
+// BenchmarkReceiveHerd publishes one message at a time to replicas
+// stores on one schema, each with a receiver waiting, as replicas of one
+// deployment would: every publish's NOTIFY wakes every receiver, one of
+// them takes the message and acks it, and the others find nothing. It
+// reports the statements and round trips of all the stores per delivery.
+func BenchmarkReceiveHerd(b *testing.B) {
+	for _, replicas := range []int{1, 4, 16} {
+		b.Run(fmt.Sprint("replicas=", replicas), func(b *testing.B) {
+			benchHerd(b, replicas)
+		})
+	}
+}
+
+func benchHerd(b *testing.B, replicas int) {
+	cfg := pgstore.Config{Lease: time.Minute, PollInterval: time.Hour}
+	first := openStore(b, cfg)
+	stores := []*pgstore.Store{first}
+	for range replicas - 1 {
+		s, err := pgstore.Open(context.Background(), testenv.PostgresURL(b), &pgstore.Config{Schema: first.Schema(), Lease: cfg.Lease, PollInterval: cfg.PollInterval})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		stores = append(stores, s)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	acked := make(chan struct{}, 1)
+	done := make(chan struct{})
+	for _, s := range stores {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for ctx.Err() == nil {
+				ds, err := s.Receive(ctx, 64)
+				if err == nil && len(ds) > 0 && s.Ack(ctx, ds) == nil {
+					acked <- struct{}{}
+				}
+			}
+		}()
+	}
+	defer func() {
+		cancel()
+		for range stores {
+			<-done
+		}
+	}()
+	waitListening(b, first.Schema(), replicas)
+	herdPublish(b, first, "warm", acked)
+	count := func() (trips, stmts int64) {
+		for _, s := range stores {
+			trips, stmts = trips+s.RoundTrips(), stmts+s.Statements()
+		}
+		return trips, stmts
+	}
+	trips, stmts := count()
+	b.ResetTimer()
+	for i := range b.N {
+		herdPublish(b, first, fmt.Sprint("m-", i), acked)
+	}
+	b.StopTimer()
+	t, st := count()
+	b.ReportMetric(float64(t-trips)/float64(b.N), "trips/dlv")
+	b.ReportMetric(float64(st-stmts)/float64(b.N), "stmts/dlv")
+}
+
+// herdPublish publishes message id and waits until a receiver acked it.
+func herdPublish(b *testing.B, s *pgstore.Store, id string, acked <-chan struct{}) {
+	if err := s.Publish(context.Background(), []transport.Envelope{{ID: id, Type: "t", Body: []byte(`{}`)}}); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-acked:
+	case <-time.After(time.Minute):
+		b.Fatalf("%s was not received within a minute", id)
+	}
+}
+
+// waitListening waits until n sessions of schema's deployment have run
+// LISTEN.
+func waitListening(b *testing.B, schema string, n int) {
+	conn := schemaConn(b, schema)
+	for deadline := time.Now().Add(time.Minute); ; {
+		var got int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query = 'LISTEN idem_queue'`,
+			pgstore.ApplicationName(schema)).Scan(&got); err != nil {
+			b.Fatal(err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d receivers listening after a minute", got, n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
 }
