@@ -45,19 +45,42 @@ func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
 	return nil
 }
 
+// receiveSQL leases up to $1 visible messages of partition $4 of $5 for
+// $3 seconds under token $2, in one statement: an idle receiver woken for
+// nothing pays one round trip (docs/scaling.md, "Many replicas"). Claimed
+// rows come back with a NULL next time; when it claimed none, one row of
+// NULLs comes back, with the time the partition's next message becomes
+// visible (NULL when the partition is empty).
+//
+// The next time is read in the claim's snapshot (a data-modifying CTE's
+// writes are not visible to the rest of its statement), which matters only
+// when nothing was claimed. A message visible in that snapshot was then
+// skipped: another consumer holds it locked, its claim in flight, or took
+// it since. It is counted as coming back after a lease, as a Receive's
+// claim leaves it, and not as visible now: every receiver that lost the
+// race to it would claim again at once, and a herd of receivers woken by
+// one NOTIFY would pay two statements each.
 const receiveSQL = `
-UPDATE idem_queue q
-SET attempt = q.attempt + 1, token = $2, visible_at = now() + make_interval(secs => $3)
-FROM (
-  SELECT seq FROM idem_queue
-  WHERE visible_at <= now()
-    AND ($5 < 2 OR mod(part, $5) = $4)
-  ORDER BY visible_at, seq
-  LIMIT $1
-  FOR UPDATE SKIP LOCKED
-) c
-WHERE q.seq = c.seq
-RETURNING q.seq, q.envelope, q.body, q.attempt`
+WITH claimed AS (
+  UPDATE idem_queue q
+  SET attempt = q.attempt + 1, token = $2, visible_at = now() + make_interval(secs => $3)
+  FROM (
+    SELECT seq FROM idem_queue
+    WHERE visible_at <= now()
+      AND ($5 < 2 OR mod(part, $5) = $4)
+    ORDER BY visible_at, seq
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+  ) c
+  WHERE q.seq = c.seq
+  RETURNING q.seq, q.envelope, q.body, q.attempt
+)
+SELECT seq, envelope, body, attempt, NULL::timestamptz FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, least(
+  (SELECT min(visible_at) FROM idem_queue WHERE visible_at > now() AND ($5 < 2 OR mod(part, $5) = $4)),
+  (SELECT now() + make_interval(secs => $3) FROM idem_queue WHERE visible_at <= now() AND ($5 < 2 OR mod(part, $5) = $4) LIMIT 1))
+WHERE NOT EXISTS (SELECT FROM claimed)`
 
 // Receive claims up to max visible messages for Config.Lease, waiting for a
 // notification, the next lease expiry or Config.PollInterval when there are
@@ -112,12 +135,17 @@ func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.De
 	}
 	var got []row
 	for rows.Next() {
-		var r row
+		var seq pgtype.Int8
+		var attempt pgtype.Int4
 		var meta, body []byte
-		if err := rows.Scan(&r.seq, &meta, &body, &r.d.Attempt); err != nil {
+		if err := rows.Scan(&seq, &meta, &body, &attempt, &next); err != nil {
 			rows.Close()
 			return nil, next, fmt.Errorf("pgstore: receive: %w", err)
 		}
+		if !seq.Valid {
+			continue // nothing claimed: the row of the next visible time
+		}
+		r := row{seq: seq.Int64, d: transport.Delivery{Attempt: int(attempt.Int32)}}
 		if r.d.Envelope, err = sqlq.DecodeEnvelope(meta, body); err != nil {
 			rows.Close()
 			return nil, next, err
@@ -129,11 +157,6 @@ func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.De
 		return nil, next, fmt.Errorf("pgstore: receive: %w", translate(err))
 	}
 	if len(got) == 0 {
-		// The next message this partition may claim: other partitions'
-		// visible rows must not make an idle consumer spin.
-		if err := s.pool.QueryRow(ctx, `SELECT min(visible_at) FROM idem_queue WHERE $2 < 2 OR mod(part, $2) = $1`, part, parts).Scan(&next); err != nil {
-			return nil, next, fmt.Errorf("pgstore: receive: %w", translate(err))
-		}
 		return nil, next, nil
 	}
 	slices.SortFunc(got, func(a, b row) int { return int(a.seq - b.seq) })
