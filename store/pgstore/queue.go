@@ -60,26 +60,41 @@ func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
 // claim leaves it, and not as visible now: every receiver that lost the
 // race to it would claim again at once, and a herd of receivers woken by
 // one NOTIFY would pay two statements each.
+//
+// With $6 set (seconds: ReceiveShare's StealAfter) and parts > 1, a claim
+// whose own partition has nothing visible and unlocked takes the others'
+// messages visible for $6 or longer (stolen), and the next time also
+// counts when the next of those becomes old enough. Without it (NULL),
+// the claim never leaves its partition.
 const receiveSQL = `
-WITH claimed AS (
+WITH own AS (
+  SELECT seq FROM idem_queue
+  WHERE visible_at <= now()
+    AND ($5 < 2 OR mod(part, $5) = $4)
+  ORDER BY visible_at, seq
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+), stolen AS (
+  SELECT seq FROM idem_queue
+  WHERE $5 >= 2 AND $6::float8 IS NOT NULL AND NOT EXISTS (SELECT FROM own)
+    AND visible_at <= now() - make_interval(secs => $6)
+  ORDER BY visible_at, seq
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+), claimed AS (
   UPDATE idem_queue q
   SET attempt = q.attempt + 1, token = $2, visible_at = now() + make_interval(secs => $3)
-  FROM (
-    SELECT seq FROM idem_queue
-    WHERE visible_at <= now()
-      AND ($5 < 2 OR mod(part, $5) = $4)
-    ORDER BY visible_at, seq
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-  ) c
-  WHERE q.seq = c.seq
+  WHERE q.seq IN (SELECT seq FROM own UNION ALL SELECT seq FROM stolen)
   RETURNING q.seq, q.envelope, q.body, q.attempt
 )
 SELECT seq, envelope, body, attempt, NULL::timestamptz FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, least(
   (SELECT min(visible_at) FROM idem_queue WHERE visible_at > now() AND ($5 < 2 OR mod(part, $5) = $4)),
-  (SELECT now() + make_interval(secs => $3) FROM idem_queue WHERE visible_at <= now() AND ($5 < 2 OR mod(part, $5) = $4) LIMIT 1))
+  (SELECT now() + make_interval(secs => $3) FROM idem_queue WHERE visible_at <= now() AND ($5 < 2 OR mod(part, $5) = $4) LIMIT 1),
+  CASE WHEN $5 >= 2 AND $6::float8 IS NOT NULL THEN
+    (SELECT min(visible_at) FROM idem_queue WHERE visible_at > now() - make_interval(secs => $6)) + make_interval(secs => $6)
+  END)
 WHERE NOT EXISTS (SELECT FROM claimed)`
 
 // Receive claims up to max visible messages for Config.Lease, waiting for a
@@ -99,7 +114,7 @@ func (s *Store) ReceivePartition(ctx context.Context, max, part, parts int) ([]t
 	}
 	s.startListener()
 	return s.poller().Receive(ctx, "pgstore: receive", nil, func(ctx context.Context) ([]transport.Delivery, time.Time, error) {
-		ds, next, err := s.claim(ctx, max, part, parts)
+		ds, next, err := s.claim(ctx, max, part, parts, nil)
 		return ds, nextTime(next), err
 	})
 }
@@ -122,10 +137,13 @@ func nextTime(t pgtype.Timestamptz) time.Time {
 	return t.Time
 }
 
-func (s *Store) claim(ctx context.Context, max, part, parts int) ([]transport.Delivery, pgtype.Timestamptz, error) {
+// claim runs receiveSQL once: up to max visible messages of partition part
+// of parts, or, when steal is set (seconds) and that partition has none,
+// those of any partition visible for steal or longer (ReceiveShare).
+func (s *Store) claim(ctx context.Context, max, part, parts int, steal *float64) ([]transport.Delivery, pgtype.Timestamptz, error) {
 	var next pgtype.Timestamptz
 	tok := sqlq.NewToken()
-	rows, err := s.pool.Query(ctx, receiveSQL, max, tok, s.cfg.Lease.Seconds(), part, parts)
+	rows, err := s.pool.Query(ctx, receiveSQL, max, tok, s.cfg.Lease.Seconds(), part, parts, steal)
 	if err != nil {
 		return nil, next, fmt.Errorf("pgstore: receive: %w", translate(err))
 	}
