@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -208,4 +209,42 @@ func TestGateLostWhileDecidedKeepsKeyOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A placeholder for a lost lease blocks its key until the broker's
+// redelivery takes its place, or for two leases, measured from when the
+// gate found the lease lost (the copy may have gone to another replica):
+// then the later deliveries of the key pass. The fake clock of a
+// synctest bubble stands for the lease's.
+func TestGateLostPlaceholderHoldsItsKeyForTwoLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		ext := &lostExt{lost: map[string]bool{}}
+		g := gateOf(memstore.New(nil), ext)
+		lease := ext.LeaseDuration()
+		p1, n2 := delivery("p1", "flow.Call", "k1", 1), delivery("n2", "flow.Note", "k1", 1)
+		g.add(ctx, []transport.Delivery{p1, n2})
+		time.Sleep(lease) // found lost a lease after it came in
+		ext.lose(p1.Token)
+		if err := g.renew(ctx, time.Second); !errors.Is(err, transport.ErrLeaseLost) {
+			t.Fatalf("renew: %v, want the lost lease reported", err)
+		}
+		for _, after := range []time.Duration{0, 2 * lease} {
+			time.Sleep(after)
+			if err := g.renew(ctx, time.Second); err != nil {
+				t.Fatalf("renew %v after the loss: %v", after, err)
+			}
+			if ds, _, err := g.admit(ctx, 2); err != nil || len(ds) > 0 {
+				t.Fatalf("%v after p1's lease was found lost: handed out %v (%v), want n2 held behind p1's place", after, handedOut(ds), err)
+			}
+		}
+		time.Sleep(time.Nanosecond)
+		if err := g.renew(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		ds, _, err := g.admit(ctx, 2)
+		if got, want := handedOut(ds), []string{"n2#1"}; err != nil || !slices.Equal(got, want) {
+			t.Errorf("past two leases: handed out %v (%v), want %v", got, err, want)
+		}
+	})
 }
