@@ -89,11 +89,11 @@ func keyLogMachine(applied func(id string)) *saga.Machine[keyLog] {
 // the gate hands them out in: the engine keeps a saga key's order across
 // consumers, where it runs two plain handlers of one correlation ID in
 // either order (CI once saw n2's handler run first when they were plain
-// handlers, the gate having handed p1 out first; TestGateLostWhileDecided-
-// KeepsKeyOrder covers the gate's side). The gate keeps p1's place for two
-// leases once it found its lease lost, which it can only find once the
-// broker handed p1 out again, to the gate: the redelivery takes the
-// place at once, so the lease bounds no wait of this test.
+// handlers, the gate having handed p1 out first). The gate's own races
+// are TestGateLostWhileDecidedKeepsKeyOrder's. The gate keeps p1's place
+// for two leases once it found its lease lost, which it can only find
+// once the broker handed p1 out again, to the gate: the redelivery takes
+// the place at once, so the lease bounds no wait of this test.
 func TestGateLostLeaseKeepsKeyOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
