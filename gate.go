@@ -216,8 +216,9 @@ func (g *gate) add(ctx context.Context, ds []transport.Delivery) {
 // admit decides the waiting deliveries, in order, until max are
 // admitted or every one was decided: one Admit for at most max of them
 // at a time (admissionPlan), so that a refused head does not hide the
-// deliveries behind it. It takes those admitted out of the waiting set;
-// wait is the earliest next token of a rate that refused one.
+// deliveries behind it. It takes those admitted out of the waiting set
+// (take), and releases the holds of those it cannot hand out; wait is
+// the earliest next token of a rate that refused one.
 func (g *gate) admit(ctx context.Context, max int) (ready []transport.Delivery, wait time.Duration, err error) {
 	g.mu.Lock()
 	ws := slices.Clone(g.waiting)
@@ -261,32 +262,35 @@ func (g *gate) admit(ctx context.Context, max int) (ready []transport.Delivery, 
 	return deliveries(in), wait, err
 }
 
-// take removes ws from the waiting set; gone are those no longer in it
-// (their leases were lost, or the engine stopped, meanwhile).
+// take removes from the waiting set the waiters of ws (admitted, in
+// order) that it hands out: in. The others are gone, their holds to be
+// released: those no longer in it (a redelivery took the place of a lost
+// lease, or the engine stopped, meanwhile), those whose lease was found
+// lost meanwhile (they stay as placeholders for their redeliveries), and
+// those behind one of these of their key, which stay waiting, to be
+// decided again, so that none overtakes the message before it.
 func (g *gate) take(ws []*waiter) (in, gone []*waiter) {
 	if len(ws) == 0 {
 		return nil, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	taken := make(map[*waiter]bool, len(ws))
-	for _, w := range ws {
-		taken[w] = true
+	waiting := make(map[*waiter]bool, len(g.waiting))
+	for _, w := range g.waiting {
+		waiting[w] = true
 	}
-	found := map[*waiter]bool{}
-	g.waiting = slices.DeleteFunc(g.waiting, func(w *waiter) bool {
-		if taken[w] {
-			found[w] = true
-		}
-		return taken[w]
-	})
+	held := map[string]bool{} // keys with a waiter not handed out
+	out := make(map[*waiter]bool, len(ws))
 	for _, w := range ws {
-		if found[w] {
-			in = append(in, w)
-		} else {
+		if held[w.key] || !waiting[w] || w.lost.Load() != 0 {
+			held[w.key] = true
 			gone = append(gone, w)
+			continue
 		}
+		out[w] = true
+		in = append(in, w)
 	}
+	g.waiting = slices.DeleteFunc(g.waiting, func(w *waiter) bool { return out[w] })
 	return in, gone
 }
 
