@@ -143,6 +143,14 @@ func (t *tap) ReceivePartition(ctx context.Context, max, part, parts int) ([]tra
 	return ds, err
 }
 
+// ReceiveShare is ReceivePartition for a replica's share of the queue.
+func (t *tap) ReceiveShare(ctx context.Context, max int, share func() transport.Share) ([]transport.Delivery, error) {
+	start := time.Now()
+	ds, err := t.Store.ReceiveShare(ctx, max, share)
+	t.received(start, ds)
+	return ds, err
+}
+
 // ReceiveAdmitted is ReceivePartition through flow-control admission.
 func (t *tap) ReceiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]transport.Delivery, error) {
 	start := time.Now()
