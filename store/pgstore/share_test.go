@@ -91,3 +91,31 @@ func TestReceiveShareOfOneIsTheQueue(t *testing.T) {
 		t.Fatal("share 2 of 2 accepted")
 	}
 }
+
+// A share with nothing of its own to claim waits until another share's
+// message is old enough to steal, not longer and not in a loop.
+func TestReceiveShareWaitsUntilItCanSteal(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, pgstore.Config{Lease: 30 * time.Second})
+	env := transport.Envelope{ID: "m", Type: "t"}
+	for i := 0; transport.PartitionOf(transport.PartitionKey(&env), 2) != 1; i++ {
+		env.CorrelationID = fmt.Sprintf("key-%d", i)
+	}
+	if err := s.Publish(ctx, []transport.Envelope{env}); err != nil {
+		t.Fatal(err)
+	}
+	ds, next, err := pgstore.ClaimShare(ctx, s, 10, transport.Share{Part: 0, Parts: 2, StealAfter: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 0 {
+		t.Fatalf("took %s, visible for less than StealAfter", ds[0].Envelope.ID)
+	}
+	if d := time.Until(next); d < 3*time.Second || d > 6*time.Second {
+		t.Errorf("next claimable in %v, want about StealAfter (5 s) after the message became visible", d)
+	}
+	// Without a steal the share never leaves its partition: nothing is due.
+	if _, next, err := pgstore.TakeOnce(ctx, s, 10, 0, 2); err != nil || !next.IsZero() {
+		t.Errorf("partition 0 of 2 without a steal: next %v, %v; want none", next, err)
+	}
+}
