@@ -226,10 +226,13 @@ func (e *Engine) Start(ctx context.Context) error {
 	g, loopCtx := errgroup.WithContext(loopCtx)
 	e.units.order = keyOrderFor(&e.cfg, e.caps)
 	beside := adm.besideBroker(e.units)
+	services := e.services()
+	if e.shares != nil {
+		e.shares.join(loopCtx, e.beat)
+	}
 	for _, c := range consumers(e.base, e.plan, e.units, claim, adm) {
 		g.Go(func() error { return c.run(loopCtx, workCtx) })
 	}
-	services := e.services()
 	if adm != nil {
 		services = append(services, newLimitsPoller(e.base, adm))
 	}

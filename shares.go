@@ -76,6 +76,15 @@ func (s *shares) current() transport.Share {
 	return *s.cur.Load()
 }
 
+// join writes this replica's first heartbeat and reads its share, before
+// its consumers receive: a replica that joins running ones takes its
+// share from its first batch, not the whole queue (they shrink theirs at
+// their next refresh).
+func (s *shares) join(ctx context.Context, h *heartbeat) {
+	h.beat(ctx, h.replica(), false)
+	s.refresh(ctx)
+}
+
 // run refreshes the share every shareRefresh until ctx ends. A failed
 // read keeps the last share: the steal covers what it gets wrong.
 func (s *shares) run(ctx context.Context) error {

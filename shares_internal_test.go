@@ -196,3 +196,21 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A replica that joins a running one knows its share when Start returns,
+// before its consumers receive anything: its first batch is not the whole
+// queue.
+func TestSharesJoinBeforeTheFirstReceive(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := sharedStore(t, "shares_"+fmt.Sprint(time.Now().UnixNano()))
+	h := &handled{byKey: map[string]map[string]bool{}}
+	a := startShared(t, ctx, st, h, time.Hour)
+	if sh := a.shares.current(); sh.Parts != 1 {
+		t.Fatalf("the first replica's share: %+v, want the whole queue", sh)
+	}
+	b := startShared(t, ctx, st, h, time.Hour)
+	if sh := b.shares.current(); sh.Parts != 2 {
+		t.Fatalf("a replica joining a running one: share %+v when Start returned, want one of 2", sh)
+	}
+}

@@ -145,3 +145,43 @@ func (f *fleet) kill() {
 	}
 	f.procs = nil
 }
+
+// shareSettle is how long the sweep lets replicas that split the store's
+// queue into shares (idem's shares.go refreshes them every second) settle
+// once every replica has beaten: two refreshes.
+const shareSettle = 2 * time.Second
+
+// settle waits until the n replicas of p's schema have written their
+// first heartbeat, then, when they split the queue into shares, for
+// shareSettle: a fleet at work, not n processes all starting at once on
+// a full queue, each before it knows of the others.
+func (s *sweep) settle(ctx context.Context, p *phase, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, replicaStartTimeout)
+	defer cancel()
+	for {
+		rs, err := p.st.Replicas(ctx, 1000)
+		if err != nil {
+			return fmt.Errorf("wait for the replicas' heartbeats: %w", err)
+		}
+		if len(rs) >= n {
+			if rs[0].Config["queue_share"] == "true" {
+				return sleepCtx(ctx, shareSettle)
+			}
+			return nil
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("wait for the replicas' heartbeats (%d of %d): %w", len(rs), n, err)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

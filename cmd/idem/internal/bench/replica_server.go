@@ -178,6 +178,9 @@ func (s *sweep) latency(ctx context.Context, run *ReplicaRun, b *ReplicaBroker, 
 	if err := f.start(); err != nil {
 		return err
 	}
+	if err := s.settle(ctx, p, run.Replicas); err != nil {
+		return err
+	}
 	published, err := pace(ctx, p, rate)
 	if err != nil {
 		return err

@@ -325,7 +325,9 @@ func (s *sweep) args(p *phase, b *ReplicaBroker) []string {
 
 // throughput runs the throughput phase of run: the stream pre-published,
 // then run.Replicas replicas started at once, until every delivery is
-// settled.
+// settled. On the store's queue the stream is hidden until the replicas
+// have started and settled their shares of the queue (settle): the phase
+// measures a fleet draining a backlog, not its start.
 func (s *sweep) throughput(ctx context.Context, run *ReplicaRun, b *ReplicaBroker, w *Workload, rep *ReplicaReport) error {
 	p, err := s.open(ctx, b, w, "m-", s.o.Seed)
 	if err != nil {
@@ -345,24 +347,50 @@ func (s *sweep) throughput(ctx context.Context, run *ReplicaRun, b *ReplicaBroke
 	if _, err := p.st.Pool().Exec(ctx, `ANALYZE idem_queue`); err != nil {
 		return err
 	}
+	// On the store's queue the stream waits hidden while the replicas
+	// start and settle their shares, then shows at once.
+	hidden := b == nil
+	if hidden {
+		if _, err := p.st.Pool().Exec(ctx, `UPDATE idem_queue SET visible_at = 'infinity'`); err != nil {
+			return fmt.Errorf("hide the stream: %w", err)
+		}
+	}
 	f, err := s.startFleet(ctx, run.Replicas, s.args(p, b))
 	if err != nil {
 		return err
 	}
 	defer f.kill()
+	if hidden {
+		if err := f.start(); err != nil {
+			return err
+		}
+		if err := s.settle(ctx, p, run.Replicas); err != nil {
+			return err
+		}
+	}
 	m, err := startServerMeter(ctx, p.st.Pool())
 	if err != nil {
 		return err
 	}
 	engine0 := f.cpu()
 	start := time.Now()
-	if err := f.start(); err != nil {
+	own := int64(0) // the sweep's transactions in the window, besides its polls
+	if hidden {
+		own = 2
+		if _, err := p.st.Pool().Exec(ctx, `UPDATE idem_queue SET visible_at = now()`); err != nil {
+			return fmt.Errorf("show the stream: %w", err)
+		}
+		if _, err := p.st.Pool().Exec(ctx, `SELECT pg_notify('idem_queue', $1::text)`, p.schema); err != nil {
+			return fmt.Errorf("wake the replicas: %w", err)
+		}
+	} else if err := f.start(); err != nil {
 		return err
 	}
 	smp, err := s.waitSettled(ctx, p, b != nil, run)
 	if err != nil {
 		return err
 	}
+	smp.queries += own
 	run.EngineCPUUs = float64((f.cpu() - engine0).Microseconds()) / float64(len(w.Deliveries))
 	cpu := m.cpu.finish(len(w.Deliveries))
 	run.ServerCPUUs, run.SweepCPUUs, run.ServerCPU = cpu.ServerUs, cpu.ClientUs, cpu.Server
