@@ -48,6 +48,10 @@ type Config struct {
 	// one saga key are applied in the order this engine received them: a
 	// batch's unit of work waits for an earlier batch's that holds one of
 	// its keys (see PartitionedReceive for order across replicas).
+	// Replicas on a queue they can split (transport.SharedConsumer:
+	// pgstore's) each receive their own share of the saga keys, from
+	// the heartbeats of the replicas running, so that their units of work
+	// do not race for the same sagas (docs/scaling.md, "Many replicas").
 	// Default 4, or 1 on a store with a single writer (store.SingleWriter:
 	// sqlitestore).
 	Consumers int
