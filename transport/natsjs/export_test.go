@@ -73,3 +73,20 @@ func (t *Transport) HeldLeaseLeft() (time.Duration, bool) {
 	}
 	return least, held
 }
+
+// LimitAsyncPending replaces t's JetStream context with one that allows
+// at most n asynchronous publishes awaiting their answer (the library's
+// default is 4000), so that a test fills the window with a few messages.
+// Call it before t publishes.
+func (t *Transport) LimitAsyncPending(n int) error {
+	js, err := jetstream.New(t.nc, jetstream.WithPublishAsyncTimeout(publishTimeout), jetstream.WithPublishAsyncMaxPending(n))
+	if err != nil {
+		return err
+	}
+	t.js = js
+	return nil
+}
+
+// AsyncPending reports how many of t's asynchronous publishes await
+// their answer.
+func (t *Transport) AsyncPending() int { return t.js.PublishAsyncPending() }
