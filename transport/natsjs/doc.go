@@ -69,7 +69,10 @@
 // sets on a stream it creates), which the server stores with a fixed
 // handful of syncs each instead of one per message; a batch the server
 // refuses (an ID already in the duplicate window, say) stores nothing,
-// and Publish sends its envelopes again one at a time. The engine
+// and Publish sends its envelopes again one at a time. A slow server that
+// fills nats.go's window of unanswered asynchronous publishes (4,000, which
+// every goroutine of a Transport shares) makes Publish wait for answers
+// and send again, bounded by its ctx and Close, rather than fail. The engine
 // acknowledges deliveries after its unit of work committed; Nack with a
 // delay is NakWithDelay. Delivery.Attempt is the message's
 // NumDelivered; the engine dead-letters by it, which is why the consumer has

@@ -90,3 +90,7 @@ func (t *Transport) LimitAsyncPending(n int) error {
 // AsyncPending reports how many of t's asynchronous publishes await
 // their answer.
 func (t *Transport) AsyncPending() int { return t.js.PublishAsyncPending() }
+
+// Stalls reports how often a publish of t found the window of unanswered
+// asynchronous publishes full.
+func (t *Transport) Stalls() int64 { return t.stalls.Load() }

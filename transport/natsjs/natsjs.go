@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -146,7 +147,8 @@ type Transport struct {
 	maxPayload int64
 	limitBy    string
 
-	batch batcher // atomic batch publishing
+	batch  batcher      // atomic batch publishing
+	stalls atomic.Int64 // publishes that found the window of unanswered asynchronous publishes full, for the tests
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -501,7 +503,12 @@ func (t *Transport) tooLarge(env *transport.Envelope) error {
 // delivered, however soon after the first publish, with the envelope's
 // ID unchanged. Before sending anything it refuses envs if one of
 // them does not fit in a NATS message (see MaxMessageBytes), with an error
-// wrapping ErrTooLarge. It returns transport.ErrClosed after Close.
+// wrapping ErrTooLarge. A slow server makes it wait rather than fail:
+// when the window of asynchronous publishes awaiting their answer, which
+// every goroutine of t shares, is full, Publish waits for answers (to
+// its own messages first) and sends again, keeping the order of envs,
+// until ctx ends (its error) or Close (transport.ErrClosed). It returns
+// transport.ErrClosed after Close.
 func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) error {
 	if t.isClosed() {
 		return transport.ErrClosed
@@ -521,27 +528,7 @@ func (t *Transport) Publish(ctx context.Context, envs []transport.Envelope) erro
 		}
 		msgs, envs = msgs[n:], envs[n:]
 	}
-	futures := make([]jetstream.PubAckFuture, len(envs))
-	for i, m := range msgs {
-		var err error
-		futures[i], err = t.js.PublishMsgAsync(m, jetstream.WithMsgID(m.Header.Get(jetstream.MsgIDHeader)), jetstream.WithExpectStream(t.cfg.Stream))
-		if errors.Is(err, nats.ErrMaxPayload) { // a server with a smaller max_payload than the one Open read
-			return t.closedOr(fmt.Errorf("natsjs: publish %s: %w: %w (the server's max_payload is now %d bytes)", envs[i].ID, ErrTooLarge, err, t.nc.MaxPayload()))
-		}
-		if err != nil {
-			return t.closedOr(fmt.Errorf("natsjs: publish %s: %w", envs[i].ID, err))
-		}
-	}
-	for i, f := range futures {
-		err := t.await(ctx, f, "publish "+envs[i].ID)
-		if inProcess(err) {
-			err = t.publishAfterInProcess(ctx, msgs[i], envs[i].ID)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return t.publishEach(ctx, msgs, envs)
 }
 
 // errCodeInProcess is JetStream's JSStreamDuplicateMessageConflict (409):
@@ -565,15 +552,9 @@ func inProcess(err error) bool {
 func (t *Transport) publishAfterInProcess(ctx context.Context, m *nats.Msg, id string) error {
 	wait := 5 * time.Millisecond
 	for {
-		timer := time.NewTimer(wait)
-		select {
-		case <-timer.C: // the other copy's replication, not a synchronisation of ours
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-t.closed:
-			timer.Stop()
-			return transport.ErrClosed
+		// The other copy's replication, not a synchronisation of ours.
+		if err := t.pause(ctx, wait); err != nil {
+			return err
 		}
 		_, err := t.js.PublishMsg(ctx, m, jetstream.WithMsgID(m.Header.Get(jetstream.MsgIDHeader)), jetstream.WithExpectStream(t.cfg.Stream))
 		if !inProcess(err) {
@@ -583,6 +564,21 @@ func (t *Transport) publishAfterInProcess(ctx context.Context, m *nats.Msg, id s
 			return nil
 		}
 		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// pause waits d, or returns ctx's error when ctx ends first, or
+// transport.ErrClosed when t is closed first.
+func (t *Transport) pause(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.closed:
+		return transport.ErrClosed
 	}
 }
 

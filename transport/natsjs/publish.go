@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/transport"
 )
 
 // The headers of JetStream's atomic batch publish (nats-server 2.12 and
@@ -154,9 +156,9 @@ func (t *Transport) publishBatch(ctx context.Context, chunk []*nats.Msg) (refuse
 	if testHookCommit != nil {
 		testHookCommit(false)
 	}
-	f, err := t.js.PublishMsgAsync(commit)
+	f, err := t.publishAsync(ctx, commit, fmt.Sprintf("commit batch of %d messages", len(chunk)), noneOwn)
 	if err != nil {
-		return errors.Is(err, nats.ErrMaxPayload), fmt.Errorf("natsjs: commit batch of %d messages: %w", len(chunk), err)
+		return errors.Is(err, nats.ErrMaxPayload), err
 	}
 	if testHookCommit != nil {
 		testHookCommit(true)
@@ -180,3 +182,123 @@ func (t *Transport) awaitCommit(ctx context.Context, f jetstream.PubAckFuture, n
 	}
 	return true, nil
 }
+
+// The pause of a publish that finds the window of unanswered asynchronous
+// publishes full with none of its own in it: it doubles from stallPauseMin
+// to stallPauseMax. Each try already waits up to the library's stall wait
+// (200 ms) for a place to free, woken when one does, so the pause only
+// spaces the tries out.
+const (
+	stallPauseMin = time.Millisecond
+	stallPauseMax = 100 * time.Millisecond
+)
+
+// publishEach publishes msgs, the messages of envs, one by one as
+// asynchronous JetStream publishes, in order, and waits for every answer,
+// returning the first error.
+func (t *Transport) publishEach(ctx context.Context, msgs []*nats.Msg, envs []transport.Envelope) error {
+	c := eachCall{t: t, msgs: msgs, envs: envs, futures: make([]jetstream.PubAckFuture, 0, len(msgs))}
+	for i := range msgs {
+		if err := c.send(ctx, i); err != nil {
+			return err
+		}
+	}
+	return c.settle(ctx, len(msgs))
+}
+
+// eachCall is one publishEach: the answers to await of the messages sent
+// so far, of which the first settled were awaited.
+type eachCall struct {
+	t       *Transport
+	msgs    []*nats.Msg
+	envs    []transport.Envelope
+	futures []jetstream.PubAckFuture
+	settled int
+}
+
+// send sends msgs[i], waiting, while the window is full, for the oldest
+// message of this call not yet answered.
+func (c *eachCall) send(ctx context.Context, i int) error {
+	m := c.msgs[i]
+	f, err := c.t.publishAsync(ctx, m, "publish "+c.envs[i].ID, c.settleOldest, jetstream.WithMsgID(m.Header.Get(jetstream.MsgIDHeader)), jetstream.WithExpectStream(c.t.cfg.Stream))
+	if err != nil {
+		return err
+	}
+	c.futures = append(c.futures, f)
+	return nil
+}
+
+// settleOldest awaits the answer to the oldest message of this call not
+// yet answered; none reports that every message sent was.
+func (c *eachCall) settleOldest(ctx context.Context) (none bool, err error) {
+	if c.settled == len(c.futures) {
+		return true, nil
+	}
+	return false, c.settle(ctx, c.settled+1)
+}
+
+// settle awaits the answers to the first n messages. A message the server
+// reports "in process" (a copy being replicated) is sent again until it
+// answers otherwise.
+func (c *eachCall) settle(ctx context.Context, n int) error {
+	for ; c.settled < n; c.settled++ {
+		i := c.settled
+		err := c.t.await(ctx, c.futures[i], "publish "+c.envs[i].ID)
+		if inProcess(err) {
+			err = c.t.publishAfterInProcess(ctx, c.msgs[i], c.envs[i].ID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishAsync sends m as an asynchronous JetStream publish. The
+// JetStream context, which every goroutine of t shares, lets a bounded
+// number of publishes await their answer; when a slow server fills that
+// window, the library refuses m without sending it
+// (jetstream.ErrTooManyStalledMsgs). That is backpressure, not an error:
+// publishAsync calls free, which awaits the answer to one of the caller's
+// own publishes, or reports none when the caller has none outstanding,
+// and then it pauses instead; and it sends m again, with its ID. ctx and
+// Close end the wait, and an error of free is returned as it is. The
+// library's refusal of m for another reason is wrapped with what; one for
+// its size also wraps ErrTooLarge.
+func (t *Transport) publishAsync(ctx context.Context, m *nats.Msg, what string, free func(context.Context) (none bool, err error), opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	pause := stallPauseMin
+	for {
+		f, err := t.js.PublishMsgAsync(m, opts...)
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return f, t.refused(err, what)
+		}
+		t.stalls.Add(1)
+		none, err := free(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if none {
+			if err := t.pause(ctx, pause); err != nil {
+				return nil, err
+			}
+			pause = min(2*pause, stallPauseMax)
+		}
+	}
+}
+
+// refused wraps the library's refusal to send a message with what; nil
+// stays nil.
+func (t *Transport) refused(err error, what string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, nats.ErrMaxPayload): // a server with a smaller max_payload than the one Open read
+		return t.closedOr(fmt.Errorf("natsjs: %s: %w: %w (the server's max_payload is now %d bytes)", what, ErrTooLarge, err, t.nc.MaxPayload()))
+	default:
+		return t.closedOr(fmt.Errorf("natsjs: %s: %w", what, err))
+	}
+}
+
+// noneOwn is the free of a caller with no publishes of its own awaiting
+// their answer.
+func noneOwn(context.Context) (bool, error) { return true, nil }

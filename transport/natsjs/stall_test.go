@@ -73,11 +73,14 @@ func TestPublishWaitsWhileTheWindowIsFull(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	if tr.Stalls() == 0 {
+		t.Fatal("no publish found the window full: the test did not test the stall")
+	}
 	px.setDelay(0)
-	checkKeyOrder(t, receiveAll(t, tr, total), calls...)
 	if got := streamMsgs(t, tr); got != uint64(total) {
 		t.Errorf("stream stores %d messages, want %d", got, total)
 	}
+	checkKeyOrder(t, receiveAll(t, tr, total), calls...)
 }
 
 // A Publish waiting for room in the window returns ctx's error when ctx
@@ -97,6 +100,9 @@ func TestPublishWaitingForTheWindowEndsWithCtxOrClose(t *testing.T) {
 	if err := <-own; !errors.Is(err, context.Canceled) {
 		t.Errorf("Publish waiting for its own answers when its ctx ended: got %v, want context.Canceled", err)
 	}
+	// other met the full window once it counts a stall after own's
+	// last: the library's stall wait ended and other waits in Publish.
+	waitStalls(t, tr, tr.Stalls()+1)
 	_ = tr.Close()
 	if err := <-other; !errors.Is(err, transport.ErrClosed) {
 		t.Errorf("Publish waiting for another call's answers when the Transport closed: got %v, want transport.ErrClosed", err)
@@ -108,6 +114,19 @@ func publishAsync(ctx context.Context, tr *natsjs.Transport, envs []transport.En
 	done := make(chan error, 1)
 	go func() { done <- tr.Publish(ctx, envs) }()
 	return done
+}
+
+// waitStalls polls until tr counts at least n stalls, failing at a
+// deadline.
+func waitStalls(t *testing.T, tr *natsjs.Transport, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for tr.Stalls() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d stalls, want at least %d", tr.Stalls(), n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a count, with a deadline
+	}
 }
 
 // waitAsyncPending polls until tr has n asynchronous publishes awaiting
