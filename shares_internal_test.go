@@ -153,7 +153,7 @@ func TestSharesKeepAKeyInOneReplica(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, by := range h.byKey {
-		want := owner[transport.PartitionOf(transport.PartitionKey(&transport.Envelope{ID: "x", CorrelationID: k}), 2)]
+		want := owner[transport.ShareOf(transport.PartitionKey(&transport.Envelope{ID: "x", CorrelationID: k}), 2)]
 		if len(by) != 1 || !by[want] {
 			t.Errorf("key %s handled by replicas %v, want only %s, its partition's", k, by, want)
 		}

@@ -47,6 +47,31 @@ func PartitionOf(key string, parts int) int {
 	return int(PartitionHash(key) % uint32(parts))
 }
 
+// ShareOf returns the share, from 0 to parts-1, of the partition key key
+// (PartitionKey's result) among parts replicas splitting a queue
+// (SharedConsumer): the parts equal ranges of PartitionHash(key), share i
+// holding the hashes from i·2³¹/parts (rounded down) up to the next
+// share's first. parts < 2 means one share, 0. Ranges rather than
+// PartitionOf's remainders let a database read one share through a range
+// of the hash, which its planner can estimate. ShareOf is pure and safe
+// for concurrent use.
+func ShareOf(key string, parts int) int {
+	if parts < 2 {
+		return 0
+	}
+	h := uint64(PartitionHash(key))
+	// The share i with i·2³¹/parts <= h < (i+1)·2³¹/parts, both bounds
+	// rounded down as SQL's integer division rounds them.
+	i := int(h * uint64(parts) >> 31)
+	for i > 0 && h < uint64(i)<<31/uint64(parts) {
+		i--
+	}
+	for i+1 < parts && h >= uint64(i+1)<<31/uint64(parts) {
+		i++
+	}
+	return i
+}
+
 // PartitionHash returns PostgreSQL's hashtext(key) & 2147483647, the hash
 // of a partition key. It is a port of PostgreSQL's hash_bytes (Bob
 // Jenkins' lookup3 hash) for little-endian machines, which is what

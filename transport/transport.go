@@ -183,10 +183,10 @@ type PartitionedConsumer interface {
 }
 
 // Share is one replica's share of a queue that several replicas consume:
-// its own partition Part of Parts (PartitionOf(PartitionKey(env), Parts)),
-// and, when that has nothing visible, the messages of the others'
-// partitions that have been visible for at least StealAfter (their
-// replica is gone, or behind). Parts < 2 is the whole queue.
+// the messages whose ShareOf(PartitionKey(env), Parts) is Part, and, when
+// those have nothing visible, the others' that have been visible for at
+// least StealAfter (their replica is gone, or behind). Parts < 2 is the
+// whole queue.
 type Share struct {
 	Part, Parts int
 	StealAfter  time.Duration
@@ -194,9 +194,9 @@ type Share struct {
 
 // SharedConsumer is implemented by queues that replicas can share by
 // partitions of the saga keys without ever leaving a partition unread:
-// ReceiveShare hands out the messages of the share's own partition first,
-// as ReceivePartition does, and only when it has none visible, those of
-// other partitions visible for StealAfter or longer. It calls share
+// ReceiveShare hands out the messages of the share's own range of the
+// saga keys first (ShareOf), and only when it has none visible, those of
+// other shares visible for StealAfter or longer. It calls share
 // before each attempt to claim, so a receive that waits follows a change
 // of the share. Replicas that each take their own share keep one saga
 // key's messages in one replica while every replica is up, so their

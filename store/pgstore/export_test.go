@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,4 +46,20 @@ func SetNotifySpacing(s *Store, d time.Duration) {
 // ClaimShare runs one claim of ReceiveShare, without waiting.
 func ClaimShare(ctx context.Context, s *Store, n int, sh transport.Share) ([]transport.Delivery, time.Time, error) {
 	return s.claimShare(ctx, n, sh)
+}
+
+// ExplainShare returns the plan of one claim of ReceiveShare, in a
+// transaction rolled back.
+func ExplainShare(ctx context.Context, s *Store, n int, sh transport.Share) (string, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+receiveShareSQL, n, "explain", s.cfg.Lease.Seconds(), sh.Part, sh.Parts, sh.StealAfter.Seconds())
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,7 +46,8 @@ func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
 	return nil
 }
 
-// receiveSQL leases up to $1 visible messages of partition $4 of $5 for
+// receiveTemplate leases up to $1 visible messages of partition $4 of $5
+// ({{part}}: receiveSQL, receiveShareSQL) for
 // $3 seconds under token $2, in one statement: an idle receiver woken for
 // nothing pays one round trip (docs/scaling.md, "Many replicas"). Claimed
 // rows come back with a NULL next time; when it claimed none, one row of
@@ -66,11 +68,11 @@ func (s *Store) Publish(ctx context.Context, msgs []transport.Envelope) error {
 // messages visible for $6 or longer (stolen), and the next time also
 // counts when the next of those becomes old enough. Without it (NULL),
 // the claim never leaves its partition.
-const receiveSQL = `
+const receiveTemplate = `
 WITH own AS (
   SELECT seq FROM idem_queue
   WHERE visible_at <= now()
-    AND ($5 < 2 OR mod(part, $5) = $4)
+    AND ($5 < 2 OR {{part}})
   ORDER BY visible_at, seq
   LIMIT $1
   FOR UPDATE SKIP LOCKED
@@ -84,18 +86,30 @@ WITH own AS (
 ), claimed AS (
   UPDATE idem_queue q
   SET attempt = q.attempt + 1, token = $2, visible_at = now() + make_interval(secs => $3)
-  WHERE q.seq IN (SELECT seq FROM own UNION ALL SELECT seq FROM stolen)
+  FROM (SELECT seq FROM own UNION ALL SELECT seq FROM stolen) c
+  WHERE q.seq = c.seq
   RETURNING q.seq, q.envelope, q.body, q.attempt
 )
 SELECT seq, envelope, body, attempt, NULL::timestamptz FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, least(
-  (SELECT min(visible_at) FROM idem_queue WHERE visible_at > now() AND ($5 < 2 OR mod(part, $5) = $4)),
-  (SELECT now() + make_interval(secs => $3) FROM idem_queue WHERE visible_at <= now() AND ($5 < 2 OR mod(part, $5) = $4) LIMIT 1),
+  (SELECT min(visible_at) FROM idem_queue WHERE visible_at > now() AND ($5 < 2 OR {{part}})),
+  (SELECT now() + make_interval(secs => $3) FROM idem_queue WHERE visible_at <= now() AND ($5 < 2 OR {{part}}) ORDER BY visible_at LIMIT 1),
   CASE WHEN $5 >= 2 AND $6::float8 IS NOT NULL THEN
     (SELECT min(visible_at) FROM idem_queue WHERE visible_at > now() - make_interval(secs => $6)) + make_interval(secs => $6)
   END)
 WHERE NOT EXISTS (SELECT FROM claimed)`
+
+// receiveSQL is receiveTemplate for partition $4 of $5 as PartitionOf
+// has it (the remainder of the hash), for ReceivePartition.
+var receiveSQL = strings.ReplaceAll(receiveTemplate, "{{part}}", "mod(part, $5) = $4")
+
+// receiveShareSQL is receiveTemplate for share $4 of $5 as ShareOf has
+// it (a range of the hash), for ReceiveShare: the planner estimates a
+// range from the column's histogram, and reads the queue's index in
+// order; it took a remainder for one row in 200 whatever the divisor,
+// and a share's claim sorted the whole queue.
+var receiveShareSQL = strings.ReplaceAll(receiveTemplate, "{{part}}", "(part >= $4::bigint * 2147483648 / $5 AND part < ($4::bigint + 1) * 2147483648 / $5)")
 
 // Receive claims up to max visible messages for Config.Lease, waiting for a
 // notification, the next lease expiry or Config.PollInterval when there are
@@ -138,12 +152,17 @@ func nextTime(t pgtype.Timestamptz) time.Time {
 }
 
 // claim runs receiveSQL once: up to max visible messages of partition part
-// of parts, or, when steal is set (seconds) and that partition has none,
-// those of any partition visible for steal or longer (ReceiveShare).
+// of parts; or, when steal is set (seconds), receiveShareSQL: those of
+// share part of parts, or when it has none, those of any share visible
+// for steal or longer (ReceiveShare).
 func (s *Store) claim(ctx context.Context, max, part, parts int, steal *float64) ([]transport.Delivery, pgtype.Timestamptz, error) {
 	var next pgtype.Timestamptz
 	tok := sqlq.NewToken()
-	rows, err := s.pool.Query(ctx, receiveSQL, max, tok, s.cfg.Lease.Seconds(), part, parts, steal)
+	q := receiveSQL
+	if steal != nil {
+		q = receiveShareSQL
+	}
+	rows, err := s.pool.Query(ctx, q, max, tok, s.cfg.Lease.Seconds(), part, parts, steal)
 	if err != nil {
 		return nil, next, fmt.Errorf("pgstore: receive: %w", translate(err))
 	}
