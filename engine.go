@@ -226,6 +226,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	g, loopCtx := errgroup.WithContext(loopCtx)
 	e.units.order = keyOrderFor(&e.cfg, e.caps)
 	beside := adm.besideBroker(e.units)
+	if adm != nil && adm.q != nil {
+		// Admission receives from the whole queue (ReceiveAdmitted): this
+		// replica takes no share, and says so in its heartbeats.
+		e.shares = nil
+	}
 	services := e.services()
 	if e.shares != nil {
 		e.shares.join(loopCtx, e.beat)

@@ -211,7 +211,7 @@ func (h *heartbeat) summary() map[string]string {
 		"transport":           fmt.Sprintf("%T", h.tr),
 	}
 	if h.shares != nil {
-		out[shareSummary] = "true"
+		out[shareSummary] = shareScheme
 	}
 	if h.reg != nil {
 		out["sagas"] = joinBounded(slices.Sorted(maps.Keys(h.reg.sagas)))

@@ -28,10 +28,16 @@ const shareRefresh = time.Second
 const shareStealAfter = 5 * time.Second
 
 // shareSummary is the heartbeat's summary key that marks a replica taking
-// a share: only those count in the split, so that a replica that reads
-// the whole queue (an older build, PartitionedReceive) leaves no share
-// unread.
+// a share, with shareScheme its value: only replicas with the same scheme
+// count in the split, so that a replica that reads the whole queue (an
+// older build, PartitionedReceive, Limits) or splits it another way
+// leaves no share unread: replicas that agree cover every key, and the
+// others only overlap them.
 const shareSummary = "queue_share"
+
+// shareScheme names how this build splits the queue: the ranges of the
+// key hash of transport.ShareOf, by position in the replicas' IDs.
+const shareScheme = "range/1"
 
 // shares is the service that splits a queue several replicas consume
 // (transport.SharedConsumer, pgstore's) among them by partitions of the
@@ -44,9 +50,12 @@ const shareSummary = "queue_share"
 // the others' messages once they have waited shareStealAfter, so a
 // replica that is gone or slow never strands its share, and replicas
 // that briefly disagree on the split only race as they would without.
-// It is on whenever the transport is a SharedConsumer, the store keeps
-// heartbeats (store.ReplicaRegistry), and Config.PartitionedReceive is
-// off (its consumers each read a partition of their own).
+// It is on whenever the transport is the store's own queue and a
+// SharedConsumer, the store keeps heartbeats (store.ReplicaRegistry),
+// Config.PartitionedReceive is off (its consumers each read a partition
+// of their own) and no Limits are declared (admission receives from the
+// whole queue). A consumer that would claim inside a unit of work
+// (Consumers 1) claims only while its replica's share is the whole queue.
 type shares struct {
 	*base
 	sc transport.SharedConsumer
@@ -63,7 +72,8 @@ type shares struct {
 func newShares(b *base, id string) *shares {
 	sc, ok := b.tr.(transport.SharedConsumer)
 	rr, _ := b.store.(store.ReplicaRegistry)
-	if !ok || rr == nil || b.cfg.PartitionedReceive {
+	// The heartbeats must be the queue's own replicas': the store's queue.
+	if !ok || rr == nil || !b.caps.queue || b.cfg.PartitionedReceive {
 		return nil
 	}
 	s := &shares{base: b, sc: sc, rr: rr, id: id, steal: shareStealAfter}
@@ -86,9 +96,15 @@ func (s *shares) current() transport.Share {
 // share from its first batch, not the whole queue (they shrink theirs at
 // their next refresh).
 func (s *shares) join(ctx context.Context, h *heartbeat) {
+	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
 	h.beat(ctx, h.replica(), false)
 	s.refresh(ctx)
 }
+
+// joinTimeout bounds join, which Start waits for: a store that hangs
+// leaves the replica with the whole queue until its first refresh.
+const joinTimeout = 5 * time.Second
 
 // run refreshes the share every shareRefresh until ctx ends. A failed
 // read keeps the last share: the steal covers what it gets wrong.
@@ -120,7 +136,7 @@ func split(rs []store.Replica, id string, now time.Time) transport.Share {
 	ids := []string{id}
 	for i := range rs {
 		r := &rs[i]
-		if r.ID != id && r.Config[shareSummary] == "true" && r.State(now) == store.ReplicaAlive {
+		if r.ID != id && r.Config[shareSummary] == shareScheme && r.State(now) == store.ReplicaAlive {
 			ids = append(ids, r.ID)
 		}
 	}

@@ -19,13 +19,14 @@ import (
 // included, in the order of their IDs.
 func TestSplitCountsAliveSharingReplicas(t *testing.T) {
 	now := time.Now()
-	share := map[string]string{shareSummary: "true"}
+	share := map[string]string{shareSummary: shareScheme}
 	rs := []store.Replica{
 		{ID: "c", BeatAt: now, Interval: time.Second, Config: share},
 		{ID: "a", BeatAt: now, Interval: time.Second, Config: share},
-		{ID: "d", BeatAt: now.Add(-time.Minute), Interval: time.Second, Config: share},         // gone
-		{ID: "e", BeatAt: now, StoppedAt: now, Interval: time.Second, Config: share},           // stopped
-		{ID: "f", BeatAt: now, Interval: time.Second, Config: map[string]string{"lanes": "4"}}, // reads the whole queue
+		{ID: "d", BeatAt: now.Add(-time.Minute), Interval: time.Second, Config: share},                 // gone
+		{ID: "e", BeatAt: now, StoppedAt: now, Interval: time.Second, Config: share},                   // stopped
+		{ID: "f", BeatAt: now, Interval: time.Second, Config: map[string]string{"lanes": "4"}},         // reads the whole queue
+		{ID: "g", BeatAt: now, Interval: time.Second, Config: map[string]string{shareSummary: "true"}}, // another scheme
 	}
 	if got := split(rs, "b", now); got.Part != 1 || got.Parts != 3 {
 		t.Errorf("b's share among a, c and b: %+v, want part 1 of 3", got)
@@ -168,7 +169,7 @@ func TestSharesStealAShareNobodyReads(t *testing.T) {
 	defer cancel()
 	st := sharedStore(t, "shares_"+fmt.Sprint(time.Now().UnixNano()))
 	ghost := &store.Replica{ID: "ghost", StartedAt: time.Now(), BeatAt: time.Now().Add(time.Hour), Interval: time.Hour,
-		Config: map[string]string{shareSummary: "true"}}
+		Config: map[string]string{shareSummary: shareScheme}}
 	if err := st.Heartbeat(ctx, ghost); err != nil {
 		t.Fatal(err)
 	}
@@ -212,5 +213,40 @@ func TestSharesJoinBeforeTheFirstReceive(t *testing.T) {
 	b := startShared(t, ctx, st, h, time.Hour)
 	if sh := b.shares.current(); sh.Parts != 2 {
 		t.Fatalf("a replica joining a running one: share %+v when Start returned, want one of 2", sh)
+	}
+}
+
+// A replica with Limits receives through admission, from the whole
+// queue: it takes no share, and its heartbeats do not say it takes one
+// (the others would leave it a share it never reads first).
+func TestSharesOffUnderLimits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := sharedStore(t, "shares_"+fmt.Sprint(time.Now().UnixNano()))
+	e, err := NewEngine(st, st, &Config{Limits: []Limit{{Name: "api", MessageTypes: []string{"share.Msg"}, Concurrency: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Handle("share.Msg", func(context.Context, Envelope) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c()
+		_ = e.Stop(sctx)
+	}()
+	if e.shares != nil {
+		t.Error("an engine receiving through admission takes a share")
+	}
+	waitUntil(t, 30*time.Second, "its heartbeat written", func() bool {
+		rs, err := st.Replicas(ctx, 10)
+		return err == nil && len(rs) == 1
+	})
+	rs, _ := st.Replicas(ctx, 10)
+	if v, ok := rs[0].Config[shareSummary]; ok {
+		t.Errorf("its heartbeat says %s: %q", shareSummary, v)
 	}
 }

@@ -164,7 +164,7 @@ func (s *sweep) settle(ctx context.Context, p *phase, n int) error {
 			return fmt.Errorf("wait for the replicas' heartbeats: %w", err)
 		}
 		if len(rs) >= n {
-			if rs[0].Config["queue_share"] == "true" {
+			if rs[0].Config["queue_share"] != "" {
 				return sleepCtx(ctx, shareSettle)
 			}
 			return nil
