@@ -68,10 +68,13 @@ type claimed struct {
 // Config.BatchSize messages of the claimer's partition in it. It returns
 // false, with the slot released, when it claimed nothing.
 func (s *claimer) take(ctx context.Context) (batch, bool) {
-	if s.shares != nil && s.shares.current().Parts > 1 {
-		// A claim reads the whole queue (or a consumer's partition), not
-		// this replica's share: receive the share instead.
-		return batch{}, false
+	if s.shares != nil {
+		if s.shares.current().Parts > 1 {
+			// A claim reads the whole queue (or a consumer's partition),
+			// not this replica's share: receive the share instead.
+			return batch{}, false
+		}
+		s.shares.took(0)
 	}
 	s.slots <- struct{}{}
 	uow, err := s.store.Begin(ctx)

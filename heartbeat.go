@@ -137,6 +137,9 @@ func (h *heartbeat) beat(ctx context.Context, r *store.Replica, prune bool) {
 		r.LastBatchAt = time.Unix(0, ns)
 	}
 	r.Lag = time.Duration(h.lag.Load())
+	if h.shares != nil && r.Config != nil {
+		h.shares.advertise(r.Config, r.BeatAt)
+	}
 	err := h.rr.Heartbeat(ctx, r)
 	if err != nil && ctx.Err() == nil {
 		h.log.WarnContext(ctx, "write the replica's heartbeat", "replica", r.ID, "error", err)

@@ -48,8 +48,11 @@ const shareScheme = "range/1"
 // stay in one replica while the replicas are stable. A share is a
 // preference, not a lock: a replica whose own partition is empty takes
 // the others' messages once they have waited shareStealAfter, so a
-// replica that is gone or slow never strands its share, and replicas
-// that briefly disagree on the split only race as they would without.
+// replica that is gone or slow does not strand its share while the
+// others have time, and replicas that briefly disagree on the split only
+// race as they would without. A replica whose consumers take nothing
+// for withdrawAfter (stuck handlers) stops offering its share in its
+// heartbeats (advertise), and the others split its keys.
 // It is on whenever the transport is the store's own queue and a
 // SharedConsumer, the store keeps heartbeats (store.ReplicaRegistry),
 // Config.PartitionedReceive is off (its consumers each read a partition
@@ -65,6 +68,39 @@ type shares struct {
 	// replica takes it with its own share empty: shareStealAfter.
 	steal time.Duration
 	cur   atomic.Pointer[transport.Share]
+	// receiving counts the consumers inside a receive (or a claim), and
+	// lastTake is when one last entered or left one (Unix nanoseconds):
+	// a replica none of whose consumers took anything for withdrawAfter
+	// is stuck (its lanes held by handlers that do not return), and
+	// withdraws from the split (advertise).
+	receiving atomic.Int32
+	lastTake  atomic.Int64
+}
+
+// withdrawAfter is how long a replica's consumers may go without taking
+// anything before its heartbeats stop offering its share: three heartbeat
+// intervals, the time a replica whose loop failed still counts.
+func (s *shares) withdrawAfter() time.Duration {
+	return store.ReplicaGoneBeats * s.cfg.HeartbeatInterval
+}
+
+// took marks that a consumer entered (+1) or left (-1) a receive or claim.
+func (s *shares) took(delta int32) {
+	s.receiving.Add(delta)
+	s.lastTake.Store(s.cfg.Clock().UnixNano())
+}
+
+// advertise sets the summary of the heartbeat about to be written:
+// taking a share (shareScheme) while the consumers take work, none once
+// they have taken nothing for withdrawAfter, so the others split its
+// share among themselves until it takes work again.
+func (s *shares) advertise(cfg map[string]string, now time.Time) {
+	last := time.Unix(0, s.lastTake.Load())
+	if s.receiving.Load() > 0 || now.Sub(last) < s.withdrawAfter() {
+		cfg[shareSummary] = shareScheme
+		return
+	}
+	delete(cfg, shareSummary)
 }
 
 // newShares returns the shares of replica id, or nil when the engine
@@ -78,11 +114,14 @@ func newShares(b *base, id string) *shares {
 	}
 	s := &shares{base: b, sc: sc, rr: rr, id: id, steal: shareStealAfter}
 	s.cur.Store(&transport.Share{Parts: 1, StealAfter: s.steal})
+	s.lastTake.Store(b.cfg.Clock().UnixNano())
 	return s
 }
 
 // receive receives this replica's share.
 func (s *shares) receive(ctx context.Context, max int) ([]transport.Delivery, error) {
+	s.took(1)
+	defer s.took(-1)
 	return s.sc.ReceiveShare(ctx, max, s.current)
 }
 

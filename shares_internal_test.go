@@ -250,3 +250,63 @@ func TestSharesOffUnderLimits(t *testing.T) {
 		t.Errorf("its heartbeat says %s: %q", shareSummary, v)
 	}
 }
+
+// A replica whose consumers stop taking work (its one lane held by a
+// handler that does not return) withdraws from the split at its next
+// heartbeats, and the others take its share, though they never steal:
+// its keys are not left waiting for the others to be idle.
+func TestSharesStuckReplicaWithdraws(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st := sharedStore(t, "shares_"+fmt.Sprint(time.Now().UnixNano()))
+	stuck, err := NewEngine(st, st, &Config{BatchSize: 1, Lanes: 1, Consumers: 1, HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck.shares.steal = time.Hour
+	release := make(chan struct{})
+	took := make(chan string, 1)
+	if err := stuck.Handle("share.Msg", func(ctx context.Context, env Envelope) error {
+		select {
+		case took <- env.ID:
+		default:
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stuck.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c()
+		_ = stuck.Stop(sctx)
+	}()
+	defer close(release) // before Stop, which waits for the handler
+	h := &handled{byKey: map[string]map[string]bool{}}
+	healthy := startShared(t, ctx, st, h, time.Hour)
+	waitUntil(t, 30*time.Second, "both replicas take half the queue", func() bool {
+		return stuck.shares.current().Parts == 2 && healthy.shares.current().Parts == 2
+	})
+	const keys, each = 20, 3
+	publishKeys(t, ctx, healthy, keys, each)
+	var held string
+	select {
+	case held = <-took:
+	case <-ctx.Done():
+		t.Fatal("the stuck replica took nothing of its share")
+	}
+	waitUntil(t, time.Minute, "every message but the one the stuck replica holds handled by the other", func() bool {
+		return h.count() >= keys*each-1
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n != keys*each-1 {
+		t.Errorf("the healthy replica handled %d messages, want all %d but %s", h.n, keys*each-1, held)
+	}
+}
