@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,10 @@ type shares struct {
 	// withdraws from the split (advertise).
 	receiving atomic.Int32
 	lastTake  atomic.Int64
+	// defs are this replica's definitions' fingerprints (Replica.
+	// Definitions), set by join: only replicas running the same
+	// definitions split the queue among themselves.
+	defs map[string]string
 }
 
 // withdrawAfter is how long a replica's consumers may go without taking
@@ -137,6 +142,7 @@ func (s *shares) current() transport.Share {
 func (s *shares) join(ctx context.Context, h *heartbeat) {
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
+	s.defs = h.definitions
 	h.beat(ctx, h.replica(), false)
 	s.refresh(ctx)
 }
@@ -164,18 +170,23 @@ func (s *shares) refresh(ctx context.Context) {
 		}
 		return
 	}
-	sh := split(rs, s.id, s.cfg.Clock())
+	sh := split(rs, s.id, s.defs, s.cfg.Clock())
 	sh.StealAfter = s.steal
 	s.cur.Store(&sh)
 }
 
-// split is replica id's partition among the replicas rs that are alive at
-// now and take a share, ordered by ID (id counts whether listed or not).
-func split(rs []store.Replica, id string, now time.Time) transport.Share {
+// split is replica id's share among the replicas rs that are alive at
+// now, take a share under this build's scheme, and run the definitions
+// defs, ordered by ID (id counts whether listed or not). Replicas of other
+// definitions (a rolling deploy's old and new builds) do not count each
+// other, so each build reads the keys as if alone: a saga in a state only
+// the new build knows, whose message the old build gives back, is never
+// pinned to an old replica's share.
+func split(rs []store.Replica, id string, defs map[string]string, now time.Time) transport.Share {
 	ids := []string{id}
 	for i := range rs {
 		r := &rs[i]
-		if r.ID != id && r.Config[shareSummary] == shareScheme && r.State(now) == store.ReplicaAlive {
+		if r.ID != id && r.Config[shareSummary] == shareScheme && maps.Equal(r.Definitions, defs) && r.State(now) == store.ReplicaAlive {
 			ids = append(ids, r.ID)
 		}
 	}

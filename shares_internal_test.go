@@ -23,15 +23,16 @@ func TestSplitCountsAliveSharingReplicas(t *testing.T) {
 	rs := []store.Replica{
 		{ID: "c", BeatAt: now, Interval: time.Second, Config: share},
 		{ID: "a", BeatAt: now, Interval: time.Second, Config: share},
-		{ID: "d", BeatAt: now.Add(-time.Minute), Interval: time.Second, Config: share},                 // gone
-		{ID: "e", BeatAt: now, StoppedAt: now, Interval: time.Second, Config: share},                   // stopped
-		{ID: "f", BeatAt: now, Interval: time.Second, Config: map[string]string{"lanes": "4"}},         // reads the whole queue
-		{ID: "g", BeatAt: now, Interval: time.Second, Config: map[string]string{shareSummary: "true"}}, // another scheme
+		{ID: "d", BeatAt: now.Add(-time.Minute), Interval: time.Second, Config: share},                                  // gone
+		{ID: "e", BeatAt: now, StoppedAt: now, Interval: time.Second, Config: share},                                    // stopped
+		{ID: "f", BeatAt: now, Interval: time.Second, Config: map[string]string{"lanes": "4"}},                          // reads the whole queue
+		{ID: "g", BeatAt: now, Interval: time.Second, Config: map[string]string{shareSummary: "true"}},                  // another scheme
+		{ID: "h", BeatAt: now, Interval: time.Second, Config: share, Definitions: map[string]string{"order": "v1:old"}}, // another build
 	}
-	if got := split(rs, "b", now); got.Part != 1 || got.Parts != 3 {
+	if got := split(rs, "b", nil, now); got.Part != 1 || got.Parts != 3 {
 		t.Errorf("b's share among a, c and b: %+v, want part 1 of 3", got)
 	}
-	if got := split(nil, "b", now); got.Part != 0 || got.Parts != 1 {
+	if got := split(nil, "b", nil, now); got.Part != 0 || got.Parts != 1 {
 		t.Errorf("b alone: %+v, want the whole queue", got)
 	}
 }
