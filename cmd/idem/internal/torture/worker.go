@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,6 +78,10 @@ type workerConfig struct {
 	KillAfterCommit float64 `json:"kill_after_commit"`
 	KillInUoW       float64 `json:"kill_in_uow"`
 	Stall           float64 `json:"stall"`
+	// KillAtLoad, when above 0, kills the worker in its KillAtLoad-th
+	// unit of work, before its commit, whatever the dice say: a breakage
+	// that shows only when a crash lands there is then always shown.
+	KillAtLoad int `json:"kill_at_load,omitempty"`
 	// Probabilities, per schedule pass that found a due schedule, of a
 	// kill after it read the schedules and before its commit, and right
 	// after its commit (before the ticks in the outbox are sent).
@@ -267,7 +272,8 @@ type faults struct {
 	cfg   workerConfig
 	mu    sync.Mutex
 	rng   *rand.Rand
-	acked sync.Map // delivery tokens acknowledged at receive (BreakAckBeforeCommit)
+	acked sync.Map     // delivery tokens acknowledged at receive (BreakAckBeforeCommit)
+	loads atomic.Int64 // units of work loaded (KillAtLoad)
 	// starved ends the withholding of lease renewals by a stall, and
 	// stalled a stall whose renewals pass; guarded by mu.
 	starved, stalled time.Time
@@ -317,6 +323,12 @@ func (f *faults) roll(p float64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.rng.Float64() < p
+}
+
+// nthLoad counts a unit of work's load and reports whether it is the
+// n-th of this process (n > 0).
+func (f *faults) nthLoad(n int) bool {
+	return n > 0 && f.loads.Add(1) == int64(n)
 }
 
 // note appends a fault to the fault log the driver counts.
@@ -509,7 +521,7 @@ func (u *faultUoW) Load(ctx context.Context, p *store.LoadParams) (*store.LoadRe
 	if u.f.cfg.Break == BreakSkipInbox {
 		r.Seen = map[store.InboxKey]bool{}
 	}
-	if u.f.roll(u.f.cfg.KillInUoW) {
+	if u.f.roll(u.f.cfg.KillInUoW) || u.f.nthLoad(u.f.cfg.KillAtLoad) {
 		u.f.die(faultKillInUoW)
 	}
 	if u.f.roll(u.f.cfg.Stall) {
