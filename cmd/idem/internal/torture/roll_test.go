@@ -110,7 +110,10 @@ func TestTortureRollSQLitePasses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process run of several seconds")
 	}
-	r := run(t, Options{Store: "sqlite", Duration: 9 * time.Second, Seed: 5, Roll: true})
+	// 15 s, not 9: the roll then keeps A and B workers side by side for
+	// 5 s, not 3, and a loaded CI machine (-race, a CPU hog beside it)
+	// once ran the 9 s roll with no A worker meeting a saga B wrote.
+	r := run(t, Options{Store: "sqlite", Duration: 15 * time.Second, Seed: 5, Roll: true})
 	if !r.Pass() {
 		t.Fatalf("run failed: %v %v", r.Problems, r.Violations)
 	}
