@@ -138,6 +138,7 @@ func (h *heartbeat) beat(ctx context.Context, r *store.Replica, prune bool) {
 	}
 	r.Lag = time.Duration(h.lag.Load())
 	if h.shares != nil && r.Config != nil {
+		// Whether it offers a share is decided at each beat.
 		h.shares.advertise(r.Config, r.BeatAt)
 	}
 	err := h.rr.Heartbeat(ctx, r)
@@ -212,9 +213,6 @@ func (h *heartbeat) summary() map[string]string {
 		"retention":           c.Retention.String(),
 		"store":               fmt.Sprintf("%T", h.store),
 		"transport":           fmt.Sprintf("%T", h.tr),
-	}
-	if h.shares != nil {
-		out[shareSummary] = shareScheme
 	}
 	if h.reg != nil {
 		out["sagas"] = joinBounded(slices.Sorted(maps.Keys(h.reg.sagas)))
