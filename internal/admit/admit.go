@@ -245,24 +245,39 @@ func (d *QueueDecision) Page(limits map[string]store.Limit, cands []Candidate, c
 	}
 }
 
-// MorePages reports whether an admitting receive should look at the next
-// page after deciding pages of window candidates each, the last of which
-// held got: that page was full, fewer than max were admitted, and fewer
+// MorePages reports whether an admitting receive should look at the page
+// after page pages (numbered from 1), the last of which held got: that
+// page was full (PageWindow), fewer than max were admitted, and fewer
 // than MaxPages were looked at.
-func (d *QueueDecision) MorePages(pages, window, got, max int) bool {
-	return got >= window && len(d.Admitted) < max && pages < MaxPages
+func (d *QueueDecision) MorePages(pages, got, max int) bool {
+	return got >= PageWindow(pages, max) && len(d.Admitted) < max && pages < MaxPages
+}
+
+// PageWindow is how many visible messages page (numbered from 1) of an
+// admitting receive of up to max deliveries looks at. The first page is
+// max itself: when nothing binds, it admits all it looked at, and the
+// receive locks and reads no message it does not lease, as a plain
+// receive. Once one page held refusals, the later ones are
+// WindowPerDelivery × max, so that a refused backlog is paged past
+// quickly.
+func PageWindow(page, max int) int {
+	if page <= 1 {
+		return max
+	}
+	return WindowPerDelivery * max
 }
 
 // WindowPerDelivery is how many visible messages an admitting receive
-// looks at per delivery it may return: its window is WindowPerDelivery ×
+// looks at per delivery it may return on each page after the first, and
+// a fair receive on its one window: WindowPerDelivery ×
 // ReceiveParams.Max.
 const WindowPerDelivery = 4
 
 // MaxPages bounds the windows an admitting receive looks at in one
 // transaction: when a full window admitted fewer than Max, it pages on
-// past the last row it saw, up to MaxPages windows in all (with a window
-// of 4×Max, 32×Max messages), carrying the blocked partition keys across
-// pages.
+// past the last row it saw, up to MaxPages windows in all (Max, then
+// 4×Max each: 29×Max messages), carrying the blocked partition keys
+// across pages.
 const MaxPages = 8
 
 // KeysOf is Keys over candidates.

@@ -89,17 +89,31 @@ func TestQueuePagesCarryBlockedKeys(t *testing.T) {
 	now := time.Now()
 	var d QueueDecision
 	d.Page(lim, []Candidate{{Holder: "a", PartKey: "k", Keys: []store.LimitKey{api}}, {Holder: "b", PartKey: "x", Keys: []store.LimitKey{api}}}, cs, now, 2)
-	if !d.MorePages(1, 2, 2, 2) {
+	if !d.MorePages(1, 2, 2) {
 		t.Fatalf("after a full page admitting nothing: MorePages got false, want true")
 	}
 	d.Page(lim, []Candidate{{Holder: "c", PartKey: "k"}, {Holder: "d", PartKey: "y"}, {Holder: "e", PartKey: "z"}, {Holder: "f", PartKey: "w"}}, cs, now, 2)
 	if want := []int{3, 4}; !slices.Equal(d.Admitted, want) {
 		t.Errorf("admitted: got %v, want %v (c blocked behind a of its key, max 2)", d.Admitted, want)
 	}
-	if d.MorePages(2, 4, 4, 2) {
+	if d.MorePages(2, 4, 2) {
 		t.Errorf("MorePages with max admitted: got true, want false")
 	}
-	if (&QueueDecision{}).MorePages(MaxPages, 2, 2, 1) {
+	if (&QueueDecision{}).MorePages(MaxPages, 4, 1) {
 		t.Errorf("MorePages after MaxPages pages: got true, want false")
+	}
+	if (&QueueDecision{}).MorePages(2, 4*2-1, 2) {
+		t.Errorf("MorePages after a page of 7 of its window of 8: got true, want false")
+	}
+}
+
+// TestPageWindow checks that the first page of an admitting receive is
+// the batch it may return, so that a limit that never binds locks and
+// reads no message it does not lease, and that later pages widen.
+func TestPageWindow(t *testing.T) {
+	for _, c := range []struct{ page, max, want int }{{1, 64, 64}, {2, 64, 4 * 64}, {MaxPages, 1, 4}} {
+		if got := PageWindow(c.page, c.max); got != c.want {
+			t.Errorf("PageWindow(%d, %d) = %d, want %d", c.page, c.max, got, c.want)
+		}
 	}
 }

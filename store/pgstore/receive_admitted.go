@@ -21,8 +21,8 @@ import (
 
 var _ store.AdmittingQueue = (*Store)(nil)
 
-// admitWindow is how many visible messages an admitting receive looks at
-// per delivery it may return.
+// admitWindow is how many visible messages a fair admitting receive looks
+// at per delivery it may return (admit.WindowPerDelivery).
 const admitWindow = admit.WindowPerDelivery
 
 // candidatesSQL locks the window of visible messages an admitting receive
@@ -59,7 +59,7 @@ const nextVisibleSQL = `SELECT min(visible_at) FROM idem_queue WHERE visible_at 
 
 // ReceiveAdmitted is ReceivePartition that admits as it leases (see
 // store.AdmittingQueue): in one transaction it locks a window of
-// admitWindow × p.Max visible messages (SKIP LOCKED), and the next while
+// p.Max visible messages (SKIP LOCKED), and the next (4 × p.Max) while
 // a full window admitted fewer than p.Max (see admitTxn), computes their
 // needs, locks their counters in (Name, Key) order, decides, takes the
 // holds (expiring with the lease) and leases the admitted messages. A
@@ -137,7 +137,7 @@ func (s *Store) receiveAdmitted(ctx context.Context, p *store.ReceiveParams) ([]
 }
 
 // admitTxn is the transaction of one admitting receive: it locks a window
-// of admitWindow × n visible messages (SKIP LOCKED), locks the counters
+// of visible messages (SKIP LOCKED; admit.PageWindow), locks the counters
 // they need, decides, and while a full window admitted fewer than n pages
 // on (admit.QueueDecision.MorePages), in the same transaction. Counters
 // are locked in (Name, Key) order: a page that needs one ordered before a
@@ -153,6 +153,7 @@ type admitTxn struct {
 
 	rows    []candidate // every row decided, over the pages
 	page    []candidate // the page being read
+	pageNo  int         // its number, from 1
 	heads   []fairHead  // with Fair: the shares' heads
 	locked  []store.LimitKey
 	cs      map[store.LimitKey]*admit.Counter
@@ -214,7 +215,8 @@ func (t *admitTxn) merge() {
 // after is nil, else the one after that row.
 func (t *admitTxn) queuePage(b *pgx.Batch, after *candidate) {
 	t.page = t.page[:0]
-	w := admitWindow * t.n
+	t.pageNo++
+	w := admit.PageWindow(t.pageNo, t.n)
 	if after == nil {
 		b.Queue(candidatesSQL, w, t.p.Part, t.p.Parts).Query(t.scanPage)
 		return
@@ -273,7 +275,7 @@ func (t *admitTxn) pages(ctx context.Context) error {
 		}
 		t.dec.Page(t.p.Limits, cands, t.cs, t.now, t.n)
 		t.rows = append(t.rows, t.page...)
-		if t.p.Fair || !t.dec.MorePages(page, admitWindow*t.n, len(t.page), t.n) {
+		if t.p.Fair || !t.dec.MorePages(page, len(t.page), t.n) {
 			return nil // a fair receive decides on one window
 		}
 		b = &pgx.Batch{}

@@ -17,8 +17,8 @@ import (
 
 var _ store.AdmittingQueue = (*Store)(nil)
 
-// admitWindow is how many visible messages an admitting receive looks at
-// per delivery it may return.
+// admitWindow is how many visible messages a fair admitting receive looks
+// at per delivery it may return (admit.WindowPerDelivery).
 const admitWindow = admit.WindowPerDelivery
 
 // candidatesSQL reads a window of ?2 visible messages, in Receive's
@@ -33,8 +33,8 @@ const leaseAdmittedSQL = `UPDATE idem_queue SET attempt = attempt + 1, token = ?
 
 // ReceiveAdmitted is Receive that admits as it leases (see
 // store.AdmittingQueue): in one write transaction it reads a window of
-// admitWindow × p.Max visible messages (and, while a full window admits
-// fewer than p.Max, the next, up to admit.MaxPages), computes their needs, decides,
+// p.Max visible messages (and, while a full window admits
+// fewer than p.Max, the next of 4 × p.Max, up to admit.MaxPages), computes their needs, decides,
 // takes the holds (expiring with the lease) and leases the admitted
 // messages. The queue has no partitions: p.Parts above 1 is refused. A
 // release through this Store wakes it; one by another process is seen at
@@ -140,7 +140,7 @@ type pages struct {
 	fair *fairOrder // with ReceiveParams.Fair
 }
 
-// decidePages reads windows of admitWindow × n candidates and decides
+// decidePages reads windows of candidates (admit.PageWindow) and decides
 // them, page after page while a full page admitted fewer than n (see
 // admit.QueueDecision.MorePages). It returns every candidate looked at,
 // as deliveries leased under tok, with their rows.
@@ -160,7 +160,7 @@ func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok s
 				got, gseqs, err = w.fairPage(pg.fair.seqs, now, tok)
 			}
 		} else {
-			got, gseqs, next, err = w.candidates(now, admitWindow*n, tok, after)
+			got, gseqs, next, err = w.candidates(now, admit.PageWindow(page, n), tok, after)
 		}
 		if err != nil {
 			return nil, nil, pg, err
@@ -174,7 +174,7 @@ func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok s
 		}
 		pg.Page(p.Limits, cands, pg.cs, now, n)
 		ds, seqs, after = append(ds, got...), append(seqs, gseqs...), next
-		if p.Fair || !pg.MorePages(page, admitWindow*n, len(got), n) { // a fair receive decides on one window
+		if p.Fair || !pg.MorePages(page, len(got), n) { // a fair receive decides on one window
 			return ds, seqs, pg, nil
 		}
 	}
