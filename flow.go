@@ -77,6 +77,9 @@ type admission struct {
 	fair    bool                 // Config.FairShare
 	byType  map[string][]*Limit  // the limits of each message type
 	all     []*Limit             // the limits of every message
+	// covering are the limits without Key that every message type the
+	// engine consumes falls under (store.ReceiveParams.Covering).
+	covering []string
 	decl    map[string]store.Limit
 	inForce atomic.Pointer[map[string]store.Limit]
 	// declared is set once refresh has recorded decl in the store (at
@@ -105,9 +108,37 @@ func newAdmission(b *base, reg *registry) (*admission, error) {
 			return nil, fmt.Errorf("idem: start: Config.Limits[%d]: %w", i, err)
 		}
 	}
+	a.covering = a.coveringLimits(reg)
 	decl := maps.Clone(a.decl)
 	a.inForce.Store(&decl)
 	return a, nil
+}
+
+// coveringLimits returns the names of the limits without Key that every
+// message type reg consumes falls under: while one of their counters is
+// full, no message the engine consumes can be admitted.
+func (a *admission) coveringLimits(reg *registry) []string {
+	var out []string
+	for _, l := range a.decl {
+		if a.covers(l.Name, reg) {
+			out = append(out, l.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// covers reports whether the limit name has no Key and applies to every
+// message type reg consumes.
+func (a *admission) covers(name string, reg *registry) bool {
+	has := func(ls []*Limit) bool {
+		return slices.ContainsFunc(ls, func(l *Limit) bool { return l.Name == name && l.Key == nil })
+	}
+	if has(a.all) {
+		return true
+	}
+	types := slices.Concat(slices.Collect(maps.Keys(reg.machines)), slices.Collect(maps.Keys(reg.handlers)))
+	return len(types) > 0 && !slices.ContainsFunc(types, func(t string) bool { return !has(a.byType[t]) })
 }
 
 // declare checks one declared limit and files it by the message types it
@@ -216,7 +247,7 @@ func (a *admission) receive(next func(context.Context, int) ([]transport.Deliver
 		a.mu.Lock()
 		limits, changed := *a.inForce.Load(), a.changed
 		a.mu.Unlock()
-		return a.q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: limits, Needs: a.needs, Fair: a.fair, Changed: changed})
+		return a.q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: limits, Needs: a.needs, Covering: a.covering, Fair: a.fair, Changed: changed})
 	}
 }
 

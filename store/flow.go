@@ -243,6 +243,13 @@ type ReceiveParams struct {
 	// an error wrapping ErrRejected, so a caller maps hostile text (from a
 	// header, say) to a valid key first.
 	Needs func(*transport.Envelope) []LimitKey
+	// Covering names limits of Limits that every message the caller
+	// consumes needs, with one counter (Key ""): once such a counter
+	// admits nothing more in a receive (its cap reached, or no whole
+	// token), no later message could be admitted, and the receive looks
+	// at no further window. A message the caller does not consume is then
+	// left for a later receive. Nil: none.
+	Covering []string
 	// Fair, when set, decides on a window in fair order
 	// (docs/flow-control.md) instead of the queue's, in one page: the
 	// shares (transport.HeaderFairnessKey, read by transport.FairnessOf)

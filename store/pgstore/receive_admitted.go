@@ -172,6 +172,7 @@ var errRestart = errors.New("a page needs a counter ordered before one already l
 // returns the admitted deliveries in enqueue order, as Receive does.
 func (t *admitTxn) run(ctx context.Context, pre []store.LimitKey) ([]transport.Delivery, *admit.QueueDecision, error) {
 	t.cs, t.now = map[store.LimitKey]*admit.Counter{}, time.Now()
+	t.dec.Covering = t.p.Covering
 	b := &pgx.Batch{}
 	b.Queue(beginSQL)
 	if t.p.Fair {
