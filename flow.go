@@ -70,18 +70,18 @@ func (l *Limit) values() store.Limit {
 // (store.AdmittingQueue.ReceiveAdmitted; beside a broker, a gate:
 // gate.go).
 type admission struct {
-	log     *slog.Logger
-	q       store.AdmittingQueue // nil: admission beside a broker (broker)
-	lim     store.Limiter        // the store's limits (q, or the store beside the broker)
-	broker  *brokerFlow          // nil: the store's own queue admits
-	fair    bool                 // Config.FairShare
-	byType  map[string][]*Limit  // the limits of each message type
-	all     []*Limit             // the limits of every message
+	log    *slog.Logger
+	q      store.AdmittingQueue // nil: admission beside a broker (broker)
+	lim    store.Limiter        // the store's limits (q, or the store beside the broker)
+	broker *brokerFlow          // nil: the store's own queue admits
+	fair   bool                 // Config.FairShare
+	byType map[string][]*Limit  // the limits of each message type
+	all    []*Limit             // the limits of every message
 	// covering are the limits without Key that every message type the
 	// engine consumes falls under (store.ReceiveParams.Covering).
 	covering []string
-	decl    map[string]store.Limit
-	inForce atomic.Pointer[map[string]store.Limit]
+	decl     map[string]store.Limit
+	inForce  atomic.Pointer[map[string]store.Limit]
 	// declared is set once refresh has recorded decl in the store (at
 	// Start, before the limitsPoller runs).
 	declared bool
