@@ -51,9 +51,9 @@ func TestEngineRefreshesDeclarationsAndForgetsStaleOnes(t *testing.T) {
 	if got, want := e.sweeper.forgetAfter, time.Hour; got != want {
 		t.Fatalf("forgetAfter with the default LimitCounterIdle: got %v, want %v", got, want)
 	}
-	// Forget after a second here: the bound in production is at least
+	// Forget after two seconds here: the bound in production is at least
 	// 10 × store.DeclarationRefresh, far past the engine's refreshes.
-	e.sweeper.forgetAfter = time.Second
+	e.sweeper.forgetAfter = 2 * time.Second
 	if err := e.Register(countersaga.Machine()); err != nil {
 		t.Fatal(err)
 	}
