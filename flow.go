@@ -83,7 +83,8 @@ type admission struct {
 	decl     map[string]store.Limit
 	inForce  atomic.Pointer[map[string]store.Limit]
 	// declared is set once refresh has recorded decl in the store (at
-	// Start, before the limitsPoller runs).
+	// Start, before the limitsPoller runs); the limitsDeclarer records it
+	// again while the engine runs.
 	declared bool
 	mu       sync.Mutex
 	changed  chan struct{} // closed when the values in force change
@@ -254,12 +255,11 @@ func (a *admission) receive(next func(context.Context, int) ([]transport.Deliver
 // refresh reads the store's overrides and puts the limits in force: each
 // declared limit's values, or its override's. An override of a name no
 // limit declares applies to nothing. Its first run records the
-// declarations in the store (store.Limiter.DeclareLimits) for the
-// operator's tools.
+// declarations in the store (record) for the operator's tools.
 func (a *admission) refresh(ctx context.Context) error {
 	if !a.declared {
-		if err := a.lim.DeclareLimits(ctx, slices.Collect(maps.Values(a.decl))); err != nil {
-			return fmt.Errorf("record Config.Limits in the store: %w", err)
+		if err := a.record(ctx); err != nil {
+			return err
 		}
 		a.declared = true
 	}
@@ -288,6 +288,15 @@ func (a *admission) refresh(ctx context.Context) error {
 	a.inForce.Store(&in)
 	close(a.changed) // the receives waiting under the old values end
 	a.changed = make(chan struct{})
+	return nil
+}
+
+// record records the declarations in the store
+// (store.Limiter.DeclareLimits), in one call, setting their UpdatedAt.
+func (a *admission) record(ctx context.Context) error {
+	if err := a.lim.DeclareLimits(ctx, slices.Collect(maps.Values(a.decl))); err != nil {
+		return fmt.Errorf("record Config.Limits in the store: %w", err)
+	}
 	return nil
 }
 

@@ -20,6 +20,36 @@ import (
 // counter's key.
 const MaxLimitName = 200
 
+// DeclarationRefresh is the longest pause between two declarations of its
+// limits by a running engine (Limiter.DeclareLimits): the engine declares
+// them at Start, then every min(idem.Config.HeartbeatInterval,
+// DeclarationRefresh).
+const DeclarationRefresh = 10 * time.Second
+
+// DeclarationStale is how old a declaration's UpdatedAt may be before the
+// operator's tools show it as not declared by a running engine (three
+// refreshes missed). It is a constant, not a setting, so that a tool in
+// another process (idem console, idem limits ls) knows it without the
+// engines' configuration.
+const DeclarationStale = 3 * DeclarationRefresh
+
+// DeclarationIsStale reports whether a declaration last made at updated is
+// older than DeclarationStale at now: no running engine has declared it
+// for three refreshes. The engine's sweeper deletes it later
+// (Limiter.ForgetDeclarations).
+func DeclarationIsStale(updated, now time.Time) bool {
+	return !updated.IsZero() && now.Sub(updated) > DeclarationStale
+}
+
+// ValidateForgetAge refuses an olderThan of Limiter.ForgetDeclarations
+// below a millisecond, with an error wrapping ErrRejected.
+func ValidateForgetAge(olderThan time.Duration) error {
+	if olderThan < time.Millisecond {
+		return limitErr("olderThan", "forget declarations older than %v: give a millisecond or more", olderThan)
+	}
+	return nil
+}
+
 // Limit is a limit's values as the store keeps them: a runtime override
 // (Limiter.SetLimit) or the code's declaration (Limiter.DeclareLimits).
 // The zero value of each field means "no limit of that kind".
@@ -36,8 +66,9 @@ type Limit struct {
 	// Burst is the bucket's size; with Rate > 0 and Burst < 1, 1. A new
 	// bucket starts full.
 	Burst int `json:"burst"`
-	// UpdatedAt is when the override was set or the declaration made;
-	// the store sets it.
+	// UpdatedAt is when the override was set or the declaration last
+	// made (a running engine refreshes it: DeclarationRefresh); the store
+	// sets it.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
@@ -179,14 +210,26 @@ type Limiter interface {
 	Limits(ctx context.Context) ([]Limit, error)
 	// DeclareLimits records the values the code declares
 	// (idem.Config.Limits), so that an operator's tool in another process
-	// can show them: an upsert by name that sets UpdatedAt. Replicas
-	// running different builds may declare different values; the last
-	// writer wins. A declaration is never removed, and it never changes
-	// an override. Each limit is checked as SetLimit checks it; a bad one
-	// fails the whole call (nothing recorded), wrapping ErrRejected.
+	// can show them: an upsert by name that sets UpdatedAt (by the store's
+	// clock). A running engine declares its limits again at least every
+	// DeclarationRefresh, so UpdatedAt is the last time a running engine
+	// declared the limit. Replicas running different builds may declare
+	// different values; the last writer wins. A declaration goes only by
+	// ForgetDeclarations (a later DeclareLimits brings it back), and it
+	// never changes an override. Each limit is checked as SetLimit checks
+	// it; a bad one fails the whole call (nothing recorded), wrapping
+	// ErrRejected.
 	DeclareLimits(ctx context.Context, ls []Limit) error
 	// DeclaredLimits returns the declarations, ordered by name.
 	DeclaredLimits(ctx context.Context) ([]Limit, error)
+	// ForgetDeclarations deletes the declarations whose UpdatedAt is more
+	// than olderThan ago, by the store's clock (the database's where
+	// processes share it), and returns how many it deleted: limits that
+	// no running engine declares any more. It never removes an override
+	// (SetLimit's rows stay until ResetLimit), a counter or a hold: holds
+	// taken under a forgotten limit are released as before. An olderThan
+	// below a millisecond is refused, wrapping ErrRejected.
+	ForgetDeclarations(ctx context.Context, olderThan time.Duration) (int, error)
 	// LimitUses returns every counter that has a live hold or a bucket,
 	// ordered by (Name, Key).
 	LimitUses(ctx context.Context) ([]LimitUse, error)

@@ -97,6 +97,22 @@ func (s *Store) DeclaredLimits(ctx context.Context) ([]store.Limit, error) {
 	return s.queryLimits(ctx, "declared limits", `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits_declared ORDER BY name COLLATE "C"`)
 }
 
+// ForgetDeclarations deletes the declarations made more than olderThan
+// ago, by the database's clock.
+func (s *Store) ForgetDeclarations(ctx context.Context, olderThan time.Duration) (int, error) {
+	if err := store.ValidateForgetAge(olderThan); err != nil {
+		return 0, fmt.Errorf("pgstore: forget declarations: %w", err)
+	}
+	if err := s.check("forget declarations"); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idem_limits_declared WHERE updated_at < now() - $1::bigint * interval '1 microsecond'`, olderThan.Microseconds())
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: forget declarations: %w", translate(err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // queryLimits runs q, which selects a limit's columns.
 func (s *Store) queryLimits(ctx context.Context, op, q string) ([]store.Limit, error) {
 	if err := s.check(op); err != nil {
