@@ -319,10 +319,11 @@ type AdmittingQueue interface {
 	Limiter
 	// ReceiveAdmitted is ReceivePartition(p.Part, p.Parts) that admits as
 	// it leases, in one transaction. It looks at a bounded window of the
-	// visible messages, in Receive's order (when a full window admitted
-	// fewer than Max, it pages on past the last row seen, in the same
-	// transaction, up to 8 windows in all, keeping a refused key blocked
-	// across pages), and leases those admitted: a
+	// visible messages, in Receive's order (Max of them; when a full
+	// window admitted fewer than Max, it pages on past the last row seen,
+	// in the same transaction, in windows of 4 × Max, up to 8 windows in
+	// all, keeping a refused key blocked across pages, and stopping once
+	// a Covering counter is full), and leases those admitted: a
 	// message refused stays in the queue untouched (not leased, its
 	// Attempt not counted), and so does every later message of its
 	// partition key in this receive, so that a refused message never

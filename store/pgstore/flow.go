@@ -311,12 +311,19 @@ func (s *Store) admitTx(ctx context.Context, conn *pgxpool.Conn, first *pgx.Batc
 // their live holds, which fill *cs and *now (the database's clock once
 // the locks are held) when the batch runs.
 func queueLock(b *pgx.Batch, keys []store.LimitKey, cs *map[store.LimitKey]*admit.Counter, now *time.Time) {
+	queueLockWith(b, lockCountersSQL, nil, keys, cs, now)
+}
+
+// queueLockWith is queueLock with the lock's statement q, which takes the
+// names and keys, then args; a counter q does not return is not locked,
+// and is left out of cs.
+func queueLockWith(b *pgx.Batch, q string, args []any, keys []store.LimitKey, cs *map[store.LimitKey]*admit.Counter, now *time.Time) {
 	names, ks := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		names[i], ks[i] = k.Name, k.Key
 	}
 	*cs = make(map[store.LimitKey]*admit.Counter, len(keys))
-	b.Queue(lockCountersSQL, names, ks).Query(func(rows pgx.Rows) error {
+	b.Queue(q, append([]any{names, ks}, args...)...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k store.LimitKey
 			var tokens pgtype.Float8
