@@ -103,7 +103,7 @@ func tamperJournal(t *testing.T, s store.Store, k store.Key) []error {
 func TestQueueConformance(t *testing.T) {
 	testenv.PostgresURL(t)
 	const lease = 300 * time.Millisecond
-	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, Pending: true}, func(t *testing.T) transport.Transport {
+	transporttest.Run(t, transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, Pending: true, Shared: true}, func(t *testing.T) transport.Transport {
 		return openStore(t, pgstore.Config{Lease: lease, PollInterval: 100 * time.Millisecond})
 	})
 }

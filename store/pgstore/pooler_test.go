@@ -108,7 +108,7 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 func TestQueueConformanceThroughPgBouncer(t *testing.T) {
 	pgbouncerURL(t)
 	const lease = 300 * time.Millisecond
-	features := transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, Pending: true}
+	features := transporttest.Features{Lease: lease, Fencing: true, NativeDelay: true, Partitioned: true, Pending: true, Shared: true}
 	for _, direct := range []bool{true, false} {
 		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
 			transporttest.Run(t, features, func(t *testing.T) transport.Transport {

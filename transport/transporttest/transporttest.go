@@ -65,6 +65,13 @@ type Features struct {
 	// confirms, and checks an unacked count only within a lease of the
 	// Receive (retrying on a fresh transport when it ran out).
 	Pending bool
+
+	// Shared is true when the transport implements
+	// transport.SharedConsumer: ReceiveShare hands out its share's range
+	// of the saga keys (transport.ShareOf), another share's messages once
+	// visible for StealAfter, the whole queue when Parts < 2, and follows
+	// a change of the share while it waits.
+	Shared bool
 }
 
 // promptWait bounds the wait for things that should happen at once
@@ -126,6 +133,13 @@ func (f Features) quietWait() time.Duration { return 3 * f.Lease }
 //     the NFC, NFD and space-padded forms of one key come out of one
 //     partition, the canonical key's, for a partition count under which
 //     the raw forms hash apart.
+//   - SharedReceive (Shared): ReceiveShare hands out exactly its share's
+//     messages, for each of 3 shares, while StealAfter never passes.
+//   - SharedSteal (Shared): a share with nothing of its own takes another
+//     share's message visible for StealAfter; Parts 1 is the whole queue;
+//     a Part out of range is refused.
+//   - SharedFollowsChange (Shared): a waiting ReceiveShare moved to
+//     another share hands out that share's message published meanwhile.
 //   - SizeLimit (SizeLimit): a Body of MaxMessageBytes is delivered
 //     intact; one byte more is refused with transport.ErrTooLarge and
 //     never delivered.
@@ -171,6 +185,9 @@ func Run(t *testing.T, f Features, newTransport func(t *testing.T) transport.Tra
 		{"CloseUnblocksReceive", s.closeUnblocksReceive},
 		{"PartitionedReceive", s.partitionedReceive},
 		{"PartitionedKeyForms", s.partitionedKeyForms},
+		{"SharedReceive", s.sharedReceive},
+		{"SharedSteal", s.sharedSteal},
+		{"SharedFollowsChange", s.sharedFollowsChange},
 		{"SizeLimit", s.sizeLimit},
 		{"PendingCounts", s.pendingCounts},
 		{"ExtendLease", s.extendLease},
