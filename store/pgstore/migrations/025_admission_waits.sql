@@ -1,0 +1,13 @@
+-- The refusal an admitting receive last recorded on a queue row: the
+-- counter (limit name and key) that refused it and the row's attempt
+-- then. It is current only while the row is visible and its attempt still
+-- equals refused_attempt (every lease increments attempt), so nothing
+-- else has to clear it. Written only when it changes, never on the
+-- happy path. The partial index holds only the rows with a refusal: the
+-- count of messages waiting per counter (LimitUses) scans it, and a
+-- saga's waits (AdmissionWaitsOf) find its rows by their partition.
+ALTER TABLE idem_queue
+    ADD COLUMN refused_name    text,
+    ADD COLUMN refused_key     text,
+    ADD COLUMN refused_attempt integer;
+CREATE INDEX idem_queue_refused ON idem_queue (part) WHERE refused_name IS NOT NULL;
