@@ -51,7 +51,7 @@ func TestMetricsLimits(t *testing.T) {
 		`idem_limit_in_flight{key="<img src=x onerror=alert(\"key\")>",limit="parser-api"} 1`+"\n",
 		"idem_limit_tokens{key=\"tenant-a\",limit=\"parser-api\"} ",
 		"idem_limit_in_flight{key=\"k-000\",limit=\"wide\"} 1\n",
-		"idem_limit_in_flight{key=\"other\",limit=\"wide\"} 52\n", // 50 keys and the key named other
+		"idem_limit_in_flight{key=\"other\",limit=\"wide\"} 52\n",       // 50 keys and the key named other
 		"idem_limit_waiting{key=\"tenant-a\",limit=\"parser-api\"} 0\n", // memstore records no refusal
 		"idem_store_up 1\n",
 	)

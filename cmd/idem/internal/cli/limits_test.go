@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/transport"
 	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/transport"
 )
 
 // limitsBundle is a store with limits and a way to run idem on it.
