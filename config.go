@@ -149,7 +149,9 @@ type Config struct {
 	StopTimeout time.Duration
 	// HeartbeatInterval is the pause between the heartbeats this replica
 	// writes to a store.ReplicaRegistry; a replica silent for three
-	// intervals is listed as gone. Default 10s.
+	// intervals is listed as gone. An engine with Limits declares them
+	// again in the store at this pace, at most every
+	// store.DeclarationRefresh. Default 10s.
 	HeartbeatInterval time.Duration
 	// JournalPayloadLimit bounds, in bytes, each of what a journal entry
 	// keeps of its message's payload and headers and of the saga's state
@@ -178,7 +180,9 @@ type Config struct {
 	// sweeper deletes it, on a store that is a store.Limiter, once it has
 	// no live hold and its bucket is full again (or it has none): a
 	// deleted counter starts again full, so deleting it changes no
-	// decision. Default 1h.
+	// decision. The sweeper also forgets a limit's declaration that no
+	// running engine made for LimitCounterIdle, and at least 10 ×
+	// store.DeclarationRefresh (docs/flow-control.md). Default 1h.
 	LimitCounterIdle time.Duration
 	// FairShare receives in fair order instead of the queue's
 	// (docs/flow-control.md): the values of each message's

@@ -130,7 +130,7 @@ func newEngine(b *base) *Engine {
 		units:   &units{base: b, plan: plan, emit: emit, settle: &settler{base: b}, slots: make(chan struct{}, b.cfg.Lanes)},
 		relay:   &relay{base: b},
 		timers:  &timerPoller{base: b},
-		sweeper: &sweeper{base: b},
+		sweeper: &sweeper{base: b, forgetAfter: forgetDeclarationsAfter(&b.cfg)},
 		firer:   &scheduleFirer{base: b},
 		replays: &replays{base: b},
 		beat:    hb,
@@ -240,6 +240,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	if adm != nil {
 		services = append(services, newLimitsPoller(e.base, adm))
+	}
+	if adm != nil && len(adm.decl) > 0 {
+		services = append(services, newLimitsDeclarer(e.base, adm))
 	}
 	services = append(services, beside...)
 	for _, s := range services {
@@ -395,8 +398,10 @@ func (e *Engine) RelayOutbox(ctx context.Context, age time.Duration) (int, error
 // is left to delete; then, when the store can, unclaimed dedup tokens
 // past Config.TokenRetention, retries past Config.Retention, and the
 // flow-control counters no decision needs (idle for
-// Config.LimitCounterIdle) with expired holds. The background sweeper
-// calls it every Config.SweepInterval.
+// Config.LimitCounterIdle) with expired holds, and the limits'
+// declarations no running engine refreshed for max(LimitCounterIdle,
+// 10 × store.DeclarationRefresh). The background sweeper calls it every
+// Config.SweepInterval.
 func (e *Engine) Sweep(ctx context.Context) (store.SweepResult, error) { return e.sweeper.pass(ctx) }
 
 // RunSchedules fires every due schedule once, by the rules of Cron and

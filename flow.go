@@ -70,17 +70,21 @@ func (l *Limit) values() store.Limit {
 // (store.AdmittingQueue.ReceiveAdmitted; beside a broker, a gate:
 // gate.go).
 type admission struct {
-	log     *slog.Logger
-	q       store.AdmittingQueue // nil: admission beside a broker (broker)
-	lim     store.Limiter        // the store's limits (q, or the store beside the broker)
-	broker  *brokerFlow          // nil: the store's own queue admits
-	fair    bool                 // Config.FairShare
-	byType  map[string][]*Limit  // the limits of each message type
-	all     []*Limit             // the limits of every message
-	decl    map[string]store.Limit
-	inForce atomic.Pointer[map[string]store.Limit]
+	log    *slog.Logger
+	q      store.AdmittingQueue // nil: admission beside a broker (broker)
+	lim    store.Limiter        // the store's limits (q, or the store beside the broker)
+	broker *brokerFlow          // nil: the store's own queue admits
+	fair   bool                 // Config.FairShare
+	byType map[string][]*Limit  // the limits of each message type
+	all    []*Limit             // the limits of every message
+	// covering are the limits without Key that every message type the
+	// engine consumes falls under (store.ReceiveParams.Covering).
+	covering []string
+	decl     map[string]store.Limit
+	inForce  atomic.Pointer[map[string]store.Limit]
 	// declared is set once refresh has recorded decl in the store (at
-	// Start, before the limitsPoller runs).
+	// Start, before the limitsPoller runs); the limitsDeclarer records it
+	// again while the engine runs.
 	declared bool
 	mu       sync.Mutex
 	changed  chan struct{} // closed when the values in force change
@@ -105,9 +109,37 @@ func newAdmission(b *base, reg *registry) (*admission, error) {
 			return nil, fmt.Errorf("idem: start: Config.Limits[%d]: %w", i, err)
 		}
 	}
+	a.covering = a.coveringLimits(reg)
 	decl := maps.Clone(a.decl)
 	a.inForce.Store(&decl)
 	return a, nil
+}
+
+// coveringLimits returns the names of the limits without Key that every
+// message type reg consumes falls under: while one of their counters is
+// full, no message the engine consumes can be admitted.
+func (a *admission) coveringLimits(reg *registry) []string {
+	var out []string
+	for _, l := range a.decl {
+		if a.covers(l.Name, reg) {
+			out = append(out, l.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// covers reports whether the limit name has no Key and applies to every
+// message type reg consumes.
+func (a *admission) covers(name string, reg *registry) bool {
+	has := func(ls []*Limit) bool {
+		return slices.ContainsFunc(ls, func(l *Limit) bool { return l.Name == name && l.Key == nil })
+	}
+	if has(a.all) {
+		return true
+	}
+	types := slices.Concat(slices.Collect(maps.Keys(reg.machines)), slices.Collect(maps.Keys(reg.handlers)))
+	return len(types) > 0 && !slices.ContainsFunc(types, func(t string) bool { return !has(a.byType[t]) })
 }
 
 // declare checks one declared limit and files it by the message types it
@@ -216,19 +248,18 @@ func (a *admission) receive(next func(context.Context, int) ([]transport.Deliver
 		a.mu.Lock()
 		limits, changed := *a.inForce.Load(), a.changed
 		a.mu.Unlock()
-		return a.q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: limits, Needs: a.needs, Fair: a.fair, Changed: changed})
+		return a.q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Part: part, Parts: parts, Limits: limits, Needs: a.needs, Covering: a.covering, Fair: a.fair, Changed: changed})
 	}
 }
 
 // refresh reads the store's overrides and puts the limits in force: each
 // declared limit's values, or its override's. An override of a name no
 // limit declares applies to nothing. Its first run records the
-// declarations in the store (store.Limiter.DeclareLimits) for the
-// operator's tools.
+// declarations in the store (record) for the operator's tools.
 func (a *admission) refresh(ctx context.Context) error {
 	if !a.declared {
-		if err := a.lim.DeclareLimits(ctx, slices.Collect(maps.Values(a.decl))); err != nil {
-			return fmt.Errorf("record Config.Limits in the store: %w", err)
+		if err := a.record(ctx); err != nil {
+			return err
 		}
 		a.declared = true
 	}
@@ -257,6 +288,15 @@ func (a *admission) refresh(ctx context.Context) error {
 	a.inForce.Store(&in)
 	close(a.changed) // the receives waiting under the old values end
 	a.changed = make(chan struct{})
+	return nil
+}
+
+// record records the declarations in the store
+// (store.Limiter.DeclareLimits), in one call, setting their UpdatedAt.
+func (a *admission) record(ctx context.Context) error {
+	if err := a.lim.DeclareLimits(ctx, slices.Collect(maps.Values(a.decl))); err != nil {
+		return fmt.Errorf("record Config.Limits in the store: %w", err)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/idemhq/idem/store"
 )
@@ -16,8 +17,14 @@ import (
 // Config.TokenRetention, on a store.RetrySweeper, retries whose next
 // attempt is older than Config.Retention (their message never came back)
 // and, on a store.Limiter, the flow-control counters no decision needs
-// (idle for Config.LimitCounterIdle) and expired holds.
-type sweeper struct{ *base }
+// (idle for Config.LimitCounterIdle) and expired holds, and the limits'
+// declarations that no running engine refreshed for forgetAfter.
+type sweeper struct {
+	*base
+	// forgetAfter is the age of a declaration the sweeper forgets
+	// (forgetDeclarationsAfter).
+	forgetAfter time.Duration
+}
 
 // run sweeps until ctx ends.
 func (s *sweeper) run(ctx context.Context) error {
@@ -55,6 +62,9 @@ func (s *sweeper) pass(ctx context.Context) (total store.SweepResult, err error)
 				return total, err
 			}
 			if err := s.sweepCounters(ctx); err != nil {
+				return total, err
+			}
+			if err := s.forgetDeclarations(ctx); err != nil {
 				return total, err
 			}
 			s.obs.passed(TaskSweep, total.Instances, 0)
@@ -143,4 +153,25 @@ func (s *sweeper) sweepCounters(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// forgetDeclarations deletes the limits' declarations that no running
+// engine refreshed for s.forgetAfter, when the store keeps limits
+// (store.Limiter.ForgetDeclarations): a limit removed from the code stops
+// being shown as declared. Overrides stay, and holds taken under a
+// forgotten limit are released as before; an engine that declares it
+// again (a rollback) brings it back.
+func (s *sweeper) forgetDeclarations(ctx context.Context) error {
+	l := s.caps.limiter
+	if l == nil {
+		return nil
+	}
+	n, err := l.ForgetDeclarations(ctx, s.forgetAfter)
+	if err != nil {
+		return fmt.Errorf("idem: forget stale limit declarations: %w", err)
+	}
+	if n > 0 {
+		s.log.InfoContext(ctx, "forgot limit declarations no running engine refreshed", "declarations", n, "older_than", s.forgetAfter)
+	}
+	return nil
 }

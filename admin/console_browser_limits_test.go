@@ -37,6 +37,9 @@ func TestBrowserLimits(t *testing.T) {
 	if !strings.Contains(text, hostileLimit) || !strings.Contains(text, hostileTenant) {
 		t.Errorf("the limits table: %q, want the hostile limit and key as text", text)
 	}
+	if strings.Contains(text, "not declared by a running engine") {
+		t.Errorf("the limits table: %q, want no declaration made just now marked as not declared by a running engine", text)
+	}
 	pageFits(t, ctx, "limits", "table.limits", "table.limits .counter", "table.limits .actions")
 	screenshot(t, ctx, "limits")
 

@@ -29,9 +29,10 @@ type LimitValues struct {
 	Rate float64 `json:"rate"`
 	// Burst is the rate's bucket size (at least 1 with a rate).
 	Burst int `json:"burst"`
-	// UpdatedAt is when the values were recorded: a declaration by the
-	// last engine that started with it, an override when it was set.
-	// Absent on the values in force.
+	// UpdatedAt is when the values were recorded: for a declaration, the
+	// last time a running engine declared it (each does so at least every
+	// store.DeclarationRefresh); for an override, when it was set. Absent
+	// on the values in force.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
@@ -41,9 +42,15 @@ type LimitValues struct {
 type Limit struct {
 	Name string `json:"name"`
 	// Declared is what the code declares (idem.Config.Limits), as the
-	// engines recorded it at Start; null when no engine declared the
-	// name.
+	// running engines record it; null when no engine declared the name,
+	// or when the engines' sweeper forgot a declaration no running engine
+	// refreshed.
 	Declared *LimitValues `json:"declared"`
+	// DeclarationStale is set when no running engine has declared the
+	// limit for store.DeclarationStale: not since Declared.UpdatedAt (by
+	// this process's clock). Its code was most likely removed, and the
+	// engines' sweeper will forget the declaration.
+	DeclarationStale bool `json:"declaration_stale,omitempty"`
 	// Override is the runtime override (POST /api/limits/{name}, idem
 	// limits set); null when there is none.
 	Override *LimitValues `json:"override"`
@@ -111,6 +118,7 @@ type limitState struct {
 	declared map[string]store.Limit
 	override map[string]store.Limit
 	uses     map[string][]store.LimitUse // by name, the most in flight first, then the most waiting
+	now      time.Time                   // when it was read, for DeclarationStale
 }
 
 // readLimits reads the declarations, the overrides and the counters; the
@@ -120,7 +128,7 @@ func (c *capabilities) readLimits(ctx context.Context) (*limitState, error) {
 	if lim == nil {
 		return nil, fmt.Errorf("read limits: %w", errNoLimits)
 	}
-	s := &limitState{declared: map[string]store.Limit{}, override: map[string]store.Limit{}, uses: map[string][]store.LimitUse{}}
+	s := &limitState{declared: map[string]store.Limit{}, override: map[string]store.Limit{}, uses: map[string][]store.LimitUse{}, now: time.Now()}
 	decl, err := lim.DeclaredLimits(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read declared limits: %w", err)
@@ -196,6 +204,7 @@ func (s *limitState) limit(name string, keys int) Limit {
 	out := Limit{Name: name, Counters: []LimitCounter{}}
 	if d, ok := s.declared[name]; ok {
 		out.Declared = values(d, true)
+		out.DeclarationStale = store.DeclarationIsStale(d.UpdatedAt, s.now)
 	}
 	if o, ok := s.override[name]; ok {
 		out.Override = values(o, true)

@@ -20,6 +20,36 @@ import (
 // counter's key.
 const MaxLimitName = 200
 
+// DeclarationRefresh is the longest pause between two declarations of its
+// limits by a running engine (Limiter.DeclareLimits): the engine declares
+// them at Start, then every min(idem.Config.HeartbeatInterval,
+// DeclarationRefresh).
+const DeclarationRefresh = 10 * time.Second
+
+// DeclarationStale is how old a declaration's UpdatedAt may be before the
+// operator's tools show it as not declared by a running engine (three
+// refreshes missed). It is a constant, not a setting, so that a tool in
+// another process (idem console, idem limits ls) knows it without the
+// engines' configuration.
+const DeclarationStale = 3 * DeclarationRefresh
+
+// DeclarationIsStale reports whether a declaration last made at updated is
+// older than DeclarationStale at now: no running engine has declared it
+// for three refreshes. The engine's sweeper deletes it later
+// (Limiter.ForgetDeclarations).
+func DeclarationIsStale(updated, now time.Time) bool {
+	return !updated.IsZero() && now.Sub(updated) > DeclarationStale
+}
+
+// ValidateForgetAge refuses an olderThan of Limiter.ForgetDeclarations
+// below a millisecond, with an error wrapping ErrRejected.
+func ValidateForgetAge(olderThan time.Duration) error {
+	if olderThan < time.Millisecond {
+		return limitErr("olderThan", "forget declarations older than %v: give a millisecond or more", olderThan)
+	}
+	return nil
+}
+
 // Limit is a limit's values as the store keeps them: a runtime override
 // (Limiter.SetLimit) or the code's declaration (Limiter.DeclareLimits).
 // The zero value of each field means "no limit of that kind".
@@ -36,8 +66,9 @@ type Limit struct {
 	// Burst is the bucket's size; with Rate > 0 and Burst < 1, 1. A new
 	// bucket starts full.
 	Burst int `json:"burst"`
-	// UpdatedAt is when the override was set or the declaration made;
-	// the store sets it.
+	// UpdatedAt is when the override was set or the declaration last
+	// made (a running engine refreshes it: DeclarationRefresh); the store
+	// sets it.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
@@ -186,14 +217,26 @@ type Limiter interface {
 	Limits(ctx context.Context) ([]Limit, error)
 	// DeclareLimits records the values the code declares
 	// (idem.Config.Limits), so that an operator's tool in another process
-	// can show them: an upsert by name that sets UpdatedAt. Replicas
-	// running different builds may declare different values; the last
-	// writer wins. A declaration is never removed, and it never changes
-	// an override. Each limit is checked as SetLimit checks it; a bad one
-	// fails the whole call (nothing recorded), wrapping ErrRejected.
+	// can show them: an upsert by name that sets UpdatedAt (by the store's
+	// clock). A running engine declares its limits again at least every
+	// DeclarationRefresh, so UpdatedAt is the last time a running engine
+	// declared the limit. Replicas running different builds may declare
+	// different values; the last writer wins. A declaration goes only by
+	// ForgetDeclarations (a later DeclareLimits brings it back), and it
+	// never changes an override. Each limit is checked as SetLimit checks
+	// it; a bad one fails the whole call (nothing recorded), wrapping
+	// ErrRejected.
 	DeclareLimits(ctx context.Context, ls []Limit) error
 	// DeclaredLimits returns the declarations, ordered by name.
 	DeclaredLimits(ctx context.Context) ([]Limit, error)
+	// ForgetDeclarations deletes the declarations whose UpdatedAt is more
+	// than olderThan ago, by the store's clock (the database's where
+	// processes share it), and returns how many it deleted: limits that
+	// no running engine declares any more. It never removes an override
+	// (SetLimit's rows stay until ResetLimit), a counter or a hold: holds
+	// taken under a forgotten limit are released as before. An olderThan
+	// below a millisecond is refused, wrapping ErrRejected.
+	ForgetDeclarations(ctx context.Context, olderThan time.Duration) (int, error)
 	// LimitUses returns every counter that has a live hold, a bucket or
 	// a message waiting for it (LimitUse.Waiting), ordered by (Name, Key).
 	LimitUses(ctx context.Context) ([]LimitUse, error)
@@ -250,6 +293,13 @@ type ReceiveParams struct {
 	// an error wrapping ErrRejected, so a caller maps hostile text (from a
 	// header, say) to a valid key first.
 	Needs func(*transport.Envelope) []LimitKey
+	// Covering names limits of Limits that every message the caller
+	// consumes needs, with one counter (Key ""): once such a counter
+	// admits nothing more in a receive (its cap reached, or no whole
+	// token), no later message could be admitted, and the receive looks
+	// at no further window. A message the caller does not consume is then
+	// left for a later receive. Nil: none.
+	Covering []string
 	// Fair, when set, decides on a window in fair order
 	// (docs/flow-control.md) instead of the queue's, in one page: the
 	// shares (transport.HeaderFairnessKey, read by transport.FairnessOf)
@@ -276,10 +326,11 @@ type AdmittingQueue interface {
 	Limiter
 	// ReceiveAdmitted is ReceivePartition(p.Part, p.Parts) that admits as
 	// it leases, in one transaction. It looks at a bounded window of the
-	// visible messages, in Receive's order (when a full window admitted
-	// fewer than Max, it pages on past the last row seen, in the same
-	// transaction, up to 8 windows in all, keeping a refused key blocked
-	// across pages), and leases those admitted: a
+	// visible messages, in Receive's order (Max of them; when a full
+	// window admitted fewer than Max, it pages on past the last row seen,
+	// in the same transaction, in windows of 4 × Max, up to 8 windows in
+	// all, keeping a refused key blocked across pages, and stopping once
+	// a Covering counter is full), and leases those admitted: a
 	// message refused stays in the queue, not leased (its
 	// Attempt not counted), and so does every later message of its
 	// partition key in this receive, so that a refused message never

@@ -203,9 +203,14 @@ type QueueDecision struct {
 	// counter it waits for. A candidate refused only because an earlier
 	// one of its partition key was refused waits for that one's counter.
 	Refusals []Refusal
+	// Covering are limits every message the receiver consumes needs, with
+	// one counter each (store.ReceiveParams.Covering): once one of them
+	// admits nothing more, MorePages is false.
+	Covering []string
 
 	seen    int                       // candidates decided so far, over every page
 	blocked map[string]store.LimitKey // partition keys refused so far, by the counter that refused them
+	closed  bool                      // a Covering counter admits nothing more
 }
 
 // Refusal is a candidate a QueueDecision refused.
@@ -258,14 +263,43 @@ func (d *QueueDecision) Page(limits map[string]store.Limit, cands []Candidate, c
 		d.Admitted = append(d.Admitted, base+i)
 		d.Holds = append(d.Holds, holds[0])
 	}
+	d.closed = d.closed || Exhausted(limits, d.Covering, cs, now)
+}
+
+// Exhausted reports whether the counter (Key "") of one of the limits
+// names admits nothing more at now: its cap is reached, or its bucket
+// holds no whole token. A counter not in cs, or a limit not in force,
+// is not exhausted. It changes nothing in cs.
+func Exhausted(limits map[string]store.Limit, names []string, cs map[store.LimitKey]*Counter, now time.Time) bool {
+	for _, name := range names {
+		k := store.LimitKey{Name: name}
+		l, c := limits[name], cs[k]
+		if c == nil || !governs(limits, k) {
+			continue
+		}
+		if l.Concurrency > 0 && c.Live >= l.Concurrency {
+			return true
+		}
+		if l.Rate > 0 {
+			cc := *c
+			refill(&l, &cc, now)
+			if cc.Tokens < 1-epsilon {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // MorePages reports whether an admitting receive should look at the page
 // after page pages (numbered from 1), the last of which held got: that
-// page was full (PageWindow), fewer than max were admitted, and fewer
-// than MaxPages were looked at.
+// page was full (PageWindow), fewer than max were admitted, fewer than
+// MaxPages were looked at, and no Covering counter is exhausted (no
+// later message could be admitted: paging on would lock and read up to
+// 28 × max messages only to refuse them, at every receive while a cap
+// binds).
 func (d *QueueDecision) MorePages(pages, got, max int) bool {
-	return got >= PageWindow(pages, max) && len(d.Admitted) < max && pages < MaxPages
+	return got >= PageWindow(pages, max) && len(d.Admitted) < max && pages < MaxPages && !d.closed
 }
 
 // PageWindow is how many visible messages page (numbered from 1) of an

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -122,5 +123,41 @@ func TestPageWindow(t *testing.T) {
 		if got := PageWindow(c.page, c.max); got != c.want {
 			t.Errorf("PageWindow(%d, %d) = %d, want %d", c.page, c.max, got, c.want)
 		}
+	}
+}
+
+// TestCoveringFullEndsPaging checks that a page after which a Covering
+// counter admits nothing more (its cap reached, or no whole token) ends
+// the paging, that one with room left does not, and that Exhausted
+// changes no counter.
+func TestCoveringFullEndsPaging(t *testing.T) {
+	now := time.Now()
+	lim := map[string]store.Limit{"api": {Name: "api", Concurrency: 2}, "rate": {Name: "rate", Rate: 1, Burst: 1}}
+	api, rate := store.LimitKey{Name: "api"}, store.LimitKey{Name: "rate"}
+	page := func(covering []string, live int, tokens float64, n int) *QueueDecision {
+		cs := map[store.LimitKey]*Counter{api: {Live: live}, rate: {Tokens: tokens, RefilledAt: now}}
+		var cands []Candidate
+		for i := range n {
+			cands = append(cands, Candidate{Holder: fmt.Sprint("h", i), PartKey: fmt.Sprint("k", i), Keys: []store.LimitKey{api}})
+		}
+		d := &QueueDecision{Covering: covering}
+		d.Page(lim, cands, cs, now, n)
+		return d
+	}
+	if d := page([]string{"api"}, 0, 1, 4); d.MorePages(1, 4, 4) {
+		t.Errorf("cap 2 filled by a page of 4: MorePages got true, want false (admitted %v)", d.Admitted)
+	}
+	if d := page(nil, 0, 1, 4); !d.MorePages(1, 4, 4) {
+		t.Errorf("cap 2 filled, no Covering: MorePages got false, want true")
+	}
+	if d := page([]string{"api", "rate"}, 0, 0.5, 4); d.MorePages(1, 4, 4) {
+		t.Errorf("covering rate with half a token: MorePages got true, want false")
+	}
+	cs := map[store.LimitKey]*Counter{api: {Live: 1}, rate: {Tokens: 1, RefilledAt: now.Add(-time.Second)}}
+	if Exhausted(lim, []string{"api", "rate"}, cs, now) {
+		t.Errorf("Exhausted with a slot and a token left: got true, want false")
+	}
+	if c := cs[rate]; c.Refilled || c.Tokens != 1 {
+		t.Errorf("Exhausted changed the bucket: %+v", *c)
 	}
 }

@@ -101,6 +101,27 @@ func (s *Store) DeclaredLimits(ctx context.Context) ([]store.Limit, error) {
 	return sortedLimits(s.flow.declared), nil
 }
 
+// ForgetDeclarations deletes the declarations made more than olderThan
+// ago, by the process's clock.
+func (s *Store) ForgetDeclarations(ctx context.Context, olderThan time.Duration) (int, error) {
+	if err := store.ValidateForgetAge(olderThan); err != nil {
+		return 0, fmt.Errorf("memstore: forget declarations: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "forget declarations"); err != nil {
+		return 0, err
+	}
+	before, n := time.Now().Add(-olderThan), 0
+	for name, l := range s.flow.declared {
+		if l.UpdatedAt.Before(before) {
+			delete(s.flow.declared, name)
+			n++
+		}
+	}
+	return n, nil
+}
+
 // sortedLimits returns m's limits ordered by name.
 func sortedLimits(m map[string]store.Limit) []store.Limit {
 	out := make([]store.Limit, 0, len(m))

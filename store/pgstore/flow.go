@@ -97,6 +97,22 @@ func (s *Store) DeclaredLimits(ctx context.Context) ([]store.Limit, error) {
 	return s.queryLimits(ctx, "declared limits", `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits_declared ORDER BY name COLLATE "C"`)
 }
 
+// ForgetDeclarations deletes the declarations made more than olderThan
+// ago, by the database's clock.
+func (s *Store) ForgetDeclarations(ctx context.Context, olderThan time.Duration) (int, error) {
+	if err := store.ValidateForgetAge(olderThan); err != nil {
+		return 0, fmt.Errorf("pgstore: forget declarations: %w", err)
+	}
+	if err := s.check("forget declarations"); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idem_limits_declared WHERE updated_at < now() - $1::bigint * interval '1 microsecond'`, olderThan.Microseconds())
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: forget declarations: %w", translate(err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // queryLimits runs q, which selects a limit's columns.
 func (s *Store) queryLimits(ctx context.Context, op, q string) ([]store.Limit, error) {
 	if err := s.check(op); err != nil {
@@ -308,12 +324,19 @@ func (s *Store) admitTx(ctx context.Context, conn *pgxpool.Conn, first *pgx.Batc
 // their live holds, which fill *cs and *now (the database's clock once
 // the locks are held) when the batch runs.
 func queueLock(b *pgx.Batch, keys []store.LimitKey, cs *map[store.LimitKey]*admit.Counter, now *time.Time) {
+	queueLockWith(b, lockCountersSQL, nil, keys, cs, now)
+}
+
+// queueLockWith is queueLock with the lock's statement q, which takes the
+// names and keys, then args; a counter q does not return is not locked,
+// and is left out of cs.
+func queueLockWith(b *pgx.Batch, q string, args []any, keys []store.LimitKey, cs *map[store.LimitKey]*admit.Counter, now *time.Time) {
 	names, ks := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		names[i], ks[i] = k.Name, k.Key
 	}
 	*cs = make(map[store.LimitKey]*admit.Counter, len(keys))
-	b.Queue(lockCountersSQL, names, ks).Query(func(rows pgx.Rows) error {
+	b.Queue(q, append([]any{names, ks}, args...)...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k store.LimitKey
 			var tokens pgtype.Float8

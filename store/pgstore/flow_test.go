@@ -121,3 +121,47 @@ func BenchmarkFairShare(b *testing.B) {
 		return openStore(tb, pgstore.Config{PollInterval: 5 * time.Millisecond})
 	}, 5000)
 }
+
+// An admitting receive whose limits all cover (ReceiveParams.Covering)
+// locks their counters in its first batch, so it takes one round trip
+// less, and only when a message is visible: a receive of an empty queue
+// writes no counter.
+func TestCoveringReceiveLocksCountersOnlyWithWork(t *testing.T) {
+	testenv.PostgresURL(t)
+	t.Parallel()
+	ctx := t.Context()
+	s := openStore(t, pgstore.Config{Lease: 5 * time.Second})
+	lim := map[string]store.Limit{"api": {Name: "api", Concurrency: 10}}
+	p := &store.ReceiveParams{Max: 2, Limits: lim, Covering: []string{"api"}, Needs: func(*transport.Envelope) []store.LimitKey {
+		return []store.LimitKey{{Name: "api"}}
+	}}
+	counters := func() int {
+		t.Helper()
+		var n int
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{s.Schema(), "idem_limit_counters"}.Sanitize()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	empty, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if ds, err := s.ReceiveAdmitted(empty, p); err == nil {
+		t.Fatalf("receive of an empty queue: got %d deliveries, want none", len(ds))
+	}
+	if n := counters(); n != 0 {
+		t.Fatalf("a receive of an empty queue wrote %d counters, want 0", n)
+	}
+	if err := s.Publish(ctx, []transport.Envelope{{ID: "a", Type: "t", CorrelationID: "a", Body: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.ReceiveAdmitted(ctx, p)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive admitted: got %d deliveries, %v, want 1", len(ds), err)
+	}
+	if n := counters(); n != 1 {
+		t.Errorf("counters after an admission: got %d, want 1 (api)", n)
+	}
+	if u, err := s.LimitUses(ctx); err != nil || len(u) != 1 || u[0].InFlight != 1 {
+		t.Errorf("limit uses: got %+v, %v, want api with 1 in flight", u, err)
+	}
+}

@@ -63,6 +63,17 @@ UPDATE idem_queue q SET refused_name = u.name, refused_key = u.key, refused_atte
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(seq, name, key, attempt)
 WHERE q.seq = u.seq`
 
+// lockCountersIfVisibleSQL is lockCountersSQL when a message of the
+// partition ($3 of $4) is visible, else nothing.
+const lockCountersIfVisibleSQL = `
+INSERT INTO idem_limit_counters (name, key, refilled_at)
+SELECT u.name, u.key, clock_timestamp() FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(name, key, ord)
+WHERE EXISTS (SELECT 1 FROM idem_queue WHERE visible_at <= now() AND ($4 < 2 OR mod(part, $4) = $3))
+ORDER BY u.ord
+ON CONFLICT (name, key) DO UPDATE
+SET refilled_at = CASE WHEN idem_limit_counters.tokens IS NULL THEN excluded.refilled_at ELSE idem_limit_counters.refilled_at END
+RETURNING name, key, tokens, refilled_at, clock_timestamp()`
+
 // nextVisibleSQL is the next time a message of the partition becomes
 // visible: messages visible now were looked at and refused.
 const nextVisibleSQL = `SELECT min(visible_at) FROM idem_queue WHERE visible_at > now() AND ($2 < 2 OR mod(part, $2) = $1)`
@@ -185,6 +196,7 @@ var errRestart = errors.New("a page needs a counter ordered before one already l
 // returns the admitted deliveries in enqueue order, as Receive does.
 func (t *admitTxn) run(ctx context.Context, pre []store.LimitKey) ([]transport.Delivery, *admit.QueueDecision, error) {
 	t.cs, t.now = map[store.LimitKey]*admit.Counter{}, time.Now()
+	t.dec.Covering = t.p.Covering
 	b := &pgx.Batch{}
 	b.Queue(beginSQL)
 	if t.p.Fair {
@@ -197,6 +209,9 @@ func (t *admitTxn) run(ctx context.Context, pre []store.LimitKey) ([]transport.D
 		t.queueHeads(b)
 	} else {
 		t.queuePage(b, nil)
+	}
+	if len(pre) == 0 {
+		t.queueCovering(b)
 	}
 	var out []transport.Delivery
 	err := t.s.admitTx(ctx, t.conn, b, func() (*pgx.Batch, error) {
@@ -216,6 +231,39 @@ func (t *admitTxn) queueLock(b *pgx.Batch, keys []store.LimitKey) {
 	queueLock(b, keys, &t.fresh, &t.now)
 	t.locked = append(t.locked, keys...)
 	slices.SortFunc(t.locked, store.LimitKey.Compare)
+}
+
+// queueCovering queues, when every limit in force is covering
+// (ReceiveParams.Covering: every message needs their counters, and no
+// other counter can sort before them), the lock of their counters into
+// t.fresh, in the first batch, so that the receive decides without a
+// round trip of its own for them. It locks them only when a message is
+// visible, so that an empty receive writes nothing.
+func (t *admitTxn) queueCovering(b *pgx.Batch) {
+	keys := coveringKeys(t.p)
+	if len(keys) == 0 {
+		return
+	}
+	queueLockWith(b, lockCountersIfVisibleSQL, []any{t.p.Part, t.p.Parts}, keys, &t.fresh, &t.now)
+	t.locked = append(t.locked, keys...)
+	slices.SortFunc(t.locked, store.LimitKey.Compare)
+}
+
+// coveringKeys returns the counters of p.Covering, in order, when every
+// limit of p.Limits that governs is among them; else nil.
+func coveringKeys(p *store.ReceiveParams) []store.LimitKey {
+	var keys []store.LimitKey
+	for name, l := range p.Limits {
+		if l.Concurrency <= 0 && l.Rate <= 0 {
+			continue
+		}
+		if !slices.Contains(p.Covering, name) {
+			return nil
+		}
+		keys = append(keys, store.LimitKey{Name: name})
+	}
+	slices.SortFunc(keys, store.LimitKey.Compare)
+	return keys
 }
 
 // merge moves the counters a batch locked into t.cs.

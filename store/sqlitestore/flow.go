@@ -89,6 +89,25 @@ func (s *Store) DeclaredLimits(ctx context.Context) ([]store.Limit, error) {
 	return s.queryLimits(ctx, "declared limits", `SELECT name, concurrency, rate, burst, updated_at FROM idem_limits_declared ORDER BY name`)
 }
 
+// ForgetDeclarations deletes the declarations made more than olderThan
+// ago, by the process's clock (the writers of one SQLite file share a
+// host).
+func (s *Store) ForgetDeclarations(ctx context.Context, olderThan time.Duration) (int, error) {
+	if err := store.ValidateForgetAge(olderThan); err != nil {
+		return 0, fmt.Errorf("sqlitestore: forget declarations: %w", err)
+	}
+	var n int64
+	err := s.write(ctx, "forget declarations", 0, func(w *writer) error {
+		var err error
+		n, err = w.exec(`DELETE FROM idem_limits_declared WHERE updated_at < ?1`, micros(time.Now().Add(-olderThan)))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: forget declarations: %w", err)
+	}
+	return int(n), nil
+}
+
 // queryLimits runs q, which selects a limit's columns, on the readers.
 func (s *Store) queryLimits(ctx context.Context, op, q string) ([]store.Limit, error) {
 	if err := s.check(op); err != nil {

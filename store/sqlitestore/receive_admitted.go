@@ -154,7 +154,7 @@ type pages struct {
 // admit.QueueDecision.MorePages). It returns every candidate looked at,
 // as deliveries leased under tok, with their rows.
 func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok string) ([]transport.Delivery, []int64, pages, error) {
-	pg := pages{QueueDecision: &admit.QueueDecision{}, cs: map[store.LimitKey]*admit.Counter{}, rec: map[int64]recorded{}}
+	pg := pages{QueueDecision: &admit.QueueDecision{Covering: p.Covering}, cs: map[store.LimitKey]*admit.Counter{}, rec: map[int64]recorded{}}
 	var ds []transport.Delivery
 	var seqs []int64
 	after := cursor{at: -1 << 63}

@@ -30,6 +30,7 @@ func init() {
 		featureCase{"FlowQueueExpiredHoldIsLost", needAdmit, testFlowQueueExpiredHoldIsLost},
 		featureCase{"FlowQueueLooksPastRefusedWindow", needAdmit, testFlowQueueLooksPastRefusedWindow},
 		featureCase{"FlowQueueLostLeaseKeepsHoldExpiry", needAdmit, testFlowQueueLostLeaseKeepsHoldExpiry},
+		featureCase{"FlowQueueCoveringFullStopsPaging", needAdmit, testFlowQueueCoveringFullStopsPaging},
 	)
 }
 
@@ -381,6 +382,56 @@ func testFlowQueueLooksPastRefusedWindow(t *testing.T, s store.Store, f Features
 	if n := inFlight(t, q, lk("aaa", "")); n != 1 {
 		t.Errorf("in flight on aaa: got %d, want 1 (b-2's hold)", n)
 	}
+}
+
+// testFlowQueueCoveringFullStopsPaging checks ReceiveParams.Covering:
+// with the cap of a covering limit full, a receive looks at no window
+// after the first, so the unlimited message behind five refused ones (a
+// message the caller, by its Covering, does not consume) is left; and
+// once the cap has room, the refused messages are admitted in order, the
+// receive stopping at the page that filled the cap again.
+func testFlowQueueCoveringFullStopsPaging(t *testing.T, s store.Store, f Features) {
+	q := admittingOf(t, s)
+	lim := limits(store.Limit{Name: "api", Concurrency: 2})
+	adm, err := q.Admit(t.Context(), &store.AdmitParams{Limits: lim, TTL: time.Hour,
+		Requests: []store.AdmitRequest{{Holder: "h-0", Keys: []store.LimitKey{lk("api", "")}}, {Holder: "h-1", Keys: []store.LimitKey{lk("api", "")}}}})
+	if err != nil || len(adm) != 2 || !adm[0].Admitted || !adm[1].Admitted {
+		t.Fatalf("admit h-0 and h-1: got %v, %v, want both admitted", adm, err)
+	}
+	var envs []transport.Envelope
+	for i := range 5 {
+		envs = append(envs, limited(fmt.Sprintf("r-%d", i), fmt.Sprintf("k-r%d", i), "api"))
+	}
+	publish(t, q, envs...)
+	publish(t, q, limited("b-1", "k-b1", ""))
+	covering := func(max int, wait time.Duration) ([]transport.Delivery, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), wait)
+		defer cancel()
+		return q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: max, Limits: lim, Needs: needsOf, Covering: []string{"api"}})
+	}
+	ds, err := covering(1, 300*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("covering cap full: got %s, %v, want no admission (no window after the first)", describe(ds), err)
+	}
+	if err := q.ReleaseHolds(t.Context(), []string{"h-0"}); err != nil {
+		t.Fatalf("release h-0: %v", err)
+	}
+	ds, err = covering(3, promptWait)
+	if err != nil {
+		t.Fatalf("covering cap with one slot: %v", err)
+	}
+	wantIDs(t, "covering cap with one slot, Max 3", ds, 1, "r-0")
+	if err := q.ReleaseHolds(t.Context(), []string{"h-1", ds[0].Token}); err != nil {
+		t.Fatalf("release h-1 and r-0: %v", err)
+	}
+	if err := q.Ack(t.Context(), ds[:1]); err != nil {
+		t.Fatalf("ack r-0: %v", err)
+	}
+	ds, err = covering(1, promptWait)
+	if err != nil {
+		t.Fatalf("covering cap with two slots, Max 1: %v", err)
+	}
+	wantIDs(t, "covering cap with two slots, Max 1", ds, 1, "r-1")
 }
 
 // testFlowQueueLostLeaseKeepsHoldExpiry checks that an extension of a

@@ -24,7 +24,8 @@ func newLimits() *cobra.Command {
 		Short: "List flow-control limits with their use, and override them at runtime",
 		Long: `Flow-control limits (concurrency caps and rate limits) are declared in code
 (idem.Config.Limits); each engine records its declarations in the store at
-start. An override kept in the store replaces a limit's declared values on
+start and again while it runs, and the engines' sweeper deletes those no
+running engine declares any more. An override kept in the store replaces a limit's declared values on
 every replica within its Config.LimitsInterval (1s by default), with
 nothing drained first. These commands work on the store directly. See
 docs/operations.md, "Flow control".`,
@@ -60,6 +61,9 @@ type limitView struct {
 	InForce  *limitValues   `json:"in_force"`
 	Applies  bool           `json:"applies"`
 	Counters []limitCounter `json:"counters"`
+	// DeclarationStale is set when no running engine has declared the
+	// limit for store.DeclarationStale: not since Declared.UpdatedAt.
+	DeclarationStale bool `json:"declaration_stale,omitempty"`
 }
 
 // limitList is what idem limits ls --json prints.
@@ -72,8 +76,9 @@ func valuesOf(l *store.Limit) *limitValues {
 }
 
 // limitViews merges the declarations, the overrides and the counters in
-// use, by name (byte order), one view per name any of them knows.
-func limitViews(declared, overrides []store.Limit, uses []store.LimitUse) []limitView {
+// use, by name (byte order), one view per name any of them knows; a
+// declaration older than store.DeclarationStale at now is marked.
+func limitViews(declared, overrides []store.Limit, uses []store.LimitUse, now time.Time) []limitView {
 	byName := map[string]*limitView{}
 	view := func(name string) *limitView {
 		if byName[name] == nil {
@@ -82,7 +87,9 @@ func limitViews(declared, overrides []store.Limit, uses []store.LimitUse) []limi
 		return byName[name]
 	}
 	for i := range declared {
-		view(declared[i].Name).Declared = valuesOf(&declared[i])
+		v := view(declared[i].Name)
+		v.Declared = valuesOf(&declared[i])
+		v.DeclarationStale = store.DeclarationIsStale(declared[i].UpdatedAt, now)
 	}
 	for i := range overrides {
 		view(overrides[i].Name).Override = valuesOf(&overrides[i])
@@ -159,7 +166,7 @@ func readLimits(ctx context.Context, l store.Limiter) ([]limitView, error) {
 	if err != nil {
 		return nil, failed(fmt.Errorf("read the limits' use: %w", err))
 	}
-	return limitViews(declared, overrides, uses), nil
+	return limitViews(declared, overrides, uses, time.Now()), nil
 }
 
 func newLimitsLs() *cobra.Command {
@@ -169,7 +176,7 @@ func newLimitsLs() *cobra.Command {
 		Use:   "ls [--json]",
 		Short: "List the limits: declared, overridden, in force, and their use",
 		Long: `List every limit the store knows, by name: the values the engines declare
-(Config.Limits, recorded at their start), the override (idem limits set;
+(Config.Limits, recorded while they run), the override (idem limits set;
 "-" for none), the values in force (the override, else the declaration)
 and how many messages hold it now (IN FLIGHT, over all its counters) and
 wait for it (WAITING). An override of a name no engine declares
@@ -181,13 +188,17 @@ admitting receive looked at and could not admit, and those behind them
 of their saga key (a backlog deeper than a receive looks at is
 undercounted; beside a broker nothing is counted).
 
-A "cap" is a concurrency cap, "R/s burst B" a rate limit. A declaration
-stays in the store after the code stops declaring it; its time, in
---json, says when an engine last declared it.
+A "cap" is a concurrency cap, "R/s burst B" a rate limit. A running
+engine declares its limits again every 10s at most, so a declaration's
+time (in --json) is when a running engine last declared it. One that no
+running engine declared for 30s is noted "not declared by a running
+engine since T" (its code was most likely removed), and the engines'
+sweeper deletes it later (after Config.LimitCounterIdle, 100s at least);
+an override stays until idem limits reset.
 
 --json prints {"limits": [...]}, each with name, declared, override and
-in_force (null when absent; rate per second), applies, and counters (key,
-in_flight, tokens, waiting).
+in_force (null when absent; rate per second), applies, counters (key,
+in_flight, tokens, waiting), and declaration_stale (true for such a declaration).
 ` + storeHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -226,6 +237,8 @@ func printLimits(w io.Writer, views []limitView) error {
 			counters = true
 		}
 		switch {
+		case v.DeclarationStale:
+			note = "not declared by a running engine since " + v.Declared.UpdatedAt.UTC().Format(time.RFC3339)
 		case !v.Applies && v.Override != nil:
 			note = "override applies to nothing: no engine declares this limit"
 		case !v.Applies:

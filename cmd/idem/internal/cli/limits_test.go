@@ -286,3 +286,35 @@ func waitOnDB(t *testing.T, q store.AdmittingQueue) {
 		t.Fatalf("receive admitted under db's cap of 2: got %d deliveries, error %v; want 2", len(ds), err)
 	}
 }
+
+// idem limits ls notes a declaration no running engine declared for
+// store.DeclarationStale, in its table and in --json, and only that one.
+func TestLimitsLsMarksStaleDeclarations(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 8, 1, 0, 0, 0, time.UTC)
+	old := now.Add(-store.DeclarationStale - time.Second)
+	declared := []store.Limit{
+		{Name: "fresh", Concurrency: 1, UpdatedAt: now.Add(-store.DeclarationRefresh)},
+		{Name: "removed", Concurrency: 2, UpdatedAt: old},
+	}
+	views := limitViews(declared, []store.Limit{{Name: "removed", Concurrency: 3, UpdatedAt: old}}, nil, now)
+	if len(views) != 2 || views[0].DeclarationStale || !views[1].DeclarationStale {
+		t.Fatalf("limitViews: got %+v, want only removed's declaration stale", views)
+	}
+	var out strings.Builder
+	if err := printLimits(&out, views); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	want := "not declared by a running engine since " + old.Format(time.RFC3339)
+	if !strings.Contains(lines[2], "removed") || !strings.Contains(lines[2], want) || strings.Contains(lines[1], "not declared") {
+		t.Errorf("limits ls: got\n%s\nwant removed's row, and only it, noted %q", out.String(), want)
+	}
+	js, err := json.Marshal(limitList{Limits: views})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(js), `"declaration_stale":true`) != 1 {
+		t.Errorf("limits ls --json: got %s, want declaration_stale true once", js)
+	}
+}

@@ -125,6 +125,11 @@ func (s *faultStore) DeclaredLimits(ctx context.Context) ([]store.Limit, error) 
 	return s.limiter().DeclaredLimits(ctx)
 }
 
+// ForgetDeclarations is the wrapped store's.
+func (s *faultStore) ForgetDeclarations(ctx context.Context, olderThan time.Duration) (int, error) {
+	return s.limiter().ForgetDeclarations(ctx, olderThan)
+}
+
 // LimitUses is the wrapped store's.
 func (s *faultStore) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
 	return s.limiter().LimitUses(ctx)
