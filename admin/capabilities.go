@@ -31,7 +31,8 @@ type capabilities struct {
 	replicaCounter readmodel.ReplicaCounter
 	tokens         store.TokenSweeper
 	storeQueue     store.Queue
-	limits         store.Limiter // limits.go
+	limits         store.Limiter         // limits.go
+	admissionWaits store.AdmissionWaiter // console_why_admission.go
 	shares         store.FairShareReader
 
 	// transportPending counts the engine's transport's messages, when it
@@ -63,6 +64,7 @@ func resolveCapabilities(st store.Store, tr, cfgTr transport.Transport) *capabil
 	c.tokens, _ = st.(store.TokenSweeper)
 	c.storeQueue, _ = st.(store.Queue)
 	c.limits, _ = st.(store.Limiter)
+	c.admissionWaits, _ = st.(store.AdmissionWaiter)
 	c.shares, _ = st.(store.FairShareReader)
 	c.transportPending, _ = tr.(transport.PendingCounter)
 	c.pending, _ = cfgTr.(transport.PendingCounter)

@@ -254,6 +254,10 @@ func (c *console) pageInstance(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		rs, err = c.retriesOf(ctx, k)
 	}
+	var ws []whyAdmission
+	if err == nil && in.Status() != store.StatusFinished {
+		ws, err = c.admissionWaitsOf(ctx, key)
+	}
 	if err != nil {
 		c.storeFailed(w, r, "read saga details", err)
 		return
@@ -263,7 +267,7 @@ func (c *console) pageInstance(w http.ResponseWriter, r *http.Request) {
 		gr := m.Describe().Graph()
 		g = &gr
 	}
-	v.Why = buildWhy(whyInput{In: in, Graph: g, Timers: ts, DeadLetters: dls, Retries: rs, Now: v.Now})
+	v.Why = buildWhy(whyInput{In: in, Graph: g, Timers: ts, DeadLetters: dls, Retries: rs, Admission: ws, Now: v.Now})
 	v.Act = c.actionsFor(r, in, v.Why)
 	c.render(w, r, http.StatusOK, "instance", typ+" "+shorten(key, 40), v)
 }

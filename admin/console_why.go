@@ -28,6 +28,9 @@ type whyPanel struct {
 	DeadLetters  []store.DeadLetter
 	// Retries are the saga's messages being retried (console_why_retrying.go).
 	Retries []store.Retry
+	// Admission are the saga's messages waiting for admission under a
+	// flow-control limit (console_why_admission.go).
+	Admission []whyAdmission
 }
 
 // acceptedEvent is one event the saga's current state handles.
@@ -52,6 +55,7 @@ type whyInput struct {
 	Timers      []store.Timer
 	DeadLetters []store.DeadLetter
 	Retries     []store.Retry
+	Admission   []whyAdmission
 	Now         time.Time
 }
 
@@ -80,7 +84,7 @@ func buildWhy(in whyInput) *whyPanel {
 	if len(p.DeadLetters) > maxWhyDeadLetters {
 		p.DeadLetters = p.DeadLetters[:maxWhyDeadLetters]
 	}
-	p.Retries = in.Retries
+	p.Retries, p.Admission = in.Retries, in.Admission
 	p.Verdict, p.Kind = p.verdict(in.In, len(in.DeadLetters))
 	if v, ok := p.retrying(in.In, in.Now); ok {
 		p.Verdict, p.Kind = v, "warn"
@@ -108,7 +112,8 @@ func accepted(g saga.Graph, s string) (out []acceptedEvent, unknown bool) {
 }
 
 // verdict is the panel's one line, most urgent first: finished, a dead
-// letter, an overdue timer or request, then what the saga waits for.
+// letter, a message waiting for admission, an overdue timer or request,
+// then what the saga waits for.
 func (p *whyPanel) verdict(in *store.Instance, deadLetters int) (string, string) {
 	switch {
 	case in.Status() == store.StatusFinished:
@@ -117,6 +122,9 @@ func (p *whyPanel) verdict(in *store.Instance, deadLetters int) (string, string)
 		return "a message is dead-lettered (" + p.DeadLetters[0].Reason + ")", "warn"
 	case deadLetters > 1:
 		return strconv.Itoa(deadLetters) + " messages are dead-lettered (latest: " + p.DeadLetters[0].Reason + ")", "warn"
+	}
+	if v, ok := p.admissionVerdict(); ok {
+		return v, "wait"
 	}
 	if t, ok := p.mostOverdue(); ok && t.RequestID != "" {
 		return "a request is past its deadline by " + span(t.Overdue) + " (" + t.Name + ")", "warn"

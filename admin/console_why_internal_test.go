@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -45,5 +46,44 @@ func TestWhyVerdict(t *testing.T) {
 	p := buildWhy(whyInput{In: active("Waiting"), Graph: g, Now: now})
 	if len(p.Accepts) != 2 || len(p.Accepts[0].To) != 2 || p.Accepts[0].To[1] != "Idle" {
 		t.Errorf("accepted events of Waiting: got %+v, want Paid → Done, Idle and Nudged → Waiting", p.Accepts)
+	}
+}
+
+// A message waiting for admission comes before overdue timers and the
+// events the state accepts, names its limit and key quoted, and says why
+// from the limit's kind; dead letters and retries still come first.
+func TestWhyVerdictAdmission(t *testing.T) {
+	now := time.Date(2026, 11, 26, 5, 0, 0, 0, time.UTC)
+	g := &saga.Graph{States: []saga.GraphState{{Name: "Waiting"}}, Edges: []saga.GraphEdge{{From: "Waiting", To: "Waiting", Event: "x.Paid", Label: "Paid"}}}
+	active := &store.Instance{State: "Waiting"}
+	wait := func(name, key, reason string) whyAdmission {
+		return whyAdmission{AdmissionWait: store.AdmissionWait{MessageID: "m", MessageType: "x.Charge", Limit: store.LimitKey{Name: name, Key: key}}, Reason: reason}
+	}
+	overdue := []store.Timer{{Name: "t", DueAt: now.Add(-time.Minute)}}
+	for _, c := range []struct {
+		name string
+		in   whyInput
+		want string
+	}{
+		{"cap", whyInput{Admission: []whyAdmission{wait("parser-api", "tenant-a", refusalReason(store.Limit{Concurrency: 2}))}, Timers: overdue},
+			`waiting for admission: limit "parser-api" (key "tenant-a") is at its cap`},
+		{"rate, unpartitioned", whyInput{Admission: []whyAdmission{wait("mail", "", refusalReason(store.Limit{Rate: 1}))}},
+			`waiting for admission: limit "mail" has no tokens`},
+		{"both kinds, two messages", whyInput{Admission: []whyAdmission{wait("api", "k", refusalReason(store.Limit{Concurrency: 1, Rate: 1})), wait("api", "k", "")}},
+			`2 messages waiting for admission: limit "api" (key "k") is at its cap or has no tokens`},
+		{"no values in force, hostile key", whyInput{Admission: []whyAdmission{wait("gone", "<script>\x00", "")}},
+			`waiting for admission under limit "gone" (key "<script>\x00")`},
+		{"a dead letter first", whyInput{Admission: []whyAdmission{wait("api", "", "is at its cap")}, DeadLetters: []store.DeadLetter{{Reason: "r"}}},
+			"a message is dead-lettered (r)"},
+	} {
+		c.in.In, c.in.Graph, c.in.Now = active, g, now
+		if got := buildWhy(c.in).Verdict; got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+	}
+	retrying := buildWhy(whyInput{In: active, Graph: g, Now: now, Admission: []whyAdmission{wait("api", "", "is at its cap")},
+		Retries: []store.Retry{{MessageType: "x.Charge", Attempts: 1, NextAttemptAt: now.Add(time.Minute)}}})
+	if !strings.HasPrefix(retrying.Verdict, "retrying:") {
+		t.Errorf("retrying and waiting for admission: got %q, want the retry first", retrying.Verdict)
 	}
 }

@@ -42,7 +42,7 @@
 //	POST   /api/schedules/{name}/resume      resume it (missed ticks follow its policy)
 //	DELETE /api/schedules/{name}             delete it
 //	POST   /api/schedules/{name}/fire?tick=  fire its next tick (tick: the next_due shown) now, under that tick's ID (202; 409 when it is not next)
-//	GET    /api/limits?keys=                 flow-control limits: declared (declaration_stale when no running engine declared it for store.DeclarationStale), override, in force, in flight, the busiest keys' counters, and a fair queue's shares with the most messages waiting (501 when the store keeps none)
+//	GET    /api/limits?keys=                 flow-control limits: declared (declaration_stale when no running engine declared it for store.DeclarationStale), override, in force, in flight, waiting for admission, the busiest keys' counters, and a fair queue's shares with the most messages waiting (501 when the store keeps none)
 //	POST   /api/limits/{name}                {"concurrency": N, "rate": R, "burst": B}: override it (a member left out takes the declared value; ?undeclared=true for a name no engine declares)
 //	POST   /api/limits/{name}/reset          remove its override: the declared values are in force again
 //	GET    /api/replicas?limit=              engine replicas from their heartbeats, with their state (501 when the store keeps none)

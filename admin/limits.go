@@ -60,8 +60,12 @@ type Limit struct {
 	InForce *LimitValues `json:"in_force"`
 	// InFlight is the live holds over every counter of the limit.
 	InFlight int `json:"in_flight"`
+	// Waiting is the messages waiting for admission over every counter
+	// of the limit (see LimitCounter.Waiting).
+	Waiting int `json:"waiting"`
 	// Counters are the limit's counters, the most in flight first (then
-	// by key), at most ?keys= of them; CounterCount counts them all.
+	// the most waiting, then by key), at most ?keys= of them;
+	// CounterCount counts them all.
 	Counters     []LimitCounter `json:"counters"`
 	CounterCount int            `json:"counter_count"`
 }
@@ -75,6 +79,10 @@ type LimitCounter struct {
 	// Tokens is what the counter's rate bucket holds (see
 	// store.LimitUse.Tokens); 0 without a bucket.
 	Tokens float64 `json:"tokens"`
+	// Waiting counts the queue messages waiting for admission on this
+	// counter, once an admitting receive has looked at them (see
+	// store.LimitUse.Waiting); 0 beside a broker.
+	Waiting int `json:"waiting"`
 }
 
 // LimitList is the answer of GET /api/limits, the limits by name.
@@ -109,7 +117,7 @@ var errUnknownLimit = errors.New("no such limit")
 type limitState struct {
 	declared map[string]store.Limit
 	override map[string]store.Limit
-	uses     map[string][]store.LimitUse // by name, the most in flight first
+	uses     map[string][]store.LimitUse // by name, the most in flight first, then the most waiting
 	now      time.Time                   // when it was read, for DeclarationStale
 }
 
@@ -144,7 +152,7 @@ func (c *capabilities) readLimits(ctx context.Context) (*limitState, error) {
 	}
 	for _, us := range s.uses {
 		slices.SortStableFunc(us, func(a, b store.LimitUse) int {
-			return cmp.Or(cmp.Compare(b.InFlight, a.InFlight), strings.Compare(a.Key, b.Key))
+			return cmp.Or(cmp.Compare(b.InFlight, a.InFlight), cmp.Compare(b.Waiting, a.Waiting), strings.Compare(a.Key, b.Key))
 		})
 	}
 	return s, nil
@@ -208,8 +216,9 @@ func (s *limitState) limit(name string, keys int) Limit {
 	out.CounterCount = len(us)
 	for i, u := range us {
 		out.InFlight += u.InFlight
+		out.Waiting += u.Waiting
 		if i < keys {
-			out.Counters = append(out.Counters, LimitCounter{Key: u.Key, InFlight: u.InFlight, Tokens: u.Tokens})
+			out.Counters = append(out.Counters, LimitCounter{Key: u.Key, InFlight: u.InFlight, Tokens: u.Tokens, Waiting: u.Waiting})
 		}
 	}
 	return out
@@ -338,8 +347,8 @@ const limitMetricKeys = 100
 // otherKey is the key label of the counters summed together.
 const otherKey = "other"
 
-// collectLimits exports idem_limit_in_flight and idem_limit_tokens per
-// counter (at most limitMetricKeys a limit) and idem_limit_concurrency per
+// collectLimits exports idem_limit_in_flight, idem_limit_tokens and
+// idem_limit_waiting per counter (at most limitMetricKeys a limit) and idem_limit_concurrency per
 // limit, when the store keeps limits. It reports false when the store did
 // not answer.
 func (c *collector) collectLimits(ctx context.Context, ch chan<- prometheus.Metric) bool {
@@ -369,15 +378,18 @@ func (c *collector) collectLimits(ctx context.Context, ch chan<- prometheus.Metr
 				shown++
 				gauge(c.limitInFlight, float64(u.InFlight), name, u.Key)
 				gauge(c.limitTokens, u.Tokens, name, u.Key)
+				gauge(c.limitWaiting, float64(u.Waiting), name, u.Key)
 				continue
 			}
 			folded++
 			other.InFlight += u.InFlight
 			other.Tokens += u.Tokens
+			other.Waiting += u.Waiting
 		}
 		if folded > 0 {
 			gauge(c.limitInFlight, float64(other.InFlight), name, otherKey)
 			gauge(c.limitTokens, other.Tokens, name, otherKey)
+			gauge(c.limitWaiting, float64(other.Waiting), name, otherKey)
 		}
 	}
 	return true

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,8 +102,24 @@ func TestAPILimitsFromEngine(t *testing.T) {
 	if l := list.Limits[0]; l.Name != "parser-api" || valuesOf(l.Declared) != `{"concurrency":2,"rate":0,"burst":0}` || len(l.Counters) != 1 || l.Counters[0].Key != "acme" {
 		t.Fatalf("the engine's limit: %+v, want parser-api declared with a cap of 2, acme's counter", l)
 	}
+	eventually(t, "the third call waiting for admission", func() bool {
+		var list admin.LimitList
+		r.getJSON(t, "/api/limits", &list)
+		return len(list.Limits) == 1 && list.Limits[0].Waiting == 1 && len(list.Limits[0].Counters) == 1 && list.Limits[0].Counters[0].Waiting == 1
+	})
+	if code, body := r.do(t, http.MethodGet, "/metrics", ""); code != http.StatusOK || !strings.Contains(body, "idem_limit_waiting{key=\"acme\",limit=\"parser-api\"} 1\n") {
+		t.Errorf("/metrics: %d, want idem_limit_waiting of acme 1 in:\n%s", code, body)
+	}
+	if code, body := r.do(t, http.MethodGet, "/limits", ""); code != http.StatusOK || !strings.Contains(body, `<td class="waiting">1</td>`) || !strings.Contains(body, "1 waiting") {
+		t.Errorf("the Limits page: %d, want the limit's and acme's 1 waiting in:\n%s", code, body)
+	}
 	r.open()
 	eventually(t, "every slot released", r.inFlight(t, 0))
+	var after admin.LimitList
+	r.getJSON(t, "/api/limits", &after)
+	if l := after.Limits[0]; l.Waiting != 0 {
+		t.Errorf("once every call was handled: %+v, want none waiting", l)
+	}
 }
 
 // A cap raised through the API while a consumer waits for admission

@@ -139,7 +139,7 @@ type collector struct {
 	typeMessages, typeDead, typeConflicts, typeLeaseLost, typeRedelivered, typeRawKeys *prometheus.Desc
 	queueReady, queueUnacked, queueUp, rows                                            *prometheus.Desc
 	replicas                                                                           *prometheus.Desc // console_replicas.go
-	limitInFlight, limitTokens, limitConcurrency                                       *prometheus.Desc // limits.go
+	limitInFlight, limitTokens, limitWaiting, limitConcurrency                         *prometheus.Desc // limits.go
 
 	stored    *storeGauges
 	buildInfo prometheus.Metric
@@ -178,6 +178,7 @@ func newCollector(e *idem.Engine, st store.Store, caps *capabilities, log *slog.
 		replicas:         d("idem_replicas", "Engine replicas by state (alive, stopped, gone) from the heartbeats in the store, when it keeps them: every replica reports the same numbers, so aggregate with max.", "state"),
 		limitInFlight:    d("idem_limit_in_flight", "Messages in flight (admitted, not settled) per flow-control limit and key, across replicas: the 100 busiest keys of a limit, the rest (and a key named other) summed under key=\"other\". Every replica reports the same numbers: aggregate with max.", "limit", "key"),
 		limitTokens:      d("idem_limit_tokens", "Tokens in the rate bucket of each flow-control limit and key now (refilled by the rate in force since its last admission); the same 100 keys as idem_limit_in_flight, the rest summed under key=\"other\".", "limit", "key"),
+		limitWaiting:     d("idem_limit_waiting", "Queue messages waiting for admission per flow-control limit and key: those an admitting receive looked at and refused (or that wait behind a refused message of their saga key), still visible and not leased since; a backlog deeper than a receive's pages (one window behind a full covering limit) is undercounted, and beside a broker nothing is counted. The same 100 keys as idem_limit_in_flight, the rest summed under key=\"other\".", "limit", "key"),
 		limitConcurrency: d("idem_limit_concurrency", "The concurrency cap in force of each flow-control limit, per key (the override, else the declaration); 0: no cap.", "limit"),
 		stored:           newStoreGauges(st, caps, log),
 		buildInfo:        newBuildInfo(debug.ReadBuildInfo()),
@@ -188,7 +189,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.messages, c.received, c.conflicts, c.retries, c.stale, c.emitted,
 		c.relayed, c.fired, c.swept, c.backlog, c.oldest, c.timerLag, c.storeUp,
 		c.typeMessages, c.typeDead, c.typeConflicts, c.typeLeaseLost, c.typeRedelivered, c.typeRawKeys,
-		c.queueReady, c.queueUnacked, c.queueUp, c.rows, c.replicas, c.limitInFlight, c.limitTokens, c.limitConcurrency} {
+		c.queueReady, c.queueUnacked, c.queueUp, c.rows, c.replicas, c.limitInFlight, c.limitTokens, c.limitWaiting, c.limitConcurrency} {
 		ch <- d
 	}
 	c.stored.describe(ch)

@@ -51,14 +51,15 @@ func TestMetricsLimits(t *testing.T) {
 		`idem_limit_in_flight{key="<img src=x onerror=alert(\"key\")>",limit="parser-api"} 1`+"\n",
 		"idem_limit_tokens{key=\"tenant-a\",limit=\"parser-api\"} ",
 		"idem_limit_in_flight{key=\"k-000\",limit=\"wide\"} 1\n",
-		"idem_limit_in_flight{key=\"other\",limit=\"wide\"} 52\n", // 50 keys and the key named other
+		"idem_limit_in_flight{key=\"other\",limit=\"wide\"} 52\n",       // 50 keys and the key named other
+		"idem_limit_waiting{key=\"tenant-a\",limit=\"parser-api\"} 0\n", // memstore records no refusal
 		"idem_store_up 1\n",
 	)
 	if n := strings.Count(body, `idem_limit_in_flight{key="k-`); n != 100 {
 		t.Errorf("/metrics has %d wide counters of their own, want 100", n)
 	}
-	if n := strings.Count(body, `key="other",limit="wide"`); n != 2 {
-		t.Errorf("/metrics has %d series of wide's key other, want one in flight and one tokens", n)
+	if n := strings.Count(body, `key="other",limit="wide"`); n != 3 {
+		t.Errorf("/metrics has %d series of wide's key other, want one in flight, one tokens and one waiting", n)
 	}
 	if strings.Contains(body, "idem_limit_concurrency{limit=\"parser-api\"} 2\n") {
 		t.Errorf("/metrics shows parser-api's declared cap, not its override")

@@ -157,6 +157,13 @@ type LimitUse struct {
 	// it (the override, else the declaration), else as last written; 0
 	// without a bucket.
 	Tokens float64 `json:"tokens"`
+	// Waiting counts the visible queue messages whose current refusal
+	// (AdmittingQueue.ReceiveAdmitted records it) names this counter:
+	// messages an admitting receive looked at and could not admit, and
+	// those behind them of their partition key. A message no admitting
+	// receive has looked at is not counted; 0 for a store that is no
+	// AdmittingQueue.
+	Waiting int `json:"waiting"`
 }
 
 // AdmitRequest is one request for admission: Holder, unique per delivery,
@@ -230,8 +237,8 @@ type Limiter interface {
 	// taken under a forgotten limit are released as before. An olderThan
 	// below a millisecond is refused, wrapping ErrRejected.
 	ForgetDeclarations(ctx context.Context, olderThan time.Duration) (int, error)
-	// LimitUses returns every counter that has a live hold or a bucket,
-	// ordered by (Name, Key).
+	// LimitUses returns every counter that has a live hold, a bucket or
+	// a message waiting for it (LimitUse.Waiting), ordered by (Name, Key).
 	LimitUses(ctx context.Context) ([]LimitUse, error)
 	// Admit decides each request of p in order, in one transaction: a
 	// request is admitted only if every counter it needs admits it (all
@@ -324,10 +331,14 @@ type AdmittingQueue interface {
 	// in the same transaction, in windows of 4 × Max, up to 8 windows in
 	// all, keeping a refused key blocked across pages, and stopping once
 	// a Covering counter is full), and leases those admitted: a
-	// message refused stays in the queue untouched (not leased, its
+	// message refused stays in the queue, not leased (its
 	// Attempt not counted), and so does every later message of its
 	// partition key in this receive, so that a refused message never
-	// lets a later one of its key overtake it. An admitted delivery's
+	// lets a later one of its key overtake it. A refused message gets its
+	// refusal recorded on its row (the counter it waits for, see
+	// LimitUse.Waiting and AdmissionWaiter), written only when it
+	// changes: a receive that refuses nothing writes nothing more than
+	// the holds and the leases. An admitted delivery's
 	// holds have its Token as Holder, expire with its lease, are extended
 	// by ExtendLeases, and are released by Ack, Nack and a unit of work's
 	// Consume (in its commit). It waits as Receive does when nothing is

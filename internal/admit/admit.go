@@ -199,14 +199,27 @@ type QueueDecision struct {
 	Holds [][]store.LimitKey
 	// Wait is the shortest wait of a refusal by a rate (0: none).
 	Wait time.Duration
+	// Refusals are the candidates refused, in order: each names the
+	// counter it waits for. A candidate refused only because an earlier
+	// one of its partition key was refused waits for that one's counter.
+	Refusals []Refusal
 	// Covering are limits every message the receiver consumes needs, with
 	// one counter each (store.ReceiveParams.Covering): once one of them
 	// admits nothing more, MorePages is false.
 	Covering []string
 
-	seen    int             // candidates decided so far, over every page
-	blocked map[string]bool // partition keys refused so far
-	closed  bool            // a Covering counter admits nothing more
+	seen    int                       // candidates decided so far, over every page
+	blocked map[string]store.LimitKey // partition keys refused so far, by the counter that refused them
+	closed  bool                      // a Covering counter admits nothing more
+}
+
+// Refusal is a candidate a QueueDecision refused.
+type Refusal struct {
+	// Index indexes the candidates of every page as one list, as
+	// QueueDecision.Admitted does.
+	Index int
+	// By is the counter it waits for.
+	By store.LimitKey
 }
 
 // DecideQueue decides cands in order as Decide does, admitting at most
@@ -226,7 +239,7 @@ func DecideQueue(limits map[string]store.Limit, cands []Candidate, cs map[store.
 // one list. cs must hold the counters of this page too.
 func (d *QueueDecision) Page(limits map[string]store.Limit, cands []Candidate, cs map[store.LimitKey]*Counter, now time.Time, max int) {
 	if d.blocked == nil {
-		d.blocked = map[string]bool{}
+		d.blocked = map[string]store.LimitKey{}
 	}
 	base := d.seen
 	d.seen += len(cands)
@@ -234,12 +247,14 @@ func (d *QueueDecision) Page(limits map[string]store.Limit, cands []Candidate, c
 		if len(d.Admitted) >= max {
 			return
 		}
-		if d.blocked[c.PartKey] {
+		if by, ok := d.blocked[c.PartKey]; ok {
+			d.Refusals = append(d.Refusals, Refusal{Index: base + i, By: by})
 			continue
 		}
 		adm, holds := Decide(limits, []store.AdmitRequest{{Holder: c.Holder, Keys: c.Keys}}, cs, now)
 		if !adm[0].Admitted {
-			d.blocked[c.PartKey] = true
+			d.blocked[c.PartKey] = adm[0].Refused
+			d.Refusals = append(d.Refusals, Refusal{Index: base + i, By: adm[0].Refused})
 			if w := adm[0].Wait; w > 0 && (d.Wait == 0 || w < d.Wait) {
 				d.Wait = w
 			}

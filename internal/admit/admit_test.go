@@ -60,6 +60,10 @@ func TestDecideQueueBlocksLaterOfARefusedKey(t *testing.T) {
 	if cs[c].Live != 1 {
 		t.Errorf("live: got %d, want 1", cs[c].Live)
 	}
+	// 2 refused by c, 3 behind it waits for c too; 5 was never decided.
+	if want := []Refusal{{Index: 1, By: c}, {Index: 2, By: c}}; !slices.Equal(d.Refusals, want) {
+		t.Errorf("refusals: got %v, want %v", d.Refusals, want)
+	}
 }
 
 func TestKeysSortedDistinctGoverned(t *testing.T) {
@@ -96,6 +100,9 @@ func TestQueuePagesCarryBlockedKeys(t *testing.T) {
 	d.Page(lim, []Candidate{{Holder: "c", PartKey: "k"}, {Holder: "d", PartKey: "y"}, {Holder: "e", PartKey: "z"}, {Holder: "f", PartKey: "w"}}, cs, now, 2)
 	if want := []int{3, 4}; !slices.Equal(d.Admitted, want) {
 		t.Errorf("admitted: got %v, want %v (c blocked behind a of its key, max 2)", d.Admitted, want)
+	}
+	if want := []Refusal{{Index: 0, By: api}, {Index: 1, By: api}, {Index: 2, By: api}}; !slices.Equal(d.Refusals, want) {
+		t.Errorf("refusals: got %v, want %v (c, on page 2, waits for a's counter)", d.Refusals, want)
 	}
 	if d.MorePages(2, 4, 2) {
 		t.Errorf("MorePages with max admitted: got true, want false")

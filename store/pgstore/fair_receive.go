@@ -59,7 +59,8 @@ ORDER BY heads.visible_at, heads.seq`)
 // lockWindowSQL locks the rows $1 of a fair window that are still
 // visible, skipping those another consumer holds.
 const lockWindowSQL = `
-SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8 FROM idem_queue
+SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8,
+  refused_name, refused_key, refused_attempt FROM idem_queue
 WHERE seq = ANY($1) AND visible_at <= now()
 FOR UPDATE SKIP LOCKED`
 

@@ -134,26 +134,39 @@ func (s *Store) queryLimits(ctx context.Context, op, q string) ([]store.Limit, e
 	return ls, nil
 }
 
-// limitUsesSQL lists the counters with a bucket or a live hold, with the
-// rate and burst in force when the store knows them (the override's, else
-// the declaration's), and the database's clock.
+// limitUsesSQL lists the counters with a bucket, a live hold or a
+// message waiting for them (a current refusal: visible, and not leased
+// since it was recorded; the partial index idem_queue_refused holds the
+// rows with one), with the rate and burst in force when the store knows
+// them (the override's, else the declaration's), and the database's
+// clock.
 const limitUsesSQL = `
 SELECT * FROM (
 WITH live AS (
   SELECT name, key, count(*) AS n FROM idem_limit_holds WHERE expires_at > clock_timestamp() GROUP BY name, key
+), waiting AS (
+  SELECT refused_name AS name, refused_key AS key, count(*) AS n FROM idem_queue
+  WHERE refused_name IS NOT NULL AND visible_at <= now() AND attempt = refused_attempt
+  GROUP BY refused_name, refused_key
+), ks AS (
+  SELECT name, key FROM idem_limit_counters WHERE tokens IS NOT NULL
+  UNION SELECT name, key FROM live
+  UNION SELECT name, key FROM waiting
 )
-SELECT coalesce(c.name, h.name), coalesce(c.key, h.key), coalesce(h.n, 0), c.tokens, c.refilled_at,
+SELECT ks.name, ks.key, coalesce(h.n, 0), coalesce(w.n, 0), c.tokens, c.refilled_at,
   CASE WHEN l.name IS NULL THEN d.rate ELSE l.rate END, CASE WHEN l.name IS NULL THEN d.burst ELSE l.burst END,
   clock_timestamp()
-FROM (SELECT * FROM idem_limit_counters WHERE tokens IS NOT NULL) c
-FULL JOIN live h ON h.name = c.name AND h.key = c.key
-LEFT JOIN idem_limits l ON l.name = coalesce(c.name, h.name)
-LEFT JOIN idem_limits_declared d ON d.name = coalesce(c.name, h.name)
-) AS u(name, key, n, tokens, refilled_at, rate, burst, now)
+FROM ks
+LEFT JOIN live h ON h.name = ks.name AND h.key = ks.key
+LEFT JOIN waiting w ON w.name = ks.name AND w.key = ks.key
+LEFT JOIN idem_limit_counters c ON c.name = ks.name AND c.key = ks.key AND c.tokens IS NOT NULL
+LEFT JOIN idem_limits l ON l.name = ks.name
+LEFT JOIN idem_limits_declared d ON d.name = ks.name
+) AS u(name, key, n, waiting, tokens, refilled_at, rate, burst, now)
 ORDER BY name COLLATE "C", key COLLATE "C"`
 
-// LimitUses returns every counter with a live hold or a bucket, ordered
-// by (Name, Key).
+// LimitUses returns every counter with a live hold, a bucket or a
+// message waiting for it, ordered by (Name, Key).
 func (s *Store) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
 	if err := s.check("limit uses"); err != nil {
 		return nil, err
@@ -168,7 +181,7 @@ func (s *Store) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
 		var burst pgtype.Int4
 		var at pgtype.Timestamptz
 		var now time.Time
-		if err := r.Scan(&u.Name, &u.Key, &u.InFlight, &tokens, &at, &rate, &burst, &now); err != nil {
+		if err := r.Scan(&u.Name, &u.Key, &u.InFlight, &u.Waiting, &tokens, &at, &rate, &burst, &now); err != nil {
 			return u, err
 		}
 		u.Tokens = tokens.Float64

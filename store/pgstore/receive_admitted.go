@@ -28,7 +28,8 @@ const admitWindow = admit.WindowPerDelivery
 // candidatesSQL locks the window of visible messages an admitting receive
 // decides on, in Receive's order, skipping those another consumer holds.
 const candidatesSQL = `
-SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8 FROM idem_queue
+SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8,
+  refused_name, refused_key, refused_attempt FROM idem_queue
 WHERE visible_at <= now()
   AND ($3 < 2 OR mod(part, $3) = $2)
 ORDER BY visible_at, seq
@@ -38,7 +39,8 @@ FOR UPDATE SKIP LOCKED`
 // candidatesAfterSQL is candidatesSQL for the next page: the window after
 // the row ($4, $5), the (visible_at, seq) looked at last.
 const candidatesAfterSQL = `
-SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8 FROM idem_queue
+SELECT seq, envelope, body, attempt, visible_at, extract(epoch FROM now() - visible_at)::float8,
+  refused_name, refused_key, refused_attempt FROM idem_queue
 WHERE visible_at <= now()
   AND ($3 < 2 OR mod(part, $3) = $2)
   AND (visible_at, seq) > ($4, $5)
@@ -51,6 +53,14 @@ FOR UPDATE SKIP LOCKED`
 const leaseAdmittedSQL = `
 UPDATE idem_queue q SET attempt = q.attempt + 1, token = $2, visible_at = now() + make_interval(secs => $3)
 FROM unnest($1::bigint[]) AS u(seq)
+WHERE q.seq = u.seq`
+
+// recordRefusalsSQL records on the rows $1 the counters ($2, $3) that
+// refused them at their attempts $4 (the rows' own, before this receive:
+// a later lease increments attempt, which makes the record stale).
+const recordRefusalsSQL = `
+UPDATE idem_queue q SET refused_name = u.name, refused_key = u.key, refused_attempt = u.attempt
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(seq, name, key, attempt)
 WHERE q.seq = u.seq`
 
 // lockCountersIfVisibleSQL is lockCountersSQL when a message of the
@@ -102,6 +112,9 @@ type candidate struct {
 	// With Fair: its share and the share's weight.
 	share  string
 	weight int
+	// The refusal recorded on the row (refusedAttempt -1: none).
+	refused        store.LimitKey
+	refusedAttempt int32
 }
 
 // admitAttempts bounds the transactions of one admitting receive: a page
@@ -277,8 +290,14 @@ func (t *admitTxn) scanPage(r pgx.Rows) error {
 	for r.Next() {
 		var c candidate
 		var meta, body []byte
-		if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.waited); err != nil {
+		var name, key pgtype.Text
+		var at pgtype.Int4
+		if err := r.Scan(&c.seq, &meta, &body, &c.d.Attempt, &c.visible, &c.waited, &name, &key, &at); err != nil {
 			return err
+		}
+		c.refused, c.refusedAttempt = store.LimitKey{Name: name.String, Key: key.String}, -1
+		if name.Valid && at.Valid {
+			c.refusedAttempt = at.Int32
 		}
 		env, err := sqlq.DecodeEnvelope(meta, body)
 		if err != nil {
@@ -370,6 +389,7 @@ func (t *admitTxn) commit() (*pgx.Batch, []transport.Delivery) {
 	if len(seqs) > 0 {
 		w.Queue(leaseAdmittedSQL, seqs, t.tok, t.s.cfg.Lease.Seconds())
 	}
+	t.queueRefusals(w)
 	w.Queue(`COMMIT`)
 	slices.SortFunc(out, func(a, b transport.Delivery) int { return cmp.Compare(seqOf(a), seqOf(b)) })
 	return w, out
@@ -379,4 +399,24 @@ func (t *admitTxn) commit() (*pgx.Batch, []transport.Delivery) {
 func seqOf(d transport.Delivery) int64 {
 	seq, _, _ := sqlq.ParseToken(d.Token)
 	return seq
+}
+
+// queueRefusals queues the record of the refusals that differ from what
+// their rows hold (none: no statement), so that a backlog refused receive
+// after receive is written once per message.
+func (t *admitTxn) queueRefusals(w *pgx.Batch) {
+	var seqs []int64
+	var names, keys []string
+	var attempts []int32
+	for _, r := range t.dec.Refusals {
+		c := &t.rows[r.Index]
+		at := int32(c.d.Attempt - 1) // the row's attempt
+		if c.refused == r.By && c.refusedAttempt == at {
+			continue
+		}
+		seqs, names, keys, attempts = append(seqs, c.seq), append(names, r.By.Name), append(keys, r.By.Key), append(attempts, at)
+	}
+	if len(seqs) > 0 {
+		w.Queue(recordRefusalsSQL, seqs, names, keys, attempts)
+	}
 }

@@ -180,12 +180,12 @@ func (w *writer) served(fo *fairOrder, seqs []int64, admitted []int) error {
 }
 
 // fairPageSQL reads the rows whose seqs the JSON array ?1 lists.
-const fairPageSQL = `SELECT seq, id, envelope, body, attempt, visible_at FROM idem_queue WHERE seq IN (SELECT value FROM json_each(?1))`
+const fairPageSQL = `SELECT seq, id, envelope, body, attempt, visible_at, refused_name, refused_key, refused_attempt FROM idem_queue WHERE seq IN (SELECT value FROM json_each(?1))`
 
 // fairPage reads the window's rows, in its order, as candidates does.
 // (The writer's transaction holds the database: nobody leased them since
-// they were ranked.)
-func (w *writer) fairPage(want []int64, now time.Time, tok string) ([]transport.Delivery, []int64, error) {
+// they were ranked.) It adds the refusals the rows hold to rec.
+func (w *writer) fairPage(want []int64, now time.Time, tok string, rec map[int64]recorded) ([]transport.Delivery, []int64, error) {
 	if len(want) == 0 {
 		return nil, nil, nil
 	}
@@ -202,9 +202,11 @@ func (w *writer) fairPage(want []int64, now time.Time, tok string) ([]transport.
 		var id, meta string
 		var body []byte
 		var visible int64
-		if err := rows.Scan(&seq, &id, &meta, &body, &attempt, &visible); err != nil {
+		var r recordedCols
+		if err := rows.Scan(&seq, &id, &meta, &body, &attempt, &visible, &r.name, &r.key, &r.attempt); err != nil {
 			return nil, nil, err
 		}
+		r.add(rec, seq)
 		env, err := sqlq.DecodeEnvelope([]byte(meta), body)
 		if err != nil {
 			env = transport.Envelope{ID: id, Body: body} // as candidates

@@ -134,26 +134,35 @@ func (s *Store) queryLimits(ctx context.Context, op, q string) ([]store.Limit, e
 	return out, nil
 }
 
-// limitUsesSQL lists the counters with a bucket or a live hold (?1: now),
-// with the rate and burst in force when the store knows them: the
-// override's, else the declaration's.
+// limitUsesSQL lists the counters with a bucket, a live hold or a
+// message waiting for them (?1: now), with the rate and burst in force
+// when the store knows them: the override's, else the declaration's. A
+// message waits for the counter of its current refusal: visible, and not
+// leased since it was recorded (the partial index idem_queue_refused
+// holds the rows with one).
 const limitUsesSQL = `
 WITH live AS (
   SELECT name, key, count(*) AS n FROM idem_limit_holds WHERE expires_at > ?1 GROUP BY name, key
+), waiting AS (
+  SELECT refused_name AS name, refused_key AS key, count(*) AS n FROM idem_queue INDEXED BY idem_queue_refused
+  WHERE refused_name IS NOT NULL AND visible_at <= ?1 AND attempt = refused_attempt
+  GROUP BY refused_name, refused_key
 ), ks AS (
   SELECT name, key FROM idem_limit_counters WHERE tokens IS NOT NULL UNION SELECT name, key FROM live
+  UNION SELECT name, key FROM waiting
 )
-SELECT ks.name, ks.key, coalesce(h.n, 0), c.tokens, c.refilled_at,
+SELECT ks.name, ks.key, coalesce(h.n, 0), coalesce(wt.n, 0), c.tokens, c.refilled_at,
   CASE WHEN l.name IS NULL THEN d.rate ELSE l.rate END, CASE WHEN l.name IS NULL THEN d.burst ELSE l.burst END
 FROM ks
 LEFT JOIN live h ON h.name = ks.name AND h.key = ks.key
+LEFT JOIN waiting wt ON wt.name = ks.name AND wt.key = ks.key
 LEFT JOIN idem_limit_counters c ON c.name = ks.name AND c.key = ks.key
 LEFT JOIN idem_limits l ON l.name = ks.name
 LEFT JOIN idem_limits_declared d ON d.name = ks.name
 ORDER BY ks.name, ks.key`
 
-// LimitUses returns every counter with a live hold or a bucket, ordered
-// by (Name, Key).
+// LimitUses returns every counter with a live hold, a bucket or a
+// message waiting for it, ordered by (Name, Key).
 func (s *Store) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
 	if err := s.check("limit uses"); err != nil {
 		return nil, err
@@ -169,7 +178,7 @@ func (s *Store) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
 		var u store.LimitUse
 		var tokens, rate sql.NullFloat64
 		var at, burst sql.NullInt64
-		if err := rows.Scan(&u.Name, &u.Key, &u.InFlight, &tokens, &at, &rate, &burst); err != nil {
+		if err := rows.Scan(&u.Name, &u.Key, &u.InFlight, &u.Waiting, &tokens, &at, &rate, &burst); err != nil {
 			return nil, fmt.Errorf("sqlitestore: limit uses: %w", err)
 		}
 		u.Tokens = tokens.Float64

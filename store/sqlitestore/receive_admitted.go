@@ -24,12 +24,17 @@ const admitWindow = admit.WindowPerDelivery
 // candidatesSQL reads a window of ?2 visible messages, in Receive's
 // order, after the row (?3, ?4) (visible_at, seq) looked at last.
 const candidatesSQL = `
-SELECT seq, id, envelope, body, attempt, visible_at FROM idem_queue
+SELECT seq, id, envelope, body, attempt, visible_at, refused_name, refused_key, refused_attempt FROM idem_queue
 WHERE visible_at <= ?1 AND (visible_at > ?3 OR (visible_at = ?3 AND seq > ?4))
 ORDER BY visible_at, seq
 LIMIT ?2`
 
 const leaseAdmittedSQL = `UPDATE idem_queue SET attempt = attempt + 1, token = ?2, visible_at = ?3 WHERE seq = ?1`
+
+// recordRefusalSQL records on row ?1 the counter (?2, ?3) that refused it
+// at its attempt ?4 (the row's own: a later lease increments attempt,
+// which makes the record stale), and its partition's hash ?5.
+const recordRefusalSQL = `UPDATE idem_queue SET refused_name = ?2, refused_key = ?3, refused_attempt = ?4, refused_part = ?5 WHERE seq = ?1`
 
 // ReceiveAdmitted is Receive that admits as it leases (see
 // store.AdmittingQueue): in one write transaction it reads a window of
@@ -102,6 +107,9 @@ func (w *writer) receiveAdmitted(p *store.ReceiveParams, lease time.Duration) ([
 	if err != nil || len(ds) == 0 {
 		return nil, 0, err
 	}
+	if err := w.recordRefusals(dec, ds, seqs); err != nil {
+		return nil, 0, err
+	}
 	cs := dec.cs
 	exp := micros(now.Add(lease))
 	out := make([]transport.Delivery, len(dec.Admitted))
@@ -137,7 +145,8 @@ func (w *writer) receiveAdmitted(p *store.ReceiveParams, lease time.Duration) ([
 type pages struct {
 	*admit.QueueDecision
 	cs   map[store.LimitKey]*admit.Counter
-	fair *fairOrder // with ReceiveParams.Fair
+	fair *fairOrder         // with ReceiveParams.Fair
+	rec  map[int64]recorded // the refusals the rows read hold, by seq
 }
 
 // decidePages reads windows of candidates (admit.PageWindow) and decides
@@ -145,7 +154,7 @@ type pages struct {
 // admit.QueueDecision.MorePages). It returns every candidate looked at,
 // as deliveries leased under tok, with their rows.
 func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok string) ([]transport.Delivery, []int64, pages, error) {
-	pg := pages{QueueDecision: &admit.QueueDecision{Covering: p.Covering}, cs: map[store.LimitKey]*admit.Counter{}}
+	pg := pages{QueueDecision: &admit.QueueDecision{Covering: p.Covering}, cs: map[store.LimitKey]*admit.Counter{}, rec: map[int64]recorded{}}
 	var ds []transport.Delivery
 	var seqs []int64
 	after := cursor{at: -1 << 63}
@@ -157,10 +166,10 @@ func (w *writer) decidePages(p *store.ReceiveParams, now time.Time, n int, tok s
 		if p.Fair {
 			pg.fair, err = w.fairWindow(now, admitWindow*n)
 			if err == nil {
-				got, gseqs, err = w.fairPage(pg.fair.seqs, now, tok)
+				got, gseqs, err = w.fairPage(pg.fair.seqs, now, tok, pg.rec)
 			}
 		} else {
-			got, gseqs, next, err = w.candidates(now, admit.PageWindow(page, n), tok, after)
+			got, gseqs, next, err = w.candidates(now, admit.PageWindow(page, n), tok, after, pg.rec)
 		}
 		if err != nil {
 			return nil, nil, pg, err
@@ -207,8 +216,9 @@ type cursor struct{ at, seq int64 }
 
 // candidates reads up to n visible messages in Receive's order after the
 // row after, as the deliveries they become when leased under tok, with
-// their rows and the cursor of the last.
-func (w *writer) candidates(now time.Time, n int, tok string, after cursor) ([]transport.Delivery, []int64, cursor, error) {
+// their rows and the cursor of the last. It adds the refusals the rows
+// hold to rec.
+func (w *writer) candidates(now time.Time, n int, tok string, after cursor, rec map[int64]recorded) ([]transport.Delivery, []int64, cursor, error) {
 	rows, err := w.query(candidatesSQL, micros(now), n, after.at, after.seq)
 	if err != nil {
 		return nil, nil, after, err
@@ -221,9 +231,11 @@ func (w *writer) candidates(now time.Time, n int, tok string, after cursor) ([]t
 		var attempt int
 		var id, meta string
 		var body []byte
-		if err := rows.Scan(&seq, &id, &meta, &body, &attempt, &after.at); err != nil {
+		var r recordedCols
+		if err := rows.Scan(&seq, &id, &meta, &body, &attempt, &after.at, &r.name, &r.key, &r.attempt); err != nil {
 			return nil, nil, after, err
 		}
+		r.add(rec, seq)
 		after.seq = seq
 		env, err := sqlq.DecodeEnvelope([]byte(meta), body)
 		if err != nil {
@@ -242,4 +254,41 @@ func (w *writer) candidates(now time.Time, n int, tok string, after cursor) ([]t
 func seqOf(d transport.Delivery) int64 {
 	seq, _, _ := sqlq.ParseToken(d.Token)
 	return seq
+}
+
+// recorded is the refusal a queue row holds: the counter and the row's
+// attempt when it was recorded.
+type recorded struct {
+	by      store.LimitKey
+	attempt int64
+}
+
+// recordedCols scans the refusal columns of a queue row.
+type recordedCols struct {
+	name, key sql.NullString
+	attempt   sql.NullInt64
+}
+
+// add adds the refusal row seq holds, if any, to rec.
+func (r *recordedCols) add(rec map[int64]recorded, seq int64) {
+	if r.name.Valid && r.attempt.Valid {
+		rec[seq] = recorded{by: store.LimitKey{Name: r.name.String, Key: r.key.String}, attempt: r.attempt.Int64}
+	}
+}
+
+// recordRefusals records the refusals of dec that differ from what their
+// rows hold (ds and seqs are the candidates decided), so that a backlog
+// refused receive after receive is written once per message.
+func (w *writer) recordRefusals(dec pages, ds []transport.Delivery, seqs []int64) error {
+	for _, r := range dec.Refusals {
+		seq, at := seqs[r.Index], int64(ds[r.Index].Attempt-1) // the row's attempt
+		if old, ok := dec.rec[seq]; ok && old.by == r.By && old.attempt == at {
+			continue
+		}
+		part := int64(transport.PartitionHash(transport.PartitionKey(&ds[r.Index].Envelope)))
+		if _, err := w.exec(recordRefusalSQL, seq, r.By.Name, r.By.Key, at, part); err != nil {
+			return err
+		}
+	}
+	return nil
 }

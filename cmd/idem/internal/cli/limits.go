@@ -47,6 +47,7 @@ type limitCounter struct {
 	Key      string  `json:"key"`
 	InFlight int     `json:"in_flight"`
 	Tokens   float64 `json:"tokens"`
+	Waiting  int     `json:"waiting"`
 }
 
 // limitView is one limit as idem limits ls shows it: what the code
@@ -95,7 +96,7 @@ func limitViews(declared, overrides []store.Limit, uses []store.LimitUse, now ti
 	}
 	for _, u := range uses {
 		v := view(u.Name)
-		v.Counters = append(v.Counters, limitCounter{Key: u.Key, InFlight: u.InFlight, Tokens: u.Tokens})
+		v.Counters = append(v.Counters, limitCounter{Key: u.Key, InFlight: u.InFlight, Tokens: u.Tokens, Waiting: u.Waiting})
 	}
 	out := make([]limitView, 0, len(byName))
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
@@ -177,11 +178,15 @@ func newLimitsLs() *cobra.Command {
 		Long: `List every limit the store knows, by name: the values the engines declare
 (Config.Limits, recorded while they run), the override (idem limits set;
 "-" for none), the values in force (the override, else the declaration)
-and how many messages hold it now (IN FLIGHT, over all its counters). An
-override of a name no engine declares applies to nothing, and says so.
-Then one row per counter in use (a partitioned limit has one per key;
-KEY "-" is an unpartitioned limit's one counter): its messages in flight
-and the tokens its bucket holds now ("-" without a rate).
+and how many messages hold it now (IN FLIGHT, over all its counters) and
+wait for it (WAITING). An override of a name no engine declares
+applies to nothing, and says so. Then one row per counter in use (a partitioned
+limit has one per key; KEY "-" is an unpartitioned limit's one counter):
+its messages in flight, the tokens its bucket holds now ("-" without a
+rate), and the queue's messages waiting for admission on it: those an
+admitting receive looked at and could not admit, and those behind them
+of their saga key (a backlog deeper than a receive looks at is
+undercounted; beside a broker nothing is counted).
 
 A "cap" is a concurrency cap, "R/s burst B" a rate limit. A running
 engine declares its limits again every 10s at most, so a declaration's
@@ -193,7 +198,7 @@ an override stays until idem limits reset.
 
 --json prints {"limits": [...]}, each with name, declared, override and
 in_force (null when absent; rate per second), applies, counters (key,
-in_flight, tokens), and declaration_stale (true for such a declaration).
+in_flight, tokens, waiting), and declaration_stale (true for such a declaration).
 ` + storeHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -223,12 +228,12 @@ in_flight, tokens), and declaration_stale (true for such a declaration).
 
 func printLimits(w io.Writer, views []limitView) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tIN FORCE\tDECLARED\tOVERRIDE\tIN FLIGHT\tNOTE")
+	fmt.Fprintln(tw, "NAME\tIN FORCE\tDECLARED\tOVERRIDE\tIN FLIGHT\tWAITING\tNOTE")
 	counters := false
 	for _, v := range views {
-		inFlight, note := 0, ""
+		inFlight, waiting, note := 0, 0, ""
 		for _, c := range v.Counters {
-			inFlight += c.InFlight
+			inFlight, waiting = inFlight+c.InFlight, waiting+c.Waiting
 			counters = true
 		}
 		switch {
@@ -239,11 +244,11 @@ func printLimits(w io.Writer, views []limitView) error {
 		case !v.Applies:
 			note = "no engine declares this limit: counters in use only"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", clean(v.Name), v.InForce.describe(), v.Declared.describe(), v.Override.describe(), inFlight, note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", clean(v.Name), v.InForce.describe(), v.Declared.describe(), v.Override.describe(), inFlight, waiting, note)
 	}
 	if counters {
 		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "LIMIT\tKEY\tIN FLIGHT\tTOKENS")
+		fmt.Fprintln(tw, "LIMIT\tKEY\tIN FLIGHT\tTOKENS\tWAITING")
 		for _, v := range views {
 			for _, c := range v.Counters {
 				key, tokens := "-", "-"
@@ -253,7 +258,7 @@ func printLimits(w io.Writer, views []limitView) error {
 				if v.InForce != nil && v.InForce.Rate > 0 {
 					tokens = strconv.FormatFloat(c.Tokens, 'f', 2, 64)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", clean(v.Name), key, c.InFlight, tokens)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\n", clean(v.Name), key, c.InFlight, tokens, c.Waiting)
 			}
 		}
 	}

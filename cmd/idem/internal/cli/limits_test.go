@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/transport"
 )
 
 // limitsBundle is a store with limits and a way to run idem on it.
@@ -94,10 +95,11 @@ func testLimitsRoundTrip(t *testing.T, b *limitsBundle) {
 	if _, err := b.l.Admit(ctx, &store.AdmitParams{Limits: in, Requests: reqs, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
+	waitOnDB(t, b.l.(store.AdmittingQueue))
 
 	code, out, errOut := b.run("limits", "ls")
 	wantExit(t, code, out, errOut, 0)
-	for _, want := range []string{"NAME", "parser-api  cap 5, 20/s burst 10  cap 5, 20/s burst 10  -", "db", "cap 2", "LIMIT", "tenant-a", "tenant-b"} {
+	for _, want := range []string{"NAME", "parser-api  cap 5, 20/s burst 10  cap 5, 20/s burst 10  -", "db", "cap 2", "LIMIT", "tenant-a", "tenant-b", "WAITING"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("limits ls lacks %q:\n%s", want, out)
 		}
@@ -106,6 +108,9 @@ func testLimitsRoundTrip(t *testing.T, b *limitsBundle) {
 	if v.InForce == nil || v.InForce.Concurrency != 5 || v.Override != nil || !v.Applies || len(v.Counters) != 2 ||
 		v.Counters[0].Key != "tenant-a" || v.Counters[0].InFlight != 2 || v.Counters[1].InFlight != 1 {
 		t.Errorf("limits ls --json, parser-api before set: got %+v, want in force cap 5, no override, tenant-a 2 and tenant-b 1 in flight", v)
+	}
+	if v := b.ls()["db"]; len(v.Counters) != 1 || v.Counters[0].InFlight != 2 || v.Counters[0].Waiting != 1 {
+		t.Errorf("limits ls --json, db: got %+v, want one counter with 2 in flight and 1 waiting", v)
 	}
 
 	code, out, errOut = b.run("limits", "set", "parser-api", "--concurrency", "8")
@@ -259,6 +264,26 @@ func TestLimitsOnAStoreWithout(t *testing.T) {
 	code, _, errOut := run(t, "limits", "ls", "--store", "sqlite://"+filepath.Join(dir, "none.db"))
 	if code != 2 || !strings.Contains(errOut, "idem migrate") {
 		t.Errorf("limits ls on an unmigrated store: exit %d, stderr %q; want 2 and the idem migrate hint", code, errOut)
+	}
+}
+
+// waitOnDB publishes three messages that need the limit db (a cap of 2)
+// and runs an admitting receive: two are admitted, the third waits.
+func waitOnDB(t *testing.T, q store.AdmittingQueue) {
+	t.Helper()
+	ctx := context.Background()
+	var envs []transport.Envelope
+	for _, id := range []string{"d-1", "d-2", "d-3"} {
+		envs = append(envs, transport.Envelope{ID: id, Type: "db.Query", CorrelationID: id})
+	}
+	if err := q.Publish(ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+	db := []store.LimitKey{{Name: "db"}}
+	ds, err := q.ReceiveAdmitted(ctx, &store.ReceiveParams{Max: 10, Limits: map[string]store.Limit{"db": {Name: "db", Concurrency: 2}},
+		Needs: func(*transport.Envelope) []store.LimitKey { return db }})
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("receive admitted under db's cap of 2: got %d deliveries, error %v; want 2", len(ds), err)
 	}
 }
 
