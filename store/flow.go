@@ -231,8 +231,12 @@ type Limiter interface {
 	DeclaredLimits(ctx context.Context) ([]Limit, error)
 	// ForgetDeclarations deletes the declarations whose UpdatedAt is more
 	// than olderThan ago, by the store's clock (the database's where
-	// processes share it), and returns how many it deleted: limits that
-	// no running engine declares any more. It never removes an override
+	// processes share it), and that no counter or hold is kept for (SweepCounters
+	// deletes a counter only once its bucket is full again under the
+	// declaration), and returns how many it deleted: limits that no
+	// running engine declares any more. A drained bucket of a limit whose
+	// engines are all down thus keeps its declaration, and is never
+	// swept as if it had no rate. It never removes an override
 	// (SetLimit's rows stay until ResetLimit), a counter or a hold: holds
 	// taken under a forgotten limit are released as before. An olderThan
 	// below a millisecond is refused, wrapping ErrRejected.

@@ -114,12 +114,28 @@ func (s *Store) ForgetDeclarations(ctx context.Context, olderThan time.Duration)
 	}
 	before, n := time.Now().Add(-olderThan), 0
 	for name, l := range s.flow.declared {
-		if l.UpdatedAt.Before(before) {
+		if l.UpdatedAt.Before(before) && !s.flow.hasCounter(name) {
 			delete(s.flow.declared, name)
 			n++
 		}
 	}
 	return n, nil
+}
+
+// hasCounter reports whether a counter of the limit name is kept: a
+// bucket, or a hold.
+func (f *flow) hasCounter(name string) bool {
+	for k := range f.buckets {
+		if k.Name == name {
+			return true
+		}
+	}
+	for k := range f.holds {
+		if k.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // sortedLimits returns m's limits ordered by name.

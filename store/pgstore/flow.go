@@ -106,7 +106,7 @@ func (s *Store) ForgetDeclarations(ctx context.Context, olderThan time.Duration)
 	if err := s.check("forget declarations"); err != nil {
 		return 0, err
 	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM idem_limits_declared WHERE updated_at < now() - $1::bigint * interval '1 microsecond'`, olderThan.Microseconds())
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idem_limits_declared d WHERE d.updated_at < now() - $1::bigint * interval '1 microsecond' AND NOT EXISTS (SELECT 1 FROM idem_limit_counters c WHERE c.name = d.name) AND NOT EXISTS (SELECT 1 FROM idem_limit_holds h WHERE h.name = d.name)`, olderThan.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: forget declarations: %w", translate(err))
 	}

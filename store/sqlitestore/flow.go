@@ -99,7 +99,7 @@ func (s *Store) ForgetDeclarations(ctx context.Context, olderThan time.Duration)
 	var n int64
 	err := s.write(ctx, "forget declarations", 0, func(w *writer) error {
 		var err error
-		n, err = w.exec(`DELETE FROM idem_limits_declared WHERE updated_at < ?1`, micros(time.Now().Add(-olderThan)))
+		n, err = w.exec(`DELETE FROM idem_limits_declared AS d WHERE d.updated_at < ?1 AND NOT EXISTS (SELECT 1 FROM idem_limit_counters c WHERE c.name = d.name) AND NOT EXISTS (SELECT 1 FROM idem_limit_holds h WHERE h.name = d.name)`, micros(time.Now().Add(-olderThan)))
 		return err
 	})
 	if err != nil {
