@@ -134,26 +134,36 @@ func TestCoveringFullEndsPaging(t *testing.T) {
 	now := time.Now()
 	lim := map[string]store.Limit{"api": {Name: "api", Concurrency: 2}, "rate": {Name: "rate", Rate: 1, Burst: 1}}
 	api, rate := store.LimitKey{Name: "api"}, store.LimitKey{Name: "rate"}
-	page := func(covering []string, live int, tokens float64, n int) *QueueDecision {
+	page := func(covering []string, live int, tokens float64, n int, need store.LimitKey) *QueueDecision {
 		cs := map[store.LimitKey]*Counter{api: {Live: live}, rate: {Tokens: tokens, RefilledAt: now}}
 		var cands []Candidate
 		for i := range n {
-			cands = append(cands, Candidate{Holder: fmt.Sprint("h", i), PartKey: fmt.Sprint("k", i), Keys: []store.LimitKey{api}})
+			cands = append(cands, Candidate{Holder: fmt.Sprint("h", i), PartKey: fmt.Sprint("k", i), Keys: []store.LimitKey{need}})
 		}
 		d := &QueueDecision{Covering: covering}
 		d.Page(lim, cands, cs, now, n)
 		return d
 	}
-	if d := page([]string{"api"}, 0, 1, 4); d.MorePages(1, 4, 4) {
+	if d := page([]string{"api"}, 0, 1, 4, api); d.MorePages(1, 4, 4) {
 		t.Errorf("cap 2 filled by a page of 4: MorePages got true, want false (admitted %v)", d.Admitted)
 	}
-	if d := page(nil, 0, 1, 4); !d.MorePages(1, 4, 4) {
+	if d := page(nil, 0, 1, 4, api); !d.MorePages(1, 4, 4) {
 		t.Errorf("cap 2 filled, no Covering: MorePages got false, want true")
 	}
-	if d := page([]string{"api", "rate"}, 0, 0.5, 4); d.MorePages(1, 4, 4) {
-		t.Errorf("covering rate with half a token: MorePages got true, want false")
+	if d := page([]string{"rate"}, 0, 1.5, 4, rate); d.MorePages(1, 4, 4) {
+		t.Errorf("covering rate left with half a token after a page: MorePages got true, want false (admitted %v)", d.Admitted)
 	}
-	cs := map[store.LimitKey]*Counter{api: {Live: 1}, rate: {Tokens: 1, RefilledAt: now.Add(-time.Second)}}
+	// A full page with refusals by api (at its cap, not covering) and
+	// tokens of the covering rate left: paging goes on.
+	cs := map[store.LimitKey]*Counter{api: {Live: 2}, rate: {Tokens: 5, RefilledAt: now}}
+	d := &QueueDecision{Covering: []string{"rate"}}
+	wide := map[string]store.Limit{"api": lim["api"], "rate": {Name: "rate", Rate: 1, Burst: 10}}
+	d.Page(wide, []Candidate{{Holder: "a", PartKey: "k", Keys: []store.LimitKey{api, rate}}, {Holder: "b", PartKey: "k", Keys: []store.LimitKey{rate}},
+		{Holder: "c", PartKey: "x", Keys: []store.LimitKey{rate}}, {Holder: "d", PartKey: "y", Keys: []store.LimitKey{rate}}}, cs, now, 4)
+	if !d.MorePages(1, 4, 4) {
+		t.Errorf("covering rate with tokens left after a page: MorePages got false, want true (admitted %v)", d.Admitted)
+	}
+	cs = map[store.LimitKey]*Counter{api: {Live: 1}, rate: {Tokens: 1, RefilledAt: now.Add(-time.Second)}}
 	if Exhausted(lim, []string{"api", "rate"}, cs, now) {
 		t.Errorf("Exhausted with a slot and a token left: got true, want false")
 	}

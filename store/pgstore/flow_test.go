@@ -122,15 +122,44 @@ func BenchmarkFairShare(b *testing.B) {
 	}, 5000)
 }
 
+// batchTracer counts the pipelined batches sent: each is one round trip.
+type batchTracer struct {
+	holdsTracer
+	batches atomic.Int64
+}
+
+func (b *batchTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	b.batches.Add(1)
+	return ctx
+}
+
 // An admitting receive whose limits all cover (ReceiveParams.Covering)
-// locks their counters in its first batch, so it takes one round trip
-// less, and only when a message is visible: a receive of an empty queue
-// writes no counter.
+// locks their counters in its first batch, so it takes two round trips
+// (the window with the counters, then the holds, the lease and the
+// commit) instead of three, and only when a message is visible: a
+// receive of an empty queue writes no counter.
 func TestCoveringReceiveLocksCountersOnlyWithWork(t *testing.T) {
 	testenv.PostgresURL(t)
 	t.Parallel()
 	ctx := t.Context()
-	s := openStore(t, pgstore.Config{Lease: 5 * time.Second})
+	schema := openStore(t, pgstore.Config{}).Schema()
+	pc, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["search_path"] = pgstore.SearchPath(schema)
+	tr := &batchTracer{}
+	pc.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := pgstore.New(ctx, pool, &pgstore.Config{Schema: schema, Lease: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	lim := map[string]store.Limit{"api": {Name: "api", Concurrency: 10}}
 	p := &store.ReceiveParams{Max: 2, Limits: lim, Covering: []string{"api"}, Needs: func(*transport.Envelope) []store.LimitKey {
 		return []store.LimitKey{{Name: "api"}}
@@ -138,7 +167,7 @@ func TestCoveringReceiveLocksCountersOnlyWithWork(t *testing.T) {
 	counters := func() int {
 		t.Helper()
 		var n int
-		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{s.Schema(), "idem_limit_counters"}.Sanitize()).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_limit_counters`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -154,9 +183,13 @@ func TestCoveringReceiveLocksCountersOnlyWithWork(t *testing.T) {
 	if err := s.Publish(ctx, []transport.Envelope{{ID: "a", Type: "t", CorrelationID: "a", Body: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
 	}
+	before := tr.batches.Load()
 	ds, err := s.ReceiveAdmitted(ctx, p)
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("receive admitted: got %d deliveries, %v, want 1", len(ds), err)
+	}
+	if n := tr.batches.Load() - before; n != 2 {
+		t.Errorf("a covering receive with work sent %d batches, want 2 (the counters locked with the window)", n)
 	}
 	if n := counters(); n != 1 {
 		t.Errorf("counters after an admission: got %d, want 1 (api)", n)

@@ -64,11 +64,15 @@ FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(seq, name, key
 WHERE q.seq = u.seq`
 
 // lockCountersIfVisibleSQL is lockCountersSQL when a message of the
-// partition ($3 of $4) is visible, else nothing.
+// partition ($3 of $4) is visible that no other transaction holds (the
+// receive's own window, locked before it, counts), else nothing: a
+// receive that found nothing to take, the queue empty or its head held
+// by other receivers, neither waits for the counters' locks nor writes
+// them.
 const lockCountersIfVisibleSQL = `
 INSERT INTO idem_limit_counters (name, key, refilled_at)
 SELECT u.name, u.key, clock_timestamp() FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(name, key, ord)
-WHERE EXISTS (SELECT 1 FROM idem_queue WHERE visible_at <= now() AND ($4 < 2 OR mod(part, $4) = $3))
+WHERE EXISTS (SELECT 1 FROM idem_queue WHERE visible_at <= now() AND ($4 < 2 OR mod(part, $4) = $3) ORDER BY visible_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
 ORDER BY u.ord
 ON CONFLICT (name, key) DO UPDATE
 SET refilled_at = CASE WHEN idem_limit_counters.tokens IS NULL THEN excluded.refilled_at ELSE idem_limit_counters.refilled_at END
@@ -329,7 +333,7 @@ func (t *admitTxn) pages(ctx context.Context) error {
 			if t.last {
 				return nil // decided what it could lock in order
 			}
-			t.restart = slices.SortedFunc(slices.Values(append(slices.Clone(t.locked), keys...)), store.LimitKey.Compare)
+			t.restart = slices.Compact(slices.SortedFunc(slices.Values(append(slices.Clone(t.locked), keys...)), store.LimitKey.Compare))
 			return errRestart
 		}
 		b := &pgx.Batch{}

@@ -60,8 +60,9 @@ func (s *suite) sharedReceive(t *testing.T) {
 }
 
 // sharedSteal: a share with nothing of its own visible takes another
-// share's message once it has been visible for StealAfter; a share of
-// Parts below 2 is the whole queue; a Part out of range is refused.
+// share's message once it has been visible for StealAfter, not before,
+// and its own first when it has some; a share of Parts below 2 is the
+// whole queue; a Part out of range is refused.
 func (s *suite) sharedSteal(t *testing.T) {
 	tr := s.setup(t)
 	sc := capability[transport.SharedConsumer](t, tr, s.f.Shared, "Shared", "transport.SharedConsumer")
@@ -77,8 +78,36 @@ func (s *suite) sharedSteal(t *testing.T) {
 		t.Fatal("transporttest: no envelope of the case falls in share 1 of 2; change the case")
 	}
 	publish(t, tr, other)
+	quiet, cancel := context.WithTimeout(t.Context(), s.f.quietWait())
+	defer cancel()
+	if ds, err := sc.ReceiveShare(quiet, 1, func() transport.Share { return transport.Share{Part: 0, Parts: 2, StealAfter: time.Hour} }); err == nil {
+		t.Fatalf("ReceiveShare of share 0 of 2, StealAfter an hour: got %s, want nothing (share 1's message is not visible for an hour yet)", describe(ds...))
+	}
 	receiveShare(t, tr, sc, transport.Share{Part: 0, Parts: 2, StealAfter: 100 * time.Millisecond},
 		map[string]bool{other.ID: true}, func(id string) string { return id + " is share 1's, visible past StealAfter" })
+	var own, theirs transport.Envelope
+	for _, e := range envelopes("first", 16) {
+		switch transport.ShareOf(transport.PartitionKey(&e), 2) {
+		case 0:
+			own = e
+		case 1:
+			theirs = e
+		}
+	}
+	if own.ID == "" || theirs.ID == "" {
+		t.Fatal("transporttest: the case's envelopes do not fall in both shares of 2; change the case")
+	}
+	publish(t, tr, theirs, own) // theirs first, stealable at once
+	first, cancel2 := context.WithTimeout(t.Context(), promptWait)
+	defer cancel2()
+	ds, err := sc.ReceiveShare(first, 1, func() transport.Share { return transport.Share{Part: 0, Parts: 2, StealAfter: time.Nanosecond} })
+	if err != nil || len(ds) != 1 || ds[0].Envelope.ID != own.ID {
+		t.Fatalf("ReceiveShare(1) of share 0 of 2 with its own message and a stealable one: got %s, %v, want its own, %s", describe(ds...), err, own.ID)
+	}
+	receiveShare(t, tr, sc, transport.Share{Part: 0, Parts: 2, StealAfter: time.Nanosecond}, map[string]bool{theirs.ID: true}, func(id string) string { return id + " is share 1's, stealable" })
+	if err := tr.Ack(t.Context(), ds); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
 	whole := envelopes("whole", 3)
 	publish(t, tr, whole...)
 	want := map[string]bool{}
