@@ -302,7 +302,9 @@ type ReceiveParams struct {
 	// admits nothing more in a receive (its cap reached, or no whole
 	// token), no later message could be admitted, and the receive looks
 	// at no further window. A message the caller does not consume is then
-	// left for a later receive. Nil: none.
+	// left for a later receive. Since every message needs them, a store
+	// may lock their counters before it reads the window (pgstore does,
+	// when every limit in force covers). Nil: none.
 	Covering []string
 	// Fair, when set, decides on a window in fair order
 	// (docs/flow-control.md) instead of the queue's, in one page: the
