@@ -80,16 +80,6 @@ func testFlowDeclaredForgotten(t *testing.T, s store.Store) {
 	wantLimits(t, "declared limits after declaring old again", declared(t, l, time.Time{}), []store.Limit{drained, {Name: "fresh", Concurrency: 4}, old})
 }
 
-// limitUses returns the store's counters in use.
-func limitUses(t *testing.T, l store.Limiter) []store.LimitUse {
-	t.Helper()
-	uses, err := l.LimitUses(t.Context())
-	if err != nil {
-		t.Fatalf("limit uses: got error %v, want nil", err)
-	}
-	return uses
-}
-
 // waitAtLeast lets d pass: what the case waits for is the clock itself,
 // not another goroutine.
 func waitAtLeast(d time.Duration) {
