@@ -39,12 +39,10 @@ func (h *holdsTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.Trac
 }
 func (h *holdsTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// The plain queue paths (Receive, a unit of work's Consume, Ack, Nack,
-// ExtendLeases) send no statement about holds: flow control costs them
-// nothing. The deliveries of ReceiveAdmitted do, as a control.
-func TestPlainQueuePathsSendNoHoldStatement(t *testing.T) {
-	testenv.PostgresURL(t)
-	t.Parallel()
+// tracedStore returns a store with a 5 s lease, in a schema of its own,
+// on a pool whose connections report to tr, and the pool.
+func tracedStore(t *testing.T, tr pgx.QueryTracer) (*pgstore.Store, *pgxpool.Pool) {
+	t.Helper()
 	ctx := t.Context()
 	schema := openStore(t, pgstore.Config{}).Schema()
 	pc, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
@@ -52,18 +50,29 @@ func TestPlainQueuePathsSendNoHoldStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc.ConnConfig.RuntimeParams["search_path"] = pgstore.SearchPath(schema)
-	tr := &holdsTracer{}
 	pc.ConnConfig.Tracer = tr
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	s, err := pgstore.New(ctx, pool, &pgstore.Config{Schema: schema, Lease: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s, pool
+}
+
+// The plain queue paths (Receive, a unit of work's Consume, Ack, Nack,
+// ExtendLeases) send no statement about holds: flow control costs them
+// nothing. The deliveries of ReceiveAdmitted do, as a control.
+func TestPlainQueuePathsSendNoHoldStatement(t *testing.T) {
+	testenv.PostgresURL(t)
+	t.Parallel()
+	ctx := t.Context()
+	tr := &holdsTracer{}
+	s, _ := tracedStore(t, tr)
 	var envs []transport.Envelope
 	for _, id := range []string{"a", "b", "c", "d"} {
 		envs = append(envs, transport.Envelope{ID: id, Type: "t", CorrelationID: id, Body: []byte(`{}`)})
@@ -142,24 +151,8 @@ func TestCoveringReceiveLocksCountersOnlyWithWork(t *testing.T) {
 	testenv.PostgresURL(t)
 	t.Parallel()
 	ctx := t.Context()
-	schema := openStore(t, pgstore.Config{}).Schema()
-	pc, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.ConnConfig.RuntimeParams["search_path"] = pgstore.SearchPath(schema)
 	tr := &batchTracer{}
-	pc.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := pgstore.New(ctx, pool, &pgstore.Config{Schema: schema, Lease: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, pool := tracedStore(t, tr)
 	lim := map[string]store.Limit{"api": {Name: "api", Concurrency: 10}}
 	p := &store.ReceiveParams{Max: 2, Limits: lim, Covering: []string{"api"}, Needs: func(*transport.Envelope) []store.LimitKey {
 		return []store.LimitKey{{Name: "api"}}
