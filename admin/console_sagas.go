@@ -256,7 +256,11 @@ func (c *console) pageInstance(w http.ResponseWriter, r *http.Request) {
 	}
 	var ws []whyAdmission
 	if err == nil && in.Status() != store.StatusFinished {
-		ws, err = c.admissionWaitsOf(ctx, key)
+		var types []string // nil: not registered here, every wait of the key
+		if m, ok := c.e.Sagas()[typ]; ok {
+			types = m.MessageTypes()
+		}
+		ws, err = c.admissionWaitsOf(ctx, key, types)
 	}
 	if err != nil {
 		c.storeFailed(w, r, "read saga details", err)

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/idemhq/idem/store"
@@ -21,14 +22,20 @@ type whyAdmission struct {
 
 // admissionWaitsOf reads the messages of saga key waiting for admission,
 // with why their counters refuse them; nil when the store records no
-// refusal (it is no store.AdmissionWaiter). The limits in force are read
-// only when a message waits.
-func (p *parts) admissionWaitsOf(ctx context.Context, key string) ([]whyAdmission, error) {
+// refusal (it is no store.AdmissionWaiter). The store finds them by the
+// key alone, which sagas of other types (and plain handlers' messages)
+// may share: with types set (the message types of the saga's machine,
+// registered here), only messages of those types are kept. The limits in
+// force are read only when a message waits.
+func (p *parts) admissionWaitsOf(ctx context.Context, key string, types []string) ([]whyAdmission, error) {
 	aw := p.caps.admissionWaits
 	if aw == nil {
 		return nil, nil
 	}
 	ws, err := aw.AdmissionWaitsOf(ctx, key)
+	if types != nil {
+		ws = slices.DeleteFunc(ws, func(w store.AdmissionWait) bool { return !slices.Contains(types, w.MessageType) })
+	}
 	if err != nil || len(ws) == 0 {
 		return nil, err
 	}
@@ -89,7 +96,10 @@ func (p *whyPanel) admissionVerdict() (string, bool) {
 	}
 	w := p.Admission[0]
 	v := "waiting for admission"
-	if n := len(p.Admission); n > 1 {
+	switch n := len(p.Admission); {
+	case n >= store.MaxAdmissionWaitsOf:
+		v = strconv.Itoa(n) + " or more messages " + v
+	case n > 1:
 		v = strconv.Itoa(n) + " messages " + v
 	}
 	if w.Reason == "" {

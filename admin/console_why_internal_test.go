@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,41 @@ func TestWhyVerdictAdmission(t *testing.T) {
 		Retries: []store.Retry{{MessageType: "x.Charge", Attempts: 1, NextAttemptAt: now.Add(time.Minute)}}})
 	if !strings.HasPrefix(retrying.Verdict, "retrying:") {
 		t.Errorf("retrying and waiting for admission: got %q, want the retry first", retrying.Verdict)
+	}
+}
+
+// fakeWaiter is a store.AdmissionWaiter that returns ws for every key.
+type fakeWaiter struct{ ws []store.AdmissionWait }
+
+func (f fakeWaiter) AdmissionWaitsOf(context.Context, string) ([]store.AdmissionWait, error) {
+	return f.ws, nil
+}
+
+// A saga's admission waits are found by its key alone, which a saga of
+// another type may share: with the machine's message types, only its
+// own messages are kept; without (the machine is not registered here),
+// every wait of the key.
+func TestAdmissionWaitsKeepTheSagasTypes(t *testing.T) {
+	ws := []store.AdmissionWait{
+		{MessageID: "a", MessageType: "shipment.Book", Limit: store.LimitKey{Name: "carrier-api"}},
+		{MessageID: "b", MessageType: "order.Charge", Limit: store.LimitKey{Name: "psp"}},
+	}
+	p := &parts{caps: &capabilities{admissionWaits: fakeWaiter{ws}}}
+	got, err := p.admissionWaitsOf(t.Context(), "42", []string{"order.Placed", "order.Charge"})
+	if err != nil || len(got) != 1 || got[0].MessageID != "b" {
+		t.Fatalf("waits of order/42: got %+v, %v, want only b (order.Charge)", got, err)
+	}
+	if got, err := p.admissionWaitsOf(t.Context(), "42", nil); err != nil || len(got) != 2 {
+		t.Fatalf("waits of 42, machine not registered: got %+v, %v, want both", got, err)
+	}
+	if got, err := p.admissionWaitsOf(t.Context(), "42", []string{"invoice.Sent"}); err != nil || len(got) != 0 {
+		t.Fatalf("waits of a saga none of whose types waits: got %+v, %v, want none", got, err)
+	}
+	many := make([]whyAdmission, store.MaxAdmissionWaitsOf)
+	for i := range many {
+		many[i] = whyAdmission{AdmissionWait: ws[1]}
+	}
+	if v, _ := (&whyPanel{Admission: many}).admissionVerdict(); !strings.HasPrefix(v, "20 or more messages waiting") {
+		t.Errorf("verdict with the store's bound of waits: got %q, want it to say 20 or more", v)
 	}
 }
