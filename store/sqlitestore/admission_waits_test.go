@@ -3,6 +3,7 @@ package sqlitestore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -51,5 +52,45 @@ BEGIN INSERT INTO refusal_writes VALUES (new.seq); END`); err != nil {
 	}
 	if n := writes(); n != 1 {
 		t.Errorf("refusal writes after refusing m-2 again: got %d, want still 1", n)
+	}
+}
+
+// collidingKeys returns two saga keys whose partition hashes are equal.
+func collidingKeys(t *testing.T) (string, string) {
+	t.Helper()
+	seen := map[uint32]string{}
+	for i := range 1 << 20 {
+		k := fmt.Sprintf("key-%d", i)
+		h := transport.PartitionHash(k)
+		if o, ok := seen[h]; ok {
+			return o, k
+		}
+		seen[h] = k
+	}
+	t.Fatal("no two of 2^20 keys share a partition hash")
+	return "", ""
+}
+
+// AdmissionWaitsOf finds a key's rows by the hash of its partition key,
+// which another key may share: each key gets its own waits only.
+func TestAdmissionWaitsOfCollidingKeys(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, sqlitestore.Config{Lease: time.Minute, PollInterval: 50 * time.Millisecond})
+	ctx := context.Background()
+	a, b := collidingKeys(t)
+	api := []store.LimitKey{{Name: "api"}}
+	p := &store.ReceiveParams{Max: 10, Limits: map[string]store.Limit{"api": {Name: "api", Concurrency: 1}},
+		Needs: func(*transport.Envelope) []store.LimitKey { return api }}
+	if err := s.Publish(ctx, []transport.Envelope{{ID: "m-0", Type: "t", CorrelationID: "z"}, {ID: "m-a", Type: "t", CorrelationID: a}, {ID: "m-b", Type: "t", CorrelationID: b}}); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := s.ReceiveAdmitted(ctx, p); err != nil || len(ds) != 1 || ds[0].Envelope.ID != "m-0" {
+		t.Fatalf("receive: got %d deliveries, error %v; want m-0, the others refused", len(ds), err)
+	}
+	for key, want := range map[string]string{a: "m-a", b: "m-b"} {
+		ws, err := s.AdmissionWaitsOf(ctx, key)
+		if err != nil || len(ws) != 1 || ws[0].MessageID != want {
+			t.Errorf("admission waits of %q (its hash shared): got %+v, %v, want %s only", key, ws, err, want)
+		}
 	}
 }
