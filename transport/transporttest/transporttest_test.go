@@ -93,7 +93,8 @@ func TestSuiteCatchesBrokenTransports(t *testing.T) {
 }
 
 // control runs the whole suite in a child process on the mutant wrapper
-// without a bug, and fails unless every subtest passes and none skips.
+// without a bug, and fails unless every subtest passes and none skips
+// but the Shared cases.
 func control(t *testing.T) {
 	pattern := "^" + t.Name()[:strings.IndexByte(t.Name(), '/')] + "$"
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
@@ -102,8 +103,12 @@ func control(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the suite failed the wrapper without a bug: %v; output:\n%s", err, out)
 	}
-	if strings.Contains(string(out), "--- SKIP") {
-		t.Fatalf("the suite skipped cases on a transport that claims every feature; output:\n%s", out)
+	for _, line := range strings.Split(string(out), "\n") {
+		// memtransport has no shares (transport.SharedConsumer): the
+		// Shared cases are proven on pgstore, the one transport that has.
+		if strings.Contains(line, "--- SKIP") && !strings.Contains(line, "/Shared") {
+			t.Fatalf("the suite skipped cases on a transport that claims every feature but Shared; output:\n%s", out)
+		}
 	}
 }
 

@@ -49,28 +49,57 @@ func StartCluster(ctx context.Context, dir, name string) (*Cluster, error) {
 		return nil, errors.New("natsembed: a cluster needs a storage directory and a name")
 	}
 	c := &Cluster{dir: dir, name: name, nodes: make([]*server.Server, ClusterSize)}
-	for range ClusterSize {
-		cp, err := freePort()
-		if err != nil {
-			return nil, err
+	var err error
+	for attempt := 1; ; attempt++ {
+		if err = c.startOnFreePorts(ctx); err == nil || attempt == startAttempts || ctx.Err() != nil {
+			break
 		}
-		rp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		c.clientPorts, c.routePorts = append(c.clientPorts, cp), append(c.routePorts, rp)
 	}
-	for i := range ClusterSize {
-		if err := c.Restart(ctx, i); err != nil {
-			c.Shutdown()
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 	if err := c.waitMetaLeader(ctx); err != nil {
 		c.Shutdown()
 		return nil, err
 	}
 	return c, nil
+}
+
+// startAttempts bounds the tries of StartCluster to start the nodes,
+// each on ports drawn afresh: a port free when drawn may be taken by
+// another process before its node binds it.
+const startAttempts = 3
+
+// nodeStartWait bounds the wait for a node starting for the first time:
+// an embedded server starts in milliseconds, and one that cannot bind
+// its port never becomes ready.
+const nodeStartWait = 10 * time.Second
+
+// startOnFreePorts draws the nodes' ports and starts every node, each
+// within nodeStartWait; when one does not start, it stops those started.
+func (c *Cluster) startOnFreePorts(ctx context.Context) error {
+	c.clientPorts, c.routePorts = nil, nil
+	for range ClusterSize {
+		cp, err := freePort()
+		if err != nil {
+			return err
+		}
+		rp, err := freePort()
+		if err != nil {
+			return err
+		}
+		c.clientPorts, c.routePorts = append(c.clientPorts, cp), append(c.routePorts, rp)
+	}
+	for i := range ClusterSize {
+		sctx, cancel := context.WithTimeout(ctx, nodeStartWait)
+		err := c.Restart(sctx, i)
+		cancel()
+		if err != nil {
+			c.Shutdown()
+			return err
+		}
+	}
+	return nil
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago,
