@@ -27,8 +27,8 @@ func PostgresDatabase(t testing.TB, name string) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	db := name + "_" + hex.EncodeToString(b[:])
-	admin := func(sql string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	admin := func(sql string, wait time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		c, err := pgx.Connect(ctx, base)
 		if err != nil {
@@ -38,12 +38,16 @@ func PostgresDatabase(t testing.TB, name string) string {
 		_, err = c.Exec(ctx, sql)
 		return err
 	}
-	if err := admin("CREATE DATABASE " + pgx.Identifier{db}.Sanitize()); err != nil {
+	if err := admin("CREATE DATABASE "+pgx.Identifier{db}.Sanitize(), 30*time.Second); err != nil {
 		t.Fatalf("create database %s: %v", db, err)
 	}
 	t.Cleanup(func() {
-		if err := admin("DROP DATABASE IF EXISTS " + pgx.Identifier{db}.Sanitize() + " WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", db, err)
+		// PostgreSQL 15 forces an immediate checkpoint for each DROP
+		// DATABASE, which on a loaded shared server took over 30 s in
+		// CI. What the test checked is settled by then: a database left
+		// behind on the throwaway server is logged, not a failure.
+		if err := admin("DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)", 3*time.Minute); err != nil {
+			t.Logf("drop database %s: %v (left on the test server)", db, err)
 		}
 	})
 	u.Path = "/" + db
