@@ -323,7 +323,7 @@ func (t *admitTxn) pages(ctx context.Context) error {
 			return err
 		}
 	}
-	for page := 1; ; page++ {
+	for {
 		cands, err := t.candidates()
 		if err != nil {
 			return err
@@ -346,7 +346,7 @@ func (t *admitTxn) pages(ctx context.Context) error {
 		}
 		t.dec.Page(t.p.Limits, cands, t.cs, t.now, t.n)
 		t.rows = append(t.rows, t.page...)
-		if t.p.Fair || !t.dec.MorePages(page, len(t.page), t.n) {
+		if t.p.Fair || !t.dec.MorePages(t.pageNo, len(t.page), t.n) {
 			return nil // a fair receive decides on one window
 		}
 		b = &pgx.Batch{}
